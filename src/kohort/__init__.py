@@ -1,0 +1,2 @@
+"""kohort: the Kafka consumer-group system in Python."""
+__version__ = "0.1.0"

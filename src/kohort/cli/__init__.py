@@ -1,0 +1,1 @@
+"""The `kohort` command line."""
