@@ -1,0 +1,1 @@
+"""kohort broker: an embedded single-node Kafka-compatible broker (asyncio)."""

@@ -1,0 +1,23 @@
+"""ApiVersions (API key 18), v0-v4: the versions this broker really serves, derived from the registry.
+
+A too-new ApiVersions request is answered in v0 with UNSUPPORTED_VERSION and still lists the ranges
+(KIP-511) so the client can retry with a version we support. The response header is always v0.
+"""
+from kohort.broker.handlers import HANDLERS, handles
+from kohort.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+
+UNSUPPORTED_VERSION = 35
+
+
+def _keys():
+    return [ApiVersionsResponse.ApiVersion(api_key=k, min_version=h.advertised_min, max_version=h.max_version)
+            for k, h in sorted(HANDLERS.items())]
+
+
+def unsupported_version_response():
+    return ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=_keys())
+
+
+@handles(ApiVersionsRequest, "0-4")
+def handle_api_versions(ctx, req):
+    return ApiVersionsResponse(error_code=0, api_keys=_keys(), throttle_time_ms=0)

@@ -1,0 +1,225 @@
+"""The broker process: asyncio TCP server, per-connection request pipeline, lifecycle.
+
+Per connection: frames are read one by one; the 4-byte size prefix is checked against
+socket.request.max.bytes before the body is read. Each request is dispatched at once (handlers may
+wait, e.g. fetch long polls or JoinGroup), but responses are written strictly in request order. A
+malformed frame closes that connection only, with one log line. An unknown API key or version closes
+the connection as Kafka does, except ApiVersions, which is answered with UNSUPPORTED_VERSION and the
+supported ranges (KIP-511).
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import os
+import signal
+import time
+
+from kohort.broker.config import BrokerConfig
+from kohort.broker.context import RequestContext
+from kohort.broker.handlers import HANDLERS, NO_RESPONSE, load_all
+from kohort.errors import DecodeError
+from kohort.protocol.framing import (
+    FrameTooLargeError, UnsupportedRequestError, decode_request, encode_response, frame_size,
+)
+
+log = logging.getLogger("kohort.broker")
+_conn_ids = itertools.count(1)
+
+
+class Broker:
+    """One embedded broker. Components (storage, coordinator, ...) attach in `open()`."""
+
+    def __init__(self, config: BrokerConfig | None = None, host: str = "127.0.0.1", port: int = 9092,
+                 data_dir: str | None = None):
+        self.config = config or BrokerConfig.from_properties()
+        self.host, self.port = host, port
+        self.data_dir = data_dir
+        self.node_id = self.config["node.id"]
+        self.max_request = self.config["socket.request.max.bytes"]
+        self.started_ms = int(time.time() * 1000)
+        self._server: asyncio.base_events.Server | None = None
+        self._conns: set[asyncio.Task] = set()
+        self._closers: list = []       # callables run on stop (reverse order)
+        self._background: list[asyncio.Task] = []
+        self.metrics = None
+        load_all()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Open durable state and start components. Extended by the component modules."""
+        from kohort.broker import components
+        await components.open_components(self)
+
+    async def start(self) -> None:
+        await self.open()
+        self._server = await asyncio.start_server(self._serve, self.host, self.port,
+                                                  limit=1 << 20, reuse_address=True)
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for t in list(self._conns):
+            t.cancel()
+        for t in self._background:
+            t.cancel()
+        await asyncio.gather(*self._conns, *self._background, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+        for close in reversed(self._closers):
+            r = close()
+            if inspect.isawaitable(r):
+                await r
+
+    def spawn(self, coro) -> asyncio.Task:
+        """A background task owned by the broker, cancelled on stop."""
+        t = asyncio.get_running_loop().create_task(coro)
+        self._background.append(t)
+        return t
+
+    # -- connections -----------------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._conns.add(task)
+        conn_id = next(_conn_ids)
+        peer = writer.get_extra_info("peername")
+        host = peer[0] if peer else "?"
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            import socket as _s
+            try:
+                sock.setsockopt(_s.IPPROTO_TCP, _s.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        pending: asyncio.Queue = asyncio.Queue(maxsize=self.config["queued.max.requests"])
+        wtask = asyncio.get_running_loop().create_task(self._write_loop(pending, writer, conn_id, host))
+        m = self.metrics
+        if m:
+            m.connection_opened()
+        try:
+            while True:
+                try:
+                    prefix = await reader.readexactly(4)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                try:
+                    size = frame_size(prefix, self.max_request)
+                except FrameTooLargeError as e:
+                    log.warning("closing connection %d from %s: request of %d bytes exceeds "
+                                "socket.request.max.bytes=%d", conn_id, host, e.size, e.limit)
+                    break
+                except DecodeError as e:
+                    log.warning("closing connection %d from %s: malformed frame: %s", conn_id, host, e)
+                    break
+                try:
+                    payload = await reader.readexactly(size)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                t0 = time.perf_counter()
+                try:
+                    header, req = decode_request(payload)
+                except UnsupportedRequestError as e:
+                    if e.api_key == 18:
+                        from kohort.broker.handlers.api_versions import unsupported_version_response
+                        await pending.put((unsupported_version_response(), 0, e.correlation_id, 18, t0, 0))
+                        continue
+                    log.warning("closing connection %d from %s: unsupported request api_key=%d version=%d",
+                                conn_id, host, e.api_key, e.api_version)
+                    break
+                except DecodeError as e:
+                    log.warning("closing connection %d from %s: malformed request: %s", conn_id, host, e)
+                    break
+                api_key = header.request_api_key
+                version = header.request_api_version
+                h = HANDLERS.get(api_key)
+                if h is None or not (h.min_version <= version <= h.max_version):
+                    if api_key == 18:
+                        from kohort.broker.handlers.api_versions import unsupported_version_response
+                        await pending.put((unsupported_version_response(), 0, header.correlation_id,
+                                           18, t0, size))
+                        continue
+                    log.warning("closing connection %d from %s: api_key=%d version=%d not served",
+                                conn_id, host, api_key, version)
+                    break
+                ctx = RequestContext(self, api_key, version, header.correlation_id, header.client_id,
+                                     host, conn_id)
+                try:
+                    result = h.fn(ctx, req)
+                except Exception:
+                    log.exception("handler for api_key=%d v%d failed; closing connection %d",
+                                  api_key, version, conn_id)
+                    break
+                if inspect.isawaitable(result):
+                    result = asyncio.ensure_future(result)
+                await pending.put((result, version, header.correlation_id, api_key, t0, size))
+        finally:
+            await pending.put(None)
+            try:
+                await wtask
+            except Exception:
+                pass
+            writer.close()
+            self._conns.discard(task)
+            if m:
+                m.connection_closed()
+
+    async def _write_loop(self, pending: asyncio.Queue, writer: asyncio.StreamWriter, conn_id: int,
+                          host: str) -> None:
+        m = self.metrics
+        try:
+            while True:
+                item = await pending.get()
+                if item is None:
+                    return
+                result, version, corr, api_key, t0, in_bytes = item
+                if isinstance(result, asyncio.Future):
+                    try:
+                        result = await result
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("handler for api_key=%d failed; closing connection %d", api_key, conn_id)
+                        writer.close()
+                        return
+                if result is NO_RESPONSE or result is None:
+                    if m:
+                        m.observe(api_key, time.perf_counter() - t0, in_bytes, 0)
+                    continue
+                data = encode_response(result, version, corr)
+                writer.write(data)
+                if m:
+                    m.observe(api_key, time.perf_counter() - t0, in_bytes, len(data))
+                if pending.empty() or writer.transport.get_write_buffer_size() > (1 << 20):
+                    await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            # cancel whatever is still queued so nothing is left un-awaited
+            while not pending.empty():
+                item = pending.get_nowait()
+                if item and isinstance(item[0], asyncio.Future):
+                    item[0].cancel()
+
+
+async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
+                     metrics_addr: str | None = None, ready_line: bool = True) -> None:
+    """Run until SIGTERM/SIGINT; print the ready line once connections are accepted."""
+    os.makedirs(data_dir, exist_ok=True)
+    broker = Broker(config, host, port, data_dir)
+    await broker.start()
+    if metrics_addr:
+        from kohort.broker.metrics import serve_metrics
+        mh, _, mp = metrics_addr.rpartition(":")
+        await serve_metrics(broker, mh or "127.0.0.1", int(mp))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if ready_line:
+        print(f"kohort broker ready on {broker.host}:{broker.port}", flush=True)
+    await stop.wait()
+    await broker.stop()
