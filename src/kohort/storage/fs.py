@@ -1,0 +1,345 @@
+"""The filesystem seam: every file operation of kohort.storage goes through a `FileSystem`.
+
+Two implementations live here:
+
+* `OsFileSystem` — the real thing (os.open / os.pwrite / os.fsync / os.replace ...).
+* `MemoryFileSystem` — files held in memory. It backs the in-memory storage engine and it models
+  the page cache: each file keeps the bytes written (`data`) apart from the bytes made durable by
+  `fsync` (`durable`), so `crash()` can simulate a machine crash that loses everything not yet
+  fsynced, while a process kill (just dropping the Storage object) loses nothing.
+
+Tests subclass either one to inject faults (torn writes, failing fsyncs). Paths are plain `str`s,
+joined with `join()`; a FileSystem never interprets file contents.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import threading
+
+
+class FileHandle:
+    """An open file: positional reads, appends at the end, truncate, fsync."""
+
+    def size(self) -> int:
+        raise NotImplementedError
+
+    def pread(self, pos: int, n: int) -> bytes:
+        raise NotImplementedError
+
+    def append(self, data) -> None:
+        """Write all of `data` at the end of the file (page cache; not durable until fsync)."""
+        raise NotImplementedError
+
+    def truncate(self, size: int) -> None:
+        raise NotImplementedError
+
+    def fsync(self) -> None:
+        raise NotImplementedError
+
+    def dup(self) -> "FileHandle":
+        """A second handle on the same open file, closable independently (used to fsync from
+        another thread while the log may close or delete the segment)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class FileSystem:
+    """The operations kohort.storage needs. Subclass to inject faults."""
+
+    def join(self, *parts: str) -> str:
+        return posixpath.join(*parts)
+
+    def open(self, path: str, create: bool = True) -> FileHandle:
+        raise NotImplementedError
+
+    def exists(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def isdir(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def listdir(self, path: str) -> list[str]:
+        raise NotImplementedError
+
+    def makedirs(self, path: str) -> None:
+        raise NotImplementedError
+
+    def rename(self, src: str, dst: str) -> None:
+        """Atomic rename, replacing `dst` if it exists."""
+        raise NotImplementedError
+
+    def remove(self, path: str) -> None:
+        raise NotImplementedError
+
+    def rmtree(self, path: str) -> None:
+        raise NotImplementedError
+
+    def fsync_dir(self, path: str) -> None:
+        raise NotImplementedError
+
+    # -- helpers built on the primitives above --------------------------------------------------
+
+    def read_file(self, path: str) -> bytes:
+        h = self.open(path, create=False)
+        try:
+            return h.pread(0, h.size())
+        finally:
+            h.close()
+
+    def write_file_atomic(self, path: str, data: bytes) -> None:
+        """Write `data` to `path` via a fsynced temporary file and an atomic rename."""
+        tmp = path + ".tmp"
+        h = self.open(tmp)
+        try:
+            h.truncate(0)
+            h.append(data)
+            h.fsync()
+        finally:
+            h.close()
+        self.rename(tmp, path)
+        self.fsync_dir(posixpath.dirname(path) or ".")
+
+
+# ---------------------------------------------------------------------------------------------
+# The real filesystem
+
+
+class OsFileHandle(FileHandle):
+    __slots__ = ("fd", "path")
+
+    def __init__(self, fd: int, path: str):
+        self.fd = fd
+        self.path = path
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def pread(self, pos: int, n: int) -> bytes:
+        out = os.pread(self.fd, n, pos)
+        if len(out) < n:  # pread may return short reads only at EOF for regular files
+            rest = n - len(out)
+            while rest > 0:
+                more = os.pread(self.fd, rest, pos + len(out))
+                if not more:
+                    break
+                out += more
+                rest -= len(more)
+        return out
+
+    def append(self, data) -> None:
+        view = memoryview(data)
+        pos = os.fstat(self.fd).st_size
+        while view:
+            n = os.pwrite(self.fd, view, pos)
+            view = view[n:]
+            pos += n
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+
+    def dup(self) -> "OsFileHandle":
+        return OsFileHandle(os.dup(self.fd), self.path)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class OsFileSystem(FileSystem):
+    def join(self, *parts: str) -> str:
+        return os.path.join(*parts)
+
+    def open(self, path: str, create: bool = True) -> OsFileHandle:
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        return OsFileHandle(os.open(path, flags, 0o644), path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def isdir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def remove(self, path: str) -> None:
+        os.remove(path)
+
+    def rmtree(self, path: str) -> None:
+        for root, dirs, files in os.walk(path, topdown=False):
+            for f in files:
+                os.remove(os.path.join(root, f))
+            for d in dirs:
+                os.rmdir(os.path.join(root, d))
+        os.rmdir(path)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files in memory, with a page-cache model
+
+
+class _MemFile:
+    __slots__ = ("data", "durable")
+
+    def __init__(self):
+        self.data = bytearray()      # what readers see (page cache)
+        self.durable = bytearray()   # what survives a machine crash
+
+
+class MemoryFileHandle(FileHandle):
+    __slots__ = ("fs", "file", "closed")
+
+    def __init__(self, fs: "MemoryFileSystem", file: _MemFile):
+        self.fs = fs
+        self.file = file
+        self.closed = False
+
+    def _check(self):
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+
+    def size(self) -> int:
+        self._check()
+        return len(self.file.data)
+
+    def pread(self, pos: int, n: int) -> bytes:
+        self._check()
+        return bytes(self.file.data[pos:pos + n])
+
+    def append(self, data) -> None:
+        self._check()
+        with self.fs.lock:
+            self.file.data += data
+
+    def truncate(self, size: int) -> None:
+        self._check()
+        with self.fs.lock:
+            d = self.file.data
+            if size < len(d):
+                del d[size:]
+            else:
+                d += bytes(size - len(d))
+
+    def fsync(self) -> None:
+        self._check()
+        with self.fs.lock:
+            self.file.durable = bytearray(self.file.data)
+            self.fs.fsync_count += 1
+
+    def dup(self) -> "MemoryFileHandle":
+        self._check()
+        return MemoryFileHandle(self.fs, self.file)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class MemoryFileSystem(FileSystem):
+    """Files and directories in memory. Directory entries (create/rename/remove) are treated as
+    durable at once (a journaling filesystem's metadata, simplified); file *contents* are durable
+    only after fsync. `crash()` drops every non-durable byte."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.files: dict[str, _MemFile] = {}
+        self.dirs: set[str] = {"/"}
+        self.fsync_count = 0
+
+    @staticmethod
+    def _norm(path: str) -> str:
+        return posixpath.normpath("/" + path)
+
+    def open(self, path: str, create: bool = True) -> MemoryFileHandle:
+        p = self._norm(path)
+        with self.lock:
+            f = self.files.get(p)
+            if f is None:
+                if not create:
+                    raise FileNotFoundError(path)
+                if posixpath.dirname(p) not in self.dirs:
+                    raise FileNotFoundError(posixpath.dirname(p))
+                f = self.files[p] = _MemFile()
+            return MemoryFileHandle(self, f)
+
+    def exists(self, path: str) -> bool:
+        p = self._norm(path)
+        return p in self.files or p in self.dirs
+
+    def isdir(self, path: str) -> bool:
+        return self._norm(path) in self.dirs
+
+    def listdir(self, path: str) -> list[str]:
+        p = self._norm(path)
+        if p not in self.dirs:
+            raise FileNotFoundError(path)
+        with self.lock:
+            names = {posixpath.basename(q) for q in list(self.files) + list(self.dirs)
+                     if q != p and posixpath.dirname(q) == p}
+        return sorted(names)
+
+    def makedirs(self, path: str) -> None:
+        p = self._norm(path)
+        with self.lock:
+            while p not in self.dirs:
+                self.dirs.add(p)
+                p = posixpath.dirname(p)
+
+    def rename(self, src: str, dst: str) -> None:
+        s, d = self._norm(src), self._norm(dst)
+        with self.lock:
+            if s in self.files:
+                self.files[d] = self.files.pop(s)
+            elif s in self.dirs:
+                prefix = s + "/"
+                self.dirs.discard(s)
+                self.dirs.add(d)
+                for q in [q for q in self.dirs if q.startswith(prefix)]:
+                    self.dirs.discard(q)
+                    self.dirs.add(d + q[len(s):])
+                for q in [q for q in self.files if q.startswith(prefix)]:
+                    self.files[d + q[len(s):]] = self.files.pop(q)
+            else:
+                raise FileNotFoundError(src)
+
+    def remove(self, path: str) -> None:
+        with self.lock:
+            if self.files.pop(self._norm(path), None) is None:
+                raise FileNotFoundError(path)
+
+    def rmtree(self, path: str) -> None:
+        p = self._norm(path)
+        prefix = p + "/"
+        with self.lock:
+            for q in [q for q in self.files if q.startswith(prefix)]:
+                del self.files[q]
+            for q in [q for q in self.dirs if q.startswith(prefix) or q == p]:
+                self.dirs.discard(q)
+
+    def fsync_dir(self, path: str) -> None:
+        pass
+
+    def crash(self) -> None:
+        """Simulate a machine crash: every file loses the bytes written since its last fsync."""
+        with self.lock:
+            for f in self.files.values():
+                f.data = bytearray(f.durable)
