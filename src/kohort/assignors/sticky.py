@@ -13,6 +13,9 @@ The same bytes are written by librdkafka's sticky assignor. A member that never 
 sends no user data. Decoding is as tolerant as Java's: v1 is tried and, if the generation is missing,
 the data is read as v0 (no generation); bytes after the generation are ignored; bytes that do not
 decode at all make the leader treat the member as having no previous assignment (generation -1).
+One extra over Java: kafka-python (3.x) writes the same struct behind an INT16 version prefix, which
+Java cannot read; when the plain form does not decode, the prefixed form is tried, so a kohort leader
+stays sticky for kafka-python members too.
 """
 from __future__ import annotations
 
@@ -51,7 +54,18 @@ def encode_sticky_user_data(partitions: Iterable[TopicPartition], generation: in
 
 def decode_sticky_user_data(data: bytes) -> MemberData:
     """Parse StickyAssignorUserData (v1, else v0). Raises DecodeError (only) on malformed bytes."""
-    r = Reader(data)
+    try:
+        return _decode_sticky(Reader(data))
+    except DecodeError:
+        if len(data) >= 2 and data[0] == 0 and data[1] in (0, 1):  # kafka-python's version-prefixed form
+            try:
+                return _decode_sticky(Reader(data, 2))
+            except DecodeError:
+                pass
+        raise
+
+
+def _decode_sticky(r: Reader) -> MemberData:
     n = r.array_len()
     if n < 0:
         raise DecodeError("sticky user data: previous_assignment array is null")
