@@ -1,0 +1,857 @@
+"""Kafka record layer: RecordBatch v2 (magic 2) read/write, control records, legacy MessageSet v0/v1.
+
+What lives here:
+
+* `BatchHeader` / `read_batch_header` / `iter_batches` / `validate_batch`: the 61-byte v2 header,
+  walking a fetch payload batch by batch (a partial trailing batch ends the walk quietly, as Kafka
+  fetch responses may be cut mid-batch), and CRC-32C checking (Attributes .. end of batch).
+* `Record`, `decode_batch`: full decode of one batch into Record objects (decompressing).
+* `iter_records`: the consumer's fast path over a whole fetch payload, yielding plain tuples
+  ``(offset, timestamp, key, value, headers)`` and skipping control batches. It inlines the common
+  one- and two-byte varints and works on one ``bytes`` object so keys/values are single slices.
+* `BatchBuilder` / `build_batch`: encoding, incremental for the producer.
+* `patch_base_offset`, `patch_leader_epoch` (in place, CRC unaffected because the CRC starts at
+  Attributes), `set_log_append_time` (rewrites Attributes/MaxTimestamp and the CRC).
+* Control batches of transaction markers (KIP-98): `build_control_batch`, `parse_control_record`.
+* Legacy MessageSet v0/v1 (KIP-32 added the v1 timestamp; KIP-31 relative offsets in compressed
+  wrappers): `iter_legacy_messages`, and `iter_any_records` for payloads mixing magic 0/1/2.
+
+Malformed bytes raise only DecodeError (CorruptRecordError for integrity failures).
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from collections import namedtuple
+from typing import Iterator
+
+from crc32c import crc32c as _crc32c
+
+from kohort.errors import DecodeError, EncodeError
+from kohort.protocol.compression import (  # noqa: F401  (re-exported codec ids)
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    DEFAULT_MAX_SIZE,
+    compress,
+    decompress,
+)
+
+
+class CorruptRecordError(DecodeError):
+    """A record batch fails an integrity check (CRC, declared sizes, record framing)."""
+
+
+# -- constants ------------------------------------------------------------------------------------
+MAGIC_V0 = 0
+MAGIC_V1 = 1
+MAGIC_V2 = 2
+
+BATCH_HEADER_SIZE = 61          # Kafka's RECORD_BATCH_OVERHEAD
+LOG_OVERHEAD = 12               # BaseOffset int64 + Length int32
+_MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD   # smallest valid Length field (49)
+_MIN_RECORD_SIZE = 7            # length, attributes, ts delta, offset delta, key, value, headers
+
+# byte offsets inside a v2 batch
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+ATTR_DELETE_HORIZON = 0x40     # KIP-534
+
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+NO_TIMESTAMP_TYPE = -1          # legacy v0 messages carry no timestamp
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+# legacy MessageSet v0/v1
+LEGACY_RECORD_OVERHEAD_V0 = 14  # crc 4, magic 1, attributes 1, key len 4, value len 4
+LEGACY_RECORD_OVERHEAD_V1 = 22  # + timestamp 8
+
+_HDR = struct.Struct(">qiibIhiqqqhii")
+assert _HDR.size == BATCH_HEADER_SIZE
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_LEGACY_HEAD = struct.Struct(">qiIbb")      # offset, size, crc, magic, attributes (18 bytes)
+_CONTROL_KEY = struct.Struct(">hh")         # version, type
+_CONTROL_VALUE = struct.Struct(">hi")       # version, coordinator_epoch
+
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+# -- header ---------------------------------------------------------------------------------------
+class BatchHeader(namedtuple("BatchHeader", (
+        "base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
+        "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
+        "base_sequence", "records_count"))):
+    """The 61-byte header of a v2 RecordBatch (field names as Kafka's, snake_case)."""
+
+    __slots__ = ()
+
+    @property
+    def total_size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        return TIMESTAMP_LOG_APPEND_TIME if self.attributes & ATTR_TIMESTAMP_TYPE else TIMESTAMP_CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & ATTR_DELETE_HORIZON)
+
+
+_make_header = BatchHeader._make
+
+
+def read_batch_header(buf, pos: int = 0) -> BatchHeader:
+    """Parse the v2 header at `pos`. DecodeError if fewer than 61 bytes, magic != 2 or Length < 49."""
+    if pos < 0 or len(buf) - pos < BATCH_HEADER_SIZE:
+        raise DecodeError(f"truncated record batch header at offset {pos}")
+    h = _make_header(_HDR.unpack_from(buf, pos))
+    if h.magic != MAGIC_V2:
+        raise DecodeError(f"record batch at offset {pos} has magic {h.magic}, expected 2")
+    if h.batch_length < _MIN_BATCH_LENGTH:
+        raise CorruptRecordError(f"record batch at offset {pos} declares length {h.batch_length} < 49")
+    return h
+
+
+def iter_batches(buf, pos: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (pos, header) for each complete v2 batch; stop quietly at a partial trailing batch."""
+    n = len(buf)
+    while n - pos >= LOG_OVERHEAD:
+        length = _I32.unpack_from(buf, pos + 8)[0]
+        if length >= 0 and pos + LOG_OVERHEAD + length > n:
+            return                                   # partial trailing batch
+        h = read_batch_header(buf, pos)
+        yield pos, h
+        pos += LOG_OVERHEAD + h.batch_length
+
+
+def validate_batch(buf, pos: int = 0) -> BatchHeader:
+    """Check the batch at `pos` is complete and its CRC-32C matches; CorruptRecordError otherwise."""
+    try:
+        h = read_batch_header(buf, pos)
+    except CorruptRecordError:
+        raise
+    except DecodeError as e:
+        raise CorruptRecordError(str(e)) from None
+    end = pos + LOG_OVERHEAD + h.batch_length
+    if end > len(buf):
+        raise CorruptRecordError(
+            f"record batch at offset {pos} declares {h.total_size} bytes, only {len(buf) - pos} present")
+    if h.records_count < 0:
+        raise CorruptRecordError(f"record batch at offset {pos} has negative records count")
+    crc = _crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:end])
+    if crc != h.crc:
+        raise CorruptRecordError(
+            f"record batch at offset {pos}: CRC-32C {crc:#010x} does not match stored {h.crc:#010x}")
+    return h
+
+
+# -- records --------------------------------------------------------------------------------------
+class Record:
+    """One decoded record. `headers` is a list of (str, bytes | None)."""
+
+    __slots__ = ("offset", "timestamp", "key", "value", "headers", "timestamp_type", "leader_epoch")
+
+    def __init__(self, offset: int, timestamp: int, key: bytes | None, value: bytes | None,
+                 headers: list | None = None, timestamp_type: int = TIMESTAMP_CREATE_TIME,
+                 leader_epoch: int = NO_PARTITION_LEADER_EPOCH):
+        self.offset = offset
+        self.timestamp = timestamp
+        self.key = key
+        self.value = value
+        self.headers = [] if headers is None else headers
+        self.timestamp_type = timestamp_type
+        self.leader_epoch = leader_epoch
+
+    def _astuple(self):
+        return (self.offset, self.timestamp, self.key, self.value, self.headers,
+                self.timestamp_type, self.leader_epoch)
+
+    def __eq__(self, other):
+        if not isinstance(other, Record):
+            return NotImplemented
+        return self._astuple() == other._astuple()
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
+                f"value={self.value!r}, headers={self.headers!r}, "
+                f"timestamp_type={self.timestamp_type}, leader_epoch={self.leader_epoch})")
+
+
+def _uvarint(d, p: int, max_bytes: int) -> tuple[int, int]:
+    """Unsigned varint at d[p] (slow path for 3+ byte values); returns (value, new_pos)."""
+    result = shift = 0
+    n = len(d)
+    for _ in range(max_bytes):
+        if p >= n:
+            raise CorruptRecordError("truncated varint in record")
+        b = d[p]
+        p += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, p
+        shift += 7
+    raise CorruptRecordError("varint too long in record")
+
+
+def _read_headers(d, p: int, end: int, count: int) -> tuple[list, int]:
+    if count < 0 or count > (end - p) // 2:
+        raise CorruptRecordError(f"invalid record header count {count}")
+    headers = []
+    for _ in range(count):
+        b, p = _uvarint(d, p, 5)
+        klen = (b >> 1) ^ -(b & 1)
+        if klen < 0 or p + klen > end:
+            raise CorruptRecordError(f"invalid record header key length {klen}")
+        try:
+            hkey = str(d[p:p + klen], "utf-8")
+        except UnicodeDecodeError as e:
+            raise CorruptRecordError(f"record header key is not UTF-8: {e}") from None
+        p += klen
+        b, p = _uvarint(d, p, 5)
+        vlen = (b >> 1) ^ -(b & 1)
+        if vlen >= 0:
+            if p + vlen > end:
+                raise CorruptRecordError(f"record header value length {vlen} overruns the record")
+            hval = d[p:p + vlen]
+            p += vlen
+        elif vlen == -1:
+            hval = None
+        else:
+            raise CorruptRecordError(f"invalid record header value length {vlen}")
+        headers.append((hkey, hval))
+    return headers, p
+
+
+def _iter_body(d: bytes, p: int, end: int, count: int, base_offset: int, base_ts: int,
+               log_append_ts, _uvarint=_uvarint, _read_headers=_read_headers):
+    """Yield (offset, timestamp, key, value, headers) for `count` records in d[p:end].
+
+    `d` must be a bytes object. `log_append_ts` is None for CreateTime batches, else the batch's
+    MaxTimestamp which every record then carries. The one- and two-byte varint cases are inlined.
+    """
+    if count < 0 or count > (end - p) // _MIN_RECORD_SIZE:
+        raise CorruptRecordError(f"records count {count} cannot fit in {end - p} bytes")
+    try:
+        for _ in range(count):
+            # Length (varint)
+            b = d[p]
+            if b < 128:
+                p += 1
+            else:
+                c = d[p + 1]
+                if c < 128:
+                    b = (b & 127) | (c << 7)
+                    p += 2
+                else:
+                    b, p = _uvarint(d, p, 5)
+            rec_end = p + ((b >> 1) ^ -(b & 1))
+            if rec_end > end:
+                raise CorruptRecordError("record overruns its batch")
+            # Attributes (int8, unused) then TimestampDelta (varlong)
+            b = d[p + 1]
+            if b < 128:
+                p += 2
+            else:
+                c = d[p + 2]
+                if c < 128:
+                    b = (b & 127) | (c << 7)
+                    p += 3
+                else:
+                    b, p = _uvarint(d, p + 1, 10)
+            ts = base_ts + ((b >> 1) ^ -(b & 1))
+            # OffsetDelta (varint)
+            b = d[p]
+            if b < 128:
+                p += 1
+            else:
+                c = d[p + 1]
+                if c < 128:
+                    b = (b & 127) | (c << 7)
+                    p += 2
+                else:
+                    b, p = _uvarint(d, p, 5)
+            offset = base_offset + ((b >> 1) ^ -(b & 1))
+            # Key
+            b = d[p]
+            if b < 128:
+                p += 1
+            else:
+                c = d[p + 1]
+                if c < 128:
+                    b = (b & 127) | (c << 7)
+                    p += 2
+                else:
+                    b, p = _uvarint(d, p, 5)
+            b = (b >> 1) ^ -(b & 1)
+            if b >= 0:
+                key = d[p:p + b]
+                p += b
+            elif b == -1:
+                key = None
+            else:
+                raise CorruptRecordError(f"invalid record key length {b}")
+            # Value
+            b = d[p]
+            if b < 128:
+                p += 1
+            else:
+                c = d[p + 1]
+                if c < 128:
+                    b = (b & 127) | (c << 7)
+                    p += 2
+                else:
+                    b, p = _uvarint(d, p, 5)
+            b = (b >> 1) ^ -(b & 1)
+            if b >= 0:
+                value = d[p:p + b]
+                p += b
+            elif b == -1:
+                value = None
+            else:
+                raise CorruptRecordError(f"invalid record value length {b}")
+            # Headers
+            b = d[p]
+            p += 1
+            if b == 0:
+                headers = []
+            else:
+                if b >= 128:
+                    b, p = _uvarint(d, p - 1, 5)
+                headers, p = _read_headers(d, p, rec_end, (b >> 1) ^ -(b & 1))
+            if p != rec_end:
+                raise CorruptRecordError("record length does not match its fields")
+            if log_append_ts is not None:
+                ts = log_append_ts
+            yield (offset, ts, key, value, headers)
+    except IndexError:
+        raise CorruptRecordError("truncated record") from None
+    if p != end:
+        raise CorruptRecordError(f"{end - p} bytes left over after the declared records")
+
+
+def _batch_body(d, pos: int, h: BatchHeader, max_size: int):
+    """(data, start, end) of the record bytes of the batch at `pos`, decompressed if needed."""
+    codec = h[5] & ATTR_COMPRESSION_MASK
+    end = pos + LOG_OVERHEAD + h[1]
+    if codec == COMPRESSION_NONE:
+        return d, pos + BATCH_HEADER_SIZE, end
+    raw = decompress(codec, memoryview(d)[pos + BATCH_HEADER_SIZE:end], max_size)
+    return raw, 0, len(raw)
+
+
+def _as_bytes(buf) -> bytes:
+    return buf if type(buf) is bytes else bytes(buf)
+
+
+def iter_batch_records(buf, pos: int, header: BatchHeader, max_size: int = DEFAULT_MAX_SIZE):
+    """Yield (offset, timestamp, key, value, headers) for the batch at `pos` (header already read).
+
+    Control batches are not skipped here. `buf` is best a bytes object (others are copied once).
+    """
+    end = pos + LOG_OVERHEAD + header.batch_length
+    if end > len(buf):
+        raise CorruptRecordError(f"record batch at offset {pos} is truncated")
+    if type(buf) is not bytes:
+        buf = bytes(memoryview(buf)[pos:end])
+        pos = 0
+    d, p, e = _batch_body(buf, pos, header, max_size)
+    lat = header.max_timestamp if header.attributes & ATTR_TIMESTAMP_TYPE else None
+    return _iter_body(d, p, e, header.records_count, header.base_offset, header.base_timestamp, lat)
+
+
+def decode_batch(buf, pos: int = 0, check_crc: bool = True,
+                 max_size: int = DEFAULT_MAX_SIZE) -> tuple[BatchHeader, list[Record]]:
+    """Decode the complete batch at `pos` into (header, [Record]), decompressing as needed."""
+    if check_crc:
+        h = validate_batch(buf, pos)
+    else:
+        h = read_batch_header(buf, pos)
+    tstype = h.timestamp_type
+    epoch = h.partition_leader_epoch
+    records = [Record(o, t, k, v, hs, tstype, epoch)
+               for o, t, k, v, hs in iter_batch_records(buf, pos, h, max_size)]
+    return h, records
+
+
+def iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE):
+    """Fast path: (offset, timestamp, key, value, headers) for every data record of a fetch payload.
+
+    Walks all complete batches (a partial trailing batch ends the walk), skips control batches and
+    decompresses. Legacy v0/v1 message sets in the payload are read through the legacy decoder.
+    Aborted-transaction filtering (read_committed) is the caller's job: it needs the fetch
+    response's AbortedTransactions list.
+    """
+    d = buf if type(buf) is bytes else bytes(buf)
+    n = len(d)
+    pos = 0
+    unpack = _HDR.unpack_from
+    body = _iter_body
+    while n - pos >= LOG_OVERHEAD:
+        length = _I32.unpack_from(d, pos + 8)[0]
+        end = pos + LOG_OVERHEAD + length
+        if length >= 0 and end > n:
+            return
+        if length < LEGACY_RECORD_OVERHEAD_V0:
+            raise CorruptRecordError(f"entry at offset {pos} declares length {length}")
+        if d[pos + MAGIC_OFFSET] < MAGIC_V2:
+            for r in _iter_legacy(d, pos, end, check_crc, 0, True):
+                yield (r.offset, r.timestamp, r.key, r.value, r.headers)
+            pos = end
+            continue
+        if length < _MIN_BATCH_LENGTH:
+            raise CorruptRecordError(f"record batch at offset {pos} declares length {length} < 49")
+        (base_offset, _, _, magic, crc, attributes, _, base_ts, max_ts, _, _, _,
+         count) = unpack(d, pos)
+        if magic != MAGIC_V2:
+            raise DecodeError(f"record batch at offset {pos} has unknown magic {magic}")
+        if check_crc and _crc32c(memoryview(d)[pos + ATTRIBUTES_OFFSET:end]) != crc:
+            raise CorruptRecordError(f"record batch at offset {pos}: CRC-32C mismatch")
+        if not attributes & ATTR_CONTROL:
+            codec = attributes & ATTR_COMPRESSION_MASK
+            if codec:
+                raw = decompress(codec, memoryview(d)[pos + BATCH_HEADER_SIZE:end], max_size)
+                yield from body(raw, 0, len(raw), count, base_offset, base_ts,
+                                max_ts if attributes & ATTR_TIMESTAMP_TYPE else None)
+            else:
+                yield from body(d, pos + BATCH_HEADER_SIZE, end, count, base_offset, base_ts,
+                                max_ts if attributes & ATTR_TIMESTAMP_TYPE else None)
+        pos = end
+
+
+# -- encoding -------------------------------------------------------------------------------------
+def _zz_varint(out: bytearray, v: int) -> None:
+    """Append zig-zag varint `v` (callers bound v to int32 or int64)."""
+    v = (v << 1) if v >= 0 else ((-v) << 1) - 1
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _zz_size(v: int) -> int:
+    v = (v << 1) if v >= 0 else ((-v) << 1) - 1
+    n = 1
+    while v > 0x7F:
+        v >>= 7
+        n += 1
+    return n
+
+
+def _check_bytes(what: str, v):
+    if v is None or isinstance(v, (bytes, bytearray, memoryview)):
+        return v
+    raise EncodeError(f"record {what} must be bytes or None, not {type(v).__name__}")
+
+
+class BatchBuilder:
+    """Incremental v2 batch encoder. Records get offset deltas 0..n-1 in append order.
+
+    `size_in_bytes` is the exact uncompressed batch size so far; `has_room_for` tells the producer
+    whether a record would keep the batch within a byte budget (a first record always fits, as in
+    Kafka). `build()` compresses and computes the CRC.
+    """
+
+    __slots__ = ("base_offset", "compression", "timestamp_type", "producer_id", "producer_epoch",
+                 "base_sequence", "transactional", "partition_leader_epoch", "is_control",
+                 "_buf", "_count", "_base_ts", "_max_ts")
+
+    def __init__(self, *, base_offset: int = 0, compression: int = COMPRESSION_NONE,
+                 timestamp_type: int = TIMESTAMP_CREATE_TIME, producer_id: int = NO_PRODUCER_ID,
+                 producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
+                 transactional: bool = False,
+                 partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH, is_control: bool = False):
+        if compression not in (0, 1, 2, 3, 4):
+            raise EncodeError(f"unknown compression codec id {compression}")
+        if timestamp_type not in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME):
+            raise EncodeError(f"invalid timestamp type {timestamp_type}")
+        self.base_offset = base_offset
+        self.compression = compression
+        self.timestamp_type = timestamp_type
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.transactional = transactional
+        self.partition_leader_epoch = partition_leader_epoch
+        self.is_control = is_control
+        self._buf = bytearray()
+        self._count = 0
+        self._base_ts = None
+        self._max_ts = None
+
+    @property
+    def records_count(self) -> int:
+        return self._count
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Exact size of the batch built now, before compression."""
+        return BATCH_HEADER_SIZE + len(self._buf)
+
+    @staticmethod
+    def estimate_record_size(key, value, headers=None) -> int:
+        """Upper bound of one encoded record's size (varints at their widest)."""
+        size = 5 + 1 + 10 + 5 + 5 + 5 + 5          # length, attrs, ts, offset, key/value lens, count
+        size += len(key) if key is not None else 0
+        size += len(value) if value is not None else 0
+        if headers:
+            for hk, hv in headers:
+                size += 10 + len(hk.encode("utf-8") if isinstance(hk, str) else hk)
+                size += len(hv) if hv is not None else 0
+        return size
+
+    def has_room_for(self, key, value, headers, max_bytes: int) -> bool:
+        if self._count == 0:
+            return True
+        return self.size_in_bytes + self.estimate_record_size(key, value, headers) <= max_bytes
+
+    def append(self, key, value, headers, timestamp: int) -> int:
+        """Encode one record; returns its offset delta. `headers` is None or [(str, bytes|None)]."""
+        if type(timestamp) is not int:
+            raise EncodeError(f"record timestamp must be an int (ms), not {type(timestamp).__name__}")
+        _check_bytes("key", key)
+        _check_bytes("value", value)
+        delta = self._count
+        if delta >= _I32_MAX:
+            raise EncodeError("too many records in one batch")
+        if self._base_ts is None:
+            self._base_ts = self._max_ts = timestamp
+        elif timestamp > self._max_ts:
+            self._max_ts = timestamp
+        ts_delta = timestamp - self._base_ts
+        if not _I64_MIN <= ts_delta <= _I64_MAX:
+            raise EncodeError(f"timestamp {timestamp} too far from the batch's first timestamp")
+        body = bytearray(b"\x00")                    # attributes
+        _zz_varint(body, ts_delta)
+        _zz_varint(body, delta)
+        if key is None:
+            body.append(1)
+        else:
+            _zz_varint(body, len(key))
+            body += key
+        if value is None:
+            body.append(1)
+        else:
+            _zz_varint(body, len(value))
+            body += value
+        if not headers:
+            body.append(0)
+        else:
+            _zz_varint(body, len(headers))
+            for hk, hv in headers:
+                if isinstance(hk, str):
+                    hk = hk.encode("utf-8")
+                elif not isinstance(hk, (bytes, bytearray)):
+                    raise EncodeError(f"record header key must be str, not {type(hk).__name__}")
+                _zz_varint(body, len(hk))
+                body += hk
+                if hv is None:
+                    body.append(1)
+                else:
+                    _check_bytes("header value", hv)
+                    _zz_varint(body, len(hv))
+                    body += hv
+        if len(body) > _I32_MAX:
+            raise EncodeError("record too large")
+        buf = self._buf
+        _zz_varint(buf, len(body))
+        buf += body
+        self._count = delta + 1
+        return delta
+
+    def build(self) -> bytes:
+        if self._count == 0:
+            raise EncodeError("a record batch needs at least one record")
+        attributes = self.compression
+        if self.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
+            attributes |= ATTR_TIMESTAMP_TYPE
+        if self.transactional:
+            attributes |= ATTR_TRANSACTIONAL
+        if self.is_control:
+            attributes |= ATTR_CONTROL
+        payload = self._buf if self.compression == COMPRESSION_NONE else \
+            compress(self.compression, bytes(self._buf))
+        out = bytearray(BATCH_HEADER_SIZE)
+        out += payload
+        try:
+            _HDR.pack_into(out, 0, self.base_offset, len(out) - LOG_OVERHEAD,
+                           self.partition_leader_epoch, MAGIC_V2, 0, attributes, self._count - 1,
+                           self._base_ts, self._max_ts, self.producer_id, self.producer_epoch,
+                           self.base_sequence, self._count)
+        except struct.error as e:
+            raise EncodeError(f"record batch header field out of range: {e}") from None
+        _U32.pack_into(out, CRC_OFFSET, _crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+        return bytes(out)
+
+
+def build_batch(records, *, base_offset: int = 0, compression: int = COMPRESSION_NONE,
+                timestamp_type: int = TIMESTAMP_CREATE_TIME, producer_id: int = NO_PRODUCER_ID,
+                producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
+                transactional: bool = False, partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+                is_control: bool = False) -> bytes:
+    """Encode one v2 batch from (key, value, headers, timestamp_ms) tuples or Record objects."""
+    b = BatchBuilder(base_offset=base_offset, compression=compression, timestamp_type=timestamp_type,
+                     producer_id=producer_id, producer_epoch=producer_epoch,
+                     base_sequence=base_sequence, transactional=transactional,
+                     partition_leader_epoch=partition_leader_epoch, is_control=is_control)
+    append = b.append
+    for r in records:
+        if isinstance(r, Record):
+            append(r.key, r.value, r.headers, r.timestamp)
+        else:
+            append(*r)
+    return b.build()
+
+
+# -- in-place rewrites (broker append path) -------------------------------------------------------
+def _check_patchable(buf, pos: int) -> None:
+    if pos < 0 or len(buf) - pos < BATCH_HEADER_SIZE:
+        raise DecodeError(f"no complete record batch header at offset {pos}")
+    if buf[pos + MAGIC_OFFSET] != MAGIC_V2:
+        raise DecodeError(f"record batch at offset {pos} is not magic 2")
+
+
+def patch_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
+    """Rewrite BaseOffset in place; the CRC does not cover it."""
+    _check_patchable(buf, pos)
+    _I64.pack_into(buf, pos, base_offset)
+
+
+def patch_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
+    """Rewrite PartitionLeaderEpoch in place; the CRC does not cover it."""
+    _check_patchable(buf, pos)
+    _I32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def set_log_append_time(buf: bytearray, pos: int, timestamp: int) -> None:
+    """Mark the batch LogAppendTime with MaxTimestamp = `timestamp` and recompute its CRC."""
+    h = read_batch_header(buf, pos)
+    end = pos + h.total_size
+    if end > len(buf):
+        raise DecodeError(f"record batch at offset {pos} is truncated")
+    _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, h.attributes | ATTR_TIMESTAMP_TYPE)
+    _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    _U32.pack_into(buf, pos + CRC_OFFSET, _crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:end]))
+
+
+# -- control records (KIP-98 transaction markers) -------------------------------------------------
+def build_control_batch(commit: bool, producer_id: int, producer_epoch: int, base_offset: int = 0,
+                        timestamp: int = NO_TIMESTAMP, coordinator_epoch: int = 0,
+                        partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
+    """A transactional control batch holding one COMMIT or ABORT marker (callers pass their clock)."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return build_batch([(key, value, None, timestamp)], base_offset=base_offset,
+                       producer_id=producer_id, producer_epoch=producer_epoch, transactional=True,
+                       is_control=True, partition_leader_epoch=partition_leader_epoch)
+
+
+def parse_control_record(key, value) -> tuple[int, int]:
+    """(type, coordinator_epoch) of a control record; coordinator_epoch is -1 if not a marker."""
+    if key is None or len(key) < 4:
+        raise DecodeError("control record key shorter than 4 bytes")
+    version, ctype = _CONTROL_KEY.unpack_from(key, 0)
+    if version < 0:
+        raise DecodeError(f"invalid control record key version {version}")
+    if ctype in (CONTROL_ABORT, CONTROL_COMMIT):
+        if value is None or len(value) < 6:
+            raise DecodeError("transaction marker value shorter than 6 bytes")
+        vversion, coordinator_epoch = _CONTROL_VALUE.unpack_from(value, 0)
+        if vversion < 0:
+            raise DecodeError(f"invalid transaction marker version {vversion}")
+        return ctype, coordinator_epoch
+    return ctype, -1
+
+
+# -- legacy MessageSet v0 / v1 --------------------------------------------------------------------
+def _xxh32(data: bytes, seed: int = 0) -> int:
+    """xxHash32, only used on a few LZ4 frame-descriptor bytes (so no speed concern)."""
+    p1, p2, p3, p4, p5, m = 2654435761, 2246822519, 3266489917, 668265263, 374761393, 0xFFFFFFFF
+    n = len(data)
+
+    def rotl(x, r):
+        return ((x << r) | (x >> (32 - r))) & m
+
+    i = 0
+    if n >= 16:
+        v = [(seed + p1 + p2) & m, (seed + p2) & m, seed & m, (seed - p1) & m]
+        while i + 16 <= n:
+            for j in range(4):
+                v[j] = (rotl((v[j] + int.from_bytes(data[i:i + 4], "little") * p2) & m, 13) * p1) & m
+                i += 4
+        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & m
+    else:
+        h = (seed + p5) & m
+    h = (h + n) & m
+    while i + 4 <= n:
+        h = (rotl((h + int.from_bytes(data[i:i + 4], "little") * p3) & m, 17) * p4) & m
+        i += 4
+    while i < n:
+        h = (rotl((h + data[i] * p5) & m, 11) * p1) & m
+        i += 1
+    h ^= h >> 15
+    h = (h * p2) & m
+    h ^= h >> 13
+    h = (h * p3) & m
+    h ^= h >> 16
+    return h
+
+
+def _fix_old_kafka_lz4(data) -> bytes:
+    """Magic-0 LZ4 from Kafka < 0.10 has a wrong frame header checksum (KAFKA-3160): recompute it."""
+    b = bytearray(data)
+    if len(b) < 7 or b[:4] != b"\x04\x22\x4d\x18":
+        return bytes(b)
+    flg = b[4]
+    desc_len = 2 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    if len(b) < 4 + desc_len + 1:
+        return bytes(b)
+    b[4 + desc_len] = (_xxh32(bytes(b[4:4 + desc_len])) >> 8) & 0xFF
+    return bytes(b)
+
+
+def _legacy_bytes(d, p: int, end: int):
+    if p + 4 > end:
+        raise CorruptRecordError("truncated legacy message")
+    n = _I32.unpack_from(d, p)[0]
+    p += 4
+    if n < 0:
+        if n != -1:
+            raise CorruptRecordError(f"invalid legacy message field length {n}")
+        return None, p
+    if p + n > end:
+        raise CorruptRecordError(f"legacy message field of {n} bytes overruns the message")
+    return bytes(d[p:p + n]), p + n
+
+
+def _iter_legacy(d, pos: int, limit: int, check_crc: bool, depth: int, stop_at_partial: bool,
+                 max_size: int = DEFAULT_MAX_SIZE):
+    """Yield Records of the legacy message set in d[pos:limit]."""
+    n = min(len(d), limit)
+    while n - pos >= LOG_OVERHEAD:
+        offset, size = _I64.unpack_from(d, pos)[0], _I32.unpack_from(d, pos + 8)[0]
+        end = pos + LOG_OVERHEAD + size
+        if size < LEGACY_RECORD_OVERHEAD_V0:
+            raise CorruptRecordError(f"legacy message at offset {pos} declares size {size} < 14")
+        if end > n:
+            if stop_at_partial:
+                return
+            raise CorruptRecordError(f"legacy message at offset {pos} is truncated")
+        _, _, crc, magic, attributes = _LEGACY_HEAD.unpack_from(d, pos)
+        if magic not in (MAGIC_V0, MAGIC_V1):
+            raise DecodeError(f"message at offset {pos} has magic {magic}, expected 0 or 1")
+        if check_crc:
+            actual = zlib.crc32(memoryview(d)[pos + 16:end])
+            if actual != crc:
+                raise CorruptRecordError(
+                    f"legacy message at offset {pos}: CRC32 {actual:#010x} != stored {crc:#010x}")
+        p = pos + 18
+        if magic == MAGIC_V1:
+            if size < LEGACY_RECORD_OVERHEAD_V1:
+                raise CorruptRecordError(f"v1 message at offset {pos} declares size {size} < 22")
+            timestamp = _I64.unpack_from(d, p)[0]
+            p += 8
+            tstype = TIMESTAMP_LOG_APPEND_TIME if attributes & ATTR_TIMESTAMP_TYPE else TIMESTAMP_CREATE_TIME
+        else:
+            timestamp, tstype = NO_TIMESTAMP, NO_TIMESTAMP_TYPE
+        key, p = _legacy_bytes(d, p, end)
+        value, p = _legacy_bytes(d, p, end)
+        if p != end:
+            raise CorruptRecordError(f"legacy message at offset {pos} has {end - p} trailing bytes")
+        codec = attributes & ATTR_COMPRESSION_MASK
+        if codec == COMPRESSION_NONE:
+            yield Record(offset, timestamp, key, value, [], tstype)
+        else:
+            if depth > 0:
+                raise CorruptRecordError("compressed legacy message nested inside another")
+            if value is None:
+                raise CorruptRecordError("compressed legacy wrapper message has a null value")
+            if codec == COMPRESSION_LZ4 and magic == MAGIC_V0:
+                value = _fix_old_kafka_lz4(value)
+            inner_data = decompress(codec, value, max_size)
+            inner = list(_iter_legacy(inner_data, 0, len(inner_data), check_crc, 1, False, max_size))
+            if not inner:
+                raise CorruptRecordError("compressed legacy wrapper message holds no messages")
+            # KIP-31: v1 inner offsets are relative; the wrapper carries the last inner offset.
+            shift = offset - inner[-1].offset if magic == MAGIC_V1 else 0
+            for r in inner:
+                r.offset += shift
+                if magic == MAGIC_V1 and tstype == TIMESTAMP_LOG_APPEND_TIME:
+                    r.timestamp, r.timestamp_type = timestamp, TIMESTAMP_LOG_APPEND_TIME
+                yield r
+        pos = end
+    if not stop_at_partial and pos != n:
+        raise CorruptRecordError(f"{n - pos} stray bytes after the last legacy message")
+
+
+def iter_legacy_messages(buf, check_crc: bool = True, max_size: int = DEFAULT_MAX_SIZE):
+    """Yield Records of a legacy (magic 0/1) message set; a partial trailing message ends it."""
+    return _iter_legacy(_as_bytes(buf), 0, len(buf), check_crc, 0, True, max_size)
+
+
+def iter_any_records(buf, check_crc: bool = True, skip_control: bool = True,
+                     max_size: int = DEFAULT_MAX_SIZE):
+    """Yield Records from a fetch payload mixing magic 0, 1 and 2, by peeking at each magic byte."""
+    d = _as_bytes(buf)
+    n = len(d)
+    pos = 0
+    while n - pos >= LOG_OVERHEAD:
+        length = _I32.unpack_from(d, pos + 8)[0]
+        end = pos + LOG_OVERHEAD + length
+        if length >= 0 and end > n:
+            return
+        if length < LEGACY_RECORD_OVERHEAD_V0:
+            raise CorruptRecordError(f"entry at offset {pos} declares length {length}")
+        magic = d[pos + MAGIC_OFFSET]
+        if magic < MAGIC_V2:
+            yield from _iter_legacy(d, pos, end, check_crc, 0, False, max_size)
+        else:
+            h = validate_batch(d, pos) if check_crc else read_batch_header(d, pos)
+            if not (skip_control and h.attributes & ATTR_CONTROL):
+                tstype, epoch = h.timestamp_type, h.partition_leader_epoch
+                for o, t, k, v, hs in iter_batch_records(d, pos, h, max_size):
+                    yield Record(o, t, k, v, hs, tstype, epoch)
+        pos = end
