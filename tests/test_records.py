@@ -475,3 +475,25 @@ def test_hostile_counts_and_lengths():
     b.append(None, bytes(3 << 20), None, 1)
     with pytest.raises(DecodeError):
         list(R.iter_records(b.build(), max_size=1 << 20))
+
+
+def test_other_stream_shapes_decode():
+    """Shapes other writers produce: zstd without content size (Java's streaming writer), several
+    zstd/lz4 frames or gzip members back to back."""
+    import gzip
+
+    import lz4.frame
+    import zstandard
+    data = os.urandom(3000) * 50
+    nosize = zstandard.ZstdCompressor(write_content_size=False).compress(data)
+    assert zstandard.frame_content_size(nosize) == -1
+    assert comp.decompress(4, nosize) == data
+    assert comp.decompress(4, nosize + comp.compress(4, b"tail")) == data + b"tail"
+    with pytest.raises(DecodeError):
+        comp.decompress(4, nosize, max_size=len(data) - 1)
+    with pytest.raises(DecodeError):
+        comp.decompress(4, nosize[:-5])
+    assert comp.decompress(3, lz4.frame.compress(data) + lz4.frame.compress(b"x")) == data + b"x"
+    assert comp.decompress(1, gzip.compress(data) + gzip.compress(b"y")) == data + b"y"
+    with pytest.raises(DecodeError):
+        comp.decompress(1, gzip.compress(data) + b"junk")

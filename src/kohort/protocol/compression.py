@@ -132,6 +132,8 @@ def _gunzip(data, max_size: int) -> bytes:
     while rest:
         d = zlib.decompressobj(31)
         chunk = d.decompress(rest, max_size + 1 - len(out))
+        if not out and d.eof and not d.unused_data and len(chunk) <= max_size:
+            return chunk                       # the usual single member: no extra copy
         out += chunk
         while not d.eof:
             if len(out) > max_size:
@@ -177,19 +179,31 @@ def _unsnappy(data, max_size: int) -> bytes:
 
 
 def _unlz4(data, max_size: int) -> bytes:
-    out = bytearray()
+    # Output is pulled in steps of at most _LZ4_STEP: lz4's max_length allocates its whole size up
+    # front, so passing the full cap would cost a 256 MiB allocation per batch.
     rest = data
     if not len(rest):
         raise DecodeError("lz4: empty input")
+    out = bytearray()
     while len(rest):
         d = _lz4f.LZ4FrameDecompressor()
-        out += d.decompress(rest, max_length=max_size + 1 - len(out))
+        chunk = d.decompress(rest, max_length=min(max_size + 1 - len(out), _LZ4_STEP))
+        if not out and d.eof and not d.unused_data:
+            return chunk                       # the usual single frame: no extra copy
+        out += chunk
+        while not d.eof:
+            if len(out) > max_size:
+                raise _too_big(max_size)
+            if d.needs_input:
+                raise DecodeError("lz4: truncated frame")
+            out += d.decompress(b"", max_length=min(max_size + 1 - len(out), _LZ4_STEP))
         if len(out) > max_size:
             raise _too_big(max_size)
-        if not d.eof:
-            raise DecodeError("lz4: truncated frame")
         rest = d.unused_data or b""
     return bytes(out)
+
+
+_LZ4_STEP = 4 << 20
 
 
 def _unzstd(data, max_size: int) -> bytes:
@@ -198,8 +212,23 @@ def _unzstd(data, max_size: int) -> bytes:
     mv = memoryview(data)
     if not len(mv):
         raise DecodeError("zstd: empty input")
-    out = bytearray()
     dctx = _zstd.ZstdDecompressor()
+    # Fast path: one frame that declares its content size (librdkafka, python-zstandard).
+    try:
+        size = _zstd.frame_content_size(mv)
+    except _zstd.ZstdError:
+        size = -1
+    if size > max_size:
+        raise _too_big(max_size)
+    if size >= 0:
+        try:
+            out = dctx.decompress(mv, max_output_size=max_size, allow_extra_data=False)
+        except _zstd.ZstdError:
+            pass                               # several frames, or damage: the streaming path decides
+        else:
+            if len(out) == size:
+                return out
+    out = bytearray()
     while len(mv):
         d = dctx.decompressobj()
         p, end = 0, len(mv)

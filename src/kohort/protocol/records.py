@@ -267,11 +267,12 @@ def _read_headers(d, p: int, end: int, count: int) -> tuple[list, int]:
 
 
 def _iter_body(d: bytes, p: int, end: int, count: int, base_offset: int, base_ts: int,
-               log_append_ts, _uvarint=_uvarint, _read_headers=_read_headers):
+               _uvarint=_uvarint, _read_headers=_read_headers):
     """Yield (offset, timestamp, key, value, headers) for `count` records in d[p:end].
 
-    `d` must be a bytes object. `log_append_ts` is None for CreateTime batches, else the batch's
-    MaxTimestamp which every record then carries. The one- and two-byte varint cases are inlined.
+    `d` must be a bytes object (keys/values are then single slices). The one- and two-byte varint
+    cases are inlined; lengths are zig-zag, so an odd raw value means negative (-1 = null).
+    Timestamps are CreateTime (base + delta); see `_body` for LogAppendTime batches.
     """
     if count < 0 or count > (end - p) // _MIN_RECORD_SIZE:
         raise CorruptRecordError(f"records count {count} cannot fit in {end - p} bytes")
@@ -288,10 +289,12 @@ def _iter_body(d: bytes, p: int, end: int, count: int, base_offset: int, base_ts
                     p += 2
                 else:
                     b, p = _uvarint(d, p, 5)
-            rec_end = p + ((b >> 1) ^ -(b & 1))
+            if b & 1:
+                raise CorruptRecordError("negative record length")
+            rec_end = p + (b >> 1)
             if rec_end > end:
                 raise CorruptRecordError("record overruns its batch")
-            # Attributes (int8, unused) then TimestampDelta (varlong)
+            # Attributes (int8, unused), TimestampDelta (varlong)
             b = d[p + 1]
             if b < 128:
                 p += 2
@@ -326,14 +329,14 @@ def _iter_body(d: bytes, p: int, end: int, count: int, base_offset: int, base_ts
                     p += 2
                 else:
                     b, p = _uvarint(d, p, 5)
-            b = (b >> 1) ^ -(b & 1)
-            if b >= 0:
-                key = d[p:p + b]
-                p += b
-            elif b == -1:
+            if b & 1:
+                if b != 1:
+                    raise CorruptRecordError("invalid record key length")
                 key = None
             else:
-                raise CorruptRecordError(f"invalid record key length {b}")
+                b >>= 1
+                key = d[p:p + b]
+                p += b
             # Value
             b = d[p]
             if b < 128:
@@ -345,32 +348,37 @@ def _iter_body(d: bytes, p: int, end: int, count: int, base_offset: int, base_ts
                     p += 2
                 else:
                     b, p = _uvarint(d, p, 5)
-            b = (b >> 1) ^ -(b & 1)
-            if b >= 0:
-                value = d[p:p + b]
-                p += b
-            elif b == -1:
+            if b & 1:
+                if b != 1:
+                    raise CorruptRecordError("invalid record value length")
                 value = None
             else:
-                raise CorruptRecordError(f"invalid record value length {b}")
+                b >>= 1
+                value = d[p:p + b]
+                p += b
             # Headers
-            b = d[p]
-            p += 1
-            if b == 0:
-                headers = []
-            else:
-                if b >= 128:
-                    b, p = _uvarint(d, p - 1, 5)
+            if d[p]:
+                b, p = _uvarint(d, p, 5)
                 headers, p = _read_headers(d, p, rec_end, (b >> 1) ^ -(b & 1))
+            else:
+                p += 1
+                headers = []
             if p != rec_end:
                 raise CorruptRecordError("record length does not match its fields")
-            if log_append_ts is not None:
-                ts = log_append_ts
             yield (offset, ts, key, value, headers)
     except IndexError:
         raise CorruptRecordError("truncated record") from None
     if p != end:
         raise CorruptRecordError(f"{end - p} bytes left over after the declared records")
+
+
+def _body(d: bytes, p: int, end: int, count: int, base_offset: int, base_ts: int, attributes: int,
+          max_ts: int):
+    """_iter_body, with every timestamp replaced by MaxTimestamp in LogAppendTime batches."""
+    gen = _iter_body(d, p, end, count, base_offset, base_ts)
+    if attributes & ATTR_TIMESTAMP_TYPE:
+        return ((o, max_ts, k, v, h) for o, _, k, v, h in gen)
+    return gen
 
 
 def _batch_body(d, pos: int, h: BatchHeader, max_size: int):
@@ -399,8 +407,8 @@ def iter_batch_records(buf, pos: int, header: BatchHeader, max_size: int = DEFAU
         buf = bytes(memoryview(buf)[pos:end])
         pos = 0
     d, p, e = _batch_body(buf, pos, header, max_size)
-    lat = header.max_timestamp if header.attributes & ATTR_TIMESTAMP_TYPE else None
-    return _iter_body(d, p, e, header.records_count, header.base_offset, header.base_timestamp, lat)
+    return _body(d, p, e, header.records_count, header.base_offset, header.base_timestamp,
+                 header.attributes, header.max_timestamp)
 
 
 def decode_batch(buf, pos: int = 0, check_crc: bool = True,
@@ -430,6 +438,7 @@ def iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE)
     pos = 0
     unpack = _HDR.unpack_from
     body = _iter_body
+    lat_body = _body
     while n - pos >= LOG_OVERHEAD:
         length = _I32.unpack_from(d, pos + 8)[0]
         end = pos + LOG_OVERHEAD + length
@@ -453,12 +462,14 @@ def iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE)
         if not attributes & ATTR_CONTROL:
             codec = attributes & ATTR_COMPRESSION_MASK
             if codec:
-                raw = decompress(codec, memoryview(d)[pos + BATCH_HEADER_SIZE:end], max_size)
-                yield from body(raw, 0, len(raw), count, base_offset, base_ts,
-                                max_ts if attributes & ATTR_TIMESTAMP_TYPE else None)
+                data = decompress(codec, memoryview(d)[pos + BATCH_HEADER_SIZE:end], max_size)
+                p, e = 0, len(data)
             else:
-                yield from body(d, pos + BATCH_HEADER_SIZE, end, count, base_offset, base_ts,
-                                max_ts if attributes & ATTR_TIMESTAMP_TYPE else None)
+                data, p, e = d, pos + BATCH_HEADER_SIZE, end
+            if attributes & ATTR_TIMESTAMP_TYPE:
+                yield from lat_body(data, p, e, count, base_offset, base_ts, attributes, max_ts)
+            else:
+                yield from body(data, p, e, count, base_offset, base_ts)
         pos = end
 
 
