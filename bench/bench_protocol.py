@@ -2,7 +2,7 @@
 
 Prints batch-decode throughput (records/s) for 100-byte values in ~1000-record batches, uncompressed
 and lz4, through `iter_records` (the consumer fast path) and `decode_batch` (Record objects), plus
-kafka-python's MemoryRecords decoder, and CRC-32C throughput. Run:
+kafka-python's MemoryRecords decoder (and aiokafka's Cython one when installed, for scale), and CRC-32C throughput. Run:
     .venv/bin/python bench/bench_protocol.py [--quick]
 """
 from __future__ import annotations
@@ -78,6 +78,17 @@ def kafka_python(payload):
     return n
 
 
+def aiokafka_c(payload):
+    from aiokafka.record.memory_records import MemoryRecords
+    n = 0
+    recs = MemoryRecords(payload)
+    while recs.has_next():
+        for r in recs.next_batch():
+            r.offset, r.key, r.value
+            n += 1
+    return n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer batches and repeats")
@@ -93,6 +104,11 @@ def main() -> None:
         ("kohort decode_batch (Record objects)", kohort_objects),
         ("kafka-python 3.0.12 MemoryRecords", kafka_python),
     ]
+    try:
+        import aiokafka.record._crecords  # noqa: F401  (Cython decoder, for scale only)
+        rows.append(("aiokafka (Cython decoder, reference)", aiokafka_c))
+    except ImportError:
+        pass
     for name, fn in rows:
         rates = [best_rate(lambda: fn(payloads[c]), n, repeat) for c in (0, 3)]
         print(f"{name:42s} {rates[0]:>10,.0f} r/s {rates[1]:>10,.0f} r/s")
