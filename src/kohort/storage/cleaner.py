@@ -95,7 +95,7 @@ def _cleanable(log, now_ms: int) -> list[Segment]:
     lag = log.config.min_compaction_lag_ms
     out = []
     for seg in log.segments[:-1]:
-        if seg.max_timestamp >= 0 and now_ms - seg.max_timestamp < lag:
+        if lag > 0 and seg.max_timestamp >= 0 and now_ms - seg.max_timestamp < lag:
             break
         out.append(seg)
     return out
