@@ -1,0 +1,58 @@
+"""Kafka error codes the classic group coordinator returns (Kafka's numbers, as plain ints), and the
+mapping of storage (append) errors to what a client is told.
+
+Plain ints keep this pure module independent of kohort.errors; the values are Kafka's `Errors.java`
+codes (checked against kafka-python's table).
+"""
+from __future__ import annotations
+
+NONE = 0
+UNKNOWN_SERVER_ERROR = -1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_FETCH_SIZE = 4
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+MESSAGE_TOO_LARGE = 10
+OFFSET_METADATA_TOO_LARGE = 12
+NETWORK_EXCEPTION = 13
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+RECORD_LIST_TOO_LARGE = 18
+NOT_ENOUGH_REPLICAS = 19
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+KAFKA_STORAGE_ERROR = 56
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+MEMBER_ID_REQUIRED = 79
+GROUP_MAX_SIZE_REACHED = 81
+FENCED_INSTANCE_ID = 82
+GROUP_SUBSCRIBED_TO_TOPIC = 86
+UNSTABLE_OFFSET_COMMIT = 88
+
+_APPEND_ERROR_MAP = {
+    NETWORK_EXCEPTION: COORDINATOR_LOAD_IN_PROGRESS,
+    UNKNOWN_TOPIC_OR_PARTITION: COORDINATOR_NOT_AVAILABLE,
+    NOT_ENOUGH_REPLICAS: COORDINATOR_NOT_AVAILABLE,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND: COORDINATOR_NOT_AVAILABLE,
+    REQUEST_TIMED_OUT: COORDINATOR_NOT_AVAILABLE,
+    NOT_LEADER_OR_FOLLOWER: NOT_COORDINATOR,
+    KAFKA_STORAGE_ERROR: NOT_COORDINATOR,
+    MESSAGE_TOO_LARGE: UNKNOWN_SERVER_ERROR,
+    RECORD_LIST_TOO_LARGE: UNKNOWN_SERVER_ERROR,
+    INVALID_FETCH_SIZE: UNKNOWN_SERVER_ERROR,
+}
+
+
+def map_append_error(code: int) -> int:
+    """What the client is told when appending coordinator records failed with storage error `code`
+    (Kafka's CoordinatorOperationExceptionHelper / appendGroupMetadataErrorToResponseError)."""
+    if code == NONE:
+        raise ValueError("map_append_error called with NONE")
+    return _APPEND_ERROR_MAP.get(code, code)

@@ -1,0 +1,263 @@
+"""One classic group's in-memory state: its members, the state machine of Kafka's ClassicGroupState
+(Empty, PreparingRebalance, CompletingRebalance, Stable, Dead), protocol selection by vote, member
+validation (KIP-345 static members) and its committed offsets.
+
+Pure data plus small queries; the operations that move a group between states, answer parked
+requests and emit records live in kohort.broker.coordinator.coordinator.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from . import codes as C
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+S = GroupState
+VALID_PREVIOUS_STATES = {
+    S.EMPTY: {S.PREPARING_REBALANCE},
+    S.PREPARING_REBALANCE: {S.STABLE, S.COMPLETING_REBALANCE, S.EMPTY},
+    S.COMPLETING_REBALANCE: {S.PREPARING_REBALANCE},
+    S.STABLE: {S.COMPLETING_REBALANCE},
+    S.DEAD: set(S),
+}
+
+
+class IllegalStateTransition(AssertionError):
+    """A bug: the coordinator tried a transition Kafka's state machine forbids."""
+
+
+_NO_REPLY = object()
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    is_new: bool = False
+    join_reply: Any = _NO_REPLY      # parked JoinGroup
+    sync_reply: Any = _NO_REPLY      # parked SyncGroup
+
+    @property
+    def awaiting_join(self) -> bool:
+        return self.join_reply is not _NO_REPLY
+
+    @property
+    def awaiting_sync(self) -> bool:
+        return self.sync_reply is not _NO_REPLY
+
+    def take_join_reply(self) -> Any:
+        r, self.join_reply = self.join_reply, _NO_REPLY
+        return r
+
+    def take_sync_reply(self) -> Any:
+        r, self.sync_reply = self.sync_reply, _NO_REPLY
+        return r
+
+    def has_satisfied_heartbeat(self) -> bool:
+        """Kafka: new members can expire while awaiting join; members parked in a rebalance cannot."""
+        if self.is_new:
+            return False
+        return self.awaiting_join or self.awaiting_sync
+
+    def matches(self, protocols: Iterable[tuple[str, bytes]]) -> bool:
+        return [(n, bytes(m)) for n, m in protocols] == [(n, bytes(m)) for n, m in self.protocols]
+
+    def metadata(self, protocol_name: str | None) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol_name:
+                return meta
+        return b""
+
+    def vote(self, candidates: set[str]) -> str:
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise AssertionError("member supports none of the candidate protocols")
+
+
+@dataclass
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int | None
+
+
+@dataclass
+class ClassicGroup:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    previous_state: GroupState = GroupState.EMPTY
+    state_timestamp: int = -1          # current_state_timestamp: when the state last changed
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending_members: set[str] = field(default_factory=set)      # KIP-394: MEMBER_ID_REQUIRED issued
+    static_members: dict[str, str] = field(default_factory=dict)  # group_instance_id -> member_id
+    pending_sync: set[str] = field(default_factory=set)
+    subscribed_topics: frozenset[str] | None = None
+    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # adaptive initial rebalance (see coordinator header)
+    initial_started_ms: int = 0
+    initial_last_join_ms: int = 0
+    # Dead while a deletion/expiry tombstone is being stored; the state to restore if that fails
+    dead_rollback: GroupState | None = None
+
+    # -- state -----------------------------------------------------------------------------------
+    def transition(self, target: GroupState, now_ms: int) -> None:
+        if self.state not in VALID_PREVIOUS_STATES[target]:
+            raise IllegalStateTransition(
+                f"group {self.group_id!r}: {self.state.value} -> {target.value} is not allowed")
+        self.previous_state = self.state
+        self.state = target
+        self.state_timestamp = now_ms
+
+    def is_(self, *states: GroupState) -> bool:
+        return self.state in states
+
+    def can_rebalance(self) -> bool:
+        return self.state in VALID_PREVIOUS_STATES[S.PREPARING_REBALANCE]
+
+    # -- membership ------------------------------------------------------------------------------
+    def has_member(self, member_id: str) -> bool:
+        return member_id in self.members
+
+    def is_pending_member(self, member_id: str) -> bool:
+        return member_id in self.pending_members
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id == member_id
+
+    def num_awaiting_join(self) -> int:
+        return sum(1 for m in self.members.values() if m.awaiting_join)
+
+    def has_all_members_joined(self) -> bool:
+        return len(self.members) == self.num_awaiting_join() and not self.pending_members
+
+    def add(self, member: Member, join_reply: Any) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        self.pending_members.discard(member.member_id)
+        member.join_reply = join_reply
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+
+    def remove(self, member_id: str) -> Member | None:
+        member = self.members.pop(member_id, None)
+        if member is not None and member.group_instance_id is not None:
+            if self.static_members.get(member.group_instance_id) == member_id:
+                del self.static_members[member.group_instance_id]
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        self.pending_members.discard(member_id)
+        self.pending_sync.discard(member_id)
+        return member
+
+    def validate_member(self, member_id: str, group_instance_id: str | None) -> int:
+        """Kafka's ClassicGroup.validateMember: 0 or UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID."""
+        if group_instance_id is not None:
+            existing = self.static_members.get(group_instance_id)
+            if existing is None:
+                return C.UNKNOWN_MEMBER_ID
+            if existing != member_id:
+                return C.FENCED_INSTANCE_ID
+            return C.NONE
+        return C.NONE if member_id in self.members else C.UNKNOWN_MEMBER_ID
+
+    def maybe_elect_new_joined_leader(self) -> bool:
+        if self.leader_id is None:
+            return False
+        if self.members[self.leader_id].awaiting_join:
+            return True
+        for member in self.members.values():
+            if member.awaiting_join:
+                self.leader_id = member.member_id
+                return True
+        return False
+
+    # -- protocols -------------------------------------------------------------------------------
+    def candidate_protocols(self) -> set[str]:
+        counts: dict[str, int] = {}
+        for m in self.members.values():
+            for name in {n for n, _ in m.protocols}:
+                counts[name] = counts.get(name, 0) + 1
+        return {n for n, c in counts.items() if c == len(self.members)}
+
+    def supports_protocols(self, protocol_type: str, protocol_names: set[str]) -> bool:
+        if self.state == S.EMPTY:
+            return bool(protocol_type) and bool(protocol_names)
+        if self.protocol_type != protocol_type:
+            return False
+        counts: dict[str, int] = {}
+        for m in self.members.values():
+            for name in {n for n, _ in m.protocols}:
+                counts[name] = counts.get(name, 0) + 1
+        return any(counts.get(n, 0) == len(self.members) for n in protocol_names)
+
+    def select_protocol(self) -> str:
+        """Vote among protocols every member supports: each member votes for its most preferred
+        candidate; most votes wins. Ties (a HashMap order in Kafka) go to the protocol the leader
+        (else the first member) prefers most, so the choice is deterministic."""
+        if not self.members:
+            raise AssertionError("cannot select a protocol for an empty group")
+        candidates = self.candidate_protocols()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            v = m.vote(candidates)
+            votes[v] = votes.get(v, 0) + 1
+        best = max(votes.values())
+        tied = {n for n, c in votes.items() if c == best}
+        first = self.members.get(self.leader_id or "") or next(iter(self.members.values()))
+        for name, _ in first.protocols:
+            if name in tied:
+                return name
+        return sorted(tied)[0]
+
+    def current_members_for_leader(self) -> tuple:
+        from .model import JoinMember
+        return tuple(JoinMember(m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
+                     for m in self.members.values())
+
+    def compute_subscribed_topics(self, decoder: Callable[[bytes], Iterable[str]] | None) -> None:
+        """The union of the members' subscribed topics, when the group speaks the "consumer"
+        protocol and a decoder for its metadata is available; otherwise unknown (None)."""
+        if self.protocol_type != "consumer" or decoder is None:
+            self.subscribed_topics = None if self.members else frozenset()
+            return
+        topics: set[str] = set()
+        try:
+            for m in self.members.values():
+                topics.update(decoder(m.metadata(self.protocol_name)))
+        except Exception:      # undecodable metadata: Kafka treats the subscription as unknown
+            self.subscribed_topics = None
+            return
+        self.subscribed_topics = frozenset(topics)
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        return self.subscribed_topics is not None and topic in self.subscribed_topics
+
+    def uses_consumer_protocol(self) -> bool:
+        return self.protocol_type == "consumer"
