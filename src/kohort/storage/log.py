@@ -154,7 +154,9 @@ class Log:
                 continue
             min_offset = segments[-1].next_offset if segments else None
             if i >= first_to_recover or b in swapped or not seg.open_indexes():
-                if seg.recover(min_offset):
+                # a cut file, or an empty segment followed by others (its bytes never reached
+                # the disk), ends the valid log: everything after it is dropped
+                if seg.recover(min_offset) or (seg.empty and i < len(bases) - 1):
                     truncated = True
                 seg.flush()
             else:
