@@ -393,3 +393,73 @@ def test_topics_partitions_and_configs(engine):
     assert s2.log("a.b_c-d", 3).log_end_offset == 1
     s2.create_topic("gone", 1)                              # the name is free again
     assert s2.log("gone", 0).log_end_offset == 0
+
+
+def test_compaction_keeps_an_emptied_last_batch_of_a_producer(engine):
+    s = engine.open()
+    s.create_topic("c", 1, {"cleanup.policy": "compact"})
+    log = s.log("c", 0)
+    log.append(batch((b"a", b"1"), (b"b", b"1"), producer_id=9, base_sequence=4),
+               leader_epoch=0, now_ms=0)
+    log.append(batch((b"a", b"2"), (b"b", b"2")), leader_epoch=0, now_ms=0)
+    log.roll(now_ms=0)
+    compact(log, now_ms=0, force=True)
+    data = log.read(0, 1 << 20)
+    h = validate_batch(data, 0)
+    # header kept for the producer's state: offsets, sequence, epoch; no records
+    assert (h.base_offset, h.last_offset, h.records_count, h.producer_id, h.base_sequence) == (
+        0, 1, 0, 9, 4)
+    assert records_of(data) == [(2, b"a", b"2"), (3, b"b", b"2")]
+
+
+def test_run_maintenance_applies_retention_and_compaction(engine):
+    s = engine.open()
+    s.create_topic("d", 1, {"segment.bytes": "200", "retention.ms": "100"})
+    s.create_topic("c", 1, {"cleanup.policy": "compact", "segment.bytes": "200"})
+    for i in range(6):
+        s.log("d", 0).append(batch(b"v" * 60, ts=i), leader_epoch=0, now_ms=i)
+        s.log("c", 0).append(batch((b"k", b"v%d" % i), ts=i), leader_epoch=0, now_ms=i)
+    out = s.run_maintenance(now_ms=10_000)
+    assert out["segments_deleted"] > 0 and out["bytes_compacted"] > 0
+    assert s.log("d", 0).log_start_offset > 0
+    assert [v for _, _, v in read_all(s.log("c", 0))][-1] == b"v5"
+    s.close()
+    assert engine.open().log("d", 0).log_start_offset == s.log("d", 0).log_start_offset
+
+
+def test_log_config_parsing():
+    from kohort.storage import LogConfig
+    cfg = LogConfig.from_overrides({"retention.ms": 5, "cleanup.policy": "delete,compact",
+                                    "min.cleanable.dirty.ratio": "0.25"})
+    assert cfg.retention_ms == 5 and cfg.compact and cfg.delete
+    assert cfg.cleanup_policy == "compact,delete" and cfg.min_cleanable_dirty_ratio == 0.25
+    assert cfg.get("segment.bytes") == 1_073_741_824
+    described = {n: (v, d) for n, v, d in cfg.describe()}
+    assert described["retention.ms"] == ("5", False) and described["segment.ms"][1] is True
+    cfg2 = cfg.with_overrides({"retention.ms": None, "segment.ms": "10"})
+    assert cfg2.retention_ms == 604_800_000 and cfg2.segment_ms == 10
+    for bad in ({"retention.ms": "soon"}, {"retention.ms": "-2"}, {"segment.bytes": "1"},
+                {"message.timestamp.type": "Now"}, {"min.cleanable.dirty.ratio": "2"},
+                {"retention.ms": True}):
+        with pytest.raises(InvalidConfigError):
+            LogConfig.from_overrides(bad)
+    with pytest.raises(InvalidConfigError, match="did you mean 'retention.bytes'"):
+        LogConfig.from_overrides({"retention.byte": "1"})
+
+
+def test_storage_imports_stay_in_their_layer():
+    import ast
+    import pathlib
+
+    import kohort.storage as pkg
+    for path in pathlib.Path(pkg.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert not name.startswith(("kohort.client", "kohort.broker", "asyncio")), (
+                    f"{path.name} imports {name}")
