@@ -6,7 +6,6 @@ import posixpath
 
 import pytest
 
-from kohort.protocol.records import iter_batches
 from kohort.storage import KafkaStorageError, MemoryFileSystem, MemoryStorage, OsFileSystem, Storage
 from kohort.storage.cleaner import compact
 from kohort.storage.fs import MemoryFileHandle, OsFileHandle

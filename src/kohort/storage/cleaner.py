@@ -31,7 +31,7 @@ import struct
 from crc32c import crc32c
 
 from kohort.protocol.compression import COMPRESSION_NONE, compress
-from kohort.protocol.primitives import w_uvarint, w_varint, w_varlong
+from kohort.protocol.primitives import w_varint, w_varlong
 from kohort.protocol.records import (
     ATTR_COMPRESSION_MASK,
     ATTRIBUTES_OFFSET,
