@@ -14,7 +14,7 @@ class ListOffsetsRequest(Message):
     VALID = "0-11"
     FLEXIBLE = "6+"
     SCHEMA = [
-        f("replica_id", INT32),
+        f("replica_id", INT32, default=-1),   # -1 = a consumer (the spec gives no default)
         f("isolation_level", INT8, "2+"),
         f("topics", ArrayOf("ListOffsetsTopic", [
             f("name", STRING),
