@@ -318,7 +318,8 @@ def _kp_fill(struct_field, version, flexible, rng, depth=0):
         elif fld.is_struct():
             kw[fld.name] = fld.data_class(**_kp_fill(fld, version, flexible, rng, depth + 1))
         elif fld.is_array():
-            kw[fld.name] = [_kp_prim(fld.array_of.type_str, rng) for _ in range(rng.randint(0 if not tagged else 1, 3))]
+            n = rng.randint(1 if tagged else 0, 3)
+            kw[fld.name] = [_kp_prim(fld.array_of.type_str, rng) for _ in range(n)]
         else:
             # a tagged field equal to its default is not written by either side; avoid it
             kw[fld.name] = _kp_prim(fld.type_str, rng, fld.default if tagged else None)
@@ -435,7 +436,7 @@ def test_old_handwritten_classes_exist_for_most_apis():
     assert len(OLD) > 60 and {k for (k, _, _), _ in OLD} >= {0, 1, 2, 3, 18, 19, 20, 22, 23, 32, 36}
 
 
-@pytest.mark.parametrize("item", OLD, ids=lambda kv: kv[1].__name__ + f"-{kv[1].__module__.rsplit('.', 1)[1]}")
+@pytest.mark.parametrize("item", OLD, ids=lambda kv: f"{kv[1].__name__}-{kv[1].__module__.rsplit('.', 1)[1]}")
 def test_kafka_python_old_handwritten_classes_agree(item):
     """kafka.protocol.old holds kafka-python's hand-written (pre-JSON) structs: independent of the spec
     files, and the only kafka-python encoders for some versions Kafka 4.x removed."""

@@ -8,7 +8,8 @@ and the tagged diverging_epoch/current_leader/snapshot_id (KIP-595) and cluster_
 v14 OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405); v15 replica_state replaces replica_id (KIP-903); v16
 node_endpoints (KIP-951); v17 replica_directory_id (KIP-853); v18 high_watermark in the request (KIP-1166).
 """
-from kohort.protocol.schema import INT8, INT16, INT32, INT64, RECORDS, STRING, UUID, Array, ArrayOf, Message, Struct, f
+from kohort.protocol.schema import (INT8, INT16, INT32, INT64, RECORDS, STRING, UUID, Array, ArrayOf, Message,
+                                    Struct, f)
 
 
 class FetchRequest(Message):
