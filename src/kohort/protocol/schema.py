@@ -230,12 +230,12 @@ class StructBase:
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        a = {k: v for k, v in self.__dict__.items() if k != "_unknown_tags"}
-        b = {k: v for k, v in other.__dict__.items() if k != "_unknown_tags"}
+        a = {k: v for k, v in self.__dict__.items() if k[0] != "_"}
+        b = {k: v for k, v in other.__dict__.items() if k[0] != "_"}
         return a == b and self.__dict__.get("_unknown_tags") == other.__dict__.get("_unknown_tags")
 
     def __repr__(self):
-        inner = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if k != "_unknown_tags")
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if k[0] != "_")
         return f"{type(self).__name__}({inner})"
 
     def to_dict(self) -> dict:
@@ -247,7 +247,7 @@ class StructBase:
             if isinstance(v, memoryview):
                 return bytes(v)
             return v
-        return {k: conv(v) for k, v in self.__dict__.items() if k != "_unknown_tags"}
+        return {k: conv(v) for k, v in self.__dict__.items() if k[0] != "_"}
 
     # The codec of this struct for (version, flexible); nested structs are codecs too.
     @classmethod
@@ -307,6 +307,9 @@ def _build_struct_codec(cls, version: int, flexible: bool):
                 if t is None:
                     d.setdefault("_unknown_tags", {})[tag] = r.raw(size)
                 else:
+                    # remember the tag was on the wire, so re-encoding writes it even when its
+                    # value equals the default (byte-exact round trips of peers' frames)
+                    d.setdefault("_tags_seen", set()).add(tag)
                     sub = Reader(r.buf, r.pos, r.pos + size)
                     if sub.end > r.end:
                         raise DecodeError("tagged field runs past its struct")
@@ -336,7 +339,7 @@ def _build_struct_codec(cls, version: int, flexible: bool):
             for tag in tag_order:
                 name, _, enc, fld = tagged[tag]
                 v = d.get(name)
-                if _is_default(v, fld):
+                if _is_default(v, fld) and tag not in d.get("_tags_seen", ()):
                     continue
                 buf = bytearray()
                 enc(buf, v)
