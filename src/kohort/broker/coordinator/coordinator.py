@@ -950,7 +950,7 @@ class GroupCoordinator:
             self._append(out, records, self._deletion_done(group, expired, delete_group, None))
 
     def _mark_dead(self, group: ClassicGroup, now: int, out: Outcome) -> None:
-        group.dead_rollback = group.state
+        group.dead_rollback = (group.state, group.previous_state, group.state_timestamp)
         for mid in list(group.pending_members):
             self._disarm(out, heartbeat_key(group.group_id, mid))
         group.pending_members.clear()
@@ -961,7 +961,9 @@ class GroupCoordinator:
         def done(o: Outcome, error: int, now: int) -> None:
             if error:
                 if delete_group and group.is_(S.DEAD) and group.dead_rollback is not None:
-                    group.state, group.dead_rollback = group.dead_rollback, None   # rollback
+                    # the tombstone was not stored: the group lives on as it was
+                    group.state, group.previous_state, group.state_timestamp = group.dead_rollback
+                    group.dead_rollback = None
             else:
                 for tp, co in expired:
                     if group.offsets.get(tp) is co:

@@ -121,7 +121,7 @@ class ClassicGroup:
     initial_started_ms: int = 0
     initial_last_join_ms: int = 0
     # Dead while a deletion/expiry tombstone is being stored; the state to restore if that fails
-    dead_rollback: GroupState | None = None
+    dead_rollback: tuple | None = None
 
     # -- state -----------------------------------------------------------------------------------
     def transition(self, target: GroupState, now_ms: int) -> None:
