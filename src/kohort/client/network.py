@@ -1,0 +1,697 @@
+"""NetworkClient: every socket of one kohort client, driven by one background I/O thread.
+
+One selector over non-blocking sockets; one connection per broker node id (bootstrap addresses get
+negative ids -1, -2, ... until metadata names the brokers), each speaking through a sans-I/O
+`ClientProtocol`. On connect a connection does the ApiVersions handshake (v3 first; on
+UNSUPPORTED_VERSION it retries with the highest version the broker lists, as Kafka clients do) and
+from then on picks each request's version from what both sides support.
+
+`send(node_id, request, version=None) -> concurrent.futures.Future` is thread-safe. The future
+resolves on the I/O thread with the decoded response (its `api_version` attribute tells the version
+used), or fails with KafkaConnectionError (retriable: connection lost / refused) or
+KafkaTimeoutError (request.timeout.ms passed; the connection is then closed, as Kafka does, because
+later responses on it can no longer be trusted to line up). Callbacks added to the future run on
+the I/O thread: they must be quick and must not block (they may call send()).
+
+`node_id=None` means "any broker": the least loaded ready connection, else a new connection to a
+random known broker or bootstrap address; a failed attempt moves the request on to the next
+candidate, and when every candidate is backing off the request waits (reconnect.backoff.ms growing
+exponentially with +-20% jitter up to reconnect.backoff.max.ms) until its timeout.
+
+Speed: requests are encoded on the I/O thread and all requests queued for a connection go out in
+one send(); reads use recv_into on one big buffer; no thread hop beyond the caller -> I/O thread
+queue and the future's completion.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import random
+import selectors
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from kohort.client.config import Config, load_config, parse_bootstrap
+from kohort.errors import (
+    DecodeError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError, KohortError,
+)
+from kohort.protocol.framing import (
+    ClientProtocol, FrameReader, UnsupportedVersionError, decode_response, pick_version,
+)
+from kohort.protocol.headers import ResponseHeader, response_header_version
+from kohort.protocol.messages import REQUESTS, RESPONSES, api_name
+from kohort.protocol.primitives import Reader
+from kohort.protocol.messages.api_versions import ApiVersionsRequest
+
+log = logging.getLogger("kohort.client.network")
+
+API_VERSIONS_KEY = 18
+UNSUPPORTED_VERSION = 35
+HANDSHAKE_VERSION = 3
+SOFTWARE_NAME = "kohort"
+try:
+    from kohort import __version__ as SOFTWARE_VERSION
+except ImportError:  # pragma: no cover
+    SOFTWARE_VERSION = "0"
+
+# connection states
+DISCONNECTED, CONNECTING, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"
+
+_RECV_BUF = 4 * 1024 * 1024
+_CORR = struct.Struct(">i")
+
+
+class Versioned:
+    """A request whose contents depend on the version negotiated at send time.
+
+    `build(version) -> request object`. Use when fields differ across versions (e.g. FindCoordinator
+    v4 batches keys, Fetch v13 names topics by id)."""
+
+    __slots__ = ("API_KEY", "build")
+
+    def __init__(self, api_key: int, build: Callable[[int], Any]):
+        self.API_KEY = api_key
+        self.build = build
+
+
+class _Req:
+    __slots__ = ("node_id", "request", "version", "max_version", "expect", "future", "deadline", "any", "corr")
+
+    def __init__(self, node_id, request, version, max_version, expect, future, deadline):
+        self.node_id, self.request, self.version, self.max_version = node_id, request, version, max_version
+        self.expect, self.future, self.deadline = expect, future, deadline
+        self.any = node_id is None
+
+
+class _Conn:
+    __slots__ = ("node_id", "host", "port", "sock", "state", "proto", "out", "inflight", "pending",
+                 "versions", "frames", "hs_version", "connect_deadline", "want_write", "events")
+
+    def __init__(self, node_id, host, port, client_id, max_frame):
+        self.node_id, self.host, self.port = node_id, host, port
+        self.sock: socket.socket | None = None
+        self.state = DISCONNECTED
+        self.proto = ClientProtocol(client_id, max_frame)
+        self.out: list = []
+        self.inflight: deque[_Req] = deque()
+        self.pending: deque[_Req] = deque()
+        self.versions: dict[int, tuple[int, int]] = {}
+        self.frames = FrameReader(max_frame)
+        self.hs_version = HANDSHAKE_VERSION
+        self.connect_deadline = 0.0
+        self.want_write = False
+        self.events = 0
+
+
+class _Backoff:
+    __slots__ = ("failures", "until")
+
+    def __init__(self):
+        self.failures = 0
+        self.until = 0.0
+
+
+class NetworkClient:
+    """All broker connections of one client, one I/O thread. See the module docstring."""
+
+    def __init__(self, config: Config | dict, role: str = "consumer", name: str | None = None):
+        self.config = config if isinstance(config, Config) else load_config(role, config)
+        c = self.config
+        self.client_id = c["client.id"]
+        self._request_timeout = c["request.timeout.ms"] / 1000
+        self._backoff_ms = c["reconnect.backoff.ms"]
+        self._backoff_max_ms = max(c["reconnect.backoff.max.ms"], self._backoff_ms)
+        self._setup_timeout = c["socket.connection.setup.timeout.ms"] / 1000
+        self._rcvbuf = c["receive.buffer.bytes"]
+        self._sndbuf = c["send.buffer.bytes"]
+        self._bootstrap = {-(i + 1): hp for i, hp in enumerate(parse_bootstrap(c["bootstrap.servers"]))}
+        self._brokers: dict[int, tuple[str, int]] = {}
+        self._conns: dict[int, _Conn] = {}
+        self._backoffs: dict[int, _Backoff] = {}
+        self._submit: deque = deque()
+        self._any_queue: deque[_Req] = deque()
+        self._disconnect_listeners: list[Callable[[int, BaseException], None]] = []
+        self._closed = False
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._wake_pending = False
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._buf = bytearray(_RECV_BUF)
+        self._view = memoryview(self._buf)
+        self._thread = threading.Thread(target=self._run, name=name or f"kohort-io-{self.client_id}",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- public, thread-safe ---------------------------------------------------------------------
+    def send(self, node_id: int | None, request, version: int | None = None, *, expect_response: bool = True,
+             timeout_ms: int | None = None, max_version: int | None = None) -> Future:
+        """Queue `request` for broker `node_id` (None: any broker). See the module docstring."""
+        fut: Future = Future()
+        if self._closed:
+            fut.set_exception(KafkaConnectionError("the client is closed"))
+            return fut
+        t = self._request_timeout if timeout_ms is None else timeout_ms / 1000
+        self._submit.append(_Req(node_id, request, version, max_version, expect_response, fut,
+                                 time.monotonic() + t))
+        if threading.current_thread() is not self._thread:
+            self._wake()
+        return fut
+
+    def update_brokers(self, brokers: dict[int, tuple[str, int]]) -> None:
+        """Replace the broker address book (from Metadata). Connections to moved brokers are closed."""
+        self._brokers = dict(brokers)
+        self._submit.append(("brokers", None))
+        self._wake()
+
+    def add_disconnect_listener(self, fn: Callable[[int, BaseException], None]) -> None:
+        """fn(node_id, error) is called on the I/O thread when a connection is lost."""
+        self._disconnect_listeners.append(fn)
+
+    @property
+    def brokers(self) -> dict[int, tuple[str, int]]:
+        return dict(self._brokers)
+
+    def is_ready(self, node_id: int) -> bool:
+        c = self._conns.get(node_id)
+        return c is not None and c.state == READY
+
+    def in_flight(self, node_id: int) -> int:
+        c = self._conns.get(node_id)
+        return 0 if c is None else len(c.inflight)
+
+    def api_versions(self, node_id: int) -> dict[int, tuple[int, int]]:
+        """The broker's ApiVersions ranges on the live connection to `node_id` ({} if none)."""
+        c = self._conns.get(node_id)
+        return dict(c.versions) if c is not None else {}
+
+    def connection_states(self) -> dict[int, str]:
+        return {n: c.state for n, c in list(self._conns.items())}
+
+    def wakeup(self) -> None:
+        self._wake()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the I/O thread, close every socket and fail what is still outstanding."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- I/O thread -----------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                self._wake_w.send(b"\0")
+            except OSError:
+                pass
+
+    def _run(self) -> None:
+        sel = self._sel
+        next_check = 0.0
+        try:
+            while not self._closed:
+                now = time.monotonic()
+                self._drain_submit(now)
+                if now >= next_check:
+                    self._check_timeouts(now)
+                    self._route_any(now)
+                    next_check = now + 0.05
+                timeout = 0.1 if not self._any_queue else 0.02
+                for key, ev in sel.select(timeout):
+                    conn = key.data
+                    if conn is None:
+                        self._wake_pending = False
+                        try:
+                            while self._wake_r.recv(4096):
+                                pass
+                        except (BlockingIOError, InterruptedError):
+                            pass
+                        continue
+                    if conn.state == CONNECTING:
+                        self._finish_connect(conn)
+                        continue
+                    if ev & selectors.EVENT_READ:
+                        self._read(conn)
+                    if ev & selectors.EVENT_WRITE and conn.sock is not None:
+                        self._flush(conn)
+        except BaseException as e:  # pragma: no cover - a bug: fail everything loudly rather than hang
+            log.exception("kohort network thread crashed")
+            self._shutdown(KafkaConnectionError(f"network thread crashed: {e!r}"))
+            return
+        self._shutdown(KafkaConnectionError("the client is closed"))
+
+    def _shutdown(self, err: BaseException) -> None:
+        self._closed = True
+        for conn in list(self._conns.values()):
+            self._disconnect(conn, err, reroute=False, notify=False)
+        while self._submit:
+            item = self._submit.popleft()
+            if isinstance(item, _Req):
+                _fail(item.future, err)
+        while self._any_queue:
+            _fail(self._any_queue.popleft().future, err)
+        try:
+            self._sel.close()
+        finally:
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _drain_submit(self, now: float) -> None:
+        sub = self._submit
+        touched = []
+        while sub:
+            req = sub.popleft()
+            if not isinstance(req, _Req):
+                self._on_brokers_changed()
+                continue
+            if req.future.cancelled():
+                continue
+            if req.node_id is None:
+                conn = self._least_loaded_ready()
+                if conn is None:
+                    self._any_queue.append(req)
+                    continue
+            else:
+                conn = self._conns.get(req.node_id)
+                if conn is None or conn.state == DISCONNECTED:
+                    conn = self._connect(req.node_id, now)
+                    if conn is None:
+                        if req.node_id in self._address_book():
+                            # in backoff: wait for the next attempt within the request's deadline
+                            self._any_queue.append(req)
+                        else:
+                            _fail(req.future, KafkaConnectionError(
+                                f"broker {req.node_id} is not known (no address in metadata)"))
+                        continue
+            if conn.state == READY:
+                if self._dispatch(conn, req):
+                    touched.append(conn)
+            else:
+                conn.pending.append(req)
+        if self._any_queue:
+            self._route_any(now)
+        for conn in touched:
+            if conn.out:
+                self._flush(conn)
+
+    def _address_book(self) -> dict[int, tuple[str, int]]:
+        book = dict(self._bootstrap)
+        book.update(self._brokers)
+        return book
+
+    def _least_loaded_ready(self) -> _Conn | None:
+        best = None
+        for conn in self._conns.values():
+            if conn.state == READY and (best is None or len(conn.inflight) < len(best.inflight)):
+                best = conn
+        return best
+
+    def _route_any(self, now: float) -> None:
+        """Give queued any-broker requests a ready connection, or start connecting to one."""
+        q = self._any_queue
+        if not q:
+            return
+        keep: deque[_Req] = deque()
+        while q:
+            req = q.popleft()
+            if req.future.cancelled():
+                continue
+            if req.deadline <= now:
+                where = "any broker" if req.any else f"broker {req.node_id}"
+                _fail(req.future, KafkaTimeoutError(
+                    f"{_req_name(req)}: no connection to {where} within the request timeout"))
+                continue
+            if req.any:
+                conn = self._least_loaded_ready()
+                if conn is not None:
+                    if self._dispatch(conn, req):
+                        self._flush(conn)
+                    continue
+                keep.append(req)
+            else:
+                conn = self._conns.get(req.node_id)
+                if conn is None or conn.state == DISCONNECTED:
+                    conn = self._connect(req.node_id, now)
+                if conn is None:
+                    keep.append(req)
+                elif conn.state == READY:
+                    if self._dispatch(conn, req):
+                        self._flush(conn)
+                else:
+                    conn.pending.append(req)
+        self._any_queue = keep
+        if any(r.any for r in keep) and not any(
+                c.state in (CONNECTING, HANDSHAKE) for c in self._conns.values()):
+            self._connect_any(now)
+
+    def _connect_any(self, now: float) -> None:
+        """Start one connection to a random broker not backing off: known brokers first, then bootstrap."""
+        for group in (list(self._brokers), list(self._bootstrap)):
+            random.shuffle(group)
+            for node_id in group:
+                c = self._conns.get(node_id)
+                if c is not None and c.state != DISCONNECTED:
+                    continue
+                if self._connect(node_id, now) is not None:
+                    return
+
+    def _connect(self, node_id: int, now: float) -> _Conn | None:
+        b = self._backoffs.get(node_id)
+        if b is not None and now < b.until:
+            return None
+        addr = self._address_book().get(node_id)
+        if addr is None:
+            return None
+        conn = self._conns.get(node_id)
+        if conn is None or conn.host != addr[0] or conn.port != addr[1]:
+            conn = _Conn(node_id, addr[0], addr[1], self.client_id, 100 * 1024 * 1024)
+            old = self._conns.get(node_id)
+            if old is not None:
+                conn.pending = old.pending
+            self._conns[node_id] = conn
+        try:
+            infos = socket.getaddrinfo(conn.host, conn.port, 0, socket.SOCK_STREAM)
+            family, stype, proto, _, sockaddr = infos[0]
+            sock = socket.socket(family, stype, proto)
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._rcvbuf > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._rcvbuf)
+            if self._sndbuf > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._sndbuf)
+            rc = sock.connect_ex(sockaddr)
+        except OSError as e:
+            self._conn_failed(conn, KafkaConnectionError(f"cannot connect to {conn.host}:{conn.port}: {e}"))
+            return None
+        if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
+            sock.close()
+            self._conn_failed(conn, KafkaConnectionError(
+                f"cannot connect to {conn.host}:{conn.port}: {errno.errorcode.get(rc, rc)}"))
+            return None
+        conn.sock = sock
+        conn.state = CONNECTING
+        conn.proto = ClientProtocol(self.client_id, 100 * 1024 * 1024)
+        conn.frames = FrameReader(100 * 1024 * 1024)
+        conn.hs_version = HANDSHAKE_VERSION
+        conn.versions = {}
+        conn.out = []
+        conn.connect_deadline = now + self._setup_timeout
+        conn.events = selectors.EVENT_WRITE
+        self._sel.register(sock, selectors.EVENT_WRITE, conn)
+        return conn
+
+    def _finish_connect(self, conn: _Conn) -> None:
+        err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            self._disconnect(conn, KafkaConnectionError(
+                f"cannot connect to broker {conn.node_id} at {conn.host}:{conn.port}: "
+                f"{errno.errorcode.get(err, err)}"))
+            return
+        conn.state = HANDSHAKE
+        self._set_events(conn, selectors.EVENT_READ)
+        self._send_api_versions(conn)
+
+    def _send_api_versions(self, conn: _Conn) -> None:
+        v = conn.hs_version
+        req = ApiVersionsRequest(client_software_name=SOFTWARE_NAME, client_software_version=SOFTWARE_VERSION)
+        _, data = conn.proto.send(req, v, expect_response=False)
+        conn.out.append(data)
+        self._flush(conn)
+
+    def _on_handshake_frames(self, conn: _Conn, data) -> None:
+        for payload in conn.frames.feed(data):
+            v = conn.hs_version
+            resp = _decode_api_versions(payload, v)
+            if resp is None:
+                # undecodable; an UNSUPPORTED_VERSION error code up front still tells us to step down
+                if v > 0 and len(payload) >= 6 and int.from_bytes(payload[4:6], "big") == UNSUPPORTED_VERSION:
+                    conn.hs_version = 0
+                    self._send_api_versions(conn)
+                    return
+                raise KafkaConnectionError(f"broker {conn.node_id} sent an undecodable ApiVersions response")
+            ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+            if resp.error_code == UNSUPPORTED_VERSION and v > 0:
+                theirs = ranges.get(API_VERSIONS_KEY, (0, 0))
+                conn.hs_version = max(0, min(theirs[1], v - 1))
+                self._send_api_versions(conn)
+                return
+            if resp.error_code:
+                raise KafkaConnectionError(f"ApiVersions failed with error code {resp.error_code}")
+            conn.versions = ranges
+            conn.state = READY
+            b = self._backoffs.get(conn.node_id)
+            if b is not None:
+                b.failures = 0
+            leftover = conn.frames.buffered
+            if leftover:
+                raise KafkaConnectionError("unexpected bytes after the ApiVersions response")
+            pending, conn.pending = conn.pending, deque()
+            for req in pending:
+                self._dispatch(conn, req)
+            self._route_any(time.monotonic())
+            if conn.out:
+                self._flush(conn)
+            return
+
+    def _dispatch(self, conn: _Conn, req: _Req) -> bool:
+        """Encode `req` onto `conn`'s output. False if it failed (future already failed)."""
+        if req.future.cancelled():
+            return False
+        request = req.request
+        api_key = request.API_KEY
+        try:
+            v = req.version
+            if v is None:
+                v = pick_version(api_key, conn.versions, req.max_version)
+            elif api_key in conn.versions:
+                lo, hi = conn.versions[api_key]
+                if not lo <= v <= hi:
+                    raise UnsupportedVersionError(
+                        f"{api_name(api_key)} v{v} requested but broker {conn.node_id} supports v{lo}-v{hi}")
+            if isinstance(request, Versioned):
+                request = request.build(v)
+            corr, data = conn.proto.send(request, v, expect_response=False)
+        except UnsupportedVersionError as e:
+            cls = REQUESTS.get(api_key)
+            ours = (cls.MIN_VERSION, cls.MAX_VERSION) if cls else (0, -1)
+            err = IncompatibleBrokerVersionError(api_name(api_key), ours, conn.versions.get(api_key))
+            err.__cause__ = e
+            _fail(req.future, err)
+            return False
+        except Exception as e:  # encoding errors belong to the caller
+            _fail(req.future, e)
+            return False
+        conn.out.append(data)
+        req.version = v
+        if req.expect:
+            req.corr = corr
+            conn.inflight.append(req)
+        else:
+            fut = req.future
+            fut.api_version = v
+            if fut.set_running_or_notify_cancel():
+                fut.set_result(None)
+        return True
+
+    def _flush(self, conn: _Conn) -> None:
+        out = conn.out
+        if not out:
+            if conn.want_write:
+                conn.want_write = False
+                self._set_events(conn, selectors.EVENT_READ)
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        try:
+            n = conn.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as e:
+            self._disconnect(conn, KafkaConnectionError(
+                f"connection to broker {conn.node_id} ({conn.host}:{conn.port}) lost while sending: {e}"))
+            return
+        if n == len(data):
+            out.clear()
+            if conn.want_write:
+                conn.want_write = False
+                self._set_events(conn, selectors.EVENT_READ)
+        else:
+            conn.out = [memoryview(data)[n:]] if n else [data]
+            if not conn.want_write:
+                conn.want_write = True
+                self._set_events(conn, selectors.EVENT_READ | selectors.EVENT_WRITE)
+
+    def _set_events(self, conn: _Conn, events: int) -> None:
+        if conn.events != events and conn.sock is not None:
+            conn.events = events
+            self._sel.modify(conn.sock, events, conn)
+
+    def _read(self, conn: _Conn) -> None:
+        sock = conn.sock
+        view = self._view
+        for _ in range(64):
+            try:
+                n = sock.recv_into(self._buf)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self._disconnect(conn, KafkaConnectionError(
+                    f"connection to broker {conn.node_id} ({conn.host}:{conn.port}) lost: {e}"))
+                return
+            if n == 0:
+                self._disconnect(conn, KafkaConnectionError(
+                    f"broker {conn.node_id} ({conn.host}:{conn.port}) closed the connection"))
+                return
+            data = view[:n]
+            try:
+                if conn.state == HANDSHAKE:
+                    self._on_handshake_frames(conn, data)
+                    if conn.state != READY:
+                        continue
+                    continue
+                frames = conn.frames.feed(data)
+                inflight = conn.inflight
+                for payload in frames:
+                    if not inflight:
+                        raise DecodeError("a response arrived with nothing in flight")
+                    req = inflight[0]
+                    resp = _decode_lenient(payload, req)
+                    inflight.popleft()
+                    fut = req.future
+                    fut.api_version = req.version
+                    if fut.set_running_or_notify_cancel():
+                        fut.set_result(resp)
+            except (DecodeError, KafkaConnectionError) as e:
+                self._disconnect(conn, e if isinstance(e, KafkaConnectionError) else KafkaConnectionError(
+                    f"undecodable response from broker {conn.node_id}: {e}"))
+                return
+            if conn.sock is None:
+                return
+            if n < len(self._buf):
+                return
+
+    def _check_timeouts(self, now: float) -> None:
+        for conn in list(self._conns.values()):
+            if conn.state in (CONNECTING, HANDSHAKE) and now > conn.connect_deadline:
+                self._disconnect(conn, KafkaConnectionError(
+                    f"connection setup to broker {conn.node_id} ({conn.host}:{conn.port}) timed out"))
+                continue
+            if conn.inflight and conn.inflight[0].deadline <= now:
+                expired = [r for r in conn.inflight if r.deadline <= now]
+                for r in expired:
+                    _fail(r.future, KafkaTimeoutError(
+                        f"{_req_name(r)} to broker {conn.node_id} got no response within the request timeout"))
+                self._disconnect(conn, KafkaConnectionError(
+                    f"connection to broker {conn.node_id} closed after a request timed out"))
+                continue
+            if conn.pending:
+                keep = deque()
+                for r in conn.pending:
+                    if r.deadline <= now:
+                        _fail(r.future, KafkaTimeoutError(
+                            f"{_req_name(r)}: broker {conn.node_id} not ready within the request timeout"))
+                    else:
+                        keep.append(r)
+                conn.pending = keep
+
+    def _conn_failed(self, conn: _Conn, err: BaseException) -> None:
+        b = self._backoffs.setdefault(conn.node_id, _Backoff())
+        b.failures += 1
+        delay = min(self._backoff_max_ms, self._backoff_ms * (2 ** min(b.failures - 1, 20)))
+        delay *= random.uniform(0.8, 1.2)
+        b.until = time.monotonic() + delay / 1000
+        conn.state = DISCONNECTED
+        pending, conn.pending = conn.pending, deque()
+        for r in pending:
+            if r.any:
+                self._any_queue.append(r)
+            else:
+                # a specific broker: fail fast so callers can re-route (e.g. look up a new leader)
+                _fail(r.future, err)
+        for fn in self._disconnect_listeners:
+            try:
+                fn(conn.node_id, err)
+            except Exception:  # pragma: no cover
+                log.exception("disconnect listener failed")
+
+    def _disconnect(self, conn: _Conn, err: BaseException, reroute: bool = True, notify: bool = True) -> None:
+        if conn.sock is not None:
+            try:
+                self._sel.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.sock.close()
+            conn.sock = None
+        conn.want_write = False
+        conn.out = []
+        inflight, conn.inflight = conn.inflight, deque()
+        for r in inflight:
+            _fail(r.future, err)
+        if not notify:
+            for r in conn.pending:
+                _fail(r.future, err)
+            conn.pending = deque()
+            conn.state = DISCONNECTED
+            return
+        log.debug("broker %s disconnected: %s", conn.node_id, err)
+        self._conn_failed(conn, err)
+
+    def _on_brokers_changed(self) -> None:
+        for node_id, conn in list(self._conns.items()):
+            if node_id < 0:
+                continue
+            addr = self._brokers.get(node_id)
+            if addr is not None and (conn.host, conn.port) != addr and conn.state != DISCONNECTED:
+                self._disconnect(conn, KafkaConnectionError(f"broker {node_id} moved to {addr[0]}:{addr[1]}"))
+
+
+def _decode_lenient(payload, req: _Req):
+    """Decode a response frame for `req`. Trailing bytes after the body are ignored, as Kafka's own
+    clients do (librdkafka's mock cluster, for one, appends a byte to flexible Metadata responses)."""
+    (corr,) = _CORR.unpack_from(payload, 0)
+    if corr != req.corr:
+        raise DecodeError(f"response correlation id {corr} does not match the oldest request {req.corr}")
+    api_key = req.request.API_KEY
+    cls = RESPONSES[api_key]
+    r = Reader(payload)
+    ResponseHeader.read(r, response_header_version(api_key, cls, req.version))
+    return cls.decode(r, req.version, exact=False)
+
+
+def _decode_api_versions(payload, version: int):
+    """The ApiVersions response in `version`, else in v0 (KIP-511: a broker that does not know our
+    version answers in v0), else None."""
+    for v in (version, 0) if version else (0,):
+        try:
+            return decode_response(payload, API_VERSIONS_KEY, v)[1]
+        except DecodeError:
+            continue
+    return None
+
+
+def _fail(fut: Future, err: BaseException) -> None:
+    if not fut.done() and fut.set_running_or_notify_cancel():
+        fut.set_exception(err)
+
+
+def _req_name(r: _Req) -> str:
+    return api_name(r.request.API_KEY)
+
+
+__all__ = ["NetworkClient", "Versioned", "KafkaConnectionError", "KafkaTimeoutError", "KohortError",
+           "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"]

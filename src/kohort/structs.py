@@ -1,0 +1,87 @@
+"""Small value types shared by the client layers: TopicPartition, OffsetAndMetadata, ConsumerRecord.
+
+They are deliberately plain: TopicPartition is a named tuple (so it also compares equal to a
+``(topic, partition)`` tuple, which is what the assignors use), OffsetAndMetadata a named tuple, and
+ConsumerRecord a slotted tuple subclass built in bulk by the fetcher with no per-record Python
+``__init__`` call.
+"""
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import NamedTuple
+
+TIMESTAMP_NOT_AVAILABLE = -1
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed position: the offset of the NEXT record to consume (Kafka's convention)."""
+
+    offset: int
+    metadata: str | None = ""
+    leader_epoch: int | None = None
+
+
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp: int
+    leader_epoch: int | None = None
+
+
+_tuple_new = tuple.__new__
+_get = itemgetter
+
+
+class ConsumerRecord(tuple):
+    """One consumed record. A tuple (cheap to build in bulk) with named read-only fields:
+
+    topic, partition, offset, timestamp, timestamp_type, key, value, headers, leader_epoch.
+    `headers` is a list of (str key, bytes|None value); `leader_epoch` is None when unknown.
+    """
+
+    __slots__ = ()
+    _fields = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
+               "leader_epoch")
+
+    def __new__(cls, topic: str, partition: int, offset: int, timestamp: int, timestamp_type: int,
+                key, value, headers=(), leader_epoch: int | None = None):
+        return _tuple_new(cls, (topic, partition, offset, timestamp, timestamp_type, key, value,
+                                list(headers), leader_epoch))
+
+    @classmethod
+    def _make(cls, values):
+        return _tuple_new(cls, values)
+
+    topic = property(_get(0))
+    partition = property(_get(1))
+    offset = property(_get(2))
+    timestamp = property(_get(3))
+    timestamp_type = property(_get(4))
+    key = property(_get(5))
+    value = property(_get(6))
+    headers = property(_get(7))
+    leader_epoch = property(_get(8))
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self[0], self[1])
+
+    def __repr__(self) -> str:
+        return (f"ConsumerRecord(topic={self[0]!r}, partition={self[1]}, offset={self[2]}, "
+                f"timestamp={self[3]}, key={self[5]!r}, value={self[6]!r})")
+
+    def __reduce__(self):
+        return (ConsumerRecord._make, (tuple(self),))
+
+
+__all__ = ["ConsumerRecord", "OffsetAndMetadata", "OffsetAndTimestamp", "TopicPartition",
+           "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NOT_AVAILABLE"]
