@@ -83,6 +83,14 @@ class Broker:
 
     # -- connections -----------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # A cancelled connection task must end normally: on Python 3.11 asyncio's stream callback
+        # calls task.exception() on it, which raises for a cancelled task and logs a traceback.
+        try:
+            await self._serve_connection(reader, writer)
+        except asyncio.CancelledError:
+            pass
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._conns.add(task)
         conn_id = next(_conn_ids)
@@ -156,11 +164,21 @@ class Broker:
                 if inspect.isawaitable(result):
                     result = asyncio.ensure_future(result)
                 await pending.put((result, version, header.correlation_id, api_key, t0, size))
+        except asyncio.CancelledError:
+            wtask.cancel()
+            raise
         finally:
-            await pending.put(None)
+            if not wtask.done():
+                try:
+                    pending.put_nowait(None)
+                except asyncio.QueueFull:
+                    if wtask.cancelling() or task.cancelling():
+                        wtask.cancel()
+                    else:
+                        await pending.put(None)
             try:
                 await wtask
-            except Exception:
+            except (Exception, asyncio.CancelledError):
                 pass
             writer.close()
             self._conns.discard(task)

@@ -1,0 +1,129 @@
+"""What a Broker holds besides connections, opened by `open_components(broker)` from Broker.open():
+
+* `broker.storage`      kohort.storage Storage (disk) on `broker.data_dir`, or MemoryStorage when
+                        data_dir is None; recovery runs here; closed (clean-shutdown marker) on stop
+* `broker.cluster_id`   persisted in <data_dir>/meta.properties (Kafka's file and key names)
+* `broker.sync`         SyncPump: the group-commit fsync before acks=1/all answers
+* `broker.waiters`      DataWaiters: per-partition wakeups for Fetch long polls
+* `broker.producers`    ProducerStates (idempotence), `broker.producer_ids` ProducerIdAllocator
+* `broker.fetch_sessions`  FetchSessionCache (KIP-227)
+* `broker.metrics`      Metrics
+* `broker.coordinator`  attached by `kohort.broker.coordinator_runtime.open(broker)` when that module
+                        exists (the group coordinator, written separately); None otherwise
+* a background task running storage retention/compaction every log.retention.check.interval.ms.
+
+Closers run in reverse order on Broker.stop().
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib
+import inspect
+import logging
+import time
+import uuid
+
+from kohort.broker.durability import SyncPump
+from kohort.broker.fetch_sessions import FetchSessionCache
+from kohort.broker.metrics import Metrics
+from kohort.broker.producer_state import ProducerIdAllocator, ProducerStates
+from kohort.broker.waiters import DataWaiters
+from kohort.storage import MemoryStorage, Storage
+
+log = logging.getLogger("kohort.broker")
+
+META_PROPERTIES = "meta.properties"
+PRODUCER_ID_FILE = "producer-id-block"
+LEADER_EPOCH = 0        # one node that never loses leadership: every partition's leader epoch
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _load_cluster_id(storage, configured: str) -> str:
+    fs = storage.fs
+    path = fs.join(storage.data_dir, META_PROPERTIES)
+    props = {}
+    if fs.exists(path):
+        for line in fs.read_file(path).decode("utf-8", "replace").splitlines():
+            if "=" in line and not line.lstrip().startswith("#"):
+                k, v = line.split("=", 1)
+                props[k.strip()] = v.strip()
+    cid = props.get("cluster.id")
+    if cid:
+        return cid
+    cid = configured or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    fs.write_file_atomic(path, f"version=1\ncluster.id={cid}\n".encode())
+    return cid
+
+
+def _producer_id_allocator(storage) -> ProducerIdAllocator:
+    fs = storage.fs
+    path = fs.join(storage.data_dir, PRODUCER_ID_FILE)
+
+    def load() -> int:
+        if not fs.exists(path):
+            return 0
+        try:
+            return int(fs.read_file(path).decode().strip())
+        except ValueError:
+            raise RuntimeError(f"{path} is damaged; refusing to risk reusing producer ids") from None
+
+    def save(n: int) -> None:
+        fs.write_file_atomic(path, b"%d\n" % n)
+
+    return ProducerIdAllocator(load, save)
+
+
+async def open_components(broker) -> None:
+    cfg = broker.config
+    t0 = time.perf_counter()
+    kwargs = dict(flush_policy=cfg["log.flush.policy"], topic_defaults=cfg.topic_defaults())
+    if broker.data_dir is None:
+        storage = MemoryStorage(**kwargs)
+    else:
+        storage = Storage(broker.data_dir, **kwargs)
+    broker.storage = storage
+    log.info("storage opened in %.3fs: %d topics", time.perf_counter() - t0, len(storage.topics()))
+    broker.cluster_id = _load_cluster_id(storage, cfg["cluster.id"])
+    broker.leader_epoch = LEADER_EPOCH
+    broker.sync = SyncPump(storage)
+    broker.waiters = DataWaiters()
+    broker.producers = ProducerStates(storage)
+    broker.producer_ids = _producer_id_allocator(storage)
+    broker.fetch_sessions = FetchSessionCache()
+    broker.metrics = Metrics(broker)
+    broker.coordinator = None
+
+    async def close_storage():
+        await broker.sync.close()
+        storage.close()
+    broker._closers.append(close_storage)
+
+    broker.spawn(_maintenance(broker))
+
+    # the group coordinator (another module) plugs in here when present
+    try:
+        runtime = importlib.import_module("kohort.broker.coordinator_runtime")
+    except ModuleNotFoundError as e:
+        if e.name != "kohort.broker.coordinator_runtime":
+            raise
+        runtime = None
+    if runtime is not None and hasattr(runtime, "open"):
+        r = runtime.open(broker)
+        if inspect.isawaitable(r):
+            await r
+
+
+async def _maintenance(broker) -> None:
+    interval = max(broker.config["log.retention.check.interval.ms"], 1000) / 1000
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            stats = broker.storage.run_maintenance(_now_ms())
+            if stats.get("segments_deleted") or stats.get("bytes_compacted"):
+                log.info("maintenance: %s", stats)
+        except Exception:   # noqa: BLE001 - keep the broker up, report it
+            log.exception("storage maintenance failed")

@@ -1,0 +1,195 @@
+"""Fetch (API key 1), v4-v17 (the Kafka 4 range): consumers read stored batches as byte ranges.
+
+* max_bytes caps the response and partition_max_bytes each partition, except that the first batch of
+  the first partition with data is returned whole even when larger (KIP-74), so consumers always
+  make progress; later partitions only get what fits.
+* min_bytes / max_wait_ms: when less than min_bytes is ready the request waits, woken by appends to
+  any of its partitions (kohort.broker.waiters; no polling), until enough data or max_wait_ms.
+* isolation_level: no transactions here, so the last stable offset equals the high watermark and
+  READ_COMMITTED reads the same data, with an empty aborted-transactions list.
+* Incremental fetch sessions from v7 (KIP-227, kohort.broker.fetch_sessions); topic ids from v13
+  (KIP-516): an unknown id is UNKNOWN_TOPIC_ID.
+* An offset outside [log start offset, log end offset] is OFFSET_OUT_OF_RANGE.
+"""
+from __future__ import annotations
+
+import time
+
+from kohort.broker.fetch_sessions import CachedPartition, FetchSessionError
+from kohort.broker.handlers import handles
+from kohort.broker.handlers._util import check_leader_epoch, now_ms
+from kohort.errors import ErrorCode
+from kohort.protocol.messages.fetch import FetchRequest, FetchResponse
+from kohort.storage import StorageError
+
+READ_COMMITTED = 1
+TopicResp = FetchResponse.FetchableTopicResponse
+PartData = TopicResp.PartitionData
+
+
+class _Want:
+    """One partition to read: key = (topic name or topic id, partition)."""
+    __slots__ = ("key", "fetch_offset", "max_bytes", "leader_epoch", "cached")
+
+    def __init__(self, key, fetch_offset, max_bytes, leader_epoch=-1, cached=None):
+        self.key, self.fetch_offset, self.max_bytes = key, fetch_offset, max_bytes
+        self.leader_epoch, self.cached = leader_epoch, cached
+
+
+class _Result:
+    __slots__ = ("want", "error", "hwm", "lso", "log_start", "records")
+
+    def __init__(self, want, error, hwm=-1, lso=-1, log_start=-1, records=b""):
+        self.want, self.error, self.hwm, self.lso, self.log_start, self.records = (
+            want, error, hwm, lso, log_start, records)
+
+
+def _read(broker, wants: list[_Want], max_bytes: int, by_id: bool) -> tuple[list[_Result], int, bool]:
+    storage = broker.storage
+    out = []
+    total = 0
+    errors = False
+    for w in wants:
+        topic, p = w.key
+        if by_id:
+            try:
+                name = storage.topic_name(topic)
+            except StorageError:
+                out.append(_Result(w, ErrorCode.UNKNOWN_TOPIC_ID))
+                errors = True
+                continue
+        else:
+            name = topic
+        try:
+            log = storage.log(name, p)
+        except StorageError:
+            out.append(_Result(w, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            errors = True
+            continue
+        code = check_leader_epoch(broker, w.leader_epoch)
+        hwm = log.high_watermark
+        start = log.log_start_offset
+        if code:
+            out.append(_Result(w, code, hwm, hwm, start))
+            errors = True
+            continue
+        off = w.fetch_offset
+        if off < start or off > log.log_end_offset:
+            out.append(_Result(w, ErrorCode.OFFSET_OUT_OF_RANGE, hwm, hwm, start))
+            errors = True
+            continue
+        data = b""
+        if off < hwm:
+            limit = min(w.max_bytes, max_bytes - total)
+            if total == 0 or limit > 0:
+                try:
+                    data = log.read(off, max(limit, 1), max_offset=hwm)
+                except StorageError as e:
+                    out.append(_Result(w, e.error_code, hwm, hwm, start))
+                    errors = True
+                    continue
+                if total and len(data) > limit:
+                    data = b""          # only the first partition may exceed the limits
+        total += len(data)
+        out.append(_Result(w, ErrorCode.NONE, hwm, hwm, start, data))
+    return out, total, errors
+
+
+def _plan(broker, req: FetchRequest, v: int):
+    """-> (session or None, is_full, wants) or raises FetchSessionError."""
+    by_id = v >= 13
+    sess, full = None, True
+    if v >= 7:
+        sess, full = broker.fetch_sessions.begin(req.session_id, req.session_epoch, now_ms())
+    req_parts = []
+    for t in req.topics:
+        tk = t.topic_id if by_id else t.topic
+        for p in t.partitions:
+            req_parts.append(((tk, p.partition), p))
+    if sess is None:
+        return None, True, [_Want(k, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
+                            for k, p in req_parts]
+    cache = sess.partitions
+    if full:
+        cache.clear()
+    else:
+        for ft in req.forgotten_topics_data:
+            tk = ft.topic_id if by_id else ft.topic
+            for p in ft.partitions:
+                cache.pop((tk, p), None)
+    epochs = {}
+    for k, p in req_parts:
+        c = cache.get(k)
+        if c is None:
+            cache[k] = CachedPartition(p.fetch_offset, p.partition_max_bytes, p.log_start_offset)
+        else:
+            c.fetch_offset, c.partition_max_bytes = p.fetch_offset, p.partition_max_bytes
+        epochs[k] = p.current_leader_epoch
+    wants = [_Want(k, c.fetch_offset, c.partition_max_bytes, epochs.get(k, -1), c)
+             for k, c in cache.items()]
+    return sess, full, wants
+
+
+def _response(broker, v, req, sess, full, results) -> FetchResponse:
+    by_id = v >= 13
+    aborted = [] if req.isolation_level == READ_COMMITTED else None
+    topics: dict = {}
+    for r in results:
+        c = r.want.cached
+        if c is not None:
+            changed = (r.error or r.records or c.high_watermark != r.hwm or c.last_stable_offset != r.lso
+                       or c.sent_log_start_offset != r.log_start)
+            c.high_watermark, c.last_stable_offset, c.sent_log_start_offset = r.hwm, r.lso, r.log_start
+            if not full and not changed:
+                continue
+        tk, p = r.want.key
+        tr = topics.get(tk)
+        if tr is None:
+            tr = topics[tk] = TopicResp(topic_id=tk, partitions=[]) if by_id else TopicResp(topic=tk, partitions=[])
+        tr.partitions.append(PartData(
+            partition_index=p, error_code=r.error, high_watermark=r.hwm, last_stable_offset=r.lso,
+            log_start_offset=r.log_start, aborted_transactions=aborted, preferred_read_replica=-1,
+            records=r.records))
+    return FetchResponse(throttle_time_ms=0, error_code=0,
+                         session_id=sess.session_id if sess is not None else 0,
+                         responses=list(topics.values()))
+
+
+@handles(FetchRequest, "4-17")
+def handle_fetch(ctx, req: FetchRequest):
+    broker, v = ctx.broker, ctx.api_version
+    try:
+        sess, full, wants = _plan(broker, req, v)
+    except FetchSessionError as e:
+        return FetchResponse(throttle_time_ms=0, error_code=e.code, session_id=0, responses=[])
+    max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    results, total, errors = _read(broker, wants, max_bytes, v >= 13)
+    if total >= req.min_bytes or req.max_wait_ms <= 0 or errors or not wants:
+        return _response(broker, v, req, sess, full, results)
+    return _long_poll(broker, v, req, sess, full, wants, max_bytes, results)
+
+
+async def _long_poll(broker, v, req, sess, full, wants, max_bytes, results):
+    deadline = time.monotonic() + req.max_wait_ms / 1000
+    by_id = v >= 13
+    storage = broker.storage
+    if by_id:
+        keys = []
+        for w in wants:
+            try:
+                keys.append((storage.topic_name(w.key[0]), w.key[1]))
+            except StorageError:
+                pass
+    else:
+        keys = [w.key for w in wants]
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        if not await broker.waiters.wait(keys, left):
+            break
+        results, total, errors = _read(broker, wants, max_bytes, by_id)
+        if total >= req.min_bytes or errors:
+            return _response(broker, v, req, sess, full, results)
+    results, _, _ = _read(broker, wants, max_bytes, by_id)
+    return _response(broker, v, req, sess, full, results)

@@ -1,0 +1,64 @@
+"""Metadata (API key 3), v0-v13: this node as the only broker, controller and every partition's
+leader (leader epoch 0); topic ids (v10+); auto-creation when auto.create.topics.enable and the
+request allows it (always for v0-v3, `allow_auto_topic_creation` from v4). A null topic list (v1+)
+or an empty one in v0 means all topics."""
+from __future__ import annotations
+
+import uuid
+
+from kohort.broker.handlers import handles
+from kohort.broker.handlers._util import auto_create
+from kohort.errors import ErrorCode
+from kohort.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from kohort.storage import StorageError, validate_topic_name
+
+ZERO_UUID = uuid.UUID(int=0)
+Topic = MetadataResponse.MetadataResponseTopic
+Partition = Topic.MetadataResponsePartition
+
+
+def topic_entry(broker, info, version: int) -> Topic:
+    node = broker.node_id
+    parts = [Partition(error_code=0, partition_index=p, leader_id=node, leader_epoch=broker.leader_epoch,
+                       replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
+             for p in range(info.num_partitions)]
+    return Topic(error_code=0, name=info.name, topic_id=info.topic_id,
+                 is_internal=info.name.startswith("__"), partitions=parts)
+
+
+@handles(MetadataRequest, "0-13")
+def handle_metadata(ctx, req: MetadataRequest) -> MetadataResponse:
+    broker, v = ctx.broker, ctx.api_version
+    storage = broker.storage
+    brokers = [MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=broker.host,
+                                                       port=broker.port, rack=None)]
+    topics: list[Topic] = []
+    if req.topics is None or (v == 0 and not req.topics):
+        topics = [topic_entry(broker, info, v) for info in storage.topics()]
+    else:
+        allow = broker.config["auto.create.topics.enable"] and (v < 4 or req.allow_auto_topic_creation)
+        for t in req.topics:
+            name = t.name
+            if name is None:
+                tid = t.topic_id
+                try:
+                    name = storage.topic_name(tid)
+                except StorageError:
+                    topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=tid,
+                                        partitions=[]))
+                    continue
+            if not storage.has_topic(name):
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                try:
+                    validate_topic_name(name)
+                except StorageError:
+                    code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                else:
+                    if allow:
+                        code = auto_create(broker, name)
+                if code != ErrorCode.NONE or not storage.has_topic(name):
+                    topics.append(Topic(error_code=code, name=name, topic_id=ZERO_UUID, partitions=[]))
+                    continue
+            topics.append(topic_entry(broker, storage.topic(name), v))
+    return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=broker.cluster_id,
+                            controller_id=broker.node_id, topics=topics, error_code=0)

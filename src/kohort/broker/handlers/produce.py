@@ -1,0 +1,130 @@
+"""Produce (API key 0): v3-v12 served; ApiVersions advertises min 0 as Kafka 4 does (KAFKA-18659,
+librdkafka needs it to enable compression) but v0-v2 are refused (connection closed).
+
+Per partition the request must carry exactly one v2 RecordBatch (as Kafka requires from v3):
+magic 2, a CRC-32C that matches, a record count that agrees with its last offset delta, no control
+or transactional flag (no transaction coordinator here) -> otherwise CORRUPT_MESSAGE or
+INVALID_RECORD; larger than the topic's max.message.bytes -> MESSAGE_TOO_LARGE; ZStandard before v7
+-> UNSUPPORTED_COMPRESSION_TYPE. Idempotent batches pass the sequence checks of
+kohort.broker.producer_state (a retried duplicate is answered with its original offsets). The log
+assigns offsets by patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also
+get MaxTimestamp and a new CRC).
+
+acks=0 gets no response. acks=1/all (one replica, so the same) are answered after the group-commit
+fsync (kohort.broker.durability) under log.flush.policy=fsync-before-ack.
+"""
+from __future__ import annotations
+
+from kohort.broker.handlers import NO_RESPONSE, handles
+from kohort.broker.handlers._util import error_of, now_ms
+from kohort.errors import DecodeError, ErrorCode
+from kohort.protocol.compression import COMPRESSION_ZSTD
+from kohort.protocol.messages.produce import ProduceRequest, ProduceResponse
+from kohort.protocol.records import MAGIC_OFFSET, validate_batch
+from kohort.storage import StorageError
+
+TopicResp = ProduceResponse.TopicProduceResponse
+PartResp = TopicResp.PartitionProduceResponse
+
+
+def _err(index: int, code: int, message: str | None = None) -> PartResp:
+    return PartResp(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
+                    log_start_offset=-1, record_errors=[], error_message=message)
+
+
+def append_partition(broker, topic: str, index: int, records, version: int, now: int) -> tuple[PartResp, int]:
+    """Validate and append one partition's batch -> (response, records appended)."""
+    storage = broker.storage
+    try:
+        log = storage.log(topic, index)
+    except StorageError:
+        return _err(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{index}"), 0
+    if records is None or len(records) == 0:
+        return _err(index, ErrorCode.INVALID_RECORD, "no record batch"), 0
+    if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] != 2:
+        return _err(index, ErrorCode.INVALID_RECORD,
+                    f"record batch magic {records[MAGIC_OFFSET]} is not 2 (required from Produce v3)"), 0
+    try:
+        h = validate_batch(records, 0)
+    except DecodeError as e:
+        return _err(index, ErrorCode.CORRUPT_MESSAGE, str(e)), 0
+    if h.total_size != len(records):
+        return _err(index, ErrorCode.INVALID_RECORD,
+                    "a produce request must carry exactly one record batch per partition"), 0
+    if h.records_count <= 0 or h.records_count != h.last_offset_delta + 1:
+        return _err(index, ErrorCode.INVALID_RECORD,
+                    f"record count {h.records_count} does not match last offset delta {h.last_offset_delta}"), 0
+    if h.is_control or h.is_transactional:
+        return _err(index, ErrorCode.INVALID_RECORD,
+                    "control and transactional batches are not accepted (no transaction coordinator)"), 0
+    if h.compression == COMPRESSION_ZSTD and version < 7:
+        return _err(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7+"), 0
+    cfg = log.config
+    if h.total_size > cfg.max_message_bytes:
+        return _err(index, ErrorCode.MESSAGE_TOO_LARGE,
+                    f"batch of {h.total_size} bytes exceeds max.message.bytes={cfg.max_message_bytes}"), 0
+    pstate = None
+    if h.producer_id >= 0:
+        pstate = broker.producers.partition(topic, index, log)
+        verdict = pstate.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta)
+        if verdict.error:
+            return _err(index, verdict.error), 0
+        if verdict.duplicate is not None:
+            d = verdict.duplicate
+            return PartResp(index=index, error_code=0, base_offset=d.first_offset, log_append_time_ms=-1,
+                            log_start_offset=log.log_start_offset, record_errors=[]), 0
+    try:
+        res = log.append(records, leader_epoch=broker.leader_epoch, now_ms=now)
+    except StorageError as e:
+        return _err(index, e.error_code, str(e)), 0
+    if pstate is not None:
+        pstate.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
+                      res.base_offset, h.max_timestamp)
+    broker.waiters.notify(topic, index)
+    return PartResp(index=index, error_code=0, base_offset=res.base_offset,
+                    log_append_time_ms=res.log_append_time, log_start_offset=res.log_start_offset,
+                    record_errors=[]), h.records_count
+
+
+@handles(ProduceRequest, "3-12", advertised_min=0)
+def handle_produce(ctx, req: ProduceRequest):
+    broker, v = ctx.broker, ctx.api_version
+    acks = req.acks
+    now = now_ms()
+    metrics = broker.metrics
+    responses = []
+    wrote = False
+    for t in req.topic_data:
+        parts = []
+        for pd in t.partition_data:
+            if acks not in (-1, 0, 1):
+                parts.append(_err(pd.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}"))
+                continue
+            try:
+                pr, n = append_partition(broker, t.name, pd.index, pd.records, v, now)
+            except Exception as e:   # noqa: BLE001 - one partition's failure stays in its answer
+                code, msg = error_of(e)
+                pr, n = _err(pd.index, code, msg), 0
+            if pr.error_code == 0:
+                wrote = True
+            if n and metrics is not None:
+                metrics.record_messages_in(t.name, n)
+            parts.append(pr)
+        responses.append(TopicResp(name=t.name, partition_responses=parts))
+    if acks == 0:
+        return NO_RESPONSE
+    resp = ProduceResponse(responses=responses, throttle_time_ms=0)
+    if not (wrote and broker.sync.enabled):
+        return resp
+    return _after_sync(broker, resp)
+
+
+async def _after_sync(broker, resp: ProduceResponse) -> ProduceResponse:
+    try:
+        await broker.sync.wait_synced()
+    except StorageError as e:
+        for t in resp.responses:
+            for p in t.partition_responses:
+                if p.error_code == 0:
+                    p.error_code, p.error_message, p.base_offset = e.error_code, str(e), -1
+    return resp

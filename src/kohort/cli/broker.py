@@ -1,0 +1,53 @@
+"""`kohort broker`: run the embedded single-node Kafka-compatible broker.
+
+    kohort broker [--listen HOST:PORT] [--data-dir DIR] [--config FILE] [--metrics HOST:PORT]
+
+--config is a Kafka .properties file with broker settings and topic defaults by Kafka's names
+(num.partitions, log.retention.ms, ...). Prints `kohort broker ready on HOST:PORT` once accepting
+connections; SIGTERM/SIGINT stop it cleanly (storage writes its clean-shutdown marker).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from kohort.errors import KohortError
+
+
+def _hostport(s: str, what: str) -> tuple[str, int]:
+    host, sep, port = s.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise KohortError(f"{what} must be HOST:PORT, got {s!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def run(args) -> int:
+    from kohort.broker.config import BrokerConfig, load_properties
+    from kohort.broker.server import run_broker
+    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    props = load_properties(args.config) if args.config else {}
+    config = BrokerConfig.from_properties(props)
+    host, port = _hostport(args.listen, "--listen")
+    data_dir = os.path.expanduser(args.data_dir)
+    if args.metrics:
+        _hostport(args.metrics, "--metrics")
+    try:
+        asyncio.run(run_broker(host, port, data_dir, config, metrics_addr=args.metrics))
+    except OSError as e:
+        raise KohortError(f"cannot start: {e}") from None
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("broker", help="run the embedded Kafka-compatible broker",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
+                   help="address to accept Kafka clients on (default 127.0.0.1:9092)")
+    p.add_argument("--data-dir", default="~/.kohort/data", metavar="DIR",
+                   help="log directory (default ~/.kohort/data)")
+    p.add_argument("--config", metavar="FILE", help="Kafka .properties file (broker and topic defaults)")
+    p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on HOST:PORT")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=run)
