@@ -1,0 +1,447 @@
+"""The producer's record accumulator: per-partition queues of open record batches.
+
+What lives here:
+
+* `DeliveryFuture`: what `Producer.produce` returns — a light future for one record, resolved when its
+  batch is acknowledged (`result(timeout)` → `RecordMetadata`, or raises the delivery error).
+* `ProducerBatch`: one RecordBatch v2 being filled (records encoded straight into a bytearray), then
+  sealed into wire bytes carrying the producer id, epoch and base sequence (KIP-98). A retried batch is
+  re-sent with the very same bytes, so its sequence numbers never change on retry.
+* `RecordAccumulator`: batching by `batch.size` and `linger.ms`, `buffer.memory` back-pressure
+  (blocking up to `max.block.ms`, then a clear KafkaTimeoutError), readiness per partition, draining
+  one batch per partition into a request per leader, re-enqueueing retries in sequence order, expiry at
+  `delivery.timeout.ms` (KIP-91).
+
+Time is always an argument (`now_ms`); the only blocking is on the buffer-memory condition.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+from collections import deque, namedtuple
+
+from crc32c import crc32c as _crc32c
+
+from kohort.errors import EncodeError, KafkaTimeoutError
+from kohort.protocol.compression import COMPRESSION_NONE, compress
+
+RecordMetadata = namedtuple("RecordMetadata", "topic partition offset timestamp")
+RecordMetadata.__doc__ = "Where an acknowledged record landed (offset -1 when acks=0)."
+
+_BATCH_HEADER_SIZE = 61
+_HDR = struct.Struct(">qiibIhiqqqhii")       # base offset .. records count (RecordBatch v2, magic 2)
+_ATTRIBUTES_OFFSET = 21
+_CRC_OFFSET = 17
+_U32 = struct.Struct(">I")
+
+
+def _zz(v: int) -> bytes:
+    """Zig-zag varint bytes of v."""
+    v = (v << 1) if v >= 0 else ((-v) << 1) - 1
+    out = bytearray()
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+_ZZN = 1 << 14
+_ZZ = [_zz(v) for v in range(_ZZN)]          # non-negative small ints, the common case
+
+
+def _enc_headers(headers) -> bytes:
+    if isinstance(headers, dict):
+        headers = list(headers.items())
+    out = bytearray(_zz(len(headers)))
+    for hk, hv in headers:
+        if isinstance(hk, str):
+            hk = hk.encode("utf-8")
+        elif not isinstance(hk, (bytes, bytearray)):
+            raise EncodeError(f"record header key must be str, not {type(hk).__name__}")
+        out += _zz(len(hk))
+        out += hk
+        if hv is None:
+            out.append(1)
+        else:
+            if isinstance(hv, str):
+                hv = hv.encode("utf-8")
+            elif not isinstance(hv, (bytes, bytearray, memoryview)):
+                raise EncodeError(f"record header value must be bytes, str or None, not {type(hv).__name__}")
+            out += _zz(len(hv))
+            out += hv
+    return bytes(out)
+
+
+class DeliveryFuture:
+    """The outcome of one produced record. Resolved by the producer's I/O thread."""
+
+    __slots__ = ("batch", "delta", "callbacks")
+
+    def __init__(self, batch, delta):
+        self.batch = batch
+        self.delta = delta
+        self.callbacks = None
+
+    def done(self) -> bool:
+        return self.batch.done
+
+    def _metadata(self):
+        b = self.batch
+        off = b.base_offset + self.delta if b.base_offset >= 0 else -1
+        ts = b.log_append_time if b.log_append_time >= 0 else b.timestamps_at(self.delta)
+        return RecordMetadata(b.topic, b.partition, off, ts)
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        b = self.batch
+        if not b.done and not b.event().wait(timeout):
+            raise KafkaTimeoutError(f"record to {b.topic}[{b.partition}] not acknowledged within {timeout}s")
+        if b.error is not None:
+            raise b.error
+        return self._metadata()
+
+    def exception(self, timeout: float | None = None):
+        try:
+            self.result(timeout)
+        except KafkaTimeoutError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the delivery error itself
+            return e
+        return None
+
+    def add_done_callback(self, fn) -> None:
+        """fn(future) runs on the I/O thread when the record is acknowledged or fails (at once if done)."""
+        b = self.batch
+        with b.lock:
+            if not b.done:
+                if self.callbacks is None:
+                    self.callbacks = [fn]
+                    b.callback_futures.append(self)
+                else:
+                    self.callbacks.append(fn)
+                return
+        fn(self)
+
+
+class ProducerBatch:
+    """Records for one partition, encoded as they arrive; sealed once into the wire bytes."""
+
+    __slots__ = ("topic", "partition", "buf", "count", "base_ts", "max_ts", "created_ms", "size_limit",
+                 "futures", "callback_futures", "on_delivery", "attempts", "base_sequence", "producer_id",
+                 "producer_epoch", "wire", "done", "error", "base_offset", "log_append_time", "lock",
+                 "_event", "last_attempt_ms", "reserved", "ts_list", "closed", "in_flight")
+
+    def __init__(self, topic: str, partition: int, now_ms: int, size_limit: int, reserved: int):
+        self.topic = topic
+        self.partition = partition
+        self.buf = bytearray()
+        self.count = 0
+        self.base_ts = -1
+        self.max_ts = -1
+        self.created_ms = now_ms
+        self.size_limit = size_limit
+        self.futures = []
+        self.callback_futures = []
+        self.on_delivery = None          # list of (future, fn) for per-record on_delivery callbacks
+        self.attempts = 0
+        self.base_sequence = -1
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.wire = None
+        self.done = False
+        self.error = None
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.lock = threading.Lock()
+        self._event = None
+        self.last_attempt_ms = 0
+        self.reserved = reserved
+        self.ts_list = None              # timestamps when they differ from base_ts (rare)
+        self.closed = False
+        self.in_flight = False
+
+    def timestamps_at(self, delta: int) -> int:
+        if self.ts_list is not None:
+            return self.ts_list[delta]
+        return self.base_ts
+
+    def event(self) -> threading.Event:
+        with self.lock:
+            if self._event is None:
+                self._event = threading.Event()
+                if self.done:
+                    self._event.set()
+            return self._event
+
+    @property
+    def size(self) -> int:
+        return _BATCH_HEADER_SIZE + len(self.buf)
+
+    def try_append(self, key, value, headers, ts: int):
+        """Encode one record if it fits (a first record always fits); returns its future or None."""
+        buf = self.buf
+        n = self.count
+        if n == 0:
+            self.base_ts = self.max_ts = ts
+            tsd = 0
+        else:
+            tsd = ts - self.base_ts
+        zz = _ZZ
+        tsv = zz[tsd] if 0 <= tsd < _ZZN else _zz(tsd)
+        offv = zz[n] if n < _ZZN else _zz(n)
+        if value is None:
+            vh = b"\x01"
+            vl = 0
+        else:
+            vl = len(value)
+            vh = zz[vl] if vl < _ZZN else _zz(vl)
+        if key is None:
+            kh = b"\x01"
+            kl = 0
+        else:
+            kl = len(key)
+            kh = zz[kl] if kl < _ZZN else _zz(kl)
+        hb = _enc_headers(headers) if headers else b"\x00"
+        blen = 1 + len(tsv) + len(offv) + len(kh) + kl + len(vh) + vl + len(hb)
+        if n and _BATCH_HEADER_SIZE + len(buf) + blen + 3 > self.size_limit:
+            return None
+        if ts > self.max_ts:
+            self.max_ts = ts
+        buf += zz[blen] if blen < _ZZN else _zz(blen)
+        buf += b"\x00"
+        buf += tsv
+        buf += offv
+        buf += kh
+        if key is not None:
+            buf += key
+        buf += vh
+        if value is not None:
+            buf += value
+        buf += hb
+        if tsd:
+            tl = self.ts_list
+            if tl is None:
+                tl = self.ts_list = [self.base_ts] * n
+            tl.append(ts)
+        elif self.ts_list is not None:
+            self.ts_list.append(ts)
+        self.count = n + 1
+        fut = DeliveryFuture(self, n)
+        self.futures.append(fut)
+        return fut
+
+    def seal(self, producer_id: int, producer_epoch: int, base_sequence: int, compression: int) -> bytes:
+        """Build the wire bytes once (producer id/epoch/sequence in the header); reused on retry."""
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        payload = self.buf if compression == COMPRESSION_NONE else compress(compression, bytes(self.buf))
+        out = bytearray(_BATCH_HEADER_SIZE)
+        out += payload
+        _HDR.pack_into(out, 0, 0, len(out) - 12, -1, 2, 0, compression, self.count - 1, self.base_ts,
+                       self.max_ts, producer_id, producer_epoch, base_sequence, self.count)
+        _U32.pack_into(out, _CRC_OFFSET, _crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
+        self.wire = bytes(out)
+        return self.wire
+
+    def complete(self, base_offset: int, log_append_time: int, error: BaseException | None):
+        """Resolve every record's future (called once, on the I/O thread); returns callbacks to run."""
+        with self.lock:
+            if self.done:
+                return ()
+            self.base_offset = base_offset
+            self.log_append_time = log_append_time
+            self.error = error
+            self.done = True
+            if self._event is not None:
+                self._event.set()
+            cbs = self.callback_futures
+        return cbs
+
+
+class RecordAccumulator:
+    """Open batches per (topic, partition), readiness and draining. Thread-safe (one lock)."""
+
+    def __init__(self, *, batch_size: int, linger_ms: int, buffer_memory: int, max_block_ms: int,
+                 delivery_timeout_ms: int, retry_backoff_ms: int, clock_ms, on_new_batch=None):
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.buffer_memory = buffer_memory
+        self.max_block_ms = max_block_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._clock_ms = clock_ms
+        self.on_new_batch = on_new_batch      # fn(topic, partition) when a batch for it fills/closes
+        self.batches: dict[tuple[str, int], deque] = {}
+        self.lock = threading.Lock()
+        self._mem_cond = threading.Condition(self.lock)
+        self.used = 0
+        self.closed = False
+        self.flushing = 0
+        self.wakeup = None                    # fn() to wake the I/O thread when a batch becomes ready
+        self.incomplete: set = set()          # batches not yet resolved (for flush)
+
+    # -- producer side ---------------------------------------------------------------------------------
+    def append(self, topic, partition, key, value, headers, ts):
+        """Append a record; returns (future, batch_was_full). Blocks on buffer.memory up to max.block.ms."""
+        tp = (topic, partition)
+        with self.lock:
+            if self.closed:
+                raise EncodeError("the producer is closed")
+            dq = self.batches.get(tp)
+            if dq:
+                last = dq[-1]
+                if not last.closed:
+                    fut = last.try_append(key, value, headers, ts)
+                    if fut is not None:
+                        full = last.size >= self.batch_size
+                        if full:
+                            last.closed = True
+                        return fut, full
+                    last.closed = True
+            else:
+                dq = self.batches[tp] = deque()
+            rec = 64 + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+            size = max(self.batch_size, rec + 61)
+            self._reserve(size)
+            b = ProducerBatch(topic, partition, self._clock_ms(), self.batch_size, size)
+            fut = b.try_append(key, value, headers, ts)
+            dq.append(b)
+            self.incomplete.add(b)
+            full = b.size >= self.batch_size
+            if full:
+                b.closed = True
+            return fut, full or len(dq) > 1
+
+    def _reserve(self, size: int) -> None:
+        if self.used + size <= self.buffer_memory or self.used == 0:
+            self.used += size
+            return
+        deadline = self._clock_ms() + self.max_block_ms
+        wake = self.wakeup
+        while self.used + size > self.buffer_memory and self.used:
+            left = deadline - self._clock_ms()
+            if left <= 0:
+                raise KafkaTimeoutError(
+                    f"buffer.memory ({self.buffer_memory} bytes) is full and no room was freed within "
+                    f"max.block.ms ({self.max_block_ms} ms): the broker is slower than the producer or "
+                    f"unreachable; call flush(), raise buffer.memory or max.block.ms")
+            if wake:
+                wake()
+            self._mem_cond.wait(min(left, 100) / 1000.0)
+            if self.closed:
+                raise EncodeError("the producer is closed")
+        self.used += size
+
+    def release(self, batch: ProducerBatch) -> None:
+        with self.lock:
+            self.used -= batch.reserved
+            batch.reserved = 0
+            self.incomplete.discard(batch)
+            self._mem_cond.notify_all()
+
+    # -- I/O side ----------------------------------------------------------------------------------------
+    def ready(self, now_ms: int, leader_of, node_ready) -> tuple[set, int, set]:
+        """Nodes with sendable batches, ms until the next batch may become ready, and unknown-leader topics.
+
+        `leader_of(topic, partition)` -> node id or None; `node_ready(node)` -> bool (can send now)."""
+        nodes = set()
+        unknown = set()
+        next_ms = self.linger_ms if self.linger_ms > 0 else 100
+        with self.lock:
+            exhausted = self.used > self.buffer_memory * 0.9 or self.flushing or self.closed
+            for tp, dq in self.batches.items():
+                if not dq:
+                    continue
+                b = dq[0]
+                node = leader_of(tp[0], tp[1])
+                if node is None:
+                    unknown.add(tp[0])
+                    continue
+                if node in nodes:
+                    continue
+                backoff = b.attempts > 0 and now_ms < b.last_attempt_ms + self.retry_backoff_ms
+                if backoff:
+                    next_ms = min(next_ms, b.last_attempt_ms + self.retry_backoff_ms - now_ms)
+                    continue
+                waited = now_ms - (b.last_attempt_ms if b.attempts else b.created_ms)
+                sendable = len(dq) > 1 or b.closed or waited >= self.linger_ms or exhausted
+                if sendable:
+                    if node_ready(node):
+                        nodes.add(node)
+                else:
+                    next_ms = min(next_ms, self.linger_ms - waited)
+        return nodes, max(0, next_ms), unknown
+
+    def drain(self, node_partitions, max_request_size: int, now_ms: int, can_send_partition) -> list:
+        """Take up to one ready batch per partition led by the node; returns the batches (closed).
+
+        `can_send_partition(tp, batch)` lets the idempotence logic hold a partition back (ordering)."""
+        out = []
+        size = 0
+        with self.lock:
+            for tp in node_partitions:
+                dq = self.batches.get(tp)
+                if not dq:
+                    continue
+                b = dq[0]
+                if b.attempts and now_ms < b.last_attempt_ms + self.retry_backoff_ms:
+                    continue
+                if not can_send_partition(tp, b):
+                    continue
+                if out and size + b.size > max_request_size:
+                    break
+                dq.popleft()
+                if not b.closed:
+                    b.closed = True
+                    if self.on_new_batch is not None:
+                        self.on_new_batch(tp[0], tp[1])
+                size += b.size
+                out.append(b)
+        return out
+
+    def reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
+        """Put a batch to retry back at the front of its partition's queue, in base-sequence order."""
+        batch.attempts += 1
+        batch.last_attempt_ms = now_ms
+        tp = (batch.topic, batch.partition)
+        with self.lock:
+            dq = self.batches.setdefault(tp, deque())
+            if batch.base_sequence < 0:
+                dq.appendleft(batch)
+                return
+            i = 0
+            for i, other in enumerate(dq):  # noqa: B007
+                if other.base_sequence < 0 or other.base_sequence > batch.base_sequence:
+                    break
+            else:
+                i = len(dq)
+            dq.insert(i, batch)
+
+    def expired(self, now_ms: int) -> list:
+        """Remove and return queued batches past delivery.timeout.ms (KIP-91)."""
+        out = []
+        limit = self.delivery_timeout_ms
+        with self.lock:
+            for dq in self.batches.values():
+                while dq and now_ms - dq[0].created_ms >= limit and dq[0].base_sequence < 0:
+                    out.append(dq.popleft())
+        return out
+
+    def partitions(self):
+        with self.lock:
+            return [tp for tp, dq in self.batches.items() if dq]
+
+    def pending(self) -> bool:
+        with self.lock:
+            return bool(self.incomplete)
+
+    def abort_all(self, error: BaseException) -> list:
+        with self.lock:
+            out = [b for dq in self.batches.values() for b in dq]
+            for dq in self.batches.values():
+                dq.clear()
+        return out
+
+
+__all__ = ["DeliveryFuture", "ProducerBatch", "RecordAccumulator", "RecordMetadata"]
