@@ -9,6 +9,12 @@ What lives here:
 * `iter_records`: the consumer's fast path over a whole fetch payload, yielding plain tuples
   ``(offset, timestamp, key, value, headers)`` and skipping control batches. It inlines the common
   one- and two-byte varints and works on one ``bytes`` object so keys/values are single slices.
+* `decode_records_list` (the same records as one list, optionally filtered by offset and built by a
+  caller's record class) and `decode_columns` (Arrow-shaped column buffers, `Columns`).
+* The compiled twin: when the C extension `kohort.protocol._crecords` was built and the environment
+  variable KOHORT_NO_EXT is unset or empty, the three functions above run in C (`HAVE_EXTENSION`,
+  `extension_enabled()`, `use_extension()`); the pure-Python decoders (`_py_*`) stay the reference
+  and produce identical results. Legacy entries and decompression call back into Python.
 * `BatchBuilder` / `build_batch`: encoding, incremental for the producer.
 * `patch_base_offset`, `patch_leader_epoch` (in place, CRC unaffected because the CRC starts at
   Attributes), `set_log_append_time` (rewrites Attributes/MaxTimestamp and the CRC).
@@ -20,8 +26,10 @@ Malformed bytes raise only DecodeError (CorruptRecordError for integrity failure
 """
 from __future__ import annotations
 
+import os
 import struct
 import zlib
+from array import array
 from collections import namedtuple
 from typing import Iterator
 
@@ -425,8 +433,8 @@ def decode_batch(buf, pos: int = 0, check_crc: bool = True,
     return h, records
 
 
-def iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE):
-    """Fast path: (offset, timestamp, key, value, headers) for every data record of a fetch payload.
+def _py_iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE):
+    """Pure-Python iter_records. Fast path: (offset, timestamp, key, value, headers) for every data record of a fetch payload.
 
     Walks all complete batches (a partial trailing batch ends the walk), skips control batches and
     decompresses. Legacy v0/v1 message sets in the payload are read through the legacy decoder.
@@ -447,7 +455,7 @@ def iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE)
         if length < LEGACY_RECORD_OVERHEAD_V0:
             raise CorruptRecordError(f"entry at offset {pos} declares length {length}")
         if d[pos + MAGIC_OFFSET] < MAGIC_V2:
-            for r in _iter_legacy(d, pos, end, check_crc, 0, True):
+            for r in _iter_legacy(d, pos, end, check_crc, 0, True, max_size):
                 yield (r.offset, r.timestamp, r.key, r.value, r.headers)
             pos = end
             continue
@@ -471,6 +479,224 @@ def iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE)
             else:
                 yield from body(data, p, e, count, base_offset, base_ts)
         pos = end
+
+
+
+def _legacy_entries(d: bytes, pos: int, end: int, check_crc: bool, max_size: int) -> list:
+    """The legacy entry d[pos:end] as (offset, timestamp, key, value, headers, timestamp_type)
+    tuples: what the C walker calls for magic 0/1 entries."""
+    return [(r.offset, r.timestamp, r.key, r.value, r.headers, r.timestamp_type)
+            for r in _iter_legacy(d, pos, end, check_crc, 0, True, max_size)]
+
+
+# -- the compiled twin and the bulk entry points --------------------------------------------------
+try:
+    from kohort.protocol import _crecords as _ext
+except ImportError:                     # built without a C compiler: pure Python only
+    _ext = None
+
+HAVE_EXTENSION = _ext is not None
+_use_ext = HAVE_EXTENSION and not os.environ.get("KOHORT_NO_EXT")
+if _ext is not None:
+    _ext.configure(DecodeError, CorruptRecordError, decompress, _legacy_entries)
+    _NeedsPython = _ext.NeedsPython
+else:
+    class _NeedsPython(Exception):
+        pass
+
+
+def extension_enabled() -> bool:
+    """True when iter_records / decode_records_list / decode_columns run in C."""
+    return _use_ext
+
+
+def use_extension(enabled: bool) -> bool:
+    """Switch between the C and the pure-Python decoders (tests, benchmarks); returns the old
+    setting. Enabling raises RuntimeError when the extension is not built."""
+    global _use_ext
+    if enabled and not HAVE_EXTENSION:
+        raise RuntimeError("kohort.protocol._crecords is not built (no C compiler at install time?)")
+    old, _use_ext = _use_ext, bool(enabled)
+    return old
+
+
+def iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE):
+    """Fast path: (offset, timestamp, key, value, headers) for every data record of a fetch payload.
+
+    Walks all complete batches (a partial trailing batch ends the walk), skips control batches and
+    decompresses. Legacy v0/v1 message sets in the payload are read through the legacy decoder.
+    Aborted-transaction filtering (read_committed) is the caller's job: it needs the fetch
+    response's AbortedTransactions list. Runs in C when the extension is enabled; on malformed
+    input the Python decoder then reruns so the records before the fault are still yielded and
+    the same DecodeError follows, exactly as in pure Python.
+    """
+    if _use_ext:
+        return _c_iter_records(buf, check_crc, max_size)
+    return _py_iter_records(buf, check_crc, max_size)
+
+
+def _c_iter_records(buf, check_crc, max_size):
+    try:
+        recs = _ext.decode_fetch(buf, check_crc, max_size)
+    except (DecodeError, _NeedsPython):
+        yield from _py_iter_records(buf, check_crc, max_size)
+        return
+    yield from recs
+
+
+def decode_records_list(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE, *,
+                        min_offset: int | None = None, max_offset: int | None = None,
+                        record_factory=None, prefix: tuple = ()) -> list:
+    """All data records of a fetch payload as one list (what iter_records yields, in bulk).
+
+    Only records with min_offset <= offset < max_offset are kept (None: unbounded); a consumer
+    passes its fetch position as min_offset, since a fetch returns whole batches. Without
+    `record_factory` each record is the tuple (offset, timestamp, key, value, headers). With it,
+    each record is ``record_factory(*prefix, offset, timestamp, key, value, headers,
+    timestamp_type, leader_epoch)`` (leader_epoch -1 for legacy messages); in C, a tuple subclass
+    without per-instance storage (a namedtuple / typing.NamedTuple class) is filled directly and
+    its __new__ is not called. Malformed input raises DecodeError and returns nothing.
+    """
+    if _use_ext:
+        try:
+            return _ext.decode_fetch(buf, check_crc, max_size, min_offset, max_offset,
+                                     record_factory, prefix if record_factory is not None else None)
+        except _NeedsPython:
+            pass
+    return _py_decode_records_list(buf, check_crc, max_size, min_offset, max_offset,
+                                   record_factory, prefix)
+
+
+def _py_decode_records_list(buf, check_crc=False, max_size=DEFAULT_MAX_SIZE, min_offset=None,
+                            max_offset=None, record_factory=None, prefix=()) -> list:
+    if record_factory is None:
+        if prefix:
+            raise TypeError("prefix needs a record_factory")
+        recs = _py_iter_records(buf, check_crc, max_size)
+    else:
+        recs = _py_iter_batches_full(buf, check_crc, max_size)
+    if min_offset is not None or max_offset is not None:
+        lo = min_offset if min_offset is not None else -(1 << 200)
+        hi = max_offset if max_offset is not None else 1 << 200
+        recs = (r for r in recs if lo <= r[0] < hi)
+    if record_factory is None:
+        return list(recs)
+    return [record_factory(*prefix, *r) for r in recs]
+
+
+def _py_iter_batches_full(buf, check_crc: bool, max_size: int):
+    """_py_iter_records' walk, with (timestamp_type, leader_epoch) added to each tuple."""
+    d = buf if type(buf) is bytes else bytes(buf)
+    n = len(d)
+    pos = 0
+    while n - pos >= LOG_OVERHEAD:
+        length = _I32.unpack_from(d, pos + 8)[0]
+        end = pos + LOG_OVERHEAD + length
+        if length >= 0 and end > n:
+            return
+        if length < LEGACY_RECORD_OVERHEAD_V0:
+            raise CorruptRecordError(f"entry at offset {pos} declares length {length}")
+        if d[pos + MAGIC_OFFSET] < MAGIC_V2:
+            for r in _legacy_entries(d, pos, end, check_crc, max_size):
+                yield r + (NO_PARTITION_LEADER_EPOCH,)
+        else:
+            if length < _MIN_BATCH_LENGTH:
+                raise CorruptRecordError(f"record batch at offset {pos} declares length {length} < 49")
+            attributes = _I16.unpack_from(d, pos + ATTRIBUTES_OFFSET)[0]
+            tstype = TIMESTAMP_LOG_APPEND_TIME if attributes & ATTR_TIMESTAMP_TYPE else \
+                TIMESTAMP_CREATE_TIME
+            epoch = _I32.unpack_from(d, pos + PARTITION_LEADER_EPOCH_OFFSET)[0]
+            # the complete batch through the reference walker: same checks, same errors
+            for r in _py_iter_records(d[pos:end], check_crc, max_size):
+                yield r + (tstype, epoch)
+        pos = end
+
+
+class Columns(namedtuple("Columns", (
+        "count", "offsets", "timestamps", "timestamp_types", "key_validity", "key_offsets",
+        "key_data", "value_validity", "value_offsets", "value_data", "headers"))):
+    """Records of a fetch payload as Arrow-shaped buffers (`decode_columns`).
+
+    * count: number of records.
+    * offsets, timestamps: native-endian int64 arrays (bytes of 8 * count); timestamp_types:
+      int8 per record (0 CreateTime, 1 LogAppendTime, -1 legacy v0 without timestamps).
+    * key_validity / value_validity: Arrow validity bitmaps (bit i set = not null, LSB first);
+      key_offsets / value_offsets: int32 Arrow offsets (count + 1 entries), key_data / value_data
+      the concatenated bytes: exactly the three buffers of an Arrow `binary` array.
+    * headers: None when no record has headers, else one list of (str, bytes | None) per record.
+    """
+
+    __slots__ = ()
+
+    def to_arrow(self):
+        """A pyarrow.RecordBatch (offset, timestamp, timestamp_type, key, value, headers) without
+        copying the key/value bytes. Imports pyarrow, which the protocol layer does not need."""
+        import pyarrow as pa
+        n = self.count
+        buf = pa.py_buffer
+        cols = [
+            pa.Array.from_buffers(pa.int64(), n, [None, buf(self.offsets)]),
+            pa.Array.from_buffers(pa.int64(), n, [None, buf(self.timestamps)]),
+            pa.Array.from_buffers(pa.int8(), n, [None, buf(self.timestamp_types)]),
+            pa.Array.from_buffers(pa.binary(), n, [buf(self.key_validity), buf(self.key_offsets),
+                                                   buf(self.key_data)]),
+            pa.Array.from_buffers(pa.binary(), n, [buf(self.value_validity),
+                                                   buf(self.value_offsets), buf(self.value_data)]),
+        ]
+        htype = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+        if self.headers is None:
+            cols.append(pa.array([[]] * n, type=htype))
+        else:
+            cols.append(pa.array([[{"key": k, "value": v} for k, v in hs] for hs in self.headers],
+                                 type=htype))
+        return pa.RecordBatch.from_arrays(
+            cols, names=["offset", "timestamp", "timestamp_type", "key", "value", "headers"])
+
+
+def decode_columns(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE, *,
+                   min_offset: int | None = None, max_offset: int | None = None) -> Columns:
+    """Data records of a fetch payload (min_offset <= offset < max_offset) as `Columns`, for the
+    Spark source's Arrow batches. ValueError if keys or values pass 2 GiB in one call."""
+    if _use_ext:
+        try:
+            return Columns._make(_ext.decode_columns(buf, check_crc, max_size, min_offset, max_offset))
+        except _NeedsPython:
+            pass
+    return _py_decode_columns(buf, check_crc, max_size, min_offset, max_offset)
+
+
+def _bitmap(flags: list) -> bytes:
+    out = bytearray((len(flags) + 7) // 8)
+    for i, f in enumerate(flags):
+        if f:
+            out[i >> 3] |= 1 << (i & 7)
+    return bytes(out)
+
+
+def _py_decode_columns(buf, check_crc=False, max_size=DEFAULT_MAX_SIZE, min_offset=None,
+                       max_offset=None) -> Columns:
+    recs = _py_decode_records_list(buf, check_crc, max_size, min_offset, max_offset,
+                                   lambda *r: r)
+    for r in recs:
+        if not (_I64_MIN <= r[0] <= _I64_MAX and _I64_MIN <= r[1] <= _I64_MAX):
+            raise DecodeError(f"record offset {r[0]} or timestamp {r[1]} does not fit in int64")
+    cols = []
+    for i in (2, 3):
+        data = b"".join(r[i] for r in recs if r[i] is not None)
+        if len(data) > _I32_MAX:
+            raise ValueError("decode_columns: keys or values exceed 2 GiB in one call "
+                             "(int32 Arrow offsets)")
+        offs = array("i", [0])
+        total = 0
+        for r in recs:
+            if r[i] is not None:
+                total += len(r[i])
+            offs.append(total)
+        cols += [_bitmap([r[i] is not None for r in recs]), offs.tobytes(), data]
+    headers = [r[4] for r in recs] if any(r[4] for r in recs) else None
+    return Columns(len(recs), array("q", [r[0] for r in recs]).tobytes(),
+                   array("q", [r[1] for r in recs]).tobytes(),
+                   array("b", [r[5] for r in recs]).tobytes(), *cols, headers)
 
 
 # -- encoding -------------------------------------------------------------------------------------

@@ -1,0 +1,23 @@
+"""Build hook for kohort's optional C extension; all metadata lives in pyproject.toml.
+
+`kohort.protocol._crecords` (the compiled record decoder) is declared optional: where no C compiler
+is available the build prints a warning and kohort installs as pure Python (records.py then uses its
+Python decoder; `kohort.protocol.records.HAVE_EXTENSION` tells which one runs).
+"""
+import os
+
+from setuptools import Extension, setup
+
+_extra = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+          "-Wno-missing-field-initializers"] if os.name == "posix" else []
+
+setup(
+    ext_modules=[
+        Extension(
+            "kohort.protocol._crecords",
+            sources=["src/kohort/protocol/_crecords.c"],
+            extra_compile_args=_extra,
+            optional=True,
+        ),
+    ],
+)

@@ -1,0 +1,1015 @@
+/* kohort.protocol._crecords: the compiled twin of records.py's record decoding hot path.
+ *
+ * What lives here (all behind records.py, which is the public interface; use that, not this):
+ *
+ *   configure(decode_error, corrupt_error, decompress, legacy)
+ *       Called once by records.py: the exception classes to raise, compression.decompress, and
+ *       the Python reader of legacy (magic 0/1) entries, which are rare and stay in Python.
+ *   decode_fetch(buf, check_crc=False, max_size=..., min_offset=None, max_offset=None,
+ *                record_factory=None, prefix=()) -> list
+ *       Every data record of every complete batch of a fetch payload, in order, exactly as
+ *       records.iter_records yields them: tuples (offset, timestamp, key, value, headers).
+ *       With record_factory, each record is record_factory(*prefix, offset, timestamp, key,
+ *       value, headers, timestamp_type, leader_epoch); a tuple subclass without extra storage
+ *       (a namedtuple / typing.NamedTuple) is filled directly without calling its __new__.
+ *       min_offset <= offset < max_offset filters records (None: unbounded).
+ *   decode_columns(buf, check_crc=False, max_size=..., min_offset=None, max_offset=None) -> tuple
+ *       The same records as Arrow-shaped buffers (see records.Columns for the layout).
+ *   crc32c(data, crc=0) -> int
+ *       CRC-32C (Castagnoli): SSE4.2 instructions when the CPU has them, else slicing-by-8 tables.
+ *
+ * The walk mirrors records.iter_records step for step (same checks in the same order, so the same
+ * inputs fail, with the same exception classes). Where Python's unbounded ints give a result that
+ * does not fit in 64 bits (an offset or timestamp overflowing int64, a 10-byte varlong with bits
+ * above bit 63), NeedsPython is raised and records.py redoes the call in pure Python.
+ * Every read is bounds-checked against the end of the current record, batch or buffer: malformed
+ * input raises DecodeError (CorruptRecordError for integrity failures), never crashes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* -- module state (set by configure) ------------------------------------------------------------ */
+static PyObject *g_decode_error;       /* kohort.errors.DecodeError */
+static PyObject *g_corrupt_error;      /* records.CorruptRecordError */
+static PyObject *g_needs_python;       /* _crecords.NeedsPython */
+static PyObject *g_decompress;         /* compression.decompress(codec, data, max_size) -> bytes */
+static PyObject *g_legacy;             /* records._legacy_entries(d, pos, end, check_crc, max_size) */
+
+#define LOG_OVERHEAD 12
+#define BATCH_HEADER_SIZE 61
+#define MIN_BATCH_LENGTH 49
+#define LEGACY_MIN_LENGTH 14
+#define MIN_RECORD_SIZE 7
+#define ATTR_COMPRESSION_MASK 0x07
+#define ATTR_TIMESTAMP_TYPE 0x08
+#define ATTR_CONTROL 0x20
+#define ATTRIBUTES_OFFSET 21
+#define MAGIC_OFFSET 16
+
+/* -- CRC-32C ------------------------------------------------------------------------------------ */
+static uint32_t crc_table[8][256];
+
+static void crc_init_tables(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+static uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t n)
+{
+    crc = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xFF];
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+                      ((uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16) |
+                      ((uint32_t)p[7] << 24);
+        lo ^= crc;
+        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^
+              crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
+              crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+              crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xFF];
+    return ~crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_HW_CRC 1
+#include <nmmintrin.h>
+__attribute__((target("sse4.2")))
+static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, size_t n)
+{
+    uint64_t c = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = _mm_crc32_u64(c, v);
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+static int g_hw_crc;
+#else
+#define HAVE_HW_CRC 0
+#endif
+
+static uint32_t crc32c(uint32_t crc, const uint8_t *p, size_t n)
+{
+#if HAVE_HW_CRC
+    if (g_hw_crc)
+        return crc32c_hw(crc, p, n);
+#endif
+    return crc32c_sw(crc, p, n);
+}
+
+/* -- big-endian reads (callers have checked bounds) --------------------------------------------- */
+static inline int16_t be16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+static inline uint32_t be32u(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline int32_t be32(const uint8_t *p) { return (int32_t)be32u(p); }
+static inline int64_t be64(const uint8_t *p)
+{
+    return (int64_t)(((uint64_t)be32u(p) << 32) | be32u(p + 4));
+}
+
+/* -- errors ------------------------------------------------------------------------------------- */
+static void *corrupt(const char *fmt, ...)
+{
+    va_list va;
+    va_start(va, fmt);
+    PyObject *msg = PyUnicode_FromFormatV(fmt, va);
+    va_end(va);
+    if (msg) {
+        PyErr_SetObject(g_corrupt_error, msg);
+        Py_DECREF(msg);
+    }
+    return NULL;
+}
+
+static void *needs_python(const char *why)
+{
+    PyErr_SetString(g_needs_python, why);
+    return NULL;
+}
+
+/* -- varints -------------------------------------------------------------------------------------
+ * Unsigned LEB128 with at most `max_bytes` bytes, all inside [*pp, lim). Python's decoder accepts
+ * up to 5 (varint) or 10 (varlong) bytes and keeps every bit; a 5-byte value fits in 35 bits, a
+ * 10-byte one may carry bits above 63, reported through *wide. Returns -1 with an exception set. */
+static inline int read_uvarint(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t lim, int max_bytes,
+                               uint64_t *out, int *wide)
+{
+    Py_ssize_t p = *pp;
+    if (p < lim && d[p] < 0x80) {            /* the common one-byte case */
+        *out = d[p];
+        *pp = p + 1;
+        return 0;
+    }
+    uint64_t result = 0;
+    int shift = 0;
+    for (int i = 0; i < max_bytes; i++) {
+        if (p >= lim) {
+            corrupt("truncated varint in record");
+            return -1;
+        }
+        uint8_t b = d[p++];
+        if (shift == 63) {
+            if (b & 0x7E)
+                *wide = 1;
+            result |= (uint64_t)(b & 1) << 63;
+        } else {
+            result |= (uint64_t)(b & 0x7F) << shift;
+        }
+        if (b < 0x80) {
+            *out = result;
+            *pp = p;
+            return 0;
+        }
+        shift += 7;
+    }
+    corrupt("varint too long in record");
+    return -1;
+}
+
+static inline int64_t unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
+
+/* -- output sinks ------------------------------------------------------------------------------- */
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} vec_t;
+
+static int vec_reserve(vec_t *v, Py_ssize_t extra)
+{
+    if (extra > PY_SSIZE_T_MAX - v->len) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t need = v->len + extra;
+    if (need <= v->cap)
+        return 0;
+    Py_ssize_t cap = v->cap ? v->cap : 256;
+    while (cap < need)
+        cap = cap > PY_SSIZE_T_MAX / 2 ? need : cap * 2;
+    char *nd = PyMem_Realloc(v->data, (size_t)cap);
+    if (!nd) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    v->data = nd;
+    v->cap = cap;
+    return 0;
+}
+
+static inline int vec_put(vec_t *v, const void *src, Py_ssize_t n)
+{
+    if (v->cap - v->len < n && vec_reserve(v, n) < 0)
+        return -1;
+    if (n)
+        memcpy(v->data + v->len, src, (size_t)n);
+    v->len += n;
+    return 0;
+}
+
+enum { MODE_TUPLES, MODE_FACTORY, MODE_COLUMNS };
+
+typedef struct {
+    int mode;
+    int has_min, has_max;
+    int64_t min_offset, max_offset;
+    /* tuples / factory */
+    PyObject *out;             /* list */
+    PyObject *factory;         /* borrowed */
+    PyObject *prefix;          /* tuple, borrowed */
+    int factory_direct;        /* tuple subclass filled without __new__ */
+    /* columns */
+    Py_ssize_t n;
+    vec_t offsets, timestamps, tstypes, key_valid, key_offs, key_data, val_valid, val_offs,
+        val_data;
+    PyObject *headers;         /* list of per-record header lists, created at the first header */
+    /* input */
+    PyObject *src;             /* the caller's buffer object, borrowed */
+    PyObject *src_bytes;       /* bytes view of src for the legacy reader (created lazily) */
+    PyObject *src_view;        /* memoryview of src for decompress (created lazily) */
+    int check_crc;
+    PyObject *max_size;        /* int, borrowed */
+} sink_t;
+
+typedef struct {               /* one record's raw fields */
+    int64_t offset, timestamp;
+    const uint8_t *key, *value;   /* NULL: null */
+    Py_ssize_t key_len, value_len;
+    PyObject *headers;            /* new reference: list (possibly empty), or NULL = empty */
+    int tstype, epoch;
+} rec_t;
+
+static int bit_append(vec_t *bits, Py_ssize_t i, int valid)
+{
+    if ((i & 7) == 0) {
+        uint8_t z = 0;
+        if (vec_put(bits, &z, 1) < 0)
+            return -1;
+    }
+    if (valid)
+        ((uint8_t *)bits->data)[i >> 3] |= (uint8_t)(1u << (i & 7));
+    return 0;
+}
+
+static int column_bytes(vec_t *valid, vec_t *offs, vec_t *data, Py_ssize_t i, const uint8_t *p,
+                        Py_ssize_t len)
+{
+    if (bit_append(valid, i, p != NULL) < 0)
+        return -1;
+    if (p && vec_put(data, p, len) < 0)
+        return -1;
+    if (data->len > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "decode_columns: keys or values exceed 2 GiB in one call (int32 Arrow offsets)");
+        return -1;
+    }
+    int32_t end = (int32_t)data->len;
+    return vec_put(offs, &end, 4);
+}
+
+/* Emit one record; steals r->headers. */
+static int emit(sink_t *s, rec_t *r)
+{
+    if ((s->has_min && r->offset < s->min_offset) || (s->has_max && r->offset >= s->max_offset)) {
+        Py_XDECREF(r->headers);
+        return 0;
+    }
+    if (s->mode == MODE_COLUMNS) {
+        Py_ssize_t i = s->n;
+        int8_t tt = (int8_t)r->tstype;
+        if (vec_put(&s->offsets, &r->offset, 8) < 0 || vec_put(&s->timestamps, &r->timestamp, 8) < 0 ||
+            vec_put(&s->tstypes, &tt, 1) < 0 ||
+            column_bytes(&s->key_valid, &s->key_offs, &s->key_data, i, r->key, r->key_len) < 0 ||
+            column_bytes(&s->val_valid, &s->val_offs, &s->val_data, i, r->value, r->value_len) < 0)
+            goto fail;
+        int nonempty = r->headers && PyList_GET_SIZE(r->headers) > 0;
+        if (nonempty && !s->headers) {
+            s->headers = PyList_New(i);
+            if (!s->headers)
+                goto fail;
+            for (Py_ssize_t j = 0; j < i; j++) {
+                PyObject *e = PyList_New(0);
+                if (!e)
+                    goto fail;
+                PyList_SET_ITEM(s->headers, j, e);
+            }
+        }
+        if (s->headers) {
+            PyObject *h = r->headers;
+            r->headers = NULL;
+            if (!h && !(h = PyList_New(0)))
+                goto fail;
+            int rc = PyList_Append(s->headers, h);
+            Py_DECREF(h);
+            if (rc < 0)
+                goto fail;
+        }
+        Py_CLEAR(r->headers);
+        s->n = i + 1;
+        return 0;
+    fail:
+        Py_CLEAR(r->headers);
+        return -1;
+    }
+
+    PyObject *o = NULL, *t = NULL, *k = NULL, *v = NULL, *h = r->headers;
+    r->headers = NULL;
+    if (!h && !(h = PyList_New(0)))
+        return -1;
+    if (!(o = PyLong_FromLongLong(r->offset)) || !(t = PyLong_FromLongLong(r->timestamp)))
+        goto err;
+    if (r->key) {
+        if (!(k = PyBytes_FromStringAndSize((const char *)r->key, r->key_len)))
+            goto err;
+    } else {
+        k = Py_NewRef(Py_None);
+    }
+    if (r->value) {
+        if (!(v = PyBytes_FromStringAndSize((const char *)r->value, r->value_len)))
+            goto err;
+    } else {
+        v = Py_NewRef(Py_None);
+    }
+    PyObject *item;
+    if (s->mode == MODE_TUPLES) {
+        item = PyTuple_New(5);
+        if (!item)
+            goto err;
+        PyTuple_SET_ITEM(item, 0, o);
+        PyTuple_SET_ITEM(item, 1, t);
+        PyTuple_SET_ITEM(item, 2, k);
+        PyTuple_SET_ITEM(item, 3, v);
+        PyTuple_SET_ITEM(item, 4, h);
+    } else {
+        Py_ssize_t np = s->prefix ? PyTuple_GET_SIZE(s->prefix) : 0, na = np + 7;
+        PyObject *args[32];
+        PyObject *tt = PyLong_FromLong(r->tstype), *ep = PyLong_FromLong(r->epoch);
+        if (!tt || !ep) {
+            Py_XDECREF(tt);
+            Py_XDECREF(ep);
+            goto err;
+        }
+        for (Py_ssize_t j = 0; j < np; j++)
+            args[j] = PyTuple_GET_ITEM(s->prefix, j);
+        args[np] = o; args[np + 1] = t; args[np + 2] = k; args[np + 3] = v; args[np + 4] = h;
+        args[np + 5] = tt; args[np + 6] = ep;
+        if (s->factory_direct) {
+            PyTypeObject *tp = (PyTypeObject *)s->factory;
+            item = tp->tp_alloc(tp, na);
+            if (item) {
+                for (Py_ssize_t j = 0; j < np; j++)
+                    PyTuple_SET_ITEM(item, j, Py_NewRef(args[j]));
+                PyTuple_SET_ITEM(item, np, o);
+                PyTuple_SET_ITEM(item, np + 1, t);
+                PyTuple_SET_ITEM(item, np + 2, k);
+                PyTuple_SET_ITEM(item, np + 3, v);
+                PyTuple_SET_ITEM(item, np + 4, h);
+                PyTuple_SET_ITEM(item, np + 5, tt);
+                PyTuple_SET_ITEM(item, np + 6, ep);
+            } else {
+                Py_DECREF(tt);
+                Py_DECREF(ep);
+                goto err;
+            }
+        } else {
+            item = PyObject_Vectorcall(s->factory, args, (size_t)na, NULL);
+            Py_DECREF(o); Py_DECREF(t); Py_DECREF(k); Py_DECREF(v); Py_DECREF(h);
+            Py_DECREF(tt); Py_DECREF(ep);
+            if (!item)
+                return -1;
+        }
+    }
+    if (s->mode == MODE_TUPLES || s->factory_direct) {
+        /* Untracked while the call runs: a collection triggered by our own allocations then has
+         * nothing of ours to scan (it would rescan the growing output again and again).
+         * retrack() restores tracking before the list is handed out. */
+        PyObject_GC_UnTrack(item);
+        PyObject_GC_UnTrack(h);
+    }
+    int rc = PyList_Append(s->out, item);
+    Py_DECREF(item);
+    return rc;
+err:
+    Py_XDECREF(o); Py_XDECREF(t); Py_XDECREF(k); Py_XDECREF(v); Py_XDECREF(h);
+    return -1;
+}
+
+/* -- one record's headers ----------------------------------------------------------------------- */
+static PyObject *read_headers(const uint8_t *d, Py_ssize_t *pp, Py_ssize_t rec_end, int64_t count)
+{
+    Py_ssize_t p = *pp;
+    if (count < 0 || count > (rec_end - p) / 2)
+        return corrupt("invalid record header count %lld", (long long)count);
+    PyObject *list = PyList_New((Py_ssize_t)count);
+    if (!list)
+        return NULL;
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)count; i++) {
+        uint64_t b;
+        int wide = 0;
+        if (read_uvarint(d, &p, rec_end, 5, &b, &wide) < 0)
+            goto fail;
+        int64_t klen = unzigzag(b);
+        if (klen < 0 || klen > rec_end - p) {
+            corrupt("invalid record header key length %lld", (long long)klen);
+            goto fail;
+        }
+        PyObject *hk = PyUnicode_DecodeUTF8((const char *)d + p, (Py_ssize_t)klen, "strict");
+        if (!hk) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                corrupt("record header key is not UTF-8");
+            }
+            goto fail;
+        }
+        p += (Py_ssize_t)klen;
+        if (read_uvarint(d, &p, rec_end, 5, &b, &wide) < 0) {
+            Py_DECREF(hk);
+            goto fail;
+        }
+        int64_t vlen = unzigzag(b);
+        PyObject *hv;
+        if (vlen >= 0) {
+            if (vlen > rec_end - p) {
+                Py_DECREF(hk);
+                corrupt("record header value length %lld overruns the record", (long long)vlen);
+                goto fail;
+            }
+            hv = PyBytes_FromStringAndSize((const char *)d + p, (Py_ssize_t)vlen);
+            p += (Py_ssize_t)vlen;
+        } else if (vlen == -1) {
+            hv = Py_NewRef(Py_None);
+        } else {
+            Py_DECREF(hk);
+            corrupt("invalid record header value length %lld", (long long)vlen);
+            goto fail;
+        }
+        if (!hv) {
+            Py_DECREF(hk);
+            goto fail;
+        }
+        PyObject *pair = PyTuple_New(2);
+        if (!pair) {
+            Py_DECREF(hk);
+            Py_DECREF(hv);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(pair, 0, hk);
+        PyTuple_SET_ITEM(pair, 1, hv);
+        PyList_SET_ITEM(list, i, pair);
+    }
+    *pp = p;
+    return list;
+fail:
+    Py_DECREF(list);
+    return NULL;
+}
+
+/* -- the records section of one batch (uncompressed bytes d[p:end]) ---------------------------- */
+static int decode_body(sink_t *s, const uint8_t *d, Py_ssize_t p, Py_ssize_t end, int32_t count,
+                       int64_t base_offset, int64_t base_ts, int lat, int64_t max_ts, int epoch)
+{
+    if (count < 0 || count > (end - p) / MIN_RECORD_SIZE) {
+        corrupt("records count %d cannot fit in %zd bytes", (int)count, end - p);
+        return -1;
+    }
+    rec_t r;
+    r.tstype = lat ? 1 : 0;
+    r.epoch = epoch;
+    for (int32_t i = 0; i < count; i++) {
+        uint64_t b;
+        int wide = 0;
+        /* Length */
+        if (read_uvarint(d, &p, end, 5, &b, &wide) < 0)
+            return -1;
+        if (b & 1) {
+            corrupt("negative record length");
+            return -1;
+        }
+        if ((b >> 1) > (uint64_t)(end - p)) {
+            corrupt("record overruns its batch");
+            return -1;
+        }
+        Py_ssize_t rec_end = p + (Py_ssize_t)(b >> 1);
+        /* Attributes (unused), TimestampDelta */
+        if (p >= rec_end) {
+            corrupt("truncated record");
+            return -1;
+        }
+        p++;
+        if (read_uvarint(d, &p, rec_end, 10, &b, &wide) < 0)
+            return -1;
+        if (lat) {
+            r.timestamp = max_ts;
+        } else {
+            if (wide) {
+                needs_python("timestamp delta wider than 64 bits");
+                return -1;
+            }
+            if (__builtin_add_overflow(base_ts, unzigzag(b), &r.timestamp)) {
+                needs_python("timestamp outside int64");
+                return -1;
+            }
+        }
+        /* OffsetDelta */
+        if (read_uvarint(d, &p, rec_end, 5, &b, &wide) < 0)
+            return -1;
+        if (__builtin_add_overflow(base_offset, unzigzag(b), &r.offset)) {
+            needs_python("offset outside int64");
+            return -1;
+        }
+        /* Key */
+        if (read_uvarint(d, &p, rec_end, 5, &b, &wide) < 0)
+            return -1;
+        if (b & 1) {
+            if (b != 1) {
+                corrupt("invalid record key length");
+                return -1;
+            }
+            r.key = NULL;
+            r.key_len = 0;
+        } else {
+            if ((b >> 1) > (uint64_t)(rec_end - p)) {
+                corrupt("record key overruns its record");
+                return -1;
+            }
+            r.key = d + p;
+            r.key_len = (Py_ssize_t)(b >> 1);
+            p += r.key_len;
+        }
+        /* Value */
+        if (read_uvarint(d, &p, rec_end, 5, &b, &wide) < 0)
+            return -1;
+        if (b & 1) {
+            if (b != 1) {
+                corrupt("invalid record value length");
+                return -1;
+            }
+            r.value = NULL;
+            r.value_len = 0;
+        } else {
+            if ((b >> 1) > (uint64_t)(rec_end - p)) {
+                corrupt("record value overruns its record");
+                return -1;
+            }
+            r.value = d + p;
+            r.value_len = (Py_ssize_t)(b >> 1);
+            p += r.value_len;
+        }
+        /* Headers */
+        if (p >= rec_end) {
+            corrupt("truncated record");
+            return -1;
+        }
+        r.headers = NULL;
+        if (d[p]) {
+            if (read_uvarint(d, &p, rec_end, 5, &b, &wide) < 0)
+                return -1;
+            r.headers = read_headers(d, &p, rec_end, unzigzag(b));
+            if (!r.headers)
+                return -1;
+        } else {
+            p++;
+        }
+        if (p != rec_end) {
+            Py_XDECREF(r.headers);
+            corrupt("record length does not match its fields");
+            return -1;
+        }
+        if (emit(s, &r) < 0)
+            return -1;
+    }
+    if (p != end) {
+        corrupt("%zd bytes left over after the declared records", end - p);
+        return -1;
+    }
+    return 0;
+}
+
+/* -- legacy entries: Python reads them, we copy them into the sink ------------------------------ */
+static int legacy_entry(sink_t *s, const uint8_t *d, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t end)
+{
+    if (!s->src_bytes) {
+        if (PyBytes_CheckExact(s->src))
+            s->src_bytes = Py_NewRef(s->src);
+        else if (!(s->src_bytes = PyBytes_FromStringAndSize((const char *)d, n)))
+            return -1;
+    }
+    PyObject *got = PyObject_CallFunction(g_legacy, "OnnOO", s->src_bytes, pos, end,
+                                          s->check_crc ? Py_True : Py_False, s->max_size);
+    if (!got)
+        return -1;
+    if (!PyList_CheckExact(got)) {
+        Py_DECREF(got);
+        PyErr_SetString(PyExc_TypeError, "legacy reader must return a list");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(got); i++) {
+        /* (offset, timestamp, key, value, headers, timestamp_type) */
+        PyObject *t = PyList_GET_ITEM(got, i);
+        if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 6) {
+            PyErr_SetString(PyExc_TypeError, "legacy reader must return 6-tuples");
+            goto fail;
+        }
+        rec_t r;
+        int overflow = 0, o2 = 0;
+        r.offset = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(t, 0), &overflow);
+        r.timestamp = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(t, 1), &o2);
+        if (PyErr_Occurred())
+            goto fail;
+        if (overflow || o2) {
+            needs_python("legacy offset outside int64");
+            goto fail;
+        }
+        PyObject *k = PyTuple_GET_ITEM(t, 2), *v = PyTuple_GET_ITEM(t, 3);
+        r.key = k == Py_None ? NULL : (const uint8_t *)PyBytes_AsString(k);
+        r.key_len = k == Py_None ? 0 : PyBytes_Size(k);
+        r.value = v == Py_None ? NULL : (const uint8_t *)PyBytes_AsString(v);
+        r.value_len = v == Py_None ? 0 : PyBytes_Size(v);
+        if (PyErr_Occurred())
+            goto fail;
+        r.tstype = (int)PyLong_AsLong(PyTuple_GET_ITEM(t, 5));
+        r.epoch = -1;
+        if (PyErr_Occurred())
+            goto fail;
+        r.headers = Py_NewRef(PyTuple_GET_ITEM(t, 4));
+        if (!PyList_CheckExact(r.headers)) {
+            Py_DECREF(r.headers);
+            PyErr_SetString(PyExc_TypeError, "legacy headers must be a list");
+            goto fail;
+        }
+        /* key/value point into `got`, which stays alive until emit has copied them */
+        if (emit(s, &r) < 0)
+            goto fail;
+    }
+    Py_DECREF(got);
+    return 0;
+fail:
+    Py_DECREF(got);
+    return -1;
+}
+
+/* -- the fetch payload walk (records.iter_records, step for step) ------------------------------- */
+static int walk(sink_t *s, const uint8_t *d, Py_ssize_t n)
+{
+    Py_ssize_t pos = 0;
+    while (n - pos >= LOG_OVERHEAD) {
+        int32_t length = be32(d + pos + 8);
+        if (length >= 0 && (Py_ssize_t)length > n - pos - LOG_OVERHEAD)
+            return 0;                                   /* partial trailing batch */
+        if (length < LEGACY_MIN_LENGTH) {
+            corrupt("entry at offset %zd declares length %d", pos, (int)length);
+            return -1;
+        }
+        Py_ssize_t end = pos + LOG_OVERHEAD + length;
+        if (d[pos + MAGIC_OFFSET] < 2) {
+            if (legacy_entry(s, d, n, pos, end) < 0)
+                return -1;
+            pos = end;
+            continue;
+        }
+        if (length < MIN_BATCH_LENGTH) {
+            corrupt("record batch at offset %zd declares length %d < 49", pos, (int)length);
+            return -1;
+        }
+        const uint8_t *h = d + pos;
+        int64_t base_offset = be64(h);
+        int32_t leader_epoch = be32(h + 12);
+        int8_t magic = (int8_t)h[16];
+        uint32_t crc = be32u(h + 17);
+        int16_t attributes = be16(h + 21);
+        int64_t base_ts = be64(h + 27);
+        int64_t max_ts = be64(h + 35);
+        int32_t count = be32(h + 57);
+        if (magic != 2) {
+            PyErr_Format(g_decode_error, "record batch at offset %zd has unknown magic %d", pos,
+                         (int)magic);
+            return -1;
+        }
+        if (s->check_crc) {
+            uint32_t got = crc32c(0, d + pos + ATTRIBUTES_OFFSET, (size_t)(end - pos - ATTRIBUTES_OFFSET));
+            if (got != crc) {
+                corrupt("record batch at offset %zd: CRC-32C mismatch", pos);
+                return -1;
+            }
+        }
+        if (!(attributes & ATTR_CONTROL)) {
+            int codec = attributes & ATTR_COMPRESSION_MASK;
+            int lat = (attributes & ATTR_TIMESTAMP_TYPE) != 0;
+            if (codec) {
+                if (!s->src_view && !(s->src_view = PyMemoryView_FromObject(s->src)))
+                    return -1;
+                PyObject *slice = PySequence_GetSlice(s->src_view, pos + BATCH_HEADER_SIZE, end);
+                if (!slice)
+                    return -1;
+                PyObject *raw = PyObject_CallFunction(g_decompress, "iOO", codec, slice, s->max_size);
+                Py_DECREF(slice);
+                if (!raw)
+                    return -1;
+                Py_buffer rb;
+                if (PyObject_GetBuffer(raw, &rb, PyBUF_SIMPLE) < 0) {
+                    Py_DECREF(raw);
+                    return -1;
+                }
+                int rc = decode_body(s, rb.buf, 0, rb.len, count, base_offset, base_ts, lat, max_ts,
+                                     leader_epoch);
+                PyBuffer_Release(&rb);
+                Py_DECREF(raw);
+                if (rc < 0)
+                    return -1;
+            } else if (decode_body(s, d, pos + BATCH_HEADER_SIZE, end, count, base_offset, base_ts,
+                                   lat, max_ts, leader_epoch) < 0) {
+                return -1;
+            }
+        }
+        pos = end;
+    }
+    return 0;
+}
+
+/* -- argument plumbing -------------------------------------------------------------------------- */
+static int configured(void)
+{
+    if (!g_decompress) {
+        PyErr_SetString(PyExc_RuntimeError, "kohort.protocol._crecords: configure() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+static int opt_offset(PyObject *o, int *has, int64_t *v)
+{
+    if (o == NULL || o == Py_None) {
+        *has = 0;
+        return 0;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow) {
+        needs_python("offset bound outside int64");
+        return -1;
+    }
+    *has = 1;
+    *v = x;
+    return 0;
+}
+
+static void sink_free(sink_t *s)
+{
+    vec_t *vs[] = {&s->offsets, &s->timestamps, &s->tstypes, &s->key_valid, &s->key_offs,
+                   &s->key_data, &s->val_valid, &s->val_offs, &s->val_data};
+    for (size_t i = 0; i < sizeof vs / sizeof *vs; i++)
+        PyMem_Free(vs[i]->data);
+    Py_XDECREF(s->out);
+    Py_XDECREF(s->headers);
+    Py_XDECREF(s->src_bytes);
+    Py_XDECREF(s->src_view);
+}
+
+static int run(sink_t *s, PyObject *buf)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0)
+        return -1;
+    s->src = buf;
+    int rc = walk(s, view.buf, view.len);
+    /* the memoryview made for decompress must go before the buffer export is released */
+    Py_CLEAR(s->src_view);
+    PyBuffer_Release(&view);
+    return rc;
+}
+
+/* Track again what emit() untracked: each record (a tuple or tuple subclass) and its headers
+ * list at index `hi`. */
+static void retrack(PyObject *out, Py_ssize_t hi)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(out); i++) {
+        PyObject *item = PyList_GET_ITEM(out, i);
+        PyObject *h = PyTuple_GET_ITEM(item, hi);
+        if (!PyObject_GC_IsTracked(h))
+            PyObject_GC_Track(h);
+        if (!PyObject_GC_IsTracked(item))
+            PyObject_GC_Track(item);
+    }
+}
+
+static PyObject *py_decode_fetch(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"buf", "check_crc", "max_size", "min_offset", "max_offset",
+                             "record_factory", "prefix", NULL};
+    PyObject *buf, *max_size = NULL, *min_o = NULL, *max_o = NULL, *factory = NULL, *prefix = NULL;
+    int check_crc = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pOOOOO:decode_fetch", kwlist, &buf, &check_crc,
+                                     &max_size, &min_o, &max_o, &factory, &prefix))
+        return NULL;
+    if (!configured())
+        return NULL;
+    sink_t s;
+    memset(&s, 0, sizeof s);
+    s.check_crc = check_crc;
+    PyObject *default_max = NULL;
+    if (!max_size || max_size == Py_None) {
+        default_max = PyLong_FromLong(256L * 1024 * 1024);
+        if (!default_max)
+            return NULL;
+        max_size = default_max;
+    }
+    s.max_size = max_size;
+    if (opt_offset(min_o, &s.has_min, &s.min_offset) < 0 ||
+        opt_offset(max_o, &s.has_max, &s.max_offset) < 0)
+        goto fail;
+    if (factory && factory != Py_None) {
+        s.mode = MODE_FACTORY;
+        s.factory = factory;
+        s.prefix = prefix && prefix != Py_None ? prefix : NULL;
+        if (s.prefix && !PyTuple_Check(s.prefix)) {
+            PyErr_SetString(PyExc_TypeError, "prefix must be a tuple");
+            goto fail;
+        }
+        if (s.prefix && PyTuple_GET_SIZE(s.prefix) > 25) {
+            PyErr_SetString(PyExc_ValueError, "prefix may hold at most 25 fields");
+            goto fail;
+        }
+        if (PyType_Check(factory)) {
+            PyTypeObject *tp = (PyTypeObject *)factory;
+            s.factory_direct = tp != &PyTuple_Type && PyType_IsSubtype(tp, &PyTuple_Type) &&
+                               tp->tp_basicsize == PyTuple_Type.tp_basicsize &&
+                               tp->tp_itemsize == PyTuple_Type.tp_itemsize &&
+                               tp->tp_dictoffset == 0 && tp->tp_weaklistoffset == 0;
+        }
+    } else if (prefix && prefix != Py_None && PyObject_Length(prefix) != 0) {
+        PyErr_SetString(PyExc_TypeError, "prefix needs a record_factory");
+        goto fail;
+    }
+    if (!(s.out = PyList_New(0)))
+        goto fail;
+    int rc = run(&s, buf);
+    if (s.mode == MODE_TUPLES || s.factory_direct)
+        retrack(s.out, (s.prefix ? PyTuple_GET_SIZE(s.prefix) : 0) + 4);
+    if (rc < 0)
+        goto fail;
+    PyObject *out = s.out;
+    s.out = NULL;
+    sink_free(&s);
+    Py_XDECREF(default_max);
+    return out;
+fail:
+    sink_free(&s);
+    Py_XDECREF(default_max);
+    return NULL;
+}
+
+static PyObject *vec_bytes(vec_t *v)
+{
+    return PyBytes_FromStringAndSize(v->data ? v->data : "", v->len);
+}
+
+static PyObject *py_decode_columns(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"buf", "check_crc", "max_size", "min_offset", "max_offset", NULL};
+    PyObject *buf, *max_size = NULL, *min_o = NULL, *max_o = NULL;
+    int check_crc = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pOOO:decode_columns", kwlist, &buf, &check_crc,
+                                     &max_size, &min_o, &max_o))
+        return NULL;
+    if (!configured())
+        return NULL;
+    sink_t s;
+    memset(&s, 0, sizeof s);
+    s.mode = MODE_COLUMNS;
+    s.check_crc = check_crc;
+    PyObject *default_max = NULL, *result = NULL;
+    if (!max_size || max_size == Py_None) {
+        if (!(default_max = PyLong_FromLong(256L * 1024 * 1024)))
+            return NULL;
+        max_size = default_max;
+    }
+    s.max_size = max_size;
+    int32_t zero = 0;
+    if (opt_offset(min_o, &s.has_min, &s.min_offset) < 0 ||
+        opt_offset(max_o, &s.has_max, &s.max_offset) < 0 ||
+        vec_put(&s.key_offs, &zero, 4) < 0 || vec_put(&s.val_offs, &zero, 4) < 0)
+        goto done;
+    if (run(&s, buf) < 0)
+        goto done;
+    /* (count, offsets, timestamps, timestamp_types, key_validity, key_offsets, key_data,
+     *  value_validity, value_offsets, value_data, headers) */
+    result = Py_BuildValue("(nNNNNNNNNNO)", s.n, vec_bytes(&s.offsets), vec_bytes(&s.timestamps),
+                           vec_bytes(&s.tstypes), vec_bytes(&s.key_valid), vec_bytes(&s.key_offs),
+                           vec_bytes(&s.key_data), vec_bytes(&s.val_valid), vec_bytes(&s.val_offs),
+                           vec_bytes(&s.val_data), s.headers ? s.headers : Py_None);
+done:
+    sink_free(&s);
+    Py_XDECREF(default_max);
+    return result;
+}
+
+static PyObject *py_crc32c(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    unsigned long crc = 0;
+    if (!PyArg_ParseTuple(args, "y*|k:crc32c", &b, &crc))
+        return NULL;
+    uint32_t r;
+    Py_BEGIN_ALLOW_THREADS
+    r = crc32c((uint32_t)crc, b.buf, (size_t)b.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(r);
+}
+
+static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"decode_error", "corrupt_error", "decompress", "legacy", NULL};
+    PyObject *de, *ce, *dc, *lg;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO:configure", kwlist, &de, &ce, &dc, &lg))
+        return NULL;
+    if (!PyExceptionClass_Check(de) || !PyExceptionClass_Check(ce) ||
+        !PyObject_IsSubclass(ce, de) || !PyCallable_Check(dc) || !PyCallable_Check(lg)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure(DecodeError, CorruptRecordError(DecodeError), decompress, legacy)");
+        return NULL;
+    }
+    Py_XSETREF(g_decode_error, Py_NewRef(de));
+    Py_XSETREF(g_corrupt_error, Py_NewRef(ce));
+    Py_XSETREF(g_decompress, Py_NewRef(dc));
+    Py_XSETREF(g_legacy, Py_NewRef(lg));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(decode_error, corrupt_error, decompress, legacy): wire in records.py's pieces."},
+    {"decode_fetch", (PyCFunction)(void (*)(void))py_decode_fetch, METH_VARARGS | METH_KEYWORDS,
+     "decode_fetch(buf, check_crc=False, max_size=None, min_offset=None, max_offset=None, "
+     "record_factory=None, prefix=()) -> list of records of a fetch payload."},
+    {"decode_columns", (PyCFunction)(void (*)(void))py_decode_columns, METH_VARARGS | METH_KEYWORDS,
+     "decode_columns(buf, check_crc=False, max_size=None, min_offset=None, max_offset=None) -> "
+     "Arrow-shaped column buffers (see records.Columns)."},
+    {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0) -> CRC-32C (Castagnoli) of data."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT, "kohort.protocol._crecords",
+    "Compiled twin of kohort.protocol.records' decoding hot path (use it through records.py).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__crecords(void)
+{
+    crc_init_tables();
+#if HAVE_HW_CRC
+    __builtin_cpu_init();
+    g_hw_crc = __builtin_cpu_supports("sse4.2") != 0;
+#endif
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m)
+        return NULL;
+    if (!g_needs_python) {
+        g_needs_python = PyErr_NewExceptionWithDoc(
+            "kohort.protocol._crecords.NeedsPython",
+            "The input needs Python's unbounded ints (a value beyond int64); redo it in Python.",
+            NULL, NULL);
+        if (!g_needs_python) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    if (PyModule_AddObjectRef(m, "NeedsPython", g_needs_python) < 0 ||
+        PyModule_AddIntConstant(m, "HW_CRC32C", HAVE_HW_CRC ? g_hw_crc : 0) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
