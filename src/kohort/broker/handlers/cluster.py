@@ -1,0 +1,25 @@
+"""DescribeCluster (API key 60), v0-v2 (KIP-700): this node as the only broker and the controller.
+A request for controller endpoints (endpoint_type 2, KIP-919) is UNSUPPORTED_ENDPOINT_TYPE: this
+broker has no separate controller listener."""
+from __future__ import annotations
+
+from kohort.broker.handlers import handles
+from kohort.errors import ErrorCode
+from kohort.protocol.messages.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
+
+ENDPOINT_BROKER = 1
+
+
+@handles(DescribeClusterRequest, "0-2")
+def handle_describe_cluster(ctx, req):
+    b = ctx.broker
+    if req.endpoint_type != ENDPOINT_BROKER:
+        return DescribeClusterResponse(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                                       error_message="only broker endpoints are served",
+                                       endpoint_type=req.endpoint_type, cluster_id=b.cluster_id,
+                                       controller_id=-1, brokers=[])
+    brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
+                                                             rack=None, is_fenced=False)]
+    return DescribeClusterResponse(throttle_time_ms=0, error_code=0, error_message=None,
+                                   endpoint_type=ENDPOINT_BROKER, cluster_id=b.cluster_id,
+                                   controller_id=b.node_id, brokers=brokers)

@@ -1,0 +1,163 @@
+"""DescribeConfigs (32) v0-v4, AlterConfigs (33) v0-v2, IncrementalAlterConfigs (44) v0-v1.
+
+Topics (resource type 2) describe and alter their configs in kohort.storage; the broker (type 4,
+named by its node id or "" for the cluster default) is described from its static .properties and
+cannot be altered at run time (INVALID_REQUEST). DescribeConfigs gives sources (v1+), synonyms when
+asked (v1+), config types and documentation when asked (v3+); v0 gets is_default instead.
+IncrementalAlterConfigs (KIP-339) supports SET, DELETE, and APPEND/SUBTRACT on list configs
+(cleanup.policy); AlterConfigs replaces all of a topic's overrides. validate_only checks without
+changing anything. Config errors are INVALID_CONFIG with the reason.
+"""
+from __future__ import annotations
+
+from kohort.broker.handlers import handles
+from kohort.broker.topic_configs import (LIST, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC,
+                                         TOPIC_CONFIG_INFO, broker_config_entries, topic_config_entries)
+from kohort.errors import ErrorCode
+from kohort.protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
+from kohort.protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
+from kohort.protocol.messages.incremental_alter_configs import (IncrementalAlterConfigsRequest,
+                                                                IncrementalAlterConfigsResponse)
+from kohort.storage import LogConfig, StorageError
+
+Result = DescribeConfigsResponse.DescribeConfigsResult
+Entry = Result.DescribeConfigsResourceResult
+Synonym = Entry.DescribeConfigsSynonym
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _broker_name_ok(broker, name: str) -> bool:
+    return name == "" or name == str(broker.node_id)
+
+
+@handles(DescribeConfigsRequest, "0-4")
+def handle_describe_configs(ctx, req):
+    broker, v = ctx.broker, ctx.api_version
+    results = []
+    for r in req.resources:
+        base = dict(resource_type=r.resource_type, resource_name=r.resource_name, configs=[])
+        if r.resource_type == RESOURCE_TOPIC:
+            try:
+                entries = topic_config_entries(broker, r.resource_name)
+            except StorageError as e:
+                results.append(Result(error_code=e.error_code, error_message=str(e), **base))
+                continue
+            read_only = False
+        elif r.resource_type == RESOURCE_BROKER:
+            if not _broker_name_ok(broker, r.resource_name):
+                results.append(Result(error_code=ErrorCode.INVALID_REQUEST,
+                                      error_message=f"unexpected broker id {r.resource_name!r}", **base))
+                continue
+            entries = broker_config_entries(broker)
+            read_only = True
+        elif r.resource_type == RESOURCE_BROKER_LOGGER:
+            results.append(Result(error_code=0, error_message=None, **base))
+            continue
+        else:
+            results.append(Result(error_code=ErrorCode.INVALID_REQUEST,
+                                  error_message=f"unsupported resource type {r.resource_type}", **base))
+            continue
+        keys = None if r.configuration_keys is None else set(r.configuration_keys)
+        configs = []
+        for name, value, source, synonyms, ctype, doc in entries:
+            if keys is not None and name not in keys:
+                continue
+            configs.append(Entry(
+                name=name, value=value, read_only=read_only, config_source=source,
+                is_default=source == 5, is_sensitive=False,
+                synonyms=[Synonym(name=n, value=val, source=s) for n, val, s in synonyms]
+                if req.include_synonyms else [],
+                config_type=ctype, documentation=(doc or None) if req.include_documentation else None))
+        results.append(Result(error_code=0, error_message=None, **{**base, "configs": configs}))
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+def _alter(broker, resource_type, name, changes_fn, validate_only, incremental):
+    """-> (error_code, message). changes_fn(current LogConfig) -> dict of overrides changes."""
+    if resource_type == RESOURCE_BROKER:
+        return ErrorCode.INVALID_REQUEST, "broker configs are static in kohort; set them in --config"
+    if resource_type != RESOURCE_TOPIC:
+        return ErrorCode.INVALID_REQUEST, f"unsupported resource type {resource_type}"
+    storage = broker.storage
+    try:
+        info = storage.topic(name)
+        changes = changes_fn(info.config)
+        if incremental:
+            merged = dict(info.config.overrides)
+            for k, val in changes.items():
+                if val is None:
+                    merged.pop(k, None)
+                else:
+                    merged[k] = val
+        else:
+            merged = dict(changes)
+        LogConfig.from_overrides({**storage.topic_defaults, **merged})
+        if not validate_only:
+            storage.alter_configs(name, changes, incremental=incremental)
+    except StorageError as e:
+        return e.error_code, str(e)
+    except _ConfigError as e:
+        return ErrorCode.INVALID_CONFIG, str(e)
+    return ErrorCode.NONE, None
+
+
+class _ConfigError(Exception):
+    pass
+
+
+def _list_op(current: str, value: str | None, op: int) -> str:
+    have = [x for x in current.split(",") if x]
+    items = [x.strip() for x in (value or "").split(",") if x.strip()]
+    if op == APPEND:
+        return ",".join(have + [x for x in items if x not in have])
+    return ",".join(x for x in have if x not in items)
+
+
+@handles(IncrementalAlterConfigsRequest, "0-1")
+def handle_incremental_alter_configs(ctx, req):
+    R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+    out = []
+    for r in req.resources:
+        def changes_fn(cfg, r=r):
+            ch = {}
+            for c in r.configs:
+                if c.name in ch:
+                    raise _ConfigError(f"config {c.name} appears twice")
+                if c.name not in TOPIC_CONFIG_INFO:
+                    raise _ConfigError(f"unknown topic config {c.name!r}")
+                if c.config_operation == SET:
+                    ch[c.name] = c.value
+                elif c.config_operation == DELETE:
+                    ch[c.name] = None
+                elif c.config_operation in (APPEND, SUBTRACT):
+                    if TOPIC_CONFIG_INFO[c.name][1] != LIST:
+                        raise _ConfigError(f"{c.name} is not a list config; APPEND/SUBTRACT do not apply")
+                    ch[c.name] = _list_op(str(cfg.get(c.name)), c.value, c.config_operation) or None
+                else:
+                    raise _ConfigError(f"unknown config operation {c.config_operation}")
+            return ch
+        code, msg = _alter(ctx.broker, r.resource_type, r.resource_name, changes_fn, req.validate_only, True)
+        out.append(R(error_code=code, error_message=msg, resource_type=r.resource_type,
+                     resource_name=r.resource_name))
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=out)
+
+
+@handles(AlterConfigsRequest, "0-2")
+def handle_alter_configs(ctx, req):
+    R = AlterConfigsResponse.AlterConfigsResourceResponse
+    out = []
+    for r in req.resources:
+        def changes_fn(cfg, r=r):
+            ch = {}
+            for c in r.configs:
+                if c.name in ch:
+                    raise _ConfigError(f"config {c.name} appears twice")
+                if c.name not in TOPIC_CONFIG_INFO:
+                    raise _ConfigError(f"unknown topic config {c.name!r}")
+                ch[c.name] = c.value
+            return ch
+        code, msg = _alter(ctx.broker, r.resource_type, r.resource_name, changes_fn, req.validate_only, False)
+        out.append(R(error_code=code, error_message=msg, resource_type=r.resource_type,
+                     resource_name=r.resource_name))
+    return AlterConfigsResponse(throttle_time_ms=0, responses=out)
