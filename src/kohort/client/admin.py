@@ -1,0 +1,579 @@
+"""The admin client: topics, partitions, configs, cluster, consumer groups and their offsets.
+
+What lives here: `Admin(config)` (role "admin" of `kohort.client.config`), blocking calls built on
+`kohort.client.network.NetworkClient`:
+
+* topics: `list_topics`, `create_topics`, `delete_topics`, `create_partitions`, `describe_topics`
+  (CreateTopics/DeleteTopics/CreatePartitions go to the controller named by Metadata, as Kafka needs);
+* cluster: `describe_cluster` (DescribeCluster when the broker has it, else Metadata);
+* configs: `describe_configs`, `alter_configs` (IncrementalAlterConfigs, KIP-339);
+* groups: `list_groups`, `describe_groups` (members with their decoded consumer-protocol assignments),
+  `delete_groups`, `list_group_offsets` (OffsetFetch), `alter_group_offsets` (OffsetCommit as an
+  admin: generation -1, empty member id — the broker only takes it while the group has no members),
+  `reset_group_offsets` (earliest, latest, by timestamp, to an offset, shift-by; only on inactive groups,
+  as kafka-consumer-groups.sh), `group_lag` (committed vs log-end offset per partition);
+* `list_offsets` (earliest / latest / by timestamp per partition, to each partition's leader).
+
+Group requests go to the group's coordinator (FindCoordinator), retried on NOT_COORDINATOR /
+COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE. Every wait is bounded by
+`default.api.timeout.ms` (or a `timeout` argument); an unreachable cluster is one clear error.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import NamedTuple
+
+from kohort.client.config import load_config, parse_bootstrap
+from kohort.client.network import NetworkClient, Versioned
+from kohort.errors import (
+    ErrorCode,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    KohortError,
+    for_code,
+)
+from kohort.protocol.consumer_protocol import decode_assignment
+from kohort.protocol.messages.create_partitions import CreatePartitionsRequest
+from kohort.protocol.messages.create_topics import CreateTopicsRequest
+from kohort.protocol.messages.delete_groups import DeleteGroupsRequest
+from kohort.protocol.messages.delete_topics import DeleteTopicsRequest
+from kohort.protocol.messages.describe_cluster import DescribeClusterRequest
+from kohort.protocol.messages.describe_configs import DescribeConfigsRequest
+from kohort.protocol.messages.describe_groups import DescribeGroupsRequest
+from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest
+from kohort.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
+from kohort.protocol.messages.list_groups import ListGroupsRequest
+from kohort.protocol.messages.list_offsets import ListOffsetsRequest
+from kohort.protocol.messages.metadata import MetadataRequest
+from kohort.protocol.messages.offset_commit import OffsetCommitRequest
+from kohort.protocol.messages.offset_fetch import OffsetFetchRequest
+from kohort.structs import OffsetAndMetadata, TopicPartition
+
+EARLIEST = -2          # ListOffsets special timestamps
+LATEST = -1
+RESOURCE_TOPIC = 2     # DescribeConfigs resource types
+RESOURCE_BROKER = 4
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3   # IncrementalAlterConfigs (KIP-339)
+_COORDINATOR_RETRY = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                      ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+INACTIVE_STATES = ("Empty", "Dead")
+
+
+class PartitionInfo(NamedTuple):
+    partition: int
+    leader: int
+    replicas: list
+    isr: list
+    error_code: int = 0
+
+
+class TopicDescription(NamedTuple):
+    name: str
+    partitions: list          # [PartitionInfo]
+    is_internal: bool = False
+    topic_id: str | None = None
+
+
+class BrokerInfo(NamedTuple):
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class ClusterDescription(NamedTuple):
+    cluster_id: str | None
+    controller_id: int
+    brokers: list             # [BrokerInfo]
+
+
+class GroupListing(NamedTuple):
+    group_id: str
+    protocol_type: str
+    state: str                # "" when the broker does not report states (ListGroups < v4)
+
+
+class MemberDescription(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: list          # [TopicPartition] (decoded for protocol type "consumer")
+
+
+class GroupDescription(NamedTuple):
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list             # [MemberDescription]
+    coordinator: int
+
+
+class LagRow(NamedTuple):
+    """One line of `kafka-consumer-groups.sh --describe`."""
+    group: str
+    topic: str
+    partition: int
+    current_offset: int | None    # committed offset (None: nothing committed)
+    log_end_offset: int
+    lag: int | None
+    member_id: str | None
+    host: str | None
+    client_id: str | None
+
+
+class Admin:
+    """Blocking admin operations against a Kafka(-compatible) cluster."""
+
+    def __init__(self, config=None, **overrides):
+        cfg = dict(config or {})
+        cfg.update({k.replace("_", "."): v for k, v in overrides.items()})
+        self.config = load_config("admin", cfg)
+        self.bootstrap = [f"{h}:{p}" for h, p in parse_bootstrap(self.config["bootstrap.servers"])]
+        self.timeout = self.config["default.api.timeout.ms"] / 1000.0
+        self.nc = NetworkClient(self.config, role="admin", name="kohort-admin-io")
+        self._conn_errors: list[str] = []
+        self._ever_ok = False
+        self.nc.add_disconnect_listener(self._on_disconnect)
+
+    def close(self) -> None:
+        self.nc.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    def _on_disconnect(self, node_id, err) -> None:
+        self._conn_errors.append(str(err))
+        del self._conn_errors[:-6]
+
+    def _call(self, node_id, request, timeout: float | None = None, max_version: int | None = None):
+        t = self.timeout if timeout is None else timeout
+        start = time.monotonic()
+        fut = self.nc.send(node_id, request, timeout_ms=int(t * 1000), max_version=max_version)
+        try:
+            resp = fut.result(t + 1.0)
+        except (KafkaTimeoutError, KafkaConnectionError, FutureTimeout) as e:
+            if not self._ever_ok:
+                raise KafkaConnectionError(_unreachable(self.bootstrap, self._conn_errors or [str(e) or
+                                                        "no answer"], time.monotonic() - start)) from None
+            if isinstance(e, FutureTimeout):
+                raise KafkaTimeoutError(f"no answer within {t:.1f}s") from None
+            raise
+        self._ever_ok = True
+        return resp
+
+    def _metadata(self, topics=None, timeout=None):
+        """Metadata for `topics` (None: every topic)."""
+        def build(v):
+            if topics is None:
+                tl = None if v >= 1 else []
+            else:
+                tl = [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+            return MetadataRequest(topics=tl, allow_auto_topic_creation=False)
+        return self._call(None, Versioned(MetadataRequest.API_KEY, build), timeout, max_version=12)
+
+    def _controller(self, timeout=None) -> int:
+        md = self._metadata([], timeout)
+        self._refresh_brokers(md)
+        cid = md.controller_id
+        return cid if cid is not None and cid >= 0 and any(b.node_id == cid for b in md.brokers) else None
+
+    def _coordinator(self, group: str, timeout=None) -> int:
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            def build(v):
+                if v >= 4:
+                    return FindCoordinatorRequest(key_type=0, coordinator_keys=[group])
+                return FindCoordinatorRequest(key=group, key_type=0)
+            resp = self._call(None, Versioned(FindCoordinatorRequest.API_KEY, build), timeout)
+            if resp.coordinators:
+                c = resp.coordinators[0]
+                code, node, host, port = c.error_code, c.node_id, c.host, c.port
+            else:
+                code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+            if code == 0:
+                brokers = self.nc.brokers
+                if brokers.get(node) != (host, port):
+                    brokers[node] = (host, port)
+                    self.nc.update_brokers(brokers)
+                return node
+            if code in _COORDINATOR_RETRY and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            raise for_code(code)(f"FindCoordinator for group {group!r}")
+
+    def _refresh_brokers(self, md) -> None:
+        brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
+        if brokers and brokers != self.nc.brokers:
+            self.nc.update_brokers(brokers)
+
+    def _group_call(self, group: str, build, timeout=None, check=None):
+        """Send a group request to the coordinator, retrying while the coordinator moves or loads."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            node = self._coordinator(group, timeout)
+            resp = self._call(node, build, timeout)
+            code = check(resp) if check else 0
+            if code in _COORDINATOR_RETRY and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            return node, resp
+
+    # -- topics ----------------------------------------------------------------------------------------
+    def list_topics(self, include_internal: bool = False, timeout=None) -> list[str]:
+        md = self._metadata(None, timeout)
+        self._refresh_brokers(md)
+        return sorted(t.name for t in md.topics if not t.error_code and (include_internal or not t.is_internal))
+
+    def describe_topics(self, topics=None, timeout=None) -> list[TopicDescription]:
+        """Describe `topics` (None: all). A missing topic raises UnknownTopicOrPartitionError naming it."""
+        md = self._metadata(None if topics is None else list(topics), timeout)
+        self._refresh_brokers(md)
+        out = []
+        for t in md.topics:
+            if t.error_code:
+                raise for_code(t.error_code)(f"topic {t.name!r}")
+            if topics is None and t.is_internal:
+                continue
+            parts = sorted((PartitionInfo(p.partition_index, p.leader_id, list(p.replica_nodes),
+                                          list(p.isr_nodes), p.error_code) for p in t.partitions))
+            tid = str(t.topic_id) if getattr(t, "topic_id", None) is not None else None
+            out.append(TopicDescription(t.name, parts, bool(t.is_internal), tid))
+        return sorted(out)
+
+    def create_topics(self, topics, num_partitions: int = 1, replication_factor: int = -1,
+                      configs: dict | None = None, validate_only: bool = False, timeout=None) -> dict:
+        """Create topics: `topics` is names or {name: num_partitions} or {name: dict(num_partitions=,
+        replication_factor=, configs=)}. Returns {name: None | KafkaError}; raises nothing per topic."""
+        specs = []
+        items = topics.items() if isinstance(topics, dict) else ((n, None) for n in topics)
+        for name, spec in items:
+            if isinstance(spec, int):
+                spec = {"num_partitions": spec}
+            spec = spec or {}
+            np_ = spec.get("num_partitions", num_partitions)
+            rf = spec.get("replication_factor", replication_factor)
+            cf = spec.get("configs", configs) or {}
+            if not isinstance(name, str) or not name:
+                raise KohortError(f"topic name must be a non-empty string, got {name!r}")
+            if np_ != -1 and np_ < 1:
+                raise KohortError(f"topic {name!r}: num_partitions must be >= 1, got {np_}")
+            CT = CreateTopicsRequest.CreatableTopic
+            specs.append(CT(name=name, num_partitions=np_, replication_factor=rf, assignments=[],
+                            configs=[CT.CreatableTopicConfig(name=k, value=str(v)) for k, v in cf.items()]))
+        t = self.timeout if timeout is None else timeout
+        req = CreateTopicsRequest(topics=specs, timeout_ms=int(t * 1000), validate_only=validate_only)
+        resp = self._call(self._controller(timeout), req, timeout)
+        return {r.name: (for_code(r.error_code)(r.error_message or f"topic {r.name!r}") if r.error_code else None)
+                for r in resp.topics}
+
+    def delete_topics(self, topics, timeout=None) -> dict:
+        names = list(topics)
+        t = self.timeout if timeout is None else timeout
+
+        def build(v):
+            if v >= 6:
+                return DeleteTopicsRequest(topics=[DeleteTopicsRequest.DeleteTopicState(name=n) for n in names],
+                                           timeout_ms=int(t * 1000))
+            return DeleteTopicsRequest(topic_names=names, timeout_ms=int(t * 1000))
+        resp = self._call(self._controller(timeout), Versioned(DeleteTopicsRequest.API_KEY, build), timeout)
+        return {r.name: (for_code(r.error_code)(r.error_message or f"topic {r.name!r}") if r.error_code else None)
+                for r in resp.responses}
+
+    def create_partitions(self, new_totals: dict, validate_only: bool = False, timeout=None) -> dict:
+        """Grow topics to {name: new total partition count}."""
+        t = self.timeout if timeout is None else timeout
+        CPT = CreatePartitionsRequest.CreatePartitionsTopic
+        req = CreatePartitionsRequest(topics=[CPT(name=n, count=c, assignments=None) for n, c in new_totals.items()],
+                                      timeout_ms=int(t * 1000), validate_only=validate_only)
+        resp = self._call(self._controller(timeout), req, timeout)
+        return {r.name: (for_code(r.error_code)(r.error_message or f"topic {r.name!r}") if r.error_code else None)
+                for r in resp.results}
+
+    # -- cluster and configs ---------------------------------------------------------------------------
+    def describe_cluster(self, timeout=None) -> ClusterDescription:
+        md = self._metadata([], timeout)
+        self._refresh_brokers(md)
+        return ClusterDescription(md.cluster_id, md.controller_id,
+                                  sorted(BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in md.brokers))
+
+    def describe_configs(self, resources, timeout=None) -> dict:
+        """resources: [(RESOURCE_TOPIC | RESOURCE_BROKER | "topic" | "broker", name)] ->
+        {(type, name): {config name: (value, read_only, is_default/source, is_sensitive)}}."""
+        rs = [(_rtype(rt), str(n)) for rt, n in resources]
+        DR = DescribeConfigsRequest.DescribeConfigsResource
+        req = DescribeConfigsRequest(resources=[DR(resource_type=rt, resource_name=n, configuration_keys=None)
+                                                for rt, n in rs])
+        resp = self._call(None, req, timeout)
+        out = {}
+        for r in resp.results:
+            if r.error_code:
+                raise for_code(r.error_code)(r.error_message or f"resource {r.resource_name!r}")
+            out[(r.resource_type, r.resource_name)] = {
+                c.name: ConfigEntry(c.value, c.read_only, c.config_source, c.is_sensitive) for c in r.configs}
+        return out
+
+    def alter_configs(self, resource, changes: dict, validate_only: bool = False, timeout=None) -> None:
+        """Incrementally set (value) or delete (None) configs of one (type, name) resource (KIP-339)."""
+        rt, name = _rtype(resource[0]), str(resource[1])
+        AR = IncrementalAlterConfigsRequest.AlterConfigsResource
+        req = IncrementalAlterConfigsRequest(resources=[AR(resource_type=rt, resource_name=name, configs=[
+            AR.AlterableConfig(name=k, config_operation=OP_DELETE if v is None else OP_SET,
+                               value=None if v is None else str(v)) for k, v in changes.items()])],
+            validate_only=validate_only)
+        resp = self._call(None, req, timeout)
+        for r in resp.responses:
+            if r.error_code:
+                raise for_code(r.error_code)(r.error_message or f"resource {r.resource_name!r}")
+
+    # -- groups ----------------------------------------------------------------------------------------
+    def list_groups(self, timeout=None) -> list[GroupListing]:
+        """Every group on every broker (ListGroups goes to each broker, as Kafka's admin does)."""
+        md = self._metadata([], timeout)
+        self._refresh_brokers(md)
+        seen = {}
+        for b in md.brokers:
+            resp = self._call(b.node_id, ListGroupsRequest(states_filter=[], types_filter=[]), timeout)
+            if resp.error_code and resp.error_code not in _COORDINATOR_RETRY:
+                raise for_code(resp.error_code)(f"ListGroups on broker {b.node_id}")
+            for g in resp.groups:
+                seen[g.group_id] = GroupListing(g.group_id, g.protocol_type or "", g.group_state or "")
+        return sorted(seen.values())
+
+    def describe_groups(self, groups, timeout=None) -> list[GroupDescription]:
+        out = []
+        for g in groups:
+            node, resp = self._group_call(g, DescribeGroupsRequest(groups=[g]), timeout,
+                                          check=lambda r: r.groups[0].error_code if r.groups else 0)
+            d = resp.groups[0]
+            if d.error_code:
+                raise for_code(d.error_code)(f"group {g!r}")
+            members = []
+            for m in d.members:
+                assignment = []
+                if d.protocol_type == "consumer" and m.member_assignment:
+                    try:
+                        a = decode_assignment(m.member_assignment)
+                        assignment = sorted(TopicPartition(t.topic, p) for t in a.assigned_partitions
+                                            for p in t.partitions)
+                    except KohortError:
+                        assignment = []
+                members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id,
+                                                 m.client_host, assignment))
+            out.append(GroupDescription(d.group_id, d.group_state, d.protocol_type, d.protocol_data,
+                                        sorted(members), node))
+        return out
+
+    def delete_groups(self, groups, timeout=None) -> dict:
+        out = {}
+        for g in groups:
+            _, resp = self._group_call(g, DeleteGroupsRequest(groups_names=[g]), timeout,
+                                       check=lambda r: r.results[0].error_code if r.results else 0)
+            code = resp.results[0].error_code if resp.results else 0
+            out[g] = for_code(code)(f"group {g!r}") if code else None
+        return out
+
+    def list_group_offsets(self, group: str, partitions=None, timeout=None) -> dict:
+        """{TopicPartition: OffsetAndMetadata} committed by `group` (all its partitions if None)."""
+        by_topic = None
+        if partitions is not None:
+            by_topic = {}
+            for tp in partitions:
+                by_topic.setdefault(tp[0], []).append(tp[1])
+
+        def build(v):
+            if v >= 8:
+                G = OffsetFetchRequest.Group
+                topics = None if by_topic is None else [G.Topics(name=t, partition_indexes=ps)
+                                                        for t, ps in by_topic.items()]
+                return OffsetFetchRequest(groups=[G(group_id=group, topics=topics)], require_stable=False)
+            T = OffsetFetchRequest.Topic
+            topics = None if by_topic is None else [T(name=t, partition_indexes=ps) for t, ps in by_topic.items()]
+            return OffsetFetchRequest(group_id=group, topics=topics, require_stable=False)
+
+        def code_of(r):
+            if r.groups:
+                return r.groups[0].error_code
+            return r.error_code or 0
+        _, resp = self._group_call(group, Versioned(OffsetFetchRequest.API_KEY, build), timeout,
+                                   check=code_of)
+        code = code_of(resp)
+        if code:
+            raise for_code(code)(f"OffsetFetch for group {group!r}")
+        topics = resp.groups[0].topics if resp.groups else resp.topics
+        out = {}
+        for t in topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise for_code(p.error_code)(f"group {group!r} {t.name}[{p.partition_index}]")
+                if p.committed_offset >= 0:
+                    le = p.committed_leader_epoch
+                    out[TopicPartition(t.name, p.partition_index)] = OffsetAndMetadata(
+                        p.committed_offset, p.metadata, le if le is not None and le >= 0 else None)
+        return out
+
+    def alter_group_offsets(self, group: str, offsets: dict, timeout=None) -> None:
+        """Commit {TopicPartition: offset} for an inactive group (generation -1, no member id)."""
+        by_topic: dict[str, list] = {}
+        for tp, off in offsets.items():
+            o = off.offset if isinstance(off, OffsetAndMetadata) else int(off)
+            if o < 0:
+                raise KohortError(f"offset for {tp[0]}[{tp[1]}] must be >= 0, got {o}")
+            by_topic.setdefault(tp[0], []).append((tp[1], o))
+        T = OffsetCommitRequest.Topic
+        req = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                                  group_instance_id=None, topics=[
+                                      T(name=t, partitions=[T.Partition(partition_index=p, committed_offset=o,
+                                                                        committed_metadata="")
+                                                            for p, o in ps])
+                                      for t, ps in by_topic.items()])
+
+        def first_code(r):
+            for t in r.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        return p.error_code
+            return 0
+        _, resp = self._group_call(group, req, timeout, check=first_code)
+        code = first_code(resp)
+        if code == ErrorCode.UNKNOWN_MEMBER_ID or code == ErrorCode.ILLEGAL_GENERATION or \
+                code == ErrorCode.REBALANCE_IN_PROGRESS:
+            raise for_code(code)(f"group {group!r} has active members; stop its consumers first")
+        if code:
+            raise for_code(code)(f"OffsetCommit for group {group!r}")
+
+    def list_offsets(self, specs: dict, timeout=None) -> dict:
+        """{TopicPartition: EARLIEST | LATEST | timestamp_ms} -> {TopicPartition: offset} from the leaders
+        (offset -1 when no record has a timestamp >= the one asked)."""
+        topics = sorted({tp[0] for tp in specs})
+        md = self._metadata(topics, timeout)
+        self._refresh_brokers(md)
+        leaders = {}
+        for t in md.topics:
+            if t.error_code:
+                raise for_code(t.error_code)(f"topic {t.name!r}")
+            for p in t.partitions:
+                leaders[(t.name, p.partition_index)] = p.leader_id
+        by_node: dict[int, dict] = {}
+        for tp, ts in specs.items():
+            tp = TopicPartition(*tp)
+            if tp not in leaders:
+                raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{tp.topic}[{tp.partition}]")
+            by_node.setdefault(leaders[tp], {}).setdefault(tp.topic, []).append((tp.partition, ts))
+        out = {}
+        for node, topics_ in by_node.items():
+            LT = ListOffsetsRequest.ListOffsetsTopic
+            req = ListOffsetsRequest(replica_id=-1, isolation_level=0, timeout_ms=30000, topics=[
+                LT(name=t, partitions=[LT.ListOffsetsPartition(partition_index=p, timestamp=ts) for p, ts in ps])
+                for t, ps in topics_.items()])
+            resp = self._call(node, req, timeout)
+            for t in resp.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise for_code(p.error_code)(f"ListOffsets {t.name}[{p.partition_index}]")
+                    off = p.offset
+                    if p.old_style_offsets:
+                        off = p.old_style_offsets[0]
+                    out[TopicPartition(t.name, p.partition_index)] = off
+        return out
+
+    def group_lag(self, group: str, timeout=None) -> list[LagRow]:
+        """Per partition: committed offset, log end offset, lag and the owning member (if any)."""
+        desc = self.describe_groups([group], timeout)[0]
+        owner = {}
+        for m in desc.members:
+            for tp in m.assignment:
+                owner[tp] = m
+        committed = self.list_group_offsets(group, None, timeout)
+        tps = sorted(set(committed) | set(owner))
+        ends = self.list_offsets({tp: LATEST for tp in tps}, timeout) if tps else {}
+        rows = []
+        for tp in tps:
+            c = committed.get(tp)
+            end = ends.get(tp, -1)
+            cur = c.offset if c is not None else None
+            m = owner.get(tp)
+            rows.append(LagRow(group, tp.topic, tp.partition, cur, end,
+                               None if cur is None else max(0, end - cur),
+                               m.member_id if m else None, m.client_host if m else None,
+                               m.client_id if m else None))
+        return rows
+
+    def plan_reset_offsets(self, group: str, partitions, *, to: str, value=None, timeout=None) -> dict:
+        """The new offset of each partition for a reset: to in ("earliest", "latest", "datetime"/"timestamp"
+        (value = ms), "offset" (value), "shift-by" (value, may be negative), "current"). Offsets are
+        clamped into [log start, log end] as kafka-consumer-groups.sh does. Returns {tp: (old, new)}."""
+        tps = sorted(TopicPartition(*tp) for tp in partitions)
+        if not tps:
+            raise KohortError(f"no partitions to reset for group {group!r}")
+        committed = self.list_group_offsets(group, tps, timeout)
+        earliest = self.list_offsets({tp: EARLIEST for tp in tps}, timeout)
+        latest = self.list_offsets({tp: LATEST for tp in tps}, timeout)
+        if to in ("timestamp", "datetime"):
+            by_ts = self.list_offsets({tp: int(value) for tp in tps}, timeout)
+        plan = {}
+        for tp in tps:
+            old = committed[tp].offset if tp in committed else None
+            lo, hi = earliest[tp], latest[tp]
+            if to == "earliest":
+                new = lo
+            elif to == "latest":
+                new = hi
+            elif to in ("timestamp", "datetime"):
+                new = by_ts[tp] if by_ts[tp] >= 0 else hi
+            elif to == "offset":
+                new = int(value)
+            elif to == "shift-by":
+                new = (old if old is not None else hi) + int(value)
+            elif to == "current":
+                new = old if old is not None else hi
+            else:
+                raise KohortError(f"unknown reset target {to!r}; one of earliest, latest, timestamp, "
+                                  f"offset, shift-by, current")
+            plan[tp] = (old, min(max(new, lo), hi))
+        return plan
+
+    def reset_group_offsets(self, group: str, partitions, *, to: str, value=None, dry_run: bool = False,
+                            timeout=None) -> dict:
+        """Plan and (unless dry_run) commit a reset; refuses while the group has members."""
+        state = self.describe_groups([group], timeout)[0].state
+        if state not in INACTIVE_STATES and not dry_run:
+            raise KohortError(f"group {group!r} is {state}: offsets can only be reset while the group is "
+                              f"inactive (no members); stop its consumers first")
+        plan = self.plan_reset_offsets(group, partitions, to=to, value=value, timeout=timeout)
+        if not dry_run:
+            self.alter_group_offsets(group, {tp: new for tp, (_, new) in plan.items()}, timeout)
+        return plan
+
+
+class ConfigEntry(NamedTuple):
+    value: str | None
+    read_only: bool
+    source: int
+    is_sensitive: bool
+
+
+def _rtype(rt) -> int:
+    if isinstance(rt, int):
+        return rt
+    m = {"topic": RESOURCE_TOPIC, "broker": RESOURCE_BROKER}
+    if rt not in m:
+        raise KohortError(f"unknown config resource type {rt!r}; use 'topic' or 'broker'")
+    return m[rt]
+
+
+def _unreachable(addresses, errors, elapsed_s: float) -> str:
+    tried = ", ".join(addresses)
+    why = "; ".join(dict.fromkeys(errors))
+    return (f"cannot reach any Kafka broker at {tried} ({why}) after {elapsed_s:.1f}s; check "
+            f"-b/--bootstrap-server (or $KOHORT_BOOTSTRAP) and that the broker is running")
+
+
+__all__ = ["Admin", "BrokerInfo", "ClusterDescription", "ConfigEntry", "EARLIEST", "GroupDescription",
+           "GroupListing", "LATEST", "LagRow", "MemberDescription", "PartitionInfo", "TopicDescription"]
