@@ -436,23 +436,27 @@ def test_static_rejoin_append_failure_restores_old_member_id():
     assert h.heartbeat("g", 1, m2, "i2") == 0
 
 
-def test_static_rejoin_changing_protocol_triggers_rebalance_and_in_completing_always():
+def test_static_rejoin_changing_selected_protocol_rebalances_and_in_completing_always():
+    both = (("range", b"m"), ("sticky", b"m"))
     h = Harness()
-    m1, m2 = _static_stable(h)
-    h.join(group_instance_id="i2", client_id="b", protocols=(("range", b"changed"),))
-    # same protocol selected ("range") -> no rebalance even with new metadata bytes
-    assert h.group().state == S.STABLE
-    h2 = Harness()
-    _static_stable(h2)
-    h2.join(group_instance_id="i2", client_id="b", protocols=(("range", b"m"), ("sticky", b"m")))
-    assert h2.group().state == S.STABLE
+    r1 = h.join(group_instance_id="i1", client_id="a", protocols=both)
+    r2 = h.join(group_instance_id="i2", client_id="b", protocols=both)
+    h.advance(200)
+    m1, m2 = h.result(r1).member_id, h.result(r2).member_id
+    assert h.result(r1).protocol_name == "range"
+    h.sync("g", 1, m2)
+    h.sync("g", 1, m1, [(m1, b"x"), (m2, b"y")])
+    h.join(group_instance_id="i2", client_id="b", protocols=(("range", b"changed"), ("sticky", b"m")))
+    assert h.group().state == S.STABLE          # "range" still selected: no rebalance
+    h.join(group_instance_id="i2", client_id="b", protocols=(("sticky", b"m"),))
+    assert h.group().state == S.PREPARING_REBALANCE
     h3 = Harness()
     r1 = h3.join(group_instance_id="i1", client_id="a")
     h3.advance(200)
     assert h3.group().state == S.COMPLETING_REBALANCE
-    rj = h3.join(group_instance_id="i1", client_id="a")        # KAFKA-9801
-    assert h3.group().state in (S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE)
-    assert h3.result(rj).generation_id == 2
+    rj = h3.join(group_instance_id="i1", client_id="a")        # KAFKA-9801: always rebalance
+    assert h3.result(r1).generation_id == 1 and h3.result(rj).member_id != h3.result(r1).member_id
+    assert h3.group().state == S.COMPLETING_REBALANCE and h3.result(rj).generation_id == 2
 
 
 def test_fenced_instance_id_and_unknown_instance():
@@ -684,11 +688,13 @@ def test_offset_delete():
         {("t", 0): C.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): 0, ("u", 5): 0}
     assert h.fetch("g") == {("t", 0): 1}
     assert delete("nope", {"t": [0]}).error_code == C.GROUP_ID_NOT_FOUND
+    # a consumer-protocol group without a subscription decoder: subscriptions unknown, deletable
     h2 = Harness()
-    stable_pair(h2)
+    a, _ = stable_pair(h2)
+    h2.commit("g", {("t", 0): 1}, 1, a)
     rr = h2.reply()
     h2.apply(h2.c.offset_delete(OffsetDeleteParams("g", (("t", (0,)),)), h2.now, rr))
-    assert h2.result(rr).error_code == C.NON_EMPTY_GROUP or h2.group().protocol_type == "consumer"
+    assert h2.result(rr).error_code == 0 and h2.fetch("g") == {}
 
 
 def test_offset_delete_non_consumer_protocol_group_is_non_empty():
@@ -872,3 +878,210 @@ def test_coordinator_modules_are_pure():
             for n in names:
                 assert n.split(".")[0] not in banned, f"{path.name} imports {n}"
         assert ast.get_docstring(tree), f"{path.name} has no header docstring"
+
+
+# ---------------------------------------------------------------- hypothesis state machine
+from hypothesis import HealthCheck, settings, strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule  # noqa: E402
+
+PARTITIONS = 6
+CLIENTS = ["d0", "d1", "d2", "s0"]          # s0 is a static member (group.instance.id "i-s0")
+
+
+class _Client:
+    def __init__(self, name):
+        self.name = name
+        self.instance = "i-" + name if name.startswith("s") else None
+        self.member_id = ""
+        self.generation = -1
+        self.members: tuple = ()           # the member list when this client led a generation
+        self.joins: list[int] = []
+        self.syncs: list[tuple[int, int]] = []
+        self.synced_generation = -1
+        self.rejoin = True
+
+    @property
+    def owner(self):
+        return self.instance or self.member_id
+
+
+class CoordinatorMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.h = Harness(CoordinatorConfig(group_max_size=3), auto_store=False)
+        self.clients = {n: _Client(n) for n in CLIENTS}
+        self.owned: dict[int, dict[int, str]] = {}     # generation -> partition -> owner
+        self.max_generation = 0
+        self.commits: list[tuple[int, int, bool]] = []   # (reply, generation, legit at request)
+        self.seen: set[int] = set()
+
+    # -- response processing ----------------------------------------------------------------
+    def _process(self):
+        for c in self.clients.values():
+            for r in list(c.joins):
+                res = self.h.result(r)
+                if res is None:
+                    continue
+                c.joins.remove(r)
+                c.rejoin = res.error_code != 0
+                if res.error_code == C.MEMBER_ID_REQUIRED:
+                    c.member_id = res.member_id
+                elif res.error_code == 0:
+                    c.member_id, c.generation = res.member_id, res.generation_id
+                    self.max_generation = max(self.max_generation, res.generation_id)
+                    c.members = tuple(m.member_id for m in res.members) if not res.skip_assignment else ()
+                elif res.error_code in (C.UNKNOWN_MEMBER_ID, C.FENCED_INSTANCE_ID,
+                                        C.GROUP_MAX_SIZE_REACHED):
+                    c.member_id, c.generation = "", -1
+            for r, gen in list(c.syncs):
+                res = self.h.result(r)
+                if res is None:
+                    continue
+                c.syncs.remove((r, gen))
+                if res.error_code != 0:
+                    c.rejoin = True
+                if res.error_code == 0 and gen == c.generation:
+                    c.synced_generation = gen
+                    parts = [int(x) for x in res.assignment.decode().split(",") if x]
+                    table = self.owned.setdefault(gen, {})
+                    for p in parts:
+                        assert table.setdefault(p, c.owner) == c.owner, \
+                            f"partition {p} given to {table[p]} and {c.owner} in generation {gen}"
+        for r, gen, legit in self.commits:
+            res = self.h.result(r)
+            if res is not None and r not in self.seen:
+                self.seen.add(r)
+                ok = all(p.error_code == 0 for _, ps in res.topics for p in ps)
+                if ok:
+                    assert legit, f"commit of generation {gen} accepted from a fenced member"
+
+    # -- rules --------------------------------------------------------------------------------
+    @rule(name=st.sampled_from(CLIENTS), version=st.sampled_from([3, 5, 9]))
+    def join(self, name, version):
+        c = self.clients[name]
+        kw = {"group_instance_id": c.instance} if c.instance else {}
+        c.joins.append(self.h.join("g", c.member_id, client_id=name, api_version=version,
+                                   session_timeout_ms=10_000, rebalance_timeout_ms=20_000, **kw))
+        self._process()
+
+    @rule(name=st.sampled_from(CLIENTS), stale=st.sampled_from([0, 0, 1]))
+    def sync(self, name, stale=0):
+        c = self.clients[name]
+        assignments = ()
+        if c.members and c.members[0:1] and c.member_id in c.members:
+            n = len(c.members)       # rotate with the generation so owners change every time
+            assignments = tuple(
+                (m, ",".join(str(p) for p in range(PARTITIONS) if (p + c.generation) % n == i).encode())
+                for i, m in enumerate(c.members))
+        gen = c.generation - stale       # a zombie from an older generation, sometimes
+        r = self.h.sync("g", gen, c.member_id, assignments, group_instance_id=c.instance)
+        c.syncs.append((r, gen))
+        self._process()
+
+    @rule(name=st.sampled_from(CLIENTS))
+    def heartbeat(self, name):
+        c = self.clients[name]
+        code = self.h.heartbeat("g", c.generation, c.member_id, c.instance)
+        if code in (C.UNKNOWN_MEMBER_ID, C.FENCED_INSTANCE_ID):
+            c.member_id, c.generation = "", -1
+        if code:
+            c.rejoin = True
+        self._process()
+
+    @rule(name=st.sampled_from(CLIENTS), zombie=st.booleans())
+    def act(self, name, zombie=False):
+        """What a well-behaved consumer would do next (drives the group through generations)."""
+        c = self.clients[name]
+        if c.joins or c.syncs:
+            self.heartbeat(name)
+        elif c.rejoin or c.generation < 0:
+            self.join(name, 9)
+        elif c.synced_generation != c.generation:
+            self.sync(name)
+        elif zombie:                      # replay the previous generation's SyncGroup / commit
+            if c.generation > 1:
+                self.sync(name, stale=1)
+                c.generation -= 1
+                self.commit(name, False)
+                c.generation += 1
+        else:
+            self.commit(name, False)
+
+    @rule(ms=st.sampled_from([0, 250, 2_000]))
+    def tick(self, ms):
+        """Every client takes its next step, storage catches up, time moves on."""
+        for name in CLIENTS:
+            self.act(name)
+        self.h.store_all()
+        self._process()
+        self.advance(ms)
+
+    @precondition(lambda self: bool(self.h.appends))
+    @rule()
+    def store_all(self):
+        self.h.store_all()
+        self._process()
+
+    @rule(name=st.sampled_from(CLIENTS))
+    def leave(self, name):
+        c = self.clients[name]
+        self.h.leave("g", LeaveMember(c.member_id, c.instance))
+        c.member_id, c.generation, c.members = "", -1, ()
+        self._process()
+
+    @rule(name=st.sampled_from(CLIENTS), simple=st.booleans())
+    def commit(self, name, simple):
+        c = self.clients[name]
+        g = self.h.group("g")
+        gen, mid, inst = (-1, "", None) if simple else (c.generation, c.member_id, c.instance)
+        if gen < 0 and (g is None or g.state == S.EMPTY):
+            legit = True        # simple / admin commit to an empty (or new) group
+        else:
+            legit = (g is not None and mid in g.members and gen == g.generation_id
+                     and gen == self.max_generation
+                     and (inst is None or g.static_members.get(inst) == mid))
+        r = self.h.commit("g", {("t", 0): 1}, gen, mid, inst)
+        self.commits.append((r, c.generation, legit))
+        self._process()
+
+    @rule(ms=st.sampled_from([0, 100, 250, 250, 1_000, 3_000, 6_000, 11_000, 25_000, 400_000]))
+    def advance(self, ms):
+        self.h.advance(ms)
+        self._process()
+
+    @precondition(lambda self: bool(self.h.appends))
+    @rule(fail=st.sampled_from([0, 0, 0, C.NOT_LEADER_OR_FOLLOWER, C.REQUEST_TIMED_OUT]))
+    def store(self, fail):
+        self.h.store_next(fail)
+        self._process()
+
+    @rule()
+    def expire(self):
+        self.h.apply(self.h.c.expire_offsets(self.h.now))
+        self._process()
+
+    @invariant()
+    def answered_at_most_once(self):
+        assert all(len(v) <= 1 for v in self.h.responses.values())
+
+    @invariant()
+    def group_is_consistent(self):
+        g = self.h.group("g")
+        if g is None:
+            return
+        assert (g.leader_id is None) == (not g.members)
+        assert g.leader_id is None or g.leader_id in g.members
+        assert set(g.static_members.values()) <= set(g.members)
+        assert not (set(g.pending_members) & set(g.members))
+        assert g.pending_sync <= set(g.members)
+        if g.state == S.EMPTY:
+            assert not g.members
+        if g.state in (S.STABLE, S.COMPLETING_REBALANCE):
+            assert g.members and g.protocol_name == "range"
+        assert g.num_awaiting_join() <= 3       # group.max.size bounds the members awaiting join
+
+
+CoordinatorMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=60, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+TestCoordinatorMachine = CoordinatorMachine.TestCase

@@ -252,6 +252,9 @@ class GroupCoordinator:
         if not self._accept_joining_member(group, p.member_id):
             if group.has_member(p.member_id):
                 self._drop_member(group, p.member_id, inner)
+            elif group.is_pending_member(p.member_id):
+                group.remove(p.member_id)
+                self._disarm(inner, heartbeat_key(group.group_id, p.member_id))
             self._respond(inner, reply_to, JoinResult(C.GROUP_MAX_SIZE_REACHED, ""))
         elif is_unknown:
             self._join_new_member(group, p, now_ms, reply_to, inner)
