@@ -258,6 +258,8 @@ typedef struct {
     PyObject *src_view;        /* memoryview of src for decompress (created lazily) */
     int check_crc;
     PyObject *max_size;        /* int, borrowed */
+    PyObject *last_ts_obj;     /* the last timestamp made, and its value */
+    int64_t last_ts;
 } sink_t;
 
 typedef struct {               /* one record's raw fields */
@@ -345,8 +347,18 @@ static int emit(sink_t *s, rec_t *r)
     r->headers = NULL;
     if (!h && !(h = PyList_New(0)))
         return -1;
-    if (!(o = PyLong_FromLongLong(r->offset)) || !(t = PyLong_FromLongLong(r->timestamp)))
+    if (!(o = PyLong_FromLongLong(r->offset)))
         goto err;
+    /* ints are immutable: records of one millisecond (and all of a LogAppendTime batch) share
+     * one timestamp object */
+    if (s->last_ts_obj && s->last_ts == r->timestamp) {
+        t = Py_NewRef(s->last_ts_obj);
+    } else {
+        if (!(t = PyLong_FromLongLong(r->timestamp)))
+            goto err;
+        Py_XSETREF(s->last_ts_obj, Py_NewRef(t));
+        s->last_ts = r->timestamp;
+    }
     if (r->key) {
         if (!(k = PyBytes_FromStringAndSize((const char *)r->key, r->key_len)))
             goto err;
@@ -794,6 +806,7 @@ static void sink_free(sink_t *s)
     Py_XDECREF(s->headers);
     Py_XDECREF(s->src_bytes);
     Py_XDECREF(s->src_view);
+    Py_XDECREF(s->last_ts_obj);
 }
 
 static int run(sink_t *s, PyObject *buf)

@@ -560,7 +560,7 @@ def decode_records_list(buf, check_crc: bool = False, max_size: int = DEFAULT_MA
     if _use_ext:
         try:
             return _ext.decode_fetch(buf, check_crc, max_size, min_offset, max_offset,
-                                     record_factory, prefix if record_factory is not None else None)
+                                     record_factory, prefix)
         except _NeedsPython:
             pass
     return _py_decode_records_list(buf, check_crc, max_size, min_offset, max_offset,
