@@ -10,15 +10,15 @@ import pathlib
 import pytest
 
 from kohort.broker.coordinator import (
-    CommitPartition, CoordinatorConfig, GroupCoordinator, GroupRecord, GroupState, JoinParams,
-    LeaveMember, OffsetDeleteParams, OffsetRecord, heartbeat_key, initial_delay_key, map_append_error,
+    CommitPartition, CoordinatorConfig, GroupRecord, GroupState, LeaveMember, OffsetDeleteParams,
+    OffsetFetchParams, OffsetRecord, heartbeat_key, initial_delay_key, map_append_error,
 )
 from kohort.broker.coordinator import codes as C
 from kohort.protocol.consumer_protocol import (
     ConsumerProtocolSubscription, decode_subscription, encode_subscription,
 )
 
-from .coordinator_harness import PROTOCOLS, Harness
+from .coordinator_harness import Harness
 
 S = GroupState
 
@@ -817,6 +817,43 @@ def test_loaded_group_over_max_size_rebalances():
         h2.c.replay(rec)
     h2.apply(h2.c.on_loaded(h2.now))
     assert h2.group().state == S.PREPARING_REBALANCE
+
+
+def test_every_operation_while_loading():
+    h = Harness(loading=True)
+    L = C.COORDINATOR_LOAD_IN_PROGRESS
+    assert h.result(h.join()).error_code == L
+    assert h.result(h.sync("g", 1, "m")).error_code == L
+    assert h.result(h.leave("g", "m")).error_code == L
+    assert h.commit_errors(h.commit("g", {("t", 0): 1})) == {("t", 0): L}
+    r = h.reply(); h.apply(h.c.offset_fetch(OffsetFetchParams("g"), h.now, r))
+    assert h.result(r).error_code == L
+    r = h.reply(); h.apply(h.c.describe_groups(["g"], h.now, r))
+    assert h.result(r).groups[0].error_code == L
+    r = h.reply(); h.apply(h.c.delete_groups(["g"], h.now, r))
+    assert dict(h.result(r).results) == {"g": L}
+    r = h.reply(); h.apply(h.c.offset_delete(OffsetDeleteParams("g", ()), h.now, r))
+    assert h.result(r).error_code == L
+    assert not h.c.expire_offsets(h.now)
+
+
+def test_group_max_size_rejection_drops_pending_member():
+    h = Harness(CoordinatorConfig(group_max_size=1))
+    r, a = h.join_single(client_id="a")
+    h.advance(200)
+    h.sync("g", 1, a, [(a, b"")])
+    r0 = h.join(client_id="b")
+    assert h.result(r0).error_code == C.GROUP_MAX_SIZE_REACHED   # Stable and full: no id at all
+    h2 = Harness(CoordinatorConfig(group_max_size=1))
+    a = h2.result(h2.join(client_id="a")).member_id
+    b = h2.result(h2.join(client_id="b")).member_id          # Empty accepts: b is pending too
+    assert h2.group().pending_members == {a, b}
+    h2.join(member_id=a, client_id="a")                      # PreparingRebalance, 1 awaiting = full
+    rb = h2.join(member_id=b, client_id="b")
+    assert (h2.result(rb).error_code, h2.result(rb).member_id) == (C.GROUP_MAX_SIZE_REACHED, "")
+    assert not h2.group().pending_members and heartbeat_key("g", b) not in h2.timers
+    h2.advance(200)                                          # nobody pending: the join completes
+    assert h2.group().state == S.COMPLETING_REBALANCE
 
 
 def test_unload_answers_parked_requests_not_coordinator():
