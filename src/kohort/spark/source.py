@@ -1,0 +1,461 @@
+"""The `kohort` Spark data source: batch and streaming readers over Kafka-compatible brokers.
+
+* `KohortDataSource` -- `format("kohort")`: schema, reader, streamReader, writer, streamWriter.
+* `KohortBatchReader` -- plans [startingOffsets, endingOffsets) on the driver (ListOffsets), splits by
+  minPartitions / maxRecordsPerPartition, reads ranges on executors.
+* `KohortStreamReader` -- offsets as ``{"offsets": {topic: {"p": n}}, "topic_ids": {...}}`` in the
+  Spark checkpoint; admission control through `latestOffset(start, limit)` (maxOffsetsPerTrigger as
+  `ReadMaxRows`, minOffsetsPerTrigger + maxTriggerDelay by our own gate), Trigger.AvailableNow, and
+  with `kafka.group.id` a simple OffsetCommit of every finished batch's end offsets in `commit(end)`.
+* `read_range(...)` -- the executor side: explicit-assignment fetches from the leader (no group
+  membership), decoded straight into Arrow columns (`kohort.spark.arrow.ColumnBuilder`).
+
+Data loss (see planning.check_partition) is classified on the driver before a batch is planned and on
+the executor when a fetch finds its offset gone; under failOnDataLoss=true real loss fails the query
+with the classified message, otherwise the message is logged and reading resumes where data exists.
+Compaction holes and transaction markers inside a range are not loss.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from kohort.errors import ConfigError, KafkaError, KohortError, for_code
+from kohort.spark import planning as P
+from kohort.spark.arrow import ColumnBuilder, schema_ddl
+from kohort.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, parse_source_options
+
+log = logging.getLogger("kohort.spark")
+
+ROWS_PER_ARROW_BATCH = 16384
+OFFSET_OUT_OF_RANGE = 1
+
+
+class DataLossError(KohortError):
+    """Records the query should have read are gone (failOnDataLoss=true)."""
+
+
+@dataclass(frozen=True)
+class RangePartition(InputPartition):
+    """One Spark partition: offsets [from_offset, until_offset) of one topic-partition."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+
+
+# -- executor side -------------------------------------------------------------------------------------
+_CLUSTERS: dict = {}
+
+
+def _executor_cluster(config: dict):
+    """A Cluster per client config, kept for the life of a (reused) Python worker."""
+    from kohort.spark.wire import Cluster
+    key = tuple(sorted(config.items()))
+    c = _CLUSTERS.get(key)
+    if c is None:
+        c = _CLUSTERS[key] = Cluster(config)
+    return c
+
+
+def read_range(opts: SourceOptions, part: RangePartition, cluster=None, now=time.monotonic,
+               sleep=time.sleep):
+    """Yield pyarrow.RecordBatches of the records of `part` (offsets in [from, until))."""
+    cfg = opts.client_config
+    cluster = cluster or _executor_cluster(cfg)
+    tp = (part.topic, part.partition)
+    iso = 1 if cfg.get("isolation.level") == "read_committed" else 0
+    builder = ColumnBuilder(part.topic, part.partition, opts.include_headers, read_committed=bool(iso))
+    max_bytes = int(cfg.get("max.partition.fetch.bytes", 8 << 20))
+    pos, until = part.from_offset, part.until_offset
+    deadline = now() + opts.poll_timeout_ms / 1000.0
+    rows = 0
+    while pos < until:
+        try:
+            pd = cluster.fetch(tp, pos, max_bytes=max_bytes, max_wait_ms=500, isolation_level=iso)
+        except KafkaError as e:
+            if not e.retriable or now() > deadline:
+                raise
+            sleep(0.2)
+            cluster.refresh([part.topic])
+            continue
+        except OSError:
+            if now() > deadline:
+                raise
+            sleep(0.2)
+            continue
+        if pd.error_code == OFFSET_OUT_OF_RANGE:
+            bounds = cluster.offset_bounds([tp], iso).get(tp)
+            loss = P.check_partition(tp, pos, *(bounds or (None, None)), None, None)
+            if loss is None:          # raced with a leader change; try again
+                sleep(0.1)
+                continue
+            if opts.fail_on_data_loss:
+                raise DataLossError(loss.message + " (set failOnDataLoss=false to skip lost ranges)")
+            log.warning("kohort: %s; continuing", loss.message)
+            if loss.resume_at is None or loss.resume_at >= until:
+                break
+            pos = max(pos, loss.resume_at)
+            continue
+        if pd.error_code:
+            err = for_code(pd.error_code)(f"Fetch {tp[0]}-{tp[1]} at {pos}")
+            if not err.retriable or now() > deadline:
+                raise err
+            sleep(0.2)
+            cluster.refresh([part.topic])
+            continue
+        records = pd.records
+        nxt = builder.add_payload(records or b"", pos, until, pd.aborted_transactions and
+                                  [(a.producer_id, a.first_offset) for a in pd.aborted_transactions] or ())
+        if nxt is None:
+            if records and len(records) >= max_bytes:
+                max_bytes *= 2        # one batch larger than the fetch size: ask for more
+                continue
+            if pd.high_watermark <= pos or not records:
+                # nothing at pos yet: the range was planned past what the broker now has
+                if now() > deadline:
+                    loss = P.check_partition(tp, until, pd.log_start_offset, pd.high_watermark, None, None)
+                    msg = (loss.message if loss else
+                           f"offsets {pos}..{until - 1} of {tp[0]}-{tp[1]} never became readable")
+                    if opts.fail_on_data_loss:
+                        raise DataLossError(msg)
+                    log.warning("kohort: %s; continuing", msg)
+                    break
+                sleep(0.05)
+            continue
+        if nxt <= pos:
+            raise KohortError(f"fetch of {tp[0]}-{tp[1]} at {pos} made no progress")
+        pos = nxt
+        deadline = now() + opts.poll_timeout_ms / 1000.0
+        if len(builder) >= ROWS_PER_ARROW_BATCH:
+            rows += len(builder)
+            yield builder.to_record_batch()
+    if len(builder) or rows == 0:
+        yield builder.to_record_batch()
+
+
+# -- driver side: resolving offsets -------------------------------------------------------------------
+class _Driver:
+    """Shared driver-side logic of the batch and stream readers (not pickled: the cluster is dropped)."""
+
+    def __init__(self, opts: SourceOptions):
+        self.opts = opts
+        self._cluster = None
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d["_cluster"] = None
+        return d
+
+    @property
+    def cluster(self):
+        if self._cluster is None:
+            from kohort.spark.wire import Cluster
+            self._cluster = Cluster(self.opts.client_config)
+        return self._cluster
+
+    @property
+    def isolation(self) -> int:
+        return 1 if self.opts.client_config.get("isolation.level") == "read_committed" else 0
+
+    def _retry(self, fn):
+        n = self.opts.fetch_offset_num_retries
+        for i in range(n + 1):
+            try:
+                return fn()
+            except (KafkaError, OSError) as e:
+                if i == n or (isinstance(e, KafkaError) and not e.retriable):
+                    raise
+                time.sleep(self.opts.fetch_offset_retry_interval_ms / 1000.0)
+                if self._cluster is not None:
+                    self._cluster.close()
+
+    def topic_partitions(self) -> list[tuple]:
+        """The partitions the query reads now (assign / subscribe / subscribePattern)."""
+        o = self.opts
+        c = self.cluster
+        if o.strategy == "assign":
+            known = c.partitions_of(sorted({t for t, _ in o.assign}))
+            return [tp for tp in o.assign if tp[1] in known.get(tp[0], [])]
+        if o.strategy == "subscribe":
+            topics = o.topics
+        else:
+            rx = re.compile(o.pattern)
+            topics = [t for t in c.all_topics() if rx.fullmatch(t)]
+        parts = c.partitions_of(topics)
+        return sorted((t, p) for t, ps in parts.items() for p in ps)
+
+    def bounds(self, tps) -> dict:
+        return self._retry(lambda: self.cluster.offset_bounds(tps, self.isolation))
+
+    def resolve(self, spec: OffsetSpec, tps: list, bounds: dict, starting: bool) -> dict:
+        """{tp: offset} for a starting/ending spec over `tps` (bounds = {tp: (earliest, latest)})."""
+        kind = spec.kind
+        if kind == "earliest":
+            return {tp: bounds[tp][0] for tp in tps}
+        if kind == "latest":
+            return {tp: bounds[tp][1] for tp in tps}
+        if kind == "group":
+            group = self.opts.group_id
+            got = self._retry(lambda: self.cluster.committed_offsets(group, tps))
+            out = {}
+            for tp in tps:
+                lo, hi = bounds[tp]
+                out[tp] = min(max(got[tp], lo), hi) if tp in got else lo
+            return out
+        if kind == "offsets":
+            missing = [tp for tp in tps if tp not in spec.offsets]
+            unknown = [tp for tp in spec.offsets if tp not in bounds]
+            which = "startingOffsets" if starting else "endingOffsets"
+            if unknown:
+                raise ConfigError(f"{which} names partitions that do not exist or are not read: "
+                                  + ", ".join(f"{t}-{p}" for t, p in sorted(unknown)))
+            if missing:
+                raise ConfigError(f"{which} must give an offset for every partition read; missing "
+                                  + ", ".join(f"{t}-{p}" for t, p in missing))
+            out = {}
+            for tp in tps:
+                v = spec.offsets[tp]
+                out[tp] = bounds[tp][0] if v == EARLIEST else bounds[tp][1] if v == LATEST else v
+            return out
+        # timestamps
+        ts = {tp: spec.timestamp if kind == "timestamp" else spec.offsets.get(tp) for tp in tps}
+        if kind == "timestamps":
+            missing = [tp for tp in tps if ts[tp] is None]
+            if missing:
+                raise ConfigError("offsets by timestamp must name every partition read; missing "
+                                  + ", ".join(f"{t}-{p}" for t, p in missing))
+        found = self._retry(lambda: self.cluster.list_offsets(ts, self.isolation))
+        out = {}
+        for tp in tps:
+            off = found.get(tp, (-1, -1))[0]
+            if off < 0:
+                if starting and self.opts.starting_by_timestamp_strategy == "error":
+                    raise KohortError(f"no record of {tp[0]}-{tp[1]} has a timestamp >= {ts[tp]} "
+                                      "(set startingOffsetsByTimestampStrategy=latest to start at the end)")
+                off = bounds[tp][1]
+            out[tp] = off
+        return out
+
+    def topic_ids(self, tps) -> dict:
+        ids = self.cluster.topic_ids
+        return {t: ids[t] for t, _ in tps if t in ids}
+
+
+# -- batch --------------------------------------------------------------------------------------------
+class KohortBatchReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions):
+        self.opts = opts
+        self.driver = _Driver(opts)
+
+    def plan(self) -> list[P.OffsetRange]:
+        d = self.driver
+        try:
+            tps = d.topic_partitions()
+            if not tps:
+                raise KohortError("no partitions to read: " + (
+                    f"topics {', '.join(self.opts.topics)} do not exist" if self.opts.topics else
+                    "nothing matches the subscription"))
+            bounds = d.bounds(tps)
+            start = d.resolve(self.opts.starting_for(batch=True), tps, bounds, starting=True)
+            end = d.resolve(self.opts.ending_for_batch(), tps, bounds, starting=False)
+        finally:
+            if d._cluster is not None:
+                d._cluster.close()
+                d._cluster = None
+        for tp in tps:
+            if end[tp] < start[tp]:
+                raise KohortError(f"{tp[0]}-{tp[1]}: ending offset {end[tp]} is before starting offset {start[tp]}")
+            lo = bounds[tp][0]
+            if start[tp] < lo:
+                msg = (f"records {start[tp]}..{lo - 1} of {tp[0]}-{tp[1]} were deleted by retention "
+                       f"(earliest offset now {lo})")
+                if self.opts.fail_on_data_loss:
+                    raise DataLossError(msg + " (set failOnDataLoss=false to skip them)")
+                log.warning("kohort: %s; reading from %d", msg, lo)
+                start[tp] = lo
+        return P.split_ranges(P.plan_ranges(start, end), self.opts.min_partitions,
+                              self.opts.max_records_per_partition)
+
+    def partitions(self):
+        ranges = self.plan()
+        parts = [RangePartition(r.topic, r.partition, r.from_offset, r.until_offset) for r in ranges]
+        return parts or [RangePartition("", -1, 0, 0)]
+
+    def read(self, partition: RangePartition):
+        if partition.partition < 0 or partition.until_offset <= partition.from_offset:
+            from kohort.spark.arrow import arrow_schema
+            import pyarrow as pa
+            yield pa.RecordBatch.from_pylist([], schema=arrow_schema(self.opts.include_headers))
+            return
+        yield from read_range(self.opts, partition)
+
+
+# -- streaming ----------------------------------------------------------------------------------------
+class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: SourceOptions, clock=time.time):
+        self.opts = opts
+        self.driver = _Driver(opts)
+        self._clock = clock
+        self._gate = (P.TriggerGate(opts.min_offsets_per_trigger, opts.max_trigger_delay_ms,
+                                    int(clock() * 1000)) if opts.min_offsets_per_trigger else None)
+        self._latest: dict | None = None
+        self._target: dict | None = None          # Trigger.AvailableNow
+        self._committed: dict | None = None
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d["_clock"] = None
+        return d
+
+    # offsets ------------------------------------------------------------------------------------------
+    def initialOffset(self) -> dict:
+        d = self.driver
+        tps = d.topic_partitions()
+        bounds = d.bounds(tps)
+        start = d.resolve(self.opts.starting_for(batch=False), tps, bounds, starting=True)
+        return P.encode_offsets(start, d.topic_ids(tps))
+
+    def getDefaultReadLimit(self):
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        d = self.driver
+        tps = d.topic_partitions()
+        self._target = {tp: b[1] for tp, b in d.bounds(tps).items()}
+
+    def _check_loss(self, start: dict, start_ids: dict, bounds: dict, cur_ids: dict) -> dict:
+        """Data-loss classification for every partition of `start`; returns {tp: resume offset}
+        for partitions to move (failOnDataLoss=false), raises DataLossError otherwise."""
+        moves = {}
+        for tp, off in start.items():
+            b = bounds.get(tp)
+            loss = P.check_partition(tp, off, b[0] if b else None, b[1] if b else None,
+                                     start_ids.get(tp[0]), cur_ids.get(tp[0]))
+            if loss is None:
+                continue
+            if self.opts.fail_on_data_loss:
+                raise DataLossError(loss.message + " (set failOnDataLoss=false to continue past it)")
+            log.warning("kohort: %s; continuing", loss.message)
+            moves[tp] = loss.resume_at
+        return moves
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        d = self.driver
+        start_offsets, start_ids = P.decode_offsets(start)
+        tps = d.topic_partitions()
+        current = set(tps)
+        bounds = d.bounds(sorted(current | set(start_offsets)))
+        cur_ids = d.topic_ids(tps)
+        moves = self._check_loss(start_offsets, start_ids, bounds, cur_ids)
+        base = {}
+        for tp in tps:
+            if tp not in bounds:
+                continue
+            if tp in moves:
+                base[tp] = moves[tp]
+            elif tp in start_offsets:
+                base[tp] = start_offsets[tp]
+            else:
+                base[tp] = bounds[tp][0]          # a new partition starts at its earliest offset
+        latest = {tp: bounds[tp][1] for tp in base}
+        if self._target is not None:
+            latest = {tp: min(v, self._target.get(tp, base[tp])) if tp in self._target else base[tp]
+                      for tp, v in latest.items()}
+        latest = {tp: max(v, base[tp]) for tp, v in latest.items()}
+        self._latest = latest
+        end = latest
+        if not isinstance(limit, ReadAllAvailable) and self._target is None:
+            if self.opts.max_offsets_per_trigger:
+                end = P.apportion(base, latest, self.opts.max_offsets_per_trigger)
+            if self._gate is not None:
+                if not self._gate.admit(P.total_lag(base, end), int(self._clock() * 1000)):
+                    return start
+        if end == start_offsets and set(cur_ids.items()) >= set(start_ids.items()):
+            return start
+        return P.encode_offsets(end, cur_ids)
+
+    def reportLatestOffset(self):
+        if self._latest is None:
+            return None
+        return P.encode_offsets(self._latest, self.driver.topic_ids(list(self._latest)))
+
+    def partitions(self, start: dict, end: dict):
+        s, _ = P.decode_offsets(start)
+        e, _ = P.decode_offsets(end)
+        missing = [tp for tp in e if tp not in s]
+        if missing:
+            bounds = self.driver.bounds(missing)
+            for tp in missing:
+                s[tp] = bounds[tp][0] if tp in bounds else e[tp]
+        for tp in e:
+            if s[tp] > e[tp]:          # the end was moved back past a loss we decided to skip
+                s[tp] = e[tp]
+        ranges = P.split_ranges(P.plan_ranges({tp: s[tp] for tp in e}, e), self.opts.min_partitions,
+                                self.opts.max_records_per_partition)
+        return [RangePartition(r.topic, r.partition, r.from_offset, r.until_offset) for r in ranges]
+
+    def read(self, partition: RangePartition):
+        yield from read_range(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        group = self.opts.group_id
+        if not group:
+            return
+        offsets, _ = P.decode_offsets(end)
+        try:
+            self.driver.cluster.commit_offsets(group, offsets, metadata="kohort-spark")
+            self._committed = offsets
+        except (KafkaError, OSError) as e:      # commits only report progress; never fail the query
+            log.warning("kohort: committing offsets of group %s failed: %s", group, e)
+            if self.driver._cluster is not None:
+                self.driver._cluster.close()
+
+    def stop(self) -> None:
+        if self.driver._cluster is not None:
+            self.driver._cluster.close()
+
+
+# -- the data source ---------------------------------------------------------------------------------------
+class KohortDataSource(DataSource):
+    """format("kohort"): spark-sql-kafka's options and schema over kohort's client."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kohort"
+
+    def schema(self):
+        from kohort.spark.options import _bool
+        return schema_ddl(_bool({k.lower(): v for k, v in dict(self.options).items()},
+                                "includeHeaders", False))
+
+    def reader(self, schema):
+        return KohortBatchReader(parse_source_options(self.options, batch=True))
+
+    def streamReader(self, schema):
+        return KohortStreamReader(parse_source_options(self.options, batch=False))
+
+    def writer(self, schema, overwrite: bool):
+        from kohort.spark.sink import KohortBatchWriter
+        from kohort.spark.options import parse_sink_options
+        return KohortBatchWriter(parse_sink_options(self.options), schema)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from kohort.spark.sink import KohortStreamWriter
+        from kohort.spark.options import parse_sink_options
+        return KohortStreamWriter(parse_sink_options(self.options), schema)
