@@ -237,6 +237,8 @@ class Admin:
         self._refresh_brokers(md)
         out = []
         for t in md.topics:
+            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise for_code(t.error_code)(f"topic {t.name!r} does not exist (see: kohort topics list)")
             if t.error_code:
                 raise for_code(t.error_code)(f"topic {t.name!r}")
             if topics is None and t.is_internal:

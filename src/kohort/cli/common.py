@@ -1,0 +1,152 @@
+"""Shared pieces of the `kohort` subcommands: connection options, aligned tables, progress bars, --json.
+
+* `add_connection_args(parser)`: `-b/--bootstrap-server` (default $KOHORT_BOOTSTRAP or localhost:9092),
+  `-X key=value` (any Kafka client setting, as kcat), `--timeout SECONDS`, `--json`.
+* `client_config(args, extra)` → the dict for Producer/Admin/Consumer.
+* `table(headers, rows)` → text with columns aligned (numbers right-aligned), "-" for None.
+* `Progress`: a one-line progress bar on stderr when it is a terminal (`--progress` forces it),
+  redrawn at most 10 times a second; silent otherwise.
+* `print_json(obj)`: one JSON document on stdout (named tuples become objects).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from kohort.errors import KohortError
+
+DEFAULT_BOOTSTRAP = "localhost:9092"
+
+
+def default_bootstrap() -> str:
+    return os.environ.get("KOHORT_BOOTSTRAP") or DEFAULT_BOOTSTRAP
+
+
+def add_connection_args(p, timeout: float = 30.0) -> None:
+    p.add_argument("-b", "--bootstrap-server", dest="bootstrap", default=None, metavar="HOST:PORT[,...]",
+                   help=f"broker(s) to bootstrap from (default $KOHORT_BOOTSTRAP or {DEFAULT_BOOTSTRAP})")
+    p.add_argument("-X", dest="config", action="append", default=[], metavar="KEY=VALUE",
+                   help="any Kafka client setting, e.g. -X linger.ms=20 (repeatable)")
+    p.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
+                   help=f"give up waiting for the cluster after this long (default {timeout:g})")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
+
+
+def parse_kv(items, what: str = "-X") -> dict:
+    out = {}
+    for item in items or ():
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise KohortError(f"{what} expects KEY=VALUE, got {item!r}")
+        out[k.strip()] = v
+    return out
+
+
+def client_config(args, extra: dict | None = None) -> dict:
+    cfg = {"bootstrap.servers": args.bootstrap or default_bootstrap(),
+           "client.id": f"kohort-cli-{args.command}"}
+    t_ms = int(args.timeout * 1000)
+    cfg["default.api.timeout.ms"] = t_ms
+    cfg["request.timeout.ms"] = max(1000, min(30000, t_ms))
+    cfg.update(extra or {})
+    cfg.update(parse_kv(args.config))
+    return cfg
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x) for x in v)
+    return str(v)
+
+
+def table(headers, rows) -> str:
+    """Columns aligned; numeric columns right-aligned (as kafka-consumer-groups.sh prints them)."""
+    cells = [[_cell(v) for v in r] for r in rows]
+    widths = [len(h) for h in headers]
+    numeric = [True] * len(headers)
+    for r, raw in zip(cells, rows):
+        for i, c in enumerate(r):
+            widths[i] = max(widths[i], len(c))
+            if raw[i] is not None and not isinstance(raw[i], int):
+                numeric[i] = False
+    lines = []
+    for r in [list(headers)] + cells:
+        parts = [c.rjust(widths[i]) if numeric[i] and r is not headers else c.ljust(widths[i])
+                 for i, c in enumerate(r)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def _jsonable(o):
+    if hasattr(o, "_asdict"):
+        return {k: _jsonable(v) for k, v in o._asdict().items()}
+    if isinstance(o, dict):
+        return {(str(k) if not isinstance(k, str) else k): _jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple, set)):
+        return [_jsonable(v) for v in o]
+    if isinstance(o, (bytes, bytearray)):
+        return o.decode("utf-8", "replace")
+    if isinstance(o, BaseException):
+        return str(o)
+    return o
+
+
+def print_json(obj, out=None) -> None:
+    out = out or sys.stdout
+    out.write(json.dumps(_jsonable(obj), sort_keys=False) + "\n")
+    out.flush()
+
+
+class Progress:
+    """`Progress(total, label)`; `.update(done)`; `.close()`. Draws only on a terminal (or force=True)."""
+
+    def __init__(self, total: int | None, label: str = "", unit: str = "records", force: bool = False,
+                 stream=None):
+        self.stream = stream or sys.stderr
+        self.enabled = force or (hasattr(self.stream, "isatty") and self.stream.isatty())
+        self.total = total
+        self.label = label
+        self.unit = unit
+        self.start = time.monotonic()
+        self._last = 0.0
+        self.done = 0
+        self._drawn = False
+
+    def update(self, done: int, force: bool = False) -> None:
+        self.done = done
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < 0.1:
+            return
+        self._last = now
+        self.stream.write("\r" + self.render(now) + "\x1b[K")
+        self.stream.flush()
+        self._drawn = True
+
+    def render(self, now: float | None = None) -> str:
+        now = time.monotonic() if now is None else now
+        elapsed = max(now - self.start, 1e-9)
+        rate = self.done / elapsed
+        head = f"{self.label} " if self.label else ""
+        if self.total:
+            frac = min(1.0, self.done / self.total)
+            width = 30
+            fill = int(frac * width)
+            bar = "#" * fill + "." * (width - fill)
+            return f"{head}[{bar}] {frac * 100:5.1f}% {self.done}/{self.total} {self.unit} {rate:,.0f}/s"
+        return f"{head}{self.done} {self.unit} {rate:,.0f}/s"
+
+    def close(self) -> None:
+        if self.enabled and self._drawn:
+            self.update(self.done, force=True)
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+__all__ = ["DEFAULT_BOOTSTRAP", "Progress", "add_connection_args", "client_config", "default_bootstrap",
+           "parse_kv", "print_json", "table"]
