@@ -1,0 +1,582 @@
+"""The fetcher: Fetch requests per leader broker, pipelined, decoded on the I/O thread.
+
+For each broker leading some fetchable partition there is at most one Fetch in flight (Kafka's rule,
+and what fetch sessions need). When a response arrives its records are decoded right there on the
+network thread, straight from the response frame, into ConsumerRecord tuples, and the next Fetch for
+that broker goes out at once as long as less than about one response's worth of data per partition
+is waiting -- so the broker is already serving the next batch while the application processes the
+last. poll() hands buffered records out in bulk.
+
+Per partition the fetcher keeps `fetch_offset` (next to request) apart from `position` (next to
+hand out). A seek bumps the partition's seek_epoch; data fetched under an older epoch is dropped.
+
+Incremental fetch sessions (KIP-227): `FetchSession` sends the full partition set first, then only
+partitions whose fetch state changed plus a forgotten list; FETCH_SESSION_ID_NOT_FOUND /
+INVALID_FETCH_SESSION_EPOCH or any failure starts over with a full request.
+
+read_committed (KIP-98): records of aborted transactions are dropped using the response's
+aborted_transactions list and the ABORT markers; the broker stops at the last stable offset.
+Truncation (KIP-320): Fetch v12+ carries last_fetched_epoch and a diverging_epoch in the answer;
+the position then moves back to the divergence point. Offset out of range goes through
+auto.offset.reset (none raises an error naming the partitions).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+
+from kohort.client.consumer.offsets import (
+    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED, NoOffsetForPartitionError, SubscriptionState,
+    list_offsets_request,
+)
+from kohort.client.network import Versioned
+from kohort.errors import KafkaError, for_code
+from kohort.protocol.messages.fetch import FetchRequest
+from kohort.protocol.primitives import ZERO_UUID
+from kohort.protocol.records import (
+    ATTR_CONTROL, ATTR_TRANSACTIONAL, CONTROL_ABORT, iter_any_records, iter_batch_records, iter_batches,
+    parse_control_record, validate_batch,
+)
+from kohort.structs import ConsumerRecord, TopicPartition
+
+log = logging.getLogger("kohort.client.fetcher")
+
+FETCH_KEY = 1
+LIST_OFFSETS_KEY = 2
+OFFSET_OUT_OF_RANGE = 1
+FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_FETCH_SESSION_EPOCH = 71
+_REFRESH_ERRORS = frozenset({3, 5, 6, 56, 74, 75, 78, 100, 103})
+_new = tuple.__new__
+
+
+class FetchSession:
+    """Client side of one incremental fetch session with one broker (KIP-227)."""
+
+    def __init__(self):
+        self.session_id = 0
+        self.epoch = 0                   # 0: next request is full (and asks for a new session)
+        self.sent: dict[TopicPartition, tuple] = {}
+
+    def build(self, wanted: dict[TopicPartition, tuple]) -> tuple[dict, list, dict]:
+        """-> (partitions to send, forgotten partitions, the session view after this request)."""
+        if self.epoch == 0:
+            return dict(wanted), [], dict(wanted)
+        send = {tp: st for tp, st in wanted.items() if self.sent.get(tp) != st}
+        forgotten = [tp for tp in self.sent if tp not in wanted]
+        return send, forgotten, dict(wanted)
+
+    def on_response(self, error_code: int, session_id: int, view: dict) -> None:
+        if error_code in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
+            self.reset()
+            return
+        if self.epoch == 0:
+            if session_id:
+                self.session_id, self.epoch = session_id, 1
+            self.sent = view
+            return
+        self.sent = view
+        self.epoch = 1 if self.epoch >= 0x7FFFFFFF else self.epoch + 1
+
+    def reset(self) -> None:
+        self.session_id, self.epoch, self.sent = 0, 0, {}
+
+
+class _Completed:
+    """Decoded records of one partition from one fetch response, handed out by poll()."""
+
+    __slots__ = ("tp", "records", "index", "next_offset", "next_epoch", "seek_epoch", "nbytes")
+
+    def __init__(self, tp, records, next_offset, next_epoch, seek_epoch, nbytes):
+        self.tp, self.records, self.index = tp, records, 0
+        self.next_offset, self.next_epoch, self.seek_epoch, self.nbytes = next_offset, next_epoch, seek_epoch, nbytes
+
+
+def decode_partition(topic: str, partition: int, data, fetch_offset: int, *, check_crcs: bool = True,
+                     aborted=None, read_committed: bool = False, key_deserializer=None,
+                     value_deserializer=None) -> tuple[list, int, int | None]:
+    """Records at or after `fetch_offset` in a Fetch response's record bytes.
+
+    -> (records, next fetch offset, leader epoch of the last batch read or None)."""
+    d = data if type(data) is bytes else bytes(data)
+    out: list = []
+    next_offset = fetch_offset
+    last_epoch = None
+    if len(d) > 16 and d[16] < 2:
+        for r in iter_any_records(d, check_crcs):
+            if r.offset >= fetch_offset:
+                out.append(_new(ConsumerRecord, (topic, partition, r.offset, r.timestamp, r.timestamp_type,
+                                                 r.key, r.value, r.headers, None)))
+            next_offset = max(next_offset, r.offset + 1)
+        return _deserialize(out, key_deserializer, value_deserializer), next_offset, None
+    aborted_q = deque(sorted(aborted, key=lambda a: a.first_offset)) if read_committed and aborted else None
+    aborted_pids: set = set()
+    append = out.append
+    extend = out.extend
+    for pos, h in iter_batches(d):
+        nxt = h.base_offset + h.last_offset_delta + 1
+        if nxt <= fetch_offset:
+            continue
+        if check_crcs:
+            validate_batch(d, pos)
+        attrs = h.attributes
+        if nxt > next_offset:
+            next_offset = nxt
+        epoch = h.partition_leader_epoch
+        if epoch >= 0:
+            last_epoch = epoch
+        if read_committed:
+            if aborted_q is not None:
+                while aborted_q and aborted_q[0].first_offset <= nxt - 1:
+                    aborted_pids.add(aborted_q.popleft().producer_id)
+            if attrs & ATTR_CONTROL:
+                for rec in iter_batch_records(d, pos, h):
+                    ctype, _ = parse_control_record(rec[2], rec[3])
+                    if ctype == CONTROL_ABORT:
+                        aborted_pids.discard(h.producer_id)
+                continue
+            if attrs & ATTR_TRANSACTIONAL and h.producer_id in aborted_pids:
+                continue
+        elif attrs & ATTR_CONTROL:
+            continue
+        tt = h.timestamp_type
+        ep = epoch if epoch >= 0 else None
+        gen = iter_batch_records(d, pos, h)
+        if h.base_offset >= fetch_offset:
+            extend([_new(ConsumerRecord, (topic, partition, o, ts, tt, k, v, hs, ep)) for o, ts, k, v, hs in gen])
+        else:
+            for o, ts, k, v, hs in gen:
+                if o >= fetch_offset:
+                    append(_new(ConsumerRecord, (topic, partition, o, ts, tt, k, v, hs, ep)))
+    return _deserialize(out, key_deserializer, value_deserializer), next_offset, last_epoch
+
+
+def _deserialize(records: list, kd, vd) -> list:
+    if kd is None and vd is None:
+        return records
+    kd = kd or (lambda b: b)
+    vd = vd or (lambda b: b)
+    return [_new(ConsumerRecord, (r[0], r[1], r[2], r[3], r[4], kd(r[5]), vd(r[6]), r[7], r[8])) for r in records]
+
+
+class Fetcher:
+    """Pipelined fetching for the partitions in a SubscriptionState. See the module docstring."""
+
+    def __init__(self, network, cluster, subs: SubscriptionState, config):
+        self.network = network
+        self.cluster = cluster
+        self.subs = subs
+        self.lock = subs.lock
+        self.max_wait_ms = config["fetch.max.wait.ms"]
+        self.min_bytes = config["fetch.min.bytes"]
+        self.max_bytes = config["fetch.max.bytes"]
+        self.partition_max_bytes = config["max.partition.fetch.bytes"]
+        self.check_crcs = config["check.crcs"]
+        self.read_committed = config["isolation.level"] == "read_committed"
+        self.isolation_level = READ_COMMITTED if self.read_committed else 0
+        self.rack_id = config["client.rack"]
+        self.key_deserializer = config["key.deserializer"]
+        self.value_deserializer = config["value.deserializer"]
+        self.request_timeout_ms = config["request.timeout.ms"]
+        self._buffer: deque[_Completed] = deque()
+        self._buffered_bytes: dict[TopicPartition, int] = {}
+        self._inflight: set[int] = set()
+        self._sessions: dict[int, FetchSession] = {}
+        self._errors: deque[BaseException] = deque()
+        self._cond = threading.Condition(self.lock)
+        self._resetting: set[TopicPartition] = set()
+        self._closed = False
+        self.records_fetched = 0
+
+    # -- sending ------------------------------------------------------------------------------------
+    def send_fetches(self) -> None:
+        """Send a Fetch to every leader with fetchable partitions and no fetch in flight."""
+        if self._closed:
+            return
+        cluster = self.cluster.snapshot
+        by_node: dict[int, dict] = {}
+        with self.lock:
+            limit = self.partition_max_bytes
+            for tp, st in self.subs.partitions.items():
+                if st.paused or st.fetch_offset is None or st.reset_strategy or st.awaiting_validation:
+                    continue
+                if self._buffered_bytes.get(tp, 0) >= limit:
+                    continue
+                info = cluster.partitions.get(tp)
+                if info is None or info.leader < 0:
+                    continue
+                node = info.leader
+                if node in self._inflight:
+                    continue
+                by_node.setdefault(node, {})[tp] = (st.fetch_offset, info.leader_epoch,
+                                                    -1 if st.fetch_epoch is None else st.fetch_epoch,
+                                                    self.partition_max_bytes, st.seek_epoch)
+            for node in by_node:
+                self._inflight.add(node)
+        if not by_node:
+            missing = [tp for tp in self.subs.fetchable() if self.cluster.leader_for(tp) is None]
+            if missing:
+                self.cluster.add_topics({tp[0] for tp in missing})
+                self.cluster.request_update()
+        for node, parts in by_node.items():
+            self._send(node, parts, cluster)
+
+    def _send(self, node: int, parts: dict, snap) -> None:
+        session = self._sessions.setdefault(node, FetchSession())
+        wanted = {tp: v[:4] for tp, v in parts.items()}
+        send, forgotten, view = session.build(wanted)
+        topic_ids = {tp[0]: snap.topic_ids.get(tp[0]) for tp in list(wanted) + forgotten}
+        use_ids = all(tid is not None and tid != ZERO_UUID for tid in topic_ids.values())
+        seek_epochs = {tp: v[4] for tp, v in parts.items()}
+        sid, sep = session.session_id, session.epoch
+
+        def build(version: int) -> FetchRequest:
+            by_topic: dict[str, list] = {}
+            for tp, (off, cur_epoch, last_epoch, mb) in send.items():
+                by_topic.setdefault(tp[0], []).append(FetchRequest.FetchTopic.FetchPartition(
+                    partition=tp[1], current_leader_epoch=cur_epoch, fetch_offset=off,
+                    last_fetched_epoch=last_epoch, partition_max_bytes=mb))
+            topics = [FetchRequest.FetchTopic(topic=t, topic_id=topic_ids.get(t) or ZERO_UUID, partitions=ps)
+                      for t, ps in by_topic.items()]
+            fby: dict[str, list] = {}
+            for t, p in forgotten:
+                fby.setdefault(t, []).append(p)
+            ftopics = [FetchRequest.ForgottenTopic(topic=t, topic_id=topic_ids.get(t) or ZERO_UUID, partitions=ps)
+                       for t, ps in fby.items()]
+            return FetchRequest(max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
+                                isolation_level=self.isolation_level, session_id=sid, session_epoch=sep,
+                                topics=topics, forgotten_topics_data=ftopics, rack_id=self.rack_id)
+
+        fut = self.network.send(node, Versioned(FETCH_KEY, build), max_version=None if use_ids else 12,
+                                timeout_ms=self.request_timeout_ms + self.max_wait_ms)
+        fut.add_done_callback(lambda f: self._on_fetch(node, session, view, seek_epochs, wanted, f))
+
+    # -- receiving (I/O thread) --------------------------------------------------------------------
+    def _on_fetch(self, node, session: FetchSession, view, seek_epochs, wanted, fut: Future) -> None:
+        try:
+            resp = fut.result()
+        except BaseException as e:
+            session.reset()
+            with self.lock:
+                self._inflight.discard(node)
+            log.debug("fetch from broker %s failed: %s", node, e)
+            self.cluster.request_update()
+            return
+        try:
+            self._handle_fetch(node, session, view, seek_epochs, wanted, resp, fut.api_version)
+        except Exception as e:  # a decode failure of one response must not kill the I/O thread
+            log.exception("fetch response from broker %s could not be handled", node)
+            session.reset()
+            with self.lock:
+                self._errors.append(e)
+                self._cond.notify_all()
+        finally:
+            with self.lock:
+                self._inflight.discard(node)
+        self.send_fetches()
+
+    def _handle_fetch(self, node, session, view, seek_epochs, wanted, resp, version) -> None:
+        top = getattr(resp, "error_code", 0)
+        session.on_response(top, getattr(resp, "session_id", 0), view)
+        if top:
+            if top not in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
+                log.warning("fetch from broker %s failed: %s", node, for_code(top).name)
+            return
+        names = None
+        if version >= 13:
+            names = {tid: t for t, tid in self.cluster.snapshot.topic_ids.items()}
+        completed = []
+        refresh = False
+        kd, vd = self.key_deserializer, self.value_deserializer
+        for t in resp.responses:
+            topic = names.get(t.topic_id) if names is not None else t.topic
+            if topic is None:
+                refresh = True
+                continue
+            for p in t.partitions:
+                tp = TopicPartition(topic, p.partition_index)
+                req = wanted.get(tp)
+                if req is None:
+                    continue
+                fetch_offset = req[0]
+                err = p.error_code
+                if err:
+                    self._partition_error(tp, err, fetch_offset, seek_epochs.get(tp))
+                    refresh |= err in _REFRESH_ERRORS
+                    continue
+                de = p.diverging_epoch if version >= 12 else None
+                if de is not None and de.epoch >= 0 and de.end_offset >= 0:
+                    self._truncated(tp, de.epoch, de.end_offset, seek_epochs.get(tp))
+                    continue
+                records = p.records
+                if records is not None and len(records):
+                    recs, nxt, ep = decode_partition(
+                        topic, tp[1], records, fetch_offset, check_crcs=self.check_crcs,
+                        aborted=p.aborted_transactions, read_committed=self.read_committed,
+                        key_deserializer=kd, value_deserializer=vd)
+                    nbytes = len(records)
+                else:
+                    recs, nxt, ep, nbytes = [], fetch_offset, None, 0
+                completed.append((tp, recs, nxt, ep, nbytes, p.high_watermark, p.last_stable_offset,
+                                  p.log_start_offset, seek_epochs.get(tp)))
+                cur = p.current_leader if version >= 12 else None
+                if cur is not None and cur.leader_epoch >= 0:
+                    self.cluster.observe_leader_epoch(tp, cur.leader_epoch)
+        if refresh:
+            self.cluster.request_update()
+        if not completed:
+            return
+        with self.lock:
+            parts = self.subs.partitions
+            added = False
+            for tp, recs, nxt, ep, nbytes, hw, lso, lso_start, seek_epoch in completed:
+                st = parts.get(tp)
+                if st is None or st.seek_epoch != seek_epoch or st.fetch_offset is None:
+                    continue
+                st.high_watermark = hw
+                st.last_stable_offset = lso
+                st.log_start_offset = lso_start
+                if nxt <= st.fetch_offset:
+                    continue
+                st.fetch_offset = nxt
+                if ep is not None:
+                    st.fetch_epoch = ep
+                self._buffer.append(_Completed(tp, recs, nxt, ep, seek_epoch, nbytes))
+                self._buffered_bytes[tp] = self._buffered_bytes.get(tp, 0) + nbytes
+                self.records_fetched += len(recs)
+                added = True
+            if added:
+                self._cond.notify_all()
+
+    def _partition_error(self, tp, err: int, fetch_offset: int, seek_epoch) -> None:
+        if err == OFFSET_OUT_OF_RANGE:
+            with self.lock:
+                st = self.subs.partitions.get(tp)
+                if st is None or st.seek_epoch != seek_epoch:
+                    return
+                strategy = self.subs.default_reset
+                if strategy == "none":
+                    self._errors.append(NoOffsetForPartitionError([tp], f"fetch offset {fetch_offset} is out of range"))
+                    st.fetch_offset = None
+                    self._cond.notify_all()
+                    return
+                log.info("fetch offset %s of %s is out of range; resetting to %s", fetch_offset, tp, strategy)
+                self.subs.request_reset([tp], strategy)
+                self._cond.notify_all()
+            return
+        if err in _REFRESH_ERRORS:
+            self.cluster.on_partition_error(tp, err)
+            return
+        if err in (29, 30):  # TOPIC_/GROUP_AUTHORIZATION_FAILED
+            with self.lock:
+                self._errors.append(for_code(err)(f"fetching {tp}"))
+                self._cond.notify_all()
+            return
+        log.warning("fetch of %s failed: %s", tp, for_code(err).name)
+
+    def _truncated(self, tp, epoch: int, end_offset: int, seek_epoch) -> None:
+        """KIP-320: the log diverged from what we consumed; continue from the divergence point."""
+        with self.lock:
+            st = self.subs.partitions.get(tp)
+            if st is None or st.seek_epoch != seek_epoch:
+                return
+            if st.position is not None and end_offset < st.position:
+                log.warning("log truncation detected on %s: position %s is past the end offset %s of epoch %s; "
+                            "resuming at %s", tp, st.position, end_offset, epoch, end_offset)
+                self.subs.seek(tp, end_offset, epoch)
+                self._drop(tp)
+            else:
+                st.fetch_epoch = epoch
+                st.fetch_offset = min(st.fetch_offset, end_offset) if st.fetch_offset is not None else end_offset
+
+    # -- handing out (app thread) ---------------------------------------------------------------------
+    def collect(self, max_records: int) -> list:
+        """Up to `max_records` buffered records; advances positions. Raises a pending fetch error."""
+        out: list = []
+        with self.lock:
+            if self._errors:
+                raise self._errors.popleft()
+            parts = self.subs.partitions
+            buf = self._buffer
+            skipped = []
+            while buf and len(out) < max_records:
+                c = buf[0]
+                st = parts.get(c.tp)
+                if st is None or st.seek_epoch != c.seek_epoch:
+                    buf.popleft()
+                    self._release(c)
+                    continue
+                if st.paused:
+                    skipped.append(buf.popleft())
+                    continue
+                recs = c.records
+                want = max_records - len(out)
+                i = c.index
+                n = len(recs) - i
+                if n <= want:
+                    if i == 0:
+                        out.extend(recs)
+                    else:
+                        out.extend(recs[i:])
+                    buf.popleft()
+                    self._release(c)
+                    st.position = c.next_offset
+                    if c.next_epoch is not None:
+                        st.position_epoch = c.next_epoch
+                else:
+                    chunk = recs[i:i + want]
+                    out.extend(chunk)
+                    c.index = i + want
+                    last = chunk[-1]
+                    st.position = last[2] + 1
+                    if last[8] is not None:
+                        st.position_epoch = last[8]
+            if skipped:
+                buf.extendleft(reversed(skipped))
+        return out
+
+    def _release(self, c: _Completed) -> None:
+        left = self._buffered_bytes.get(c.tp, 0) - c.nbytes
+        if left > 0:
+            self._buffered_bytes[c.tp] = left
+        else:
+            self._buffered_bytes.pop(c.tp, None)
+
+    def _drop(self, tp) -> None:
+        keep = deque()
+        for c in self._buffer:
+            if c.tp == tp:
+                self._release(c)
+            else:
+                keep.append(c)
+        self._buffer = keep
+
+    def has_buffered(self) -> bool:
+        return bool(self._buffer) or bool(self._errors)
+
+    def wait(self, timeout: float) -> None:
+        """Block until data or an error is buffered, or `timeout` passes."""
+        with self.lock:
+            if not self._buffer and not self._errors and timeout > 0:
+                self._cond.wait(timeout)
+
+    def wakeup(self) -> None:
+        with self.lock:
+            self._cond.notify_all()
+
+    def clear(self, tps=None) -> None:
+        with self.lock:
+            if tps is None:
+                self._buffer.clear()
+                self._buffered_bytes.clear()
+            else:
+                for tp in tps:
+                    self._drop(tp)
+
+    # -- offset resets (ListOffsets) ---------------------------------------------------------------------
+    def reset_offsets(self) -> None:
+        """Start ListOffsets for partitions awaiting auto.offset.reset; raise for 'none'."""
+        need = self.subs.needs_reset()
+        if not need:
+            return
+        none = [tp for tp, s in need.items() if s == "none"]
+        if none:
+            raise NoOffsetForPartitionError(none)
+        by_node: dict[int, dict] = {}
+        with self.lock:
+            for tp, strategy in need.items():
+                if tp in self._resetting:
+                    continue
+                leader = self.cluster.leader_for(tp)
+                if leader is None:
+                    self.cluster.add_topics({tp[0]})
+                    self.cluster.request_update()
+                    continue
+                ts = EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
+                by_node.setdefault(leader, {})[tp] = ts
+                self._resetting.add(tp)
+        for node, stamps in by_node.items():
+            seek_epochs = {tp: self.subs.partitions[tp].seek_epoch for tp in stamps if tp in self.subs.partitions}
+            fut = self.network.send(node, Versioned(LIST_OFFSETS_KEY, lambda v, s=stamps: list_offsets_request(
+                v, s, self.isolation_level)))
+            fut.add_done_callback(lambda f, s=stamps, se=seek_epochs: self._on_list_offsets(s, se, f))
+
+    def _on_list_offsets(self, stamps, seek_epochs, fut: Future) -> None:
+        try:
+            resp = fut.result()
+        except BaseException as e:
+            log.debug("ListOffsets failed: %s", e)
+            with self.lock:
+                self._resetting.difference_update(stamps)
+            self.cluster.request_update()
+            return
+        refresh = False
+        with self.lock:
+            self._resetting.difference_update(stamps)
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    st = self.subs.partitions.get(tp)
+                    if st is None or tp not in stamps or st.seek_epoch != seek_epochs.get(tp):
+                        continue
+                    if p.error_code:
+                        refresh |= p.error_code in _REFRESH_ERRORS
+                        continue
+                    offset = p.offset if fut.api_version >= 1 else (p.old_style_offsets or [-1])[0]
+                    if offset < 0:
+                        continue
+                    epoch = p.leader_epoch if p.leader_epoch >= 0 else None
+                    self.subs.seek(tp, offset, epoch)
+        if refresh:
+            self.cluster.request_update()
+        self.send_fetches()
+
+    def close(self) -> None:
+        self._closed = True
+        self.wakeup()
+
+
+def list_offsets(network, cluster, tps_to_ts: dict, isolation_level: int, timeout: float) -> dict:
+    """Blocking ListOffsets: {tp: (offset, timestamp, leader_epoch)}; offset -1 when none matches."""
+    deadline = time.monotonic() + timeout
+    pending = dict(tps_to_ts)
+    result: dict = {}
+    while pending:
+        cluster.add_topics({tp[0] for tp in pending})
+        by_node: dict[int, dict] = {}
+        for tp, ts in pending.items():
+            leader = cluster.leader_for(tp)
+            if leader is not None:
+                by_node.setdefault(leader, {})[tp] = ts
+        futs = [(s, network.send(n, Versioned(LIST_OFFSETS_KEY, lambda v, s=s: list_offsets_request(
+            v, s, isolation_level)))) for n, s in by_node.items()]
+        for stamps, fut in futs:
+            try:
+                resp = fut.result(max(0.0, deadline - time.monotonic()))
+            except (KafkaError, OSError, TimeoutError):
+                continue
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    if tp not in pending:
+                        continue
+                    if p.error_code:
+                        if p.error_code not in _REFRESH_ERRORS:
+                            raise for_code(p.error_code)(f"ListOffsets for {tp}")
+                        continue
+                    off = p.offset if fut.api_version >= 1 else (p.old_style_offsets or [-1])[0]
+                    result[tp] = (off, p.timestamp, p.leader_epoch if p.leader_epoch >= 0 else None)
+                    del pending[tp]
+        if pending:
+            if time.monotonic() >= deadline:
+                from kohort.errors import KafkaTimeoutError
+                raise KafkaTimeoutError(f"ListOffsets for {sorted(pending)} did not complete in {timeout:.1f}s")
+            cluster.request_update()
+            time.sleep(0.1)
+    return result
+
+
+__all__ = ["FetchSession", "Fetcher", "decode_partition", "list_offsets"]
