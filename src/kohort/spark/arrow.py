@@ -1,17 +1,24 @@
 """The source's output schema and Arrow record batches built straight from fetched Kafka record batches.
 
 `spark_schema(include_headers)` is spark-sql-kafka's schema (key, value, topic, partition, offset,
-timestamp, timestampType[, headers]); `arrow_schema` is its Arrow twin. `ColumnBuilder` walks a fetch
-payload batch by batch (RecordBatch v2; legacy v0/v1 message sets through the legacy decoder),
-keeps records in [from_offset, until_offset), drops aborted transactional data under read_committed
-(KIP-98: the fetch response's AbortedTransactions list plus the ABORT control markers), and appends
-plain Python values into per-column lists that `to_record_batch()` turns into one pyarrow.RecordBatch.
+timestamp, timestampType[, headers]); `arrow_schema` is its Arrow twin. `ColumnBuilder` turns fetch
+payloads into those columns, keeping records in [from_offset, until_offset):
+
+* read_uncommitted (the default): `kohort.protocol.records.decode_columns` (C when built) gives the
+  Arrow buffers of offsets, timestamps, keys and values directly; no per-record Python objects.
+* read_committed: a Python walk batch by batch that also drops aborted transactional data (KIP-98:
+  the fetch response's AbortedTransactions list plus the ABORT control markers).
+
+`next_fetch_offset(payload)` is the offset after the last complete batch (from batch headers only).
 """
 from __future__ import annotations
 
 import heapq
+import struct
+import sys
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kohort.protocol import records as R
 
@@ -52,10 +59,11 @@ class ColumnBuilder:
         self.read_committed = read_committed
         self.schema = arrow_schema(include_headers)
         self._aborted_active: set[int] = set()
-        self.gaps = 0            # offsets inside the range with no data record (compaction, markers)
         self._reset()
 
     def _reset(self):
+        self._pieces: list[pa.RecordBatch] = []
+        self._count = 0
         self.offsets: list[int] = []
         self.timestamps: list[int] = []
         self.keys: list = []
@@ -64,7 +72,7 @@ class ColumnBuilder:
         self.headers: list = []
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return self._count + len(self.offsets)
 
     def add_payload(self, payload, from_offset: int, until_offset: int,
                     aborted_transactions=()) -> int | None:
@@ -73,6 +81,43 @@ class ColumnBuilder:
         Returns the offset to fetch next (after the last complete batch), or None when the payload
         held no complete batch. `aborted_transactions`: (producer_id, first_offset) pairs."""
         d = payload if type(payload) is bytes else bytes(payload)
+        if self.read_committed:
+            return self._add_python(d, from_offset, until_offset, aborted_transactions)
+        nxt, legacy = next_fetch_offset(d)
+        if legacy:
+            return self._add_python(d, from_offset, until_offset, ())
+        if nxt is None:
+            return None
+        cols = R.decode_columns(d, min_offset=from_offset, max_offset=until_offset)
+        if cols.count:
+            self._pieces.append(self._from_columns(cols))
+            self._count += cols.count
+        return nxt
+
+    def _from_columns(self, c) -> pa.RecordBatch:
+        n = c.count
+        buf = pa.py_buffer
+        ts = pa.Array.from_buffers(pa.int64(), n, [None, buf(c.timestamps)])
+        ts_us = pc.multiply(ts, 1000)
+        if c.timestamp_types.find(b"\xff") >= 0:       # legacy v0: no timestamp -> null
+            ts_us = pc.if_else(pc.less(ts, 0), pa.scalar(None, pa.int64()), ts_us)
+        cols = [
+            pa.Array.from_buffers(pa.binary(), n, [buf(c.key_validity), buf(c.key_offsets), buf(c.key_data)]),
+            pa.Array.from_buffers(pa.binary(), n, [buf(c.value_validity), buf(c.value_offsets),
+                                                   buf(c.value_data)]),
+            _topic_column(self.topic, n),
+            pa.Array.from_buffers(pa.int32(), n, [None, buf(_repeat_i32(self.partition, n))]),
+            pa.Array.from_buffers(pa.int64(), n, [None, buf(c.offsets)]),
+            ts_us.cast(_TS),
+            pa.Array.from_buffers(pa.int8(), n, [None, buf(c.timestamp_types)]).cast(pa.int32()),
+        ]
+        if self.include_headers:
+            hs = c.headers
+            cols.append(pa.array([[]] * n, _HEADER_TYPE) if hs is None else
+                        pa.array([[{"key": hk, "value": hv} for hk, hv in h] for h in hs], _HEADER_TYPE))
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+    def _add_python(self, d: bytes, from_offset: int, until_offset: int, aborted_transactions) -> int | None:
         n = len(d)
         pos = 0
         nxt = None
@@ -132,12 +177,22 @@ class ColumnBuilder:
 
     def to_record_batch(self) -> pa.RecordBatch:
         """The accumulated rows as one RecordBatch; the builder starts empty again."""
+        pieces = self._pieces
+        if self.offsets:
+            pieces.append(self._python_batch())
+        self._reset()
+        if len(pieces) == 1:
+            return pieces[0]
+        if not pieces:
+            return pa.RecordBatch.from_pylist([], schema=self.schema)
+        return pa.Table.from_batches(pieces, schema=self.schema).combine_chunks().to_batches()[0]
+
+    def _python_batch(self) -> pa.RecordBatch:
         n = len(self.offsets)
         cols = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),
-            pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([self.topic]))
-            .cast(pa.string()) if n else pa.array([], pa.string()),
+            _topic_column(self.topic, n),
             pa.array([self.partition] * n, pa.int32()),
             pa.array(self.offsets, pa.int64()),
             pa.array([t * 1000 if t >= 0 else None for t in self.timestamps], pa.int64()).cast(_TS),
@@ -146,5 +201,32 @@ class ColumnBuilder:
         if self.include_headers:
             cols.append(pa.array([[{"key": hk, "value": hv} for hk, hv in hs] for hs in self.headers],
                                  _HEADER_TYPE))
-        self._reset()
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+
+def _topic_column(topic: str, n: int) -> pa.Array:
+    """`topic` repeated n times as a plain string column (one data buffer copy per batch)."""
+    b = topic.encode("utf-8")
+    offsets = struct.pack(f"<{n + 1}i", *range(0, (n + 1) * len(b), len(b))) if n else struct.pack("<i", 0)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
+
+
+def _repeat_i32(v: int, n: int) -> bytes:
+    return struct.pack("<i", v) * n if sys.byteorder == "little" else struct.pack(">i", v) * n
+
+
+def next_fetch_offset(d: bytes) -> tuple[int | None, bool]:
+    """(offset after the last complete batch or None, whether a legacy v0/v1 entry was seen)."""
+    n = len(d)
+    pos = 0
+    nxt = None
+    while n - pos >= R.LOG_OVERHEAD:
+        length = int.from_bytes(d[pos + 8:pos + 12], "big", signed=True)
+        end = pos + R.LOG_OVERHEAD + length
+        if length >= 0 and end > n:
+            break
+        if d[pos + R.MAGIC_OFFSET] < R.MAGIC_V2:
+            return nxt, True
+        nxt = R.read_batch_header(d, pos).next_offset
+        pos = end
+    return nxt, False
