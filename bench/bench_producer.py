@@ -1,0 +1,154 @@
+"""Producer throughput: kohort vs confluent-kafka, kafka-python and aiokafka, same broker, one run.
+
+Each client produces N records of S bytes (null keys) to its own fresh single-partition topic and
+flushes; the time from the first produce call to the end of flush gives records/s. Same settings for
+all: acks=all, linger.ms=5, no compression, each client's default batch size, unless told otherwise.
+
+    .venv/bin/python bench/bench_producer.py                      # 1,000,000 x 100 B on a kohort broker
+    .venv/bin/python bench/bench_producer.py --broker tansu       # on Tansu
+    .venv/bin/python bench/bench_producer.py --broker 127.0.0.1:9092 --records 200000 --clients kohort
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "src"))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+
+def run_kohort(addr, topic, n, value, opts):
+    from kohort.client.producer import Producer
+    p = Producer({"bootstrap.servers": addr, "acks": "all", "linger.ms": 5,
+                  "compression.type": opts.compression, **opts.kohort_extra})
+    p.partitions_for(topic)            # metadata before timing, as every client below does
+    produce = p.produce
+    t = time.perf_counter()
+    for _ in range(n):
+        produce(topic, value)
+    left = p.flush()
+    dt = time.perf_counter() - t
+    p.close()
+    assert left == 0
+    return dt
+
+
+def run_confluent(addr, topic, n, value, opts):
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": addr, "acks": "all", "linger.ms": 5,
+                  "compression.type": opts.compression, "queue.buffering.max.messages": 1000000})
+    p.list_topics(topic, timeout=10)
+    produce, poll = p.produce, p.poll
+    t = time.perf_counter()
+    for i in range(n):
+        try:
+            produce(topic, value)
+        except BufferError:
+            poll(0.05)
+            produce(topic, value)
+        if i & 1023 == 0:
+            poll(0)
+    left = p.flush(120)
+    dt = time.perf_counter() - t
+    assert left == 0
+    return dt
+
+
+def run_kafka_python(addr, topic, n, value, opts):
+    from kafka import KafkaProducer
+    p = KafkaProducer(bootstrap_servers=addr, acks="all", linger_ms=5,
+                      compression_type=None if opts.compression == "none" else opts.compression)
+    p.partitions_for(topic)
+    send = p.send
+    t = time.perf_counter()
+    for _ in range(n):
+        send(topic, value)
+    p.flush()
+    dt = time.perf_counter() - t
+    p.close()
+    return dt
+
+
+def run_aiokafka(addr, topic, n, value, opts):
+    from aiokafka import AIOKafkaProducer
+
+    async def main():
+        p = AIOKafkaProducer(bootstrap_servers=addr, acks="all", linger_ms=5,
+                             compression_type=None if opts.compression == "none" else opts.compression)
+        await p.start()
+        await p.partitions_for(topic)
+        send = p.send
+        t = time.perf_counter()
+        for _ in range(n):
+            await send(topic, value)
+        await p.flush()
+        dt = time.perf_counter() - t
+        await p.stop()
+        return dt
+    return asyncio.run(main())
+
+
+CLIENTS = {"kohort": run_kohort, "confluent-kafka": run_confluent, "kafka-python": run_kafka_python,
+           "aiokafka": run_aiokafka}
+
+
+def start_broker(kind):
+    if kind == "kohort":
+        from tests.brokers import KohortBroker
+        b = KohortBroker().start()
+        return b.bootstrap, b.stop
+    if kind == "tansu":
+        from tests.conftest import start_tansu
+        proc, addr = start_tansu()
+
+        def stop():
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        return addr, stop
+    return kind, lambda: None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--broker", default="kohort", help="kohort | tansu | HOST:PORT")
+    ap.add_argument("--clients", default=",".join(CLIENTS))
+    ap.add_argument("--compression", default="none")
+    ap.add_argument("-X", action="append", default=[], help="extra kohort producer setting KEY=VALUE")
+    opts = ap.parse_args(argv)
+    opts.kohort_extra = dict(x.split("=", 1) for x in opts.X)
+    addr, stop = start_broker(opts.broker)
+    value = b"x" * opts.size
+    results = []
+    try:
+        from kohort.client.admin import Admin
+        admin = Admin({"bootstrap.servers": addr})
+        for name in opts.clients.split(","):
+            topic = f"bench-{name}-{os.getpid()}"
+            admin.create_topics({topic: 1})
+            dt = CLIENTS[name](addr, topic, opts.records, value, opts)
+            ends = admin.list_offsets({(topic, 0): -1})
+            rate = opts.records / dt
+            results.append((name, dt, rate, ends[(topic, 0)]))
+            print(f"{name:16s} {opts.records:>9,} records in {dt:7.2f}s  {rate:>10,.0f} records/s  "
+                  f"(log end offset {ends[(topic, 0)]:,})", flush=True)
+        admin.close()
+    finally:
+        stop()
+    best = max(results, key=lambda r: r[2])
+    print(f"fastest: {best[0]} on {opts.broker}, {opts.records:,} x {opts.size} B, compression "
+          f"{opts.compression}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
