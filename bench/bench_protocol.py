@@ -1,8 +1,10 @@
 """Micro-benchmark of kohort's record layer next to kafka-python's decoder on the same bytes.
 
 Prints batch-decode throughput (records/s) for 100-byte values in ~1000-record batches, uncompressed
-and lz4, through `iter_records` (the consumer fast path) and `decode_batch` (Record objects), plus
-kafka-python's MemoryRecords decoder (and aiokafka's Cython one when installed, for scale), and CRC-32C throughput. Run:
+and lz4, through `iter_records` (the consumer fast path), `decode_records_list` and
+`decode_columns` (Spark), each with the pure-Python decoder and the C extension side by side,
+`decode_batch` (Record objects), kafka-python's MemoryRecords decoder and aiokafka's Cython one
+when installed (for scale), and CRC-32C throughput. Run:
     .venv/bin/python bench/bench_protocol.py [--quick]
 """
 from __future__ import annotations
@@ -59,6 +61,14 @@ def kohort_fast_crc(payload):
     return n
 
 
+def kohort_list(payload):
+    return len(R.decode_records_list(payload))
+
+
+def kohort_columns(payload):
+    return R.decode_columns(payload).count
+
+
 def kohort_objects(payload):
     n = 0
     for pos, h in R.iter_batches(payload):
@@ -96,22 +106,33 @@ def main() -> None:
     batches, repeat = (5, 3) if args.quick else (20, 7)
     n = batches * 1000
     print(f"{n} records of 100-byte values in {batches} batches of 1000; best of {repeat} runs")
-    print(f"{'decoder':42s} {'none':>14s} {'lz4':>14s}")
+    print(f"{'decoder':46s} {'none':>14s} {'lz4':>14s}")
     payloads = {codec: make_payload(codec, batches) for codec in (0, 3)}
-    rows = [
-        ("kohort iter_records (fast path)", kohort_fast),
-        ("kohort iter_records check_crc=True", kohort_fast_crc),
-        ("kohort decode_batch (Record objects)", kohort_objects),
-        ("kafka-python 3.0.12 MemoryRecords", kafka_python),
+    impls = [("python", False)] + ([("C ext", True)] if R.HAVE_EXTENSION else [])
+    rows = []
+    for label, fn in (("iter_records", kohort_fast), ("iter_records check_crc=True", kohort_fast_crc),
+                      ("decode_records_list", kohort_list), ("decode_columns", kohort_columns)):
+        for impl, flag in impls:
+            rows.append((f"kohort {label} [{impl}]", fn, flag))
+    rows += [
+        ("kohort decode_batch (Record objects)", kohort_objects, None),
+        ("kafka-python 3.0.12 MemoryRecords", kafka_python, None),
     ]
     try:
         import aiokafka.record._crecords  # noqa: F401  (Cython decoder, for scale only)
-        rows.append(("aiokafka (Cython decoder, reference)", aiokafka_c))
+        rows.append(("aiokafka (Cython decoder, reference)", aiokafka_c, None))
     except ImportError:
         pass
-    for name, fn in rows:
-        rates = [best_rate(lambda: fn(payloads[c]), n, repeat) for c in (0, 3)]
-        print(f"{name:42s} {rates[0]:>10,.0f} r/s {rates[1]:>10,.0f} r/s")
+    if not R.HAVE_EXTENSION:
+        print("(kohort's C extension is not built: Python rows only)")
+    default = R.extension_enabled()
+    for name, fn, flag in rows:
+        R.use_extension(default if flag is None else flag)
+        try:
+            rates = [best_rate(lambda: fn(payloads[c]), n, repeat) for c in (0, 3)]
+        finally:
+            R.use_extension(default)
+        print(f"{name:46s} {rates[0]:>10,.0f} r/s {rates[1]:>10,.0f} r/s")
 
     data = os.urandom(16 << 20)
     mv = memoryview(data)
@@ -121,6 +142,14 @@ def main() -> None:
         crc32c(mv)
         best = min(best, time.perf_counter() - t)
     print(f"CRC-32C (crc32c package, 16 MiB buffer): {len(data) / best / 1e6:,.0f} MB/s")
+    if R.HAVE_EXTENSION:
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            R._ext.crc32c(mv)
+            best = min(best, time.perf_counter() - t)
+        kind = "SSE4.2" if R._ext.HW_CRC32C else "table"
+        print(f"CRC-32C (kohort C extension, {kind}, 16 MiB buffer): {len(data) / best / 1e6:,.0f} MB/s")
     batch = payloads[0][:R.read_batch_header(payloads[0]).total_size]
     best = float("inf")
     for _ in range(repeat):

@@ -196,6 +196,12 @@ def test_c_equals_python_on_generated_payloads(payload, check_crc, as_type):
         cols = R.decode_columns(buf, check_crc)
     finally:
         R.use_extension(old)
+    for step in (1, 3):                              # the chunked walk iter_records streams with
+        got, pos = [], 0
+        while pos >= 0:
+            recs, pos = R._ext.decode_chunk(buf, pos, check_crc, R.DEFAULT_MAX_SIZE, step)
+            got += recs
+        assert got == want
     assert cols == R._py_decode_columns(payload, check_crc)
     assert cols.count == len(want)
     if want:
@@ -366,6 +372,20 @@ def test_iter_records_keeps_partial_results_before_a_fault(impl):
         next(it)
     with pytest.raises(DecodeError):
         R.decode_records_list(good + bytes(bad))
+
+
+def test_iter_records_fault_after_several_chunks(impl):
+    batches = [R.build_batch([(b"k", b"%d" % i, None, i) for i in range(300)], base_offset=300 * b,
+                             compression=b % 2) for b in range(4)]
+    bad = bytearray(R.build_batch([(b"k", b"v", None, 1)], base_offset=1200))
+    bad[-1] = 0x06                                   # header count 3 in a 0-byte space
+    payload = b"".join(batches) + bytes(bad) + batches[0]
+    seen = []
+    with pytest.raises(R.CorruptRecordError):
+        for r in R.iter_records(payload):
+            seen.append(r[0])
+    assert seen == list(range(1200))
+    assert [r[0] for r in R.iter_records(b"".join(batches))] == list(range(1200))
 
 
 def test_decompression_limit_and_codec_errors(impl):

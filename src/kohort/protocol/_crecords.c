@@ -15,6 +15,9 @@
  *       min_offset <= offset < max_offset filters records (None: unbounded).
  *   decode_columns(buf, check_crc=False, max_size=..., min_offset=None, max_offset=None) -> tuple
  *       The same records as Arrow-shaped buffers (see records.Columns for the layout).
+ *   decode_chunk(buf, start, check_crc, max_size, max_records) -> (list, next)
+ *       decode_fetch's tuples in pieces of whole entries (iter_records streams with it, so the
+ *       records of one piece are freed while the next is decoded).
  *   crc32c(data, crc=0) -> int
  *       CRC-32C (Castagnoli): SSE4.2 instructions when the CPU has them, else slicing-by-8 tables.
  *
@@ -258,6 +261,8 @@ typedef struct {
     PyObject *src_view;        /* memoryview of src for decompress (created lazily) */
     int check_crc;
     PyObject *max_size;        /* int, borrowed */
+    Py_ssize_t start, next;    /* walk from `start`; `next`: where a chunked walk stopped, -1 at the end */
+    Py_ssize_t max_records;    /* chunked walk (tuples only): stop at the first entry boundary past this */
     PyObject *last_ts_obj;     /* the last timestamp made, and its value */
     int64_t last_ts;
 } sink_t;
@@ -692,8 +697,17 @@ fail:
 /* -- the fetch payload walk (records.iter_records, step for step) ------------------------------- */
 static int walk(sink_t *s, const uint8_t *d, Py_ssize_t n)
 {
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = s->start;
+    s->next = -1;
+    if (pos < 0 || pos > n) {
+        PyErr_SetString(PyExc_ValueError, "start position outside the buffer");
+        return -1;
+    }
     while (n - pos >= LOG_OVERHEAD) {
+        if (s->max_records && PyList_GET_SIZE(s->out) >= s->max_records) {
+            s->next = pos;                              /* chunk full: resume here */
+            return 0;
+        }
         int32_t length = be32(d + pos + 8);
         if (length >= 0 && (Py_ssize_t)length > n - pos - LOG_OVERHEAD)
             return 0;                                   /* partial trailing batch */
@@ -902,6 +916,37 @@ fail:
     return NULL;
 }
 
+static PyObject *py_decode_chunk(PyObject *self, PyObject *args)
+{
+    PyObject *buf, *max_size;
+    Py_ssize_t start, max_records;
+    int check_crc;
+    if (!PyArg_ParseTuple(args, "OnpOn:decode_chunk", &buf, &start, &check_crc, &max_size,
+                          &max_records))
+        return NULL;
+    if (!configured())
+        return NULL;
+    if (max_records < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_records must be positive");
+        return NULL;
+    }
+    sink_t s;
+    memset(&s, 0, sizeof s);
+    s.check_crc = check_crc;
+    s.max_size = max_size;
+    s.start = start;
+    s.max_records = max_records;
+    PyObject *result = NULL;
+    if ((s.out = PyList_New(0))) {
+        int rc = run(&s, buf);
+        retrack(s.out, 4);
+        if (rc == 0)
+            result = Py_BuildValue("(On)", s.out, s.next);
+    }
+    sink_free(&s);
+    return result;
+}
+
 static PyObject *vec_bytes(vec_t *v)
 {
     return PyBytes_FromStringAndSize(v->data ? v->data : "", v->len);
@@ -989,6 +1034,10 @@ static PyMethodDef methods[] = {
     {"decode_columns", (PyCFunction)(void (*)(void))py_decode_columns, METH_VARARGS | METH_KEYWORDS,
      "decode_columns(buf, check_crc=False, max_size=None, min_offset=None, max_offset=None) -> "
      "Arrow-shaped column buffers (see records.Columns)."},
+    {"decode_chunk", py_decode_chunk, METH_VARARGS,
+     "decode_chunk(buf, start, check_crc, max_size, max_records) -> (list, next): decode_fetch's "
+     "tuples from entry position `start`, stopping at the first entry boundary once max_records "
+     "are out; next is where to resume, -1 when the payload is done."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0) -> CRC-32C (Castagnoli) of data."},
     {NULL, NULL, 0, NULL},
 };

@@ -30,6 +30,7 @@ import os
 import struct
 import zlib
 from array import array
+from itertools import chain
 from collections import namedtuple
 from typing import Iterator
 
@@ -148,6 +149,7 @@ class BatchHeader(namedtuple("BatchHeader", (
 
 
 _make_header = BatchHeader._make
+_chain = chain.from_iterable
 
 
 def read_batch_header(buf, pos: int = 0) -> BatchHeader:
@@ -433,7 +435,8 @@ def decode_batch(buf, pos: int = 0, check_crc: bool = True,
     return h, records
 
 
-def _py_iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE):
+def _py_iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE,
+                     _start: int = 0):
     """Pure-Python iter_records. Fast path: (offset, timestamp, key, value, headers) for every data record of a fetch payload.
 
     Walks all complete batches (a partial trailing batch ends the walk), skips control batches and
@@ -443,7 +446,7 @@ def _py_iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_S
     """
     d = buf if type(buf) is bytes else bytes(buf)
     n = len(d)
-    pos = 0
+    pos = _start
     unpack = _HDR.unpack_from
     body = _iter_body
     lat_body = _body
@@ -531,17 +534,27 @@ def iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE)
     the same DecodeError follows, exactly as in pure Python.
     """
     if _use_ext:
-        return _c_iter_records(buf, check_crc, max_size)
+        return _chain(_c_record_chunks(buf, check_crc, max_size))
     return _py_iter_records(buf, check_crc, max_size)
 
 
-def _c_iter_records(buf, check_crc, max_size):
-    try:
-        recs = _ext.decode_fetch(buf, check_crc, max_size)
-    except (DecodeError, _NeedsPython):
-        yield from _py_iter_records(buf, check_crc, max_size)
-        return
-    yield from recs
+_ITER_CHUNK = 512      # records per C call when streaming: small enough to stay in the CPU caches
+
+
+def _c_record_chunks(buf, check_crc, max_size):
+    """Lists of records from the C decoder, entry by entry; on malformed input, the Python
+    decoder from the faulty entry on (it yields nothing more, then raises its DecodeError)."""
+    d = buf if type(buf) is bytes else bytes(buf)
+    chunk = _ext.decode_chunk
+    pos = 0
+    while pos >= 0:
+        try:
+            recs, nxt = chunk(d, pos, check_crc, max_size, _ITER_CHUNK)
+        except (DecodeError, _NeedsPython):
+            yield _py_iter_records(d, check_crc, max_size, _start=pos)
+            return
+        yield recs
+        pos = nxt
 
 
 def decode_records_list(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE, *,
