@@ -36,6 +36,7 @@ class KohortBroker:
             self._tmp = tempfile.TemporaryDirectory(prefix="kohort-broker-")
             data_dir = self._tmp.name
         self.data_dir = data_dir
+        self.host = "127.0.0.1"
         self.port = port or free_port()
         self.metrics_port = metrics_port
         self.config = dict(config or {})

@@ -77,6 +77,10 @@ SPEC.update({
     # join completes after this much quiet (no new member), but never later than
     # group.initial.rebalance.delay.ms after it started.
     "group.initial.rebalance.quiet.ms": (int, 200),
+    # kohort: upper bound on a topic's partition count (CreateTopics, CreatePartitions, auto-create);
+    # Kafka has none, but one request must not be able to make a single node create millions of
+    # partition directories.
+    "kohort.topic.max.partitions": (int, 10000),
 })
 
 

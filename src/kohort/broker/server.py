@@ -164,18 +164,11 @@ class Broker:
                 if inspect.isawaitable(result):
                     result = asyncio.ensure_future(result)
                 await pending.put((result, version, header.correlation_id, api_key, t0, size))
-        except asyncio.CancelledError:
-            wtask.cancel()
-            raise
         finally:
-            if not wtask.done():
-                try:
-                    pending.put_nowait(None)
-                except asyncio.QueueFull:
-                    if wtask.cancelling() or task.cancelling():
-                        wtask.cancel()
-                    else:
-                        await pending.put(None)
+            # The client left (or broke the protocol): answers still pending (long polls, fsync
+            # waits) are abandoned, as Kafka drops them when a channel closes. Work already done
+            # (appends) stands; only the waiting stops.
+            wtask.cancel()
             try:
                 await wtask
             except (Exception, asyncio.CancelledError):

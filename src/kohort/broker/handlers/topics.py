@@ -33,6 +33,13 @@ class _Reject(Exception):
         self.code = code
 
 
+def _check_max(broker, count: int) -> None:
+    limit = broker.config["kohort.topic.max.partitions"]
+    if count > limit:
+        raise _Reject(ErrorCode.INVALID_PARTITIONS,
+                      f"{count} partitions exceed kohort.topic.max.partitions={limit}")
+
+
 def _check_create(broker, t) -> tuple[int, dict]:
     """-> (partition count, config overrides) or raises _Reject/StorageError."""
     validate_topic_name(t.name)
@@ -51,10 +58,12 @@ def _check_create(broker, t) -> tuple[int, dict]:
                 raise _Reject(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                               f"replicas must be [{broker.node_id}], the only broker")
         count = len(idx)
+        _check_max(broker, count)
     else:
         count = broker.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
         if count < 1:
             raise _Reject(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {count}")
+        _check_max(broker, count)
         if rf == -1:
             rf = broker.config["default.replication.factor"]
         if rf < 1:
@@ -163,6 +172,7 @@ def handle_create_partitions(ctx, req):
             if t.count <= info.num_partitions:
                 raise _Reject(ErrorCode.INVALID_PARTITIONS,
                               f"topic has {info.num_partitions} partitions; {t.count} is not an increase")
+            _check_max(broker, t.count)
             if t.assignments is not None:
                 if len(t.assignments) != t.count - info.num_partitions:
                     raise _Reject(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
