@@ -127,7 +127,7 @@ class ProducerBatch:
     """Records for one partition, encoded as they arrive; sealed once into the wire bytes."""
 
     __slots__ = ("topic", "partition", "buf", "count", "base_ts", "max_ts", "created_ms", "size_limit",
-                 "futures", "callback_futures", "on_delivery", "attempts", "base_sequence", "producer_id",
+                 "callback_futures", "on_delivery", "attempts", "base_sequence", "producer_id",
                  "producer_epoch", "wire", "done", "error", "base_offset", "log_append_time", "lock",
                  "_event", "last_attempt_ms", "reserved", "ts_list", "closed", "in_flight")
 
@@ -140,7 +140,6 @@ class ProducerBatch:
         self.max_ts = -1
         self.created_ms = now_ms
         self.size_limit = size_limit
-        self.futures = []
         self.callback_futures = []
         self.on_delivery = None          # list of (future, fn) for per-record on_delivery callbacks
         self.attempts = 0
@@ -187,6 +186,25 @@ class ProducerBatch:
         else:
             tsd = ts - self.base_ts
         zz = _ZZ
+        if key is None and not headers and value is not None and tsd == 0 and n < _ZZN:
+            # the common case: no key, no headers, same millisecond as the batch's first record
+            vl = len(value)
+            if vl < 8000:
+                offv = zz[n]
+                blen = 6 + len(offv) + vl - (vl < 64)      # attrs, ts, key, hdrs + offset, vlen, value
+                if n and 64 + len(buf) + blen > self.size_limit:
+                    return None
+                buf += zz[blen]
+                buf += b"\x00\x00"
+                buf += offv
+                buf += b"\x01"
+                buf += zz[vl]
+                buf += value
+                buf += b"\x00"
+                if self.ts_list is not None:
+                    self.ts_list.append(ts)
+                self.count = n + 1
+                return DeliveryFuture(self, n)
         tsv = zz[tsd] if 0 <= tsd < _ZZN else _zz(tsd)
         offv = zz[n] if n < _ZZN else _zz(n)
         if value is None:
@@ -226,9 +244,7 @@ class ProducerBatch:
         elif self.ts_list is not None:
             self.ts_list.append(ts)
         self.count = n + 1
-        fut = DeliveryFuture(self, n)
-        self.futures.append(fut)
-        return fut
+        return DeliveryFuture(self, n)
 
     def seal(self, producer_id: int, producer_epoch: int, base_sequence: int, compression: int) -> bytes:
         """Build the wire bytes once (producer id/epoch/sequence in the header); reused on retry."""

@@ -141,12 +141,18 @@ class BrokerLink:
 
     def flush_out(self) -> None:
         if self.out:
-            n = self.sock.send(self.out)
+            try:
+                n = self.sock.send(self.out)
+            except BlockingIOError:
+                return
             del self.out[:n]
 
     def read(self) -> list:
         """Read what is there; returns [(callback, response)]. Raises ConnectionError on EOF."""
-        data = self.sock.recv(1 << 20)
+        try:
+            data = self.sock.recv(1 << 20)
+        except BlockingIOError:
+            return []
         if not data:
             raise ConnectionError(f"{self.address} closed the connection")
         out = []
@@ -260,7 +266,7 @@ class Producer:
         if on_delivery is not None:
             fut.add_done_callback(_delivery_adapter(on_delivery))
         if wake:
-            self.sender.wakeup()
+            self.sender.poke()
         return fut
 
     send = produce
@@ -272,6 +278,7 @@ class Producer:
         with acc.lock:
             acc.flushing += 1
         try:
+            self.sender.last_poke_ms = 0
             self.sender.wakeup()
             while True:
                 with acc.lock:
@@ -399,6 +406,8 @@ class _Sender:
         self.needs_bump = False
         self.parts: dict[tuple, _PartitionState] = {}
         self.lock = threading.Lock()
+        self.io_lock = threading.Lock()          # whoever holds it drives the sockets
+        self.last_poke_ms = 0
         self.thread = threading.Thread(target=self.run, name="kohort-producer-io", daemon=True)
 
     # called from other threads
@@ -429,16 +438,48 @@ class _Sender:
 
     # -- loop ------------------------------------------------------------------------------------------
     def run(self) -> None:
+        """The I/O thread. While the producing thread is busy it does the I/O itself (`poke`), so
+        this thread mostly sleeps, sparing GIL hand-offs; otherwise it selects on the sockets."""
         try:
             while self.running:
-                self.run_once()
+                if _now_ms() - self.last_poke_ms < 10:
+                    time.sleep(0.002)
+                    if self.io_lock.acquire(False):
+                        try:
+                            self.step(0.0)
+                        finally:
+                            self.io_lock.release()
+                    continue
+                with self.io_lock:
+                    timeout_s = self.prepare()
+                events = self.sel.select(timeout_s)
+                with self.io_lock:
+                    self.handle(events)
         except BaseException as e:  # noqa: BLE001 - a bug here must fail futures, not hang them
             self.fatal = KohortError(f"producer I/O thread crashed: {e!r}")
-            self._fail_everything(self.fatal)
+            with self.io_lock:
+                self._fail_everything(self.fatal)
             raise
-        self._fail_everything(KohortError("the producer was closed before these records were sent"))
+        with self.io_lock:
+            self._fail_everything(KohortError("the producer was closed before these records were sent"))
 
-    def run_once(self) -> None:
+    def poke(self) -> None:
+        """Called by the producing thread when a batch filled: do the I/O now if nobody else is."""
+        if self.io_lock.acquire(False):
+            try:
+                self.last_poke_ms = _now_ms()
+                self.step(0.0)
+            finally:
+                self.io_lock.release()
+        else:
+            self.wakeup()
+
+    def step(self, timeout_s: float) -> None:
+        t = self.prepare()
+        self.handle(self.sel.select(min(t, timeout_s)))
+
+    def prepare(self) -> float:
+        """Timers, metadata, producer id, expiry, sending; returns how long select may wait (s)."""
         now = _now_ms()
         p = self.p
         timeout_ms = 100
@@ -466,18 +507,15 @@ class _Sender:
             for node in nodes:
                 self._send_to(node, now)
         self._check_request_timeouts(now)
-        self._poll(timeout_ms / 1000.0)
-
-    def _poll(self, timeout_s: float) -> None:
-        for link in self.links.values():
+        for link in list(self.links.values()):
             if link.out and not link.closed:
                 try:
                     link.flush_out()
                 except OSError as e:
                     self._link_failed(link, e)
-                    return
-        events = self.sel.select(timeout_s)
-        now = _now_ms()
+        return timeout_ms / 1000.0
+
+    def handle(self, events) -> None:
         for key, mask in events:
             link = key.data
             if link is None:
@@ -499,7 +537,6 @@ class _Sender:
                 self._link_failed(link, e)
                 continue
             self._update_interest(link)
-        del now
 
     def _update_interest(self, link: BrokerLink) -> None:
         if link.closed:
