@@ -139,14 +139,14 @@ class ConsumerRecordNT(NamedTuple):
     partition: int
     offset: int
     timestamp: int
+    timestamp_type: int
     key: bytes | None
     value: bytes | None
     headers: list
-    timestamp_type: int
-    leader_epoch: int
+    leader_epoch: int | None
 
 
-PlainNT = namedtuple("PlainNT", "offset timestamp key value headers timestamp_type leader_epoch")
+PlainNT = namedtuple("PlainNT", "offset timestamp timestamp_type key value headers leader_epoch")
 
 
 class NotATuple:
@@ -214,8 +214,8 @@ def test_c_equals_python_on_generated_payloads(payload, check_crc, as_type):
             tuple(R._py_decode_columns(payload, False, R.DEFAULT_MAX_SIZE, lo, hi))
     for factory, prefix in ((ConsumerRecordNT, ("t", 3)), (PlainNT, ()), (NotATuple, ("x",))):
         py = R._py_decode_records_list(payload, check_crc, record_factory=factory, prefix=prefix)
-        assert [tuple(r)[len(prefix):len(prefix) + 5] if factory is not NotATuple
-                else r.args[1:6] for r in py] == want
+        fields = [tuple(r)[len(prefix):] if factory is not NotATuple else r.args[1:] for r in py]
+        assert [(o, ts, k, v, hs) for o, ts, tt, k, v, hs, ep in fields] == want
         c = c_list(buf, check_crc=check_crc, record_factory=factory, prefix=prefix)
         assert c == py and all(type(r) is factory for r in c)
 
@@ -232,12 +232,26 @@ def test_record_factory_fields_and_direct_fill():
             other = R.decode_records_list(batch, record_factory=TupleWithDict)
         finally:
             R.use_extension(old)
-        assert got == [ConsumerRecordNT("topic", 0, 7, 50, b"k", b"v", [("h", b"1")], 0, 4),
-                       ConsumerRecordNT("topic", 0, 8, -1, None, b"old", [], -1, -1)]
+        assert got == [ConsumerRecordNT("topic", 0, 7, 50, 0, b"k", b"v", [("h", b"1")], 4),
+                       ConsumerRecordNT("topic", 0, 8, -1, -1, None, b"old", [], None)]
         assert got[0].value == b"v" and got[1].timestamp_type == -1
-        assert other[0].made_by_new and tuple(other[0]) == (7, 50, b"k", b"v", [("h", b"1")], 0, 4)
+        assert other[0].made_by_new and tuple(other[0]) == (7, 50, 0, b"k", b"v", [("h", b"1")], 4)
+        unknown = R.decode_records_list(R.build_batch([(None, b"x", None, 1)]), record_factory=PlainNT)
+        assert unknown[0].leader_epoch is None
     with pytest.raises(TypeError):
         R.decode_records_list(batch, prefix=("t",))
+
+
+def test_record_factory_is_the_consumers_record_class(impl):
+    from kohort.structs import ConsumerRecord
+    payload = R.build_batch([(b"k", b"v", [("h", None)], 5), (None, None, None, 6)], base_offset=3,
+                            partition_leader_epoch=2, compression=2) + T.legacy_msg(5, 1, b"a", b"b", 9)
+    got = R.decode_records_list(payload, min_offset=4, record_factory=ConsumerRecord,
+                                prefix=("orders", 7))
+    assert got == [ConsumerRecord("orders", 7, 4, 6, 0, None, None, [], 2),
+                   ConsumerRecord("orders", 7, 5, 9, 0, b"a", b"b", [], None)]
+    assert all(type(r) is ConsumerRecord for r in got)
+    assert (got[1].topic, got[1].offset, got[1].key, got[1].leader_epoch) == ("orders", 5, b"a", None)
 
 
 # -- fuzzing --------------------------------------------------------------------------------------
@@ -440,10 +454,10 @@ def test_crc32c_matches_the_crc32c_package():
 @needs_ext
 def test_results_are_gc_tracked_again():
     raw = R.build_batch([(b"k", b"v", None, 1)] * 5)
-    for factory in (None, PlainNT):
+    for factory, hi in ((None, 4), (PlainNT, 5)):
         recs = c_list(raw, record_factory=factory)
-        assert all(gc.is_tracked(r) and gc.is_tracked(r[4]) for r in recs)
-        recs[0][4].append(recs)                    # a cycle through a record is collectable
+        assert all(gc.is_tracked(r) and gc.is_tracked(r[hi]) for r in recs)
+        recs[0][hi].append(recs)                   # a cycle through a record is collectable
         ref = [recs]
         del recs
         gc.collect()

@@ -9,9 +9,11 @@
  *                record_factory=None, prefix=()) -> list
  *       Every data record of every complete batch of a fetch payload, in order, exactly as
  *       records.iter_records yields them: tuples (offset, timestamp, key, value, headers).
- *       With record_factory, each record is record_factory(*prefix, offset, timestamp, key,
- *       value, headers, timestamp_type, leader_epoch); a tuple subclass without extra storage
- *       (a namedtuple / typing.NamedTuple) is filled directly without calling its __new__.
+ *       With record_factory, each record is record_factory(*prefix, offset, timestamp,
+ *       timestamp_type, key, value, headers, leader_epoch) (leader_epoch None when unknown: -1
+ *       in the batch, or a legacy message), the layout of kohort.structs.ConsumerRecord with
+ *       prefix (topic, partition); a tuple subclass without extra storage (ConsumerRecord, a
+ *       namedtuple) is filled directly without calling its __new__.
  *       min_offset <= offset < max_offset filters records (None: unbounded).
  *   decode_columns(buf, check_crc=False, max_size=..., min_offset=None, max_offset=None) -> tuple
  *       The same records as Arrow-shaped buffers (see records.Columns for the layout).
@@ -389,7 +391,8 @@ static int emit(sink_t *s, rec_t *r)
     } else {
         Py_ssize_t np = s->prefix ? PyTuple_GET_SIZE(s->prefix) : 0, na = np + 7;
         PyObject *args[32];
-        PyObject *tt = PyLong_FromLong(r->tstype), *ep = PyLong_FromLong(r->epoch);
+        PyObject *tt = PyLong_FromLong(r->tstype);
+        PyObject *ep = r->epoch == -1 ? Py_NewRef(Py_None) : PyLong_FromLong(r->epoch);
         if (!tt || !ep) {
             Py_XDECREF(tt);
             Py_XDECREF(ep);
@@ -397,21 +400,16 @@ static int emit(sink_t *s, rec_t *r)
         }
         for (Py_ssize_t j = 0; j < np; j++)
             args[j] = PyTuple_GET_ITEM(s->prefix, j);
-        args[np] = o; args[np + 1] = t; args[np + 2] = k; args[np + 3] = v; args[np + 4] = h;
-        args[np + 5] = tt; args[np + 6] = ep;
+        args[np] = o; args[np + 1] = t; args[np + 2] = tt; args[np + 3] = k; args[np + 4] = v;
+        args[np + 5] = h; args[np + 6] = ep;
         if (s->factory_direct) {
             PyTypeObject *tp = (PyTypeObject *)s->factory;
             item = tp->tp_alloc(tp, na);
             if (item) {
                 for (Py_ssize_t j = 0; j < np; j++)
                     PyTuple_SET_ITEM(item, j, Py_NewRef(args[j]));
-                PyTuple_SET_ITEM(item, np, o);
-                PyTuple_SET_ITEM(item, np + 1, t);
-                PyTuple_SET_ITEM(item, np + 2, k);
-                PyTuple_SET_ITEM(item, np + 3, v);
-                PyTuple_SET_ITEM(item, np + 4, h);
-                PyTuple_SET_ITEM(item, np + 5, tt);
-                PyTuple_SET_ITEM(item, np + 6, ep);
+                for (Py_ssize_t j = np; j < na; j++)
+                    PyTuple_SET_ITEM(item, j, args[j]);     /* steals o, t, tt, k, v, h, ep */
             } else {
                 Py_DECREF(tt);
                 Py_DECREF(ep);
@@ -902,7 +900,7 @@ static PyObject *py_decode_fetch(PyObject *self, PyObject *args, PyObject *kw)
         goto fail;
     int rc = run(&s, buf);
     if (s.mode == MODE_TUPLES || s.factory_direct)
-        retrack(s.out, (s.prefix ? PyTuple_GET_SIZE(s.prefix) : 0) + 4);
+        retrack(s.out, s.mode == MODE_TUPLES ? 4 : (s.prefix ? PyTuple_GET_SIZE(s.prefix) : 0) + 5);
     if (rc < 0)
         goto fail;
     PyObject *out = s.out;

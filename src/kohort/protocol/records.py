@@ -565,10 +565,12 @@ def decode_records_list(buf, check_crc: bool = False, max_size: int = DEFAULT_MA
     Only records with min_offset <= offset < max_offset are kept (None: unbounded); a consumer
     passes its fetch position as min_offset, since a fetch returns whole batches. Without
     `record_factory` each record is the tuple (offset, timestamp, key, value, headers). With it,
-    each record is ``record_factory(*prefix, offset, timestamp, key, value, headers,
-    timestamp_type, leader_epoch)`` (leader_epoch -1 for legacy messages); in C, a tuple subclass
-    without per-instance storage (a namedtuple / typing.NamedTuple class) is filled directly and
-    its __new__ is not called. Malformed input raises DecodeError and returns nothing.
+    each record is ``record_factory(*prefix, offset, timestamp, timestamp_type, key, value,
+    headers, leader_epoch)`` with leader_epoch None when unknown (-1
+    in the batch, legacy messages): the layout of kohort.structs.ConsumerRecord with prefix
+    (topic, partition). In C, a tuple subclass without per-instance storage (ConsumerRecord, a
+    namedtuple) is filled directly and its __new__ is not called. Malformed input raises
+    DecodeError and returns nothing.
     """
     if _use_ext:
         try:
@@ -594,11 +596,11 @@ def _py_decode_records_list(buf, check_crc=False, max_size=DEFAULT_MAX_SIZE, min
         recs = (r for r in recs if lo <= r[0] < hi)
     if record_factory is None:
         return list(recs)
-    return [record_factory(*prefix, *r) for r in recs]
+    return [record_factory(*prefix, o, ts, tt, k, v, hs, ep) for o, ts, k, v, hs, tt, ep in recs]
 
 
 def _py_iter_batches_full(buf, check_crc: bool, max_size: int):
-    """_py_iter_records' walk, with (timestamp_type, leader_epoch) added to each tuple."""
+    """_py_iter_records' walk, with (timestamp_type, leader_epoch or None) added to each tuple."""
     d = buf if type(buf) is bytes else bytes(buf)
     n = len(d)
     pos = 0
@@ -611,7 +613,7 @@ def _py_iter_batches_full(buf, check_crc: bool, max_size: int):
             raise CorruptRecordError(f"entry at offset {pos} declares length {length}")
         if d[pos + MAGIC_OFFSET] < MAGIC_V2:
             for r in _legacy_entries(d, pos, end, check_crc, max_size):
-                yield r + (NO_PARTITION_LEADER_EPOCH,)
+                yield r + (None,)
         else:
             if length < _MIN_BATCH_LENGTH:
                 raise CorruptRecordError(f"record batch at offset {pos} declares length {length} < 49")
@@ -619,6 +621,8 @@ def _py_iter_batches_full(buf, check_crc: bool, max_size: int):
             tstype = TIMESTAMP_LOG_APPEND_TIME if attributes & ATTR_TIMESTAMP_TYPE else \
                 TIMESTAMP_CREATE_TIME
             epoch = _I32.unpack_from(d, pos + PARTITION_LEADER_EPOCH_OFFSET)[0]
+            if epoch == NO_PARTITION_LEADER_EPOCH:
+                epoch = None
             # the complete batch through the reference walker: same checks, same errors
             for r in _py_iter_records(d[pos:end], check_crc, max_size):
                 yield r + (tstype, epoch)
@@ -688,8 +692,8 @@ def _bitmap(flags: list) -> bytes:
 
 def _py_decode_columns(buf, check_crc=False, max_size=DEFAULT_MAX_SIZE, min_offset=None,
                        max_offset=None) -> Columns:
-    recs = _py_decode_records_list(buf, check_crc, max_size, min_offset, max_offset,
-                                   lambda *r: r)
+    recs = [(o, ts, k, v, hs, tt) for o, ts, tt, k, v, hs, _ in _py_decode_records_list(
+        buf, check_crc, max_size, min_offset, max_offset, lambda *r: r)]
     for r in recs:
         if not (_I64_MIN <= r[0] <= _I64_MAX and _I64_MIN <= r[1] <= _I64_MAX):
             raise DecodeError(f"record offset {r[0]} or timestamp {r[1]} does not fit in int64")
