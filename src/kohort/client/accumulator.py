@@ -101,13 +101,11 @@ class DeliveryFuture:
         return self._metadata()
 
     def exception(self, timeout: float | None = None):
-        try:
-            self.result(timeout)
-        except KafkaTimeoutError:
-            raise
-        except Exception as e:  # noqa: BLE001 - the delivery error itself
-            return e
-        return None
+        """The delivery error (None on success); KafkaTimeoutError if not done within `timeout`."""
+        b = self.batch
+        if not b.done and not b.event().wait(timeout):
+            raise KafkaTimeoutError(f"record to {b.topic}[{b.partition}] not acknowledged within {timeout}s")
+        return b.error
 
     def add_done_callback(self, fn) -> None:
         """fn(future) runs on the I/O thread when the record is acknowledged or fails (at once if done)."""

@@ -131,6 +131,7 @@ class NetworkClient:
         self._sndbuf = c["send.buffer.bytes"]
         self._bootstrap = {-(i + 1): hp for i, hp in enumerate(parse_bootstrap(c["bootstrap.servers"]))}
         self._brokers: dict[int, tuple[str, int]] = {}
+        self._extra: dict[int, tuple[str, int]] = {}
         self._conns: dict[int, _Conn] = {}
         self._backoffs: dict[int, _Backoff] = {}
         self._submit: deque = deque()
@@ -167,6 +168,13 @@ class NetworkClient:
     def update_brokers(self, brokers: dict[int, tuple[str, int]]) -> None:
         """Replace the broker address book (from Metadata). Connections to moved brokers are closed."""
         self._brokers = dict(brokers)
+        self._submit.append(("brokers", None))
+        self._wake()
+
+    def set_node_address(self, node_id: int, host: str, port: int) -> None:
+        """Give an extra node id its own address (and so its own connection), e.g. the group
+        coordinator under id 2**31-1-broker_id, so heartbeats never queue behind long-poll fetches."""
+        self._extra = {**self._extra, node_id: (host, port)}
         self._submit.append(("brokers", None))
         self._wake()
 
@@ -313,6 +321,7 @@ class NetworkClient:
     def _address_book(self) -> dict[int, tuple[str, int]]:
         book = dict(self._bootstrap)
         book.update(self._brokers)
+        book.update(self._extra)
         return book
 
     def _least_loaded_ready(self) -> _Conn | None:
@@ -499,6 +508,7 @@ class NetworkClient:
             return False
         conn.out.append(data)
         req.version = v
+        req.future.api_version = v
         if req.expect:
             req.corr = corr
             conn.inflight.append(req)
@@ -655,7 +665,7 @@ class NetworkClient:
         for node_id, conn in list(self._conns.items()):
             if node_id < 0:
                 continue
-            addr = self._brokers.get(node_id)
+            addr = self._brokers.get(node_id) or self._extra.get(node_id)
             if addr is not None and (conn.host, conn.port) != addr and conn.state != DISCONNECTED:
                 self._disconnect(conn, KafkaConnectionError(f"broker {node_id} moved to {addr[0]}:{addr[1]}"))
 
