@@ -10,6 +10,7 @@ when installed (for scale), and CRC-32C throughput. Run:
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import time
@@ -129,6 +130,9 @@ def main() -> None:
     for name, fn, flag in rows:
         R.use_extension(default if flag is None else flag)
         try:
+            gc.collect()                   # no garbage of the previous row left to the next one
+            for c in (0, 3):
+                fn(payloads[c])            # warm-up, untimed
             rates = [best_rate(lambda: fn(payloads[c]), n, repeat) for c in (0, 3)]
         finally:
             R.use_extension(default)
