@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py src/kohort/protocol/_crecords.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[test]'
