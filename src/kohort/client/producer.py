@@ -251,11 +251,13 @@ class Producer:
         if info is None or info.error:
             info = self._wait_for_topic(topic)
         n = info.num_partitions
+        sticky = False
         if partition is None:
             if self._custom_partitioner is not None:
                 partition = self._custom_partitioner(topic, key, n)
             elif key is None or self._ignore_keys:
                 partition = self.partitioner.sticky.partition(topic, n, info.available)
+                sticky = True
             else:
                 partition = (murmur2(key) & 0x7FFFFFFF) % n
         elif not 0 <= partition < n:
@@ -266,6 +268,8 @@ class Producer:
         if on_delivery is not None:
             fut.add_done_callback(_delivery_adapter(on_delivery))
         if wake:
+            if sticky:     # KIP-480: the sticky partition's batch is full, stick to another one
+                self.partitioner.sticky.on_new_batch(topic, n, info.available, partition)
             self.sender.poke()
         return fut
 

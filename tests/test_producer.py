@@ -1,0 +1,237 @@
+"""Producer building blocks without a broker: murmur2/partitioners, the accumulator, batch bytes."""
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from kohort.client.accumulator import ProducerBatch, RecordAccumulator
+from kohort.client.partitioner import DefaultPartitioner, StickyPartitioner, murmur2, partition_for_key
+from kohort.errors import ConfigError, KafkaTimeoutError
+from kohort.protocol.compression import COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_SNAPPY, COMPRESSION_ZSTD
+from kohort.protocol.records import decode_batch, read_batch_header, validate_batch
+
+
+# -- murmur2 ----------------------------------------------------------------------------------------
+def test_murmur2_java_vectors():
+    # values from the Java client's Utils.murmur2 (UtilsTest)
+    assert murmur2(b"21") == -973932308
+    assert murmur2(b"foobar") == -790332482
+
+
+def test_murmur2_matches_kafka_python_port_on_random_bytes():
+    from kafka.partitioner.default import murmur2 as kp_murmur2
+    rng = random.Random(7)
+    for _ in range(3000):
+        data = rng.randbytes(rng.randrange(0, 64))
+        # kafka-python returns the unsigned 32-bit value; ours is Java's signed int
+        assert murmur2(data) & 0xFFFFFFFF == kp_murmur2(data) & 0xFFFFFFFF
+
+
+def test_partition_for_key_is_to_positive_mod():
+    for key in (b"", b"a", b"abc", os.urandom(33)):
+        h = murmur2(key)
+        assert partition_for_key(key, 12) == (h & 0x7FFFFFFF) % 12
+    with pytest.raises(ValueError):
+        partition_for_key(b"k", 0)
+
+
+def test_sticky_partitioner_sticks_until_batch_closes_then_moves():
+    sp = StickyPartitioner(random.Random(1))
+    first = sp.partition("t", 6)
+    assert all(sp.partition("t", 6) == first for _ in range(100))
+    moved = sp.on_new_batch("t", 6, None, first)
+    assert moved != first and sp.partition("t", 6) == moved
+    # a stale notification for a partition that is no longer sticky changes nothing
+    assert sp.on_new_batch("t", 6, None, first) == moved
+
+
+def test_sticky_partitioner_prefers_available_partitions():
+    sp = StickyPartitioner(random.Random(3))
+    seen = set()
+    for _ in range(50):
+        p = sp.partition("t", 8, [2, 5])
+        seen.add(p)
+        sp.on_new_batch("t", 8, [2, 5], p)
+    assert seen == {2, 5}
+
+
+def test_default_partitioner_kinds():
+    dp = DefaultPartitioner()
+    assert dp.partition("t", b"key", 10) == partition_for_key(b"key", 10)
+    assert DefaultPartitioner("murmur2").partition("t", None, 10) == partition_for_key(b"", 10)
+    with pytest.raises(ConfigError, match="unknown partitioner"):
+        DefaultPartitioner("nope")
+
+
+# -- batches ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("codec", [0, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD])
+def test_batch_bytes_decode_with_keys_headers_timestamps(codec):
+    b = ProducerBatch("t", 0, 0, 1 << 20, 0)
+    rows = []
+    for i in range(200):
+        key = None if i % 3 == 0 else f"k{i}".encode()
+        value = None if i == 7 else os.urandom(i % 150)
+        headers = [("h", b"x"), ("n", None)] if i % 5 == 0 else None
+        ts = 1_700_000_000_000 + (i // 50) - (3 if i == 120 else 0)     # one record out of order
+        assert b.try_append(key, value, headers, ts) is not None
+        rows.append((key, value, headers or [], ts))
+    wire = b.seal(42, 3, 17, codec)
+    h = validate_batch(wire)
+    assert (h.producer_id, h.producer_epoch, h.base_sequence, h.records_count) == (42, 3, 17, 200)
+    assert h.compression == codec
+    recs = decode_batch(wire)
+    recs = list(recs[1] if isinstance(recs, tuple) else recs)
+    assert [(r.key, r.value, [tuple(x) for x in r.headers], r.timestamp) for r in recs] == \
+        [(k, v, [tuple(x) for x in hs], ts) for k, v, hs, ts in rows]
+    assert [r.offset for r in recs] == list(range(200))
+    assert h.max_timestamp == max(r[3] for r in rows)
+    # future metadata reads the per-record timestamp
+    b.complete(1000, -1, None)
+
+
+def test_batch_respects_size_limit_but_first_record_always_fits():
+    b = ProducerBatch("t", 0, 0, 1000, 0)
+    assert b.try_append(None, b"x" * 5000, None, 1) is not None      # oversize first record
+    assert b.try_append(None, b"y", None, 1) is None
+    b2 = ProducerBatch("t", 0, 0, 1000, 0)
+    n = 0
+    while b2.try_append(None, b"z" * 50, None, 1) is not None:
+        n += 1
+    assert 10 < n < 20 and len(b2.seal(-1, -1, -1, 0)) <= 1000
+
+
+# -- accumulator ------------------------------------------------------------------------------------
+class Clock:
+    def __init__(self):
+        self.ms = 1_000_000
+
+    def __call__(self):
+        return self.ms
+
+
+def make_acc(clock, **kw):
+    args = dict(batch_size=1000, linger_ms=5, buffer_memory=1 << 20, max_block_ms=200,
+                delivery_timeout_ms=10_000, retry_backoff_ms=100, clock_ms=clock)
+    args.update(kw)
+    return RecordAccumulator(**args)
+
+
+def test_accumulator_batches_by_size_and_linger():
+    clock = Clock()
+    acc = make_acc(clock)
+    futs = [acc.append("t", 0, None, b"v" * 90, None, 1)[0] for _ in range(25)]
+    assert len(acc.batches[("t", 0)]) >= 3                       # ~9 records of 100 B per 1000 B batch
+    leader = lambda t, p: 1  # noqa: E731
+    nodes, _, unknown = acc.ready(clock(), leader, lambda n: True)
+    assert nodes == {1} and not unknown                           # full batches are ready at once
+    drained = acc.drain([("t", 0)], 1 << 20, clock(), lambda tp, b: True)
+    assert len(drained) == 1 and drained[0].closed
+    # the last, open batch waits for linger.ms
+    while len(acc.batches[("t", 0)]) > 1:
+        acc.drain([("t", 0)], 1 << 20, clock(), lambda tp, b: True)
+    nodes, wait_ms, _ = acc.ready(clock(), leader, lambda n: True)
+    assert nodes == set() and 0 < wait_ms <= 5
+    clock.ms += 5
+    nodes, _, _ = acc.ready(clock(), leader, lambda n: True)
+    assert nodes == {1}
+    assert futs[0].batch is drained[0] and futs[0].delta == 0
+
+
+def test_accumulator_unknown_leader_reported():
+    clock = Clock()
+    acc = make_acc(clock, linger_ms=0)
+    acc.append("t", 0, None, b"v", None, 1)
+    nodes, _, unknown = acc.ready(clock(), lambda t, p: None, lambda n: True)
+    assert nodes == set() and unknown == {"t"}
+
+
+def test_buffer_memory_backpressure_gives_a_clear_error():
+    acc = RecordAccumulator(batch_size=1000, linger_ms=5, buffer_memory=3000, max_block_ms=150,
+                            delivery_timeout_ms=10_000, retry_backoff_ms=100,
+                            clock_ms=lambda: int(time.monotonic() * 1000))
+    for p in range(3):
+        acc.append("t", p, None, b"v", None, 1)
+    t0 = time.monotonic()
+    with pytest.raises(KafkaTimeoutError, match=r"buffer.memory \(3000 bytes\) is full.*max.block.ms \(150 ms\)"):
+        acc.append("t", 3, None, b"v", None, 1)
+    assert 0.12 < time.monotonic() - t0 < 2
+
+
+def test_buffer_memory_unblocks_when_a_batch_completes():
+    acc = RecordAccumulator(batch_size=1000, linger_ms=5, buffer_memory=2000, max_block_ms=5000,
+                            delivery_timeout_ms=10_000, retry_backoff_ms=100,
+                            clock_ms=lambda: int(time.monotonic() * 1000))
+    f1, _ = acc.append("t", 0, None, b"v", None, 1)
+    acc.append("t", 1, None, b"v", None, 1)
+
+    def release():
+        time.sleep(0.1)
+        b = acc.drain([("t", 0)], 1 << 20, 0, lambda tp, b: True)[0]
+        b.complete(5, -1, None)
+        acc.release(b)
+    threading.Thread(target=release).start()
+    f3, _ = acc.append("t", 2, None, b"v", None, 1)
+    assert f1.result(1).offset == 5 and not f3.done()
+
+
+def test_reenqueue_keeps_sequence_order():
+    clock = Clock()
+    acc = make_acc(clock, batch_size=100)
+    for _ in range(4):
+        acc.append("t", 0, None, b"v" * 60, None, 1)
+    bs = []
+    for seq in range(3):
+        b = acc.drain([("t", 0)], 1 << 20, clock(), lambda tp, b: True)[0]
+        b.seal(1, 0, seq, 0)
+        bs.append(b)
+    # responses come back failed in any order; the queue is re-sorted by sequence
+    for b in (bs[2], bs[0], bs[1]):
+        acc.reenqueue(b, clock())
+    q = list(acc.batches[("t", 0)])
+    assert [b.base_sequence for b in q] == [0, 1, 2, -1]
+    # a retried batch waits retry.backoff.ms
+    assert acc.drain([("t", 0)], 1 << 20, clock(), lambda tp, b: True) == []
+    clock.ms += 100
+    assert acc.drain([("t", 0)], 1 << 20, clock(), lambda tp, b: True) == [bs[0]]
+
+
+def test_expiry_only_takes_unsent_batches():
+    clock = Clock()
+    acc = make_acc(clock, delivery_timeout_ms=1000)
+    acc.append("t", 0, None, b"v", None, 1)
+    clock.ms += 999
+    assert acc.expired(clock()) == []
+    clock.ms += 1
+    (b,) = acc.expired(clock())
+    assert b.count == 1
+
+
+def test_delivery_future_result_and_callbacks():
+    b = ProducerBatch("t", 3, 0, 1000, 0)
+    f = b.try_append(b"k", b"v", None, 123)
+    seen = []
+    f.add_done_callback(lambda fut: seen.append(fut.result()))
+    with pytest.raises(KafkaTimeoutError):
+        f.result(0.01)
+    cbs = b.complete(50, -1, None)
+    for fut in cbs:
+        for fn in fut.callbacks:
+            fn(fut)
+    md = f.result(0)
+    assert (md.topic, md.partition, md.offset, md.timestamp) == ("t", 3, 50, 123)
+    assert seen == [md]
+    b2 = ProducerBatch("t", 0, 0, 1000, 0)
+    f2 = b2.try_append(None, b"v", None, 1)
+    b2.complete(-1, -1, KafkaTimeoutError("boom"))
+    assert isinstance(f2.exception(0), KafkaTimeoutError)
+    with pytest.raises(KafkaTimeoutError, match="boom"):
+        f2.result(0)
+
+
+def test_header_of_sealed_batch():
+    b = ProducerBatch("t", 0, 0, 1000, 0)
+    b.try_append(None, b"v", None, 5)
+    h = read_batch_header(b.seal(7, 1, 0, 0))
+    assert h.base_offset == 0 and h.last_offset_delta == 0 and h.base_timestamp == 5
