@@ -1,0 +1,67 @@
+"""Group administration, answered by the group coordinator runtime: DescribeGroups (15) v0-v6,
+ListGroups (16) v0-v5, DeleteGroups (42) v0-v2.
+
+DescribeGroups v6 reports an unknown group as GROUP_ID_NOT_FOUND with a message (KIP-1043); older
+versions describe it as a "Dead" group with no error. authorized_operations (v3+) is left at
+Integer.MIN_VALUE ("not provided"): kohort has no ACLs. ListGroups filters by state (v4+, KIP-518)
+and by type (v5+, KIP-848; every group here is "classic").
+"""
+from __future__ import annotations
+
+from kohort.broker.handlers import handles
+from kohort.broker.handlers.groups import runtime
+from kohort.errors import ErrorCode
+from kohort.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
+from kohort.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from kohort.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+
+DG = DescribeGroupsResponse.DescribedGroup
+DM = DG.DescribedGroupMember
+
+
+@handles(DescribeGroupsRequest, "0-6")
+async def handle_describe_groups(ctx, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    v = ctx.api_version
+    rt = runtime(ctx)
+    if rt is None:
+        return DescribeGroupsResponse(throttle_time_ms=0, groups=[
+            DG(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, group_id=g, group_state="", protocol_type="",
+               protocol_data="", members=[]) for g in req.groups])
+    res = await rt.call("describe_groups", list(req.groups), api_version=v)
+    groups = []
+    for g in res.groups:
+        msg = None
+        if v >= 6 and g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            msg = f"Group {g.group_id} not found."
+        groups.append(DG(
+            error_code=g.error_code, error_message=msg, group_id=g.group_id, group_state=g.group_state,
+            protocol_type=g.protocol_type, protocol_data=g.protocol_data,
+            members=[DM(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                        client_host=m.client_host, member_metadata=m.member_metadata,
+                        member_assignment=m.member_assignment) for m in g.members]))
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
+
+
+@handles(ListGroupsRequest, "0-5")
+async def handle_list_groups(ctx, req: ListGroupsRequest) -> ListGroupsResponse:
+    v = ctx.api_version
+    rt = runtime(ctx)
+    if rt is None:
+        return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=[])
+    res = await rt.call("list_groups", states_filter=list(req.states_filter or ()) if v >= 4 else (),
+                        types_filter=list(req.types_filter or ()) if v >= 5 else ())
+    LG = ListGroupsResponse.ListedGroup
+    return ListGroupsResponse(throttle_time_ms=0, error_code=res.error_code, groups=[
+        LG(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.group_state,
+           group_type=g.group_type) for g in res.groups])
+
+
+@handles(DeleteGroupsRequest, "0-2")
+async def handle_delete_groups(ctx, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    rt = runtime(ctx)
+    R = DeleteGroupsResponse.DeletableGroupResult
+    if rt is None:
+        return DeleteGroupsResponse(throttle_time_ms=0, results=[
+            R(group_id=g, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE) for g in req.groups_names])
+    res = await rt.call("delete_groups", list(req.groups_names))
+    return DeleteGroupsResponse(throttle_time_ms=0, results=[R(group_id=g, error_code=e) for g, e in res.results])

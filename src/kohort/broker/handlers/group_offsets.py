@@ -1,0 +1,155 @@
+"""Committed offsets, answered by the group coordinator runtime: OffsetCommit (8) v2-v9, OffsetFetch
+(9) v1-v9, OffsetDelete (47) v0.
+
+OffsetCommit: Kafka 4 serves v2-v9 (KIP-896 dropped v0/v1); retention_time_ms only in v2-v4;
+partitions of topics this broker does not have get UNKNOWN_TOPIC_OR_PARTITION (as Kafka's request
+layer does), the rest go to the coordinator and are answered once stored and fsynced.
+OffsetFetch: v1-v7 ask for one group (a null topic list, v2+, means every committed offset); v8+ ask
+for several groups at once (KIP-709); v1 has no top-level error, so a group error is reported on every
+requested partition.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from kohort.broker.coordinator.model import (
+    CommitPartition, OffsetCommitParams, OffsetDeleteParams, OffsetFetchParams, OffsetFetchResult,
+)
+from kohort.broker.handlers import handles
+from kohort.broker.handlers.groups import runtime
+from kohort.errors import ErrorCode
+from kohort.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from kohort.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
+from kohort.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+
+CTopic = OffsetCommitResponse.Topic
+CPart = CTopic.Partition
+
+
+def _partition_exists(broker, topic: str, partition: int) -> bool:
+    storage = broker.storage
+    return storage.has_topic(topic) and 0 <= partition < storage.topic(topic).num_partitions
+
+
+# -- OffsetCommit --------------------------------------------------------------------------------
+@handles(OffsetCommitRequest, "2-9")
+async def handle_offset_commit(ctx, req: OffsetCommitRequest) -> OffsetCommitResponse:
+    v, b = ctx.api_version, ctx.broker
+    rt = runtime(ctx)
+    unknown: dict[str, list[int]] = {}
+    known: list[tuple[str, tuple[CommitPartition, ...]]] = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            if _partition_exists(b, t.name, p.partition_index):
+                parts.append(CommitPartition(p.partition_index, p.committed_offset,
+                                             p.committed_leader_epoch if v >= 6 else -1,
+                                             p.committed_metadata))
+            else:
+                unknown.setdefault(t.name, []).append(p.partition_index)
+        if parts:
+            known.append((t.name, tuple(parts)))
+    results: dict[str, list[CPart]] = {}
+    if known:
+        if rt is None:
+            for name, parts in known:
+                results.setdefault(name, []).extend(
+                    CPart(partition_index=p.partition_index, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                    for p in parts)
+        else:
+            params = OffsetCommitParams(
+                group_id=req.group_id, topics=tuple(known),
+                generation_id=req.generation_id_or_member_epoch, member_id=req.member_id,
+                group_instance_id=req.group_instance_id if v >= 7 else None,
+                retention_time_ms=req.retention_time_ms if v <= 4 else -1, api_version=v)
+            res = await rt.call("offset_commit", params)
+            for name, prs in res.topics:
+                results.setdefault(name, []).extend(
+                    CPart(partition_index=pr.partition_index, error_code=pr.error_code) for pr in prs)
+    for name, idxs in unknown.items():
+        results.setdefault(name, []).extend(
+            CPart(partition_index=i, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for i in idxs)
+    return OffsetCommitResponse(throttle_time_ms=0,
+                                topics=[CTopic(name=n, partitions=ps) for n, ps in results.items()])
+
+
+# -- OffsetFetch ---------------------------------------------------------------------------------
+async def _fetch_group(rt, group_id: str, topics, require_stable: bool) -> OffsetFetchResult:
+    if rt is None:
+        return OffsetFetchResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    tps = None if topics is None else tuple((t.name, tuple(t.partition_indexes)) for t in topics)
+    return await rt.call("offset_fetch", OffsetFetchParams(group_id, tps, require_stable))
+
+
+@handles(OffsetFetchRequest, "1-9")
+async def handle_offset_fetch(ctx, req: OffsetFetchRequest) -> OffsetFetchResponse:
+    v = ctx.api_version
+    rt = runtime(ctx)
+    stable = bool(req.require_stable) if v >= 7 else False
+    if v >= 8:
+        results = await asyncio.gather(*(_fetch_group(rt, g.group_id, g.topics, stable) for g in req.groups))
+        G = OffsetFetchResponse.Group
+        T, P = G.Topics, G.Topics.Partitions
+        groups = []
+        for g, res in zip(req.groups, results):
+            topics = [] if res.error_code else [
+                T(name=name, partitions=[P(partition_index=fp.partition_index,
+                                           committed_offset=fp.committed_offset,
+                                           committed_leader_epoch=fp.committed_leader_epoch,
+                                           metadata=fp.metadata, error_code=fp.error_code)
+                                         for fp in fps]) for name, fps in res.topics]
+            groups.append(G(group_id=g.group_id, topics=topics, error_code=res.error_code))
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    topics_req = req.topics if v >= 2 else (req.topics or [])
+    res = await _fetch_group(rt, req.group_id, topics_req, stable)
+    T = OffsetFetchResponse.Topic
+    P = T.Partition
+    if res.error_code:
+        if v >= 2:
+            return OffsetFetchResponse(throttle_time_ms=0, topics=[], error_code=res.error_code)
+        # v1: no top-level error field; Kafka reports it on each requested partition
+        return OffsetFetchResponse(topics=[
+            T(name=t.name, partitions=[P(partition_index=i, committed_offset=-1, metadata="",
+                                         error_code=res.error_code) for i in t.partition_indexes])
+            for t in topics_req])
+    topics = [T(name=name, partitions=[P(partition_index=fp.partition_index,
+                                         committed_offset=fp.committed_offset,
+                                         committed_leader_epoch=fp.committed_leader_epoch,
+                                         metadata=fp.metadata, error_code=fp.error_code) for fp in fps])
+              for name, fps in res.topics]
+    return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=ErrorCode.NONE)
+
+
+# -- OffsetDelete --------------------------------------------------------------------------------
+@handles(OffsetDeleteRequest, "0")
+async def handle_offset_delete(ctx, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    rt = runtime(ctx)
+    if rt is None:
+        return OffsetDeleteResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, throttle_time_ms=0,
+                                    topics=[])
+    b = ctx.broker
+    unknown: dict[str, list[int]] = {}
+    known = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            if _partition_exists(b, t.name, p.partition_index):
+                parts.append(p.partition_index)
+            else:
+                unknown.setdefault(t.name, []).append(p.partition_index)
+        if parts:
+            known.append((t.name, tuple(parts)))
+    res = await rt.call("offset_delete", OffsetDeleteParams(req.group_id, tuple(known)))
+    T = OffsetDeleteResponse.Topic
+    P = T.Partition
+    if res.error_code:
+        return OffsetDeleteResponse(error_code=res.error_code, throttle_time_ms=0, topics=[])
+    results: dict[str, list] = {}
+    for name, prs in res.topics:
+        results.setdefault(name, []).extend(P(partition_index=pr.partition_index, error_code=pr.error_code)
+                                            for pr in prs)
+    for name, idxs in unknown.items():
+        results.setdefault(name, []).extend(
+            P(partition_index=i, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for i in idxs)
+    return OffsetDeleteResponse(error_code=ErrorCode.NONE, throttle_time_ms=0,
+                                topics=[T(name=n, partitions=ps) for n, ps in results.items()])
