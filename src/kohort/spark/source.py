@@ -313,6 +313,7 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: dict | None = None
         self._target: dict | None = None          # Trigger.AvailableNow
         self._committed: dict | None = None
+        self._commit_warned = False
 
     def __getstate__(self):
         d = dict(self.__dict__)
@@ -421,8 +422,10 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             self.driver.cluster.commit_offsets(group, offsets, metadata="kohort-spark")
             self._committed = offsets
-        except (KafkaError, OSError) as e:      # commits only report progress; never fail the query
-            log.warning("kohort: committing offsets of group %s failed: %s", group, e)
+        except (KohortError, OSError) as e:     # commits only report progress; never fail the query
+            if not self._commit_warned:
+                log.warning("kohort: committing offsets of group %s failed: %s", group, e)
+                self._commit_warned = True
             if self.driver._cluster is not None:
                 self.driver._cluster.close()
 
