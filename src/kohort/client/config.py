@@ -209,13 +209,13 @@ class Config(Mapping):
 
 def _unknown_message(role: str, key: str) -> str:
     known = ROLES[role]
-    close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.5)
     where = f"unknown {role} configuration key {key!r}"
-    if close:
-        return f"{where}; did you mean {close[0]!r}?"
     other = [r for r, keys in ROLES.items() if key in keys and r != role]
     if other:
         return f"{where}; it is a {other[0]} setting"
+    close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.5)
+    if close:
+        return f"{where}; did you mean {close[0]!r}?"
     return where
 
 

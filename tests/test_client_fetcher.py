@@ -1,0 +1,92 @@
+"""Fetcher pieces without sockets: record decoding (offsets, control batches, aborted transactions,
+compression, leader epochs) and the incremental fetch session (KIP-227)."""
+from types import SimpleNamespace
+
+import pytest
+
+from kohort.client.consumer.fetcher import FetchSession, decode_partition
+from kohort.protocol.records import COMPRESSION_LZ4, CorruptRecordError, build_batch, build_control_batch
+from kohort.structs import ConsumerRecord, TopicPartition
+
+
+def recs(n, start=0):
+    return [(f"k{i}".encode(), f"v{i}".encode(), [("h", b"1")] if i % 2 else [], 1000 + i) for i in range(start, start + n)]
+
+
+def test_decode_filters_offsets_before_the_fetch_offset_and_keeps_epochs():
+    data = build_batch(recs(5), base_offset=10, partition_leader_epoch=3) + \
+        build_batch(recs(5, 5), base_offset=15, partition_leader_epoch=4, compression=COMPRESSION_LZ4)
+    out, nxt, epoch = decode_partition("t", 2, data, 12)
+    assert [r.offset for r in out] == list(range(12, 20))
+    assert nxt == 20 and epoch == 4
+    r = out[0]
+    assert isinstance(r, ConsumerRecord)
+    assert (r.topic, r.partition, r.key, r.value, r.timestamp, r.leader_epoch) == ("t", 2, b"k2", b"v2", 1002, 3)
+    assert out[1].headers == [("h", b"1")] and r.topic_partition == TopicPartition("t", 2)
+
+
+def test_decode_partial_trailing_batch_is_ignored():
+    data = build_batch(recs(3), base_offset=0) + build_batch(recs(3), base_offset=3)[:-5]
+    out, nxt, _ = decode_partition("t", 0, data, 0)
+    assert [r.offset for r in out] == [0, 1, 2] and nxt == 3
+
+
+def test_crc_checked_when_asked():
+    data = bytearray(build_batch(recs(3)))
+    data[-2] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        decode_partition("t", 0, bytes(data), 0, check_crcs=True)
+
+
+def test_read_committed_drops_aborted_transactions_and_control_batches():
+    pid_a, pid_b = 7, 8
+    data = (build_batch(recs(2), base_offset=0, producer_id=pid_a, producer_epoch=0, transactional=True)
+            + build_batch(recs(2, 2), base_offset=2, producer_id=pid_b, producer_epoch=0, transactional=True)
+            + build_control_batch(False, pid_a, 0, base_offset=4)
+            + build_control_batch(True, pid_b, 0, base_offset=5)
+            + build_batch(recs(1, 6), base_offset=6, producer_id=pid_a, producer_epoch=0, transactional=True))
+    aborted = [SimpleNamespace(producer_id=pid_a, first_offset=0)]
+    out, nxt, _ = decode_partition("t", 0, data, 0, aborted=aborted, read_committed=True)
+    assert [r.offset for r in out] == [2, 3, 6]   # pid_a's first txn aborted; its later one is not
+    assert nxt == 7
+    out, _, _ = decode_partition("t", 0, data, 0)  # read_uncommitted: everything but the markers
+    assert [r.offset for r in out] == [0, 1, 2, 3, 6]
+
+
+def test_only_control_batches_still_advance_the_fetch_offset():
+    data = build_control_batch(True, 1, 0, base_offset=9)
+    out, nxt, _ = decode_partition("t", 0, data, 9)
+    assert out == [] and nxt == 10
+
+
+def test_deserializers():
+    out, _, _ = decode_partition("t", 0, build_batch(recs(2)), 0, key_deserializer=bytes.decode,
+                                 value_deserializer=lambda b: b.upper())
+    assert out[1].key == "k1" and out[1].value == b"V1"
+
+
+def test_fetch_session_full_then_incremental_then_reset():
+    s = FetchSession()
+    tp0, tp1 = ("t", 0), ("t", 1)
+    send, forgotten, view = s.build({tp0: (0, 1, -1, 100), tp1: (5, 1, -1, 100)})
+    assert set(send) == {tp0, tp1} and forgotten == []
+    s.on_response(0, 42, view)
+    assert (s.session_id, s.epoch) == (42, 1)
+    # only the partition whose offset moved is sent; the dropped one is forgotten
+    send, forgotten, view = s.build({tp0: (10, 1, -1, 100)})
+    assert send == {tp0: (10, 1, -1, 100)} and forgotten == [tp1]
+    s.on_response(0, 42, view)
+    assert s.epoch == 2
+    send, _, view = s.build({tp0: (10, 1, -1, 100)})
+    assert send == {}
+    s.on_response(71, 0, view)          # INVALID_FETCH_SESSION_EPOCH
+    assert (s.session_id, s.epoch) == (0, 0)
+    send, _, _ = s.build({tp0: (10, 1, -1, 100)})
+    assert send == {tp0: (10, 1, -1, 100)}
+
+
+def test_fetch_session_broker_without_sessions_stays_full():
+    s = FetchSession()
+    _, _, view = s.build({("t", 0): (0, -1, -1, 1)})
+    s.on_response(0, 0, view)
+    assert s.epoch == 0

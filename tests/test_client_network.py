@@ -1,0 +1,128 @@
+"""NetworkClient against real sockets: librdkafka's mock cluster, a dead port, a silent server."""
+import socket
+import threading
+import time
+
+import pytest
+
+from kohort.client.cluster import Cluster
+from kohort.client.config import load_config
+from kohort.client.network import NetworkClient, Versioned
+from kohort.errors import IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError
+from kohort.protocol.messages.metadata import MetadataRequest
+from tests.peers import create_topic, mock_cluster  # noqa: F401
+
+
+def dead_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_handshake_negotiates_and_any_node_works(mock_cluster):
+    with NetworkClient({"bootstrap.servers": mock_cluster}) as nc:
+        fut = nc.send(None, MetadataRequest(topics=None))
+        resp = fut.result(10)
+        assert len(resp.brokers) == 3
+        assert fut.api_version == min(MetadataRequest.MAX_VERSION, 13)
+        nc.update_brokers({b.node_id: (b.host, b.port) for b in resp.brokers})
+        futs = [nc.send(b.node_id, MetadataRequest(topics=[])) for b in resp.brokers]
+        assert {f.result(10).cluster_id for f in futs} == {resp.cluster_id}
+        assert nc.api_versions(resp.brokers[0].node_id)[3][1] >= 9
+
+
+def test_pipelined_requests_resolve_in_order_from_many_threads(mock_cluster):
+    with NetworkClient({"bootstrap.servers": mock_cluster}) as nc:
+        results = []
+
+        def worker():
+            futs = [nc.send(None, MetadataRequest(topics=[])) for _ in range(200)]
+            results.append(all(f.result(10).brokers for f in futs))
+        ts = [threading.Thread(target=worker) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert results == [True] * 4
+
+
+def test_versioned_request_and_explicit_version(mock_cluster):
+    with NetworkClient({"bootstrap.servers": mock_cluster}) as nc:
+        seen = []
+        fut = nc.send(None, Versioned(3, lambda v: seen.append(v) or MetadataRequest(topics=[])), max_version=4)
+        fut.result(10)
+        assert seen == [4] and fut.api_version == 4
+        with pytest.raises(IncompatibleBrokerVersionError, match="OffsetForLeaderEpoch"):
+            from kohort.protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest
+            nc.send(None, OffsetForLeaderEpochRequest(topics=[]), version=4).result(10)
+
+
+def test_bootstrap_skips_dead_addresses(mock_cluster):
+    first = mock_cluster.split(",")[0]
+    bs = f"127.0.0.1:{dead_port()},127.0.0.1:{dead_port()},{first}"
+    for _ in range(3):  # the random start must not matter
+        with NetworkClient({"bootstrap.servers": bs}) as nc:
+            assert nc.send(None, MetadataRequest(topics=[])).result(10).brokers
+
+
+def test_all_bootstrap_dead_times_out_with_backoff():
+    bs = f"127.0.0.1:{dead_port()}"
+    with NetworkClient({"bootstrap.servers": bs, "request.timeout.ms": 600, "reconnect.backoff.ms": 50,
+                        "reconnect.backoff.max.ms": 200}) as nc:
+        t = time.monotonic()
+        with pytest.raises(KafkaTimeoutError, match="no connection"):
+            nc.send(None, MetadataRequest(topics=[])).result(5)
+        assert 0.5 < time.monotonic() - t < 2
+        assert nc._backoffs[-1].failures >= 2   # it kept retrying, backing off
+
+
+def test_request_timeout_and_connection_loss():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    accepted = []
+
+    def accept():
+        c, _ = srv.accept()
+        accepted.append(c)   # never answers (not even ApiVersions)
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        with NetworkClient({"bootstrap.servers": f"127.0.0.1:{port}", "request.timeout.ms": 300,
+                            "socket.connection.setup.timeout.ms": 400}) as nc:
+            with pytest.raises((KafkaTimeoutError, KafkaConnectionError)):
+                nc.send(-1, MetadataRequest(topics=[])).result(5)
+    finally:
+        srv.close()
+        for c in accepted:
+            c.close()
+
+
+def test_unknown_node_fails_fast(mock_cluster):
+    with NetworkClient({"bootstrap.servers": mock_cluster}) as nc:
+        with pytest.raises(KafkaConnectionError, match="not known"):
+            nc.send(99, MetadataRequest(topics=[])).result(5)
+
+
+def test_closed_client_fails_futures(mock_cluster):
+    nc = NetworkClient({"bootstrap.servers": mock_cluster})
+    nc.close()
+    with pytest.raises(KafkaConnectionError, match="closed"):
+        nc.send(None, MetadataRequest(topics=[])).result(5)
+
+
+def test_cluster_metadata(mock_cluster):
+    n = create_topic(mock_cluster, "net-meta", 5)
+    cfg = load_config("consumer", {"bootstrap.servers": mock_cluster})
+    with NetworkClient(cfg) as nc:
+        cl = Cluster(nc, cfg)
+        snap = cl.wait_for_topics({"net-meta"}, 10)
+        assert cl.partitions_for("net-meta") == list(range(n))
+        leaders = {cl.leader_for(("net-meta", p)) for p in range(n)}
+        assert leaders <= set(snap.brokers) and len(snap.brokers) == 3
+        assert nc.brokers == cl.brokers
+        v = snap.version
+        cl.request_update()
+        assert cl.refresh(10).version > v
