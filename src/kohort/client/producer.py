@@ -411,6 +411,7 @@ class _Sender:
         self.parts: dict[tuple, _PartitionState] = {}
         self.lock = threading.Lock()
         self.io_lock = threading.Lock()          # whoever holds it drives the sockets
+        self.stats = {"requests": 0, "retries": 0, "disconnects": 0, "epoch_bumps": 0}
         self.last_poke_ms = 0
         self.thread = threading.Thread(target=self.run, name="kohort-producer-io", daemon=True)
 
@@ -600,6 +601,7 @@ class _Sender:
             del self.links[link.node_id]
         self.backoff_until[link.node_id] = _now_ms() + self.p.config["reconnect.backoff.ms"]
         self.meta_needed = True
+        self.stats["disconnects"] += 1
         cbs = list(link.callbacks)
         link.callbacks.clear()
         e = KafkaConnectionError(f"connection to {link.address} lost: {err}")
@@ -707,6 +709,7 @@ class _Sender:
             return
         self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
         if self.needs_bump:
+            self.stats["epoch_bumps"] += 1
             self._renumber()
         self.needs_bump = False
 
@@ -764,6 +767,7 @@ class _Sender:
                                                                     for b in bs])
                                          for t, bs in by_topic.items()])
         v = link.version(ProduceRequest, cap=_PRODUCE_MAX_VERSION, floor=_PRODUCE_MIN_VERSION)
+        self.stats["requests"] += 1
         if p.acks == 0:
             link.enqueue(req, v, None, now, expect_response=False)
             for b in batches:
@@ -833,6 +837,7 @@ class _Sender:
                 self.needs_bump = True
             self._finish(b, -1, -1, err if isinstance(err, BaseException) else KohortError(str(err)))
             return
+        self.stats["retries"] += 1
         self.acc.reenqueue(b, now)
 
     def _finish(self, b, base_offset: int, log_append_time: int, error) -> None:
