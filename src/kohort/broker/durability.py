@@ -6,6 +6,7 @@ With log.flush.policy=os nothing waits (Kafka's page-cache durability)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 
@@ -17,6 +18,8 @@ class SyncPump:
         self._waiting: list[asyncio.Future] = []
         self._task: asyncio.Task | None = None
         self.rounds = 0
+        self.seconds = 0.0          # time spent in fsync rounds
+        self.waiters_served = 0
 
     async def wait_synced(self) -> None:
         """Return once every append made before this call is durable (raises KafkaStorageError)."""
@@ -34,9 +37,12 @@ class SyncPump:
         try:
             while self._waiting:
                 batch, self._waiting = self._waiting, []
+                t0 = time.perf_counter()
                 try:
                     await loop.run_in_executor(self._executor, self.storage.sync_dirty)
                     self.rounds += 1
+                    self.seconds += time.perf_counter() - t0
+                    self.waiters_served += len(batch)
                 except Exception as e:   # noqa: BLE001 - handed to every waiter
                     for f in batch:
                         if not f.done():

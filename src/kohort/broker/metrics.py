@@ -43,6 +43,7 @@ class Metrics:
         self.connections_total = 0
         self.apis: dict[int, _ApiStats] = {}
         self.messages_in: dict[str, int] = {}
+        self.versions: dict[tuple[int, int], int] = {}   # (api_key, version) -> requests
         self._names = _api_names()
 
     def connection_opened(self) -> None:
@@ -52,7 +53,11 @@ class Metrics:
     def connection_closed(self) -> None:
         self.connections -= 1
 
-    def observe(self, api_key: int, seconds: float, bytes_in: int, bytes_out: int) -> None:
+    def observe(self, api_key: int, seconds: float, bytes_in: int, bytes_out: int,
+                version: int | None = None) -> None:
+        if version is not None:
+            k = (api_key, version)
+            self.versions[k] = self.versions.get(k, 0) + 1
         s = self.apis.get(api_key)
         if s is None:
             s = self.apis[api_key] = _ApiStats()
@@ -81,6 +86,10 @@ class Metrics:
         add("# TYPE kohort_requests_total counter")
         for k, s in sorted(self.apis.items()):
             add(f'kohort_requests_total{{api="{self._name(k)}"}} {s.count}')
+        add("# HELP kohort_requests_by_version_total Requests handled, per API and version.")
+        add("# TYPE kohort_requests_by_version_total counter")
+        for (k, ver), n in sorted(self.versions.items()):
+            add(f'kohort_requests_by_version_total{{api="{self._name(k)}",version="{ver}"}} {n}')
         add("# HELP kohort_request_seconds Request latency (receipt to response written), per API.")
         add("# TYPE kohort_request_seconds histogram")
         for k, s in sorted(self.apis.items()):
@@ -104,6 +113,17 @@ class Metrics:
         add("# TYPE kohort_messages_in_total counter")
         for t, n in sorted(self.messages_in.items()):
             add(f'kohort_messages_in_total{{topic="{t}"}} {n}')
+        sync = getattr(self.broker, "sync", None)
+        if sync is not None:
+            add("# HELP kohort_fsync_rounds_total Group-commit fsync rounds (log.flush.policy=fsync-before-ack).")
+            add("# TYPE kohort_fsync_rounds_total counter")
+            add(f"kohort_fsync_rounds_total {sync.rounds}")
+            add("# HELP kohort_fsync_seconds_total Time spent in group-commit fsync rounds.")
+            add("# TYPE kohort_fsync_seconds_total counter")
+            add(f"kohort_fsync_seconds_total {sync.seconds:.6f}")
+            add("# HELP kohort_fsync_waiters_total Produce requests answered after a group-commit round.")
+            add("# TYPE kohort_fsync_waiters_total counter")
+            add(f"kohort_fsync_waiters_total {sync.waiters_served}")
         storage = getattr(self.broker, "storage", None)
         if storage is not None:
             logs = list(storage.logs())

@@ -198,12 +198,12 @@ class Broker:
                         return
                 if result is NO_RESPONSE or result is None:
                     if m:
-                        m.observe(api_key, time.perf_counter() - t0, in_bytes, 0)
+                        m.observe(api_key, time.perf_counter() - t0, in_bytes, 0, version)
                     continue
                 data = encode_response(result, version, corr)
                 writer.write(data)
                 if m:
-                    m.observe(api_key, time.perf_counter() - t0, in_bytes, len(data))
+                    m.observe(api_key, time.perf_counter() - t0, in_bytes, len(data), version)
                 if pending.empty() or writer.transport.get_write_buffer_size() > (1 << 20):
                     await writer.drain()
         except ConnectionError:
