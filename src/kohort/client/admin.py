@@ -58,6 +58,7 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3   # IncrementalAlterConfi
 _COORDINATOR_RETRY = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                       ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 INACTIVE_STATES = ("Empty", "Dead")
+RESET_TARGETS = ("earliest", "latest", "timestamp", "datetime", "offset", "shift-by", "current")
 
 
 class PartitionInfo(NamedTuple):
@@ -511,6 +512,10 @@ class Admin:
         """The new offset of each partition for a reset: to in ("earliest", "latest", "datetime"/"timestamp"
         (value = ms), "offset" (value), "shift-by" (value, may be negative), "current"). Offsets are
         clamped into [log start, log end] as kafka-consumer-groups.sh does. Returns {tp: (old, new)}."""
+        if to not in RESET_TARGETS:
+            raise KohortError(f"unknown reset target {to!r}; one of {', '.join(RESET_TARGETS)}")
+        if to in ("timestamp", "datetime", "offset", "shift-by") and not isinstance(value, int):
+            raise KohortError(f"reset to {to} needs an integer value, got {value!r}")
         tps = sorted(TopicPartition(*tp) for tp in partitions)
         if not tps:
             raise KohortError(f"no partitions to reset for group {group!r}")
