@@ -1,0 +1,118 @@
+"""Shared by the cases: the brokers of a run, topics, seeding the same records for every client.
+
+Parent side: `Brokers` starts a `kohort broker` (default settings, temp data dir) and a Tansu broker
+(memory storage) once per run; `create_topic` and `seed` prepare data with confluent-kafka's producer
+(librdkafka, so seeding is quick and identical for every client that reads it afterwards).
+"""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(HERE)
+for p in (os.path.join(ROOT, "src"), ROOT):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+KOHORT_BROKER = "kohort broker"
+TANSU = "Tansu"
+CLIENTS = ["kohort", "confluent-kafka", "kafka-python", "aiokafka"]
+
+
+def values(size: int, count: int = 1024, seed: int = 7) -> list[bytes]:
+    """`count` distinct values of `size` bytes: half random, half repetitive (compressible like typical
+    JSON-ish payloads, so lz4 has real work)."""
+    rnd = random.Random(seed * 1_000_003 + size)
+    return [rnd.randbytes(size // 2) + b"x" * (size - size // 2) for _ in range(count)]
+
+
+class Brokers:
+    """The two brokers of a run: {name: "127.0.0.1:PORT"}; stop() stops both."""
+
+    def __init__(self, which=(KOHORT_BROKER, TANSU)):
+        self.addr: dict[str, str] = {}
+        self.errors: dict[str, str] = {}
+        self._stops = []
+        for name in which:
+            try:
+                if name == KOHORT_BROKER:
+                    from tests.brokers import KohortBroker
+                    b = KohortBroker()
+                    b.__enter__()
+                    self.addr[name] = b.bootstrap
+                    self._stops.append(lambda b=b: b.__exit__(None, None, None))
+                    self.kohort = b
+                elif name == TANSU:
+                    from tests.conftest import start_tansu
+                    proc, addr = start_tansu()
+                    self.addr[name] = addr
+                    self._stops.append(lambda p=proc: _stop_proc(p))
+            except Exception as e:
+                self.errors[name] = f"{type(e).__name__}: {e}"
+
+    def stop(self) -> None:
+        for s in reversed(self._stops):
+            try:
+                s()
+            except Exception:
+                pass
+        self._stops.clear()
+
+
+def _stop_proc(p: subprocess.Popen) -> None:
+    p.terminate()
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def create_topic(addr: str, topic: str, partitions: int = 1) -> None:
+    from kohort.client.admin import Admin
+    with Admin({"bootstrap.servers": addr}) as admin:
+        err = admin.create_topics({topic: partitions}).get(topic)
+        if err is not None and "already exists" not in str(err).lower() and \
+                "TOPIC_ALREADY_EXISTS" not in type(err).__name__.upper():
+            raise err
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            desc = {d.name: d for d in admin.describe_topics([topic])}
+            d = desc.get(topic)
+            if d is not None and len(getattr(d, "partitions", [])) == partitions:
+                return
+            time.sleep(0.05)
+
+
+def seed(addr: str, topic: str, n: int, size: int, compression: str = "none", partitions: int = 1) -> float:
+    """Produce n records of `size` bytes round-robin over the partitions (null keys); -> seconds."""
+    from confluent_kafka import Producer
+    create_topic(addr, topic, partitions)
+    vals = values(size)
+    p = Producer({"bootstrap.servers": addr, "acks": "all", "linger.ms": 20, "compression.type": compression,
+                  "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
+                  "queue.buffering.max.kbytes": 1_048_576})
+    errors = []
+
+    def cb(err, _msg):
+        if err is not None:
+            errors.append(err)
+    t = time.perf_counter()
+    nv = len(vals)
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, vals[i % nv], partition=i % partitions, on_delivery=cb)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i & 4095 == 0:
+            p.poll(0)
+    left = p.flush(300)
+    if left or errors:
+        raise RuntimeError(f"seeding {topic}: {left} undelivered, errors {errors[:3]}")
+    return time.perf_counter() - t

@@ -1,0 +1,75 @@
+"""Consumer throughput: kohort vs confluent-kafka, kafka-python and aiokafka on the same records.
+
+The client functions are bench/bench_consumer.py's (`CLIENTS[name](bootstrap, topic, ends, total)`
+-> records/s): explicit assignment of every partition, no group, read from offset 0 until every record
+is in, each value touched; timed from just after assign() to the last record, so each client's own
+start-up (offset lookup, first fetch) is inside the time. Here each run is a fresh process.
+
+Parent side: `build(env, mode)` seeds one topic per (broker, size, codec) with the same records for
+every client (cases.common.seed) and makes the jobs.
+"""
+from __future__ import annotations
+
+from cases.common import CLIENTS, KOHORT_BROKER, TANSU, seed
+
+TIMEOUT_S = 150.0
+# our column names -> bench_consumer's client names
+_NAMES = {"kohort": "kohort", "confluent-kafka": "confluent", "kafka-python": "kafka-python",
+          "aiokafka": "aiokafka"}
+
+
+def consume(client: str, addr: str, topic: str, partitions: int, n: int, size: int,
+            unit: str = "records/s") -> dict:
+    import bench_consumer
+    # the seeding spread n records round-robin; computed rather than asked (Tansu's ListOffsets
+    # "latest" lags the log end, which would make the clients stop short)
+    ends = {p: n // partitions + (p < n % partitions) for p in range(partitions)}
+    total = n
+    rate = bench_consumer.CLIENTS[_NAMES[client]](addr, topic, ends, total)
+    mb = rate * size / 1e6
+    return {"value": rate if unit == "records/s" else mb, "records_per_s": rate, "mb_per_s": mb,
+            "records": total, "seconds": total / rate}
+
+
+def size_label(size: int) -> str:
+    return f"{size // 1024} KiB" if size >= 1024 and size % 1024 == 0 else f"{size} B"
+
+
+def build(env, mode: str, profile: set[str]):
+    from harness import Job, Section
+    quick = mode == "quick"
+    sizes = {100: 100_000} if quick else {100: 1_000_000, 1024: 200_000}
+    codecs = ["none", "lz4"]
+    sec = Section("consumer", "consumer throughput", "records/s",
+                  notes=["Each client reads the same seeded records (values half random, half repetitive; "
+                         "null keys; 1 partition) from offset 0 by assign(), values touched (bench_consumer.py's "
+                         "client functions); time from assign() to the last record."])
+    jobs = []
+    for broker in (KOHORT_BROKER, TANSU):
+        addr = env.brokers.addr.get(broker)
+        for size, n in sizes.items():
+            for codec in codecs:
+                row = f"{broker} · {size_label(size)} · {codec}"
+                topic = f"cons-{size}-{codec}"
+                setup_err = env.brokers.errors.get(broker)
+                if addr is not None:
+                    try:
+                        seed(addr, topic, n, size, codec)
+                    except Exception as e:
+                        setup_err = f"seeding: {type(e).__name__}: {e}"
+                for client in CLIENTS:
+                    jobs.append(Job("consumer", row, client, "cases.consumer:consume",
+                                    {"client": client, "addr": addr, "topic": topic, "partitions": 1, "n": n,
+                                     "size": size},
+                                    timeout=TIMEOUT_S + 30, profile=client in profile,
+                                    before=_fail(setup_err)))
+    return [sec], jobs
+
+
+def _fail(err):
+    if err is None:
+        return None
+
+    def before(job, round_no):
+        raise RuntimeError(err)
+    return before

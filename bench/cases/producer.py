@@ -1,0 +1,55 @@
+"""Producer throughput: kohort vs confluent-kafka, kafka-python and aiokafka (bench/bench_producer.py's
+client functions, each run in its own process against a fresh single-partition topic).
+
+Same settings for all (bench_producer's): acks=all, linger.ms=5, each client's default batch size;
+one value of the given size (half random, half repetitive) repeated, null keys. Time from the first
+produce call to the end of flush.
+"""
+from __future__ import annotations
+
+import itertools
+import types
+
+from cases.common import CLIENTS, KOHORT_BROKER, TANSU, create_topic, values
+from cases.consumer import size_label
+
+_seq = itertools.count()
+
+
+def produce(client: str, addr: str, topic: str, n: int, size: int, compression: str) -> dict:
+    import bench_producer
+    opts = types.SimpleNamespace(compression=compression, kohort_extra={})
+    dt = bench_producer.CLIENTS[client](addr, topic, n, values(size, 1)[0], opts)
+    return {"value": n / dt, "seconds": dt, "records": n, "mb_per_s": n * size / dt / 1e6}
+
+
+def build(env, mode: str, profile: set[str]):
+    from harness import Job, Section
+    quick = mode == "quick"
+    sizes = {100: 20_000} if quick else {100: 200_000, 1024: 50_000}
+    sec = Section("producer", "producer throughput", "records/s",
+                  notes=["acks=all, linger.ms=5, default batch sizes, fresh 1-partition topic per run; "
+                         "time from the first produce() to the end of flush()."])
+    jobs = []
+    for broker in (KOHORT_BROKER, TANSU):
+        addr = env.brokers.addr.get(broker)
+        for size, n in sizes.items():
+            for codec in ("none", "lz4"):
+                row = f"{broker} · {size_label(size)} · {codec}"
+                for client in CLIENTS:
+                    jobs.append(Job("producer", row, client, "cases.producer:produce",
+                                    {"client": client, "addr": addr, "topic": None, "n": n, "size": size,
+                                     "compression": codec},
+                                    timeout=150, profile=client in profile,
+                                    before=_fresh_topic(addr, broker, env)))
+    return [sec], jobs
+
+
+def _fresh_topic(addr, broker, env):
+    def before(job, round_no):
+        if addr is None:
+            raise RuntimeError(env.brokers.errors.get(broker, "broker not running"))
+        topic = f"prod-{next(_seq)}"
+        create_topic(addr, topic, 1)
+        return {"topic": topic}
+    return before
