@@ -43,6 +43,7 @@ class Section:
     unit: str                       # "records/s", "MB/s", "ms", "rows/s"
     higher_is_better: bool = True
     ours: str | None = "kohort"     # the column compared with the best other column of its row
+    peers: list | None = None       # the columns that count as "others" (default: all but ours)
     notes: list[str] = field(default_factory=list)
 
 
@@ -55,6 +56,8 @@ class Job:
     kwargs: dict
     timeout: float = 180.0
     profile: bool = False            # run under cProfile (all threads), stats next to the report
+    subrows: list | None = None      # the worker returns {"rows": {name: value}}: one cell per name,
+                                     # in row f"{row} · {name}" (e.g. produce / consume of one run)
     before: object = None            # callable(job, round) -> kwargs updates, run in the parent first
 
 
@@ -143,7 +146,25 @@ def _last_error_line(text: str) -> str:
     return lines[-1][:160]
 
 
-def run_job(job: Job, round_no: int, profile_dir: str | None = None) -> Result:
+def run_job(job: Job, round_no: int, profile_dir: str | None = None) -> list[Result]:
+    """Run one job in a subprocess -> its Result(s): one, or one per subrow."""
+    res = _run_job(job, round_no, profile_dir)
+    if not job.subrows:
+        return [res]
+    out = []
+    rows = (res.extra.get("rows") or {}) if res.error is None else {}
+    for name in job.subrows:
+        sub = dataclasses.replace(job, row=f"{job.row} · {name}", subrows=None)
+        if res.error is not None:
+            out.append(Result(sub, round_no, None, res.error, {}, res.seconds))
+        elif name not in rows:
+            out.append(Result(sub, round_no, None, f"worker returned no {name!r}", res.extra, res.seconds))
+        else:
+            out.append(Result(sub, round_no, float(rows[name]), None, res.extra, res.seconds))
+    return out
+
+
+def _run_job(job: Job, round_no: int, profile_dir: str | None = None) -> Result:
     t = time.monotonic()
     kwargs = dict(job.kwargs)
     if job.before is not None:
@@ -181,10 +202,10 @@ def run_rounds(jobs: list[Job], rounds: int, on_result=None, profile_dir: str | 
     results = []
     for r in range(rounds):
         for job in jobs:
-            res = run_job(job, r, profile_dir)
-            results.append(res)
-            if on_result is not None:
-                on_result(res)
+            for res in run_job(job, r, profile_dir):
+                results.append(res)
+                if on_result is not None:
+                    on_result(res)
     return results
 
 
@@ -228,7 +249,8 @@ def _ratio(s: dict, row: str, sec: Section):
     if ours is None or ours.median is None:
         return None
     others = [(c.median, col) for (r, col), c in s["cells"].items()
-              if r == row and col != sec.ours and c.median is not None and c.median > 0]
+              if r == row and col != sec.ours and c.median is not None and c.median > 0
+              and (sec.peers is None or col in sec.peers)]
     if not others or ours.median <= 0:
         return None
     if sec.higher_is_better:
@@ -336,7 +358,7 @@ def section_rows(sec: Section, summary: dict) -> tuple[list[str], list[list[str]
     s = summary[sec.key]
     header = [f"{sec.title} [{sec.unit}]"] + s["columns"]
     if sec.ours is not None:
-        header.append(f"{sec.ours} vs best other")
+        header.append(f"{sec.ours} vs {sec.peers[0] if sec.peers and len(sec.peers) == 1 else 'best other'}")
     rows = []
     for row in s["rows"]:
         line = [row] + [fmt_cell(s["cells"].get((row, c)), sec.unit) for c in s["columns"]]

@@ -1,0 +1,64 @@
+"""Broker: produce then consume with confluent-kafka (librdkafka) clients, kohort broker vs Tansu.
+
+The worker calls bench/bench_broker.py's `run_one(port, n, size, partitions)` (acks=all, idempotent,
+linger 5 ms, batch.size 1 MB, then an assign()-from-0 consumer) in its own process and reports
+produce, consume and end-to-end (n / (produce + consume time)) records/s. Columns: the run's kohort
+broker (default log.flush.policy=fsync-before-ack), a second kohort broker with log.flush.policy=os
+(no fsync before acks, like Kafka's default), and Tansu (memory storage).
+"""
+from __future__ import annotations
+
+from cases.common import KOHORT_BROKER, TANSU
+from cases.consumer import size_label
+
+KOHORT_OS = "kohort broker (flush=os)"
+_extra = []
+
+
+def end_to_end(port: int, n: int, size: int, partitions: int) -> dict:
+    import bench_broker
+    ps, cs = bench_broker.run_one(port, n, size, partitions)
+    return {"value": n / (ps + cs), "rows": {"produce": n / ps, "consume": n / cs,
+                                             "end-to-end": n / (ps + cs)},
+            "produce_s": ps, "consume_s": cs}
+
+
+def build(env, mode: str, profile: set[str]):
+    from harness import Job, Section
+    quick = mode == "quick"
+    sizes = {100: 100_000} if quick else {100: 500_000, 1024: 100_000}
+    brokers = dict(env.brokers.addr)
+    errors = dict(env.brokers.errors)
+    try:
+        from tests.brokers import KohortBroker
+        b = KohortBroker(config={"log.flush.policy": "os"})
+        b.__enter__()
+        _extra.append(b)
+        brokers[KOHORT_OS] = b.bootstrap
+    except Exception as e:
+        errors[KOHORT_OS] = f"{type(e).__name__}: {e}"
+    sec = Section("broker", "broker, confluent-kafka clients", "records/s", ours=KOHORT_BROKER,
+                  peers=[TANSU],
+                  notes=["bench_broker.run_one: acks=all idempotent producer (linger 5 ms, batch.size 1 MB), "
+                         "then an assign()-from-0 consumer; end-to-end = n / (produce + consume time). "
+                         "Ratio: the default kohort broker vs Tansu."])
+    jobs = []
+    for size, n in sizes.items():
+        for name in (KOHORT_BROKER, KOHORT_OS, TANSU):
+            addr = brokers.get(name)
+            port = int(addr.rsplit(":", 1)[1]) if addr else 0
+            before = None
+            if addr is None:
+                msg = errors.get(name, "broker not running")
+
+                def before(job, round_no, msg=msg):
+                    raise RuntimeError(msg)
+            jobs.append(Job("broker", f"{size_label(size)} × {n:,}", name, "cases.broker:end_to_end",
+                            {"port": port, "n": n, "size": size, "partitions": 1}, timeout=240,
+                            subrows=["produce", "consume", "end-to-end"], before=before))
+    return [sec], jobs
+
+
+def finish(env) -> None:
+    while _extra:
+        _extra.pop().__exit__(None, None, None)
