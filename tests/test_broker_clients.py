@@ -170,3 +170,44 @@ def test_kcat(broker):
     want = [f"{p * N + i}|key{i}|{codec} line {i}|codec={codec}"
             for p, codec in enumerate(CODECS) for i in range(N)]
     assert got == want
+
+
+def test_confluent_admin_client(broker):
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
+                                       NewTopic, OffsetSpec)
+    topic = _topic("adm")
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    a.create_topics([NewTopic(topic, 2, 1, config={"cleanup.policy": "compact"})])[topic].result(10)
+    with pytest.raises(Exception) as ei:
+        a.create_topics([NewTopic(topic, 2, 1)])[topic].result(10)
+    assert "TOPIC_ALREADY_EXISTS" in str(ei.value)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    cfg = a.describe_configs([res])[res].result(10)
+    assert cfg["cleanup.policy"].value == "compact" and cfg["retention.ms"].is_default
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.APPEND)])
+    a.incremental_alter_configs([res])[res].result(10)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    cfg = a.describe_configs([res])[res].result(10)
+    assert cfg["retention.ms"].value == "3600000" and cfg["cleanup.policy"].value == "compact,delete"
+    a.create_partitions([NewPartitions(topic, 3)])[topic].result(10)
+    prod = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        prod.produce(topic, key=b"k%d" % i, value=b"v", partition=2, timestamp=1_000_000 + i)
+    assert prod.flush(10) == 0
+    tp = TopicPartition(topic, 2)
+    offs = a.list_offsets({tp: OffsetSpec.latest()})[tp].result(10)
+    assert offs.offset == 10
+    offs = a.list_offsets({tp: OffsetSpec.for_timestamp(1_000_004)})[tp].result(10)
+    assert offs.offset == 4
+    offs = a.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(10)
+    assert offs.offset == 9
+    low = a.delete_records([TopicPartition(topic, 2, 6)])[TopicPartition(topic, 2, 6)].result(10)
+    assert low.low_watermark == 6
+    assert a.list_offsets({tp: OffsetSpec.earliest()})[tp].result(10).offset == 6
+    cluster = a.describe_cluster().result(10)
+    assert [n.port for n in cluster.nodes] == [broker.port] and cluster.controller.id == 0
+    a.delete_topics([topic])[topic].result(10)
+    assert topic not in a.list_topics(timeout=10).topics

@@ -22,11 +22,31 @@ from kohort.broker.context import RequestContext
 from kohort.broker.handlers import HANDLERS, NO_RESPONSE, load_all
 from kohort.errors import DecodeError
 from kohort.protocol.framing import (
-    FrameTooLargeError, UnsupportedRequestError, decode_request, encode_response, frame_size,
+    FrameTooLargeError, UnsupportedRequestError, encode_response, frame_size, peek_request_header,
 )
+from kohort.protocol.headers import RequestHeader, request_header_version
+from kohort.protocol.messages import REQUESTS
+from kohort.protocol.primitives import Reader
 
 log = logging.getLogger("kohort.broker")
 _conn_ids = itertools.count(1)
+
+
+def decode_request(payload):
+    """framing.decode_request, but trailing bytes after the body are ignored as Kafka's broker does
+    (it never checks for leftovers; librdkafka 2.16 sends 3 extra bytes in Metadata v13)."""
+    api_key, version, corr = peek_request_header(payload)
+    cls = REQUESTS.get(api_key)
+    if cls is None or not (cls.MIN_VERSION <= version <= cls.MAX_VERSION):
+        client_id = None
+        try:
+            client_id = Reader(payload, 8).nullable_string()
+        except DecodeError:
+            pass
+        raise UnsupportedRequestError(api_key, version, corr, client_id)
+    r = Reader(payload)
+    header = RequestHeader.read(r, request_header_version(cls, version))
+    return header, cls.decode(r, version, exact=False)
 
 
 class Broker:
