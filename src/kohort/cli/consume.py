@@ -117,6 +117,9 @@ def cmd_consume(args) -> int:
     if args.group:
         extra["group.id"] = args.group
     cfg = client_config(args, extra)
+    from kohort.client.admin import Admin
+    with Admin(client_config(args)) as a:        # one clear line if the cluster or topic is missing
+        a.describe_topics([args.topic], timeout=args.timeout)
     c = Consumer(cfg)
     out = sys.stdout
     n = 0

@@ -355,6 +355,8 @@ class Admin:
             node, resp = self._group_call(g, DescribeGroupsRequest(groups=[g]), timeout,
                                           check=lambda r: r.groups[0].error_code if r.groups else 0)
             d = resp.groups[0]
+            if d.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                raise for_code(d.error_code)(f"group {g!r} does not exist (see: kohort groups list)")
             if d.error_code:
                 raise for_code(d.error_code)(f"group {g!r}")
             members = []
@@ -549,7 +551,10 @@ class Admin:
     def reset_group_offsets(self, group: str, partitions, *, to: str, value=None, dry_run: bool = False,
                             timeout=None) -> dict:
         """Plan and (unless dry_run) commit a reset; refuses while the group has members."""
-        state = self.describe_groups([group], timeout)[0].state
+        try:
+            state = self.describe_groups([group], timeout)[0].state
+        except for_code(ErrorCode.GROUP_ID_NOT_FOUND):
+            state = "Dead"          # no such group yet: committing creates it (as kafka-consumer-groups)
         if state not in INACTIVE_STATES and not dry_run:
             raise KohortError(f"group {group!r} is {state}: offsets can only be reset while the group is "
                               f"inactive (no members); stop its consumers first")
