@@ -7,4 +7,10 @@ def __getattr__(name):
     if name == "Consumer":
         from kohort.client.consumer import Consumer
         return Consumer
+    if name == "Producer":
+        from kohort.client.producer import Producer
+        return Producer
+    if name == "Admin":
+        from kohort.client.admin import Admin
+        return Admin
     raise AttributeError(f"module 'kohort' has no attribute {name!r}")
