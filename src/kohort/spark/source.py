@@ -314,6 +314,7 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict | None = None          # Trigger.AvailableNow
         self._committed: dict | None = None
         self._commit_warned = False
+        self._started = False       # the first latestOffset's start may be an unprocessed initial offset
 
     def __getstate__(self):
         d = dict(self.__dict__)
@@ -359,6 +360,9 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit) -> dict:
         d = self.driver
         start_offsets, start_ids = P.decode_offsets(start)
+        if self._started:
+            self._commit_group(start_offsets)
+        self._started = True
         tps = d.topic_partitions()
         current = set(tps)
         bounds = d.bounds(sorted(current | set(start_offsets)))
@@ -415,13 +419,21 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_range(self.opts, partition)
 
     def commit(self, end: dict) -> None:
-        group = self.opts.group_id
-        if not group:
-            return
+        """Spark finished every batch up to `end`: commit it to kafka.group.id (if set)."""
         offsets, _ = P.decode_offsets(end)
+        self._commit_group(offsets)
+
+    def _commit_group(self, offsets: dict) -> None:
+        # Spark calls commit(end) of batch N only when it plans batch N+1 with new data, so the last
+        # batch before the topic goes quiet would never be committed; latestOffset(start) therefore
+        # also commits `start` -- the end of the last batch, which Spark has finished (its commit log
+        # entry is written before the next batch is planned). Simple commits: generation -1, no member.
+        group = self.opts.group_id
+        if not group or not offsets or offsets == self._committed:
+            return
         try:
             self.driver.cluster.commit_offsets(group, offsets, metadata="kohort-spark")
-            self._committed = offsets
+            self._committed = dict(offsets)
         except (KohortError, OSError) as e:     # commits only report progress; never fail the query
             if not self._commit_warned:
                 log.warning("kohort: committing offsets of group %s failed: %s", group, e)
