@@ -401,3 +401,23 @@ def test_configs_describe_alter_and_admin(tmp_path):
             r = await w.call(DeleteTopicsRequest(topic_names=["c"], timeout_ms=1), 4)
             assert r.responses[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
     run(main())
+
+
+def test_log_append_time_topics_stamp_batches(tmp_path):
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await create(w, "lat", 1, {"message.timestamp.type": "LogAppendTime"})
+            before = int(time.time() * 1000)
+            r = await produce(w, "lat", batch(3))
+            assert r.error_code == 0 and before <= r.log_append_time_ms <= int(time.time() * 1000)
+            await create(w, "ct")
+            assert (await produce(w, "ct", batch(1))).log_append_time_ms == -1
+            f = await w.call(fetch_req("lat", 0), 12)
+            from kohort.protocol.records import TIMESTAMP_LOG_APPEND_TIME, decode_batch, validate_batch
+            recs = bytes(f.responses[0].partitions[0].records)
+            h = validate_batch(recs)                         # CRC recomputed by the broker
+            assert h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME and h.max_timestamp == r.log_append_time_ms
+            _, records = decode_batch(recs)
+            assert {x.timestamp for x in records} == {r.log_append_time_ms}
+    run(main())

@@ -14,6 +14,8 @@ import os
 
 from kohort.errors import KohortError
 
+DEFAULT_DATA_DIR = "~/.kohort/data"
+
 
 def _hostport(s: str, what: str) -> tuple[str, int]:
     host, sep, port = s.rpartition(":")
@@ -27,10 +29,16 @@ def run(args) -> int:
     from kohort.broker.server import run_broker
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.config and not os.path.isfile(args.config):
+        raise KohortError(f"--config {args.config}: no such file")
     props = load_properties(args.config) if args.config else {}
     config = BrokerConfig.from_properties(props)
     host, port = _hostport(args.listen, "--listen")
-    data_dir = os.path.expanduser(args.data_dir)
+    data_dir = args.data_dir
+    if data_dir is None:   # Kafka's log.dirs (first entry) / log.dir from --config, else the default
+        configured = (config["log.dirs"] or config["log.dir"]).split(",")[0].strip()
+        data_dir = configured or DEFAULT_DATA_DIR
+    data_dir = os.path.expanduser(data_dir)
     if args.metrics:
         _hostport(args.metrics, "--metrics")
     try:
@@ -45,8 +53,8 @@ def register(subparsers) -> None:
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
                    help="address to accept Kafka clients on (default 127.0.0.1:9092)")
-    p.add_argument("--data-dir", default="~/.kohort/data", metavar="DIR",
-                   help="log directory (default ~/.kohort/data)")
+    p.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="log directory (default: log.dirs from --config, else ~/.kohort/data)")
     p.add_argument("--config", metavar="FILE", help="Kafka .properties file (broker and topic defaults)")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on HOST:PORT")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
