@@ -202,6 +202,8 @@ class ProducerBatch:
                 if self.ts_list is not None:
                     self.ts_list.append(ts)
                 self.count = n + 1
+                if len(buf) + 64 >= self.size_limit:
+                    self.closed = True
                 return DeliveryFuture(self, n)
         tsv = zz[tsd] if 0 <= tsd < _ZZN else _zz(tsd)
         offv = zz[n] if n < _ZZN else _zz(n)
@@ -242,6 +244,8 @@ class ProducerBatch:
         elif self.ts_list is not None:
             self.ts_list.append(ts)
         self.count = n + 1
+        if len(buf) + 64 >= self.size_limit:
+            self.closed = True
         return DeliveryFuture(self, n)
 
     def seal(self, producer_id: int, producer_epoch: int, base_sequence: int, compression: int) -> bytes:
@@ -308,10 +312,7 @@ class RecordAccumulator:
                 if not last.closed:
                     fut = last.try_append(key, value, headers, ts)
                     if fut is not None:
-                        full = last.size >= self.batch_size
-                        if full:
-                            last.closed = True
-                        return fut, full
+                        return fut, last.closed      # closed now: the batch is full
                     last.closed = True
             else:
                 dq = self.batches[tp] = deque()
@@ -322,10 +323,7 @@ class RecordAccumulator:
             fut = b.try_append(key, value, headers, ts)
             dq.append(b)
             self.incomplete.add(b)
-            full = b.size >= self.batch_size
-            if full:
-                b.closed = True
-            return fut, full or len(dq) > 1
+            return fut, b.closed or len(dq) > 1
 
     def _reserve(self, size: int) -> None:
         if self.used + size <= self.buffer_memory or self.used == 0:

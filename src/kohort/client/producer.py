@@ -62,6 +62,9 @@ _PRODUCE_MIN_VERSION = 3            # the v2 record format (KIP-98)
 _PRODUCE_MAX_VERSION = 12           # v13 addresses topics by id only (KIP-516)
 
 
+_time_ns = time.time_ns
+
+
 def _always(_node) -> bool:
     return True
 
@@ -222,6 +225,8 @@ class Producer:
         self._custom_partitioner = custom
         self._ignore_keys = c["partitioner.ignore.keys"]
         self.partitioner = DefaultPartitioner()
+        self._sticky_now = self.partitioner.sticky._sticky    # topic -> current sticky partition
+        self._has_serializers = self._key_ser is not None or self._value_ser is not None
         self._topics: dict[str, _TopicInfo] = {}
         self._meta_cond = threading.Condition()
         self._closed = False
@@ -239,10 +244,11 @@ class Producer:
         """Queue one record; returns its future. on_delivery(err, metadata) runs on the I/O thread."""
         if self._closed:
             raise KohortError("produce() on a closed producer")
-        if self._key_ser is not None and key is not None:
-            key = self._key_ser(key)
-        if self._value_ser is not None and value is not None:
-            value = self._value_ser(value)
+        if self._has_serializers:
+            if self._key_ser is not None and key is not None:
+                key = self._key_ser(key)
+            if self._value_ser is not None and value is not None:
+                value = self._value_ser(value)
         if value is not None and value.__class__ is not bytes:
             value = _as_bytes("value", value)
         if key is not None and key.__class__ is not bytes:
@@ -256,14 +262,16 @@ class Producer:
             if self._custom_partitioner is not None:
                 partition = self._custom_partitioner(topic, key, n)
             elif key is None or self._ignore_keys:
-                partition = self.partitioner.sticky.partition(topic, n, info.available)
+                partition = self._sticky_now.get(topic)
+                if partition is None or partition >= n:
+                    partition = self.partitioner.sticky.partition(topic, n, info.available)
                 sticky = True
             else:
                 partition = (murmur2(key) & 0x7FFFFFFF) % n
         elif not 0 <= partition < n:
             raise KohortError(f"topic {topic!r} has partitions 0..{n - 1}; partition {partition} does not exist")
         if timestamp is None:
-            timestamp = int(time.time() * 1000)
+            timestamp = _time_ns() // 1_000_000
         fut, wake = self.acc.append(topic, partition, key, value, headers, timestamp)
         if on_delivery is not None:
             fut.add_done_callback(_delivery_adapter(on_delivery))
