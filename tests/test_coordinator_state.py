@@ -954,6 +954,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     # -- response processing ----------------------------------------------------------------
     def _process(self):
+        g = self.h.group("g")
+        if g is not None and g is not getattr(self, "_incarnation", None):
+            # the group was deleted (offset expiration of an Empty group) and created again:
+            # generations start over, so per-generation bookkeeping does too
+            self._incarnation = g
+            self.max_generation = 0
+            self.owned = {}
         for c in self.clients.values():
             for r in list(c.joins):
                 res = self.h.result(r)

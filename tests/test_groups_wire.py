@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from kohort.broker.coordinator.runtime import CoordinatorRuntime, decode_coordinator_record
+from kohort.broker.coordinator_runtime import CoordinatorRuntime, decode_coordinator_record
 from kohort.broker.coordinator.model import GroupRecord, JoinParams, OffsetFetchParams, OffsetRecord
 from kohort.errors import ErrorCode as E
 from kohort.protocol.consumer_offsets import OFFSETS_TOPIC, group_partition, key_version
@@ -288,7 +288,7 @@ def test_append_failure_is_reported_and_not_applied(tmp_path):
 
 def test_records_roundtrip_through_the_mapping():
     from kohort.broker.coordinator.model import MemberRecord
-    from kohort.broker.coordinator.runtime import encode_coordinator_record
+    from kohort.broker.coordinator_runtime import encode_coordinator_record
     recs = [OffsetRecord("g", "t", 3, 42, 5, "meta", 1000, None),
             OffsetRecord("g", "t", 3, 42, -1, "", 1000, 99_999),
             OffsetRecord("g", "t", 3, tombstone=True),

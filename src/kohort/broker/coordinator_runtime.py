@@ -1,9 +1,314 @@
-"""The hook kohort.broker.components looks for: `open(broker)` attaches the group coordinator
-runtime (kohort.broker.coordinator.runtime) as `broker.coordinator`."""
+"""The broker-side runtime of the group coordinator: drives the pure GroupCoordinator
+(kohort.broker.coordinator.coordinator) with real storage, timers and request futures.
+
+* `__consumer_offsets` is created at start if missing (offsets.topic.num.partitions partitions,
+  cleanup.policy=compact, segment.bytes=offsets.topic.segment.bytes). An existing topic keeps its
+  partition count (a group's records must stay in one partition).
+* Loading: the coordinator starts in its loading phase (operations answer
+  COORDINATOR_LOAD_IN_PROGRESS); every partition is read from its log start to its end, each record
+  decoded (`kohort.protocol.consumer_offsets.decode_record`) and replayed, then `on_loaded`.
+  `open_coordinator` awaits the load, so a broker normally accepts connections only once loaded.
+* Appends: each Append's records are encoded (Kafka's key/value versions) and written as one v2 batch
+  per `__consumer_offsets` partition (group_partition(group_id)), in token order, at once. Each token
+  then waits for the broker's group-commit fsync (`broker.sync.wait_synced()`, the same durability as
+  acks=all produce under log.flush.policy) and is reported with `on_append_done` strictly in token
+  order; the coordinator applies the held state/responses only then.
+* Timers: one asyncio TimerHandle per armed key (re-arming replaces it); on expiry
+  `fire_timer(key, now)`; a timer that fires early by the wall clock is re-scheduled.
+* Responses: `reply_to` is an asyncio Future the handler awaits; a future whose request was
+  abandoned (client gone) is skipped.
+
+Public: `CoordinatorRuntime(broker, clock=...)` with `start()`, `close()`, `call(op, *args)` ->
+Future, `partition_for(group_id)`, `coordinator`; `open_coordinator(broker)`, also exported as
+`open(broker)`, the hook kohort.broker.components calls. It lives outside the coordinator package,
+which stays pure (no asyncio/time imports; checked by test_coordinator_state).
+"""
 from __future__ import annotations
 
-from kohort.broker.coordinator.runtime import open_coordinator
+import asyncio
+import collections
+import logging
+import time
+from typing import Any, Callable
+
+from kohort.errors import DecodeError
+from kohort.protocol.consumer_offsets import (
+    OFFSETS_TOPIC, GroupMetadataKey, GroupMember, OffsetCommitKey, decode_record, group_metadata_record,
+    group_metadata_tombstone, group_partition, offset_commit_record, offset_commit_tombstone,
+)
+from kohort.protocol.consumer_protocol import decode_subscription
+from kohort.protocol.records import build_batch, iter_records
+from kohort.storage import StorageError, TopicAlreadyExistsError
+
+from kohort.broker.coordinator import codes as C
+from kohort.broker.coordinator.config import CoordinatorConfig
+from kohort.broker.coordinator.coordinator import GroupCoordinator
+from kohort.broker.coordinator.model import (
+    CancelTimer, GroupRecord, MemberRecord, OffsetRecord, Outcome, SetTimer,
+)
+
+log = logging.getLogger("kohort.broker.coordinator")
+
+READ_CHUNK = 1 << 20
 
 
-async def open(broker):   # noqa: A001 - the name components.py calls
-    return await open_coordinator(broker)
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _subscription_topics(data: bytes):
+    return decode_subscription(data).topics
+
+
+# -- record mapping ----------------------------------------------------------------------------------
+def encode_coordinator_record(r) -> tuple[bytes, bytes | None]:
+    """(key, value) bytes of a coordinator record (value None = tombstone)."""
+    if isinstance(r, OffsetRecord):
+        if r.tombstone:
+            return offset_commit_tombstone(r.group, r.topic, r.partition)
+        return offset_commit_record(r.group, r.topic, r.partition, r.offset, r.leader_epoch,
+                                    r.metadata or "", r.commit_timestamp, r.expire_timestamp)
+    if isinstance(r, GroupRecord):
+        if r.tombstone:
+            return group_metadata_tombstone(r.group)
+        members = [GroupMember(m.member_id, m.client_id, m.client_host, m.session_timeout,
+                               m.rebalance_timeout, m.subscription, m.assignment, m.group_instance_id)
+                   for m in r.members]
+        return group_metadata_record(r.group, r.protocol_type, r.generation, r.protocol, r.leader,
+                                     r.current_state_timestamp, members)
+    raise TypeError(f"not a coordinator record: {r!r}")
+
+
+def decode_coordinator_record(key: bytes, value: bytes | None):
+    """The coordinator record stored as (key, value); raises DecodeError for what it cannot read
+    (e.g. KIP-848 consumer-group records, key versions 3+)."""
+    k, v = decode_record(key, value)
+    if isinstance(k, OffsetCommitKey):
+        if v is None:
+            return OffsetRecord(k.group, k.topic, k.partition, tombstone=True)
+        expire = v.expire_timestamp if v.expire_timestamp is not None and v.expire_timestamp >= 0 else None
+        return OffsetRecord(k.group, k.topic, k.partition, v.offset, v.leader_epoch, v.metadata or "",
+                            v.commit_timestamp, expire)
+    if isinstance(k, GroupMetadataKey):
+        if v is None:
+            return GroupRecord(k.group, tombstone=True)
+        members = tuple(MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                     m.rebalance_timeout, m.session_timeout, bytes(m.subscription),
+                                     bytes(m.assignment)) for m in v.members)
+        return GroupRecord(k.group, v.protocol_type or "", v.generation, v.protocol, v.leader,
+                           v.current_state_timestamp, members)
+    raise DecodeError(f"not a classic-group record key: {type(k).__name__}")
+
+
+def _record_group(r) -> str:
+    return r.group
+
+
+# -- runtime -----------------------------------------------------------------------------------------
+class CoordinatorRuntime:
+    def __init__(self, broker, clock: Callable[[], int] = wall_clock_ms,
+                 config: CoordinatorConfig | None = None) -> None:
+        self.broker = broker
+        self.clock = clock
+        self.config = config or CoordinatorConfig.from_properties(broker.config.values)
+        self.coordinator = GroupCoordinator(self.config, subscription_decoder=_subscription_topics,
+                                            loading=True)
+        self.num_partitions = broker.config["offsets.topic.num.partitions"]
+        self._timers: dict[tuple, asyncio.TimerHandle] = {}
+        # tokens appended to the log, waiting for their fsync: (token, error_code, sync future)
+        self._syncing: collections.deque = collections.deque()
+        self._completer: asyncio.Task | None = None
+        self._closed = False
+        self.loaded_records = 0
+        self.load_ms = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def ensure_topic(self) -> None:
+        storage = self.broker.storage
+        if storage.has_topic(OFFSETS_TOPIC):
+            self.num_partitions = storage.topic(OFFSETS_TOPIC).num_partitions
+            return
+        configs = {"cleanup.policy": "compact",
+                   "segment.bytes": self.broker.config["offsets.topic.segment.bytes"]}
+        try:
+            storage.create_topic(OFFSETS_TOPIC, self.num_partitions, configs, now_ms=self.clock())
+            log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
+        except TopicAlreadyExistsError:
+            self.num_partitions = storage.topic(OFFSETS_TOPIC).num_partitions
+
+    async def start(self) -> None:
+        """Create the topic if missing, load every partition, then serve."""
+        self.ensure_topic()
+        await self.load()
+
+    async def load(self) -> None:
+        t0 = time.perf_counter()
+        storage = self.broker.storage
+        c = self.coordinator
+        n = 0
+        for p in range(self.num_partitions):
+            lg = storage.log(OFFSETS_TOPIC, p)
+            offset, end = lg.log_start_offset, lg.log_end_offset
+            while offset < end:
+                data = lg.read(offset, READ_CHUNK, max_offset=end)
+                if not data:
+                    break
+                last = offset - 1
+                for rec in iter_records(data):
+                    off, _ts, key, value = rec[0], rec[1], rec[2], rec[3]
+                    last = off
+                    if off < offset or key is None:
+                        continue
+                    try:
+                        r = decode_coordinator_record(key, value)
+                    except DecodeError as e:
+                        log.warning("%s-%d offset %d: skipping record: %s", OFFSETS_TOPIC, p, off, e)
+                        continue
+                    c.replay(r)
+                    n += 1
+                if last < offset:        # no progress (e.g. a batch of control records only)
+                    break
+                offset = last + 1
+                await asyncio.sleep(0)   # let the loop breathe on big logs
+        self.loaded_records = n
+        self.load_ms = (time.perf_counter() - t0) * 1000
+        self.apply(c.on_loaded(self.clock()))
+        log.info("group coordinator loaded %d records (%d groups) in %.1f ms", n, len(c.groups),
+                 self.load_ms)
+
+    async def close(self) -> None:
+        """Stop serving: let pending appends finish, answer parked requests, drop timers."""
+        if self._completer is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._completer), 5)
+            except (Exception, asyncio.CancelledError):   # noqa: BLE001
+                pass
+        self._closed = True
+        out = self.coordinator.unload()
+        self._deliver(out)
+        for h in self._timers.values():
+            h.cancel()
+        self._timers.clear()
+
+    # -- operations --------------------------------------------------------------------------------
+    def partition_for(self, group_id: str) -> int:
+        return group_partition(group_id, self.num_partitions)
+
+    def call(self, op: str, *args, **kwargs) -> asyncio.Future:
+        """Run coordinator operation `op` (e.g. "join_group") with (*args, now_ms, reply_to); the
+        returned future gets its result."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        if self._closed:
+            fut.set_exception(RuntimeError("group coordinator closed"))
+            return fut
+        out = getattr(self.coordinator, op)(*args, self.clock(), fut, **kwargs)
+        self.apply(out)
+        return fut
+
+    # -- outcome -----------------------------------------------------------------------------------
+    def apply(self, out: Outcome) -> None:
+        self._deliver(out)
+        for t in out.timers:
+            if isinstance(t, SetTimer):
+                self._set_timer(t.key, t.deadline_ms)
+            elif isinstance(t, CancelTimer):
+                h = self._timers.pop(t.key, None)
+                if h is not None:
+                    h.cancel()
+        for a in out.appends:
+            self._append(a.token, a.records)
+
+    @staticmethod
+    def _deliver(out: Outcome) -> None:
+        for r in out.responses:
+            fut = r.reply_to
+            if isinstance(fut, asyncio.Future) and not fut.done():
+                fut.set_result(r.result)
+
+    # timers
+    def _set_timer(self, key: tuple, deadline_ms: int) -> None:
+        old = self._timers.pop(key, None)
+        if old is not None:
+            old.cancel()
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, (deadline_ms - self.clock()) / 1000)
+        self._timers[key] = loop.call_later(delay, self._fire, key, deadline_ms)
+
+    def _fire(self, key: tuple, deadline_ms: int) -> None:
+        if self._timers.get(key) is None:
+            return
+        now = self.clock()
+        if now < deadline_ms:              # the wall clock lags the loop's clock: wait the rest
+            self._timers[key] = asyncio.get_running_loop().call_later(
+                (deadline_ms - now) / 1000, self._fire, key, deadline_ms)
+            return
+        del self._timers[key]
+        try:
+            out = self.coordinator.fire_timer(key, now)
+        except Exception:      # noqa: BLE001 - a bug here must not kill the loop's callback
+            log.exception("coordinator timer %r failed", key)
+            return
+        self.apply(out)
+
+    # appends
+    def _append(self, token: int, records) -> None:
+        error = C.NONE
+        now = self.clock()
+        by_partition: dict[int, list] = {}
+        for r in records:
+            by_partition.setdefault(self.partition_for(_record_group(r)), []).append(r)
+        storage = self.broker.storage
+        for p, recs in by_partition.items():
+            try:
+                batch = build_batch([(*encode_coordinator_record(r), [], now) for r in recs])
+                storage.log(OFFSETS_TOPIC, p).append(batch, leader_epoch=self.broker.leader_epoch,
+                                                     now_ms=now)
+            except StorageError as e:
+                log.warning("append to %s-%d failed: %s", OFFSETS_TOPIC, p, e)
+                error = e.error_code or C.UNKNOWN_SERVER_ERROR
+                break
+            except Exception as e:   # noqa: BLE001 - encoding bug or I/O: report, do not wedge
+                log.exception("append to %s-%d failed", OFFSETS_TOPIC, p)
+                error = C.UNKNOWN_SERVER_ERROR
+                break
+        sync = None
+        if error == C.NONE:
+            sync = asyncio.ensure_future(self.broker.sync.wait_synced())
+        self._syncing.append((token, error, sync))
+        if self._completer is None:
+            self._completer = asyncio.get_running_loop().create_task(self._complete())
+
+    async def _complete(self) -> None:
+        try:
+            while self._syncing:
+                token, error, sync = self._syncing[0]
+                if sync is not None:
+                    try:
+                        await sync
+                    except StorageError as e:
+                        error = e.error_code or C.KAFKA_STORAGE_ERROR
+                    except Exception:   # noqa: BLE001
+                        log.exception("fsync of %s failed", OFFSETS_TOPIC)
+                        error = C.KAFKA_STORAGE_ERROR
+                self._syncing.popleft()
+                self.apply(self.coordinator.on_append_done(token, error, self.clock()))
+        finally:
+            self._completer = None
+
+
+async def open_coordinator(broker, clock: Callable[[], int] = wall_clock_ms) -> CoordinatorRuntime:
+    """Attach the group coordinator to `broker` (as `broker.coordinator`), loaded and serving."""
+    rt = CoordinatorRuntime(broker, clock)
+    broker.coordinator = rt
+    broker._closers.append(rt.close)
+    await rt.start()
+    return rt
+
+
+open = open_coordinator   # noqa: A001 - the name kohort.broker.components looks up
+
+__all__ = ["CoordinatorRuntime", "open_coordinator", "encode_coordinator_record",
+           "decode_coordinator_record", "wall_clock_ms"]

@@ -1,5 +1,5 @@
 """Group membership APIs, answered by the group coordinator runtime (`broker.coordinator`,
-kohort.broker.coordinator.runtime): FindCoordinator (10) v0-v6, JoinGroup (11) v0-v9, SyncGroup (14)
+kohort.broker.coordinator_runtime): FindCoordinator (10) v0-v6, JoinGroup (11) v0-v9, SyncGroup (14)
 v0-v5, Heartbeat (12) v0-v4, LeaveGroup (13) v0-v5.
 
 FindCoordinator: this node coordinates every group and transactional id (key_type 0 and 1); v4+
