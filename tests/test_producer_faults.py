@@ -1,0 +1,182 @@
+"""Producer under scripted broker faults (tests/scripted_broker.py, real sockets): leader moves and
+metadata refresh, retriable errors, lost responses, lost producer state, sequence gaps, fatal errors,
+delivery timeouts — never a duplicate, never a reordering, never a silent loss."""
+import time
+
+import pytest
+
+from kohort.client.producer import Producer
+from kohort.errors import KafkaError, KafkaTimeoutError
+from tests.scripted_broker import ScriptedCluster
+
+
+@pytest.fixture
+def cluster():
+    clusters = []
+
+    def make(n=1, topics=None):
+        c = ScriptedCluster(n, topics or {"t": 1})
+        clusters.append(c)
+        return c
+    yield make
+    for c in clusters:
+        c.close()
+
+
+def produce_values(p, start, n, topic="t", **kw):
+    return [p.produce(topic, b"%06d" % i, **kw) for i in range(start, start + n)]
+
+
+def expect(values, n):
+    assert values == [b"%06d" % i for i in range(n)]
+
+
+@pytest.mark.timeout(30)
+def test_leader_move_refreshes_metadata_and_resends(cluster):
+    c = cluster(2)
+    p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 1, "retry.backoff.ms": 20})
+    f1 = produce_values(p, 0, 100)
+    p.flush(10)
+    c.move_leader("t", 0, 1)
+    f2 = produce_values(p, 100, 100)
+    assert p.flush(10) == 0
+    assert all(f.exception(0) is None for f in f1 + f2)
+    expect(c.values("t", 0), 200)
+    assert p.sender.stats["retries"] >= 1
+    assert p._topics["t"].leaders[0] == 1
+    p.close()
+
+
+@pytest.mark.timeout(30)
+def test_retriable_errors_are_retried_in_order(cluster):
+    c = cluster()
+    c.fail_next("t", 0, 7, n=3)          # REQUEST_TIMED_OUT
+    p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0, "batch.size": 200, "retry.backoff.ms": 10})
+    futs = produce_values(p, 0, 300)
+    assert p.flush(10) == 0
+    assert all(f.exception(0) is None for f in futs)
+    expect(c.values("t", 0), 300)
+    # offsets reported are where the records are
+    assert [f.result(0).offset for f in futs] == list(range(300))
+    p.close()
+
+
+@pytest.mark.timeout(30)
+def test_lost_response_after_append_is_not_a_duplicate(cluster):
+    c = cluster()
+    p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0, "batch.size": 300,
+                  "reconnect.backoff.ms": 10, "retry.backoff.ms": 10})
+    produce_values(p, 0, 50)
+    p.flush(10)
+    c.drop_after_append(2)               # written, then the connection dies before the response
+    futs = produce_values(p, 50, 250)
+    assert p.flush(15) == 0
+    assert all(f.exception(0) is None for f in futs)
+    expect(c.values("t", 0), 300)        # nothing written twice
+    assert [f.result(0).offset for f in futs] == list(range(50, 300))
+    assert p.sender.stats["disconnects"] >= 1
+    p.close()
+
+
+@pytest.mark.timeout(30)
+def test_unknown_producer_id_bumps_and_renumbers(cluster):
+    c = cluster()
+    p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0, "batch.size": 300, "retry.backoff.ms": 10})
+    produce_values(p, 0, 100)
+    p.flush(10)
+    first_pid = p.sender.producer_id
+    c.forget_producers()
+    futs = produce_values(p, 100, 200)
+    assert p.flush(10) == 0
+    assert all(f.exception(0) is None for f in futs)
+    expect(c.values("t", 0), 300)
+    assert p.sender.producer_id != first_pid and p.sender.stats["epoch_bumps"] >= 1
+    p.close()
+
+
+@pytest.mark.timeout(30)
+def test_failure_of_first_in_flight_batch_keeps_order_of_later_ones(cluster):
+    c = cluster()
+    p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0, "batch.size": 120,
+                  "max.in.flight.requests.per.connection": 5, "retry.backoff.ms": 30})
+    produce_values(p, 0, 10)
+    p.flush(10)
+    c.fail_next("t", 0, 19)              # NOT_ENOUGH_REPLICAS for the next batch; later ones go out of order
+    c.delay = 0.01                       # answers lag, so up to 5 requests are in flight
+    futs = produce_values(p, 10, 400)
+    assert p.flush(20) == 0
+    assert all(f.exception(0) is None for f in futs)
+    expect(c.values("t", 0), 410)
+    # the failed batch and the ones in flight behind it (OUT_OF_ORDER_SEQUENCE_NUMBER) were all resent
+    assert p.sender.stats["retries"] >= 3, p.sender.stats
+    assert p.sender.stats["epoch_bumps"] == 0
+    p.close()
+
+
+@pytest.mark.timeout(30)
+def test_fatal_error_fails_only_that_batch(cluster):
+    c = cluster(1, {"t": 2})
+    c.fail_next("t", 1, 87)              # INVALID_RECORD: not retriable
+    p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 5})
+    bad = p.produce("t", b"x", partition=1)
+    good = p.produce("t", b"y", partition=0)
+    p.flush(10)
+    err = bad.exception(0)
+    assert isinstance(err, KafkaError) and err.name == "INVALID_RECORD" and "t[1]" in str(err)
+    assert good.result(0).offset == 0
+    # the partition recovers: the next record goes through (sequence restarts after the gap)
+    again = p.produce("t", b"z", partition=1)
+    p.flush(10)
+    assert again.exception(0) is None and c.values("t", 1) == [b"z"]
+    p.close()
+
+
+@pytest.mark.timeout(30)
+def test_delivery_timeout_fails_records_that_cannot_be_delivered(cluster):
+    c = cluster()
+    c.fail_next("t", 0, 7, n=10_000)     # always REQUEST_TIMED_OUT
+    p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0, "delivery.timeout.ms": 600,
+                  "request.timeout.ms": 300, "retry.backoff.ms": 50})
+    t0 = time.monotonic()
+    f = p.produce("t", b"x")
+    p.flush(10)
+    assert 0.5 < time.monotonic() - t0 < 5
+    err = f.exception(0)
+    assert isinstance(err, KafkaError) and err.name == "REQUEST_TIMED_OUT"
+    p.close()
+
+
+@pytest.mark.timeout(30)
+def test_missing_topic_is_a_clear_error(cluster):
+    c = cluster()
+    p = Producer({"bootstrap.servers": c.bootstrap, "max.block.ms": 500})
+    with pytest.raises(KafkaError, match="'nope'.*kohort topics create nope"):
+        p.produce("nope", b"x")
+    with pytest.raises(Exception, match="partitions 0..0; partition 3 does not exist"):
+        p.produce("t", b"x", partition=3)
+    p.close()
+
+
+@pytest.mark.timeout(30)
+def test_acks_zero_sends_without_responses(cluster):
+    c = cluster()
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": 0, "linger.ms": 0})
+    futs = produce_values(p, 0, 100)
+    p.flush(10)
+    assert all(f.result(0).offset == -1 for f in futs)
+    deadline = time.time() + 5
+    while len(c.values("t", 0)) < 100 and time.time() < deadline:
+        time.sleep(0.02)
+    expect(c.values("t", 0), 100)
+    p.close()
+
+
+def test_buffer_memory_full_raises_after_max_block(cluster):
+    c = cluster()
+    c.fail_next("t", 0, 7, n=10_000)
+    p = Producer({"bootstrap.servers": c.bootstrap, "buffer.memory": 40_000, "batch.size": 16384,
+                  "max.block.ms": 300, "retry.backoff.ms": 200})
+    with pytest.raises(KafkaTimeoutError, match="buffer.memory"):
+        for i in range(10_000):
+            p.produce("t", b"x" * 1000)
+    p.close(1)
