@@ -182,3 +182,31 @@ def test_oversize_size_prefix_is_refused_without_reading_the_body():
             await w.close()
         asyncio.run(main())
         assert any("exceeds socket.request.max.bytes" in line for line in b.log_lines)
+
+
+def test_a_client_that_never_reads_cannot_grow_the_broker():
+    """Pipelined 1 MiB fetches whose answers are never read: the broker stops reading that
+    connection (back-pressure) instead of buffering every answer."""
+    with KohortBroker() as b:
+        async def main():
+            w = await Wire.connect(b)
+            from tests.test_broker_protocol import create
+            await create(w, "big")
+            for _ in range(4):
+                assert (await produce(w, "big", batch(1, prefix="z" * 900_000))).error_code == 0
+            rss0 = b.rss_kb()
+            frame = encode_request(fetch_req("big", 0, max_bytes=4 << 20, pmax=4 << 20), 12, 99)
+            r, wr = await asyncio.open_connection("127.0.0.1", b.port)
+            wr.transport.set_write_buffer_limits(high=1 << 30)
+            for _ in range(400):                        # ~1.4 GB of answers if all were built
+                wr.write(frame)
+            await asyncio.sleep(2.0)
+            rss1 = b.rss_kb()
+            # the well-behaved connection is still served meanwhile
+            resp = await asyncio.wait_for(w.call(fetch_req("big", 0, max_bytes=1000), 12), 5)
+            assert resp.responses[0].partitions[0].error_code == 0
+            wr.close()
+            await w.close()
+            return rss0, rss1
+        rss0, rss1 = asyncio.run(main())
+        assert rss1 - rss0 < 200 * 1024, f"RSS grew from {rss0} kB to {rss1} kB"

@@ -30,6 +30,8 @@ from kohort.protocol.primitives import Reader
 
 log = logging.getLogger("kohort.broker")
 _conn_ids = itertools.count(1)
+WRITE_HIGH_WATER = 1 << 20     # unsent response bytes after which a connection is not read
+PIPELINE_YIELD = 8             # queued requests after which the reader lets the writer run
 
 
 def decode_request(payload):
@@ -124,12 +126,21 @@ class Broker:
             except OSError:
                 pass
         pending: asyncio.Queue = asyncio.Queue(maxsize=self.config["queued.max.requests"])
-        wtask = asyncio.get_running_loop().create_task(self._write_loop(pending, writer, conn_id, host))
+        writable = asyncio.Event()      # cleared while the client is not reading its answers
+        writable.set()
+        wtask = asyncio.get_running_loop().create_task(
+            self._write_loop(pending, writer, conn_id, host, writable))
         m = self.metrics
         if m:
             m.connection_opened()
         try:
             while True:
+                # Back-pressure: a client that does not read its responses stops being read from
+                # (Kafka mutes such channels), so unread answers cannot pile up in memory.
+                if not writable.is_set():
+                    await writable.wait()
+                if wtask.done():
+                    break
                 try:
                     prefix = await reader.readexactly(4)
                 except (asyncio.IncompleteReadError, ConnectionError):
@@ -184,6 +195,8 @@ class Broker:
                 if inspect.isawaitable(result):
                     result = asyncio.ensure_future(result)
                 await pending.put((result, version, header.correlation_id, api_key, t0, size))
+                if pending.qsize() >= PIPELINE_YIELD:
+                    await asyncio.sleep(0)      # let the writer catch up with a deep pipeline
         finally:
             # The client left (or broke the protocol): answers still pending (long polls, fsync
             # waits) are abandoned, as Kafka drops them when a channel closes. Work already done
@@ -199,8 +212,9 @@ class Broker:
                 m.connection_closed()
 
     async def _write_loop(self, pending: asyncio.Queue, writer: asyncio.StreamWriter, conn_id: int,
-                          host: str) -> None:
+                          host: str, writable: asyncio.Event) -> None:
         m = self.metrics
+        transport = writer.transport
         try:
             while True:
                 item = await pending.get()
@@ -224,11 +238,16 @@ class Broker:
                 writer.write(data)
                 if m:
                     m.observe(api_key, time.perf_counter() - t0, in_bytes, len(data), version)
-                if pending.empty() or writer.transport.get_write_buffer_size() > (1 << 20):
+                if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                    writable.clear()
+                    await writer.drain()
+                    writable.set()
+                elif pending.empty():
                     await writer.drain()
         except ConnectionError:
             pass
         finally:
+            writable.set()
             # cancel whatever is still queued so nothing is left un-awaited
             while not pending.empty():
                 item = pending.get_nowait()
