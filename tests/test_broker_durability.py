@@ -6,7 +6,6 @@ import glob
 import os
 import threading
 import time
-import uuid
 
 import pytest
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
 
 from kohort.broker.handlers import HANDLERS
 from kohort.errors import ErrorCode as E

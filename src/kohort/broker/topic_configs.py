@@ -61,9 +61,7 @@ def _str(v) -> str:
 
 def topic_config_entries(broker, topic: str):
     """-> [(name, value, source, synonyms [(name, value, source)], type, doc)] for a topic."""
-    storage = broker.storage
-    info = storage.topic(topic)
-    overrides = storage.describe_configs(topic)   # (name, value, is_default)
+    overrides = broker.storage.describe_configs(topic)   # (name, value, is_default)
     out = []
     for name, value, is_default in overrides:
         syn_name, ctype, doc = TOPIC_CONFIG_INFO.get(name, (None, STRING, ""))
@@ -76,7 +74,6 @@ def topic_config_entries(broker, topic: str):
         synonyms.append((syn_name or name, default, DEFAULT_CONFIG))
         source = synonyms[0][2]
         out.append((name, value, source, synonyms, ctype, doc))
-    del info
     return out
 
 
