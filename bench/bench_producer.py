@@ -2,7 +2,8 @@
 
 Each client produces N records of S bytes (null keys) to its own fresh single-partition topic and
 flushes; the time from the first produce call to the end of flush gives records/s. Same settings for
-all: acks=all, linger.ms=5, no compression, each client's default batch size, unless told otherwise.
+all: acks=all, linger.ms=5, no compression, each client's default batch size (Kafka's 16384 for kohort,
+kafka-python and aiokafka; librdkafka's 1,000,000 for confluent-kafka) unless --batch-size sets one for all.
 
     .venv/bin/python bench/bench_producer.py                      # 1,000,000 x 100 B on a kohort broker
     .venv/bin/python bench/bench_producer.py --broker tansu       # on Tansu
@@ -24,8 +25,9 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 def run_kohort(addr, topic, n, value, opts):
     from kohort.client.producer import Producer
+    extra = {"batch.size": opts.batch_size} if opts.batch_size else {}
     p = Producer({"bootstrap.servers": addr, "acks": "all", "linger.ms": 5,
-                  "compression.type": opts.compression, **opts.kohort_extra})
+                  "compression.type": opts.compression, **extra, **opts.kohort_extra})
     p.partitions_for(topic)            # metadata before timing, as every client below does
     produce = p.produce
     t = time.perf_counter()
@@ -40,8 +42,9 @@ def run_kohort(addr, topic, n, value, opts):
 
 def run_confluent(addr, topic, n, value, opts):
     from confluent_kafka import Producer
+    extra = {"batch.size": opts.batch_size} if opts.batch_size else {}
     p = Producer({"bootstrap.servers": addr, "acks": "all", "linger.ms": 5,
-                  "compression.type": opts.compression, "queue.buffering.max.messages": 1000000})
+                  "compression.type": opts.compression, "queue.buffering.max.messages": 1000000, **extra})
     p.list_topics(topic, timeout=10)
     produce, poll = p.produce, p.poll
     t = time.perf_counter()
@@ -61,8 +64,9 @@ def run_confluent(addr, topic, n, value, opts):
 
 def run_kafka_python(addr, topic, n, value, opts):
     from kafka import KafkaProducer
+    extra = {"batch_size": opts.batch_size} if opts.batch_size else {}
     p = KafkaProducer(bootstrap_servers=addr, acks="all", linger_ms=5,
-                      compression_type=None if opts.compression == "none" else opts.compression)
+                      compression_type=None if opts.compression == "none" else opts.compression, **extra)
     p.partitions_for(topic)
     send = p.send
     t = time.perf_counter()
@@ -78,8 +82,10 @@ def run_aiokafka(addr, topic, n, value, opts):
     from aiokafka import AIOKafkaProducer
 
     async def main():
+        extra = {"max_batch_size": opts.batch_size} if opts.batch_size else {}
         p = AIOKafkaProducer(bootstrap_servers=addr, acks="all", linger_ms=5,
-                             compression_type=None if opts.compression == "none" else opts.compression)
+                             compression_type=None if opts.compression == "none" else opts.compression,
+                             **extra)
         await p.start()
         await p.partitions_for(topic)
         send = p.send
@@ -123,6 +129,8 @@ def main(argv=None) -> int:
     ap.add_argument("--broker", default="kohort", help="kohort | tansu | HOST:PORT")
     ap.add_argument("--clients", default=",".join(CLIENTS))
     ap.add_argument("--compression", default="none")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="the same batch size (bytes) for every client (default: each client's own default)")
     ap.add_argument("-X", action="append", default=[], help="extra kohort producer setting KEY=VALUE")
     opts = ap.parse_args(argv)
     opts.kohort_extra = dict(x.split("=", 1) for x in opts.X)
@@ -146,7 +154,7 @@ def main(argv=None) -> int:
         stop()
     best = max(results, key=lambda r: r[2])
     print(f"fastest: {best[0]} on {opts.broker}, {opts.records:,} x {opts.size} B, compression "
-          f"{opts.compression}")
+          f"{opts.compression}, batch size {opts.batch_size or 'client default'}")
     return 0
 
 

@@ -180,3 +180,13 @@ def test_buffer_memory_full_raises_after_max_block(cluster):
         for i in range(10_000):
             p.produce("t", b"x" * 1000)
     p.close(1)
+
+
+def test_record_larger_than_max_request_size_is_refused_at_once(cluster):
+    from kohort.errors import MessageTooLargeError
+    c = cluster()
+    p = Producer({"bootstrap.servers": c.bootstrap, "max.request.size": 1000})
+    with pytest.raises(MessageTooLargeError, match="max.request.size=1000"):
+        p.produce("t", b"x" * 2000)
+    assert p.produce("t", b"x" * 500).result(5).offset == 0
+    p.close()

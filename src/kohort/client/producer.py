@@ -41,6 +41,7 @@ from kohort.errors import (
     KafkaError,
     KafkaTimeoutError,
     KohortError,
+    MessageTooLargeError,
     for_code,
 )
 from kohort.protocol.compression import (
@@ -214,6 +215,7 @@ class Producer:
             raise ConfigError("transactional.id: transactions are not supported by kohort's producer yet")
         self.compression = _CODECS[c["compression.type"]]
         self.max_request_size = c["max.request.size"]
+        self._max_record = min(self.max_request_size, c["buffer.memory"]) - 200   # cheap pre-check bound
         self.max_block_ms = c["max.block.ms"]
         self.request_timeout_ms = c["request.timeout.ms"]
         self.delivery_timeout_ms = c["delivery.timeout.ms"]
@@ -241,7 +243,10 @@ class Producer:
     # -- public API -----------------------------------------------------------------------------------
     def produce(self, topic: str, value=None, key=None, headers=None, partition: int | None = None,
                 timestamp: int | None = None, on_delivery=None) -> DeliveryFuture:
-        """Queue one record; returns its future. on_delivery(err, metadata) runs on the I/O thread."""
+        """Queue one record; returns its future (thread-safe).
+
+        on_delivery(err, metadata) runs where the I/O happens: on the producer's I/O thread, or inside
+        a produce()/flush() call of the producing thread (as librdkafka runs callbacks in poll())."""
         if self._closed:
             raise KohortError("produce() on a closed producer")
         if self._has_serializers:
@@ -253,6 +258,9 @@ class Producer:
             value = _as_bytes("value", value)
         if key is not None and key.__class__ is not bytes:
             key = _as_bytes("key", key)
+        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        if size > self._max_record:
+            self._check_record_size(size, headers)
         info = self._topics.get(topic)
         if info is None or info.error:
             info = self._wait_for_topic(topic)
@@ -282,6 +290,15 @@ class Producer:
         return fut
 
     send = produce
+
+    def _check_record_size(self, size: int, headers) -> None:
+        size += 90 + sum(len(k) + (len(v) if v is not None else 0) for k, v in (headers or ()))
+        if size > self.max_request_size:
+            raise MessageTooLargeError(f"a record of about {size} bytes is larger than max.request.size="
+                                      f"{self.max_request_size}")
+        if size > self.config["buffer.memory"]:
+            raise MessageTooLargeError(f"a record of about {size} bytes is larger than buffer.memory="
+                                      f"{self.config['buffer.memory']}")
 
     def flush(self, timeout: float | None = None) -> int:
         """Send everything queued and wait for the outcome; returns how many records are still pending."""
