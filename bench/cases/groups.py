@@ -1,0 +1,317 @@
+"""Group latency: subscribe -> first record, clean-leave handover and SIGKILL handover, kohort broker
+vs Tansu, with confluent-kafka and kohort consumers.
+
+* `subscribe_first(client, addr, ...)`: a fresh group on a seeded 4-partition topic; timed from
+  subscribe() to the first record poll() returns (coordinator lookup, join, sync, offset fetch,
+  first fetch; broker defaults, so group.initial.rebalance.delay.ms counts as it would for a user).
+* `handover(client, addr, mode, ...)`: members A and B (each its own process, running `member()`)
+  share a 4-partition topic that a producer thread feeds every 20 ms per partition. Once the group is
+  stable with both members reading, A leaves: mode "leave" = A calls close() (LeaveGroup), mode
+  "kill" = SIGKILL (B's takeover then waits out session.timeout.ms). The handover time runs from
+  the moment A goes to the moment B has a record from every partition A had. Both clients run with
+  session.timeout.ms=6000 and heartbeat.interval.ms=1000, auto.offset.reset=earliest, their default
+  assignors. Times from time.monotonic(), the one system-wide clock on Linux.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+from cases.common import KOHORT_BROKER, TANSU, create_topic
+
+SESSION_TIMEOUT_MS = 6000
+HEARTBEAT_MS = 1000
+PARTITIONS = 4
+GROUP_CLIENTS = ["kohort", "confluent-kafka"]
+
+
+# -- the two clients behind one small interface -------------------------------------------------------
+class _Kohort:
+    def __init__(self, addr, group, extra):
+        from kohort import Consumer
+        self.c = Consumer({"bootstrap.servers": addr, "group.id": group, "auto.offset.reset": "earliest",
+                           **extra})
+
+    def subscribe(self, topic):
+        self.c.subscribe([topic])
+
+    def poll(self, timeout):
+        return [r.partition for r in self.c.poll(timeout)]
+
+    def assignment(self):
+        return sorted(tp.partition for tp in self.c.assignment())
+
+    def close(self):
+        self.c.close()
+
+
+class _Confluent:
+    def __init__(self, addr, group, extra):
+        from confluent_kafka import Consumer
+        self.c = Consumer({"bootstrap.servers": addr, "group.id": group, "auto.offset.reset": "earliest",
+                           **extra})
+
+    def subscribe(self, topic):
+        self.c.subscribe([topic])
+
+    def poll(self, timeout):
+        out = []
+        for m in self.c.consume(1000, timeout):
+            if m.error() is None:
+                out.append(m.partition())
+        return out
+
+    def assignment(self):
+        return sorted(tp.partition for tp in self.c.assignment())
+
+    def close(self):
+        self.c.close()
+
+
+_CLIENTS = {"kohort": _Kohort, "confluent-kafka": _Confluent}
+
+
+def _group_conf():
+    return {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": HEARTBEAT_MS}
+
+
+# -- subscribe -> first record ----------------------------------------------------------------------
+def subscribe_first(client: str, addr: str, topic: str) -> dict:
+    c = _CLIENTS[client](addr, f"bench-first-{uuid.uuid4().hex[:8]}", {})
+    t = time.monotonic()
+    c.subscribe(topic)
+    deadline = t + 60
+    while time.monotonic() < deadline:
+        if c.poll(0.05):
+            dt = time.monotonic() - t
+            c.close()
+            return {"value": dt * 1000}
+    raise RuntimeError("no record within 60 s of subscribe()")
+
+
+# -- one group member in its own process -------------------------------------------------------------
+def member(client: str, addr: str, group: str, topic: str) -> None:
+    """Prints JSON events: ready, assignment (on every change), first (first record of a partition
+    since it was assigned), leaving/closed; reads 'leave' on stdin."""
+    def emit(**ev):
+        ev["t"] = time.monotonic()
+        sys.stdout.write(json.dumps(ev) + "\n")
+        sys.stdout.flush()
+    leave = threading.Event()
+
+    def read_stdin():
+        for line in sys.stdin:
+            if line.strip() == "leave":
+                leave.set()
+                return
+    threading.Thread(target=read_stdin, daemon=True).start()
+    c = _CLIENTS[client](addr, group, _group_conf())
+    c.subscribe(topic)
+    emit(ev="ready")
+    current: list = []
+    seen: set = set()
+    while not leave.is_set():
+        parts = c.poll(0.05)
+        a = c.assignment()
+        if a != current:
+            current = a
+            seen &= set(a)
+            emit(ev="assignment", parts=a)
+        for p in set(parts) - seen:
+            if p in current:
+                seen.add(p)
+                emit(ev="first", p=p)
+    emit(ev="leaving")
+    c.close()
+    emit(ev="closed")
+
+
+class _Member:
+    def __init__(self, client, addr, group, topic):
+        env = dict(os.environ)
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.dirname(here), "src"),
+                                             os.path.dirname(here), here, env.get("PYTHONPATH", "")])
+        code = "import sys, json; from cases.groups import member; member(*json.loads(sys.argv[1]))"
+        self.proc = subprocess.Popen([sys.executable, "-c", code, json.dumps([client, addr, group, topic])],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env, bufsize=1)
+        self.events: list[dict] = []
+        self.cond = threading.Condition()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            with self.cond:
+                self.events.append(ev)
+                self.cond.notify_all()
+        with self.cond:
+            self.events.append({"ev": "exit", "t": time.monotonic()})
+            self.cond.notify_all()
+
+    def wait_for(self, pred, timeout, what):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                got = pred(self.events)
+                if got:
+                    return got
+                if any(e["ev"] == "exit" for e in self.events):
+                    err = self.proc.stderr.read()[-400:] if self.proc.poll() is not None else ""
+                    raise RuntimeError(f"member exited while waiting for {what}: {err.strip()}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeError(f"timed out waiting for {what}")
+                self.cond.wait(left)
+
+    def assignment(self):
+        with self.cond:
+            for e in reversed(self.events):
+                if e["ev"] == "assignment":
+                    return e["parts"]
+        return []
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def _stable(a: _Member, b: _Member):
+    """Both members hold disjoint non-empty assignments covering every partition and have a record
+    from each of their partitions since getting them."""
+    def ok(_):
+        pa, pb = a.assignment(), b.assignment()
+        if not pa or not pb or sorted(pa + pb) != list(range(PARTITIONS)):
+            return False
+        return all(_has_first(m, m.assignment()) for m in (a, b))
+    return ok
+
+
+def _has_first(m: _Member, parts, after=None):
+    """The first record of each of `parts` after the latest assignment that includes it (and after
+    time `after`)."""
+    got = set()
+    for e in m.events:
+        if e["ev"] == "assignment":
+            got &= set(e["parts"])
+        elif e["ev"] == "first" and (after is None or e["t"] >= after):
+            got.add(e["p"])
+    return set(parts) <= got
+
+
+def handover(client: str, addr: str, mode: str) -> dict:
+    from confluent_kafka import Producer
+    topic = f"hand-{uuid.uuid4().hex[:8]}"
+    group = f"bench-hand-{uuid.uuid4().hex[:8]}"
+    create_topic(addr, topic, PARTITIONS)
+    stop = threading.Event()
+    prod_err = []
+
+    def produce():
+        try:
+            p = Producer({"bootstrap.servers": addr, "linger.ms": 0})
+            while not stop.is_set():
+                for q in range(PARTITIONS):
+                    p.produce(topic, b"tick", partition=q)
+                p.poll(0)
+                stop.wait(0.02)
+            p.flush(5)
+        except Exception as e:
+            prod_err.append(e)
+    pt = threading.Thread(target=produce, daemon=True)
+    pt.start()
+    a = b = None
+    try:
+        t_start = time.monotonic()
+        a = _Member(client, addr, group, topic)
+        a.wait_for(lambda ev: _has_first(a, range(PARTITIONS)) and len(a.assignment()) == PARTITIONS,
+                   60, "A to own every partition and read")
+        t_a = time.monotonic()
+        b = _Member(client, addr, group, topic)
+        b.wait_for(_stable(a, b), 60, "A and B to share the partitions and read")
+        t_b = time.monotonic()
+        a_parts = a.assignment()
+        if mode == "leave":
+            a.proc.stdin.write("leave\n")
+            a.proc.stdin.flush()
+            t0 = a.wait_for(lambda ev: next((e["t"] for e in ev if e["ev"] == "leaving"), None), 30,
+                            "A to start leaving")
+        elif mode == "kill":
+            t0 = time.monotonic()
+            os.kill(a.proc.pid, signal.SIGKILL)
+        else:
+            raise ValueError(f"mode must be leave or kill, got {mode!r}")
+        limit = 60 + SESSION_TIMEOUT_MS / 1000
+        b.wait_for(lambda ev: _has_first(b, a_parts, after=t0) and
+                   set(a_parts) <= set(b.assignment()), limit, "B to read A's partitions")
+        t_assign = next(e["t"] for e in b.events if e["ev"] == "assignment" and e["t"] >= t0
+                        and set(a_parts) <= set(e["parts"]))
+        t_done = max(next(e["t"] for e in b.events if e["ev"] == "first" and e["p"] == p and e["t"] >= t_assign)
+                     for p in a_parts)
+        if prod_err:
+            raise RuntimeError(f"producer failed: {prod_err[0]}")
+        return {"value": (t_done - t0) * 1000, "assigned_ms": (t_assign - t0) * 1000,
+                "moved_partitions": a_parts, "setup_a_s": t_a - t_start, "setup_b_s": t_b - t_a}
+    finally:
+        stop.set()
+        for m in (a, b):
+            if m is not None:
+                m.stop()
+        pt.join(5)
+
+
+_seq = itertools.count()
+
+
+def build(env, mode: str, profile: set[str]):
+    from harness import Job, Section
+    from cases.common import seed
+    quick = mode == "quick"
+    sec = Section("groups", "group latency", "ms", higher_is_better=False, ours=KOHORT_BROKER,
+                  peers=[TANSU],
+                  notes=[f"subscribe→first record: fresh group, seeded {PARTITIONS}-partition topic, broker "
+                         f"defaults. Handovers: 2 members ({PARTITIONS} partitions, records every 20 ms per "
+                         f"partition), time from A's close() (leave) or SIGKILL (kill) until B has a record "
+                         f"from each of A's partitions; session.timeout.ms={SESSION_TIMEOUT_MS}, "
+                         f"heartbeat.interval.ms={HEARTBEAT_MS}." + (" Quick mode: kohort broker only." if quick else "") + " Ratio: Tansu ÷ kohort broker (> 1: kohort "
+                         f"broker faster)."])
+    modes = ["leave", "kill"]
+    jobs = []
+    first_topics = {}
+    brokers = [KOHORT_BROKER] if quick else [KOHORT_BROKER, TANSU]
+    for broker in brokers:
+        addr = env.brokers.addr.get(broker)
+        if addr is not None:
+            try:
+                first_topics[broker] = f"first-{PARTITIONS}"
+                seed(addr, first_topics[broker], 400, 100, "none", PARTITIONS)
+            except Exception as e:
+                env.brokers.errors[broker] = f"seeding: {e}"
+    for client in GROUP_CLIENTS:
+        for broker in brokers:
+            addr = env.brokers.addr.get(broker)
+            err = env.brokers.errors.get(broker) if addr is None or broker not in first_topics else None
+            before = None
+            if err is not None:
+                def before(job, round_no, err=err):
+                    raise RuntimeError(err)
+            jobs.append(Job("groups", f"subscribe→first record · {client}", broker, "cases.groups:subscribe_first",
+                            {"client": client, "addr": addr, "topic": first_topics.get(broker)}, timeout=90,
+                            before=before))
+            for m in modes:
+                label = "clean-leave handover" if m == "leave" else f"SIGKILL handover (session {SESSION_TIMEOUT_MS} ms)"
+                jobs.append(Job("groups", f"{label} · {client}", broker, "cases.groups:handover",
+                                {"client": client, "addr": addr, "mode": m}, timeout=180, before=before))
+    return [sec], jobs
