@@ -1,0 +1,181 @@
+"""The Spark source's driver and executor logic against a real kohort broker, without a SparkSession:
+offset resolution (earliest/latest/JSON/timestamp/group), admission control through
+latestOffset(start, limit), Trigger.AvailableNow, and data-loss classification (retention-deleted
+range vs recreated topic) with failOnDataLoss on and off, plus the executor read path (read_range).
+Data is produced with confluent-kafka; records are deleted with a DeleteRecords request."""
+import time
+
+import pytest
+
+from kohort.spark import planning as P
+from kohort.spark.options import parse_source_options
+from kohort.spark.source import DataLossError, KohortStreamReader, RangePartition, read_range, _Driver
+from kohort.spark.wire import Cluster
+from tests.brokers import KohortBroker
+
+ck = pytest.importorskip("confluent_kafka")
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def addr():
+    b = KohortBroker()
+    b.start()
+    yield b.bootstrap
+    b.stop()
+    if b._tmp is not None:
+        b._tmp.cleanup()
+
+
+_n = iter(range(10_000))
+
+
+def topic_with(addr, counts: dict, ts0: int | None = None) -> str:
+    """A new topic whose partition p holds counts[p] records 'p-i', timestamps ts0 + i (if given)."""
+    name = f"d{next(_n)}"
+    with Cluster({"bootstrap.servers": addr}) as c:
+        c.create_topics({name: len(counts)})
+    p = ck.Producer({"bootstrap.servers": addr, "linger.ms": 2, "log_level": 0})
+    for part, n in counts.items():
+        for i in range(n):
+            kw = {"timestamp": ts0 + i} if ts0 is not None else {}
+            p.produce(name, b"%d-%d" % (part, i), partition=part, **kw)
+    assert p.flush(30) == 0
+    return name
+
+
+def reader(addr, **opts) -> KohortStreamReader:
+    return KohortStreamReader(parse_source_options({"kafka.bootstrap.servers": addr, **opts}), clock=time.time)
+
+
+def test_starting_offsets_resolution(addr):
+    t = topic_with(addr, {0: 10, 1: 4}, ts0=1_000_000)
+
+    def start(**o):
+        return P.decode_offsets(reader(addr, subscribe=t, **o).initialOffset())[0]
+    assert start() == {(t, 0): 10, (t, 1): 4}                       # streaming default: latest
+    assert start(startingOffsets="earliest") == {(t, 0): 0, (t, 1): 0}
+    assert start(startingOffsets=f'{{"{t}":{{"0":3,"1":-1}}}}') == {(t, 0): 3, (t, 1): 4}
+    assert start(startingTimestamp="1000002") == {(t, 0): 2, (t, 1): 2}
+    with pytest.raises(Exception, match="missing"):
+        start(startingOffsets=f'{{"{t}":{{"0":3}}}}')
+    with pytest.raises(Exception, match="startingOffsetsByTimestampStrategy"):
+        start(startingOffsetsByTimestamp=f'{{"{t}":{{"0":1000002,"1":9000000}}}}')
+    assert start(startingOffsetsByTimestamp=f'{{"{t}":{{"0":1000002,"1":9000000}}}}',
+                 startingOffsetsByTimestampStrategy="latest") == {(t, 0): 2, (t, 1): 4}
+    with Cluster({"bootstrap.servers": addr}) as c:
+        c.commit_offsets("grp-" + t, {(t, 0): 7})
+    assert start(startingOffsets="group", **{"kafka.group.id": "grp-" + t}) == {(t, 0): 7, (t, 1): 0}
+
+
+def test_admission_control_and_available_now(addr):
+    t = topic_with(addr, {0: 60, 1: 20})
+    r = reader(addr, subscribe=t, startingOffsets="earliest", maxOffsetsPerTrigger="40")
+    assert r.getDefaultReadLimit() == ReadMaxRows(40)
+    start = r.initialOffset()
+    end1 = r.latestOffset(start, ReadMaxRows(40))
+    assert P.decode_offsets(end1)[0] == {(t, 0): 30, (t, 1): 10}         # split by lag 60:20
+    parts = r.partitions(start, end1)
+    assert [(p.partition, p.from_offset, p.until_offset) for p in parts] == [(0, 0, 30), (1, 0, 10)]
+    end2 = r.latestOffset(end1, ReadAllAvailable())                    # ignores the option
+    assert P.decode_offsets(end2)[0] == {(t, 0): 60, (t, 1): 20}
+    assert r.latestOffset(end2, ReadMaxRows(40)) == end2               # nothing new: same offset back
+    assert P.decode_offsets(r.reportLatestOffset())[0] == {(t, 0): 60, (t, 1): 20}
+    # Trigger.AvailableNow: records produced after prepareForTriggerAvailableNow are not admitted
+    r2 = reader(addr, subscribe=t, startingOffsets="earliest")
+    s2 = r2.initialOffset()
+    r2.prepareForTriggerAvailableNow()
+    p = ck.Producer({"bootstrap.servers": addr, "log_level": 0})
+    p.produce(t, b"late", partition=0)
+    p.flush(10)
+    assert P.decode_offsets(r2.latestOffset(s2, ReadAllAvailable()))[0] == {(t, 0): 60, (t, 1): 20}
+
+
+def test_min_offsets_per_trigger_waits_for_delay(addr):
+    t = topic_with(addr, {0: 5})
+    now = [1000.0]
+    r = KohortStreamReader(parse_source_options({"kafka.bootstrap.servers": addr, "subscribe": t,
+                                                 "startingOffsets": "earliest", "minOffsetsPerTrigger": "50",
+                                                 "maxTriggerDelay": "10s"}), clock=lambda: now[0])
+    s = r.initialOffset()
+    from pyspark.sql.streaming.datasource import ReadMinRows
+    assert r.getDefaultReadLimit() == ReadMinRows(50)
+    assert r.latestOffset(s, ReadMinRows(50)) == s          # 5 < 50 and no delay passed
+    now[0] += 11
+    assert P.decode_offsets(r.latestOffset(s, ReadMinRows(50)))[0] == {(t, 0): 5}
+
+
+def test_executor_read_range_exact_records(addr):
+    t = topic_with(addr, {0: 500})
+    opts = parse_source_options({"kafka.bootstrap.servers": addr, "subscribe": t})
+    with Cluster(opts.client_config) as c:
+        rows = [v for rb in read_range(opts, RangePartition(t, 0, 123, 377), cluster=c)
+                for v in rb.column("value").to_pylist()]
+    assert rows == [b"0-%d" % i for i in range(123, 377)]
+
+
+def _delete_records(addr, t, part, before):
+    """DeleteRecords (API 21) to the single node: what retention does to a log's head."""
+    from kohort.protocol.messages.delete_records import DeleteRecordsRequest as D
+    from tests.rawclient import RawClient
+    c = RawClient(addr)
+    try:
+        resp = c.request(D(topics=[D.DeleteRecordsTopic(name=t, partitions=[
+            D.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=part, offset=before)])], timeout_ms=10000))
+    finally:
+        c.close()
+    assert resp.topics[0].partitions[0].error_code == 0
+
+
+def test_retention_loss_is_named_and_failondataloss_decides(addr):
+    t = topic_with(addr, {0: 100})
+    r = reader(addr, subscribe=t, startingOffsets="earliest")
+    start = r.initialOffset()
+    _delete_records(addr, t, 0, 40)
+    with pytest.raises(DataLossError, match=r"records 0\.\.39 of .* deleted by retention"):
+        r.latestOffset(start, ReadAllAvailable())
+    lenient = reader(addr, subscribe=t, startingOffsets="earliest", failOnDataLoss="false")
+    end = lenient.latestOffset(start, ReadAllAvailable())
+    parts = lenient.partitions(start, end)
+    # Spark hands the checkpointed start back; the executor skips the deleted range
+    opts = lenient.opts
+    with Cluster(opts.client_config) as c:
+        vals = [v for p in parts for rb in read_range(opts, p, cluster=c) for v in rb.column("value").to_pylist()]
+    assert vals == [b"0-%d" % i for i in range(40, 100)]
+    # the executor, too, tells retention loss apart when it meets it
+    strict = parse_source_options({"kafka.bootstrap.servers": addr, "subscribe": t})
+    with Cluster(strict.client_config) as c, pytest.raises(DataLossError, match="retention"):
+        list(read_range(strict, RangePartition(t, 0, 10, 100), cluster=c))
+
+
+def test_recreated_topic_is_not_called_retention(addr):
+    t = topic_with(addr, {0: 30})
+    r = reader(addr, subscribe=t, startingOffsets="earliest")
+    start = r.initialOffset()
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": addr})
+    for f in admin.delete_topics([t]).values():
+        f.result(15)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            for f in admin.create_topics([NewTopic(t, 1, 1)]).values():
+                f.result(15)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    with pytest.raises(DataLossError, match="deleted and recreated"):
+        r.latestOffset(start, ReadAllAvailable())
+    lenient = reader(addr, subscribe=t, failOnDataLoss="false")
+    end = P.decode_offsets(lenient.latestOffset(start, ReadAllAvailable()))
+    assert end[0] == {(t, 0): 0} and end[1][t] != P.decode_offsets(start)[1][t]
+
+
+def test_driver_lists_pattern_and_assign(addr):
+    a = topic_with(addr, {0: 1, 1: 1})
+    d = _Driver(parse_source_options({"kafka.bootstrap.servers": addr, "subscribePattern": a + "$"}))
+    assert d.topic_partitions() == [(a, 0), (a, 1)]
+    d2 = _Driver(parse_source_options({"kafka.bootstrap.servers": addr, "assign": f'{{"{a}":[1,7]}}'}))
+    assert d2.topic_partitions() == [(a, 1)]
