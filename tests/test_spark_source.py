@@ -43,9 +43,10 @@ def spark():
     s.stop()
 
 
-@pytest.fixture(scope="module", params=["kohort", "tansu"])
+@pytest.fixture(scope="module", params=["kohort", pytest.param("tansu", marks=pytest.mark.slow)])
 def broker(request):
-    """bootstrap address of a running broker of each kind (module-scoped: started once)."""
+    """bootstrap address of a running broker of each kind (module-scoped: started once); the Tansu
+    runs are in the slow suite to keep the default one short."""
     if request.param == "kohort":
         b = KohortBroker()
         b.start()
