@@ -168,9 +168,16 @@ def test_recreated_topic_is_not_called_retention(addr):
             time.sleep(0.2)
     with pytest.raises(DataLossError, match="deleted and recreated"):
         r.latestOffset(start, ReadAllAvailable())
+    p = ck.Producer({"bootstrap.servers": addr, "log_level": 0})
+    for i in range(3):
+        p.produce(t, b"new-%d" % i, partition=0)
+    p.flush(10)
     lenient = reader(addr, subscribe=t, failOnDataLoss="false")
-    end = P.decode_offsets(lenient.latestOffset(start, ReadAllAvailable()))
-    assert end[0] == {(t, 0): 0} and end[1][t] != P.decode_offsets(start)[1][t]
+    end = lenient.latestOffset(start, ReadAllAvailable())
+    offsets, ids = P.decode_offsets(end)
+    assert offsets == {(t, 0): 3} and ids[t] != P.decode_offsets(start)[1][t]
+    # the old topic's offset 30 means nothing in the new one: it is read from its start
+    assert [(q.from_offset, q.until_offset) for q in lenient.partitions(start, end)] == [(0, 3)]
 
 
 def test_driver_lists_pattern_and_assign(addr):

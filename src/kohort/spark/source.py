@@ -104,9 +104,9 @@ def read_range(opts: SourceOptions, part: RangePartition, cluster=None, now=time
             if opts.fail_on_data_loss:
                 raise DataLossError(loss.message + " (set failOnDataLoss=false to skip lost ranges)")
             log.warning("kohort: %s; continuing", loss.message)
-            if loss.resume_at is None or loss.resume_at >= until:
-                break
-            pos = max(pos, loss.resume_at)
+            if loss.resume_at is None or loss.resume_at >= until or loss.resume_at <= pos:
+                break                 # nothing readable is left in this range
+            pos = loss.resume_at
             continue
         if pd.error_code:
             err = for_code(pd.error_code)(f"Fetch {tp[0]}-{tp[1]} at {pos}")
@@ -119,20 +119,19 @@ def read_range(opts: SourceOptions, part: RangePartition, cluster=None, now=time
         nxt = builder.add_payload(records or b"", pos, until, pd.aborted_transactions and
                                   [(a.producer_id, a.first_offset) for a in pd.aborted_transactions] or ())
         if nxt is None:
-            if records and len(records) >= max_bytes:
-                max_bytes *= 2        # one batch larger than the fetch size: ask for more
+            if records:
+                max_bytes *= 2        # only part of a batch larger than the fetch size: ask for more
                 continue
-            if pd.high_watermark <= pos or not records:
-                # nothing at pos yet: the range was planned past what the broker now has
-                if now() > deadline:
-                    loss = P.check_partition(tp, until, pd.log_start_offset, pd.high_watermark, None, None)
-                    msg = (loss.message if loss else
-                           f"offsets {pos}..{until - 1} of {tp[0]}-{tp[1]} never became readable")
-                    if opts.fail_on_data_loss:
-                        raise DataLossError(msg)
-                    log.warning("kohort: %s; continuing", msg)
-                    break
-                sleep(0.05)
+            # nothing at pos yet: the range was planned past what the broker now has (truncation)
+            if now() > deadline:
+                loss = P.check_partition(tp, until, pd.log_start_offset, pd.high_watermark, None, None)
+                msg = (loss.message if loss else
+                       f"offsets {pos}..{until - 1} of {tp[0]}-{tp[1]} never became readable")
+                if opts.fail_on_data_loss:
+                    raise DataLossError(msg)
+                log.warning("kohort: %s; continuing", msg)
+                break
+            sleep(0.05)
             continue
         if nxt <= pos:
             raise KohortError(f"fetch of {tp[0]}-{tp[1]} at {pos} made no progress")
@@ -385,12 +384,12 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = {tp: max(v, base[tp]) for tp, v in latest.items()}
         self._latest = latest
         end = latest
-        if not isinstance(limit, ReadAllAvailable) and self._target is None:
-            if self.opts.max_offsets_per_trigger:
-                end = P.apportion(base, latest, self.opts.max_offsets_per_trigger)
-            if self._gate is not None:
-                if not self._gate.admit(P.total_lag(base, end), int(self._clock() * 1000)):
-                    return start
+        if isinstance(limit, ReadMaxRows):            # maxOffsetsPerTrigger (also under AvailableNow)
+            end = P.apportion(base, latest, limit.max_rows)
+        if (self._gate is not None and self._target is None
+                and isinstance(limit, (ReadMaxRows, ReadMinRows))):
+            if not self._gate.admit(P.total_lag(base, end), int(self._clock() * 1000)):
+                return start                          # minOffsetsPerTrigger not reached yet
         if end == start_offsets and set(cur_ids.items()) >= set(start_ids.items()):
             return start
         return P.encode_offsets(end, cur_ids)
@@ -401,13 +400,16 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return P.encode_offsets(self._latest, self.driver.topic_ids(list(self._latest)))
 
     def partitions(self, start: dict, end: dict):
-        s, _ = P.decode_offsets(start)
-        e, _ = P.decode_offsets(end)
-        missing = [tp for tp in e if tp not in s]
-        if missing:
-            bounds = self.driver.bounds(missing)
-            for tp in missing:
-                s[tp] = bounds[tp][0] if tp in bounds else e[tp]
+        s, s_ids = P.decode_offsets(start)
+        e, e_ids = P.decode_offsets(end)
+        # new partitions, and partitions of a topic recreated since `start` (failOnDataLoss=false),
+        # are read from their earliest offset
+        fresh = [tp for tp in e if tp not in s or (s_ids.get(tp[0]) and e_ids.get(tp[0])
+                                                   and s_ids[tp[0]] != e_ids[tp[0]])]
+        if fresh:
+            bounds = self.driver.bounds(fresh)
+            for tp in fresh:
+                s[tp] = min(bounds[tp][0], e[tp]) if tp in bounds else e[tp]
         for tp in e:
             if s[tp] > e[tp]:          # the end was moved back past a loss we decided to skip
                 s[tp] = e[tp]
