@@ -438,6 +438,7 @@ class _Sender:
         self.io_lock = threading.Lock()          # whoever holds it drives the sockets
         self.stats = {"requests": 0, "retries": 0, "disconnects": 0, "epoch_bumps": 0}
         self.last_poke_ms = 0
+        self.may_connect = True
         self.thread = threading.Thread(target=self.run, name="kohort-producer-io", daemon=True)
 
     # called from other threads
@@ -498,8 +499,10 @@ class _Sender:
         if self.io_lock.acquire(False):
             try:
                 self.last_poke_ms = _now_ms()
+                self.may_connect = False      # connecting may block: only the I/O thread does it
                 self.step(0.0)
             finally:
+                self.may_connect = True
                 self.io_lock.release()
         else:
             self.wakeup()
@@ -580,6 +583,9 @@ class _Sender:
         if link is not None and not link.closed:
             return link
         if self.backoff_until.get(node, 0) > now:
+            return None
+        if not self.may_connect:
+            self.wakeup()
             return None
         addr = self.nodes.get(node)
         if addr is None:
