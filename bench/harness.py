@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -142,6 +143,9 @@ def _last_error_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     if not lines:
         return "no output"
+    for ln in reversed(lines):      # the exception line ("pkg.SomeError: message"), if there is one
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Timeout)\b", ln):
+            return ln[:160]
     # the exception line of a traceback is the last one; keep it short enough for a table cell
     return lines[-1][:160]
 

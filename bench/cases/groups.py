@@ -2,7 +2,7 @@
 vs Tansu, with confluent-kafka and kohort consumers.
 
 * `subscribe_first(client, addr, ...)`: a fresh group on a seeded 4-partition topic; timed from
-  subscribe() to the first record poll() returns (coordinator lookup, join, sync, offset fetch,
+  subscribe() to the first record poll() returns (confluent-kafka: bench_groups.first_record) (coordinator lookup, join, sync, offset fetch,
   first fetch; broker defaults, so group.initial.rebalance.delay.ms counts as it would for a user).
 * `handover(client, addr, mode, ...)`: members A and B (each its own process, running `member()`)
   share a 4-partition topic that a producer thread feeds every 20 ms per partition. Once the group is
@@ -84,6 +84,12 @@ def _group_conf():
 
 # -- subscribe -> first record ----------------------------------------------------------------------
 def subscribe_first(client: str, addr: str, topic: str) -> dict:
+    if client == "confluent-kafka":           # bench_groups.py measures exactly this for confluent
+        import bench_groups
+        dt = bench_groups.first_record(addr, topic, 60)
+        if dt is None:
+            raise RuntimeError("no record within 60 s of subscribe()")
+        return {"value": dt * 1000}
     c = _CLIENTS[client](addr, f"bench-first-{uuid.uuid4().hex[:8]}", {})
     t = time.monotonic()
     c.subscribe(topic)
@@ -173,7 +179,7 @@ class _Member:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise RuntimeError(f"timed out waiting for {what}")
-                self.cond.wait(left)
+                self.cond.wait(min(left, 0.05))    # the predicate may also read the other member
 
     def assignment(self):
         with self.cond:

@@ -18,7 +18,7 @@ _seq = itertools.count()
 
 def produce(client: str, addr: str, topic: str, n: int, size: int, compression: str) -> dict:
     import bench_producer
-    opts = types.SimpleNamespace(compression=compression, kohort_extra={})
+    opts = types.SimpleNamespace(compression=compression, kohort_extra={}, batch_size=None)
     dt = bench_producer.CLIENTS[client](addr, topic, n, values(size, 1)[0], opts)
     return {"value": n / dt, "seconds": dt, "records": n, "mb_per_s": n * size / dt / 1e6}
 
