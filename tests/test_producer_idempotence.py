@@ -1,6 +1,5 @@
 """Idempotent producer against kohort's broker: SIGKILL and restart mid-stream loses nothing and
 duplicates nothing (every record counted), and order per partition is kept."""
-import os
 import threading
 import time
 

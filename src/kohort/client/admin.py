@@ -5,7 +5,7 @@ What lives here: `Admin(config)` (role "admin" of `kohort.client.config`), block
 
 * topics: `list_topics`, `create_topics`, `delete_topics`, `create_partitions`, `describe_topics`
   (CreateTopics/DeleteTopics/CreatePartitions go to the controller named by Metadata, as Kafka needs);
-* cluster: `describe_cluster` (DescribeCluster when the broker has it, else Metadata);
+* cluster: `describe_cluster` (brokers, controller and cluster id from Metadata);
 * configs: `describe_configs`, `alter_configs` (IncrementalAlterConfigs, KIP-339);
 * groups: `list_groups`, `describe_groups` (members with their decoded consumer-protocol assignments),
   `delete_groups`, `list_group_offsets` (OffsetFetch), `alter_group_offsets` (OffsetCommit as an
@@ -38,7 +38,6 @@ from kohort.protocol.messages.create_partitions import CreatePartitionsRequest
 from kohort.protocol.messages.create_topics import CreateTopicsRequest
 from kohort.protocol.messages.delete_groups import DeleteGroupsRequest
 from kohort.protocol.messages.delete_topics import DeleteTopicsRequest
-from kohort.protocol.messages.describe_cluster import DescribeClusterRequest
 from kohort.protocol.messages.describe_configs import DescribeConfigsRequest
 from kohort.protocol.messages.describe_groups import DescribeGroupsRequest
 from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest

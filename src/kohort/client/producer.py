@@ -38,7 +38,6 @@ from kohort.errors import (
     ConfigError,
     ErrorCode,
     KafkaConnectionError,
-    KafkaError,
     KafkaTimeoutError,
     KohortError,
     MessageTooLargeError,
