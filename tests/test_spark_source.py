@@ -295,3 +295,51 @@ def test_sigkilled_pipeline_restarts_exactly_once(spark, broker):
     got = [bytes(r.value) for r in df.select("value").collect()]
     assert len(got) == total, f"{len(got)} rows for {total} records"
     assert sorted(got) == values                      # every record exactly once, by value
+
+
+# -- the ready pipeline (windowed aggregates with a watermark) ------------------------------------------------
+@pytest.mark.slow
+def test_pipeline_windows_per_key_to_parquet_and_results_topic(spark, broker):
+    kind, addr = broker
+    from kohort.spark.pipeline import PipelineConfig, start_queries
+    topic, results = new_topic(addr, 2), new_topic(addr, 1)
+    events = []
+    for sec in range(30):                               # 3 windows of 10 s, two users
+        for user, amount in (("ada", 1.0), ("ken", 2.5)):
+            events.append({"user": user, "amount": amount, "ts": f"2026-01-01T00:00:{sec:02d}Z"})
+    events.append({"user": "ada", "amount": 0.0, "ts": "2026-01-01T00:01:40Z"})   # moves the watermark
+    events.append({"user": "bad json"})                                             # ts null: dropped
+    produce(addr, topic, {0: [json.dumps(e).encode() for e in events[:40]],
+                          1: [json.dumps(e).encode() for e in events[40:]]})
+    out = tempfile.mkdtemp(prefix="kohort-pipe-")
+    cfg = PipelineConfig(bootstrap_servers=addr, topic=topic,
+                         fields={"user": "string", "amount": "double", "ts": "timestamp"},
+                         event_time="ts", key="user", window="10 seconds", watermark="5 seconds",
+                         metrics=["count", "sum(amount)"], group_id=None, path=out + "/agg",
+                         checkpoint=out + "/cp", trigger="500 milliseconds", results_topic=results)
+    cfg.validate()
+    qs = start_queries(spark, cfg)
+    want = {(f"2026-01-01 00:00:{w}0", u): (10, 10 * a) for w in range(3) for u, a in (("ada", 1.0), ("ken", 2.5))}
+    got = {}
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and len(got) < len(want):
+            time.sleep(1)
+            for q in qs:
+                assert q.isActive, f"{q.name} stopped: {q.exception()}"
+            try:                                        # no file until the first window closes
+                got = {(r.window_start.strftime("%Y-%m-%d %H:%M:%S"), r.user): (r["count"], r.sum_amount)
+                       for r in spark.read.parquet(out + "/agg").collect()}
+            except Exception:   # noqa: BLE001
+                continue
+        time.sleep(2)
+    finally:
+        for q in qs:
+            q.stop()
+    assert got == want
+    msgs = (spark.read.format("kohort").option("kafka.bootstrap.servers", addr).option("subscribe", results)
+            .load().selectExpr("cast(key as string) k", "cast(value as string) v").collect())
+    rows = {(json.loads(m.v)["window_start"][:19].replace("T", " "), m.k): (json.loads(m.v)["count"],
+                                                                           json.loads(m.v)["sum_amount"])
+            for m in msgs}
+    assert rows == want

@@ -33,7 +33,8 @@ _SOURCE_KEYS = [
     "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "groupIdPrefix",
 ]
 _SINK_KEYS = ["kafka.bootstrap.servers", "topic", "includeHeaders"]
-_IGNORED = {"path"}          # Spark adds `path` for load(path)/save(path); meaningless here
+# added by Spark itself (load(path)/save(path), writeStream's queryName / checkpointLocation)
+_IGNORED = {"path", "queryname", "checkpointlocation"}
 
 # the keys spark-sql-kafka refuses, with its reasons
 _REJECTED = {
