@@ -258,3 +258,45 @@ def test_mixed_group_split_clean_close_and_sigkill(broker):
     finally:
         for m in members:
             m.kill()
+
+
+def test_admin_clients_list_describe_alter_and_delete_groups(broker):
+    """confluent-kafka's and kafka-python's admin clients over DescribeGroups, ListGroups, OffsetFetch,
+    OffsetCommit (admin), OffsetDelete and DeleteGroups."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+    from kafka.structs import TopicPartition as KTP
+    topic, group = f"adm-{uuid.uuid4().hex[:6]}", f"g-adm-{uuid.uuid4().hex[:6]}"
+    bs = broker.bootstrap
+    create_topic(bs, topic, 2)
+    produce(bs, topic, 2, 0, 10)
+    m = Member("confluent", bs, group, topic)
+    admin = AdminClient({"bootstrap.servers": bs})
+    kadmin = KafkaAdminClient(bootstrap_servers=bs)
+    try:
+        wait_until(lambda: m.commits == {0: 5, 1: 5}, 20, "commits", [m])
+        listed = admin.list_consumer_groups().result(10)
+        assert group in {g.group_id for g in listed.valid}
+        d = admin.describe_consumer_groups([group])[group].result(10)
+        assert str(d.state).endswith("STABLE") and len(d.members) == 1
+        assert {tp.partition for tp in d.members[0].assignment.topic_partitions} == {0, 1}
+        assert group in {g["group_id"] for g in kadmin.list_groups()}
+        # a non-empty group cannot be deleted
+        res = admin.delete_consumer_groups([group])[group]
+        with pytest.raises(Exception):
+            res.result(10)
+    finally:
+        m.terminate()
+    offs = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
+    assert {tp.partition: tp.offset for tp in offs.topic_partitions} == {0: 5, 1: 5}
+    # admin commit to the (now Empty) group, then kafka-python deletes one partition's offset
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, 0, 2)])])[group].result(10)
+    assert committed(bs, group, topic, 2) == {0: 2, 1: 5}
+    kadmin.delete_group_offsets(group, [KTP(topic, 1)])
+    assert committed(bs, group, topic, 2) == {0: 2, 1: -1001}
+    admin.delete_consumer_groups([group])[group].result(10)
+    assert committed(bs, group, topic, 2) == {0: -1001, 1: -1001}
+    assert group not in {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+    kadmin.close()
