@@ -364,6 +364,8 @@ class Producer:
                 if left <= 0:
                     break
                 self._meta_cond.wait(min(left, 0.2))
+        with self.sender.lock:
+            self.sender.wanted.discard(topic)    # stop asking for a topic nobody could find
         if self.sender.connect_errors and not self.sender.ever_connected:
             raise KafkaConnectionError(unreachable_message(
                 [f"{h}:{p}" for h, p in self.bootstrap], self.sender.connect_errors, self.max_block_ms / 1000))
@@ -667,7 +669,7 @@ class _Sender:
         if self.meta_in_flight or now - self.meta_last_ms < self.p.config["retry.backoff.ms"]:
             return
         with self.lock:
-            topics = sorted(self.wanted | set(self.p._topics))
+            topics = sorted(self.wanted | {t for t, i in self.p._topics.items() if not i.error})
             self.meta_needed = False
         link = self._any_link(now)
         self.meta_last_ms = now
