@@ -253,3 +253,15 @@ def test_bootstrap_env_is_used(monkeypatch, capsys, kb):
     monkeypatch.setenv("KOHORT_BOOTSTRAP", kb)
     rc, out, _ = run(capsys, "topics", "list", "--json")
     assert rc == 0 and isinstance(json.loads(out), list)
+
+
+def test_produce_consume_on_tansu(capsys, tansu, tmp_path):
+    topic = f"cli-tansu-{os.getpid()}"
+    rc, _, _ = run(capsys, "topics", "create", topic, "-p", "1", "-b", tansu)
+    assert rc == 0
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"k{i}:v{i}\n" for i in range(50)))
+    rc, _, err = run(capsys, "produce", topic, "-f", str(src), "-K", ":", "-z", "zstd", "-b", tansu)
+    assert rc == 0 and "produced 50" in err
+    rc, out, _ = run(capsys, "consume", topic, "--from-beginning", "-c", "50", "-f", "%k %s\\n", "-b", tansu)
+    assert rc == 0 and out.splitlines() == [f"k{i} v{i}" for i in range(50)]
