@@ -190,3 +190,29 @@ def test_record_larger_than_max_request_size_is_refused_at_once(cluster):
         p.produce("t", b"x" * 2000)
     assert p.produce("t", b"x" * 500).result(5).offset == 0
     p.close()
+
+
+@pytest.mark.timeout(60)
+def test_many_threads_produce_concurrently(cluster):
+    import threading
+    c = cluster(2, {"t": 4})
+    p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 1, "batch.size": 2000})
+    per_thread = 3000
+    futs = {}
+
+    def work(tid):
+        futs[tid] = [p.produce("t", b"%d-%06d" % (tid, i), key=b"k%d" % tid) for i in range(per_thread)]
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert p.flush(20) == 0
+    p.close()
+    assert all(f.exception(0) is None for fs in futs.values() for f in fs)
+    logged = [v for part in range(4) for v in c.values("t", part)]
+    assert len(logged) == 4 * per_thread and len(set(logged)) == len(logged)
+    for tid in range(4):         # one key per thread: one partition, in the order produced
+        part = futs[tid][0].result(0).partition
+        mine = [v for v in c.values("t", part) if v.startswith(b"%d-" % tid)]
+        assert mine == [b"%d-%06d" % (tid, i) for i in range(per_thread)]
