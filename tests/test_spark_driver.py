@@ -186,3 +186,29 @@ def test_driver_lists_pattern_and_assign(addr):
     assert d.topic_partitions() == [(a, 0), (a, 1)]
     d2 = _Driver(parse_source_options({"kafka.bootstrap.servers": addr, "assign": f'{{"{a}":[1,7]}}'}))
     assert d2.topic_partitions() == [(a, 1)]
+
+
+def test_transaction_markers_are_gaps_not_loss(tansu, caplog):
+    """Transactions through librdkafka on Tansu: commit markers take offsets but hold no data record;
+    read_range returns exactly the data records and names the holes as not being data loss."""
+    import logging
+    with Cluster({"bootstrap.servers": tansu}) as c:
+        c.create_topics({"txgaps": 1})
+    p = ck.Producer({"bootstrap.servers": tansu, "transactional.id": "kohort-txgaps", "log_level": 0})
+    p.init_transactions(30)
+    for batch in ([b"c%d" % i for i in range(5)], [b"d0", b"d1"]):
+        p.begin_transaction()
+        for v in batch:
+            p.produce("txgaps", v, partition=0)
+        p.commit_transaction(30)
+    for iso in ("read_uncommitted", "read_committed"):
+        o = parse_source_options({"kafka.bootstrap.servers": tansu, "subscribe": "txgaps",
+                                  "kafka.isolation.level": iso})
+        with Cluster(o.client_config) as c, caplog.at_level(logging.INFO, logger="kohort.spark"):
+            end = c.offset_bounds([("txgaps", 0)], 1 if iso == "read_committed" else 0)[("txgaps", 0)][1]
+            assert end == 9                                  # 7 records + 2 commit markers
+            vals = [v for rb in read_range(o, RangePartition("txgaps", 0, 0, end), cluster=c)
+                    for v in rb.column("value").to_pylist()]
+        assert vals == [b"c0", b"c1", b"c2", b"c3", b"c4", b"d0", b"d1"]
+        assert "2 offsets hold no data record" in caplog.text and "not data loss" in caplog.text
+        caplog.clear()

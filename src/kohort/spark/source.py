@@ -80,7 +80,7 @@ def read_range(opts: SourceOptions, part: RangePartition, cluster=None, now=time
     max_bytes = int(cfg.get("max.partition.fetch.bytes", 8 << 20))
     pos, until = part.from_offset, part.until_offset
     deadline = now() + opts.poll_timeout_ms / 1000.0
-    rows = 0
+    rows = skipped = 0
     while pos < until:
         try:
             pd = cluster.fetch(tp, pos, max_bytes=max_bytes, max_wait_ms=500, isolation_level=iso)
@@ -106,6 +106,7 @@ def read_range(opts: SourceOptions, part: RangePartition, cluster=None, now=time
             log.warning("kohort: %s; continuing", loss.message)
             if loss.resume_at is None or loss.resume_at >= until or loss.resume_at <= pos:
                 break                 # nothing readable is left in this range
+            skipped += loss.resume_at - pos
             pos = loss.resume_at
             continue
         if pd.error_code:
@@ -140,8 +141,16 @@ def read_range(opts: SourceOptions, part: RangePartition, cluster=None, now=time
         if len(builder) >= ROWS_PER_ARROW_BATCH:
             rows += len(builder)
             yield builder.to_record_batch()
-    if len(builder) or rows == 0:
+    last = len(builder)
+    rows += last
+    if last or rows == 0:
         yield builder.to_record_batch()
+    gaps = until - part.from_offset - skipped - rows
+    if gaps > 0 and pos >= until:
+        # offsets in a range with no data record: compacted away, transaction markers, aborted
+        # transactional data under read_committed -- holes in the offset sequence, not lost data
+        log.info("kohort: %s-%d [%d, %d): %d offsets hold no data record (compaction or transaction "
+                 "markers); this is not data loss", tp[0], tp[1], part.from_offset, until, gaps)
 
 
 # -- driver side: resolving offsets -------------------------------------------------------------------
