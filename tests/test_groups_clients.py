@@ -300,3 +300,40 @@ def test_admin_clients_list_describe_alter_and_delete_groups(broker):
     assert committed(bs, group, topic, 2) == {0: -1001, 1: -1001}
     assert group not in {g.group_id for g in admin.list_consumer_groups().result(10).valid}
     kadmin.close()
+
+
+def test_static_member_restart_keeps_its_partitions_without_rebalance(broker):
+    """KIP-345 with confluent-kafka: a static member (group.instance.id) closes without leaving and
+    comes back within its session timeout; it gets its partition back and the other member is not
+    rebalanced."""
+    from confluent_kafka import Consumer
+    topic, group = f"static-{uuid.uuid4().hex[:6]}", f"g-static-{uuid.uuid4().hex[:6]}"
+    bs = broker.bootstrap
+    create_topic(bs, topic, 2)
+    assigned: dict[str, list] = {"a": [], "b": []}
+
+    def consumer(name):
+        def on_assign(c, parts):
+            assigned[name].append({p.partition for p in parts})
+        c = Consumer({"bootstrap.servers": bs, "group.id": group, "group.instance.id": f"inst-{name}",
+                      "session.timeout.ms": 10000, "heartbeat.interval.ms": 300,
+                      "auto.offset.reset": "earliest"})
+        c.subscribe([topic], on_assign=on_assign)
+        return c
+
+    a, b = consumer("a"), consumer("b")
+    try:
+        wait_until(lambda: (a.poll(0.02), b.poll(0.02)) and assigned["a"] and assigned["b"]
+                   and len(assigned["a"][-1]) == 1 and len(assigned["b"][-1]) == 1, 30, "a 1/1 split")
+        mine = assigned["a"][-1]
+        b_rebalances = len(assigned["b"])
+        a.close()                                   # static member: no LeaveGroup
+        a = consumer("a")
+        wait_until(lambda: (a.poll(0.02), b.poll(0.02)) and len(assigned["a"]) == 2, 20, "static rejoin")
+        assert assigned["a"][-1] == mine
+        for _ in range(20):                          # ~1 s of B's heartbeats: no rebalance for B
+            b.poll(0.05)
+        assert len(assigned["b"]) == b_rebalances
+    finally:
+        a.close()
+        b.close()
