@@ -71,27 +71,22 @@ def start_broker(kind: str, work: str):
 
 
 def seed(addr: str, topic: str, n: int, size: int, partitions: int) -> dict:
-    """n records round-robin over the partitions, 2000 per batch; returns {partition: end offset}."""
+    """n records round-robin over the partitions (kohort's Producer, 256 KiB batches);
+    returns {partition: end offset}. Values are half random, half repetitive."""
     import random
-    from kohort.spark.wire import Cluster, IdempotentProducer
+    from kohort.client.producer import Producer
+    from kohort.spark.wire import Cluster
     rnd = random.Random(1)
     half = size // 2
     with Cluster({"bootstrap.servers": addr}) as c:
         c.create_topics({topic: partitions})
-        prod = IdempotentProducer(c)
-        counts = {p: n // partitions + (p < n % partitions) for p in range(partitions)}
-        ts = int(time.time() * 1000)
-        for p, cnt in counts.items():
-            done = 0
-            while done < cnt:
-                k = min(2000, cnt - done)
-                recs = []
-                for i in range(k):
-                    v = rnd.randbytes(half) + b"x" * (size - half)
-                    recs.append((None, v, None, ts))
-                prod.send(topic, p, recs)
-                done += k
-        return counts
+    counts = {p: n // partitions + (p < n % partitions) for p in range(partitions)}
+    with Producer({"bootstrap.servers": addr, "linger.ms": 50, "batch.size": 262144}) as prod:
+        for i in range(n):
+            prod.produce(topic, rnd.randbytes(half) + b"x" * (size - half), partition=i % partitions)
+        if prod.flush(120):
+            raise RuntimeError("seeding did not finish")
+    return counts
 
 
 def raw_consumer(addr: str, topic: str, ends: dict, size: int) -> float:

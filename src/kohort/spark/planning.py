@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-TP = tuple  # (topic, partition)
 
 
 @dataclass(frozen=True, order=True)
@@ -42,9 +41,8 @@ class OffsetRange:
 
 
 def plan_ranges(start: dict, end: dict) -> list[OffsetRange]:
-    """One range per partition of `end` ({(topic, partition): offset}); a partition missing from
-    `start` (new since the previous batch) starts at offset 0's stand-in: its value must be filled in
-    by the caller, so here it is an error to omit it."""
+    """One range per partition of `end` ({(topic, partition): offset}), sorted. Every partition of
+    `end` needs a start (callers resolve new partitions to their earliest offset first)."""
     out = []
     for tp in sorted(end):
         if tp not in start:
@@ -106,8 +104,7 @@ def split_ranges(ranges, min_partitions: int | None = None,
 def apportion(start: dict, latest: dict, max_offsets: int) -> dict:
     """End offsets admitting at most `max_offsets` in total, split by lag with largest remainder.
 
-    Partitions absent from `start` start at their `latest` value's stand-in 0 -- callers pass
-    complete `start` maps. Partitions whose latest is not beyond start keep their start."""
+    `start` covers every partition of `latest` (one missing is taken as caught up)."""
     lags = {tp: max(latest[tp] - start.get(tp, latest[tp]), 0) for tp in latest}
     total = sum(lags.values())
     if total <= max_offsets:
@@ -118,8 +115,7 @@ def apportion(start: dict, latest: dict, max_offsets: int) -> dict:
     # largest fractional remainders first; ties by larger lag, then by partition for determinism
     for tp in sorted(shares, key=lambda tp: (-(shares[tp] - take[tp]), -lags[tp], tp))[:left]:
         take[tp] += 1
-    return {tp: start.get(tp, latest[tp]) + min(take[tp], lags[tp]) if tp in start else latest[tp]
-            for tp in latest}
+    return {tp: start.get(tp, latest[tp]) + min(take[tp], lags[tp]) for tp in latest}
 
 
 def total_lag(start: dict, latest: dict) -> int:

@@ -11,12 +11,12 @@ speaks the protocol through kohort.protocol (framing, messages, ApiVersions nego
   assignment, no group membership).
 * `Cluster.commit_offsets(group, {tp: offset})` -- OffsetCommit with generation -1 and an empty
   member id (a "simple" commit, as kafka-consumer-groups.sh --reset-offsets does); `committed_offsets`.
-* `IdempotentProducer` -- InitProducerId, then one in-flight ProduceRequest per partition at a time
-  with producer id/epoch/sequence (KIP-98), so a retried send is de-duplicated by the broker.
 * `create_topics` -- for the demo and tests.
 
-It is kept apart from kohort.client on purpose (the client is async-capable and much larger); when the
-client's Admin lands, the driver-side calls can move onto it without changing the source classes.
+Why not kohort.client here: Spark runs the source in many short-lived Python workers, where a blocking
+socket without an I/O thread is the cheapest thing to open per task; and `offset_bounds` checks
+ListOffsets(latest) against a Fetch's high watermark, which some brokers need (Tansu answers latest with
+a stale offset). Writes go through kohort.client's Producer (see sink.py).
 """
 from __future__ import annotations
 
@@ -36,22 +36,18 @@ from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.create_topics import CreateTopicsRequest
 from kohort.protocol.messages.fetch import FetchRequest
 from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest
-from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
 from kohort.protocol.messages.list_offsets import ListOffsetsRequest
 from kohort.protocol.messages.metadata import MetadataRequest
 from kohort.protocol.messages.offset_commit import OffsetCommitRequest
 from kohort.protocol.messages.offset_fetch import OffsetFetchRequest
-from kohort.protocol.messages.produce import ProduceRequest
-from kohort.protocol.records import COMPRESSION_NONE, BatchBuilder
 
 # highest versions this helper builds requests for (the topic-name forms)
 CAPS = {
     MetadataRequest.API_KEY: 12, ListOffsetsRequest.API_KEY: 7, FetchRequest.API_KEY: 12,
     OffsetCommitRequest.API_KEY: 9, OffsetFetchRequest.API_KEY: 7, FindCoordinatorRequest.API_KEY: 3,
-    ProduceRequest.API_KEY: 12, InitProducerIdRequest.API_KEY: 4, CreateTopicsRequest.API_KEY: 7,
+    CreateTopicsRequest.API_KEY: 7,
 }
 ZERO_UUID = uuid.UUID(int=0)
-RETRIABLE_META = {3, 5, 6, 13, 14, 15, 16, 100}   # leader/coordinator moved, topic not yet known
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -431,57 +427,3 @@ class Cluster:
                 return
             time.sleep(0.1)
         raise KafkaTimeoutError(f"topics {sorted(topics)} not ready after 30 s")
-
-
-class IdempotentProducer:
-    """Produces record batches with producer id/epoch/sequence (KIP-98 idempotence).
-
-    `send(topic, partition, records)` appends one batch per call and waits for the broker's answer;
-    a retry resends the identical batch (same base sequence), which the broker de-duplicates."""
-
-    def __init__(self, cluster: Cluster, acks: int = -1, idempotent: bool = True,
-                 compression: int = COMPRESSION_NONE, timeout_ms: int = 30000):
-        self.cluster = cluster
-        self.acks, self.idempotent, self.compression = acks, idempotent, compression
-        self.timeout_ms = timeout_ms
-        self.producer_id, self.producer_epoch = -1, -1
-        self.sequences: dict = {}
-        if idempotent:
-            def init():
-                resp = cluster._call(None, InitProducerIdRequest(transactional_id=None,
-                                                                  transaction_timeout_ms=-1))
-                if resp.error_code:
-                    raise for_code(resp.error_code)("InitProducerId")
-                return resp
-            resp = cluster._with_retries(init)
-            self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
-
-    def send(self, topic: str, partition: int, records: list, attempts: int = 5) -> int:
-        """records: [(key, value, headers, timestamp_ms)] -> base offset assigned by the broker."""
-        tp = (topic, partition)
-        seq = self.sequences.get(tp, 0)
-        b = BatchBuilder(compression=self.compression, producer_id=self.producer_id,
-                         producer_epoch=self.producer_epoch, base_sequence=seq if self.idempotent else -1)
-        for key, value, headers, ts in records:
-            b.append(key, value, headers or [], ts)
-        data = b.build()
-        req = ProduceRequest(transactional_id=None, acks=self.acks, timeout_ms=self.timeout_ms, topic_data=[
-            ProduceRequest.TopicProduceData(name=topic, partition_data=[
-                ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=data)])])
-        last = None
-        for i in range(attempts):
-            try:
-                resp = self.cluster._call(self.cluster.leader(tp), req)
-                pr = resp.responses[0].partition_responses[0]
-                if pr.error_code in (0, 46):         # 46 DUPLICATE_SEQUENCE_NUMBER: already written
-                    self.sequences[tp] = (seq + len(records)) & 0x7FFFFFFF
-                    return pr.base_offset
-                err = for_code(pr.error_code)(f"Produce {topic}-{partition}: {pr.error_message or ''}")
-                if not err.retriable:
-                    raise err
-                last = err
-                self.cluster.refresh([topic])
-            except (KafkaConnectionError, KafkaTimeoutError) as e:
-                last = e
-            time.sleep(self.cluster.retry_backoff_s * (i + 1))
-        raise last
