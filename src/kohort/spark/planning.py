@@ -23,7 +23,6 @@ import math
 from dataclasses import dataclass
 
 
-
 @dataclass(frozen=True, order=True)
 class OffsetRange:
     topic: str
