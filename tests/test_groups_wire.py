@@ -303,3 +303,26 @@ def test_records_roundtrip_through_the_mapping():
             r = OffsetRecord(r.group, r.topic, r.partition, r.offset, -1, r.metadata, r.commit_timestamp,
                              r.expire_timestamp)          # value v1 has no leader epoch (as in Kafka)
         assert back == r
+
+
+def test_pipelined_commits_share_fsync_rounds_and_complete_in_order(tmp_path):
+    async def main():
+        async with running_broker(tmp_path, FAST) as b:
+            w = await Wire.connect(b)
+            await create(w, "t", 1)
+            rounds = b.sync.rounds
+            n = 30
+            for i in range(n):        # pipelined on one connection: dispatched in this order
+                req = OffsetCommitRequest(group_id=f"g{i % 3}", generation_id_or_member_epoch=-1, member_id="",
+                                          topics=[OCT(name="t", partitions=[OCT.Partition(
+                                              partition_index=0, committed_offset=i, committed_metadata="")])])
+                await w.send(req, 9, expect_response=False)
+            for i in range(n):
+                corr, resp = await w.recv(8, 9)
+                assert corr == i + 1 + 1 and resp.topics[0].partitions[0].error_code == 0
+            assert b.sync.rounds - rounds < n              # group commit: fewer fsyncs than commits
+            # per group the last commit wins: appends and completions keep the request order
+            for g in range(3):
+                assert await fetch(w, f"g{g}", {"t": [0]}) == (0, {("t", 0): n - 3 + g})
+            await w.close()
+    run(main())
