@@ -170,12 +170,15 @@ def load_pipeline_config(path: str, **overrides) -> PipelineConfig:
 
 # -- Spark ------------------------------------------------------------------------------------------------
 def build_session(cfg: PipelineConfig, master: str | None = None, app_name: str = "kohort-pipeline"):
-    """A SparkSession for the pipeline with the kohort format registered. Python workers use this
-    interpreter (so they can import kohort) unless PYSPARK_PYTHON says otherwise."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    """A SparkSession for the pipeline with the kohort format registered. With a local master the
+    Python workers use this interpreter (so they import kohort) unless PYSPARK_PYTHON says otherwise;
+    on a cluster (--master spark://..., yarn, k8s://...) kohort must be installed on the executors."""
+    master = master or cfg.master
+    if master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-    b = (SparkSession.builder.appName(app_name).master(master or cfg.master)
+    b = (SparkSession.builder.appName(app_name).master(master)
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.shuffle.partitions", "2")
