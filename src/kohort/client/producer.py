@@ -248,6 +248,8 @@ class Producer:
         a produce()/flush() call of the producing thread (as librdkafka runs callbacks in poll())."""
         if self._closed:
             raise KohortError("produce() on a closed producer")
+        if self.sender.fatal is not None:
+            raise self.sender.fatal
         if self._has_serializers:
             if self._key_ser is not None and key is not None:
                 key = self._key_ser(key)
