@@ -43,6 +43,7 @@ class ScriptedCluster:
         self.producers: dict[tuple, tuple] = {}    # (tp, pid) -> (last_seq, [(first_seq, last_seq, base_offset)])
         self.faults: dict[tuple, list] = {}
         self.drop = 0
+        self.versions = dict(VERSIONS)           # what ApiVersions advertises (tests may remove APIs)
         self.delay = 0.0                          # seconds before answering each Produce
         self.next_pid = 1000
         self.produce_requests = 0
@@ -120,7 +121,7 @@ class ScriptedCluster:
         if api_key == 18:
             A = ApiVersionsResponse.ApiVersion
             return ApiVersionsResponse(error_code=0, api_keys=[A(api_key=k, min_version=lo, max_version=hi)
-                                                              for k, (lo, hi) in VERSIONS.items()],
+                                                              for k, (lo, hi) in self.versions.items()],
                                        throttle_time_ms=0), False
         if api_key == 3:
             return self._metadata(req), False

@@ -216,3 +216,17 @@ def test_many_threads_produce_concurrently(cluster):
         part = futs[tid][0].result(0).partition
         mine = [v for v in c.values("t", part) if v.startswith(b"%d-" % tid)]
         assert mine == [b"%d-%06d" % (tid, i) for i in range(per_thread)]
+
+
+@pytest.mark.timeout(30)
+def test_broker_without_producer_ids(cluster):
+    c = cluster()
+    del c.versions[22]                   # no InitProducerId
+    p = Producer({"bootstrap.servers": c.bootstrap})
+    assert p.produce("t", b"x").result(5).offset == 0     # idempotence was only the default
+    assert not p.idempotent
+    p.close()
+    p = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True})
+    with pytest.raises(Exception, match="enable.idempotence=true but .* cannot give producer ids"):
+        p.produce("t", b"y").result(5)
+    p.close(1)

@@ -721,7 +721,11 @@ class _Sender:
         try:
             v = link.version(InitProducerIdRequest)
         except KohortError as e:
-            self.fatal = e
+            if "enable.idempotence" not in self.p.config.given:
+                self.p.idempotent = False      # idempotence was only the default: go on without it
+                return
+            self.fatal = KohortError(f"enable.idempotence=true but {link.address} cannot give producer ids: {e}")
+            self._fail_everything(self.fatal)
             return
         bump = self.needs_bump and self.producer_id >= 0 and v >= 3
         req = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=2147483647,
