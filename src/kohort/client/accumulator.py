@@ -192,13 +192,7 @@ class ProducerBatch:
                 blen = 6 + len(offv) + vl - (vl < 64)      # attrs, ts, key, hdrs + offset, vlen, value
                 if n and 64 + len(buf) + blen > self.size_limit:
                     return None
-                buf += zz[blen]
-                buf += b"\x00\x00"
-                buf += offv
-                buf += b"\x01"
-                buf += zz[vl]
-                buf += value
-                buf += b"\x00"
+                buf += b"".join((zz[blen], b"\x00\x00", offv, b"\x01", zz[vl], value, b"\x00"))
                 if self.ts_list is not None:
                     self.ts_list.append(ts)
                 self.count = n + 1
