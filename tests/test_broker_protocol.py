@@ -420,3 +420,54 @@ def test_log_append_time_topics_stamp_batches(tmp_path):
             _, records = decode_batch(recs)
             assert {x.timestamp for x in records} == {r.log_append_time_ms}
     run(main())
+
+
+def test_concurrent_produce_requests_share_fsyncs(tmp_path):
+    """fsync-before-ack: each acks=1/all answer comes after an fsync round that covered its append,
+    and concurrent producers share rounds (group commit)."""
+    async def main():
+        async with running_broker(tmp_path) as b:
+            ws = [await Wire.connect(b) for _ in range(16)]
+            await create(ws[0], "gc", 8)
+            r0, f0 = b.sync.rounds, b.storage.fsyncs
+            assert (await produce(ws[0], "gc", batch(1))).error_code == 0
+            assert b.sync.rounds == r0 + 1 and b.storage.fsyncs > f0       # waited for a round
+            r0 = b.sync.rounds
+            rs = await asyncio.gather(*[produce(w, "gc", batch(2), partition=i % 8) for i, w in enumerate(ws)])
+            assert all(r.error_code == 0 for r in rs)
+            assert b.sync.waiters_served >= 17
+            assert b.sync.rounds - r0 < 16, b.sync.rounds - r0          # 16 requests, shared rounds
+            await produce(ws[0], "gc", batch(1), acks=0)                # acks=0 does not wait
+    run(main())
+
+
+def test_policy_os_answers_without_fsync(tmp_path):
+    async def main():
+        async with running_broker(tmp_path, {"log.flush.policy": "os"}) as b:
+            w = await Wire.connect(b)
+            await create(w, "os")
+            assert (await produce(w, "os", batch(1))).error_code == 0
+            assert b.sync.rounds == 0
+    run(main())
+
+
+def test_alter_configs_replaces_all_overrides(tmp_path):
+    from kohort.protocol.messages.alter_configs import AlterConfigsRequest
+    R = AlterConfigsRequest.AlterConfigsResource
+
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await create(w, "ac", 1, {"retention.ms": "1000", "segment.bytes": "1048576"})
+            r = await w.call(AlterConfigsRequest(resources=[R(resource_type=2, resource_name="ac", configs=[
+                R.AlterableConfig(name="cleanup.policy", value="compact")])], validate_only=False), 2)
+            assert r.responses[0].error_code == 0
+            set_ = {n: v for n, v, is_default in b.storage.describe_configs("ac") if not is_default}
+            assert set_ == {"cleanup.policy": "compact"}
+            r = await w.call(AlterConfigsRequest(resources=[R(resource_type=4, resource_name="0", configs=[
+                R.AlterableConfig(name="num.partitions", value="3")])], validate_only=False), 1)
+            assert r.responses[0].error_code == E.INVALID_REQUEST
+            r = await w.call(AlterConfigsRequest(resources=[R(resource_type=2, resource_name="nope", configs=[])],
+                                                 validate_only=False), 1)
+            assert r.responses[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+    run(main())
