@@ -471,3 +471,30 @@ def test_alter_configs_replaces_all_overrides(tmp_path):
                                                  validate_only=False), 1)
             assert r.responses[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
     run(main())
+
+
+def test_topic_compression_type_recompresses(tmp_path):
+    from kohort.protocol.records import decode_batch
+    from kohort.protocol.compression import COMPRESSION_GZIP, COMPRESSION_NONE, COMPRESSION_ZSTD
+
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await create(w, "gz", 1, {"compression.type": "gzip"})
+            await create(w, "raw", 1, {"compression.type": "uncompressed"})
+            await create(w, "asis", 1)
+            sent = batch(20, producer_id=5, producer_epoch=0, base_sequence=0)
+            for topic in ("gz", "asis"):
+                assert (await produce(w, topic, sent)).error_code == 0
+            assert (await produce(w, "raw", batch(4, compression=COMPRESSION_ZSTD))).error_code == 0
+            out = {}
+            for topic in ("gz", "raw", "asis"):
+                f = await w.call(fetch_req(topic, 0), 12)
+                out[topic] = decode_batch(bytes(f.responses[0].partitions[0].records))
+            h, recs = out["gz"]
+            assert h.compression == COMPRESSION_GZIP and (h.producer_id, h.base_sequence) == (5, 0)
+            assert [(r.key, r.value, r.timestamp) for r in recs] == [
+                (r.key, r.value, r.timestamp) for r in out["asis"][1]]
+            assert out["asis"][0].compression == COMPRESSION_NONE
+            assert out["raw"][0].compression == COMPRESSION_NONE and len(out["raw"][1]) == 4
+    run(main())

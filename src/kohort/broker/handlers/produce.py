@@ -5,7 +5,8 @@ Per partition the request must carry exactly one v2 RecordBatch (as Kafka requir
 magic 2, a CRC-32C that matches, a record count that agrees with its last offset delta, no control
 or transactional flag (no transaction coordinator here) -> otherwise CORRUPT_MESSAGE or
 INVALID_RECORD; larger than the topic's max.message.bytes -> MESSAGE_TOO_LARGE; ZStandard before v7
--> UNSUPPORTED_COMPRESSION_TYPE. Idempotent batches pass the sequence checks of
+-> UNSUPPORTED_COMPRESSION_TYPE. A topic whose compression.type names a codec gets the batch
+rebuilt in that codec (as Kafka recompresses); "producer" stores it as sent. Idempotent batches pass the sequence checks of
 kohort.broker.producer_state (a retried duplicate is answered with its original offsets). The log
 assigns offsets by patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also
 get MaxTimestamp and a new CRC).
@@ -18,10 +19,13 @@ from __future__ import annotations
 from kohort.broker.handlers import NO_RESPONSE, handles
 from kohort.broker.handlers._util import error_of, now_ms
 from kohort.errors import DecodeError, ErrorCode
-from kohort.protocol.compression import COMPRESSION_ZSTD
+from kohort.protocol.compression import CODEC_IDS, COMPRESSION_ZSTD
 from kohort.protocol.messages.produce import ProduceRequest, ProduceResponse
-from kohort.protocol.records import MAGIC_OFFSET, validate_batch
+from kohort.protocol.records import MAGIC_OFFSET, build_batch, decode_batch, read_batch_header, validate_batch
 from kohort.storage import StorageError
+
+# topic compression.type -> codec the stored batch must use ("producer": keep the producer's)
+TARGET_CODEC = {"uncompressed": 0, **{n: c for n, c in CODEC_IDS.items() if n != "none"}}
 
 TopicResp = ProduceResponse.TopicProduceResponse
 PartResp = TopicResp.PartitionProduceResponse
@@ -30,6 +34,15 @@ PartResp = TopicResp.PartitionProduceResponse
 def _err(index: int, code: int, message: str | None = None) -> PartResp:
     return PartResp(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
                     log_start_offset=-1, record_errors=[], error_message=message)
+
+
+def recompress(records, codec: int) -> bytes:
+    """Rebuild a batch in the topic's codec (compression.type other than producer), keeping its
+    producer id/epoch/sequence, timestamp type and records, as Kafka's LogValidator does."""
+    h, recs = decode_batch(records, 0, check_crc=False)
+    return build_batch([(r.key, r.value, r.headers, r.timestamp) for r in recs], compression=codec,
+                       timestamp_type=h.timestamp_type, producer_id=h.producer_id,
+                       producer_epoch=h.producer_epoch, base_sequence=h.base_sequence)
 
 
 def append_partition(broker, topic: str, index: int, records, version: int, now: int) -> tuple[PartResp, int]:
@@ -60,6 +73,13 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
     if h.compression == COMPRESSION_ZSTD and version < 7:
         return _err(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7+"), 0
     cfg = log.config
+    target = TARGET_CODEC.get(cfg.compression_type)
+    if target is not None and target != h.compression:
+        try:
+            records = recompress(records, target)
+        except DecodeError as e:
+            return _err(index, ErrorCode.CORRUPT_MESSAGE, str(e)), 0
+        h = read_batch_header(records)
     if h.total_size > cfg.max_message_bytes:
         return _err(index, ErrorCode.MESSAGE_TOO_LARGE,
                     f"batch of {h.total_size} bytes exceeds max.message.bytes={cfg.max_message_bytes}"), 0
