@@ -265,3 +265,12 @@ def test_produce_consume_on_tansu(capsys, tansu, tmp_path):
     assert rc == 0 and "produced 50" in err
     rc, out, _ = run(capsys, "consume", topic, "--from-beginning", "-c", "50", "-f", "%k %s\\n", "-b", tansu)
     assert rc == 0 and out.splitlines() == [f"k{i} v{i}" for i in range(50)]
+
+
+def test_consume_takes_consumer_settings(capsys, kb, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("a\nb\n")
+    run(capsys, "produce", "cli-x", "-f", str(src), "-b", kb)
+    rc, out, _ = run(capsys, "consume", "cli-x", "--from-beginning", "-c", "2", "-X", "fetch.max.wait.ms=100",
+                     "-b", kb)
+    assert rc == 0 and out.split() == ["a", "b"]

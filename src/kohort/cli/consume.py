@@ -118,7 +118,9 @@ def cmd_consume(args) -> int:
         extra["group.id"] = args.group
     cfg = client_config(args, extra)
     from kohort.client.admin import Admin
-    with Admin(client_config(args)) as a:        # one clear line if the cluster or topic is missing
+    from kohort.client.config import ROLES
+    admin_cfg = {k: v for k, v in client_config(args).items() if k in ROLES["admin"]}
+    with Admin(admin_cfg) as a:                  # one clear line if the cluster or topic is missing
         a.describe_topics([args.topic], timeout=args.timeout)
     c = Consumer(cfg)
     out = sys.stdout
