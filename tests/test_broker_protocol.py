@@ -498,3 +498,22 @@ def test_topic_compression_type_recompresses(tmp_path):
             assert out["asis"][0].compression == COMPRESSION_NONE
             assert out["raw"][0].compression == COMPRESSION_NONE and len(out["raw"][1]) == 4
     run(main())
+
+
+def test_idle_connections_are_closed_but_not_while_answering(tmp_path):
+    async def main():
+        async with running_broker(tmp_path, {"connections.max.idle.ms": "300"}) as b:
+            w = await Wire.connect(b)
+            await create(w, "idle")
+            # a long poll longer than the idle limit is not cut short
+            r = await w.call(fetch_req("idle", 0, max_wait=900), 12)
+            assert r.responses[0].partitions[0].error_code == 0
+            t0 = time.monotonic()
+            assert await asyncio.wait_for(w.reader.read(), 5) == b""          # then idle: closed
+            assert time.monotonic() - t0 < 2
+            # a half-sent frame (size prefix promising more) is reaped too
+            r2, w2 = await asyncio.open_connection(b.host, b.port)
+            w2.write(b"\x00\x00\x01\x00" + b"\x00" * 10)
+            assert await asyncio.wait_for(r2.read(), 5) == b""
+            assert b._conn_states == {}
+    run(main())

@@ -51,6 +51,14 @@ def decode_request(payload):
     return header, cls.decode(r, version, exact=False)
 
 
+class _ConnState:
+    """What the idle reaper needs to know about one connection."""
+    __slots__ = ("writer", "pending", "busy", "last_active")
+
+    def __init__(self, writer, pending, now: float):
+        self.writer, self.pending, self.busy, self.last_active = writer, pending, False, now
+
+
 class Broker:
     """One embedded broker. Components (storage, coordinator, ...) attach in `open()`."""
 
@@ -64,6 +72,7 @@ class Broker:
         self.started_ms = int(time.time() * 1000)
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[asyncio.Task] = set()
+        self._conn_states: dict[int, _ConnState] = {}
         self._closers: list = []       # callables run on stop (reverse order)
         self._background: list[asyncio.Task] = []
         self.metrics = None
@@ -81,6 +90,22 @@ class Broker:
                                                   limit=1 << 20, reuse_address=True)
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+        self.spawn(self._reap_idle())
+
+    async def _reap_idle(self) -> None:
+        """Close connections idle longer than connections.max.idle.ms (nothing received, nothing
+        being answered), as Kafka's selector does. <= 0 disables."""
+        idle = self.config["connections.max.idle.ms"] / 1000
+        if idle <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(max(idle / 4, 0.05), 30))
+            now = loop.time()
+            for conn_id, st in list(self._conn_states.items()):
+                if not st.busy and st.pending.empty() and now - st.last_active > idle:
+                    log.info("closing connection %d: idle for more than connections.max.idle.ms", conn_id)
+                    st.writer.transport.abort()
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -128,8 +153,9 @@ class Broker:
         pending: asyncio.Queue = asyncio.Queue(maxsize=self.config["queued.max.requests"])
         writable = asyncio.Event()      # cleared while the client is not reading its answers
         writable.set()
-        wtask = asyncio.get_running_loop().create_task(
-            self._write_loop(pending, writer, conn_id, host, writable))
+        loop = asyncio.get_running_loop()
+        st = self._conn_states[conn_id] = _ConnState(writer, pending, loop.time())
+        wtask = loop.create_task(self._write_loop(pending, writer, conn_id, host, writable, st))
         m = self.metrics
         if m:
             m.connection_opened()
@@ -159,6 +185,7 @@ class Broker:
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
                 t0 = time.perf_counter()
+                st.last_active = loop.time()
                 try:
                     header, req = decode_request(payload)
                 except UnsupportedRequestError as e:
@@ -208,18 +235,23 @@ class Broker:
                 pass
             writer.close()
             self._conns.discard(task)
+            self._conn_states.pop(conn_id, None)
             if m:
                 m.connection_closed()
 
     async def _write_loop(self, pending: asyncio.Queue, writer: asyncio.StreamWriter, conn_id: int,
-                          host: str, writable: asyncio.Event) -> None:
+                          host: str, writable: asyncio.Event, st: _ConnState) -> None:
         m = self.metrics
         transport = writer.transport
+        loop = asyncio.get_running_loop()
         try:
             while True:
+                st.busy = False
+                st.last_active = loop.time()
                 item = await pending.get()
                 if item is None:
                     return
+                st.busy = True
                 result, version, corr, api_key, t0, in_bytes = item
                 if isinstance(result, asyncio.Future):
                     try:
