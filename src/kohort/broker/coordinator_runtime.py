@@ -119,7 +119,7 @@ class CoordinatorRuntime:
         self._syncing: collections.deque = collections.deque()
         self._completer: asyncio.Task | None = None
         self._closed = False
-        self.loaded_records = 0
+        self.loaded_records = 0       # records replayed (the last one of each key)
         self.load_ms = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -149,27 +149,35 @@ class CoordinatorRuntime:
         for p in range(self.num_partitions):
             lg = storage.log(OFFSETS_TOPIC, p)
             offset, end = lg.log_start_offset, lg.log_end_offset
+            # Compact in memory first: only the last record of each key matters, replayed in the
+            # order of those last records -- exactly what log compaction would leave, which replay
+            # accepts -- so superseded commits are never decoded.
+            latest: dict[bytes, tuple[int, bytes | None]] = {}
             while offset < end:
                 data = lg.read(offset, READ_CHUNK, max_offset=end)
                 if not data:
                     break
                 last = offset - 1
                 for rec in iter_records(data):
-                    off, _ts, key, value = rec[0], rec[1], rec[2], rec[3]
+                    off, key, value = rec[0], rec[2], rec[3]
                     last = off
                     if off < offset or key is None:
                         continue
-                    try:
-                        r = decode_coordinator_record(key, value)
-                    except DecodeError as e:
-                        log.warning("%s-%d offset %d: skipping record: %s", OFFSETS_TOPIC, p, off, e)
-                        continue
-                    c.replay(r)
-                    n += 1
+                    key = bytes(key)
+                    latest.pop(key, None)
+                    latest[key] = (off, value)
                 if last < offset:        # no progress (e.g. a batch of control records only)
                     break
                 offset = last + 1
                 await asyncio.sleep(0)   # let the loop breathe on big logs
+            for key, (off, value) in latest.items():
+                try:
+                    r = decode_coordinator_record(key, value)
+                except DecodeError as e:
+                    log.warning("%s-%d offset %d: skipping record: %s", OFFSETS_TOPIC, p, off, e)
+                    continue
+                c.replay(r)
+                n += 1
         self.loaded_records = n
         self.load_ms = (time.perf_counter() - t0) * 1000
         self.apply(c.on_loaded(self.clock()))
