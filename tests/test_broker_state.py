@@ -84,3 +84,12 @@ def test_fetch_sessions_are_evicted_when_idle_or_full():
     c.begin(0, 0, 5000)                                      # a and d idle for > 1 s: evicted
     with pytest.raises(FetchSessionError):
         c.begin(d.session_id, 1, 5000)
+
+
+def test_silent_producers_expire():
+    p = PartitionProducers()
+    p.update(1, 0, 0, 0, first_offset=0, timestamp=0, append_ms=1000)
+    p.update(2, 0, 0, 0, first_offset=1, timestamp=0, append_ms=5000)
+    assert p.expire(now_ms=7000, expiration_ms=3000) == 1
+    assert set(p.entries) == {2}
+    assert p.check(1, 0, 9, 0) == (E.NONE, None)            # forgotten: starts afresh

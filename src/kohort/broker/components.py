@@ -10,7 +10,8 @@
 * `broker.metrics`      Metrics
 * `broker.coordinator`  attached by `kohort.broker.coordinator_runtime.open(broker)` when that module
                         exists (the group coordinator, written separately); None otherwise
-* a background task running storage retention/compaction every log.retention.check.interval.ms.
+* a background task running storage retention/compaction and producer-id expiry
+  (producer.id.expiration.ms) every log.retention.check.interval.ms.
 
 Closers run in reverse order on Broker.stop().
 """
@@ -122,8 +123,10 @@ async def _maintenance(broker) -> None:
     while True:
         await asyncio.sleep(interval)
         try:
-            stats = broker.storage.run_maintenance(_now_ms())
-            if stats.get("segments_deleted") or stats.get("bytes_compacted"):
+            now = _now_ms()
+            stats = broker.storage.run_maintenance(now)
+            stats["producers_expired"] = broker.producers.expire(now, broker.config["producer.id.expiration.ms"])
+            if any(stats.values()):
                 log.info("maintenance: %s", stats)
         except Exception:   # noqa: BLE001 - keep the broker up, report it
             log.exception("storage maintenance failed")

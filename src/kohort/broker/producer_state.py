@@ -11,8 +11,8 @@ Per partition and producer id the broker keeps the current epoch and the last fi
 * otherwise the first sequence must follow the last one (wrapping after 2**31-1), else
   OUT_OF_ORDER_SEQUENCE_NUMBER.
 
-A producer id the partition has never seen (or whose batches retention removed) is accepted at any
-sequence: its state starts there. After a restart the state is rebuilt by scanning the batch headers
+A producer id the partition has never seen (or whose batches retention removed, or silent for
+longer than producer.id.expiration.ms) is accepted at any sequence: its state starts there. After a restart the state is rebuilt by scanning the batch headers
 of the log (`recover`), so retries of batches written before the restart are still recognised.
 """
 from __future__ import annotations
@@ -45,16 +45,12 @@ class BatchMeta(NamedTuple):
 
 
 class ProducerEntry:
-    __slots__ = ("epoch", "batches")
+    __slots__ = ("epoch", "batches", "last_append_ms")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
         self.batches: deque[BatchMeta] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
-
-    def copy(self) -> "ProducerEntry":
-        e = ProducerEntry(self.epoch)
-        e.batches.extend(self.batches)
-        return e
+        self.last_append_ms = -1
 
 
 class Verdict(NamedTuple):
@@ -94,8 +90,10 @@ class PartitionProducers:
         return OK
 
     def update(self, producer_id: int, producer_epoch: int, base_sequence: int,
-               last_offset_delta: int, first_offset: int, timestamp: int) -> None:
-        """Record an appended batch (also used when replaying the log)."""
+               last_offset_delta: int, first_offset: int, timestamp: int,
+               append_ms: int | None = None) -> None:
+        """Record an appended batch (also used when replaying the log, where the batch's
+        timestamp stands in for the append time)."""
         if producer_id < 0:
             return
         e = self.entries.get(producer_id)
@@ -103,10 +101,19 @@ class PartitionProducers:
             if e is not None and producer_epoch < e.epoch:
                 return
             e = self.entries[producer_id] = ProducerEntry(producer_epoch)
+        e.last_append_ms = max(e.last_append_ms, timestamp if append_ms is None else append_ms)
         if base_sequence < 0:
             return
         e.batches.append(BatchMeta(base_sequence, last_sequence(base_sequence, last_offset_delta),
                                    first_offset, first_offset + last_offset_delta, timestamp))
+
+    def expire(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers silent for longer than producer.id.expiration.ms (Kafka's
+        removeExpiredProducers). Returns how many were dropped."""
+        old = [pid for pid, e in self.entries.items() if now_ms - e.last_append_ms > expiration_ms]
+        for pid in old:
+            del self.entries[pid]
+        return len(old)
 
     def recover(self, log) -> None:
         """Rebuild from the batch headers of `log` (a kohort.storage Log)."""
@@ -133,6 +140,9 @@ class ProducerStates:
             p = self._parts[key] = PartitionProducers()
             p.recover(log)
         return p
+
+    def expire(self, now_ms: int, expiration_ms: int) -> int:
+        return sum(p.expire(now_ms, expiration_ms) for p in self._parts.values())
 
     def forget_topic(self, topic: str) -> None:
         for k in [k for k in self._parts if k[0] == topic]:

@@ -99,7 +99,7 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
         return _err(index, e.error_code, str(e)), 0
     if pstate is not None:
         pstate.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
-                      res.base_offset, h.max_timestamp)
+                      res.base_offset, h.max_timestamp, append_ms=now)
     broker.waiters.notify(topic, index)
     return PartResp(index=index, error_code=0, base_offset=res.base_offset,
                     log_append_time_ms=res.log_append_time, log_start_offset=res.log_start_offset,
