@@ -186,6 +186,26 @@ def test_committed_offsets_survive_restart_and_sigkill():
         assert sorted(got) == ["v20", "v21", "v22", "v23"]
 
 
+def test_mixed_group_splits_six_partitions_two_each(broker):
+    """confluent-kafka + kafka-python + aiokafka in one group: 2/2/2, every record consumed once."""
+    topic, group, nparts = f"split-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}", 6
+    create_topic(broker.bootstrap, topic, nparts)
+    produced = set(produce(broker.bootstrap, topic, nparts, 0, 120))
+    members = [Member(c, broker.bootstrap, group, topic) for c in CLIENTS]
+    try:
+        wait_until(lambda: all(len(m.assignment) == 2 for m in members)
+                   and frozenset().union(*(m.assignment for m in members)) == set(range(nparts)),
+                   40, "a 2/2/2 split", members)
+        wait_until(lambda: set().union(*(m.values() for m in members)) >= produced, 20, "all records", members)
+        if not any(line.startswith("COMMITFAIL") for m in members for line in m.lines):
+            assert sum(len(m.records) for m in members) == len(produced)  # nobody read twice
+    finally:
+        for m in members:
+            m.terminate()
+    assert all(m.closed for m in members)
+    assert committed(broker.bootstrap, group, topic, nparts) == {p: 20 for p in range(nparts)}
+
+
 @pytest.mark.slow
 def test_mixed_group_split_clean_close_and_sigkill(broker):
     """confluent-kafka + kafka-python + aiokafka in one group on 6 partitions."""
