@@ -5,8 +5,10 @@
   cleanup.policy=compact, segment.bytes=offsets.topic.segment.bytes). An existing topic keeps its
   partition count (a group's records must stay in one partition).
 * Loading: the coordinator starts in its loading phase (operations answer
-  COORDINATOR_LOAD_IN_PROGRESS); every partition is read from its log start to its end, each record
-  decoded (`kohort.protocol.consumer_offsets.decode_record`) and replayed, then `on_loaded`.
+  COORDINATOR_LOAD_IN_PROGRESS); every partition is read from its log start to its end, compacted in
+  memory (the last record of each key, in log order), each survivor decoded
+  (`kohort.protocol.consumer_offsets.decode_record`; unknown kinds such as KIP-848 records are
+  skipped with a warning) and replayed, then `on_loaded`.
   `open_coordinator` awaits the load, so a broker normally accepts connections only once loaded.
 * Appends: each Append's records are encoded (Kafka's key/value versions) and written as one v2 batch
   per `__consumer_offsets` partition (group_partition(group_id)), in token order, at once. Each token
