@@ -13,6 +13,7 @@ from kohort.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from kohort.storage import StorageError, validate_topic_name
 
 ZERO_UUID = uuid.UUID(int=0)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})   # Kafka's Topic.INTERNAL_TOPICS
 Topic = MetadataResponse.MetadataResponseTopic
 Partition = Topic.MetadataResponsePartition
 
@@ -23,7 +24,7 @@ def topic_entry(broker, info, version: int) -> Topic:
                        replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
              for p in range(info.num_partitions)]
     return Topic(error_code=0, name=info.name, topic_id=info.topic_id,
-                 is_internal=info.name.startswith("__"), partitions=parts)
+                 is_internal=info.name in INTERNAL_TOPICS, partitions=parts)
 
 
 @handles(MetadataRequest, "0-13")
