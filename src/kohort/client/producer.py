@@ -227,6 +227,7 @@ class Producer:
         self._ignore_keys = c["partitioner.ignore.keys"]
         self.partitioner = DefaultPartitioner()
         self._sticky_now = self.partitioner.sticky._sticky    # topic -> current sticky partition
+        self._hash_cache: dict[bytes, int] = {}              # key -> positive murmur2 (bounded)
         self._has_serializers = self._key_ser is not None or self._value_ser is not None
         self._topics: dict[str, _TopicInfo] = {}
         self._meta_cond = threading.Condition()
@@ -276,7 +277,12 @@ class Producer:
                     partition = self.partitioner.sticky.partition(topic, n, info.available)
                 sticky = True
             else:
-                partition = (murmur2(key) & 0x7FFFFFFF) % n
+                h = self._hash_cache.get(key)
+                if h is None:
+                    h = murmur2(key) & 0x7FFFFFFF
+                    if len(self._hash_cache) < 65536 and len(key) <= 256:
+                        self._hash_cache[key] = h       # keys repeat: hash each once
+                partition = h % n
         elif not 0 <= partition < n:
             raise KohortError(f"topic {topic!r} has partitions 0..{n - 1}; partition {partition} does not exist")
         if timestamp is None:

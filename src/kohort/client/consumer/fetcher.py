@@ -23,6 +23,7 @@ auto.offset.reset (none raises an error naming the partitions).
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections import deque
@@ -36,8 +37,10 @@ from kohort.client.network import Versioned
 from kohort.errors import KafkaError, for_code
 from kohort.protocol.messages.fetch import FetchRequest
 from kohort.protocol.primitives import ZERO_UUID
+from crc32c import crc32c as _crc32c
+
 from kohort.protocol.records import (
-    ATTR_CONTROL, ATTR_TRANSACTIONAL, CONTROL_ABORT, iter_any_records, iter_batch_records, iter_batches,
+    ATTR_CONTROL, CorruptRecordError, ATTR_TRANSACTIONAL, CONTROL_ABORT, decode_records_list, iter_batch_records, iter_batches,
     parse_control_record, validate_batch,
 )
 from kohort.structs import ConsumerRecord, TopicPartition
@@ -51,6 +54,9 @@ FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
 _REFRESH_ERRORS = frozenset({3, 5, 6, 56, 74, 75, 78, 100, 103})
 _new = tuple.__new__
+_ENTRY = struct.Struct(">qi")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
 
 
 class FetchSession:
@@ -100,22 +106,57 @@ def decode_partition(topic: str, partition: int, data, fetch_offset: int, *, che
                      value_deserializer=None) -> tuple[list, int, int | None]:
     """Records at or after `fetch_offset` in a Fetch response's record bytes.
 
-    -> (records, next fetch offset, leader epoch of the last batch read or None)."""
+    -> (records, next fetch offset, leader epoch of the last batch read or None). The common case
+    goes through records.decode_records_list (C when built), which fills ConsumerRecord tuples
+    directly; read_committed with aborted transactions in the response walks batch by batch."""
     d = data if type(data) is bytes else bytes(data)
+    next_offset, last_epoch, legacy = _scan(d, fetch_offset, check_crcs)
+    if read_committed and aborted:
+        out = _decode_read_committed(topic, partition, d, fetch_offset, False, aborted)
+    else:
+        # v2 CRCs were checked in _scan (the crc32c package is much faster per byte)
+        out = decode_records_list(d, check_crcs and legacy, min_offset=fetch_offset,
+                                  record_factory=ConsumerRecord, prefix=(topic, partition))
+    return _deserialize(out, key_deserializer, value_deserializer), next_offset, last_epoch
+
+
+def _scan(d: bytes, fetch_offset: int, check_crcs: bool) -> tuple[int, int | None, bool]:
+    """Walk the complete entries of `d` (batches of any magic, control ones included):
+    -> (next fetch offset, leader epoch of the last v2 batch, whether legacy entries were seen).
+    With check_crcs, verifies each v2 batch's CRC-32C (Attributes .. end)."""
+    n = len(d)
+    pos = 0
+    nxt = fetch_offset
+    epoch = None
+    legacy = False
+    mv = memoryview(d)
+    unpack = _ENTRY.unpack_from
+    while n - pos >= 17:
+        base, length = unpack(d, pos)
+        end = pos + 12 + length
+        if length < 0 or end > n:
+            break
+        if d[pos + 16] >= 2 and length >= 49:
+            last = base + _I32.unpack_from(d, pos + 23)[0] + 1
+            if check_crcs and last > fetch_offset and _crc32c(mv[pos + 21:end]) != _U32.unpack_from(d, pos + 17)[0]:
+                raise CorruptRecordError(f"record batch at offset {base}: CRC-32C mismatch")
+            e = _I32.unpack_from(d, pos + 12)[0]
+            if e >= 0:
+                epoch = e
+        else:
+            legacy = True
+            last = base + 1   # legacy: the (wrapper) entry's offset is its last offset
+        if last > nxt:
+            nxt = last
+        pos = end
+    return nxt, epoch, legacy
+
+
+def _decode_read_committed(topic, partition, d, fetch_offset, check_crcs, aborted) -> list:
+    """KIP-98 consumer-side filtering: drop batches of producers whose transaction was aborted."""
     out: list = []
-    next_offset = fetch_offset
-    last_epoch = None
-    if len(d) > 16 and d[16] < 2:
-        for r in iter_any_records(d, check_crcs):
-            if r.offset >= fetch_offset:
-                out.append(_new(ConsumerRecord, (topic, partition, r.offset, r.timestamp, r.timestamp_type,
-                                                 r.key, r.value, r.headers, None)))
-            next_offset = max(next_offset, r.offset + 1)
-        return _deserialize(out, key_deserializer, value_deserializer), next_offset, None
-    aborted_q = deque(sorted(aborted, key=lambda a: a.first_offset)) if read_committed and aborted else None
+    aborted_q = deque(sorted(aborted, key=lambda a: a.first_offset))
     aborted_pids: set = set()
-    append = out.append
-    extend = out.extend
     for pos, h in iter_batches(d):
         nxt = h.base_offset + h.last_offset_delta + 1
         if nxt <= fetch_offset:
@@ -123,35 +164,22 @@ def decode_partition(topic: str, partition: int, data, fetch_offset: int, *, che
         if check_crcs:
             validate_batch(d, pos)
         attrs = h.attributes
-        if nxt > next_offset:
-            next_offset = nxt
-        epoch = h.partition_leader_epoch
-        if epoch >= 0:
-            last_epoch = epoch
-        if read_committed:
-            if aborted_q is not None:
-                while aborted_q and aborted_q[0].first_offset <= nxt - 1:
-                    aborted_pids.add(aborted_q.popleft().producer_id)
-            if attrs & ATTR_CONTROL:
-                for rec in iter_batch_records(d, pos, h):
-                    ctype, _ = parse_control_record(rec[2], rec[3])
-                    if ctype == CONTROL_ABORT:
-                        aborted_pids.discard(h.producer_id)
-                continue
-            if attrs & ATTR_TRANSACTIONAL and h.producer_id in aborted_pids:
-                continue
-        elif attrs & ATTR_CONTROL:
+        while aborted_q and aborted_q[0].first_offset <= nxt - 1:
+            aborted_pids.add(aborted_q.popleft().producer_id)
+        if attrs & ATTR_CONTROL:
+            for rec in iter_batch_records(d, pos, h):
+                ctype, _ = parse_control_record(rec[2], rec[3])
+                if ctype == CONTROL_ABORT:
+                    aborted_pids.discard(h.producer_id)
+            continue
+        if attrs & ATTR_TRANSACTIONAL and h.producer_id in aborted_pids:
             continue
         tt = h.timestamp_type
-        ep = epoch if epoch >= 0 else None
-        gen = iter_batch_records(d, pos, h)
-        if h.base_offset >= fetch_offset:
-            extend([_new(ConsumerRecord, (topic, partition, o, ts, tt, k, v, hs, ep)) for o, ts, k, v, hs in gen])
-        else:
-            for o, ts, k, v, hs in gen:
-                if o >= fetch_offset:
-                    append(_new(ConsumerRecord, (topic, partition, o, ts, tt, k, v, hs, ep)))
-    return _deserialize(out, key_deserializer, value_deserializer), next_offset, last_epoch
+        ep = h.partition_leader_epoch if h.partition_leader_epoch >= 0 else None
+        for o, ts, k, v, hs in iter_batch_records(d, pos, h):
+            if o >= fetch_offset:
+                out.append(_new(ConsumerRecord, (topic, partition, o, ts, tt, k, v, hs, ep)))
+    return out
 
 
 def _deserialize(records: list, kd, vd) -> list:
@@ -182,6 +210,7 @@ class Fetcher:
         self.value_deserializer = config["value.deserializer"]
         self.request_timeout_ms = config["request.timeout.ms"]
         self._buffer: deque[_Completed] = deque()
+        self._decoding: list[_Completed] = []
         self._buffered_bytes: dict[TopicPartition, int] = {}
         self._inflight: set[int] = set()
         self._sessions: dict[int, FetchSession] = {}
@@ -199,7 +228,11 @@ class Fetcher:
         cluster = self.cluster.snapshot
         by_node: dict[int, dict] = {}
         with self.lock:
-            limit = self.partition_max_bytes
+            # pipelining depth: keep fetching a partition until about two responses' worth of its
+            # data wait in the buffer (bounded overall by fetch.max.bytes)
+            limit = 2 * self.partition_max_bytes
+            if sum(self._buffered_bytes.values()) >= self.max_bytes:
+                return
             for tp, st in self.subs.partitions.items():
                 if st.paused or st.fetch_offset is None or st.reset_strategy or st.awaiting_validation:
                     continue
@@ -265,9 +298,10 @@ class Fetcher:
             log.debug("fetch from broker %s failed: %s", node, e)
             self.cluster.request_update()
             return
+        todo = []
         try:
-            self._handle_fetch(node, session, view, seek_epochs, wanted, resp, fut.api_version)
-        except Exception as e:  # a decode failure of one response must not kill the I/O thread
+            todo = self._scan_fetch(node, session, view, seek_epochs, wanted, resp, fut.api_version)
+        except Exception as e:  # a malformed response must not kill the I/O thread
             log.exception("fetch response from broker %s could not be handled", node)
             session.reset()
             with self.lock:
@@ -276,21 +310,25 @@ class Fetcher:
         finally:
             with self.lock:
                 self._inflight.discard(node)
+        # the next fetch goes out before this response's records are decoded: the broker works on
+        # it while we decode (fetch offsets were advanced by the cheap header scan)
         self.send_fetches()
+        if todo:
+            self._decode_and_buffer(todo)
 
-    def _handle_fetch(self, node, session, view, seek_epochs, wanted, resp, version) -> None:
+    def _scan_fetch(self, node, session, view, seek_epochs, wanted, resp, version) -> list:
+        """Phase 1: errors, watermarks, and the next fetch offset of each partition (headers only)."""
         top = getattr(resp, "error_code", 0)
         session.on_response(top, getattr(resp, "session_id", 0), view)
         if top:
             if top not in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
                 log.warning("fetch from broker %s failed: %s", node, for_code(top).name)
-            return
+            return []
         names = None
         if version >= 13:
             names = {tid: t for t, tid in self.cluster.snapshot.topic_ids.items()}
-        completed = []
+        scanned = []
         refresh = False
-        kd, vd = self.key_deserializer, self.value_deserializer
         for t in resp.responses:
             topic = names.get(t.topic_id) if names is not None else t.topic
             if topic is None:
@@ -313,43 +351,68 @@ class Fetcher:
                     continue
                 records = p.records
                 if records is not None and len(records):
-                    recs, nxt, ep = decode_partition(
-                        topic, tp[1], records, fetch_offset, check_crcs=self.check_crcs,
-                        aborted=p.aborted_transactions, read_committed=self.read_committed,
-                        key_deserializer=kd, value_deserializer=vd)
-                    nbytes = len(records)
+                    data = bytes(records)
+                    nxt, ep, legacy = _scan(data, fetch_offset, self.check_crcs)
                 else:
-                    recs, nxt, ep, nbytes = [], fetch_offset, None, 0
-                completed.append((tp, recs, nxt, ep, nbytes, p.high_watermark, p.last_stable_offset,
-                                  p.log_start_offset, seek_epochs.get(tp)))
+                    data, nxt, ep, legacy = None, fetch_offset, None, False
+                scanned.append((tp, data, fetch_offset, nxt, ep, legacy, p, seek_epochs.get(tp)))
                 cur = p.current_leader if version >= 12 else None
                 if cur is not None and cur.leader_epoch >= 0:
                     self.cluster.observe_leader_epoch(tp, cur.leader_epoch)
         if refresh:
             self.cluster.request_update()
-        if not completed:
-            return
+        todo = []
         with self.lock:
             parts = self.subs.partitions
-            added = False
-            for tp, recs, nxt, ep, nbytes, hw, lso, lso_start, seek_epoch in completed:
+            for tp, data, fetch_offset, nxt, ep, legacy, p, seek_epoch in scanned:
                 st = parts.get(tp)
-                if st is None or st.seek_epoch != seek_epoch or st.fetch_offset is None:
+                if st is None or st.seek_epoch != seek_epoch or st.fetch_offset != fetch_offset:
                     continue
-                st.high_watermark = hw
-                st.last_stable_offset = lso
-                st.log_start_offset = lso_start
-                if nxt <= st.fetch_offset:
+                st.high_watermark = p.high_watermark
+                st.last_stable_offset = p.last_stable_offset
+                st.log_start_offset = p.log_start_offset
+                if nxt <= fetch_offset:
                     continue
                 st.fetch_offset = nxt
                 if ep is not None:
                     st.fetch_epoch = ep
-                self._buffer.append(_Completed(tp, recs, nxt, ep, seek_epoch, nbytes))
+                nbytes = len(data)
                 self._buffered_bytes[tp] = self._buffered_bytes.get(tp, 0) + nbytes
-                self.records_fetched += len(recs)
-                added = True
-            if added:
-                self._cond.notify_all()
+                c = _Completed(tp, None, nxt, ep, seek_epoch, nbytes)
+                self._decoding.append(c)
+                todo.append((c, data, fetch_offset, legacy, p.aborted_transactions))
+        return todo
+
+    def _decode_and_buffer(self, todo) -> None:
+        """Phase 2: decode records (C fast path) and hand them to poll()."""
+        kd, vd = self.key_deserializer, self.value_deserializer
+        done = []
+        try:
+            for c, data, fetch_offset, legacy, aborted in todo:
+                if self.read_committed and aborted:
+                    recs = _decode_read_committed(c.tp[0], c.tp[1], data, fetch_offset, False, aborted)
+                else:
+                    recs = decode_records_list(data, self.check_crcs and legacy, min_offset=fetch_offset,
+                                               record_factory=ConsumerRecord, prefix=(c.tp[0], c.tp[1]))
+                c.records = _deserialize(recs, kd, vd)
+                done.append(c)
+        except Exception as e:
+            log.exception("records of a fetch response could not be decoded")
+            with self.lock:
+                self._errors.append(e)
+        with self.lock:
+            for c, *_ in todo:
+                try:
+                    self._decoding.remove(c)
+                except ValueError:
+                    pass
+            for c, *_ in todo:
+                if c.records is None:   # undecodable: its bytes no longer count as buffered
+                    self._release(c)
+            for c in done:
+                self._buffer.append(c)
+                self.records_fetched += len(c.records)
+            self._cond.notify_all()
 
     def _partition_error(self, tp, err: int, fetch_offset: int, seek_epoch) -> None:
         if err == OFFSET_OUT_OF_RANGE:
