@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+from hypothesis import given, settings, strategies as st
+
 from kohort.broker.coordinator_runtime import CoordinatorRuntime, decode_coordinator_record
-from kohort.broker.coordinator.model import GroupRecord, JoinParams, OffsetFetchParams, OffsetRecord
+from kohort.broker.coordinator.model import (
+    GroupRecord, JoinParams, MemberRecord, OffsetFetchParams, OffsetRecord,
+)
 from kohort.errors import ErrorCode as E
 from kohort.protocol.consumer_offsets import OFFSETS_TOPIC, group_partition, key_version
 from kohort.protocol.consumer_protocol import (
@@ -287,7 +291,6 @@ def test_append_failure_is_reported_and_not_applied(tmp_path):
 
 
 def test_records_roundtrip_through_the_mapping():
-    from kohort.broker.coordinator.model import MemberRecord
     from kohort.broker.coordinator_runtime import encode_coordinator_record
     recs = [OffsetRecord("g", "t", 3, 42, 5, "meta", 1000, None),
             OffsetRecord("g", "t", 3, 42, -1, "", 1000, 99_999),
@@ -334,8 +337,6 @@ def _snapshot(coordinator):
             for gid, g in coordinator.groups.items()}
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
 _GROUPS = st.sampled_from(["a", "b", "c"])
 _RECORD = st.one_of(
     st.builds(OffsetRecord, _GROUPS, st.sampled_from(["t", "u"]), st.integers(0, 2), st.integers(0, 99),
@@ -343,8 +344,7 @@ _RECORD = st.one_of(
     st.builds(lambda g, t, p: OffsetRecord(g, t, p, tombstone=True), _GROUPS, st.sampled_from(["t", "u"]),
               st.integers(0, 2)),
     st.builds(lambda g, gen, n: GroupRecord(g, "consumer", gen, "range", "m0" if n else None, 5, tuple(
-        __import__("kohort.broker.coordinator.model", fromlist=["MemberRecord"]).MemberRecord(
-            f"m{i}", None, "c", "/h", 100, 100, b"", b"") for i in range(n))),
+        MemberRecord(f"m{i}", None, "c", "/h", 100, 100, b"", b"") for i in range(n))),
         _GROUPS, st.integers(0, 5), st.integers(0, 2)),
     st.builds(lambda g: GroupRecord(g, tombstone=True), _GROUPS))
 

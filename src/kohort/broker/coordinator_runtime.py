@@ -31,7 +31,7 @@ import asyncio
 import collections
 import logging
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from kohort.errors import DecodeError
 from kohort.protocol.consumer_offsets import (
