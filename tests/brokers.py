@@ -32,6 +32,7 @@ class KohortBroker:
     def __init__(self, data_dir: str | None = None, port: int | None = None, config: dict | None = None,
                  metrics_port: int | None = None, extra_args: list[str] | None = None):
         self._tmp = None
+        self._cfgdir = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="kohort-broker-")
             data_dir = self._tmp.name
@@ -53,7 +54,9 @@ class KohortBroker:
         args = [sys.executable, "-m", "kohort.cli.main", "broker", "--listen", self.bootstrap,
                 "--data-dir", self.data_dir, "--log-level", "warning", *self.extra_args]
         if self.config:
-            path = os.path.join(tempfile.gettempdir(), f"kohort-{self.port}.properties")
+            if self._cfgdir is None:
+                self._cfgdir = tempfile.TemporaryDirectory(prefix="kohort-props-")
+            path = os.path.join(self._cfgdir.name, "broker.properties")
             with open(path, "w") as fh:
                 for k, v in self.config.items():
                     fh.write(f"{k}={v}\n")
@@ -123,8 +126,12 @@ class KohortBroker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-        if self._tmp is not None:
-            self._tmp.cleanup()
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        for d in (self._tmp, self._cfgdir):
+            if d is not None:
+                d.cleanup()
 
 
 @pytest.fixture

@@ -146,5 +146,4 @@ def test_sigkill_under_acks_all_load_loses_no_acknowledged_record():
         assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
     finally:
         b.stop()
-        if b._tmp is not None:
-            b._tmp.cleanup()
+        b.cleanup()
