@@ -160,8 +160,8 @@ class BrokerLink:
             raise ConnectionError(f"{self.address} closed the connection")
         out = []
         for corr, resp in self.proto.receive_data(data):
-            c, cb, _ = self.callbacks.popleft()
-            out.append((cb, resp))
+            if self.callbacks and self.callbacks[0][0] == corr:
+                out.append((self.callbacks.popleft()[1], resp))
         return out
 
     @property
@@ -900,6 +900,12 @@ class _Sender:
         for link in list(self.links.values()):
             cbs = list(link.callbacks)
             link.callbacks.clear()
+            link.close()                  # answers to what was in flight can no longer be matched
+            try:
+                self.sel.unregister(link.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+            self.links.pop(link.node_id, None)
             for _, cb, _ in cbs:
                 try:
                     cb(None, err)
