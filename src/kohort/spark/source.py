@@ -78,12 +78,13 @@ def read_range(opts: SourceOptions, part: RangePartition, cluster=None, now=time
     iso = 1 if cfg.get("isolation.level") == "read_committed" else 0
     builder = ColumnBuilder(part.topic, part.partition, opts.include_headers, read_committed=bool(iso))
     max_bytes = int(cfg.get("max.partition.fetch.bytes", 8 << 20))
+    max_wait_ms = int(cfg.get("fetch.max.wait.ms", 500))
     pos, until = part.from_offset, part.until_offset
     deadline = now() + opts.poll_timeout_ms / 1000.0
     rows = skipped = 0
     while pos < until:
         try:
-            pd = cluster.fetch(tp, pos, max_bytes=max_bytes, max_wait_ms=500, isolation_level=iso)
+            pd = cluster.fetch(tp, pos, max_bytes=max_bytes, max_wait_ms=max_wait_ms, isolation_level=iso)
         except KafkaError as e:
             if not e.retriable or now() > deadline:
                 raise
