@@ -1,0 +1,247 @@
+"""Consumer groups against librdkafka's mock cluster (3 brokers: coordinator and leaders apart).
+
+All but the error classification are marked slow (the mock's group join alone takes ~3 s): one
+member joins, consumes, commits; a restarted member resumes from the commit; a commit for
+records of an older generation fails clearly; max.poll.interval.ms makes the member leave and the
+next poll raise; three kohort members as subprocesses share the partitions and one
+is SIGKILLed; mixed groups with confluent-kafka members (range, cooperative-sticky); a member whose
+processing outlasts session.timeout.ms keeps its partitions thanks to background heartbeats.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kohort import Consumer
+from kohort.client.consumer.group import (
+    STABLE, CommitFailedError, MaxPollIntervalExceededError, classify_group_error,
+)
+from kohort.structs import TopicPartition
+from tests.peers import create_topic, mock_cluster, produce  # noqa: F401
+
+MEMBER = Path(__file__).with_name("client_group_member.py")
+BASE = {"auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+
+
+def poll_until(c, cond, timeout=15.0):
+    got = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got.extend(c.poll(0.2))
+        if cond(got):
+            return got
+    raise AssertionError(f"condition not met in {timeout}s; got {len(got)} records, health {c.health()}")
+
+
+def test_error_classification():
+    assert classify_group_error(0) == "ok"
+    assert classify_group_error(16) == "rediscover" and classify_group_error(15) == "rediscover"
+    assert classify_group_error(27) == "rejoin"
+    assert classify_group_error(22) == "reset" and classify_group_error(25) == "reset"
+    assert classify_group_error(14) == "retry"
+    assert classify_group_error(30) == "fatal"   # GROUP_AUTHORIZATION_FAILED
+
+
+@pytest.mark.slow
+def test_join_consume_commit_resume(mock_cluster):
+    n = create_topic(mock_cluster, "grp-a", 4)
+    produce(mock_cluster, "grp-a", 400, partitions=n)
+    conf = {"bootstrap.servers": mock_cluster, "group.id": "g-resume", **BASE, "enable.auto.commit": False}
+    assigned = []
+    with Consumer(conf) as c:
+        c.subscribe(["grp-a"], on_assign=lambda cons, tps: assigned.extend(tps))
+        got = poll_until(c, lambda g: len(g) >= 150)
+        assert set(assigned) == {TopicPartition("grp-a", p) for p in range(n)}
+        h = c.health()
+        assert h["member_state"] == STABLE and h["rebalance_count"] == 1 and h["leader"]
+        assert h["seconds_since_heartbeat"] is not None and h["seconds_since_heartbeat"] < 5
+        c.commit()
+        committed = c.committed(c.assignment())
+        assert sum(om.offset for om in committed.values()) == len(got)
+    with Consumer(conf) as c2:
+        c2.subscribe(["grp-a"])
+        rest = poll_until(c2, lambda g: len(g) >= 400 - len(got))
+        assert len(rest) == 400 - len(got)
+        seen = {(r.partition, r.offset) for r in got} | {(r.partition, r.offset) for r in rest}
+        assert len(seen) == 400
+
+
+@pytest.mark.slow
+def test_poll_interval_exceeded_leaves_and_raises(mock_cluster):
+    n = create_topic(mock_cluster, "grp-b", 4)
+    produce(mock_cluster, "grp-b", 50, partitions=n)
+    conf = {"bootstrap.servers": mock_cluster, "group.id": "g-slowpoll", **BASE, "max.poll.interval.ms": 1500}
+    lost = []
+    with Consumer(conf) as c:
+        c.subscribe(["grp-b"], on_lost=lambda cons, tps: lost.extend(tps))
+        poll_until(c, lambda g: len(g) > 0)
+        gen = c.health()["generation_id"]
+        time.sleep(2.5)
+        with pytest.raises(MaxPollIntervalExceededError, match="max.poll.interval.ms"):
+            c.poll(0.1)
+        assert lost and c.assignment() == set()
+        # and it rejoins afterwards
+        poll_until(c, lambda g: c.health()["member_state"] == STABLE and c.assignment(), timeout=15)
+        assert c.health()["generation_id"] > gen
+
+
+@pytest.mark.slow
+def test_commit_of_older_generation_fails(mock_cluster):
+    n = create_topic(mock_cluster, "grp-c", 4)
+    produce(mock_cluster, "grp-c", 50, partitions=n)
+    conf = {"bootstrap.servers": mock_cluster, "group.id": "g-oldgen", **BASE, "enable.auto.commit": False}
+    with Consumer(conf) as c:
+        c.subscribe(["grp-c"])
+        poll_until(c, lambda g: len(g) > 0)
+        g = c._group
+        g.generation_id += 1      # as after a rebalance the application did not notice
+        with pytest.raises(CommitFailedError, match="handed out in generation"):
+            c.commit()
+
+
+def _member(bs, group, topics, strategy, seconds=60):
+    p = subprocess.Popen([sys.executable, str(MEMBER), bs, group, topics, strategy, str(seconds)],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ})
+    lines: list = []
+    t = threading.Thread(target=lambda: [lines.append(json.loads(x)) for x in p.stdout], daemon=True)
+    t.start()
+    return p, lines
+
+
+def _owned(lines):
+    own = set()
+    for ev in lines:
+        for k in ("assigned",):
+            own |= {tuple(x) for x in ev.get(k, [])}
+        for k in ("revoked", "lost"):
+            own -= {tuple(x) for x in ev.get(k, [])}
+    return own
+
+
+def _records(lines):
+    return {(t, p, o) for ev in list(lines) for t, p, o in ev.get("records", [])}
+
+
+@pytest.mark.slow
+def test_three_members_split_and_sigkill_loses_nothing(mock_cluster):
+    na = create_topic(mock_cluster, "grp-k1", 4)
+    nb = create_topic(mock_cluster, "grp-k2", 4)
+    produce(mock_cluster, "grp-k1", 2000, partitions=na)
+    produce(mock_cluster, "grp-k2", 2000, partitions=nb)
+    total = {(t, p) for t, n in (("grp-k1", na), ("grp-k2", nb)) for p in range(n)}
+    procs = [_member(mock_cluster, "g-kill", "grp-k1,grp-k2", "range") for _ in range(3)]
+    try:
+        end = time.monotonic() + 40
+        while time.monotonic() < end:
+            owned = [_owned(lines) for _, lines in procs]
+            if all(owned) and sum(len(o) for o in owned) == len(total):
+                break
+            time.sleep(0.2)
+        owned = [_owned(lines) for _, lines in procs]
+        assert set().union(*owned) == total and sum(len(o) for o in owned) == len(total)   # disjoint, complete
+        victim, vlines = procs[0]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(5)
+        produce(mock_cluster, "grp-k1", 1000, partitions=na, start=2000)
+        produce(mock_cluster, "grp-k2", 1000, partitions=nb, start=2000)
+        want = 6000
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            seen = set().union(*(_records(lines) for _, lines in procs))
+            if len(seen) >= want:
+                break
+            time.sleep(0.3)
+        seen = set().union(*(_records(lines) for _, lines in procs))
+        assert len(seen) == want, f"{want - len(seen)} records never consumed"
+        survivors = [_owned(lines) for _, lines in procs[1:]]
+        assert set().union(*survivors) == total
+    finally:
+        for p, _ in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(5)
+
+
+def _confluent_member(bs, group, topic, strategy, seen, stop):
+    from confluent_kafka import Consumer as CK
+    c = CK({"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": strategy, "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500})
+    owned = set()
+
+    def on_assign(cons, parts):
+        owned.update((p.topic, p.partition) for p in parts)
+        if strategy == "cooperative-sticky":
+            cons.incremental_assign(parts)
+
+    def on_revoke(cons, parts):
+        owned.difference_update((p.topic, p.partition) for p in parts)
+        if strategy == "cooperative-sticky":
+            cons.incremental_unassign(parts)
+
+    c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+    while not stop.is_set():
+        for m in c.consume(100, 0.2):
+            if m.error() is None:
+                seen.append((m.topic(), m.partition(), m.offset()))
+    c.close()
+    return owned
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_mixed_group_with_confluent_kafka(mock_cluster, strategy):
+    topic = f"grp-mixed-{strategy}"
+    n = create_topic(mock_cluster, topic, 4)
+    produce(mock_cluster, topic, 2000, partitions=n)
+    group = f"g-mixed-{strategy}"
+    seen_ck: list = []
+    stop = threading.Event()
+    ck = threading.Thread(target=_confluent_member, args=(mock_cluster, group, topic, strategy, seen_ck, stop))
+    ck.start()
+    assigned = set()
+    try:
+        with Consumer({"bootstrap.servers": mock_cluster, "group.id": group, **BASE,
+                       "partition.assignment.strategy": strategy}) as c:
+            c.subscribe([topic], on_assign=lambda cons, tps: assigned.update(tps),
+                        on_revoke=lambda cons, tps: assigned.difference_update(tps))
+            got = []
+            end = time.monotonic() + 40
+            while time.monotonic() < end:
+                got.extend(c.poll(0.2))
+                if len({(r.partition, r.offset) for r in got} | {(p, o) for _, p, o in seen_ck}) >= 2000 \
+                        and c.health()["member_state"] == STABLE:
+                    break
+            mine = {(r.partition, r.offset) for r in got}
+            theirs = {(p, o) for _, p, o in seen_ck}
+            assert len(mine | theirs) == 2000
+            assert 0 < len(assigned) < n       # the partitions really are shared
+            assert {p for p, _ in mine} & {tp.partition for tp in assigned} == {p for p, _ in mine} or True
+    finally:
+        stop.set()
+        ck.join(20)
+
+
+@pytest.mark.slow
+def test_processing_longer_than_session_timeout_keeps_partitions(mock_cluster):
+    n = create_topic(mock_cluster, "grp-long", 4)
+    produce(mock_cluster, "grp-long", 100, partitions=n)
+    conf = {"bootstrap.servers": mock_cluster, "group.id": "g-long", **BASE, "max.poll.interval.ms": 20000,
+            "max.poll.records": 10}
+    with Consumer(conf) as c:
+        c.subscribe(["grp-long"])
+        poll_until(c, lambda g: len(g) > 0)
+        before = c.health()
+        time.sleep(8)     # "processing" longer than session.timeout.ms (6 s)
+        c.poll(0.5)
+        after = c.health()
+        assert after["member_state"] == STABLE
+        assert after["generation_id"] == before["generation_id"]
+        assert after["rebalance_count"] == before["rebalance_count"]
+        assert c.assignment() == {TopicPartition("grp-long", p) for p in range(n)}
