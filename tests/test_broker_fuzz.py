@@ -85,7 +85,7 @@ def _mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
 
 async def _fuzz_connection(b, rng, frames: int, counter: list) -> None:
     """Send `frames` hostile frames one at a time; after each, read until the broker answers,
-    closes the connection (then reconnect) or 0.2 s pass (it may be waiting for bytes we lied
+    closes the connection (then reconnect) or 50 ms pass (it may be waiting for bytes we lied
     about: reconnect too)."""
     seeds = _seeds()
     sent = 0
@@ -102,7 +102,7 @@ async def _fuzz_connection(b, rng, frames: int, counter: list) -> None:
             sent += 1
             counter[0] += 1
             await w.drain()
-            data = await asyncio.wait_for(r.read(65536), 0.2)
+            data = await asyncio.wait_for(r.read(65536), 0.05)
             counter[1] += bool(data)
             if not data:
                 raise ConnectionResetError
