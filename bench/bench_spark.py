@@ -11,6 +11,7 @@ interleaved for `--rounds` rounds:
                    touched (the client a non-Spark application would use);
 * lean reader   -- kohort.spark.source.read_range over each partition in this process: the fetch ->
                    Arrow path a Spark task runs, without Spark;
+* Spark count   -- spark.read.format("kohort") ... .count(): the source feeding Spark, no sink;
 * Spark stream  -- readStream.format("kohort") from earliest -> writeStream Parquet with a checkpoint,
                    trigger(availableNow=True), timed from start() to awaitTermination(); SparkSession
                    start-up and a small warm-up query are not timed; rows read back must equal --records.
@@ -156,6 +157,16 @@ def spark_stream(spark, addr: str, topic: str, total: int, work: str, name: str)
     return total / dt, len(q.recentProgress)
 
 
+def spark_count(spark, addr: str, topic: str, total: int) -> float:
+    t = time.perf_counter()
+    n = (spark.read.format("kohort").option("kafka.bootstrap.servers", addr).option("subscribe", topic)
+         .load().count())
+    dt = time.perf_counter() - t
+    if n != total:
+        raise RuntimeError(f"count() gave {n}, expected {total}")
+    return total / dt
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=300_000)
@@ -179,11 +190,12 @@ def main(argv=None) -> int:
         print(f"  SparkSession local[2] up in {time.perf_counter() - t:.1f}s (not timed)", flush=True)
         spark_stream(spark, addr, "bench-warm", 5000, work, "warm")
         res: dict[str, list[float]] = {"raw kohort consumer": [], "lean reader (fetch -> Arrow)": [],
-                                       "Spark stream -> Parquet": []}
+                                       "Spark batch read, count()": [], "Spark stream -> Parquet": []}
         batches = 0
         for r in range(a.rounds):
             res["raw kohort consumer"].append(raw_consumer(addr, "bench-spark", ends, a.size))
             res["lean reader (fetch -> Arrow)"].append(lean_reader(addr, "bench-spark", ends, a.size))
+            res["Spark batch read, count()"].append(spark_count(spark, addr, "bench-spark", a.records))
             rate, batches = spark_stream(spark, addr, "bench-spark", a.records, work, f"out{r}")
             res["Spark stream -> Parquet"].append(rate)
             print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in res.items()), flush=True)
