@@ -212,3 +212,23 @@ def test_transaction_markers_are_gaps_not_loss(tansu, caplog):
         assert vals == [b"c0", b"c1", b"c2", b"c3", b"c4", b"d0", b"d1"]
         assert "2 offsets hold no data record" in caplog.text and "not data loss" in caplog.text
         caplog.clear()
+
+
+def test_batch_plan_by_timestamps(addr):
+    from kohort.spark.source import KohortBatchReader
+    t = topic_with(addr, {0: 50, 1: 50}, ts0=2_000_000)
+
+    def plan(**o):
+        rd = KohortBatchReader(parse_source_options({"kafka.bootstrap.servers": addr, "subscribe": t, **o},
+                                                    batch=True))
+        return [(r.partition, r.from_offset, r.until_offset) for r in rd.plan()]
+    assert plan() == [(0, 0, 50), (1, 0, 50)]
+    assert plan(startingTimestamp="2000010", endingTimestamp="2000040") == [(0, 10, 40), (1, 10, 40)]
+    assert plan(startingOffsetsByTimestamp=f'{{"{t}":{{"0":2000005,"1":2000045}}}}',
+                endingOffsetsByTimestamp=f'{{"{t}":{{"0":2000020,"1":9999999}}}}') == [(0, 5, 20), (1, 45, 50)]
+    # sizes 30 and 50 of 80 with minPartitions 4: round(1.5) = 2 and round(2.5) = 3 pieces (Spark rounds
+    # half up, so the task count is "approximately" minPartitions)
+    assert plan(endingOffsets=f'{{"{t}":{{"0":30,"1":-1}}}}', minPartitions="4") == \
+        [(0, 0, 15), (0, 15, 30), (1, 0, 16), (1, 16, 33), (1, 33, 50)]
+    with pytest.raises(Exception, match="before starting offset"):
+        plan(startingOffsets=f'{{"{t}":{{"0":40,"1":0}}}}', endingOffsets=f'{{"{t}":{{"0":30,"1":-1}}}}')
