@@ -56,3 +56,17 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
     assert r.returncode == 1 and "did you mean 'num.partitions'" in r.stderr and "Traceback" not in r.stderr
     r = run("--config", str(tmp_path / "missing.properties"))
     assert r.returncode == 1 and "no such file" in r.stderr
+
+
+def test_metrics_port_in_use_is_a_clear_error_and_a_clean_stop(tmp_path):
+    import socket
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        mport = busy.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "kohort.cli.main", "broker", "--listen", f"127.0.0.1:{free_port()}",
+                            "--data-dir", str(tmp_path / "d"), "--metrics", f"127.0.0.1:{mport}"],
+                           capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].startswith("kohort broker: cannot start:")
+    assert "Traceback" not in r.stderr
+    assert os.path.exists(tmp_path / "d" / ".kohort_cleanshutdown")

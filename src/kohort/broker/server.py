@@ -296,7 +296,11 @@ async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
     if metrics_addr:
         from kohort.broker.metrics import serve_metrics
         mh, _, mp = metrics_addr.rpartition(":")
-        await serve_metrics(broker, mh or "127.0.0.1", int(mp))
+        try:
+            await serve_metrics(broker, mh or "127.0.0.1", int(mp))
+        except OSError:
+            await broker.stop()           # close storage cleanly before reporting the error
+            raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
