@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import time
 import tomllib
@@ -174,6 +175,10 @@ def build_session(cfg: PipelineConfig, master: str | None = None, app_name: str 
     Python workers use this interpreter (so they import kohort) unless PYSPARK_PYTHON says otherwise;
     on a cluster (--master spark://..., yarn, k8s://...) kohort must be installed on the executors."""
     master = master or cfg.master
+    java_home = os.environ.get("JAVA_HOME")
+    if not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))) and not shutil.which("java"):
+        raise ConfigError("Spark needs a Java runtime (17 or newer): install one (e.g. openjdk-17-jre-headless) "
+                          "or set JAVA_HOME")
     if master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
