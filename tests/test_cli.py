@@ -274,3 +274,14 @@ def test_consume_takes_consumer_settings(capsys, kb, tmp_path):
     rc, out, _ = run(capsys, "consume", "cli-x", "--from-beginning", "-c", "2", "-X", "fetch.max.wait.ms=100",
                      "-b", kb)
     assert rc == 0 and out.split() == ["a", "b"]
+
+
+def test_produce_reports_failed_deliveries(capsys, kb, tmp_path):
+    run(capsys, "topics", "create", "cli-big", "-c", "max.message.bytes=2000", "-b", kb)
+    src = tmp_path / "in.txt"
+    src.write_text("small\n" + "x" * 5000 + "\n")
+    rc, _, err = run(capsys, "produce", "cli-big", "-f", str(src), "-X", "linger.ms=0", "-X", "batch.size=100",
+                     "-b", kb)
+    assert rc == 1 and "1 failed" in err and "MESSAGE_TOO_LARGE" in err
+    rc, _, err = run(capsys, "produce", "cli-big", "-f", str(src), "-p", "7", "-b", kb)
+    assert rc == 1 and "partition 7 does not exist" in err and len(err.strip().splitlines()) == 1

@@ -70,12 +70,7 @@ def cmd_produce(args) -> int:
     src, _ = _lines(args)
     total = _count_lines(args.file) if args.file else None
     prog = Progress(total, args.topic, force=args.progress)
-    failed = [0, None]
-
-    def on_delivery(err, md):
-        if err is not None:
-            failed[0] += 1
-            failed[1] = err
+    batches = set()       # one entry per batch: its outcome covers all its records
 
     start = time.monotonic()
     n = 0
@@ -84,6 +79,7 @@ def cmd_produce(args) -> int:
         produce = p.produce
         topic, part = args.topic, args.partition
         rate = args.rate
+        add = batches.add
         for line in src:
             if line.endswith(b"\n"):
                 line = line[:-1]
@@ -94,7 +90,7 @@ def cmd_produce(args) -> int:
                 k, s, v = line.partition(sep)
                 if s:
                     key, line = k, v
-            produce(topic, line, key=key, headers=headers, partition=part, on_delivery=on_delivery)
+            add(produce(topic, line, key=key, headers=headers, partition=part).batch)
             n += 1
             if rate:
                 ahead = n / rate - (time.monotonic() - start)
@@ -110,7 +106,9 @@ def cmd_produce(args) -> int:
     prog.update(n, force=True)
     prog.close()
     elapsed = time.monotonic() - start
-    errors = failed[0] + (left if left else 0)
+    failed_batches = [b for b in batches if b.done and b.error is not None]
+    errors = sum(b.count for b in failed_batches) + (left if left else 0)
+    last_error = failed_batches[-1].error if failed_batches else None
     summary = {"topic": args.topic, "records": n, "failed": errors, "seconds": round(elapsed, 3),
                "records_per_second": round(n / elapsed) if elapsed > 0 else None}
     if args.json:
@@ -120,7 +118,7 @@ def cmd_produce(args) -> int:
               f"({summary['records_per_second'] or 0:,}/s)" + (f", {errors} failed" if errors else ""),
               file=sys.stderr)
     if errors:
-        if failed[1] is not None:
-            print(f"kohort produce: last delivery error: {failed[1]}", file=sys.stderr)
+        if last_error is not None:
+            print(f"kohort produce: delivery error: {last_error}", file=sys.stderr)
         return 1
     return 0

@@ -265,6 +265,7 @@ class ProducerBatch:
             self.log_append_time = log_append_time
             self.error = error
             self.done = True
+            self.buf = self.wire = None      # futures keep the batch alive: let its bytes go
             if self._event is not None:
                 self._event.set()
             cbs = self.callback_futures
