@@ -182,6 +182,7 @@ def build_session(cfg: PipelineConfig, master: str | None = None, app_name: str 
     if master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
     b = (SparkSession.builder.appName(app_name).master(master)
          .config("spark.ui.enabled", "false")
@@ -189,6 +190,8 @@ def build_session(cfg: PipelineConfig, master: str | None = None, app_name: str 
          .config("spark.sql.shuffle.partitions", "2")
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.sql.streaming.noDataMicroBatches.enabled", "true"))
+    if "spark.driver.extraJavaOptions" not in cfg.spark_conf:
+        b = b.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_quiet_log4j()}")
     for k, v in cfg.spark_conf.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
@@ -196,6 +199,28 @@ def build_session(cfg: PipelineConfig, master: str | None = None, app_name: str 
     import kohort.spark
     kohort.spark.register(spark)
     return spark
+
+
+_LOG4J = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _quiet_log4j() -> str:
+    """A log4j2 config showing Spark's errors only (the pipeline prints its own progress)."""
+    import tempfile
+    path = os.path.join(tempfile.gettempdir(), "kohort-spark-log4j2.properties")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as fh:
+            fh.write(_LOG4J)
+        os.replace(tmp, path)
+    return path
 
 
 def source_options(cfg: PipelineConfig, commit_group: bool = True) -> dict:
