@@ -91,9 +91,11 @@ def main(argv=None) -> int:
             for s in secs:
                 by_key[s.key] = s
                 sections.append(s)
-            print(f"[{case}] {len(jobs)} jobs x {rounds} round(s) (setup {time.monotonic() - tc:.1f}s)",
+            print(f"[{case}] {len(jobs)} jobs x {min(rounds, getattr(mod, 'MAX_ROUNDS', rounds))} round(s) "
+                  f"(setup {time.monotonic() - tc:.1f}s)",
                   flush=True)
-            results += harness.run_rounds(jobs, rounds, on_result=show, profile_dir=profile_dir)
+            n_rounds = min(rounds, getattr(mod, "MAX_ROUNDS", rounds))
+            results += harness.run_rounds(jobs, n_rounds, on_result=show, profile_dir=profile_dir)
             if hasattr(mod, "finish"):
                 mod.finish(env)
     except KeyboardInterrupt:

@@ -27,6 +27,7 @@ import uuid
 from cases.common import KOHORT_BROKER, TANSU, create_topic
 
 SESSION_TIMEOUT_MS = 6000
+MAX_ROUNDS = 2        # latencies bound by protocol timers vary little; Tansu joins take ~23 s
 HEARTBEAT_MS = 1000
 PARTITIONS = 4
 GROUP_CLIENTS = ["kohort", "confluent-kafka"]
@@ -291,7 +292,7 @@ def build(env, mode: str, profile: set[str]):
                          f"defaults. Handovers: 2 members ({PARTITIONS} partitions, records every 20 ms per "
                          f"partition), time from A's close() (leave) or SIGKILL (kill) until B has a record "
                          f"from each of A's partitions; session.timeout.ms={SESSION_TIMEOUT_MS}, "
-                         f"heartbeat.interval.ms={HEARTBEAT_MS}." + (" Quick mode: kohort broker only." if quick else "") + " Ratio: Tansu ÷ kohort broker (> 1: kohort "
+                         f"heartbeat.interval.ms={HEARTBEAT_MS}." + (" Quick mode: kohort broker only." if quick else f" At most {MAX_ROUNDS} rounds.") + " Ratio: Tansu ÷ kohort broker (> 1: kohort "
                          f"broker faster)."])
     modes = ["leave", "kill"]
     jobs = []

@@ -26,7 +26,7 @@ def produce(client: str, addr: str, topic: str, n: int, size: int, compression: 
 def build(env, mode: str, profile: set[str]):
     from harness import Job, Section
     quick = mode == "quick"
-    sizes = {100: 20_000} if quick else {100: 200_000, 1024: 50_000}
+    sizes = {100: 20_000} if quick else {100: 100_000, 1024: 20_000}
     sec = Section("producer", "producer throughput", "records/s",
                   notes=["acks=all, linger.ms=5, default batch sizes, fresh 1-partition topic per run; "
                          "time from the first produce() to the end of flush()."])

@@ -14,10 +14,10 @@ def build(env, mode: str, profile: set[str]):
     from harness import Job, Section
     quick = mode == "quick"
     parts = [1, 64] if quick else [1, 4, 16, 64]
-    n_parts = 100_000 if quick else 500_000
+    n_parts = 100_000 if quick else 300_000
     # record counts are multiples of 10,000: bench_consumer's confluent loop asks consume(10000, 1.0),
     # which waits out its timeout for a last partial batch
-    sizes = {1024: 20_000, 8192: 10_000} if quick else {100: 500_000, 1024: 100_000, 4096: 30_000,
+    sizes = {1024: 20_000, 8192: 10_000} if quick else {100: 300_000, 1024: 100_000, 4096: 30_000,
                                                          16_384: 10_000}
     broker = KOHORT_BROKER
     addr = env.brokers.addr.get(broker)
