@@ -287,7 +287,17 @@ class Producer:
             raise KohortError(f"topic {topic!r} has partitions 0..{n - 1}; partition {partition} does not exist")
         if timestamp is None:
             timestamp = _time_ns() // 1_000_000
-        fut, wake = self.acc.append(topic, partition, key, value, headers, timestamp)
+        acc = self.acc
+        fut = None
+        with acc.lock:     # the common case inline: the partition's open batch has room
+            dq = acc.batches.get((topic, partition))
+            if dq:
+                last = dq[-1]
+                if not last.closed:
+                    fut = last.try_append(key, value, headers, timestamp)
+                    wake = last.closed
+        if fut is None:
+            fut, wake = acc.append(topic, partition, key, value, headers, timestamp)
         if on_delivery is not None:
             fut.add_done_callback(_delivery_adapter(on_delivery))
         if wake:
