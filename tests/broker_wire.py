@@ -19,7 +19,8 @@ class Wire:
 
     @classmethod
     async def connect(cls, broker) -> "Wire":
-        r, w = await asyncio.open_connection(broker.host, broker.port)
+        r, w = await asyncio.open_connection(getattr(broker, "listen_host", broker.host),
+                                             getattr(broker, "listen_port", broker.port))
         return cls(r, w)
 
     async def send(self, req, version: int, expect_response: bool = True):

@@ -517,3 +517,20 @@ def test_idle_connections_are_closed_but_not_while_answering(tmp_path):
             assert await asyncio.wait_for(r2.read(), 5) == b""
             assert b._conn_states == {}
     run(main())
+
+
+def test_advertised_address():
+    from kohort.broker.server import advertised_address
+    assert advertised_address("", "127.0.0.1", 9) == ("127.0.0.1", 9)
+    assert advertised_address("PLAINTEXT://kafka.example:9093,SSL://x:1", "0.0.0.0", 9) == ("kafka.example", 9093)
+    host, port = advertised_address("", "0.0.0.0", 9)
+    assert port == 9 and host not in ("0.0.0.0", "")
+
+
+def test_metadata_advertises_the_configured_listener(tmp_path):
+    async def main():
+        async with running_broker(tmp_path, {"advertised.listeners": "PLAINTEXT://kafka.example:19092"}) as b:
+            w = await Wire.connect(b)      # connects to the listen address
+            r = await w.call(MetadataRequest(topics=[]), 12)
+            assert [(x.host, x.port) for x in r.brokers] == [("kafka.example", 19092)]
+    run(main())

@@ -15,12 +15,13 @@ import itertools
 import logging
 import os
 import signal
+import socket
 import time
 
 from kohort.broker.config import BrokerConfig
 from kohort.broker.context import RequestContext
 from kohort.broker.handlers import HANDLERS, NO_RESPONSE, load_all
-from kohort.errors import DecodeError
+from kohort.errors import DecodeError, KohortError
 from kohort.protocol.framing import (
     FrameTooLargeError, UnsupportedRequestError, encode_response, frame_size, peek_request_header,
 )
@@ -51,6 +52,22 @@ def decode_request(payload):
     return header, cls.decode(r, version, exact=False)
 
 
+def advertised_address(advertised_listeners: str, listen_host: str, listen_port: int) -> tuple[str, int]:
+    """The address told to clients: the first entry of advertised.listeners
+    ("PLAINTEXT://host:port,..."), else the listen address, with a wildcard bind (0.0.0.0, ::, "")
+    replaced by this machine's name as Kafka does."""
+    first = advertised_listeners.split(",")[0].strip()
+    if first:
+        hostport = first.split("://", 1)[-1]
+        host, sep, port = hostport.rpartition(":")
+        if not sep or not port.isdigit():
+            raise KohortError(f"advertised.listeners: expected NAME://HOST:PORT, got {first!r}")
+        return host.strip("[]") or socket.getfqdn(), int(port)
+    if listen_host in ("", "0.0.0.0", "::"):
+        return socket.getfqdn(), listen_port
+    return listen_host, listen_port
+
+
 class _ConnState:
     """What the idle reaper needs to know about one connection."""
     __slots__ = ("writer", "pending", "busy", "last_active")
@@ -65,7 +82,10 @@ class Broker:
     def __init__(self, config: BrokerConfig | None = None, host: str = "127.0.0.1", port: int = 9092,
                  data_dir: str | None = None):
         self.config = config or BrokerConfig.from_properties()
+        # host/port: what clients are told (Metadata, FindCoordinator, DescribeCluster); after
+        # start() they are the advertised address, listen_host/port what the socket is bound to
         self.host, self.port = host, port
+        self.listen_host, self.listen_port = host, port
         self.data_dir = data_dir
         self.node_id = self.config["node.id"]
         self.max_request = self.config["socket.request.max.bytes"]
@@ -86,10 +106,12 @@ class Broker:
 
     async def start(self) -> None:
         await self.open()
-        self._server = await asyncio.start_server(self._serve, self.host, self.port,
+        self._server = await asyncio.start_server(self._serve, self.listen_host, self.listen_port,
                                                   limit=1 << 20, reuse_address=True)
         sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
+        self.listen_port = self.port = sock.getsockname()[1]
+        self.host, self.port = advertised_address(self.config["advertised.listeners"], self.listen_host,
+                                                  self.listen_port)
         self.spawn(self._reap_idle())
 
     async def _reap_idle(self) -> None:
@@ -306,6 +328,6 @@ async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if ready_line:
-        print(f"kohort broker ready on {broker.host}:{broker.port}", flush=True)
+        print(f"kohort broker ready on {broker.listen_host}:{broker.listen_port}", flush=True)
     await stop.wait()
     await broker.stop()
