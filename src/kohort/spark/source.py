@@ -6,7 +6,8 @@
 * `KohortStreamReader` -- offsets as ``{"offsets": {topic: {"p": n}}, "topic_ids": {...}}`` in the
   Spark checkpoint; admission control through `latestOffset(start, limit)` (maxOffsetsPerTrigger as
   `ReadMaxRows`, minOffsetsPerTrigger + maxTriggerDelay by our own gate), Trigger.AvailableNow, and
-  with `kafka.group.id` a simple OffsetCommit of every finished batch's end offsets in `commit(end)`.
+  with `kafka.group.id` a simple OffsetCommit of every finished batch's end offsets (from `commit(end)`
+  and from the next `latestOffset(start)`, since Spark only calls commit when it plans new data).
 * `read_range(...)` -- the executor side: explicit-assignment fetches from the leader (no group
   membership), decoded straight into Arrow columns (`kohort.spark.arrow.ColumnBuilder`).
 
