@@ -6,6 +6,7 @@ Prints one JSON object per line: {"assigned": [[t, p], ...]}, {"revoked": ...} a
 {"done": true}. Runs until killed or SECONDS pass.
 """
 import json
+import os
 import sys
 import time
 
@@ -20,6 +21,9 @@ def out(obj):
 
 
 def main():
+    if os.environ.get("KOHORT_LOG"):
+        import logging
+        logging.basicConfig(level=os.environ["KOHORT_LOG"], format="%(asctime)s %(name)s %(message)s")
     bs, group, topics, strategy = sys.argv[1:5]
     seconds = float(sys.argv[5]) if len(sys.argv) > 5 else 3600
     c = Consumer({"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",

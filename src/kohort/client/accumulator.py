@@ -426,12 +426,12 @@ class RecordAccumulator:
             dq.insert(i, batch)
 
     def expired(self, now_ms: int) -> list:
-        """Remove and return queued batches past delivery.timeout.ms (KIP-91)."""
+        """Remove and return queued (not in-flight) batches past delivery.timeout.ms (KIP-91)."""
         out = []
         limit = self.delivery_timeout_ms
         with self.lock:
             for dq in self.batches.values():
-                while dq and now_ms - dq[0].created_ms >= limit and dq[0].base_sequence < 0:
+                while dq and now_ms - dq[0].created_ms >= limit:
                     out.append(dq.popleft())
         return out
 

@@ -90,7 +90,8 @@ class _Req:
 
 class _Conn:
     __slots__ = ("node_id", "host", "port", "sock", "state", "proto", "out", "inflight", "pending",
-                 "versions", "frames", "hs_version", "connect_deadline", "want_write", "events")
+                 "versions", "frames", "hs_version", "connect_deadline", "want_write", "events",
+                 "no_flex")
 
     def __init__(self, node_id, host, port, client_id, max_frame):
         self.node_id, self.host, self.port = node_id, host, port
@@ -106,6 +107,7 @@ class _Conn:
         self.connect_deadline = 0.0
         self.want_write = False
         self.events = 0
+        self.no_flex = False
 
 
 class _Backoff:
@@ -463,6 +465,10 @@ class NetworkClient:
             if resp.error_code:
                 raise KafkaConnectionError(f"ApiVersions failed with error code {resp.error_code}")
             conn.versions = ranges
+            # KIP-482 flexible versions shipped with ApiVersions v3 (Kafka 2.4). A broker that stops
+            # at ApiVersions v2 yet lists flexible versions of other APIs (librdkafka's mock cluster
+            # crashes on flexible SyncGroup) gets only the versions before each API's first flexible one.
+            conn.no_flex = ranges.get(API_VERSIONS_KEY, (0, 0))[1] < 3
             conn.state = READY
             b = self._backoffs.get(conn.node_id)
             if b is not None:
@@ -487,7 +493,10 @@ class NetworkClient:
         try:
             v = req.version
             if v is None:
-                v = pick_version(api_key, conn.versions, req.max_version)
+                cap = req.max_version
+                if conn.no_flex:
+                    cap = _last_rigid_version(api_key, cap)
+                v = pick_version(api_key, conn.versions, cap)
             elif api_key in conn.versions:
                 lo, hi = conn.versions[api_key]
                 if not lo <= v <= hi:
@@ -668,6 +677,16 @@ class NetworkClient:
             addr = self._brokers.get(node_id) or self._extra.get(node_id)
             if addr is not None and (conn.host, conn.port) != addr and conn.state != DISCONNECTED:
                 self._disconnect(conn, KafkaConnectionError(f"broker {node_id} moved to {addr[0]}:{addr[1]}"))
+
+
+def _last_rigid_version(api_key: int, cap: int | None) -> int | None:
+    cls = REQUESTS.get(api_key)
+    if cls is None:
+        return cap
+    first_flex = cls._flex[0]
+    if first_flex > cls.MAX_VERSION or first_flex <= cls.MIN_VERSION:
+        return cap
+    return first_flex - 1 if cap is None else min(cap, first_flex - 1)
 
 
 def _decode_lenient(payload, req: _Req):

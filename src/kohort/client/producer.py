@@ -544,6 +544,8 @@ class _Sender:
             self._init_producer_id(now)
         # expiry of queued batches
         for b in self.acc.expired(now):
+            if b.base_sequence >= 0 and p.idempotent:
+                self.needs_bump = True       # its sequence numbers leave a gap: renumber (KIP-360)
             self._finish(b, -1, -1, KafkaTimeoutError(
                 f"{b.count} record(s) for {b.topic}[{b.partition}] expired after delivery.timeout.ms="
                 f"{p.delivery_timeout_ms} without being sent (no leader or broker unreachable)"))
