@@ -197,7 +197,7 @@ def test_reenqueue_keeps_sequence_order():
     assert acc.drain([("t", 0)], 1 << 20, clock(), lambda tp, b: True) == [bs[0]]
 
 
-def test_expiry_only_takes_unsent_batches():
+def test_expiry_takes_queued_batches_past_the_delivery_timeout():
     clock = Clock()
     acc = make_acc(clock, delivery_timeout_ms=1000)
     acc.append("t", 0, None, b"v", None, 1)

@@ -142,7 +142,8 @@ def test_delivery_timeout_fails_records_that_cannot_be_delivered(cluster):
     p.flush(10)
     assert 0.5 < time.monotonic() - t0 < 5
     err = f.exception(0)
-    assert isinstance(err, KafkaError) and err.name == "REQUEST_TIMED_OUT"
+    # expired while waiting to be retried (KIP-91), or failed by the last retry's answer past the deadline
+    assert isinstance(err, KafkaTimeoutError) or (isinstance(err, KafkaError) and err.name == "REQUEST_TIMED_OUT")
     p.close()
 
 
@@ -230,3 +231,19 @@ def test_broker_without_producer_ids(cluster):
     with pytest.raises(Exception, match="enable.idempotence=true but .* cannot give producer ids"):
         p.produce("t", b"y").result(5)
     p.close(1)
+
+
+@pytest.mark.timeout(30)
+def test_retried_batch_expires_when_the_leader_never_comes_back(cluster):
+    c = cluster(2)
+    p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0, "delivery.timeout.ms": 800,
+                  "request.timeout.ms": 300, "retry.backoff.ms": 50})
+    assert p.produce("t", b"a").result(5).offset == 0
+    c.move_leader("t", 0, 5)             # a node that does not exist: no leader to send to
+    f = p.produce("t", b"b")
+    assert p.flush(10) == 0
+    assert isinstance(f.exception(0), KafkaTimeoutError) and "delivery.timeout.ms=800" in str(f.exception(0))
+    c.move_leader("t", 0, 1)             # the leader is back: the producer carries on, no gap
+    assert p.produce("t", b"c").result(5).offset == 1
+    assert c.values("t", 0) == [b"a", b"c"]
+    p.close()
