@@ -1,7 +1,8 @@
 """Producer throughput: kohort vs confluent-kafka, kafka-python and aiokafka (bench/bench_producer.py's
 client functions, each run in its own process against a fresh single-partition topic).
 
-Same settings for all (bench_producer's): acks=all, linger.ms=5, each client's default batch size;
+Same settings for all (bench_producer's): acks=all, linger.ms=5, each client's default batch size
+(plus rows with batch.size 1 MB for all four, librdkafka's default);
 one value of the given size (half random, half repetitive) repeated, null keys. Time from the first
 produce call to the end of flush.
 """
@@ -16,9 +17,10 @@ from cases.consumer import size_label
 _seq = itertools.count()
 
 
-def produce(client: str, addr: str, topic: str, n: int, size: int, compression: str) -> dict:
+def produce(client: str, addr: str, topic: str, n: int, size: int, compression: str,
+            batch_size: int | None = None) -> dict:
     import bench_producer
-    opts = types.SimpleNamespace(compression=compression, kohort_extra={}, batch_size=None)
+    opts = types.SimpleNamespace(compression=compression, kohort_extra={}, batch_size=batch_size)
     dt = bench_producer.CLIENTS[client](addr, topic, n, values(size, 1)[0], opts)
     return {"value": n / dt, "seconds": dt, "records": n, "mb_per_s": n * size / dt / 1e6}
 
@@ -28,20 +30,23 @@ def build(env, mode: str, profile: set[str]):
     quick = mode == "quick"
     sizes = {100: 20_000} if quick else {100: 100_000, 1024: 20_000}
     sec = Section("producer", "producer throughput", "records/s",
-                  notes=["acks=all, linger.ms=5, default batch sizes, fresh 1-partition topic per run; "
-                         "time from the first produce() to the end of flush()."])
+                  notes=["acks=all, linger.ms=5, each client's default batch size (librdkafka 1 MB, the "
+                         "others 16 KiB) unless the row says batch.size 1 MB (then all four); fresh "
+                         "1-partition topic per run; time from the first produce() to the end of flush()."])
     jobs = []
     for broker in (KOHORT_BROKER, TANSU):
         addr = env.brokers.addr.get(broker)
-        for size, n in sizes.items():
-            for codec in ("none", "lz4"):
-                row = f"{broker} · {size_label(size)} · {codec}"
-                for client in CLIENTS:
-                    jobs.append(Job("producer", row, client, "cases.producer:produce",
-                                    {"client": client, "addr": addr, "topic": None, "n": n, "size": size,
-                                     "compression": codec},
-                                    timeout=150, profile=client in profile,
-                                    before=_fresh_topic(addr, broker, env)))
+        variants = [(size, n, codec, None) for size, n in sizes.items() for codec in ("none", "lz4")]
+        if not quick:   # the same batch size for all: librdkafka's default is 1 MB, the others' 16 KiB
+            variants += [(size, n, "none", 1_000_000) for size, n in sizes.items()]
+        for size, n, codec, batch in variants:
+            row = f"{broker} · {size_label(size)} · {codec}" + (" · batch.size 1 MB" if batch else "")
+            for client in CLIENTS:
+                jobs.append(Job("producer", row, client, "cases.producer:produce",
+                                {"client": client, "addr": addr, "topic": None, "n": n, "size": size,
+                                 "compression": codec, "batch_size": batch},
+                                timeout=150, profile=client in profile,
+                                before=_fresh_topic(addr, broker, env)))
     return [sec], jobs
 
 
