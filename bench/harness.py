@@ -440,13 +440,28 @@ def write_markdown(path: str, sections: list[Section], summary: dict, machine: d
         markdown_tables(sections, summary),
     ]
     if profiles:
-        lines += ["## Profiles", ""]
+        lines += ["## Profiles (cProfile, every thread merged; top functions by own time)", ""]
         for p in profiles:
-            lines += [f"- `{os.path.relpath(p, ROOT)}`"]
+            lines += [f"`{os.path.relpath(p, ROOT)}`", "", "```", *_profile_head(p), "```", ""]
     text = "\n".join(lines) + "\n"
     with open(path, "w") as fh:
         fh.write(text)
     return text
+
+
+def _profile_head(path: str, rows: int = 12) -> list[str]:
+    """The header and first `rows` function lines of a profile summary written by _profiled_call."""
+    try:
+        with open(path) as fh:
+            lines = fh.read().splitlines()
+    except OSError as e:
+        return [f"(unreadable: {e})"]
+    out = []
+    for i, ln in enumerate(lines):
+        if ln.strip().startswith("ncalls"):
+            out = [lines[1].strip(), ln] + [x for x in lines[i + 1:i + 1 + rows] if x.strip()]
+            break
+    return out
 
 
 def now_utc() -> str:

@@ -78,9 +78,11 @@ def main(argv=None) -> int:
         print(f"  {what}: {got}  ({res.seconds:.1f}s)", flush=True)
 
     by_key: dict[str, harness.Section] = {}
+    built = []
     try:
         for case in only:
             mod = importlib.import_module(f"cases.{case}")
+            built.append(mod)
             tc = time.monotonic()
             try:
                 secs, jobs = mod.build(env, mode, profile)
@@ -96,11 +98,15 @@ def main(argv=None) -> int:
                   flush=True)
             n_rounds = min(rounds, getattr(mod, "MAX_ROUNDS", rounds))
             results += harness.run_rounds(jobs, n_rounds, on_result=show, profile_dir=profile_dir)
-            if hasattr(mod, "finish"):
-                mod.finish(env)
     except KeyboardInterrupt:
         print("interrupted: reporting what ran", flush=True)
     finally:
+        for mod in built:           # brokers a case started for itself
+            if hasattr(mod, "finish"):
+                try:
+                    mod.finish(env)
+                except Exception as e:
+                    print(f"  {mod.__name__}.finish: {e}", flush=True)
         brokers.stop()
     run_info["elapsed_s"] = round(time.monotonic() - t0, 1)
     summary = harness.summarize(results, by_key)
