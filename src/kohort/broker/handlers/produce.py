@@ -16,6 +16,7 @@ fsync (kohort.broker.durability) under log.flush.policy=fsync-before-ack.
 """
 from __future__ import annotations
 
+from kohort.broker.handlers.metadata import INTERNAL_TOPICS
 from kohort.broker.handlers import NO_RESPONSE, handles
 from kohort.broker.handlers._util import error_of, now_ms
 from kohort.errors import DecodeError, ErrorCode
@@ -119,6 +120,11 @@ def handle_produce(ctx, req: ProduceRequest):
         for pd in t.partition_data:
             if acks not in (-1, 0, 1):
                 parts.append(_err(pd.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}"))
+                continue
+            if t.name in INTERNAL_TOPICS:
+                # only the broker writes its internal topics (Kafka: ReplicaManager, internalTopicsAllowed)
+                parts.append(_err(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                  f"cannot append to internal topic {t.name}"))
                 continue
             try:
                 pr, n = append_partition(broker, t.name, pd.index, pd.records, v, now)

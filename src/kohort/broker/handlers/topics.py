@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from kohort.broker.handlers.metadata import INTERNAL_TOPICS
 from kohort.broker.handlers import handles
 from kohort.broker.handlers._util import now_ms
 from kohort.broker.topic_configs import topic_config_entries
@@ -142,6 +143,8 @@ def handle_delete_topics(ctx, req):
                     name = res.name = storage.topic_name(tid)
                 except StorageError:
                     raise _Reject(ErrorCode.UNKNOWN_TOPIC_ID, f"unknown topic id {tid}") from None
+            if name in INTERNAL_TOPICS:
+                raise _Reject(ErrorCode.INVALID_TOPIC_EXCEPTION, f"internal topic {name} cannot be deleted")
             if not broker.config["delete.topic.enable"]:
                 raise _Reject(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
             info = storage.topic(name)
@@ -168,6 +171,9 @@ def handle_create_partitions(ctx, req):
         try:
             if counts[t.name] > 1:
                 raise _Reject(ErrorCode.INVALID_REQUEST, f"topic {t.name!r} appears more than once")
+            if t.name in INTERNAL_TOPICS:
+                raise _Reject(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                              f"internal topic {t.name} cannot get more partitions")
             info = storage.topic(t.name)
             if t.count <= info.num_partitions:
                 raise _Reject(ErrorCode.INVALID_PARTITIONS,
