@@ -154,13 +154,14 @@ def test_three_members_split_and_sigkill_loses_nothing(mock_cluster):
         end = time.monotonic() + 60
         while time.monotonic() < end:
             seen = set().union(*(_records(lines) for _, lines in procs))
-            if len(seen) >= want:
+            survivors = [_owned(lines) for _, lines in procs[1:]]
+            if len(seen) >= want and set().union(*survivors) == total:
                 break
             time.sleep(0.3)
         seen = set().union(*(_records(lines) for _, lines in procs))
         assert len(seen) == want, f"{want - len(seen)} records never consumed"
         survivors = [_owned(lines) for _, lines in procs[1:]]
-        assert set().union(*survivors) == total
+        assert set().union(*survivors) == total and sum(map(len, survivors)) == len(total)
     finally:
         for p, _ in procs:
             if p.poll() is None:
@@ -222,7 +223,6 @@ def test_mixed_group_with_confluent_kafka(mock_cluster, strategy):
             theirs = {(p, o) for _, p, o in seen_ck}
             assert len(mine | theirs) == 2000
             assert 0 < len(assigned) < n       # the partitions really are shared
-            assert {p for p, _ in mine} & {tp.partition for tp in assigned} == {p for p, _ in mine} or True
     finally:
         stop.set()
         ck.join(20)

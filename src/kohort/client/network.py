@@ -80,9 +80,11 @@ class Versioned:
 
 
 class _Req:
-    __slots__ = ("node_id", "request", "version", "max_version", "expect", "future", "deadline", "any", "corr")
+    __slots__ = ("node_id", "request", "version", "max_version", "expect", "future", "deadline", "any", "corr",
+                 "response_class")
 
-    def __init__(self, node_id, request, version, max_version, expect, future, deadline):
+    def __init__(self, node_id, request, version, max_version, expect, future, deadline, response_class=None):
+        self.response_class = response_class
         self.node_id, self.request, self.version, self.max_version = node_id, request, version, max_version
         self.expect, self.future, self.deadline = expect, future, deadline
         self.any = node_id is None
@@ -154,15 +156,17 @@ class NetworkClient:
 
     # -- public, thread-safe ---------------------------------------------------------------------
     def send(self, node_id: int | None, request, version: int | None = None, *, expect_response: bool = True,
-             timeout_ms: int | None = None, max_version: int | None = None) -> Future:
-        """Queue `request` for broker `node_id` (None: any broker). See the module docstring."""
+             timeout_ms: int | None = None, max_version: int | None = None, response_class=None) -> Future:
+        """Queue `request` for broker `node_id` (None: any broker). See the module docstring.
+        `response_class` decodes the answer instead of the registered Response class (same wire
+        layout, e.g. a variant that tolerates a peer's null where the spec forbids one)."""
         fut: Future = Future()
         if self._closed:
             fut.set_exception(KafkaConnectionError("the client is closed"))
             return fut
         t = self._request_timeout if timeout_ms is None else timeout_ms / 1000
         self._submit.append(_Req(node_id, request, version, max_version, expect_response, fut,
-                                 time.monotonic() + t))
+                                 time.monotonic() + t, response_class))
         if threading.current_thread() is not self._thread:
             self._wake()
         return fut
@@ -696,7 +700,7 @@ def _decode_lenient(payload, req: _Req):
     if corr != req.corr:
         raise DecodeError(f"response correlation id {corr} does not match the oldest request {req.corr}")
     api_key = req.request.API_KEY
-    cls = RESPONSES[api_key]
+    cls = req.response_class or RESPONSES[api_key]
     r = Reader(payload)
     ResponseHeader.read(r, response_header_version(api_key, cls, req.version))
     return cls.decode(r, req.version, exact=False)

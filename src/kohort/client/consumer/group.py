@@ -50,7 +50,8 @@ from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest
 from kohort.protocol.messages.heartbeat import HeartbeatRequest
 from kohort.protocol.messages.join_group import JoinGroupRequest
 from kohort.protocol.messages.leave_group import LeaveGroupRequest
-from kohort.protocol.messages.sync_group import SyncGroupRequest
+from kohort.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from kohort.protocol.schema import BYTES, Message, f
 from kohort.structs import TopicPartition
 
 log = logging.getLogger("kohort.client.group")
@@ -66,6 +67,17 @@ MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID, UNSTABLE_OFFSET_COMMIT = 79, 82, 88
 REQUEST_TIMED_OUT, GROUP_MAX_SIZE_REACHED = 7, 81
 COORDINATOR_ERRORS = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
 MEMBER_RESET_ERRORS = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID})
+
+
+class LenientSyncGroupResponse(Message):
+    """SyncGroupResponse whose assignment may be null: librdkafka's mock cluster sends null to a
+    member the leader gave nothing; kohort reads that as an empty assignment."""
+
+    API_KEY = SyncGroupResponse.API_KEY
+    VALID = SyncGroupResponse.VALID
+    FLEXIBLE = SyncGroupResponse.FLEXIBLE
+    SCHEMA = [fl for fl in SyncGroupResponse.SCHEMA if fl.name != "assignment"] + [
+        f("assignment", BYTES, nullable="0+", default=b"")]
 
 
 class CommitFailedError(KohortError):
@@ -416,7 +428,8 @@ class GroupMember:
         req = SyncGroupRequest(group_id=self.group_id, generation_id=self.generation_id, member_id=self.member_id,
                                group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE,
                                protocol_name=self.protocol_name, assignments=assignments)
-        self._sync_future = self.network.send(self.coordinator, req, max_version=self._caps.get(SYNC_GROUP))
+        self._sync_future = self.network.send(self.coordinator, req, max_version=self._caps.get(SYNC_GROUP),
+                                              response_class=LenientSyncGroupResponse)
 
     def _leader_assign(self, protocol_name: str, members) -> list:
         assignor = self._assignor(protocol_name)
