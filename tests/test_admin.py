@@ -9,19 +9,13 @@ from kohort.client.admin import EARLIEST, LATEST, Admin
 from kohort.client.producer import Producer
 from kohort.errors import KafkaConnectionError, KohortError, UnknownTopicOrPartitionError
 from kohort.structs import TopicPartition as TP
+from tests.brokers import KohortBroker
 
 
 @pytest.fixture(scope="module")
 def kb():
-    from tests.brokers import KohortBroker
-    b = KohortBroker()
-    b.start()
-    try:
+    with KohortBroker() as b:
         yield b.bootstrap
-    finally:
-        b.stop()
-        if b._tmp is not None:
-            b._tmp.cleanup()
 
 
 @pytest.fixture

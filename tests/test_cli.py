@@ -10,19 +10,13 @@ import pytest
 
 from kohort.cli.common import Progress, table
 from kohort.cli.main import main
+from tests.brokers import KohortBroker
 
 
 @pytest.fixture(scope="module")
 def kb():
-    from tests.brokers import KohortBroker
-    b = KohortBroker()
-    b.start()
-    try:
+    with KohortBroker() as b:
         yield b.bootstrap
-    finally:
-        b.stop()
-        if b._tmp is not None:
-            b._tmp.cleanup()
 
 
 def run(capsys, *argv):

@@ -9,6 +9,7 @@ import pytest
 
 from kohort.client.admin import Admin
 from kohort.client.producer import Producer
+from tests.brokers import KohortBroker
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 N = 240
@@ -16,15 +17,8 @@ N = 240
 
 @pytest.fixture(scope="module")
 def kohort_addr():
-    from tests.brokers import KohortBroker
-    b = KohortBroker()
-    b.start()
-    try:
+    with KohortBroker() as b:
         yield b.bootstrap
-    finally:
-        b.stop()
-        if b._tmp is not None:
-            b._tmp.cleanup()
 
 
 @pytest.fixture(params=["tansu", "kohort"])

@@ -19,12 +19,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # no
 
 @pytest.fixture(scope="module")
 def addr():
-    b = KohortBroker()
-    b.start()
-    yield b.bootstrap
-    b.stop()
-    if b._tmp is not None:
-        b._tmp.cleanup()
+    with KohortBroker() as b:
+        yield b.bootstrap
 
 
 _n = iter(range(10_000))
