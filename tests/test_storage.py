@@ -463,3 +463,18 @@ def test_storage_imports_stay_in_their_layer():
             for name in names:
                 assert not name.startswith(("kohort.client", "kohort.broker", "asyncio")), (
                     f"{path.name} imports {name}")
+
+
+def test_storage_errors_carry_kafkas_codes_and_names():
+    from kohort.storage import errors as E
+    want = {E.StorageError: (-1, "UNKNOWN_SERVER_ERROR"), E.OffsetOutOfRangeError: (1, "OFFSET_OUT_OF_RANGE"),
+            E.CorruptRecordError: (2, "CORRUPT_MESSAGE"),
+            E.UnknownTopicOrPartitionError: (3, "UNKNOWN_TOPIC_OR_PARTITION"),
+            E.MessageTooLargeError: (10, "MESSAGE_TOO_LARGE"), E.InvalidTopicError: (17, "INVALID_TOPIC_EXCEPTION"),
+            E.InvalidTimestampError: (32, "INVALID_TIMESTAMP"), E.TopicAlreadyExistsError: (36, "TOPIC_ALREADY_EXISTS"),
+            E.InvalidPartitionsError: (37, "INVALID_PARTITIONS"), E.InvalidConfigError: (40, "INVALID_CONFIG"),
+            E.KafkaStorageError: (56, "KAFKA_STORAGE_ERROR")}
+    for cls, (code, name) in want.items():
+        e = cls("x")
+        assert (e.error_code, e.error_name, str(e)) == (code, name, "x"), cls
+    assert isinstance(E.InvalidConfigError("x"), ValueError)
