@@ -130,6 +130,10 @@ def test_find_coordinator_versions(tmp_path):
             assert (r.error_code, r.port) == (0, b.port)
             r = await w.call(FindCoordinatorRequest(key="x", key_type=2), 3)
             assert r.error_code == E.INVALID_REQUEST and r.node_id == -1
+            assert (r.host, r.port) == ("", -1) and "key type 2" in r.error_message
+            r = await w.call(FindCoordinatorRequest(key_type=2, coordinator_keys=["a", "b"]), 4)
+            assert [(c.key, c.error_code, c.node_id, c.host, c.port) for c in r.coordinators] == \
+                [(k, E.INVALID_REQUEST, -1, "", -1) for k in "ab"]
             for v in (4, 5, 6):
                 r = await w.call(FindCoordinatorRequest(key_type=0, coordinator_keys=["a", "b", "c"]), v)
                 assert [(c.key, c.error_code, c.node_id, c.port) for c in r.coordinators] == \

@@ -39,27 +39,20 @@ def handle_find_coordinator(ctx, req: FindCoordinatorRequest) -> FindCoordinator
     b, v = ctx.broker, ctx.api_version
     key_type = req.key_type if v >= 1 else KEY_TYPE_GROUP
 
-    def answer(key: str) -> tuple[int, str | None]:
-        if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
-            return ErrorCode.INVALID_REQUEST, f"unsupported key type {key_type}"
-        if key_type == KEY_TYPE_GROUP and runtime(ctx) is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, "no group coordinator on this broker"
-        return ErrorCode.NONE, None
-
+    # every key gets the same answer: this node coordinates all groups and transactional ids
+    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        where = dict(error_code=ErrorCode.INVALID_REQUEST, error_message=f"unsupported key type {key_type}")
+    elif key_type == KEY_TYPE_GROUP and runtime(ctx) is None:
+        where = dict(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                     error_message="no group coordinator on this broker")
+    else:
+        where = dict(error_code=ErrorCode.NONE, error_message=None, node_id=b.node_id, host=b.host, port=b.port)
+    if where["error_code"]:
+        where.update(node_id=-1, host="", port=-1)
     if v >= 4:
-        coords = []
-        for key in req.coordinator_keys:
-            code, msg = answer(key)
-            ok = code == ErrorCode.NONE
-            coords.append(FindCoordinatorResponse.Coordinator(
-                key=key, node_id=b.node_id if ok else -1, host=b.host if ok else "",
-                port=b.port if ok else -1, error_code=code, error_message=msg))
-        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coords)
-    code, msg = answer(req.key)
-    ok = code == ErrorCode.NONE
-    return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=msg,
-                                   node_id=b.node_id if ok else -1, host=b.host if ok else "",
-                                   port=b.port if ok else -1)
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
+            FindCoordinatorResponse.Coordinator(key=key, **where) for key in req.coordinator_keys])
+    return FindCoordinatorResponse(throttle_time_ms=0, **where)
 
 
 # -- JoinGroup -----------------------------------------------------------------------------------
