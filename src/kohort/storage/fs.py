@@ -2,7 +2,7 @@
 
 Two implementations live here:
 
-* `OsFileSystem` — the real thing (os.open / os.pwrite / os.fsync / os.replace ...).
+* `OsFileSystem` — the real thing (os.open with O_APPEND / os.write / os.fsync / os.replace ...).
 * `MemoryFileSystem` — files held in memory. It backs the in-memory storage engine and it models
   the page cache: each file keeps the bytes written (`data`) apart from the bytes made durable by
   `fsync` (`durable`), so `crash()` can simulate a machine crash that loses everything not yet
@@ -36,6 +36,12 @@ class FileHandle:
 
     def fsync(self) -> None:
         raise NotImplementedError
+
+    def datasync(self) -> None:
+        """Make the file's bytes (and its size) durable; what the group commit calls. The default
+        is fsync(); the OS handle uses fdatasync, which skips metadata not needed to read the data
+        back (timestamps) but always includes a changed file size."""
+        self.fsync()
 
     def dup(self) -> "FileHandle":
         """A second handle on the same open file, closable independently (used to fsync from
@@ -130,18 +136,20 @@ class OsFileHandle(FileHandle):
         return out
 
     def append(self, data) -> None:
+        # the file is opened O_APPEND: every write lands at the current end, no fstat needed
         view = memoryview(data)
-        pos = os.fstat(self.fd).st_size
         while view:
-            n = os.pwrite(self.fd, view, pos)
+            n = os.write(self.fd, view)
             view = view[n:]
-            pos += n
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)
 
     def fsync(self) -> None:
         os.fsync(self.fd)
+
+    def datasync(self) -> None:
+        os.fdatasync(self.fd)
 
     def dup(self) -> "OsFileHandle":
         return OsFileHandle(os.dup(self.fd), self.path)
@@ -157,7 +165,7 @@ class OsFileSystem(FileSystem):
         return os.path.join(*parts)
 
     def open(self, path: str, create: bool = True) -> OsFileHandle:
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
         return OsFileHandle(os.open(path, flags, 0o644), path)
 
     def exists(self, path: str) -> bool:

@@ -15,7 +15,8 @@ Layout of a data directory (Kafka's names where Kafka has one):
 
 Durability (`log.flush.policy`, see kohort.storage.config): appends are write()s. With
 "fsync-before-ack" the broker calls `sync_dirty()` (blocking; run it in an executor thread) before
-acknowledging acks=1/all: it fsyncs every segment written since the last sync, once, for all
+acknowledging acks=1/all: it fdatasyncs every segment written since the last sync (several files at
+once on a few threads), once, for all
 callers waiting at that moment — a caller arriving while an fsync is running waits for it and, if
 its own writes came after that fsync started, for the next one (group commit). With "os",
 `sync_dirty()` returns at once and only `checkpoint()`/`close()` fsync.
@@ -34,6 +35,7 @@ import re
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, NamedTuple
 
 from kohort.storage import cleaner
@@ -59,6 +61,7 @@ RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 PARTITION_METADATA_FILE = "partition.metadata"
 
+_SYNC_THREADS = 4       # files datasynced at once in one group-commit round
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
 
@@ -136,6 +139,7 @@ class Storage:
         self._syncing = False
         self._dirty_logs: dict[Log, None] = {}
         self._sync_error: Exception | None = None
+        self._sync_pool: ThreadPoolExecutor | None = None   # started when a round has 2+ files
         self.fsyncs = 0               # number of group fsync rounds done (for tests and metrics)
         self.closed = False
         self._open(int(time.time() * 1000) if now_ms is None else now_ms)
@@ -222,6 +226,9 @@ class Storage:
             log.close()
         self.fs.write_file_atomic(self._path(CLEAN_SHUTDOWN_FILE), b"")
         self.closed = True
+        if self._sync_pool is not None:
+            self._sync_pool.shutdown(wait=True)
+            self._sync_pool = None
 
     # =========================================================================================
     # topics and partitions
@@ -404,9 +411,7 @@ class Storage:
             self._dirty_logs.clear()
         error: Exception | None = None
         try:
-            for _, handles, _ in work:
-                for h in handles:
-                    h.fsync()
+            self._sync_files([h for _, handles, _ in work for h in handles])
         except OSError as e:
             error = e
         finally:
@@ -431,6 +436,32 @@ class Storage:
                 self._cv.notify_all()
         if error is not None:
             raise KafkaStorageError(f"fsync failed: {error}") from error
+
+    def _sync_files(self, handles: list) -> None:
+        """datasync every handle; several files are synced at once on a few threads (the
+        filesystem can fold them into one journal commit), and all of them are waited for before
+        the first error, if any, is raised."""
+        if len(handles) <= 1:
+            for h in handles:
+                h.datasync()
+            return
+        with self._cv:
+            if self._sync_pool is None:
+                self._sync_pool = ThreadPoolExecutor(max_workers=_SYNC_THREADS,
+                                                     thread_name_prefix="kohort-datasync")
+            pool = self._sync_pool
+        futures = [pool.submit(h.datasync) for h in handles[1:]]
+        first: BaseException | None = None
+        try:
+            handles[0].datasync()            # this thread takes one file itself
+        except BaseException as e:           # noqa: BLE001 - raised below, after the others
+            first = e
+        for f in futures:
+            e = f.exception()
+            if e is not None and first is None:
+                first = e
+        if first is not None:
+            raise first
 
 
 class MemoryStorage(Storage):
