@@ -1,8 +1,8 @@
 """Consumer groups against librdkafka's mock cluster (3 brokers: coordinator and leaders apart).
 
-All but the error classification are marked slow (the mock's group join alone takes ~3 s): one
-member joins, consumes, commits; a restarted member resumes from the commit; a commit for
-records of an older generation fails clearly; max.poll.interval.ms makes the member leave and the
+Fast (~3.5 s each: the mock's initial rebalance delay is 3 s): one member joins, consumes,
+commits and a restarted member resumes from the commit; a commit for records of an older
+generation fails clearly. Slow (-m slow): max.poll.interval.ms makes the member leave and the
 next poll raise; three kohort members as subprocesses share the partitions and one
 is SIGKILLed; mixed groups with confluent-kafka members (range, cooperative-sticky); a member whose
 processing outlasts session.timeout.ms keeps its partitions thanks to background heartbeats.
@@ -48,7 +48,6 @@ def test_error_classification():
     assert classify_group_error(30) == "fatal"   # GROUP_AUTHORIZATION_FAILED
 
 
-@pytest.mark.slow
 def test_join_consume_commit_resume(mock_cluster):
     n = create_topic(mock_cluster, "grp-a", 4)
     produce(mock_cluster, "grp-a", 400, partitions=n)
@@ -91,7 +90,6 @@ def test_poll_interval_exceeded_leaves_and_raises(mock_cluster):
         assert c.health()["generation_id"] > gen
 
 
-@pytest.mark.slow
 def test_commit_of_older_generation_fails(mock_cluster):
     n = create_topic(mock_cluster, "grp-c", 4)
     produce(mock_cluster, "grp-c", 50, partitions=n)

@@ -56,6 +56,7 @@ from kohort.structs import TopicPartition
 
 log = logging.getLogger("kohort.client.group")
 
+SUBSCRIPTION_WIRE_VERSION = 3   # ConsumerProtocolSubscription v3 (KIP-881 rack), as Java 3.5+ sends
 UNJOINED, JOINING, SYNCING, STABLE = "UNJOINED", "JOINING", "SYNCING", "STABLE"
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
@@ -64,7 +65,7 @@ OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
 ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 22, 25, 27
 MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID, UNSTABLE_OFFSET_COMMIT = 79, 82, 88
-REQUEST_TIMED_OUT, GROUP_MAX_SIZE_REACHED = 7, 81
+REQUEST_TIMED_OUT, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST = 7, 81, 42
 COORDINATOR_ERRORS = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
 MEMBER_RESET_ERRORS = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID})
 
@@ -254,10 +255,12 @@ class GroupMember:
         if self.coordinator is None:
             self._discover(now)
             return
-        if self._join_future is not None:
-            if self._join_future.done():
-                self._on_join(self._join_future)
-            return
+        with self._lock:
+            jf = self._join_future
+            if jf is not None:
+                if jf.done():
+                    self._on_join(jf)
+                return
         if self._sync_future is not None:
             if self._sync_future.done():
                 self._on_sync(self._sync_future)
@@ -369,7 +372,7 @@ class GroupMember:
                 owned_partitions=[ConsumerProtocolSubscription.TopicPartition(topic=t, partitions=ps)
                                   for t, ps in _by_topic(owned).items()],
                 generation_id=self.generation_id, rack_id=self.rack_id)
-            protocols.append(JoinGroupRequest.Protocol(name=a.name, metadata=encode_subscription(sub)))
+            protocols.append(JoinGroupRequest.Protocol(name=a.name, metadata=encode_subscription(sub, SUBSCRIPTION_WIRE_VERSION)))
         with self._lock:
             self.state = JOINING
             self._rejoin_needed = False
@@ -379,8 +382,26 @@ class GroupMember:
                                rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
                                group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE,
                                protocols=protocols, reason=self._rejoin_reason)
-        self._join_future = self.network.send(self.coordinator, req, timeout_ms=self.rebalance_timeout_ms + 5000,
-                                              max_version=self._caps.get(JOIN_GROUP))
+        with self._lock:
+            self._join_future = self.network.send(self.coordinator, req, timeout_ms=self.rebalance_timeout_ms + 5000,
+                                                  max_version=self._caps.get(JOIN_GROUP))
+            self._join_future.add_done_callback(self._on_join_io)
+
+    def _on_join_io(self, fut: Future) -> None:
+        """I/O thread: a follower answers its JoinGroup with SyncGroup at once (no assignment to
+        compute), so the leader's SyncGroup never completes the round before the followers sync
+        (librdkafka's mock cluster then refuses a late follower). The leader path stays on the
+        application thread, inside poll()."""
+        try:
+            resp = fut.result()
+        except BaseException:
+            return
+        if resp.error_code or resp.leader == resp.member_id:
+            return
+        with self._lock:
+            if self._join_future is not fut:
+                return
+            self._on_join(fut)
 
     def _downgrade(self, api_key: int, fut: Future, err: BaseException) -> None:
         """A broker that drops the connection on a version it advertised (librdkafka's mock cluster does
@@ -475,6 +496,11 @@ class GroupMember:
             self._request_rejoin(f"SyncGroup failed: {e}")
             return
         kind = classify_group_error(resp.error_code)
+        if resp.error_code == INVALID_REQUEST:
+            # librdkafka's mock cluster answers a SyncGroup that arrives while its group state moved
+            # on with INVALID_REQUEST; a fresh join recovers, so do not give up on the member
+            log.warning("group %s: SyncGroup answered INVALID_REQUEST; rejoining", self.group_id)
+            kind = "rejoin"
         if kind != "ok":
             self._on_group_error("SyncGroup", resp.error_code, kind)
             return
