@@ -324,16 +324,9 @@ class Log:
         if offset >= limit:
             return b""
         for seg in self.segments[self._segment_for(offset):]:
-            found = seg.find_position(offset)
-            if found is None:
-                continue
-            start, _ = found
-            total = 0
-            for _, h in seg.scan(start):
-                if h.base_offset >= limit or (total and total + h.total_size > max_bytes):
-                    break
-                total += h.total_size
-            return seg.read(start, total) if total else b""
+            data = seg.read_batches(offset, max_bytes, limit)
+            if data is not None:
+                return data
         return b""
 
     # =========================================================================================

@@ -119,6 +119,49 @@ class Segment:
             yield pos, h
             pos += h.total_size
 
+    def read_batches(self, offset: int, max_bytes: int, limit: int) -> bytes | None:
+        """Whole batches as stored, from the one holding `offset` (or the first after it, if
+        compaction removed it): at most `max_bytes`, except that the first batch is whole even if
+        larger, and none starting at or beyond offset `limit`. None if no batch here holds `offset`
+        or a later one.
+
+        One pread, from the offset index entry at or below `offset`, usually covers both the walk
+        to the first batch and the answer; batch boundaries come from the headers in those bytes,
+        so nothing is read twice (a second pread happens only when the first batch lies further
+        from the index entry than an index interval, or is larger than the first read)."""
+        _, pos = self.offset_index.lookup(offset)
+        end = self.size
+        step = max(max_bytes, _SCAN_CHUNK)
+        cpos = pos
+        chunk = self.log.pread(pos, min(end - pos, step + self.index_interval_bytes))
+        while True:                                  # to the batch holding `offset`
+            if pos + BATCH_HEADER_SIZE > end:
+                return None
+            if pos + BATCH_HEADER_SIZE > cpos + len(chunk):
+                cpos = pos
+                chunk = self.log.pread(pos, min(end - pos, step))
+            h = read_batch_header(chunk, pos - cpos)
+            if h.last_offset >= offset:
+                break
+            pos += h.total_size
+        if h.base_offset >= limit:
+            return b""
+        want = min(end - pos, max(max_bytes, h.total_size))
+        if pos + want > cpos + len(chunk):
+            cpos = pos
+            chunk = self.log.pread(pos, want)
+        start = pos - cpos
+        stop = start + want
+        p = start + h.total_size                     # the first batch, always whole
+        while p + BATCH_HEADER_SIZE <= stop:
+            h = read_batch_header(chunk, p)
+            if h.base_offset >= limit or p + h.total_size > stop:
+                break
+            p += h.total_size
+        if start == 0 and p == len(chunk):
+            return chunk
+        return chunk[start:p]
+
     def find_position(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The batch containing `offset`, or the first one after it if compaction removed it."""
         _, pos = self.offset_index.lookup(offset)
