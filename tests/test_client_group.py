@@ -243,3 +243,19 @@ def test_processing_longer_than_session_timeout_keeps_partitions(mock_cluster):
         assert after["generation_id"] == before["generation_id"]
         assert after["rebalance_count"] == before["rebalance_count"]
         assert c.assignment() == {TopicPartition("grp-long", p) for p in range(n)}
+
+
+@pytest.mark.slow
+def test_tansu_group_join_consume_commit(tansu):
+    """Flexible versions of the group APIs (JoinGroup v9, SyncGroup v5, ...) against a real Kafka
+    implementation; Tansu's first classic join takes tens of seconds."""
+    n = create_topic(tansu, "tansu-grp", 3)
+    produce(tansu, "tansu-grp", 300, partitions=n)
+    conf = {"bootstrap.servers": tansu, "group.id": "g-tansu", **BASE, "enable.auto.commit": False}
+    with Consumer(conf) as c:
+        c.subscribe(["tansu-grp"])
+        got = poll_until(c, lambda g: len(g) >= 300, timeout=90)
+        assert c.assignment() == {TopicPartition("tansu-grp", p) for p in range(n)}
+        c.commit()
+        committed = c.committed(c.assignment())
+        assert sum(om.offset for om in committed.values()) == 300
