@@ -243,6 +243,18 @@ def test_bad_config_key_names_the_closest(capsys):
     assert rc == 1 and "did you mean 'request.timeout.ms'" in err
 
 
+@pytest.mark.parametrize("argv,role,key,right", [
+    (["produce", "t"], "producer", "lingr.ms", "linger.ms"),
+    (["consume", "t", "-e"], "consumer", "fetch.max.byte", "fetch.max.bytes"),
+])
+def test_bad_client_config_key_is_named_before_connecting(capsys, argv, role, key, right):
+    t0 = time.monotonic()
+    rc, _, err = run(capsys, *argv, "-b", "127.0.0.1:1", "-X", f"{key}=5")
+    assert time.monotonic() - t0 < 5            # not after the 30 s wait for an unreachable broker
+    assert rc == 1 and f"unknown {role} configuration key '{key}'; did you mean '{right}'?" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
 def test_bootstrap_env_is_used(monkeypatch, capsys, kb):
     monkeypatch.setenv("KOHORT_BOOTSTRAP", kb)
     rc, out, _ = run(capsys, "topics", "list", "--json")

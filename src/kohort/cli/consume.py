@@ -118,7 +118,8 @@ def cmd_consume(args) -> int:
         extra["group.id"] = args.group
     cfg = client_config(args, extra)
     from kohort.client.admin import Admin
-    from kohort.client.config import ROLES
+    from kohort.client.config import ROLES, load_config
+    load_config("consumer", cfg)                 # a wrong -X key is reported before any connection
     admin_cfg = {k: v for k, v in client_config(args).items() if k in ROLES["admin"]}
     with Admin(admin_cfg) as a:                  # one clear line if the cluster or topic is missing
         a.describe_topics([args.topic], timeout=args.timeout)
