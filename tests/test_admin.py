@@ -106,6 +106,7 @@ def test_unreachable_cluster_is_one_clear_error():
         assert time.monotonic() - t0 < 6
     msg = str(ei.value)
     assert f"127.0.0.1:{port}" in msg and "ECONNREFUSED" in msg and "--bootstrap-server" in msg
+    assert msg.startswith(f"cannot reach any Kafka broker at 127.0.0.1:{port} (")
 
 
 def test_admin_on_tansu(tansu):

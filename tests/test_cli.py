@@ -236,6 +236,7 @@ def test_unreachable_broker_is_one_line_not_a_traceback(argv):
     lines = [x for x in err.splitlines() if x.strip()]
     assert len(lines) == 1, err
     assert addr in lines[0] and ("bootstrap" in lines[0] or "reach" in lines[0]), lines[0]
+    assert lines[0].startswith(f"kohort {argv[0]}: cannot reach any Kafka broker at {addr} ("), lines[0]
 
 
 def test_bad_config_key_names_the_closest(capsys):

@@ -7,6 +7,7 @@ import pytest
 
 from kohort.client.admin import Admin
 from kohort.client.producer import Producer
+from kohort.errors import KafkaConnectionError
 from kohort.protocol.records import iter_records
 
 
@@ -99,11 +100,12 @@ def test_unreachable_broker_gives_one_clear_error():
     port = free_port()
     p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "max.block.ms": 1500})
     t0 = time.monotonic()
-    with pytest.raises(Exception) as ei:
+    with pytest.raises(KafkaConnectionError) as ei:
         p.produce("t", b"v")
     assert time.monotonic() - t0 < 5
     msg = str(ei.value)
     assert f"127.0.0.1:{port}" in msg and "bootstrap" in msg and "refused" in msg.lower()
+    assert msg.startswith(f"cannot reach any Kafka broker at 127.0.0.1:{port} (")
     p.close()
 
 

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from kohort.client.config import load_config, parse_bootstrap
 from kohort.client.network import NetworkClient, Versioned
+from kohort.client.producer import unreachable_message
 from kohort.errors import (
     ErrorCode,
     KafkaConnectionError,
@@ -160,8 +161,9 @@ class Admin:
             resp = fut.result(t + 1.0)
         except (KafkaTimeoutError, KafkaConnectionError, FutureTimeout) as e:
             if not self._ever_ok:
-                raise KafkaConnectionError(_unreachable(self.bootstrap, self._conn_errors or [str(e) or
-                                                        "no answer"], time.monotonic() - start)) from None
+                why = self._conn_errors or [str(e) or "no answer"]
+                raise KafkaConnectionError(unreachable_message(self.bootstrap, why,
+                                                               time.monotonic() - start)) from None
             if isinstance(e, FutureTimeout):
                 raise KafkaTimeoutError(f"no answer within {t:.1f}s") from None
             raise
@@ -577,13 +579,6 @@ def _rtype(rt) -> int:
     if rt not in m:
         raise KohortError(f"unknown config resource type {rt!r}; use 'topic' or 'broker'")
     return m[rt]
-
-
-def _unreachable(addresses, errors, elapsed_s: float) -> str:
-    tried = ", ".join(addresses)
-    why = "; ".join(dict.fromkeys(errors))
-    return (f"cannot reach any Kafka broker at {tried} ({why}) after {elapsed_s:.1f}s; check "
-            f"-b/--bootstrap-server (or $KOHORT_BOOTSTRAP) and that the broker is running")
 
 
 __all__ = ["Admin", "BrokerInfo", "ClusterDescription", "ConfigEntry", "EARLIEST", "GroupDescription",

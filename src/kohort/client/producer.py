@@ -178,10 +178,12 @@ class BrokerLink:
 
 
 def unreachable_message(addresses, errors, elapsed_s: float) -> str:
+    """The one-line error of a client that never reached any bootstrap broker (producer and admin)."""
     tried = ", ".join(addresses)
     why = "; ".join(dict.fromkeys(errors)) if errors else "no answer"
     return (f"cannot reach any Kafka broker at {tried} ({why}) after {elapsed_s:.1f}s; check "
-            f"-b/--bootstrap-server (bootstrap.servers) and that the broker is running and reachable")
+            f"bootstrap.servers (-b/--bootstrap-server or $KOHORT_BOOTSTRAP for the kohort command) "
+            f"and that the broker is running and reachable")
 
 
 # -- cluster metadata (producer's view) ----------------------------------------------------------------
