@@ -7,9 +7,13 @@
   is the greatest timestamp seen so far in the segment and the offset the last offset of the batch
   that carried it. `lookup(ts)` gives the greatest entry with timestamp <= ts.
 
-Entries live in memory (lists) and are appended to their file at once through the filesystem
-seam. Index files are not fsynced per append: after an unclean stop they are rebuilt from the log
-for every segment from the recovery point on, and `load()` rejects files that fail a sanity check.
+Entries live in memory (lists) and are appended to their file through the filesystem seam in
+groups of up to `PENDING_ENTRIES` (one write instead of one per batch), and always before a flush,
+close, rename or rewrite. Index files are not fsynced per append: after an unclean stop they are
+rebuilt from the log for every segment from the recovery point on; an older segment whose last
+entries never reached the file (a killed process) only has a shorter sparse index, which stays
+correct (its stats are rebuilt by scanning the log after the last entry), and `load()` rejects
+files that fail a sanity check.
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ import bisect
 import struct
 
 from kohort.storage.fs import FileHandle, FileSystem
+
+PENDING_ENTRIES = 64      # index entries held in memory before they are written to the file
 
 
 class _Index:
@@ -29,6 +35,7 @@ class _Index:
         self.keys: list[int] = []
         self.values: list[int] = []
         self._h: FileHandle | None = None
+        self._pending = bytearray()      # encoded entries not yet written to the file
 
     def _handle(self) -> FileHandle:
         if self._h is None:
@@ -38,9 +45,22 @@ class _Index:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def _add(self, entry: bytes) -> None:
+        self._handle()                   # the file exists from the first entry on
+        self._pending += entry
+        if len(self._pending) >= PENDING_ENTRIES * self.ENTRY.size:
+            self.write_pending()
+
+    def write_pending(self) -> None:
+        """Write the entries held in memory to the file (page cache)."""
+        if self._pending:
+            data, self._pending = self._pending, bytearray()
+            self._handle().append(data)
+
     def load(self) -> bool:
         """Read the file; False (and empty) if missing or not sane."""
         self.keys, self.values = [], []
+        self._pending = bytearray()
         if not self.fs.exists(self.path):
             return False
         raw = self.fs.read_file(self.path)
@@ -57,19 +77,23 @@ class _Index:
 
     def reset(self) -> None:
         self.keys, self.values = [], []
+        self._pending = bytearray()
         self._handle().truncate(0)
 
     def _write_all(self) -> None:
+        self._pending = bytearray()
         h = self._handle()
         h.truncate(0)
         h.append(b"".join(self._encode(k, v) for k, v in zip(self.keys, self.values)))
 
     def close(self) -> None:
         if self._h is not None:
+            self.write_pending()
             self._h.close()
             self._h = None
 
     def flush(self) -> None:
+        self.write_pending()
         self._handle().fsync()
 
     def rename(self, new_path: str) -> None:
@@ -79,6 +103,7 @@ class _Index:
         self.path = new_path
 
     def delete(self) -> None:
+        self._pending = bytearray()
         self.close()
         if self.fs.exists(self.path):
             self.fs.remove(self.path)
@@ -104,7 +129,7 @@ class OffsetIndex(_Index):
             return
         self.keys.append(offset)
         self.values.append(position)
-        self._handle().append(self._encode(offset, position))
+        self._add(self._encode(offset, position))
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the greatest entry with offset <= `offset`, else (base, 0)."""
@@ -138,7 +163,7 @@ class TimeIndex(_Index):
             return
         self.keys.append(timestamp)
         self.values.append(offset)
-        self._handle().append(self._encode(timestamp, offset))
+        self._add(self._encode(timestamp, offset))
 
     def lookup(self, timestamp: int) -> int | None:
         """Offset of the greatest entry with timestamp <= `timestamp` (None if there is none)."""
