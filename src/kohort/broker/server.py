@@ -23,7 +23,7 @@ from kohort.broker.context import RequestContext
 from kohort.broker.handlers import HANDLERS, NO_RESPONSE, load_all
 from kohort.errors import DecodeError, KohortError
 from kohort.protocol.framing import (
-    FrameTooLargeError, UnsupportedRequestError, encode_response, frame_size, peek_request_header,
+    FrameTooLargeError, UnsupportedRequestError, encode_response_buffer, frame_size, peek_request_header,
 )
 from kohort.protocol.headers import RequestHeader, request_header_version
 from kohort.protocol.messages import REQUESTS
@@ -288,8 +288,10 @@ class Broker:
                     if m:
                         m.observe(api_key, time.perf_counter() - t0, in_bytes, 0, version)
                     continue
-                data = encode_response(result, version, corr)
-                writer.write(data)
+                data = encode_response_buffer(result, version, corr)
+                # a view: what the socket does not take at once is copied into the transport's
+                # buffer without first slicing (copying) the rest of the frame
+                writer.write(memoryview(data))
                 if m:
                     m.observe(api_key, time.perf_counter() - t0, in_bytes, len(data), version)
                 if transport.get_write_buffer_size() > WRITE_HIGH_WATER:

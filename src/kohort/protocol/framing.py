@@ -136,13 +136,20 @@ def decode_request(payload):
 # -- responses --------------------------------------------------------------------------------------
 def encode_response(response, version: int, correlation_id: int) -> bytes:
     """A complete frame for `response` (of the API given by its class) in `version`."""
+    return bytes(encode_response_buffer(response, version, correlation_id))
+
+
+def encode_response_buffer(response, version: int, correlation_id: int) -> bytearray:
+    """The same frame as `encode_response`, as the bytearray it was built in: size prefix, header
+    and body written once, without the final copy to bytes (a fetch response's record bytes are
+    copied once, into this buffer). For a writer that hands it on at once and keeps no reference."""
     cls = type(response)
     out = bytearray(4)
     hv = response_header_version(cls.API_KEY, cls, version)
     ResponseHeader(correlation_id=correlation_id).encode_into(out, hv)
     response.encode_into(out, version)
     _SIZE.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+    return out
 
 
 def decode_response(payload, api_key: int, version: int):
@@ -217,5 +224,5 @@ class ClientProtocol:
 __all__ = [
     "API_VERSIONS_KEY", "ClientProtocol", "DEFAULT_MAX_FRAME", "FrameReader", "FrameTooLargeError",
     "UnsupportedRequestError", "UnsupportedVersionError", "decode_request", "decode_response",
-    "encode_request", "encode_response", "frame", "frame_size", "peek_request_header", "pick_version",
+    "encode_request", "encode_response", "encode_response_buffer", "frame", "frame_size", "peek_request_header", "pick_version",
 ]
