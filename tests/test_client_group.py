@@ -1,9 +1,9 @@
 """Consumer groups against librdkafka's mock cluster (3 brokers: coordinator and leaders apart).
 
-Fast (~3.5 s each: the mock's initial rebalance delay is 3 s): one member joins, consumes,
-commits and a restarted member resumes from the commit; a commit for records of an older
-generation fails clearly. Slow (-m slow): max.poll.interval.ms makes the member leave and the
-next poll raise; three kohort members as subprocesses share the partitions and one
+Fast (~3.5 s: the mock's initial rebalance delay is 3 s): a commit for records of an older
+generation fails clearly. Slow (-m slow): one member joins, consumes, commits and a restarted
+member resumes from the commit (the mock waits session.timeout.ms - 1 s to re-elect after a
+leave); max.poll.interval.ms makes the member leave and the next poll raise; three kohort members as subprocesses share the partitions and one
 is SIGKILLed; mixed groups with confluent-kafka members (range, cooperative-sticky); a member whose
 processing outlasts session.timeout.ms keeps its partitions thanks to background heartbeats.
 """
@@ -48,6 +48,7 @@ def test_error_classification():
     assert classify_group_error(30) == "fatal"   # GROUP_AUTHORIZATION_FAILED
 
 
+@pytest.mark.slow
 def test_join_consume_commit_resume(mock_cluster):
     n = create_topic(mock_cluster, "grp-a", 4)
     produce(mock_cluster, "grp-a", 400, partitions=n)
