@@ -147,42 +147,33 @@ class Array(Type):
     def codec(self, version, flexible, nullable):
         idec, ienc = self.item.codec(version, flexible, False)
 
-        if flexible:
-            def dec(r: Reader):
-                n = r.compact_array_len()
-                if n < 0:
-                    if nullable:
-                        return None
-                    raise DecodeError(f"null array where {self.name} is required")
-                return [idec(r) for _ in range(n)]
+        # flexible versions: unsigned varint length + 1 (0 = null); older ones: int32 (-1 = null)
+        read_len = Reader.compact_array_len if flexible else Reader.array_len
+        null = b"\x00" if flexible else b"\xff\xff\xff\xff"
 
-            def enc(out, v):
-                if v is None:
-                    if not nullable:
-                        raise EncodeError(f"{self.name} is not nullable in v{version}")
-                    out.append(0)
-                    return
-                P.w_uvarint(out, len(v) + 1)
-                for x in v:
-                    ienc(out, x)
-        else:
-            def dec(r: Reader):
-                n = r.array_len()
-                if n < 0:
-                    if nullable:
-                        return None
-                    raise DecodeError(f"null array where {self.name} is required")
-                return [idec(r) for _ in range(n)]
+        def write_len(out, n):
+            if flexible:
+                P.w_uvarint(out, n + 1)
+            else:
+                P.w_int32(out, n)
 
-            def enc(out, v):
-                if v is None:
-                    if not nullable:
-                        raise EncodeError(f"{self.name} is not nullable in v{version}")
-                    out += b"\xff\xff\xff\xff"
-                    return
-                P.w_int32(out, len(v))
-                for x in v:
-                    ienc(out, x)
+        def dec(r: Reader):
+            n = read_len(r)
+            if n < 0:
+                if nullable:
+                    return None
+                raise DecodeError(f"null array where {self.name} is required")
+            return [idec(r) for _ in range(n)]
+
+        def enc(out, v):
+            if v is None:
+                if not nullable:
+                    raise EncodeError(f"{self.name} is not nullable in v{version}")
+                out += null
+                return
+            write_len(out, len(v))
+            for x in v:
+                ienc(out, x)
         return dec, enc
 
 
