@@ -402,3 +402,24 @@ def test_load_compacts_in_memory_like_sequential_replay(records):
         if not members and not offsets and (g is None or g.tombstone):
             del expected[gid]
     assert loaded == expected
+
+
+def test_known_and_unknown_partitions_in_one_commit_and_delete(tmp_path):
+    async def main():
+        async with running_broker(tmp_path, FAST) as b:
+            w = await Wire.connect(b)
+            await create(w, "t", 2)
+            assert await commit(w, "g", {("t", 0): 3, ("t", 7): 4, ("nope", 0): 5, ("t", 1): 6}) == {
+                ("t", 0): 0, ("t", 1): 0, ("t", 7): E.UNKNOWN_TOPIC_OR_PARTITION,
+                ("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
+            OD = OffsetDeleteRequest.Topic
+            od = await w.call(OffsetDeleteRequest(group_id="g", topics=[
+                OD(name="t", partitions=[OD.Partition(partition_index=i) for i in (1, 9)]),
+                OD(name="nope", partitions=[OD.Partition(partition_index=0)])]), 0)
+            assert od.error_code == 0
+            assert {(t.name, p.partition_index): p.error_code for t in od.topics for p in t.partitions} == {
+                ("t", 1): 0, ("t", 9): E.UNKNOWN_TOPIC_OR_PARTITION, ("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
+            for v in (1, 7, 8):
+                assert await fetch(w, "g", {"t": [0, 1]}, v) == (0, {("t", 0): 3, ("t", 1): -1})
+            await w.close()
+    run(main())

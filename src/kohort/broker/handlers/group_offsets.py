@@ -31,24 +31,37 @@ def _partition_exists(broker, topic: str, partition: int) -> bool:
     return storage.has_topic(topic) and 0 <= partition < storage.topic(topic).num_partitions
 
 
+def _split_known(broker, topics, convert):
+    """The requested partitions split into those this broker has, `[(topic, (convert(p), ...))]` for
+    the coordinator, and the others, `{topic: [partition_index]}`."""
+    known: list[tuple[str, tuple]] = []
+    unknown: dict[str, list[int]] = {}
+    for t in topics:
+        parts = []
+        for p in t.partitions:
+            if _partition_exists(broker, t.name, p.partition_index):
+                parts.append(convert(p))
+            else:
+                unknown.setdefault(t.name, []).append(p.partition_index)
+        if parts:
+            known.append((t.name, tuple(parts)))
+    return known, unknown
+
+
+def _add_unknown(results: dict, unknown: dict, partition_cls) -> None:
+    """Append an UNKNOWN_TOPIC_OR_PARTITION answer to `results` for every partition in `unknown`."""
+    for name, idxs in unknown.items():
+        results.setdefault(name, []).extend(
+            partition_cls(partition_index=i, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for i in idxs)
+
+
 # -- OffsetCommit --------------------------------------------------------------------------------
 @handles(OffsetCommitRequest, "2-9")
 async def handle_offset_commit(ctx, req: OffsetCommitRequest) -> OffsetCommitResponse:
     v, b = ctx.api_version, ctx.broker
     rt = runtime(ctx)
-    unknown: dict[str, list[int]] = {}
-    known: list[tuple[str, tuple[CommitPartition, ...]]] = []
-    for t in req.topics:
-        parts = []
-        for p in t.partitions:
-            if _partition_exists(b, t.name, p.partition_index):
-                parts.append(CommitPartition(p.partition_index, p.committed_offset,
-                                             p.committed_leader_epoch if v >= 6 else -1,
-                                             p.committed_metadata))
-            else:
-                unknown.setdefault(t.name, []).append(p.partition_index)
-        if parts:
-            known.append((t.name, tuple(parts)))
+    known, unknown = _split_known(b, req.topics, lambda p: CommitPartition(
+        p.partition_index, p.committed_offset, p.committed_leader_epoch if v >= 6 else -1, p.committed_metadata))
     results: dict[str, list[CPart]] = {}
     if known:
         if rt is None:
@@ -66,9 +79,7 @@ async def handle_offset_commit(ctx, req: OffsetCommitRequest) -> OffsetCommitRes
             for name, prs in res.topics:
                 results.setdefault(name, []).extend(
                     CPart(partition_index=pr.partition_index, error_code=pr.error_code) for pr in prs)
-    for name, idxs in unknown.items():
-        results.setdefault(name, []).extend(
-            CPart(partition_index=i, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for i in idxs)
+    _add_unknown(results, unknown, CPart)
     return OffsetCommitResponse(throttle_time_ms=0,
                                 topics=[CTopic(name=n, partitions=ps) for n, ps in results.items()])
 
@@ -79,6 +90,14 @@ async def _fetch_group(rt, group_id: str, topics, require_stable: bool) -> Offse
         return OffsetFetchResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     tps = None if topics is None else tuple((t.name, tuple(t.partition_indexes)) for t in topics)
     return await rt.call("offset_fetch", OffsetFetchParams(group_id, tps, require_stable))
+
+
+def _fetched_topics(res: OffsetFetchResult, topic_cls, partition_cls) -> list:
+    """The coordinator's committed offsets as response topics (v8+ and older use different classes)."""
+    return [topic_cls(name=name, partitions=[
+        partition_cls(partition_index=fp.partition_index, committed_offset=fp.committed_offset,
+                      committed_leader_epoch=fp.committed_leader_epoch, metadata=fp.metadata,
+                      error_code=fp.error_code) for fp in fps]) for name, fps in res.topics]
 
 
 @handles(OffsetFetchRequest, "1-9")
@@ -92,12 +111,7 @@ async def handle_offset_fetch(ctx, req: OffsetFetchRequest) -> OffsetFetchRespon
         T, P = G.Topics, G.Topics.Partitions
         groups = []
         for g, res in zip(req.groups, results):
-            topics = [] if res.error_code else [
-                T(name=name, partitions=[P(partition_index=fp.partition_index,
-                                           committed_offset=fp.committed_offset,
-                                           committed_leader_epoch=fp.committed_leader_epoch,
-                                           metadata=fp.metadata, error_code=fp.error_code)
-                                         for fp in fps]) for name, fps in res.topics]
+            topics = [] if res.error_code else _fetched_topics(res, T, P)
             groups.append(G(group_id=g.group_id, topics=topics, error_code=res.error_code))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     topics_req = req.topics if v >= 2 else (req.topics or [])
@@ -112,12 +126,7 @@ async def handle_offset_fetch(ctx, req: OffsetFetchRequest) -> OffsetFetchRespon
             T(name=t.name, partitions=[P(partition_index=i, committed_offset=-1, metadata="",
                                          error_code=res.error_code) for i in t.partition_indexes])
             for t in topics_req])
-    topics = [T(name=name, partitions=[P(partition_index=fp.partition_index,
-                                         committed_offset=fp.committed_offset,
-                                         committed_leader_epoch=fp.committed_leader_epoch,
-                                         metadata=fp.metadata, error_code=fp.error_code) for fp in fps])
-              for name, fps in res.topics]
-    return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=ErrorCode.NONE)
+    return OffsetFetchResponse(throttle_time_ms=0, topics=_fetched_topics(res, T, P), error_code=ErrorCode.NONE)
 
 
 # -- OffsetDelete --------------------------------------------------------------------------------
@@ -127,18 +136,7 @@ async def handle_offset_delete(ctx, req: OffsetDeleteRequest) -> OffsetDeleteRes
     if rt is None:
         return OffsetDeleteResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, throttle_time_ms=0,
                                     topics=[])
-    b = ctx.broker
-    unknown: dict[str, list[int]] = {}
-    known = []
-    for t in req.topics:
-        parts = []
-        for p in t.partitions:
-            if _partition_exists(b, t.name, p.partition_index):
-                parts.append(p.partition_index)
-            else:
-                unknown.setdefault(t.name, []).append(p.partition_index)
-        if parts:
-            known.append((t.name, tuple(parts)))
+    known, unknown = _split_known(ctx.broker, req.topics, lambda p: p.partition_index)
     res = await rt.call("offset_delete", OffsetDeleteParams(req.group_id, tuple(known)))
     T = OffsetDeleteResponse.Topic
     P = T.Partition
@@ -148,8 +146,6 @@ async def handle_offset_delete(ctx, req: OffsetDeleteRequest) -> OffsetDeleteRes
     for name, prs in res.topics:
         results.setdefault(name, []).extend(P(partition_index=pr.partition_index, error_code=pr.error_code)
                                             for pr in prs)
-    for name, idxs in unknown.items():
-        results.setdefault(name, []).extend(
-            P(partition_index=i, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for i in idxs)
+    _add_unknown(results, unknown, P)
     return OffsetDeleteResponse(error_code=ErrorCode.NONE, throttle_time_ms=0,
                                 topics=[T(name=n, partitions=ps) for n, ps in results.items()])
