@@ -42,6 +42,9 @@ def test_defaults():
 @pytest.mark.parametrize("data, words", [
     ({**BASE, "sinks": {}}, ["unknown section", "sinks"]),
     (with_("source", topics="x"), ["unknown key", "[source]", "topics"]),
+    (with_("sink", trigger_interval="1 second"), ["unknown key(s) in [sink]: trigger_interval (did you mean trigger?)",
+                                                  "known: path, checkpoint, trigger, results_topic"]),
+    ({**BASE, "source": {"topik": "events"}}, ["[source] topic is required (is 'topik' a misspelling of it?)"]),
     ({k: v for k, v in BASE.items() if k != "sink"}, ["[sink] path is required"]),
     (with_("aggregate", key="nobody"), ["key 'nobody' is not a declared field"]),
     (with_("aggregate", metrics=["median(amount)"]), ["count or sum/avg/min/max"]),

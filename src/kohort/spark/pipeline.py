@@ -24,6 +24,7 @@ and the Parquet output holds each window exactly once.
 """
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import shutil
@@ -72,7 +73,10 @@ class PipelineConfig:
                               f"sections are {', '.join(sorted(known))}")
         src, ev, agg, sink, sp = (dict(d.get(k) or {}) for k in ("source", "events", "aggregate", "sink", "spark"))
 
+        asked: dict[str, list[str]] = {}          # the keys each section may have
+
         def take(sec: dict, name: str, key: str, default=..., typ=str):
+            asked.setdefault(name, []).append(key)
             if key in sec:
                 v = sec.pop(key)
                 if typ is int and not isinstance(v, int):
@@ -85,7 +89,9 @@ class PipelineConfig:
                     raise ConfigError(f"pipeline config: [{name}] {key} must be a list")
                 return v
             if default is ...:
-                raise ConfigError(f"pipeline config: [{name}] {key} is required")
+                near = difflib.get_close_matches(key, [str(k) for k in sec], n=1)
+                hint = f" (is {near[0]!r} a misspelling of it?)" if near else ""
+                raise ConfigError(f"pipeline config: [{name}] {key} is required{hint}")
             return default
 
         def resolve(p: str) -> str:
@@ -115,7 +121,12 @@ class PipelineConfig:
         )
         for name, sec in (("source", src), ("events", ev), ("aggregate", agg), ("sink", sink), ("spark", sp)):
             if sec:
-                raise ConfigError(f"pipeline config: unknown key(s) in [{name}]: {', '.join(sorted(sec))}")
+                unknown = []
+                for k in sorted(map(str, sec)):
+                    near = difflib.get_close_matches(k, asked[name], n=1)
+                    unknown.append(f"{k} (did you mean {near[0]}?)" if near else k)
+                raise ConfigError(f"pipeline config: unknown key(s) in [{name}]: {', '.join(unknown)}; "
+                                  f"known: {', '.join(asked[name])}")
         cfg.validate()
         return cfg
 
