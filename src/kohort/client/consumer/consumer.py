@@ -149,6 +149,7 @@ class Consumer:
             # group member without committed offsets: the group code asks for the reset
             pass
         self._fetcher.reset_offsets()
+        self._fetcher.validate_positions()
 
     # -- positions ------------------------------------------------------------------------------------
     def seek(self, partition, offset: int | None = None, leader_epoch: int | None = None) -> None:

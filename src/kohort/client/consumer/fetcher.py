@@ -36,6 +36,7 @@ from kohort.client.consumer.offsets import (
 from kohort.client.network import Versioned
 from kohort.errors import KafkaError, for_code
 from kohort.protocol.messages.fetch import FetchRequest
+from kohort.protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest
 from kohort.protocol.primitives import ZERO_UUID
 from crc32c import crc32c as _crc32c
 
@@ -50,6 +51,8 @@ log = logging.getLogger("kohort.client.fetcher")
 FETCH_KEY = 1
 LIST_OFFSETS_KEY = 2
 OFFSET_OUT_OF_RANGE = 1
+FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
+OFFSET_FOR_LEADER_EPOCH_KEY = 23
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
 _REFRESH_ERRORS = frozenset({3, 5, 6, 56, 74, 75, 78, 100, 103})
@@ -217,6 +220,7 @@ class Fetcher:
         self._errors: deque[BaseException] = deque()
         self._cond = threading.Condition(self.lock)
         self._resetting: set[TopicPartition] = set()
+        self._validating: set[TopicPartition] = set()
         self._closed = False
         self.records_fetched = 0
 
@@ -430,6 +434,12 @@ class Fetcher:
                 self.subs.request_reset([tp], strategy)
                 self._cond.notify_all()
             return
+        if err in (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH):
+            # KIP-320: the leader changed under us; re-validate the position before fetching again
+            with self.lock:
+                st = self.subs.partitions.get(tp)
+                if st is not None and st.seek_epoch == seek_epoch and st.position_epoch is not None:
+                    st.awaiting_validation = True
         if err in _REFRESH_ERRORS:
             self.cluster.on_partition_error(tp, err)
             return
@@ -595,6 +605,62 @@ class Fetcher:
                     self.subs.seek(tp, offset, epoch)
         if refresh:
             self.cluster.request_update()
+        self.send_fetches()
+
+    # -- position validation (KIP-320, OffsetForLeaderEpoch) ------------------------------------------
+    def validate_positions(self) -> None:
+        """For partitions whose leader changed (FENCED/UNKNOWN_LEADER_EPOCH), ask the new leader where
+        the epoch of our position ends; if that is before our position the log was truncated and we
+        continue from the end offset (Kafka's LogTruncation handling with a reset policy)."""
+        by_node: dict[int, dict] = {}
+        with self.lock:
+            for tp, st in self.subs.partitions.items():
+                if not st.awaiting_validation or tp in self._validating:
+                    continue
+                info = self.cluster.partition_info(tp)
+                if info is None or info.leader < 0:
+                    continue
+                by_node.setdefault(info.leader, {})[tp] = (st.position_epoch, info.leader_epoch, st.seek_epoch)
+                self._validating.add(tp)
+        for node, parts in by_node.items():
+            def build(v, parts=parts):
+                R = OffsetForLeaderEpochRequest
+                topics: dict[str, list] = {}
+                for (t, p), (epoch, cur, _) in parts.items():
+                    topics.setdefault(t, []).append(R.OffsetForLeaderTopic.OffsetForLeaderPartition(
+                        partition=p, current_leader_epoch=cur, leader_epoch=epoch))
+                return R(replica_id=-1, topics=[R.OffsetForLeaderTopic(topic=t, partitions=ps)
+                                                for t, ps in topics.items()])
+            fut = self.network.send(node, Versioned(OFFSET_FOR_LEADER_EPOCH_KEY, build))
+            fut.add_done_callback(lambda f, parts=parts: self._on_validated(parts, f))
+
+    def _on_validated(self, parts, fut: Future) -> None:
+        try:
+            resp = fut.result()
+        except BaseException as e:
+            log.debug("OffsetForLeaderEpoch failed: %s", e)
+            with self.lock:
+                self._validating.difference_update(parts)
+            self.cluster.request_update()
+            return
+        with self.lock:
+            self._validating.difference_update(parts)
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.topic, p.partition)
+                    st = self.subs.partitions.get(tp)
+                    if st is None or tp not in parts or st.seek_epoch != parts[tp][2]:
+                        continue
+                    if p.error_code:
+                        self.cluster.on_partition_error(tp, p.error_code)
+                        continue
+                    if 0 <= p.end_offset < (st.position or 0):
+                        log.warning("log truncation detected on %s: epoch %s ends at %s, before our position %s; "
+                                    "resuming there", tp, parts[tp][0], p.end_offset, st.position)
+                        self.subs.seek(tp, p.end_offset, p.leader_epoch if p.leader_epoch >= 0 else None)
+                        self._drop(tp)
+                    else:
+                        st.awaiting_validation = False
         self.send_fetches()
 
     def close(self) -> None:
