@@ -14,6 +14,7 @@ from kohort.broker.coordinator import (
     OffsetFetchParams, OffsetRecord, heartbeat_key, initial_delay_key, map_append_error,
 )
 from kohort.broker.coordinator import codes as C
+from kohort.errors import ConfigError
 from kohort.protocol.consumer_protocol import (
     ConsumerProtocolSubscription, decode_subscription, encode_subscription,
 )
@@ -902,6 +903,18 @@ def test_config_from_kafka_property_names():
         CoordinatorConfig.from_properties({"group.max.size": "many"})
     with pytest.raises(ValueError):
         CoordinatorConfig(group_min_session_timeout_ms=10, group_max_session_timeout_ms=5)
+    # every error is a ConfigError (one line from the kohort command) naming Kafka's property
+    for props, words in [({"group.max.size": "many"}, "group.max.size must be an integer, got 'many'"),
+                         ({"group.min.session.timeout.ms": 10, "group.max.session.timeout.ms": 5},
+                          "group.min.session.timeout.ms (10) is above group.max.session.timeout.ms (5)"),
+                         ({"group.initial.rebalance.quiet.ms": -1},
+                          "group.initial.rebalance.quiet.ms must be >= 0, got -1"),
+                         ({"offsets.retention.minutes": 0}, "offsets.retention.minutes must be >= 1, got 0")]:
+        with pytest.raises(ConfigError) as ei:
+            CoordinatorConfig.from_properties(props)
+        assert str(ei.value) == words
+    with pytest.raises(ConfigError, match="group.max.size must be an integer"):
+        CoordinatorConfig(group_max_size=2.5)
 
 
 def test_coordinator_modules_are_pure():

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from kohort.errors import ConfigError
+
 # property name -> dataclass field
 PROPERTY_FIELDS = {
     "group.min.session.timeout.ms": "group_min_session_timeout_ms",
@@ -22,6 +24,7 @@ PROPERTY_FIELDS = {
     "offset.metadata.max.bytes": "offset_metadata_max_bytes",
     "group.classic.new.member.join.timeout.ms": "group_new_member_join_timeout_ms",
 }
+FIELD_PROPERTIES = {fld: prop for prop, fld in PROPERTY_FIELDS.items()}
 
 
 @dataclass(frozen=True)
@@ -40,17 +43,19 @@ class CoordinatorConfig:
     group_new_member_join_timeout_ms: int = 300_000
 
     def __post_init__(self) -> None:
+        """Raises ConfigError (a ValueError) naming the Kafka property that is wrong."""
         for name, value in self.__dict__.items():
             if not isinstance(value, int) or isinstance(value, bool):
-                raise ValueError(f"coordinator config {name} must be an int, got {value!r}")
+                raise ConfigError(f"{FIELD_PROPERTIES[name]} must be an integer, got {value!r}")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
-            raise ValueError("group.min.session.timeout.ms > group.max.session.timeout.ms")
-        if self.group_initial_rebalance_delay_ms < 0 or self.group_initial_rebalance_quiet_ms < 0:
-            raise ValueError("initial rebalance delay/quiet windows must be >= 0")
-        if self.group_max_size < 1:
-            raise ValueError("group.max.size must be >= 1")
-        if self.offsets_retention_minutes < 1 or self.offsets_retention_check_interval_ms < 1:
-            raise ValueError("offsets.retention.minutes and the check interval must be >= 1")
+            raise ConfigError(f"group.min.session.timeout.ms ({self.group_min_session_timeout_ms}) is above "
+                              f"group.max.session.timeout.ms ({self.group_max_session_timeout_ms})")
+        for name in ("group_initial_rebalance_delay_ms", "group_initial_rebalance_quiet_ms"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{FIELD_PROPERTIES[name]} must be >= 0, got {getattr(self, name)}")
+        for name in ("group_max_size", "offsets_retention_minutes", "offsets_retention_check_interval_ms"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{FIELD_PROPERTIES[name]} must be >= 1, got {getattr(self, name)}")
 
     @property
     def offsets_retention_ms(self) -> int:
@@ -64,5 +69,5 @@ class CoordinatorConfig:
                 try:
                     kwargs[fld] = int(props[prop])
                 except (TypeError, ValueError):
-                    raise ValueError(f"bad value for {prop}: {props[prop]!r}") from None
+                    raise ConfigError(f"{prop} must be an integer, got {props[prop]!r}") from None
         return cls(**kwargs)
