@@ -125,6 +125,12 @@ def test_produce_rate_limit_and_json_summary(capsys, kb, tmp_path):
     assert elapsed >= 0.38
 
 
+@pytest.mark.parametrize("rate", ["0", "-5", "nan"])
+def test_produce_rejects_a_rate_that_is_not_positive(capsys, rate):
+    rc, _, err = run(capsys, "produce", "t", "-b", "127.0.0.1:1", f"--rate={rate}")
+    assert rc == 1 and err == f"kohort produce: --rate must be a number of records per second above 0, got {rate}\n"
+
+
 def test_consume_with_group_commits(capsys, kb, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("".join(f"r{i}\n" for i in range(20)))

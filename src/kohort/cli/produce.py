@@ -57,6 +57,8 @@ def _count_lines(path: str) -> int:
 
 def cmd_produce(args) -> int:
     from kohort.client.producer import Producer
+    if args.rate is not None and not args.rate > 0:
+        raise KohortError(f"--rate must be a number of records per second above 0, got {args.rate:g}")
     extra = {"max.block.ms": int(args.timeout * 1000)}
     if args.compression:
         extra["compression.type"] = args.compression
