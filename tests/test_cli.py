@@ -125,10 +125,26 @@ def test_produce_rate_limit_and_json_summary(capsys, kb, tmp_path):
     assert elapsed >= 0.38
 
 
-@pytest.mark.parametrize("rate", ["0", "-5", "nan"])
-def test_produce_rejects_a_rate_that_is_not_positive(capsys, rate):
-    rc, _, err = run(capsys, "produce", "t", "-b", "127.0.0.1:1", f"--rate={rate}")
-    assert rc == 1 and err == f"kohort produce: --rate must be a number of records per second above 0, got {rate}\n"
+@pytest.mark.parametrize("argv,line", [
+    (["produce", "t", "--rate=0"], "kohort produce: error: argument --rate: must be above 0, got 0"),
+    (["produce", "t", "--rate=-5"], "kohort produce: error: argument --rate: must be above 0, got -5"),
+    (["produce", "t", "--rate=nan"], "kohort produce: error: argument --rate: expected a number, got 'nan'"),
+    (["topics", "list", "--timeout=0"], "kohort topics list: error: argument --timeout: must be above 0, got 0"),
+    (["topics", "list", "--timeout=inf"],
+     "kohort topics list: error: argument --timeout: expected a number, got 'inf'"),
+    (["consume", "t", "--idle=-1"], "kohort consume: error: argument --idle: must be at least 0, got -1"),
+    (["consume", "t", "-c", "0"], "kohort consume: error: argument -c/--count: must be at least 1, got 0"),
+    (["consume", "t", "-c", "1.5"], "kohort consume: error: argument -c/--count: expected a whole number, got '1.5'"),
+    (["pipeline", "--config", "x.toml", "--duration=-1"],
+     "kohort pipeline: error: argument --duration: must be above 0, got -1"),
+    (["demo", "--rate=0"], "kohort demo: error: argument --rate: must be at least 1, got 0"),
+])
+def test_numbers_out_of_range_are_usage_errors(capsys, argv, line):
+    with pytest.raises(SystemExit) as ei:
+        main([*argv, *(["-b", "127.0.0.1:1"] if argv[0] in ("produce", "topics", "consume") else [])])
+    _, err = capsys.readouterr()
+    assert ei.value.code == 2 and err.splitlines()[-1] == line, err
+    assert "Traceback" not in err
 
 
 def test_consume_with_group_commits(capsys, kb, tmp_path):

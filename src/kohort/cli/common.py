@@ -7,10 +7,14 @@
 * `Progress`: a one-line progress bar on stderr when it is a terminal (`--progress` forces it),
   redrawn at most 10 times a second; silent otherwise.
 * `print_json(obj)`: one JSON document on stdout (named tuples become objects).
+* `positive_number`, `non_negative_number`, `positive_int`: argparse types for seconds, rates and counts
+  (a NaN, negative or zero value is a usage error naming the option).
 """
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -24,12 +28,36 @@ def default_bootstrap() -> str:
     return os.environ.get("KOHORT_BOOTSTRAP") or DEFAULT_BOOTSTRAP
 
 
+def _number(text: str, kind, minimum, inclusive: bool):
+    try:
+        v = kind(text)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number, got {text!r}")
+    if v < minimum or (v == minimum and not inclusive):
+        raise argparse.ArgumentTypeError(f"must be {'at least' if inclusive else 'above'} {minimum}, got {text}")
+    return v
+
+
+def positive_number(text: str) -> float:
+    return _number(text, float, 0, False)
+
+
+def non_negative_number(text: str) -> float:
+    return _number(text, float, 0, True)
+
+
+def positive_int(text: str) -> int:
+    return _number(text, int, 1, True)
+
+
 def add_connection_args(p, timeout: float = 30.0) -> None:
     p.add_argument("-b", "--bootstrap-server", dest="bootstrap", default=None, metavar="HOST:PORT[,...]",
                    help=f"broker(s) to bootstrap from (default $KOHORT_BOOTSTRAP or {DEFAULT_BOOTSTRAP})")
     p.add_argument("-X", dest="config", action="append", default=[], metavar="KEY=VALUE",
                    help="any Kafka client setting, e.g. -X linger.ms=20 (repeatable)")
-    p.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_number, default=timeout, metavar="SECONDS",
                    help=f"give up waiting for the cluster after this long (default {timeout:g})")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
 
@@ -149,4 +177,4 @@ class Progress:
 
 
 __all__ = ["DEFAULT_BOOTSTRAP", "Progress", "add_connection_args", "client_config", "default_bootstrap",
-           "parse_kv", "print_json", "table"]
+           "non_negative_number", "parse_kv", "positive_int", "positive_number", "print_json", "table"]

@@ -13,7 +13,9 @@ import json
 import sys
 import time
 
-from kohort.cli.common import Progress, add_connection_args, client_config
+from kohort.cli.common import (
+    Progress, add_connection_args, client_config, non_negative_number, positive_int,
+)
 from kohort.errors import KohortError
 
 PRESETS = {"value": "%s\\n", "kv": "%k\\t%s\\n"}
@@ -25,11 +27,11 @@ def register(subparsers) -> None:
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("-g", "--group", default=None, help="join this consumer group (commits offsets)")
     p.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
-    p.add_argument("-c", "--count", type=int, default=None, metavar="N", help="stop after N records")
+    p.add_argument("-c", "--count", type=positive_int, default=None, metavar="N", help="stop after N records")
     p.add_argument("-p", "--partition", type=int, action="append", default=None,
                    help="only these partitions (repeatable; not with --group)")
     p.add_argument("-e", "--exit", action="store_true", help="exit at the end of every partition (no group)")
-    p.add_argument("--idle", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--idle", type=non_negative_number, default=None, metavar="SECONDS",
                    help="exit after this long without a record")
     p.add_argument("-f", "--format", default="value", metavar="FMT",
                    help="value (default), kv, json, or a kcat-style format such as '%%k=%%s\\n'")
@@ -110,8 +112,6 @@ def cmd_consume(args) -> int:
     fmt = formatter(args.format)
     if args.group and args.partition:
         raise KohortError("--partition cannot be combined with --group (the group assigns partitions)")
-    if args.count is not None and args.count < 1:
-        raise KohortError("--count must be >= 1")
     extra = {"auto.offset.reset": "earliest" if args.from_beginning else "latest",
              "enable.auto.commit": bool(args.group)}
     if args.group:

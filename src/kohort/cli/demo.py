@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 
+from kohort.cli.common import positive_int, positive_number
 from kohort.errors import KohortError
 
 READY = "kohort broker ready on "
@@ -287,8 +288,8 @@ def _print_group_lag(bootstrap: str) -> None:
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="embedded broker + sample events + the Spark pipeline (~1.5 min)",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("--seconds", type=float, default=40.0, help="how long to produce events (default 40)")
-    p.add_argument("--rate", type=int, default=300, help="events per second to produce (default 300)")
+    p.add_argument("--seconds", type=positive_number, default=40.0, help="how long to produce events (default 40)")
+    p.add_argument("--rate", type=positive_int, default=300, help="events per second to produce (default 300)")
     p.add_argument("--keep", metavar="DIR", default=None,
                    help="keep broker data, checkpoint and Parquet output in DIR (default: a temp dir, removed)")
     p.set_defaults(func=run)

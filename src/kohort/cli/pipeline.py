@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+from kohort.cli.common import positive_number
+
 
 def run(args) -> int:
     from kohort.spark.pipeline import load_pipeline_config, run as run_pipeline
@@ -28,7 +30,7 @@ def register(subparsers) -> None:
                    help="Spark master (default: [spark] master of the config, else local[2])")
     p.add_argument("-b", "--bootstrap-server", dest="bootstrap", default=None, metavar="HOST:PORT",
                    help="override [source] bootstrap_servers")
-    p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS",
                    help="stop after this long (default: run until interrupted)")
     p.set_defaults(func=run)
 

@@ -11,7 +11,9 @@ import os
 import sys
 import time
 
-from kohort.cli.common import Progress, add_connection_args, client_config, parse_kv, print_json
+from kohort.cli.common import (
+    Progress, add_connection_args, client_config, parse_kv, positive_number, print_json,
+)
 from kohort.errors import KohortError
 
 
@@ -26,7 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("-p", "--partition", type=int, default=None, help="send every record to this partition")
     p.add_argument("-z", "--compression", default=None, choices=("none", "gzip", "snappy", "lz4", "zstd"))
     p.add_argument("--acks", default=None, choices=("all", "-1", "0", "1"))
-    p.add_argument("--rate", type=float, default=None, metavar="N", help="at most N records per second")
+    p.add_argument("--rate", type=positive_number, default=None, metavar="N", help="at most N records per second")
     p.add_argument("--progress", action="store_true", help="draw the progress bar even when not a terminal")
     add_connection_args(p)
     p.set_defaults(func=cmd_produce)
@@ -57,8 +59,6 @@ def _count_lines(path: str) -> int:
 
 def cmd_produce(args) -> int:
     from kohort.client.producer import Producer
-    if args.rate is not None and not args.rate > 0:
-        raise KohortError(f"--rate must be a number of records per second above 0, got {args.rate:g}")
     extra = {"max.block.ms": int(args.timeout * 1000)}
     if args.compression:
         extra["compression.type"] = args.compression
