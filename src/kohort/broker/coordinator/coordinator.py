@@ -7,9 +7,9 @@ kohort.broker.coordinator.model for the contract.
 Behaviour follows Kafka's GroupMetadataManager / ClassicGroup (the KIP-848-era Java coordinator,
 classic path), including its validation orders and error codes. Points where kohort chooses:
 
-* Adaptive initial rebalance delay (replaces Kafka's fixed 3 s `group.initial.rebalance.delay.ms`).
-  When a group goes Empty -> PreparingRebalance, the join phase completes once no new member has
-  joined for `group.initial.rebalance.quiet.ms` (default 200 ms), or at the latest
+* Adaptive initial rebalance delay (replaces Kafka's fixed 3 s `group.initial.rebalance.delay.ms`
+  of KIP-134). When a group goes Empty -> PreparingRebalance, the join phase completes once no new
+  member has joined for `group.initial.rebalance.quiet.ms` (default 200 ms), or at the latest
   `group.initial.rebalance.delay.ms` (default 3000) after the rebalance started. Every member that
   joins meanwhile re-opens the quiet window; members that were told MEMBER_ID_REQUIRED (KIP-394) and
   have not rejoined yet hold the phase open until the cap, since they are known to be coming. So a
@@ -28,7 +28,7 @@ classic path), including its validation orders and error codes. Points where koh
   answered UNKNOWN_MEMBER_ID, so the runtime never holds an unanswered reply.
 * OffsetFetch of a missing or Dead group answers every partition with offset -1 and no error, as
   Kafka's coordinator does (the enum javadoc's GROUP_ID_NOT_FOUND is not what the code returns).
-  `require_stable` can only yield UNSTABLE_OFFSET_COMMIT for pending *transactional* offsets; kohort
+  `require_stable` (KIP-447) can only yield UNSTABLE_OFFSET_COMMIT for pending *transactional* offsets; kohort
   has none, and non-transactional commits are invisible until stored, so it is always stable.
 * OffsetCommit v0/v1 per-partition commit timestamps are not modelled (Kafka 4 dropped v0/v1).
 * Protocol vote ties (HashMap order in Kafka) go to the leader's preference.
@@ -166,7 +166,7 @@ class GroupCoordinator:
 
     def on_loaded(self, now_ms: int) -> Outcome:
         """Loading finished: become active, arm every member's session timer, rebalance groups over
-        group.max.size, and arm the periodic offsets-expiration timer."""
+        group.max.size (KIP-389), and arm the periodic offsets-expiration timer."""
         out = Outcome()
         self.phase = "active"
         for g in self.groups.values():
@@ -914,7 +914,9 @@ class GroupCoordinator:
 
     def expire_offsets(self, now_ms: int) -> Outcome:
         """Drop offsets past offsets.retention.minutes (Kafka's cleanupGroupMetadata), and delete
-        Empty groups left with no offsets. Also runs on the ("offsets-expiration",) timer."""
+        Empty groups left with no offsets. Also runs on the ("offsets-expiration",) timer. KIP-211:
+        a group's offsets of topics it still subscribes to never expire, and an Empty group's
+        retention runs from when it became Empty."""
         out = Outcome()
         if self.phase == "active":
             self._expire_offsets(now_ms, out)
