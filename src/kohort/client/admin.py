@@ -8,11 +8,13 @@ What lives here: `Admin(config)` (role "admin" of `kohort.client.config`), block
 * cluster: `describe_cluster` (brokers, controller and cluster id from Metadata);
 * configs: `describe_configs`, `alter_configs` (IncrementalAlterConfigs, KIP-339);
 * groups: `list_groups`, `describe_groups` (members with their decoded consumer-protocol assignments),
-  `delete_groups`, `list_group_offsets` (OffsetFetch), `alter_group_offsets` (OffsetCommit as an
-  admin: generation -1, empty member id — the broker only takes it while the group has no members),
-  `reset_group_offsets` (earliest, latest, by timestamp, to an offset, shift-by; only on inactive groups,
-  as kafka-consumer-groups.sh), `group_lag` (committed vs log-end offset per partition);
-* `list_offsets` (earliest / latest / by timestamp per partition, to each partition's leader).
+  `delete_groups` (DeleteGroups, KIP-229), `list_group_offsets` (OffsetFetch; every committed offset
+  when no partitions are given, KIP-88), `alter_group_offsets` (OffsetCommit as an admin: generation
+  -1, empty member id — the broker only takes it while the group has no members),
+  `reset_group_offsets` (earliest, latest, by timestamp, to an offset, shift-by; only on inactive
+  groups, as kafka-consumer-groups.sh --reset-offsets of KIP-122), `group_lag` (committed vs log-end
+  offset per partition);
+* `list_offsets` (earliest / latest / by timestamp (KIP-79) per partition, to each partition's leader).
 
 Group requests go to the group's coordinator (FindCoordinator), retried on NOT_COORDINATOR /
 COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE. Every wait is bounded by
