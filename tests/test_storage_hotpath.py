@@ -18,6 +18,7 @@ from kohort.storage import KafkaStorageError, MemoryFileSystem, MemoryStorage, O
 from kohort.storage.cleaner import compact
 from kohort.storage.fs import MemoryFileHandle
 from kohort.storage.index import PENDING_ENTRIES
+from kohort.storage.segment import _SCAN_CHUNK as SCAN_CHUNK
 from tests.storage_helpers import batch, engine, read_all  # noqa: F401
 
 
@@ -90,7 +91,7 @@ def test_read_across_compaction_gaps_matches_the_reference(engine):  # noqa: F81
 class _CountingFS(MemoryFileSystem):
     def __init__(self):
         super().__init__()
-        self.preads = 0
+        self.preads: list[tuple[int, int]] = []
 
     def open(self, path, create=True):
         h = super().open(path, create)
@@ -100,22 +101,27 @@ class _CountingFS(MemoryFileSystem):
 
 class _CountingHandle(MemoryFileHandle):
     def pread(self, pos, n):
-        self.fs.preads += 1
+        self.fs.preads.append((pos, n))
         return super().pread(pos, n)
 
 
-def test_read_reads_the_segment_once():
+def test_read_reads_the_answer_once_with_small_header_reads_around_it():
     fs = _CountingFS()
     s = MemoryStorage(fs=fs, now_ms=0)
-    s.create_topic("t", 1, {"index.interval.bytes": "200"})
+    s.create_topic("t", 1, {"index.interval.bytes": "3000"})
     log = s.log("t", 0)
-    _fill(log, [100] * 60)
-    for offset, max_bytes in ((0, 1 << 20), (37, 1000), (55, 1), (80, 3000)):
-        before = fs.preads
+    _fill(log, [1000] * 300)
+    seg = log.active_segment
+    for offset, max_bytes in ((0, 1 << 20), (37, 100_000), (55, 1), (80, 300_000), (500, 200_000)):
+        del fs.preads[:]
         data = log.read(offset, max_bytes)
-        assert data and fs.preads - before == 1, (offset, max_bytes)
-        first = next(iter_batches(data))[1]
-        assert first.base_offset <= offset <= first.last_offset
+        reads = list(fs.preads)
+        assert data == reference_read(log, offset, max_bytes)
+        start = seg.find_position(offset)[0]
+        big = [r for r in reads if r[1] > SCAN_CHUNK]
+        assert big == ([(start, len(data))] if len(data) > SCAN_CHUNK else []), (offset, max_bytes)
+        assert (start, len(data)) in reads
+        assert len(reads) <= 3                         # the answer and two header walks at most
 
 
 def test_os_appends_land_at_the_end_for_every_handle(tmp_path):

@@ -9,6 +9,7 @@ after the last offset-index entry.
 """
 from __future__ import annotations
 
+import bisect
 from typing import Iterator
 
 from kohort.errors import DecodeError
@@ -125,42 +126,30 @@ class Segment:
         larger, and none starting at or beyond offset `limit`. None if no batch here holds `offset`
         or a later one.
 
-        One pread, from the offset index entry at or below `offset`, usually covers both the walk
-        to the first batch and the answer; batch boundaries come from the headers in those bytes,
-        so nothing is read twice (a second pread happens only when the first batch lies further
-        from the index entry than an index interval, or is larger than the first read)."""
-        _, pos = self.offset_index.lookup(offset)
-        end = self.size
-        step = max(max_bytes, _SCAN_CHUNK)
-        cpos = pos
-        chunk = self.log.pread(pos, min(end - pos, step + self.index_interval_bytes))
-        while True:                                  # to the batch holding `offset`
-            if pos + BATCH_HEADER_SIZE > end:
-                return None
-            if pos + BATCH_HEADER_SIZE > cpos + len(chunk):
-                cpos = pos
-                chunk = self.log.pread(pos, min(end - pos, step))
-            h = read_batch_header(chunk, pos - cpos)
-            if h.last_offset >= offset:
-                break
-            pos += h.total_size
+        The record bytes are read once, with one pread of exactly the answer: its first batch is
+        found by a header walk from the offset index entry at or below `offset`, its end from the
+        last index entry inside the byte budget (index entries are batch starts) plus a header
+        walk of what follows it -- small reads of at most one scan chunk each, instead of reading
+        the answer twice or reading more and copying out a slice."""
+        found = self.find_position(offset)
+        if found is None:
+            return None
+        start, h = found
         if h.base_offset >= limit:
             return b""
-        want = min(end - pos, max(max_bytes, h.total_size))
-        if pos + want > cpos + len(chunk):
-            cpos = pos
-            chunk = self.log.pread(pos, want)
-        start = pos - cpos
-        stop = start + want
-        p = start + h.total_size                     # the first batch, always whole
-        while p + BATCH_HEADER_SIZE <= stop:
-            h = read_batch_header(chunk, p)
+        stop = min(self.size, start + max(max_bytes, h.total_size))
+        pos = start + h.total_size                   # the first batch, always whole
+        # the last index entry at or before `stop` whose batch starts below `limit`: every batch
+        # before it ends before `stop` and starts below `limit` (keys are last offsets)
+        idx = self.offset_index
+        i = min(bisect.bisect_right(idx.values, stop), bisect.bisect_right(idx.keys, limit)) - 1
+        if i >= 0 and idx.values[i] > pos:
+            pos = idx.values[i]
+        for p, h in self.scan(pos, stop):
             if h.base_offset >= limit or p + h.total_size > stop:
                 break
-            p += h.total_size
-        if start == 0 and p == len(chunk):
-            return chunk
-        return chunk[start:p]
+            pos = p + h.total_size
+        return self.log.pread(start, pos - start)
 
     def find_position(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The batch containing `offset`, or the first one after it if compaction removed it."""
