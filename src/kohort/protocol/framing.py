@@ -5,6 +5,8 @@ splits a byte stream into frames and refuses an oversize frame from its 4-byte p
 any of its body is buffered. `ClientProtocol` is the client side of one connection: it numbers
 requests (correlation ids), remembers what each in-flight request was, and turns received bytes into
 (correlation_id, response) pairs -- no sockets involved, so tests drive it with plain bytes.
+`pick_version` chooses the highest version both sides support from the broker's ApiVersions ranges
+(KIP-35).
 """
 from __future__ import annotations
 
