@@ -1,5 +1,6 @@
 """`Log`: one partition's log on a FileSystem — append, read by byte ranges, offset and time
-lookups, DeleteRecords, truncation, rolling, retention, recovery.
+lookups, DeleteRecords (KIP-107: moving the log start offset), truncation, rolling, retention,
+recovery.
 
 The directory `<topic>-<partition>/` holds segments named by base offset (kohort.storage.segment),
 `leader-epoch-checkpoint` (kohort.storage.epoch) and `partition.metadata` (written by Storage).
