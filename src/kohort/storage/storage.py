@@ -16,8 +16,9 @@ Layout of a data directory (Kafka's names where Kafka has one):
 Durability (`log.flush.policy`, see kohort.storage.config): appends are write()s. With
 "fsync-before-ack" the broker calls `sync_dirty()` (blocking; run it in an executor thread) before
 acknowledging acks=1/all: it fdatasyncs every segment written since the last sync (several files at
-once on a few threads), once, for all callers waiting at that moment — a caller arriving while an fsync is running waits for it and, if
-its own writes came after that fsync started, for the next one (group commit). With "os",
+once on a few threads), once, for all callers waiting at that moment — a caller arriving while an
+fsync is running waits for it and, if its own writes came after that fsync started, for the next one
+(group commit). With "os",
 `sync_dirty()` returns at once and only `checkpoint()`/`close()` fsync.
 
 If an fsync fails the storage refuses every later `sync_dirty()` (KafkaStorageError): after a
