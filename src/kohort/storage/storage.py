@@ -18,8 +18,7 @@ Durability (`log.flush.policy`, see kohort.storage.config): appends are write()s
 acknowledging acks=1/all: it fdatasyncs every segment written since the last sync (several files at
 once on a few threads), once, for all callers waiting at that moment — a caller arriving while an
 fsync is running waits for it and, if its own writes came after that fsync started, for the next one
-(group commit). With "os",
-`sync_dirty()` returns at once and only `checkpoint()`/`close()` fsync.
+(group commit). With "os", `sync_dirty()` returns at once and only `checkpoint()`/`close()` fsync.
 
 If an fsync fails the storage refuses every later `sync_dirty()` (KafkaStorageError): after a
 failed fsync the kernel may have dropped the dirty pages, so a retry could report success for
