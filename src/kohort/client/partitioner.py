@@ -8,9 +8,11 @@ What lives here:
   client's default partitioner and librdkafka's `murmur2_random` / `murmur2` partitioners pick.
 * `StickyPartitioner`: for records with no key, stay on one partition until a batch for it is closed
   (KIP-480), then move to another partition chosen at random among those with a leader.
-* `DefaultPartitioner`: keyed → murmur2, null key → sticky; `partitioner` config "murmur2_random" (the
-  default), "murmur2" (null keys hash too, as librdkafka's murmur2), "random", "consistent_random" (CRC32
-  like librdkafka, null keys random).
+* `DefaultPartitioner(kind)`: keyed → murmur2, null key → sticky, for librdkafka's `partitioner` kinds
+  "murmur2_random" (the default), "murmur2" (null keys hash too), "random", "consistent_random" and
+  "consistent" (CRC32 like librdkafka). The Producer uses only its sticky part (keyed records are
+  hashed inline with `murmur2`); no producer setting selects another kind yet, so the other kinds are
+  reachable only by constructing a DefaultPartitioner (a custom one goes in `partitioner.class`).
 
 Pure: no I/O, no clock. The random source can be injected for tests.
 """
