@@ -25,6 +25,8 @@ from tests.conftest import start_tansu
 pyspark = pytest.importorskip("pyspark")
 ck = pytest.importorskip("confluent_kafka")
 
+from pyspark.errors import AnalysisException  # noqa: E402
+
 from kohort.spark.wire import Cluster  # noqa: E402
 
 
@@ -314,7 +316,7 @@ def test_pipeline_windows_per_key_to_parquet_and_results_topic(spark, broker):
             try:                                        # no file until the first window closes
                 got = {(r.window_start.strftime("%Y-%m-%d %H:%M:%S"), r.user): (r["count"], r.sum_amount)
                        for r in spark.read.parquet(out + "/agg").collect()}
-            except Exception:   # noqa: BLE001
+            except AnalysisException:                   # no Parquet file (or schema) yet
                 continue
         time.sleep(2)
     finally:
