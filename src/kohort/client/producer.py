@@ -8,7 +8,8 @@ What lives here:
   batches to partition leaders and resolves futures.
 * `BrokerLink`: one TCP connection to one broker (kohort's sans-I/O `ClientProtocol` over a socket):
   ApiVersions on connect, negotiated versions, pipelined requests with callbacks, requests without a
-  response (acks=0). `Producer` drives its links with one selector; `Admin` uses them blocking.
+  response (acks=0). `Producer` drives its links with one selector (the Admin and the consumer use
+  kohort.client.network instead).
 * `Sender`: the I/O loop — metadata for the topics in use (refreshed when leaders move: NOT_LEADER,
   disconnects, unknown leaders), draining batches per leader, `max.in.flight.requests.per.connection`,
   `request.timeout.ms`, retries with backoff within `delivery.timeout.ms` (KIP-91).
@@ -20,7 +21,8 @@ What lives here:
   id/epoch and renumbers every unacknowledged batch from 0 in order (KIP-360's epoch bump, simplified).
   DUPLICATE_SEQUENCE_NUMBER counts as success.
 
-Connection errors become one clear line naming the addresses tried and what to do.
+Connection errors become one clear line naming the addresses tried and what to do
+(`unreachable_message`, shared with the Admin).
 """
 from __future__ import annotations
 
