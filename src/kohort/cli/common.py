@@ -2,7 +2,7 @@
 
 * `add_connection_args(parser)`: `-b/--bootstrap-server` (default $KOHORT_BOOTSTRAP or localhost:9092),
   `-X key=value` (any Kafka client setting, as kcat), `--timeout SECONDS`, `--json`.
-* `client_config(args, extra)` → the dict for Producer/Admin/Consumer.
+* `client_config(args, extra)` → the dict for Producer/Admin/Consumer; `admin_client(args)` → an Admin.
 * `table(headers, rows)` → text with columns aligned (numbers right-aligned), "-" for None.
 * `Progress`: a one-line progress bar on stderr when it is a terminal (`--progress` forces it),
   redrawn at most 10 times a second; silent otherwise.
@@ -81,6 +81,17 @@ def client_config(args, extra: dict | None = None) -> dict:
     cfg.update(extra or {})
     cfg.update(parse_kv(args.config))
     return cfg
+
+
+def admin_client(args, *, admin_keys_only: bool = False):
+    """An Admin for the command's connection options. With `admin_keys_only`, -X settings that are
+    not admin settings (a consumer's, say) are left out instead of being an error."""
+    from kohort.client.admin import Admin
+    from kohort.client.config import ROLES
+    cfg = client_config(args)
+    if admin_keys_only:
+        cfg = {k: v for k, v in cfg.items() if k in ROLES["admin"]}
+    return Admin(cfg)
 
 
 def _cell(v) -> str:
@@ -176,5 +187,5 @@ class Progress:
             self.stream.flush()
 
 
-__all__ = ["DEFAULT_BOOTSTRAP", "Progress", "add_connection_args", "client_config", "default_bootstrap",
+__all__ = ["DEFAULT_BOOTSTRAP", "Progress", "add_connection_args", "admin_client", "client_config", "default_bootstrap",
            "non_negative_number", "parse_kv", "positive_int", "positive_number", "print_json", "table"]

@@ -14,7 +14,7 @@ import sys
 import time
 
 from kohort.cli.common import (
-    Progress, add_connection_args, client_config, non_negative_number, positive_int,
+    Progress, add_connection_args, admin_client, client_config, non_negative_number, positive_int,
 )
 from kohort.errors import KohortError
 
@@ -117,11 +117,9 @@ def cmd_consume(args) -> int:
     if args.group:
         extra["group.id"] = args.group
     cfg = client_config(args, extra)
-    from kohort.client.admin import Admin
-    from kohort.client.config import ROLES, load_config
+    from kohort.client.config import load_config
     load_config("consumer", cfg)                 # a wrong -X key is reported before any connection
-    admin_cfg = {k: v for k, v in client_config(args).items() if k in ROLES["admin"]}
-    with Admin(admin_cfg) as a:                  # one clear line if the cluster or topic is missing
+    with admin_client(args, admin_keys_only=True) as a:   # one clear line if the cluster or topic is missing
         a.describe_topics([args.topic], timeout=args.timeout)
     c = Consumer(cfg)
     out = sys.stdout

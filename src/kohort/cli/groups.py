@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from datetime import datetime, timezone
 
-from kohort.cli.common import Progress, add_connection_args, client_config, print_json, table
+from kohort.cli.common import Progress, add_connection_args, admin_client, print_json, table
 from kohort.errors import KohortError
 
 
@@ -63,13 +63,8 @@ def register(subparsers) -> None:
     s.set_defaults(func=cmd_delete)
 
 
-def _admin(args):
-    from kohort.client.admin import Admin
-    return Admin(client_config(args))
-
-
 def cmd_list(args) -> int:
-    with _admin(args) as a:
+    with admin_client(args) as a:
         groups = a.list_groups(timeout=args.timeout)
     if args.json:
         print_json([{"group": g.group_id, "state": g.state, "protocol_type": g.protocol_type} for g in groups])
@@ -81,7 +76,7 @@ def cmd_list(args) -> int:
 
 def cmd_describe(args) -> int:
     out = []
-    with _admin(args) as a:
+    with admin_client(args) as a:
         for g in args.groups:
             if args.members or args.state:
                 out.append(a.describe_groups([g], timeout=args.timeout)[0])
@@ -136,7 +131,7 @@ def _assignment_text(tps) -> str:
 
 def cmd_lag(args) -> int:
     results = []
-    with _admin(args) as a:
+    with admin_client(args) as a:
         prog = Progress(len(args.groups), "lag", unit="groups") if len(args.groups) > 1 else None
         for i, g in enumerate(args.groups):
             results.append((g, a.group_lag(g, timeout=args.timeout)))
@@ -214,7 +209,7 @@ def _partitions(a, args):
 
 def cmd_reset(args) -> int:
     to, value = _target(args)
-    with _admin(args) as a:
+    with admin_client(args) as a:
         tps = _partitions(a, args)
         plan = a.reset_group_offsets(args.group, tps, to=to, value=value, dry_run=not args.execute,
                                      timeout=args.timeout)
@@ -231,7 +226,7 @@ def cmd_reset(args) -> int:
 
 
 def cmd_delete(args) -> int:
-    with _admin(args) as a:
+    with admin_client(args) as a:
         res = a.delete_groups(args.groups, timeout=args.timeout)
     if args.json:
         print_json([{"group": g, "error": None if e is None else str(e)} for g, e in res.items()])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from kohort.cli.common import add_connection_args, client_config, parse_kv, print_json, table
+from kohort.cli.common import add_connection_args, admin_client, parse_kv, print_json, table
 from kohort.errors import KohortError
 
 
@@ -58,13 +58,8 @@ def register(subparsers) -> None:
     s.set_defaults(func=cmd_config)
 
 
-def _admin(args):
-    from kohort.client.admin import Admin
-    return Admin(client_config(args))
-
-
 def cmd_list(args) -> int:
-    with _admin(args) as a:
+    with admin_client(args) as a:
         descs = a.describe_topics(None if not args.internal else a.list_topics(True), timeout=args.timeout)
     rows = [(d.name, len(d.partitions), max((len(p.replicas) for p in d.partitions), default=0))
             for d in descs]
@@ -79,20 +74,20 @@ def cmd_create(args) -> int:
     cfg = parse_kv(args.topic_config, "-c/--config")
     if args.partitions < 1:
         raise KohortError(f"--partitions must be >= 1, got {args.partitions}")
-    with _admin(args) as a:
+    with admin_client(args) as a:
         res = a.create_topics(args.topics, num_partitions=args.partitions,
                               replication_factor=args.replication_factor, configs=cfg, timeout=args.timeout)
     return _report(args, res, "created", "TOPIC_ALREADY_EXISTS" if args.if_not_exists else None)
 
 
 def cmd_delete(args) -> int:
-    with _admin(args) as a:
+    with admin_client(args) as a:
         res = a.delete_topics(args.topics, timeout=args.timeout)
     return _report(args, res, "deleted", "UNKNOWN_TOPIC_OR_PARTITION" if args.if_exists else None)
 
 
 def cmd_alter_partitions(args) -> int:
-    with _admin(args) as a:
+    with admin_client(args) as a:
         res = a.create_partitions({args.topic: args.partitions}, timeout=args.timeout)
     return _report(args, res, f"now has {args.partitions} partitions", None)
 
@@ -102,7 +97,7 @@ def cmd_config(args) -> int:
     changes.update({k: None for k in args.delete})
     if not changes:
         raise KohortError("nothing to change: give --set KEY=VALUE and/or --delete KEY")
-    with _admin(args) as a:
+    with admin_client(args) as a:
         a.alter_configs(("topic", args.topic), changes, timeout=args.timeout)
     if args.json:
         print_json({"topic": args.topic, "changed": changes})
@@ -128,7 +123,7 @@ def _report(args, res: dict, verb: str, tolerated: str | None) -> int:
 
 
 def cmd_describe(args) -> int:
-    with _admin(args) as a:
+    with admin_client(args) as a:
         descs = a.describe_topics(args.topics or None, timeout=args.timeout)
         configs = a.describe_configs([("topic", d.name) for d in descs], timeout=args.timeout) \
             if args.configs and descs else {}
