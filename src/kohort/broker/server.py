@@ -33,6 +33,7 @@ log = logging.getLogger("kohort.broker")
 _conn_ids = itertools.count(1)
 WRITE_HIGH_WATER = 1 << 20     # unsent response bytes after which a connection is not read
 PIPELINE_YIELD = 8             # queued requests after which the reader lets the writer run
+COALESCE_BYTES = 64 * 1024     # ready answers joined into one write up to this size
 
 
 def decode_request(payload):
@@ -263,24 +264,44 @@ class Broker:
 
     async def _write_loop(self, pending: asyncio.Queue, writer: asyncio.StreamWriter, conn_id: int,
                           host: str, writable: asyncio.Event, st: _ConnState) -> None:
+        """Answers in request order. Small answers that are ready one after another (a pipeline
+        of produce requests acknowledged by one fsync round) are joined into one write; an answer
+        still being worked on first sends what is ready before it; large ones go out alone.
+        `out` holds bytes only between awaits that do not suspend (a queue that is not empty, a
+        future already done), so nothing ready waits on anything else."""
         m = self.metrics
         transport = writer.transport
         loop = asyncio.get_running_loop()
+        out = bytearray()
+
+        def send_out() -> None:
+            nonlocal out
+            if out:
+                writer.write(memoryview(out))
+                out = bytearray()
+
         try:
             while True:
                 st.busy = False
                 st.last_active = loop.time()
+                if pending.empty():
+                    send_out()
+                    await writer.drain()
                 item = await pending.get()
                 if item is None:
+                    send_out()
                     return
                 st.busy = True
                 result, version, corr, api_key, t0, in_bytes = item
                 if isinstance(result, asyncio.Future):
+                    if not result.done():
+                        send_out()
                     try:
                         result = await result
                     except asyncio.CancelledError:
                         raise
                     except Exception:
+                        send_out()
                         log.exception("handler for api_key=%d failed; closing connection %d", api_key, conn_id)
                         writer.close()
                         return
@@ -289,17 +310,22 @@ class Broker:
                         m.observe(api_key, time.perf_counter() - t0, in_bytes, 0, version)
                     continue
                 data = encode_response_buffer(result, version, corr)
-                # a view: what the socket does not take at once is copied into the transport's
-                # buffer without first slicing (copying) the rest of the frame
-                writer.write(memoryview(data))
                 if m:
                     m.observe(api_key, time.perf_counter() - t0, in_bytes, len(data), version)
-                if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                if len(data) >= COALESCE_BYTES:
+                    send_out()
+                    # a view: what the socket does not take at once is copied into the
+                    # transport's buffer without first slicing (copying) the rest of the frame
+                    writer.write(memoryview(data))
+                else:
+                    out += data
+                    if len(out) >= COALESCE_BYTES:
+                        send_out()
+                if transport.get_write_buffer_size() + len(out) > WRITE_HIGH_WATER:
+                    send_out()
                     writable.clear()
                     await writer.drain()
                     writable.set()
-                elif pending.empty():
-                    await writer.drain()
         except ConnectionError:
             pass
         finally:
