@@ -14,7 +14,7 @@ from kohort.assignors import (
     ASSIGNORS, COOPERATIVE, EAGER, AssignorError, CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor,
     StickyAssignor, Subscription, decode_sticky_user_data, encode_sticky_user_data, get_assignor,
 )
-from kohort.assignors.cooperative_sticky import decode_cooperative_user_data
+from kohort.assignors.cooperative_sticky import decode_cooperative_user_data, encode_cooperative_user_data
 from kohort.errors import DecodeError, EncodeError
 
 S = Subscription
@@ -235,6 +235,13 @@ def test_sticky_user_data_encode_errors():
         encode_sticky_user_data([("t", 2**31)], 1)
     with pytest.raises(EncodeError):
         encode_sticky_user_data(["t-0"], 1)
+    with pytest.raises(EncodeError, match="cannot encode"):
+        encode_sticky_user_data([("t\udc80", 0)], 1)          # a topic name that is not valid UTF-8
+    with pytest.raises(EncodeError, match="cannot encode"):
+        encode_sticky_user_data([("t", 0)], 2**31)
+    for bad in (2**31, "7", None):
+        with pytest.raises(EncodeError, match="bad generation"):
+            encode_cooperative_user_data(bad)
 
 
 def test_subscription_user_data_per_assignor():

@@ -656,6 +656,20 @@ def test_expiration_timer_runs_periodically_after_load():
     assert h.group("s") is None
 
 
+def test_undecodable_subscription_is_unknown_so_offsets_are_deletable():
+    h = Harness(decoder=_topics)
+    r, m = h.join_single("bad", protocols=(("range", b"\xff\xff garbage"),))
+    h.advance(200)
+    h.sync("bad", 1, m, [(m, b"")])
+    assert h.group("bad").state == S.STABLE and h.group("bad").subscribed_topics is None
+    h.commit("bad", {("t", 0): 1}, 1, m)
+    rr = h.reply()
+    h.apply(h.c.offset_delete(OffsetDeleteParams("bad", (("t", (0,)),)), h.now, rr))
+    res = h.result(rr)
+    assert res.error_code == 0 and [(t, p.error_code) for t, ps in res.topics for p in ps] == [("t", 0)]
+    assert h.fetch("bad") == {}
+
+
 def test_stable_consumer_group_expires_only_unsubscribed_topics():
     meta = encode_subscription(ConsumerProtocolSubscription(topics=["t"]))
     h = Harness(CoordinatorConfig(offsets_retention_minutes=1), decoder=_topics)

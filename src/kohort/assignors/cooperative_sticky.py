@@ -13,6 +13,7 @@ what leaders that read ConsumerProtocolSubscription v1 (no generation_id field) 
 """
 from __future__ import annotations
 
+import struct
 from typing import Mapping
 
 from kohort.assignors.base import (
@@ -28,7 +29,7 @@ def encode_cooperative_user_data(generation: int) -> bytes:
     out = bytearray()
     try:
         w_int32(out, generation)
-    except Exception as e:
+    except struct.error as e:           # not an int32
         raise EncodeError(f"cooperative-sticky user data: bad generation {generation!r}: {e}") from None
     return bytes(out)
 

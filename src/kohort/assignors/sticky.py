@@ -19,6 +19,7 @@ stays sticky for kafka-python members too.
 """
 from __future__ import annotations
 
+import struct
 from typing import Iterable, Mapping
 
 from kohort.assignors.base import (
@@ -47,7 +48,7 @@ def encode_sticky_user_data(partitions: Iterable[TopicPartition], generation: in
                 w_int32(out, p)
         if generation is not None:
             w_int32(out, generation)
-    except Exception as e:  # struct.error for out-of-range ints, ValueError for bad strings
+    except (struct.error, ValueError) as e:  # out-of-range ints; strings that cannot be encoded
         raise EncodeError(f"sticky user data: cannot encode: {e}") from None
     return bytes(out)
 

@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from kohort.errors import DecodeError
+
 from . import codes as C
 
 
@@ -251,7 +253,7 @@ class ClassicGroup:
         try:
             for m in self.members.values():
                 topics.update(decoder(m.metadata(self.protocol_name)))
-        except Exception:      # undecodable metadata: Kafka treats the subscription as unknown
+        except DecodeError:    # undecodable metadata: Kafka treats the subscription as unknown
             self.subscribed_topics = None
             return
         self.subscribed_topics = frozenset(topics)
