@@ -31,6 +31,73 @@ def consume(client: str, addr: str, topic: str, partitions: int, n: int, size: i
             "records": total, "seconds": total / rate}
 
 
+def first_record(client: str, addr: str, topic: str) -> dict:
+    """ms from assign() (client constructed and started beforehand) to the first record returned,
+    set up the way bench_consumer's functions do (kohort: auto.offset.reset=earliest; confluent:
+    offset 0 in the assignment; kafka-python and aiokafka: seek_to_beginning), polling with a 1 s
+    timeout as bench_consumer (and most applications) do: a poll that does not return as soon as
+    data is in shows here."""
+    import time
+    deadline = 30.0
+    if client == "kohort":
+        from kohort import Consumer
+        c = Consumer({"bootstrap.servers": addr, "auto.offset.reset": "earliest"})
+        t = time.perf_counter()
+        c.assign([(topic, 0)])
+        while not c.poll(1.0):
+            if time.perf_counter() - t > deadline:
+                raise RuntimeError("no record")
+        dt = time.perf_counter() - t
+        c.close()
+    elif client == "confluent-kafka":
+        from confluent_kafka import Consumer, TopicPartition
+        c = Consumer({"bootstrap.servers": addr, "group.id": "bench-unused", "enable.auto.commit": False})
+        t = time.perf_counter()
+        c.assign([TopicPartition(topic, 0, 0)])
+        while True:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                break
+            if time.perf_counter() - t > deadline:
+                raise RuntimeError("no record")
+        dt = time.perf_counter() - t
+        c.close()
+    elif client == "kafka-python":
+        from kafka import KafkaConsumer, TopicPartition
+        c = KafkaConsumer(bootstrap_servers=addr, enable_auto_commit=False)
+        t = time.perf_counter()
+        tp = TopicPartition(topic, 0)
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        while not c.poll(timeout_ms=1000):
+            if time.perf_counter() - t > deadline:
+                raise RuntimeError("no record")
+        dt = time.perf_counter() - t
+        c.close()
+    elif client == "aiokafka":
+        import asyncio
+
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        async def main():
+            c = AIOKafkaConsumer(bootstrap_servers=addr, enable_auto_commit=False)
+            await c.start()
+            t = time.perf_counter()
+            tp = TopicPartition(topic, 0)
+            c.assign([tp])
+            await c.seek_to_beginning(tp)
+            while not await c.getmany(timeout_ms=1000):
+                if time.perf_counter() - t > deadline:
+                    raise RuntimeError("no record")
+            dt = time.perf_counter() - t
+            await c.stop()
+            return dt
+        dt = asyncio.run(main())
+    else:
+        raise ValueError(f"unknown client {client!r}")
+    return {"value": dt * 1000}
+
+
 def size_label(size: int) -> str:
     return f"{size // 1024} KiB" if size >= 1024 and size % 1024 == 0 else f"{size} B"
 
@@ -47,7 +114,11 @@ def build(env, mode: str, profile: set[str]):
                          "at its defaults: librdkafka's fetch.queue.backoff.ms=1000 pauses confluent-kafka's "
                          "fetching ~1 s whenever its local queue fills (from a few 100k records on), which "
                          "is most of its time at 500k."])
-    jobs = []
+    first = Section("consumer-start", "consumer start-up: assign() → first record", "ms",
+                    higher_is_better=False,
+                    notes=["The wait inside every consumer number above: a started client, assign() of "
+                           "one seeded partition from its beginning, until poll(1 s timeout) returns a record."])
+    jobs, start_jobs = [], []
     for broker in (KOHORT_BROKER, TANSU):
         addr = env.brokers.addr.get(broker)
         for size, n in sizes.items():
@@ -66,7 +137,12 @@ def build(env, mode: str, profile: set[str]):
                                      "size": size},
                                     timeout=TIMEOUT_S + 30, profile=client in profile,
                                     before=_fail(setup_err)))
-    return [sec], jobs
+                if size == 100 and codec == "none":
+                    for client in CLIENTS:
+                        start_jobs.append(Job("consumer-start", broker, client, "cases.consumer:first_record",
+                                              {"client": client, "addr": addr, "topic": topic}, timeout=60,
+                                              before=_fail(setup_err)))
+    return [sec, first], jobs + start_jobs
 
 
 def _fail(err):
