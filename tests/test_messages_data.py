@@ -269,9 +269,6 @@ def test_golden_api_versions_v0_and_v3():
 
 
 # -- agreement with kafka-python 3.0.12 ----------------------------------------------------------
-kp_api_message = pytest.importorskip("kafka.protocol.api_message")
-
-
 def _kp_class(cls):
     mod = APIS[cls.__module__.rsplit(".", 1)[1]][1]
     return getattr(importlib.import_module(mod), cls.__name__)

@@ -5,16 +5,15 @@ range vs recreated topic) with failOnDataLoss on and off, plus the executor read
 Data is produced with confluent-kafka; records are deleted with a DeleteRecords request."""
 import time
 
+import confluent_kafka as ck
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from kohort.spark import planning as P
 from kohort.spark.options import parse_source_options
 from kohort.spark.source import DataLossError, KohortStreamReader, RangePartition, read_range, _Driver
 from kohort.spark.wire import Cluster
 from tests.brokers import KohortBroker
-
-ck = pytest.importorskip("confluent_kafka")
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -17,17 +17,13 @@ import tempfile
 import threading
 import time
 
+import confluent_kafka as ck
 import pytest
+from pyspark.errors import AnalysisException
 
+from kohort.spark.wire import Cluster
 from tests.brokers import KohortBroker
 from tests.conftest import start_tansu
-
-pyspark = pytest.importorskip("pyspark")
-ck = pytest.importorskip("confluent_kafka")
-
-from pyspark.errors import AnalysisException  # noqa: E402
-
-from kohort.spark.wire import Cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
