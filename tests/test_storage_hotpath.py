@@ -165,6 +165,17 @@ def test_index_entries_reach_the_file_on_flush_and_close(engine):  # noqa: F811
     assert read_all(log2) == expect
 
 
+def test_a_rolled_segment_has_all_its_index_entries_on_file(engine):  # noqa: F811
+    s = engine.open()
+    s.create_topic("t", 1, {"index.interval.bytes": "1"})
+    log = s.log("t", 0)
+    _fill(log, [20] * 10)
+    old = log.active_segment
+    log.roll(now_ms=100)
+    assert len(engine.fs.read_file(old.offset_index.path)) // 8 == len(old.offset_index) == 9
+    assert len(engine.fs.read_file(old.time_index.path)) // 12 == len(old.time_index)
+
+
 def test_killed_process_with_unwritten_index_entries_still_reads_everything():
     fs = MemoryFileSystem()
     s = MemoryStorage(fs=fs, now_ms=0)
@@ -272,3 +283,24 @@ def test_encode_response_buffer_is_the_same_frame():
         assert isinstance(buf, bytearray)
         assert bytes(buf) == encode_response(resp, v, 42)
         assert int.from_bytes(buf[:4], "big") == len(buf) - 4
+
+
+def test_a_round_broken_by_any_error_acknowledges_nothing():
+    fs = _BarrierFS(parties=1)
+    s = MemoryStorage(fs=fs, flush_policy="fsync-before-ack", now_ms=0)
+    s.create_topic("t", 2)
+    for p in range(2):
+        s.log("t", p).append(batch(b"x"), leader_epoch=0, now_ms=0)
+    rounds = s.fsyncs
+    fs.barrier = _Exploding()
+    fs.armed = True
+    with pytest.raises(KafkaStorageError, match="fsync failed"):
+        s.sync_dirty()
+    assert s.fsyncs == rounds
+    assert all(s.log("t", p)._dirty for p in range(2))
+    assert all(s.log("t", p).recovery_point == 0 for p in range(2))
+
+
+class _Exploding:
+    def wait(self):
+        raise RuntimeError("not an OSError")

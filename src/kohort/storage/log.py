@@ -302,6 +302,8 @@ class Log:
             return old
         if old.max_timestamp >= 0:   # as Kafka: the closed segment's time index ends at its max
             old.time_index.append(old.max_timestamp, old.offset_of_max_timestamp)
+        old.offset_index.write_pending()     # its index entries held in memory go to the files
+        old.time_index.write_pending()
         seg = Segment(self.fs, self.directory, self.log_end_offset, self.config.index_interval_bytes)
         seg.created_ms = now_ms
         self.segments.append(seg)

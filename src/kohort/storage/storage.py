@@ -137,7 +137,7 @@ class Storage:
         self._synced_seq = 0
         self._syncing = False
         self._dirty_logs: dict[Log, None] = {}
-        self._sync_error: Exception | None = None
+        self._sync_error: BaseException | None = None
         self._sync_pool: ThreadPoolExecutor | None = None   # started when a round has 2+ files
         self.fsyncs = 0               # number of group fsync rounds done (for tests and metrics)
         self.closed = False
@@ -225,9 +225,10 @@ class Storage:
             log.close()
         self.fs.write_file_atomic(self._path(CLEAN_SHUTDOWN_FILE), b"")
         self.closed = True
-        if self._sync_pool is not None:
-            self._sync_pool.shutdown(wait=True)
-            self._sync_pool = None
+        with self._cv:
+            pool, self._sync_pool = self._sync_pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     # =========================================================================================
     # topics and partitions
@@ -408,10 +409,10 @@ class Storage:
                     handles, leo = log._take_dirty()
                     work.append((log, handles, leo))
             self._dirty_logs.clear()
-        error: Exception | None = None
+        error: BaseException | None = None
         try:
             self._sync_files([h for _, handles, _ in work for h in handles])
-        except OSError as e:
+        except BaseException as e:   # noqa: BLE001 - a round that did not finish syncs nothing
             error = e
         finally:
             for _, handles, _ in work:
@@ -434,6 +435,8 @@ class Storage:
                         self._dirty_logs[log] = None
                 self._cv.notify_all()
         if error is not None:
+            if not isinstance(error, Exception):
+                raise error
             raise KafkaStorageError(f"fsync failed: {error}") from error
 
     def _sync_files(self, handles: list) -> None:
