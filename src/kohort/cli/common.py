@@ -52,7 +52,7 @@ def positive_int(text: str) -> int:
     return _number(text, int, 1, True)
 
 
-def add_connection_args(p, timeout: float = 30.0) -> None:
+def add_connection_args(p, timeout: float = 10.0) -> None:
     p.add_argument("-b", "--bootstrap-server", dest="bootstrap", default=None, metavar="HOST:PORT[,...]",
                    help=f"broker(s) to bootstrap from (default $KOHORT_BOOTSTRAP or {DEFAULT_BOOTSTRAP})")
     p.add_argument("-X", dest="config", action="append", default=[], metavar="KEY=VALUE",
