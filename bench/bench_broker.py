@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -50,6 +51,7 @@ def start_kohort(policy: str):
     proc = subprocess.Popen([sys.executable, "-m", "kohort.cli.main", "broker", "--listen", f"127.0.0.1:{port}",
                              "--data-dir", os.path.join(d, "data"), "--config", props, "--log-level", "warning"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc.workdir = d   # removed when the broker is stopped (see main)
     line = proc.stdout.readline()
     if not line.startswith("kohort broker ready"):
         raise RuntimeError(f"kohort broker did not start: {line}")
@@ -212,6 +214,9 @@ def main() -> None:
                     proc.wait(20)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+                    proc.wait(5)
+                if getattr(proc, "workdir", None):
+                    shutil.rmtree(proc.workdir, ignore_errors=True)
             b = best.setdefault(name, [ps, cs, ss])
             b[0], b[1], b[2] = min(b[0], ps), min(b[1], cs), min(b[2], ss)
     rows = [(name, ps, cs, ss) for name, (ps, cs, ss) in best.items()]
