@@ -69,7 +69,8 @@ class Key:
         if k == "choice":
             v = str(value).strip().lower() if isinstance(value, str) else value
             if v not in self.choices:
-                raise ConfigError(f"{n} must be one of {', '.join(map(str, self.choices))}; got {value!r}")
+                shown = ", ".join(dict.fromkeys(map(str, self.choices)))   # "1" and 1 are listed once
+                raise ConfigError(f"{n} must be one of {shown}; got {value!r}")
             return v
         if k == "list":
             if isinstance(value, str):
