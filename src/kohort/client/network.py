@@ -19,8 +19,10 @@ candidate, and when every candidate is backing off the request waits (reconnect.
 exponentially with +-20% jitter up to reconnect.backoff.max.ms) until its timeout.
 
 Speed: requests are encoded on the I/O thread and all requests queued for a connection go out in
-one send(); reads use recv_into on one big buffer; no thread hop beyond the caller -> I/O thread
-queue and the future's completion.
+one send(); reads use recv_into on one big buffer, from which complete small frames are copied
+once; a frame that does not fit in what has arrived gets its own bytearray, sized from its prefix,
+and the rest of it is received straight into that (no concatenation, no second copy of large
+Fetch responses). No thread hop beyond the caller -> I/O thread queue and the future's completion.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ from kohort.errors import (
     DecodeError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError, KohortError,
 )
 from kohort.protocol.framing import (
-    ClientProtocol, FrameReader, UnsupportedVersionError, decode_response, pick_version,
+    ClientProtocol, FrameReader, UnsupportedVersionError, decode_response, frame_size, pick_version,
 )
 from kohort.protocol.headers import ResponseHeader, response_header_version
 from kohort.protocol.messages import REQUESTS, RESPONSES, api_name
@@ -93,7 +95,7 @@ class _Req:
 class _Conn:
     __slots__ = ("node_id", "host", "port", "sock", "state", "proto", "out", "inflight", "pending",
                  "versions", "frames", "hs_version", "connect_deadline", "want_write", "events",
-                 "no_flex")
+                 "no_flex", "rframe", "rfill", "rhead")
 
     def __init__(self, node_id, host, port, client_id, max_frame):
         self.node_id, self.host, self.port = node_id, host, port
@@ -110,6 +112,9 @@ class _Conn:
         self.want_write = False
         self.events = 0
         self.no_flex = False
+        self.rframe: bytearray | None = None   # READY: the frame being received into, sized from its prefix
+        self.rfill = 0                          # bytes of rframe received so far
+        self.rhead = b""                        # READY: a size prefix split across reads
 
 
 class _Backoff:
@@ -423,6 +428,7 @@ class NetworkClient:
         conn.state = CONNECTING
         conn.proto = ClientProtocol(self.client_id, 100 * 1024 * 1024)
         conn.frames = FrameReader(100 * 1024 * 1024)
+        conn.rframe, conn.rfill, conn.rhead = None, 0, b""
         conn.hs_version = HANDSHAKE_VERSION
         conn.versions = {}
         conn.out = []
@@ -566,10 +572,18 @@ class NetworkClient:
 
     def _read(self, conn: _Conn) -> None:
         sock = conn.sock
+        buf = self._buf
         view = self._view
         for _ in range(64):
+            frame = conn.rframe
             try:
-                n = sock.recv_into(self._buf)
+                if frame is not None:
+                    # the rest of a large frame goes straight into its own buffer
+                    want = len(frame) - conn.rfill
+                    n = sock.recv_into(memoryview(frame)[conn.rfill:])
+                else:
+                    want = len(buf)
+                    n = sock.recv_into(buf)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
@@ -580,33 +594,74 @@ class NetworkClient:
                 self._disconnect(conn, KafkaConnectionError(
                     f"broker {conn.node_id} ({conn.host}:{conn.port}) closed the connection"))
                 return
-            data = view[:n]
             try:
-                if conn.state == HANDSHAKE:
-                    self._on_handshake_frames(conn, data)
-                    if conn.state != READY:
-                        continue
+                if frame is not None:
+                    conn.rfill += n
+                    if conn.rfill == len(frame):
+                        conn.rframe, conn.rfill = None, 0
+                        self._on_frame(conn, frame)
+                elif conn.state == HANDSHAKE:
+                    self._on_handshake_frames(conn, view[:n])
                     continue
-                frames = conn.frames.feed(data)
-                inflight = conn.inflight
-                for payload in frames:
-                    if not inflight:
-                        raise DecodeError("a response arrived with nothing in flight")
-                    req = inflight[0]
-                    resp = _decode_lenient(payload, req)
-                    inflight.popleft()
-                    fut = req.future
-                    fut.api_version = req.version
-                    if fut.set_running_or_notify_cancel():
-                        fut.set_result(resp)
+                else:
+                    self._split_frames(conn, view, n)
             except (DecodeError, KafkaConnectionError) as e:
                 self._disconnect(conn, e if isinstance(e, KafkaConnectionError) else KafkaConnectionError(
                     f"undecodable response from broker {conn.node_id}: {e}"))
                 return
             if conn.sock is None:
                 return
-            if n < len(self._buf):
+            if n < want:
                 return
+
+    def _split_frames(self, conn: _Conn, view: memoryview, n: int) -> None:
+        """Hand out the frames in view[:n]; an incomplete one is kept in conn.rframe / conn.rhead."""
+        pos = 0
+        if conn.rhead:
+            take = min(4 - len(conn.rhead), n)
+            head = conn.rhead + bytes(view[:take])
+            pos = take
+            if len(head) < 4:
+                conn.rhead = head
+                return
+            conn.rhead = b""
+        else:
+            head = None
+        while True:
+            if head is None:
+                if n - pos < 4:
+                    if pos < n:
+                        conn.rhead = bytes(view[pos:n])
+                    return
+                head = bytes(view[pos:pos + 4])
+                pos += 4
+            size = frame_size(head, 100 * 1024 * 1024)
+            head = None
+            if n - pos >= size:
+                payload = bytes(view[pos:pos + size])
+                pos += size
+                self._on_frame(conn, payload)
+                if conn.sock is None:
+                    return
+            else:
+                frame = bytearray(size)
+                have = n - pos
+                frame[:have] = view[pos:n]
+                conn.rframe, conn.rfill = frame, have
+                return
+
+    def _on_frame(self, conn: _Conn, payload) -> None:
+        """One complete response frame (bytes or bytearray, no size prefix): resolve its request."""
+        inflight = conn.inflight
+        if not inflight:
+            raise DecodeError("a response arrived with nothing in flight")
+        req = inflight[0]
+        resp = _decode_lenient(payload, req)
+        inflight.popleft()
+        fut = req.future
+        fut.api_version = req.version
+        if fut.set_running_or_notify_cancel():
+            fut.set_result(resp)
 
     def _check_timeouts(self, now: float) -> None:
         for conn in list(self._conns.values()):
@@ -662,6 +717,7 @@ class NetworkClient:
             conn.sock = None
         conn.want_write = False
         conn.out = []
+        conn.rframe, conn.rfill, conn.rhead = None, 0, b""
         inflight, conn.inflight = conn.inflight, deque()
         for r in inflight:
             _fail(r.future, err)
@@ -696,6 +752,8 @@ def _last_rigid_version(api_key: int, cap: int | None) -> int | None:
 def _decode_lenient(payload, req: _Req):
     """Decode a response frame for `req`. Trailing bytes after the body are ignored, as Kafka's own
     clients do (librdkafka's mock cluster, for one, appends a byte to flexible Metadata responses)."""
+    if len(payload) < 4:
+        raise DecodeError(f"response frame of {len(payload)} bytes has no correlation id")
     (corr,) = _CORR.unpack_from(payload, 0)
     if corr != req.corr:
         raise DecodeError(f"response correlation id {corr} does not match the oldest request {req.corr}")

@@ -47,6 +47,7 @@ class Consumer:
         iso = READ_COMMITTED if c["isolation.level"] == "read_committed" else READ_UNCOMMITTED
         self._subs = SubscriptionState(c["auto.offset.reset"], iso)
         self._fetcher = Fetcher(self._network, self._cluster, self._subs, c)
+        self._meta_wake = None   # the metadata request poll() has asked to be woken by
         self._max_poll_records = c["max.poll.records"]
         self._api_timeout = c["default.api.timeout.ms"] / 1000
         self._closed = False
@@ -132,7 +133,12 @@ class Consumer:
             left = deadline - time.monotonic()
             if left <= 0:
                 return recs
-            self._cluster.maybe_refresh()
+            meta = self._cluster.maybe_refresh()
+            if meta is not None and meta is not self._meta_wake:
+                # positions resets and fetches wait for this metadata: go on as soon as it lands
+                # rather than at the end of the wait below
+                self._meta_wake = meta
+                meta.add_done_callback(lambda f, w=fetcher.wakeup: w())
             fetcher.wait(min(left, 0.1 if group is not None and group.busy else left, 0.5))
 
     def __iter__(self):
