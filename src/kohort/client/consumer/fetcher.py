@@ -355,7 +355,8 @@ class Fetcher:
                     continue
                 records = p.records
                 if records is not None and len(records):
-                    data = bytes(records)
+                    # a view of the response frame (no copy): the scan and the C decoder read it
+                    data = records if isinstance(records, memoryview) else memoryview(records)
                     nxt, ep, legacy = _scan(data, fetch_offset, self.check_crcs)
                 else:
                     data, nxt, ep, legacy = None, fetch_offset, None, False
@@ -394,7 +395,7 @@ class Fetcher:
         try:
             for c, data, fetch_offset, legacy, aborted in todo:
                 if self.read_committed and aborted:
-                    recs = _decode_read_committed(c.tp[0], c.tp[1], data, fetch_offset, False, aborted)
+                    recs = _decode_read_committed(c.tp[0], c.tp[1], bytes(data), fetch_offset, False, aborted)
                 else:
                     recs = decode_records_list(data, self.check_crcs and legacy, min_offset=fetch_offset,
                                                record_factory=ConsumerRecord, prefix=(c.tp[0], c.tp[1]))
