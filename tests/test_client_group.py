@@ -242,14 +242,15 @@ def test_mixed_group_with_confluent_kafka(mock_cluster, strategy):
         ck.join(20)
 
 
-@pytest.mark.slow
-def test_processing_longer_than_session_timeout_keeps_partitions(mock_cluster):
-    n = create_topic(mock_cluster, "grp-long", 4)
-    produce(mock_cluster, "grp-long", 100, partitions=n)
-    conf = {"bootstrap.servers": mock_cluster, "group.id": "g-long", **BASE, "max.poll.interval.ms": 20000,
+def long_processing_keeps_partitions(bs, topic, partitions):
+    """A member whose processing of one batch (8 s) outlasts session.timeout.ms (6 s) but not
+    max.poll.interval.ms keeps its partitions: same generation, no rebalance (background heartbeats)."""
+    n = create_topic(bs, topic, partitions)
+    produce(bs, topic, 100, partitions=n)
+    conf = {"bootstrap.servers": bs, "group.id": f"g-{topic}", **BASE, "max.poll.interval.ms": 20000,
             "max.poll.records": 10}
     with Consumer(conf) as c:
-        c.subscribe(["grp-long"])
+        c.subscribe([topic])
         poll_until(c, lambda g: len(g) > 0)
         before = c.health()
         time.sleep(8)     # "processing" longer than session.timeout.ms (6 s)
@@ -258,7 +259,12 @@ def test_processing_longer_than_session_timeout_keeps_partitions(mock_cluster):
         assert after["member_state"] == STABLE
         assert after["generation_id"] == before["generation_id"]
         assert after["rebalance_count"] == before["rebalance_count"]
-        assert c.assignment() == {TopicPartition("grp-long", p) for p in range(n)}
+        assert c.assignment() == {TopicPartition(topic, p) for p in range(n)}
+
+
+@pytest.mark.slow
+def test_processing_longer_than_session_timeout_keeps_partitions(mock_cluster):
+    long_processing_keeps_partitions(mock_cluster, "grp-long", 4)
 
 
 @pytest.mark.slow

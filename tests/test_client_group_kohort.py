@@ -13,12 +13,11 @@ import time
 
 import pytest
 
-from kohort import Consumer
-from kohort.client.consumer.group import STABLE
-from kohort.structs import TopicPartition
 from tests.brokers import kohort_broker  # noqa: F401
 from tests.peers import create_topic, produce
-from tests.test_client_group import BASE, _member, _owned, _records, _three_members_sigkill, poll_until
+from tests.test_client_group import (
+    _member, _owned, _records, _three_members_sigkill, long_processing_keeps_partitions,
+)
 
 
 def test_three_kohort_members_on_six_partitions_sigkill(kohort_broker):
@@ -117,19 +116,4 @@ def test_mixed_group_with_confluent_kafka_and_sigkill(kohort_broker, strategy):
 
 
 def test_processing_longer_than_session_timeout_keeps_partitions(kohort_broker):
-    bs = kohort_broker.bootstrap
-    n = create_topic(bs, "kg-long", 3)
-    produce(bs, "kg-long", 100, partitions=n)
-    conf = {"bootstrap.servers": bs, "group.id": "kg-long", **BASE, "max.poll.interval.ms": 20000,
-            "max.poll.records": 10}
-    with Consumer(conf) as c:
-        c.subscribe(["kg-long"])
-        poll_until(c, lambda g: len(g) > 0)
-        before = c.health()
-        time.sleep(8)     # "processing" longer than session.timeout.ms (6 s)
-        c.poll(0.5)
-        after = c.health()
-        assert after["member_state"] == STABLE
-        assert after["generation_id"] == before["generation_id"]
-        assert after["rebalance_count"] == before["rebalance_count"]
-        assert c.assignment() == {TopicPartition("kg-long", p) for p in range(n)}
+    long_processing_keeps_partitions(kohort_broker.bootstrap, "kg-long", 3)
