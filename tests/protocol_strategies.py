@@ -21,7 +21,7 @@ def _prim(t):
     }.get(t.name)
 
 
-def value_strategy(t, version: int, nullable: bool, depth: int = 0):
+def value_strategy(t, version: int, nullable: bool, flexible: bool, depth: int = 0):
     base = None
     if isinstance(t, S._Str):
         base = st.text(max_size=8)
@@ -30,31 +30,24 @@ def value_strategy(t, version: int, nullable: bool, depth: int = 0):
     elif isinstance(t, S._Records):
         return st.none() | st.binary(max_size=16)
     elif isinstance(t, S.Array):
-        base = st.lists(value_strategy(t.item, version, False, depth + 1), max_size=2 if depth else 3)
+        base = st.lists(value_strategy(t.item, version, False, flexible, depth + 1), max_size=2 if depth else 3)
     elif isinstance(t, S._StructType):
-        base = struct_strategy(t.cls, version, depth + 1)
+        base = struct_strategy(t.cls, version, flexible, depth + 1)
     else:
         base = _prim(t)
         assert base is not None, t
     return (st.none() | base) if nullable else base
 
 
-def struct_strategy(cls, version: int, depth: int = 0):
-    flexible = getattr(cls, "_flex_ctx", None)
+def struct_strategy(cls, version: int, flexible: bool, depth: int = 0):
+    """Values for the fields present in `version`; tagged fields exist only in flexible versions."""
     kw = {}
     for fld in cls.FIELDS:
-        present = S._in(fld.versions, version)
-        if fld.tag is not None and not _FLEX[0]:
-            present = False
-        if not present:
+        if not S._in(fld.versions, version) or (fld.tag is not None and not flexible):
             continue
-        kw[fld.name] = value_strategy(fld.type, version, S._in(fld.nullable, version), depth)
+        kw[fld.name] = value_strategy(fld.type, version, S._in(fld.nullable, version), flexible, depth)
     return st.builds(cls, **kw)
 
 
-_FLEX = [False]
-
-
 def message_strategy(cls, version: int):
-    _FLEX[0] = cls.is_flexible(version)
-    return struct_strategy(cls, version)
+    return struct_strategy(cls, version, cls.is_flexible(version))
