@@ -10,6 +10,8 @@ changing anything. Config errors are INVALID_CONFIG with the reason.
 """
 from __future__ import annotations
 
+import difflib
+
 from kohort.broker.handlers import handles
 from kohort.broker.topic_configs import (LIST, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC,
                                          TOPIC_CONFIG_INFO, broker_config_entries, topic_config_entries)
@@ -114,6 +116,16 @@ def _list_op(current: str, value: str | None, op: int) -> str:
     return ",".join(x for x in have if x not in items)
 
 
+def _check_name(seen: dict, name: str) -> None:
+    """One change per config, and only topic configs kohort knows (naming the closest on a typo)."""
+    if name in seen:
+        raise _ConfigError(f"config {name} appears twice")
+    if name not in TOPIC_CONFIG_INFO:
+        close = difflib.get_close_matches(name, TOPIC_CONFIG_INFO, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise _ConfigError(f"unknown topic config {name!r}{hint}")
+
+
 @handles(IncrementalAlterConfigsRequest, "0-1")
 def handle_incremental_alter_configs(ctx, req):
     R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
@@ -122,10 +134,7 @@ def handle_incremental_alter_configs(ctx, req):
         def changes_fn(cfg, r=r):
             ch = {}
             for c in r.configs:
-                if c.name in ch:
-                    raise _ConfigError(f"config {c.name} appears twice")
-                if c.name not in TOPIC_CONFIG_INFO:
-                    raise _ConfigError(f"unknown topic config {c.name!r}")
+                _check_name(ch, c.name)
                 if c.config_operation == SET:
                     ch[c.name] = c.value
                 elif c.config_operation == DELETE:
@@ -151,10 +160,7 @@ def handle_alter_configs(ctx, req):
         def changes_fn(cfg, r=r):
             ch = {}
             for c in r.configs:
-                if c.name in ch:
-                    raise _ConfigError(f"config {c.name} appears twice")
-                if c.name not in TOPIC_CONFIG_INFO:
-                    raise _ConfigError(f"unknown topic config {c.name!r}")
+                _check_name(ch, c.name)
                 ch[c.name] = c.value
             return ch
         code, msg = _alter(ctx.broker, r.resource_type, r.resource_name, changes_fn, req.validate_only, False)
