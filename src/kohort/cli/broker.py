@@ -39,11 +39,15 @@ def run(args) -> int:
         configured = (config["log.dirs"] or config["log.dir"]).split(",")[0].strip()
         data_dir = configured or DEFAULT_DATA_DIR
     data_dir = os.path.expanduser(data_dir)
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise KohortError(f"--data-dir {data_dir}: exists and is not a directory")
     if args.metrics:
         _hostport(args.metrics, "--metrics")
     try:
         asyncio.run(run_broker(host, port, data_dir, config, metrics_addr=args.metrics))
     except OSError as e:
+        if e.filename:             # the data directory (or a file in it), not the socket
+            raise KohortError(f"cannot start: {e.filename}: {e.strerror}") from None
         raise KohortError(f"cannot start: {e}") from None
     return 0
 
