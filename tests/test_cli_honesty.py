@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -163,3 +164,73 @@ def test_closed_stdout_is_quiet(kb, argv):
             p.wait()
     assert rc == 141, err
     assert err == ""
+
+
+# -- item 3: produce reports what it knows ------------------------------------------------------------
+def produce_json(kb, topic, lines: bytes, *extra, timeout=60):
+    r = subprocess.run([sys.executable, "-m", "kohort.cli.main", "produce", topic, "--json", "-b", kb, *extra],
+                       input=lines, capture_output=True, timeout=timeout)
+    return r.returncode, json.loads(r.stdout), r.stderr.decode()
+
+
+def test_record_over_the_client_limit_is_reported_and_the_run_goes_on(kb):
+    lines = b"first\n" + b"x" * (2 << 20) + b"\nthird\n"
+    rc, s, err = produce_json(kb, "honest-big", lines)
+    assert rc == 1 and err == ""
+    assert (s["records"], s["acknowledged"], s["failed"], s["unknown"]) == (3, 2, 1, 0)
+    (msg,) = s["errors"]["refused"]
+    assert msg.startswith("line 2: ") and "max.request.size=1048576" in msg and "not sent" in msg
+    assert "broker" not in msg
+    r = run("consume", "honest-big", "--from-beginning", "-e", "-b", kb)
+    assert r.stdout.split() == ["first", "third"]
+
+
+def test_record_over_the_broker_limit_names_the_topic_limit(kb):
+    assert run("topics", "create", "honest-small", "--config", "max.message.bytes=1000", "-b", kb).returncode == 0
+    rc, s, _ = produce_json(kb, "honest-small", b"y" * 5000 + b"\n")
+    assert rc == 1
+    assert (s["records"], s["acknowledged"], s["failed"], s["unknown"]) == (1, 0, 1, 0)
+    assert "MESSAGE_TOO_LARGE" in s["errors"]["failed"] and "max.message.bytes=1000" in s["errors"]["failed"]
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except (BrokenPipeError, ValueError):
+        pass
+
+
+def test_broker_killed_mid_run_reports_unknown_not_failed(tmp_path):
+    n = 100_000
+    lines = b"".join(b"r%d\n" % i for i in range(n))
+    with KohortBroker(str(tmp_path / "d")) as b:
+        assert run("topics", "create", "honest-kill", "-b", b.bootstrap).returncode == 0
+        p = subprocess.Popen([sys.executable, "-m", "kohort.cli.main", "produce", "honest-kill", "--json",
+                              "--rate", "50000", "--timeout", "2", "-b", b.bootstrap],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        feeder = threading.Thread(target=_feed, args=(p.stdin, lines), daemon=True)
+        try:
+            feeder.start()                               # a steady 50000/s for 2 s ...
+            time.sleep(1.0)
+            # the broker freezes half-way (requests sent now are never answered), then dies
+            os.kill(b.pid, signal.SIGSTOP)
+            time.sleep(0.3)
+            b.kill()
+            out = p.stdout.read()                        # stderr holds a few lines at most
+            p.wait(60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            feeder.join(10)
+        s = json.loads(out)
+        assert p.returncode == 1
+        assert s["records"] == n and s["acknowledged"] + s["failed"] + s["unknown"] == n
+        assert s["acknowledged"] > 0 and s["failed"] > 0 and s["unknown"] > 0
+        b.start()
+        from kohort.client.admin import LATEST
+        with Admin({"bootstrap.servers": b.bootstrap}) as a:
+            stored = a.list_offsets({TopicPartition("honest-kill", 0): LATEST})[TopicPartition("honest-kill", 0)]
+    # every acknowledged record is there; nothing reported failed is; the unknown ones may be
+    assert s["acknowledged"] <= stored <= s["acknowledged"] + s["unknown"], (s, stored)

@@ -42,7 +42,7 @@ from kohort.errors import (
     KafkaConnectionError,
     KafkaTimeoutError,
     KohortError,
-    MessageTooLargeError,
+    RecordTooLargeError,
     for_code,
 )
 from kohort.protocol.compression import (
@@ -315,10 +315,10 @@ class Producer:
     def _check_record_size(self, size: int, headers) -> None:
         size += 90 + sum(len(k) + (len(v) if v is not None else 0) for k, v in (headers or ()))
         if size > self.max_request_size:
-            raise MessageTooLargeError(f"a record of about {size} bytes is larger than max.request.size="
+            raise RecordTooLargeError(f"a record of about {size} bytes is larger than max.request.size="
                                       f"{self.max_request_size}")
         if size > self.config["buffer.memory"]:
-            raise MessageTooLargeError(f"a record of about {size} bytes is larger than buffer.memory="
+            raise RecordTooLargeError(f"a record of about {size} bytes is larger than buffer.memory="
                                       f"{self.config['buffer.memory']}")
 
     def flush(self, timeout: float | None = None) -> int:
