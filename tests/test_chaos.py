@@ -146,7 +146,7 @@ def chaos(tmp_path, kills: int, rate: int = 1000, seed: int = 13) -> dict:
             m.start()
         recoveries = []
         for _ in range(kills):
-            time.sleep(rnd.uniform(0.8, 1.6))
+            time.sleep(rnd.uniform(0.5, 1.2))
             killed_at = time.monotonic()
             b.kill()                                   # SIGKILL
             time.sleep(rnd.uniform(0.0, 0.3))

@@ -5,6 +5,8 @@
 --config is a Kafka .properties file with broker settings and topic defaults by Kafka's names
 (num.partitions, log.retention.ms, ...). Prints `kohort broker ready on HOST:PORT` once accepting
 connections; SIGTERM/SIGINT stop it cleanly (storage writes its clean-shutdown marker).
+The port is bound before the data directory is touched; a directory another broker holds (its
+`.lock`) or a --data-dir that is a file is one line naming it.
 """
 from __future__ import annotations
 

@@ -4,10 +4,11 @@
 
 1. starts the embedded broker (`kohort broker` as a subprocess on a free port, temp data dir) and
    waits for its ready line;
-2. creates the topic `events` (3 partitions) and produces sample JSON click events continuously;
-3. runs the Spark pipeline (kohort source -> 10 s windows per user with a watermark -> Parquet,
-   committing finished batches to the group `kohort-demo`), printing rows/s and the group's lag;
-4. stops producing, waits for the group lag to fall to zero, prints the aggregates read back from
+2. creates the topic `events` (3 partitions);
+3. starts the Spark pipeline (kohort source -> 10 s windows per user with a watermark -> Parquet,
+   committing finished batches to the group `kohort-demo`), and once it runs produces sample JSON
+   click events for --seconds, printing rows/s and the group's lag;
+4. after --seconds of producing, waits for the group lag to fall to zero, prints the aggregates read back from
    Parquet and `kohort groups lag kohort-demo`, and stops everything it started.
 """
 from __future__ import annotations
