@@ -200,6 +200,7 @@ def cmd_consume(args) -> int:
     out = sys.stdout
     n = 0
     prog = Progress(args.count, args.topic, force=args.progress) if args.progress else None
+    max_poll = loaded["max.poll.records"]
     committer = _Committer(c, loaded["auto.commit.interval.ms"] / 1000) if args.group else None
     failure = None
     try:
@@ -235,7 +236,7 @@ def cmd_consume(args) -> int:
                     if len(done) == len(ends):
                         break
                 # with --count, never take more records than will be printed
-                recs = c.poll(0.5, max_records=(args.count - n) if args.count is not None else None)
+                recs = c.poll(0.5, max_records=min(args.count - n, max_poll) if args.count is not None else None)
                 if recs:
                     last = time.monotonic()
                     if ends is not None:
