@@ -130,7 +130,7 @@ def read_log(bootstrap: str) -> list[tuple[int, int, bytes]]:
     return out
 
 
-def chaos(tmp_path, kills: int, rate: int = 1000, seed: int = 13) -> dict:
+def chaos(tmp_path, kills: int, rate: int = 1000, seed: int = 13, pause=(0.5, 1.2)) -> dict:
     rnd = random.Random(seed)
     b = KohortBroker(str(tmp_path / "data"))
     b.start()
@@ -146,7 +146,7 @@ def chaos(tmp_path, kills: int, rate: int = 1000, seed: int = 13) -> dict:
             m.start()
         recoveries = []
         for _ in range(kills):
-            time.sleep(rnd.uniform(0.5, 1.2))
+            time.sleep(rnd.uniform(*pause))
             killed_at = time.monotonic()
             b.kill()                                   # SIGKILL
             time.sleep(rnd.uniform(0.0, 0.3))
@@ -157,7 +157,7 @@ def chaos(tmp_path, kills: int, rate: int = 1000, seed: int = 13) -> dict:
                 assert producer.is_alive(), producer.error
                 time.sleep(0.01)
             recoveries.append(producer.first_ack_after(killed_at) - killed_at)
-        time.sleep(1.0)
+        time.sleep(0.3)
         producer.halt.set()
         producer.join(150)
         assert not producer.is_alive() and producer.error is None, producer.error
@@ -215,7 +215,7 @@ def check(fig: dict) -> None:
 
 
 def test_chaos_short(tmp_path):
-    check(chaos(tmp_path, kills=3, rate=500))
+    check(chaos(tmp_path, kills=3, rate=500, pause=(0.3, 0.8)))
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from kohort.client.admin import Admin
+from kohort.client.admin import LATEST, Admin
 from kohort.client.producer import Producer
 from kohort.structs import TopicPartition
 from tests.brokers import KohortBroker
@@ -207,12 +207,16 @@ def test_broker_killed_mid_run_reports_unknown_not_failed(tmp_path):
     with KohortBroker(str(tmp_path / "d")) as b:
         assert run("topics", "create", "honest-kill", "-b", b.bootstrap).returncode == 0
         p = subprocess.Popen([sys.executable, "-m", "kohort.cli.main", "produce", "honest-kill", "--json",
-                              "--rate", "50000", "--timeout", "2", "-b", b.bootstrap],
+                              "--rate", "50000", "--timeout", "1", "-b", b.bootstrap],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         feeder = threading.Thread(target=_feed, args=(p.stdin, lines), daemon=True)
         try:
             feeder.start()                               # a steady 50000/s for 2 s ...
-            time.sleep(1.0)
+            tp = TopicPartition("honest-kill", 0)
+            with Admin({"bootstrap.servers": b.bootstrap}) as a:
+                while a.list_offsets({tp: LATEST})[tp] < 10_000:
+                    assert p.poll() is None, p.stderr.read()
+                    time.sleep(0.05)
             # the broker freezes half-way (requests sent now are never answered), then dies
             os.kill(b.pid, signal.SIGSTOP)
             time.sleep(0.3)
@@ -229,7 +233,6 @@ def test_broker_killed_mid_run_reports_unknown_not_failed(tmp_path):
         assert s["records"] == n and s["acknowledged"] + s["failed"] + s["unknown"] == n
         assert s["acknowledged"] > 0 and s["failed"] > 0 and s["unknown"] > 0
         b.start()
-        from kohort.client.admin import LATEST
         with Admin({"bootstrap.servers": b.bootstrap}) as a:
             stored = a.list_offsets({TopicPartition("honest-kill", 0): LATEST})[TopicPartition("honest-kill", 0)]
     # every acknowledged record is there; nothing reported failed is; the unknown ones may be
