@@ -193,3 +193,59 @@ def test_kohort_cli_topics_and_groups_against_kafka(kafka1):
     while topic in kafka1.tool(TOPICS, "--bootstrap-server", bs, "--list").stdout.split():
         assert time.monotonic() < deadline, "topic still listed by kafka-topics after kohort deleted it"
         time.sleep(0.5)
+
+
+def test_kohort_classic_member_beside_a_java_kip848_member_on_kafka(kafka1):
+    """Kafka 4.x lets classic members and consumer-protocol (KIP-848) members share a group: a Java
+    member with group.protocol=consumer and a kohort (classic) member split the partitions, and when the
+    Java member leaves the kohort member takes everything."""
+    topic, group = uniq("mixp"), uniq("mixp")
+    kafka1.create_topic(topic, 4)
+    p = Producer({"bootstrap.servers": kafka1.bootstrap})
+    try:
+        for i in range(2000):
+            p.produce(topic, str(i).encode(), partition=i % 4)
+        assert p.flush(30) == 0
+    finally:
+        p.close()
+    java = JavaPeer("consume", "--bootstrap", kafka1.bootstrap, "--topic", topic, "--group", group,
+                    "--protocol", "consumer", "--offsets").start()
+    kohort = None
+    try:
+        java.wait_for(lambda e: e["event"] == "assigned" and e["partitions"], timeout=60)
+        kohort = _member(kafka1.bootstrap, group, topic, "range")
+
+        def java_owned():
+            own = set()
+            for ev in list(java.events):
+                ps = {tuple(x.rsplit("-", 1)) for x in ev.get("partitions", [])}
+                if ev["event"] == "assigned":
+                    own |= ps
+                elif ev["event"] in ("revoked", "lost"):
+                    own -= ps
+            return {(t, int(p)) for t, p in own}
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            jo, ko = java_owned(), _owned(kohort[1])
+            if jo and ko and not (jo & ko) and len(jo | ko) == 4:
+                break
+            time.sleep(0.2)
+        jo, ko = java_owned(), _owned(kohort[1])
+        assert jo and ko and not (jo & ko) and len(jo | ko) == 4, (jo, ko)
+        java.stop()
+        deadline = time.monotonic() + 60
+        while len(_owned(kohort[1])) < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(_owned(kohort[1])) == 4
+        java_seen = {(t, int(p), int(o)) for ev in java.of("records") for x in ev["offsets"]
+                     for tp, o in [x.rsplit("@", 1)] for t, p in [tp.rsplit("-", 1)]}
+        deadline = time.monotonic() + 30
+        while len(java_seen | _records(kohort[1])) < 2000 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(java_seen | _records(kohort[1])) == 2000
+    finally:
+        java.stop()
+        if kohort is not None:
+            kohort[0].kill()
+            kohort[0].wait(10)
