@@ -12,9 +12,9 @@ MVN ?= mvn -B -q
 
 setup: $(VENV)/.installed peers
 
-# Real peers from Maven Central (tests/peers/): Apache Kafka 4.x (broker, CLI tools, Java client) and
-# Spark's own Kafka connector, copied into the ignored .peers/ folder; the Java harness compiled there.
-peers: $(PEERS)/.kafka $(PEERS)/.spark $(PEERS)/java/Peer.class
+# Real peers from Maven Central and npm (tests/peers/): Apache Kafka 4.x (broker, CLI tools, Java client),
+# Spark's own Kafka connector and kafkajs, copied into the ignored .peers/ folder; the Java harness compiled there.
+peers: $(PEERS)/.kafka $(PEERS)/.spark $(PEERS)/java/Peer.class $(PEERS)/.node
 
 $(PEERS)/.kafka: tests/peers/kafka/pom.xml
 	rm -rf $(PEERS)/kafka-lib
@@ -27,6 +27,13 @@ $(PEERS)/.spark: tests/peers/spark/pom.xml
 	$(MVN) -f tests/peers/spark/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
 	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2 \
 	  -DoutputDirectory=$(CURDIR)/$(PEERS)/spark-lib
+	touch $@
+
+# kafkajs (npm), a pure-JavaScript client, as a client of kohort broker
+$(PEERS)/.node: tests/peers/node/package.json
+	rm -rf $(PEERS)/node && mkdir -p $(PEERS)/node
+	cp tests/peers/node/package.json $(PEERS)/node/
+	cd $(PEERS)/node && npm install --silent --no-audit --no-fund --no-package-lock
 	touch $@
 
 $(PEERS)/java/Peer.class: tests/peers/java/Peer.java $(PEERS)/.kafka
