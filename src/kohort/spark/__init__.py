@@ -2,6 +2,15 @@
 `format("kohort")` available to spark.read, spark.readStream, df.write and df.writeStream, with
 spark-sql-kafka's options and schema (see `kohort.spark.options` and `kohort.spark.arrow`).
 
+`register` also ships kohort to the Python workers (`package_zip()` + `SparkContext.addPyFile`), so
+executors whose Python lacks kohort can still import it: Spark puts a pyfile on the sys.path of every
+Python worker it starts -- the planner workers on the driver as well as the executors' workers --
+before it unpickles the data source. The zip holds kohort's pure-Python modules only (the compiled
+record decoder cannot be imported from a zip; kohort falls back to Python). Workers still need
+kohort's third-party dependencies: pyarrow, crc32c, lz4, zstandard, cramjam (see README, "Spark on a
+cluster"). When the workers run this very interpreter (local mode with PYSPARK_PYTHON pointing at
+it) nothing is shipped, so they keep the compiled decoder.
+
 Modules: options (parsing/validation), planning (pure offset-range planning, admission control,
 data-loss classification), arrow (schema, Arrow batches from fetched record batches), wire (the small
 blocking client the source uses), source (DataSource, batch/stream readers), sink (writers),
@@ -9,13 +18,98 @@ pipeline (the ready JSON-events -> windowed aggregates -> Parquet job).
 """
 from __future__ import annotations
 
+import hashlib
+import io
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+
 FORMAT = "kohort"
 
 
-def register(spark) -> None:
-    """Register the `kohort` format with a SparkSession."""
+def register(spark, ship: bool | None = None) -> None:
+    """Register the `kohort` format with a SparkSession and make its Python workers able to import
+    kohort. `ship`: True = always add kohort's zip to the session, False = never (kohort is
+    installed where the workers run), None (default) = unless the workers run this interpreter."""
     from kohort.spark.source import KohortDataSource
-    spark.dataSource.register(KohortDataSource)
+    if ship is None:
+        ship = not _workers_run_this_python(spark)
+    if not ship:
+        spark.dataSource.register(KohortDataSource)
+        return
+    sc = spark.sparkContext
+    path = package_zip()
+    _add_py_file(sc, path)
+    # The registered data source carries the context's pyfiles. Spark's streaming-source runner (on
+    # the driver) looks them up in a per-job subdirectory of its files root where they are not
+    # (pyspark 4.2), so the data source also lists the zip by absolute path: os.path.join keeps an
+    # absolute name, the driver's workers find it there, executors elsewhere skip a missing entry.
+    sc._python_includes.append(path)
+    try:
+        spark.dataSource.register(KohortDataSource)
+    finally:
+        sc._python_includes.remove(path)
 
 
-__all__ = ["FORMAT", "register"]
+def _workers_run_this_python(spark) -> bool:
+    """True when Spark starts its Python workers with this interpreter on this machine: a local
+    master, and the Python Spark picks for its workers (spark.pyspark.python, PYSPARK_PYTHON, else
+    `python3` from PATH; spark.pyspark.driver.python / PYSPARK_DRIVER_PYTHON if set) is in the
+    directory of sys.executable (the same virtualenv)."""
+    sc = spark.sparkContext
+    if not sc.master.startswith("local"):
+        return False
+    conf = sc.getConf()
+    names = [conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or "python3",
+             conf.get("spark.pyspark.driver.python") or os.environ.get("PYSPARK_DRIVER_PYTHON")]
+    here = os.path.dirname(os.path.abspath(sys.executable))
+    for n in filter(None, names):
+        path = shutil.which(n)
+        if path is None or os.path.dirname(os.path.abspath(path)) != here:
+            return False
+    return True
+
+
+def _add_py_file(sc, path: str) -> None:
+    """SparkContext.addPyFile once per context, without leaving the zip on the driver's sys.path
+    (the driver already imports kohort, with its compiled decoder)."""
+    name = os.path.basename(path)
+    if name in sc._python_includes:
+        return
+    before = list(sys.path)
+    sc.addPyFile(path)
+    sys.path[:] = before
+
+
+def package_zip(directory: str | None = None) -> str:
+    """A zip of kohort's Python modules (content-addressed, built once per version of the code);
+    returns its path."""
+    import kohort
+    root = os.path.dirname(os.path.abspath(kohort.__file__))
+    base = os.path.dirname(root)
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        files.extend(os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith((".py", ".typed")))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in files:
+            info = zipfile.ZipInfo(os.path.relpath(f, base), date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with open(f, "rb") as fh:
+                zf.writestr(info, fh.read())
+    data = buf.getvalue()
+    directory = directory or os.path.join(tempfile.gettempdir(), "kohort-spark")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"kohort-{hashlib.sha256(data).hexdigest()[:16]}.zip")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    return path
+
+
+__all__ = ["FORMAT", "package_zip", "register"]
