@@ -117,6 +117,27 @@ def test_option_errors_surface_through_spark(spark, broker):
         spark.read.format("kohort").option("kafka.bootstrap.servers", addr).load().collect()
 
 
+def test_option_errors_of_streams_at_load_and_not_as_unbound_local_error(spark, broker, tmp_path):
+    _, addr = broker
+    def stream():
+        return spark.readStream.format("kohort").option("kafka.bootstrap.servers", addr).option("subscribe", "x")
+    with pytest.raises(AnalysisException, match="'maxOffsetsPerTrigger' must be a positive integer"):
+        stream().option("maxOffsetsPerTrigger", "many").load()               # load(), not start()
+    with pytest.raises(AnalysisException, match="'groupIdPrefix' is not supported"):
+        stream().option("groupIdPrefix", "app").load()
+    # a batch-only option on a stream: load() cannot tell the query type; the query fails at its
+    # first call with kohort's message (pyspark 4.2 turned an error of streamReader() into
+    # "UnboundLocalError: cannot access local variable 'reader'")
+    q = (stream().option("endingOffsets", "latest").load().writeStream.format("memory").queryName("bad_ending")
+         .option("checkpointLocation", str(tmp_path / "cp")).start())
+    try:
+        with pytest.raises(Exception) as ei:
+            q.awaitTermination(60)
+    finally:
+        q.stop()
+    assert "are for batch queries only" in str(ei.value) and "UnboundLocalError" not in str(ei.value)
+
+
 def test_sink_writes_what_a_read_returns(spark, broker):
     kind, addr = broker
     topic = new_topic(addr, 2)

@@ -459,6 +459,22 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.driver._cluster.close()
 
 
+class _InvalidStreamReader(DataSourceStreamReader):
+    """Stands in for a streaming reader whose options are invalid for a streaming query: every call
+    raises the option error."""
+
+    def __init__(self, error: ConfigError):
+        self.error = error
+
+    def _fail(self, *args, **kwargs):
+        raise ConfigError(str(self.error))
+
+    initialOffset = latestOffset = partitions = read = commit = _fail
+
+    def stop(self) -> None:
+        pass
+
+
 # -- the data source ---------------------------------------------------------------------------------------
 class KohortDataSource(DataSource):
     """format("kohort"): spark-sql-kafka's options and schema over kohort's client."""
@@ -468,15 +484,23 @@ class KohortDataSource(DataSource):
         return "kohort"
 
     def schema(self):
-        from kohort.spark.options import _bool
-        return schema_ddl(_bool({k.lower(): v for k, v in dict(self.options).items()},
-                                "includeHeaders", False))
+        # Spark calls schema() at load() for reads of both kinds (not for writes): every option is
+        # checked here, so a bad value fails load(); the rules of one query type wait for reader()
+        # / streamReader().
+        return schema_ddl(parse_source_options(self.options, batch=None).include_headers)
 
     def reader(self, schema):
         return KohortBatchReader(parse_source_options(self.options, batch=True))
 
     def streamReader(self, schema):
-        return KohortStreamReader(parse_source_options(self.options, batch=False))
+        try:
+            opts = parse_source_options(self.options, batch=False)
+        except ConfigError as e:
+            # pyspark 4.2's streaming runner calls reader.stop() in a `finally` after streamReader(),
+            # so an exception here is reported as an UnboundLocalError; a reader that fails its first
+            # call reports ours instead
+            return _InvalidStreamReader(e)
+        return KohortStreamReader(opts)
 
     def writer(self, schema, overwrite: bool):
         from kohort.spark.sink import KohortBatchWriter
