@@ -285,6 +285,17 @@ class KohortBatchReader(DataSourceReader):
                 d._cluster.close()
                 d._cluster = None
         for tp in tps:
+            latest = bounds[tp][1]
+            if end[tp] > latest:
+                # spark-sql-kafka plans this range and its executor fails after an empty poll with
+                # "Some data may have been lost ... Could not read records in offset [latest, end)"
+                # (failOnDataLoss=false: reads up to the latest offset); the driver knows it already
+                msg = (f"endingOffsets asks for {tp[0]}-{tp[1]} up to offset {end[tp]}, but its latest "
+                       f"offset is {latest}: records in offset [{latest}, {end[tp]}) do not exist")
+                if self.opts.fail_on_data_loss:
+                    raise DataLossError(msg + " (set failOnDataLoss=false to read up to the latest offset)")
+                log.warning("kohort: %s; reading up to offset %d", msg, latest)
+                end[tp] = latest
             if end[tp] < start[tp]:
                 raise KohortError(f"{tp[0]}-{tp[1]}: ending offset {end[tp]} is before starting offset {start[tp]}")
             lo = bounds[tp][0]
