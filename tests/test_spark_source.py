@@ -346,3 +346,40 @@ def test_pipeline_windows_per_key_to_parquet_and_results_topic(spark, broker):
                                                                            json.loads(m.v)["sum_amount"])
             for m in msgs}
     assert rows == want
+
+
+def test_pipeline_counts_malformed_events_and_writes_them_to_the_dead_letter_topic(spark, broker):
+    kind, addr = broker
+    from kohort.spark.pipeline import PipelineConfig, start_queries, watch
+    topic, dlq = new_topic(addr, 2), new_topic(addr, 1)
+    good = [json.dumps({"user": u, "amount": 1.0, "ts": f"2026-01-01T00:00:{s:02d}Z"}).encode()
+            for s in range(10) for u in ("ada", "ken")]
+    bad = [b"garbage", b'{"user": "ada", "amount": "lots", "ts": "2026-01-01T00:00:01Z"}',
+           b'{"user": "ken", "amount": 2.0}', b"[1, 2]"]
+    produce(addr, topic, {0: good[:10] + bad[:2], 1: good[10:] + bad[2:]})
+    out = tempfile.mkdtemp(prefix="kohort-dlq-")
+    cfg = PipelineConfig(bootstrap_servers=addr, topic=topic,
+                         fields={"user": "string", "amount": "double", "ts": "timestamp"},
+                         event_time="ts", key="user", window="10 seconds", watermark="5 seconds",
+                         metrics=["count", "sum(amount)"], group_id=None, path=out + "/agg",
+                         checkpoint=out + "/cp", trigger="500 milliseconds", dead_letter_topic=dlq)
+    cfg.validate()
+    qs = start_queries(spark, cfg)
+    lines = []
+    try:
+        for q in qs:
+            q.processAllAvailable()
+        totals = watch(qs, duration_s=0, out=lines.append)
+    finally:
+        for q in qs:
+            q.stop()
+    assert totals == {"events": len(good) + len(bad), "malformed": len(bad)}
+    assert lines and "malformed" in lines[-1]
+    rows = (spark.read.format("kohort").option("kafka.bootstrap.servers", addr).option("subscribe", dlq)
+            .option("includeHeaders", "true").load().collect())
+    assert sorted(bytes(r.value) for r in rows) == sorted(bad)
+    for r in rows:
+        h = {x["key"]: bytes(x["value"]).decode() for x in r.headers}
+        assert h["kohort.source"].startswith(topic + "-")
+        want = "no event time" if bytes(r.value) == bad[2] else "not a JSON object of the declared"
+        assert want in h["kohort.error"]
