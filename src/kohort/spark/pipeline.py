@@ -199,8 +199,9 @@ def load_pipeline_config(path: str, **overrides) -> PipelineConfig:
 # -- Spark ------------------------------------------------------------------------------------------------
 def build_session(cfg: PipelineConfig, master: str | None = None, app_name: str = "kohort-pipeline"):
     """A SparkSession for the pipeline with the kohort format registered. With a local master the
-    Python workers use this interpreter (so they import kohort) unless PYSPARK_PYTHON says otherwise;
-    on a cluster (--master spark://..., yarn, k8s://...) kohort must be installed on the executors."""
+    Python workers use this interpreter unless PYSPARK_PYTHON says otherwise; on a cluster (--master
+    spark://..., yarn, k8s://...) `kohort.spark.register` ships kohort to the executors, whose Python
+    needs kohort's third-party packages (pyarrow, crc32c, lz4, zstandard, cramjam)."""
     master = master or cfg.master
     java_home = os.environ.get("JAVA_HOME")
     if not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))) and not shutil.which("java"):
