@@ -90,6 +90,20 @@ def produce(addr: str, topic: str, partitions: int, values: list) -> None:
         p.close()
 
 
+def test_package_zip_holds_kohort_python_modules_only(tmp_path):
+    import zipfile
+    import kohort
+    from kohort.spark import package_zip
+    path = package_zip(str(tmp_path))
+    assert package_zip(str(tmp_path)) == path                 # content-addressed: built once
+    names = zipfile.ZipFile(path).namelist()
+    assert {"kohort/__init__.py", "kohort/spark/source.py", "kohort/protocol/records.py"} <= set(names)
+    assert all(n.startswith("kohort/") and n.endswith((".py", ".typed")) for n in names)
+    here = os.path.dirname(kohort.__file__)
+    assert len(names) == sum(1 for d, _, fs in os.walk(here) if "__pycache__" not in d
+                             for f in fs if f.endswith((".py", ".typed")))
+
+
 LOCAL_DRIVER = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])                    # kohort for the driver only (not via PYTHONPATH)

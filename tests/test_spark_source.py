@@ -83,6 +83,12 @@ def produce(addr: str, topic: str, values_by_partition: dict, batch: int = 37) -
     assert p.flush(30) == 0
 
 
+def test_register_ships_nothing_when_the_workers_run_this_interpreter(spark):
+    # the fixture's workers run sys.executable (PYSPARK_PYTHON): they import the installed kohort,
+    # compiled record decoder included, so no zip shadows it (test_spark_cluster.py: the other case)
+    assert not [n for n in spark.sparkContext._python_includes if n.startswith("kohort-")]
+
+
 # -- batch ----------------------------------------------------------------------------------------------
 def test_batch_read_split_by_min_partitions_returns_exactly_the_range(spark, broker):
     kind, addr = broker

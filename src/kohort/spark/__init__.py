@@ -32,14 +32,24 @@ FORMAT = "kohort"
 def register(spark, ship: bool | None = None) -> None:
     """Register the `kohort` format with a SparkSession and make its Python workers able to import
     kohort. `ship`: True = always add kohort's zip to the session, False = never (kohort is
-    installed where the workers run), None (default) = unless the workers run this interpreter."""
+    installed where the workers run), None (default) = unless the workers run this interpreter
+    (a Spark Connect session: never, its server's workers must have kohort installed)."""
     from kohort.spark.source import KohortDataSource
-    if ship is None:
-        ship = not _workers_run_this_python(spark)
+    try:
+        sc = spark.sparkContext
+    except Exception:                   # noqa: BLE001 - a Spark Connect session has no SparkContext
+        sc = None
+    if sc is None:
+        if ship:
+            from kohort.errors import ConfigError
+            raise ConfigError("kohort cannot ship itself through a Spark Connect session: install kohort "
+                              "where the server's Python workers run and call register(spark, ship=False)")
+        ship = False
+    elif ship is None:
+        ship = not _workers_run_this_python(sc)
     if not ship:
         spark.dataSource.register(KohortDataSource)
         return
-    sc = spark.sparkContext
     path = package_zip()
     _add_py_file(sc, path)
     # The registered data source carries the context's pyfiles. Spark's streaming-source runner (on
@@ -53,12 +63,11 @@ def register(spark, ship: bool | None = None) -> None:
         sc._python_includes.remove(path)
 
 
-def _workers_run_this_python(spark) -> bool:
+def _workers_run_this_python(sc) -> bool:
     """True when Spark starts its Python workers with this interpreter on this machine: a local
     master, and the Python Spark picks for its workers (spark.pyspark.python, PYSPARK_PYTHON, else
     `python3` from PATH; spark.pyspark.driver.python / PYSPARK_DRIVER_PYTHON if set) is in the
     directory of sys.executable (the same virtualenv)."""
-    sc = spark.sparkContext
     if not sc.master.startswith("local"):
         return False
     conf = sc.getConf()
