@@ -141,7 +141,7 @@ def test_local_workers_without_kohort_import_the_shipped_zip(bare_python, broker
     script = tmp_path / "driver.py"
     script.write_text(LOCAL_DRIVER)
     r = subprocess.run([sys.executable, str(script), SRC, broker, topic, out_topic], capture_output=True,
-                       text=True, timeout=240, env=driver_env(bare_python), cwd=str(tmp_path))
+                       text=True, timeout=150, env=driver_env(bare_python), cwd=str(tmp_path))
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert lines, r.stdout[-2000:] + r.stderr[-6000:]
     got = json.loads(lines[0][len("RESULT "):])
@@ -266,6 +266,7 @@ def committed_parquet(path: str) -> list:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
 def test_pipeline_on_a_standalone_cluster_whose_python_lacks_kohort(broker, tmp_path):
     import pyarrow.dataset as ds
     pylog = str(tmp_path / "python-starts.log")
@@ -290,11 +291,11 @@ def test_pipeline_on_a_standalone_cluster_whose_python_lacks_kohort(broker, tmp_
         driver = subprocess.Popen(
             [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
              "from kohort.cli.main import main; sys.exit(main(sys.argv[1:]))", SRC,
-             "pipeline", "--config", str(config), "--master", cluster.master_url, "--duration", "240"],
+             "pipeline", "--config", str(config), "--master", cluster.master_url, "--duration", "300"],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(tmp_path))
         want = {(f"2026-01-01 00:00:{w}0", u): (10, 10 * a) for w in range(3) for u, a in (("ada", 1.0), ("ken", 2.5))}
         got = {}
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 240           # Spark start, 3 windows closed
         while time.monotonic() < deadline and got != want:
             assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-4000:] + cluster.tail()
             time.sleep(2)
