@@ -252,3 +252,14 @@ def test_batch_ending_offsets_past_the_log_end_fail_at_planning(addr):
         part = RangePartition(t, 0, 0, 10)
         vals = [v for rb in read_range(lenient.opts, part, cluster=c) for v in rb.column("value").to_pylist()]
     assert vals == [b"0-%d" % i for i in range(10)]
+
+
+def test_starting_offsets_past_the_log_end_are_named_not_called_truncation(addr):
+    t = topic_with(addr, {0: 10})
+    starting = f'{{"{t}":{{"0":50}}}}'
+    r = reader(addr, subscribe=t, startingOffsets=starting)
+    with pytest.raises(DataLossError) as ei:
+        r.initialOffset()
+    assert "from offset 50, but its latest offset is 10" in str(ei.value) and "unclean" not in str(ei.value)
+    lenient = reader(addr, subscribe=t, startingOffsets=starting, failOnDataLoss="false")
+    assert P.decode_offsets(lenient.initialOffset())[0] == {(t, 0): 10}

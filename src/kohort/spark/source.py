@@ -238,6 +238,16 @@ class _Driver:
             for tp in tps:
                 v = spec.offsets[tp]
                 out[tp] = bounds[tp][0] if v == EARLIEST else bounds[tp][1] if v == LATEST else v
+                latest = bounds[tp][1]
+                if starting and out[tp] > latest:
+                    # spark-sql-kafka reports this at the first batch as data loss ("a user error that
+                    # the start offset is set beyond available offset"); not a truncated log
+                    msg = (f"startingOffsets asks for {tp[0]}-{tp[1]} from offset {v}, but its latest offset "
+                           f"is {latest}: offsets [{latest}, {v}) do not exist")
+                    if self.opts.fail_on_data_loss:
+                        raise DataLossError(msg + " (set failOnDataLoss=false to start at the latest offset)")
+                    log.warning("kohort: %s; starting at offset %d", msg, latest)
+                    out[tp] = latest
             return out
         # timestamps
         ts = {tp: spec.timestamp if kind == "timestamp" else spec.offsets.get(tp) for tp in tps}
