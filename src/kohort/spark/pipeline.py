@@ -20,15 +20,16 @@ TOML layout (see examples/pipeline.toml):
 
 Output rows: window_start, window_end, <key>, then one column per metric (`count`, `sum_amount`, ...).
 
+Parquet is written in append mode, so a window appears once the watermark passes its end; the
+checkpoint keeps source offsets and aggregation state, so a killed driver restarts where it left off
+and the Parquet output holds each window exactly once.
+
 Malformed events (windowed mode) -- a value that is not a JSON object of the declared field types,
 or has no event time -- are left out of the aggregates and counted: each micro-batch's progress
 carries the observed metrics `kohort_pipeline` = {events, malformed}, the progress line shows them
 and `run` ends with the totals. With [sink] dead_letter_topic a third query writes each malformed
 record's key and value unchanged to that topic, with headers `kohort.error` (why) and
 `kohort.source` (topic-partition@offset).
-Parquet is written in append mode, so a window appears once the watermark passes its end; the
-checkpoint keeps source offsets and aggregation state, so a killed driver restarts where it left off
-and the Parquet output holds each window exactly once.
 """
 from __future__ import annotations
 
