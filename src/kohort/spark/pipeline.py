@@ -16,7 +16,9 @@ TOML layout (see examples/pipeline.toml):
                  partition, offset -- the exactly-once check uses it)
     [sink]       path, checkpoint, trigger ("2 seconds"), results_topic (optional),
                  dead_letter_topic (optional: malformed events are written there as they came)
-    [spark]      master ("local[2]"), conf = {...}
+    [spark]      master ("local[2]"), conf = {...}, ship_kohort (default: unless the workers run
+                 this interpreter; false where kohort is installed on the workers -- see
+                 kohort.spark.register)
 
 Output rows: window_start, window_end, <key>, then one column per metric (`count`, `sum_amount`, ...).
 
@@ -73,6 +75,7 @@ class PipelineConfig:
     dead_letter_topic: str | None = None
     master: str = "local[2]"
     spark_conf: dict = field(default_factory=dict)
+    ship_kohort: bool | None = None
 
     @classmethod
     def from_dict(cls, d: dict, base_dir: str = ".") -> "PipelineConfig":
@@ -97,6 +100,8 @@ class PipelineConfig:
                     raise ConfigError(f"pipeline config: [{name}] {key} must be a table")
                 if typ is list and not isinstance(v, list):
                     raise ConfigError(f"pipeline config: [{name}] {key} must be a list")
+                if typ is bool and not isinstance(v, bool):
+                    raise ConfigError(f"pipeline config: [{name}] {key} must be true or false")
                 return v
             if default is ...:
                 near = difflib.get_close_matches(key, [str(k) for k in sec], n=1)
@@ -129,6 +134,7 @@ class PipelineConfig:
             dead_letter_topic=take(sink, "sink", "dead_letter_topic", None) or None,
             master=take(sp, "spark", "master", "local[2]"),
             spark_conf={str(k): str(v) for k, v in take(sp, "spark", "conf", {}, dict).items()},
+            ship_kohort=take(sp, "spark", "ship_kohort", None, bool),
         )
         for name, sec in (("source", src), ("events", ev), ("aggregate", agg), ("sink", sink), ("spark", sp)):
             if sec:
@@ -226,7 +232,7 @@ def build_session(cfg: PipelineConfig, master: str | None = None, app_name: str 
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     import kohort.spark
-    kohort.spark.register(spark)
+    kohort.spark.register(spark, ship=cfg.ship_kohort)
     return spark
 
 
