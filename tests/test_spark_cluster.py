@@ -89,12 +89,19 @@ def produce(addr: str, topic: str, partitions: int, values: list) -> None:
         p.close()
 
 
-def test_package_zip_holds_kohort_python_modules_only(tmp_path):
+def test_package_zip_holds_kohort_python_modules_and_the_decoder_next_to_it(tmp_path):
     import zipfile
     import kohort
+    from kohort.protocol import records
     from kohort.spark import package_zip
     path = package_zip(str(tmp_path))
     assert package_zip(str(tmp_path)) == path                 # content-addressed: built once
+    beside = sorted(os.listdir(os.path.dirname(path)))
+    if records.HAVE_EXTENSION:
+        from kohort.protocol import _crecords
+        assert beside == sorted([os.path.basename(path), os.path.basename(_crecords.__file__)])
+    else:
+        assert beside == [os.path.basename(path)]
     names = zipfile.ZipFile(path).namelist()
     assert {"kohort/__init__.py", "kohort/spark/source.py", "kohort/protocol/records.py"} <= set(names)
     assert all(n.startswith("kohort/") and n.endswith((".py", ".typed")) for n in names)
@@ -124,7 +131,10 @@ q.stop()
  .write.format("kohort").mode("append").option("kafka.bootstrap.servers", addr).option("topic", out_topic).save())
 def where(_):
     import sys, kohort
-    yield (sys.executable, kohort.__file__)
+    import kohort.spark                        # as unpickling the data source does, before records
+    from kohort.protocol import records
+    ext = records._ext.__file__ if records.HAVE_EXTENSION else None
+    yield (sys.executable, kohort.__file__, ext)
 workers = spark.sparkContext.parallelize([0], 1).mapPartitions(where).collect()
 print("RESULT " + json.dumps({"batch": batch, "stream": stream, "workers": workers}), flush=True)
 spark.stop()
@@ -146,8 +156,11 @@ def test_local_workers_without_kohort_import_the_shipped_zip(bare_python, broker
     got = json.loads(lines[0][len("RESULT "):])
     want = sorted(v.decode() for v in values)
     assert got["batch"] == want and got["stream"] == want
-    [(exe, kohort_file)] = got["workers"]
+    [(exe, kohort_file, decoder)] = got["workers"]
     assert exe == bare_python and ".zip" + os.sep + "kohort" in kohort_file
+    from kohort.protocol import records
+    if records.HAVE_EXTENSION:                 # the compiled decoder travelled next to the zip
+        assert decoder and os.path.dirname(decoder) == os.path.dirname(kohort_file.split(".zip" + os.sep)[0])
     with Cluster({"bootstrap.servers": broker}) as c:
         assert c.offset_bounds([(out_topic, 0)])[(out_topic, 0)] == (0, len(values))
 

@@ -5,11 +5,13 @@ spark-sql-kafka's options and schema (see `kohort.spark.options` and `kohort.spa
 `register` also ships kohort to the Python workers (`package_zip()` + `SparkContext.addPyFile`), so
 executors whose Python lacks kohort can still import it: Spark puts a pyfile on the sys.path of every
 Python worker it starts -- the planner workers on the driver as well as the executors' workers --
-before it unpickles the data source. The zip holds kohort's pure-Python modules only (the compiled
-record decoder cannot be imported from a zip; kohort falls back to Python). Workers still need
-kohort's third-party dependencies: pyarrow, crc32c, lz4, zstandard, cramjam (see README, "Spark on a
-cluster"). When the workers run this very interpreter (local mode with PYSPARK_PYTHON pointing at
-it) nothing is shipped, so they keep the compiled decoder.
+before it unpickles the data source. The zip holds kohort's Python modules; an extension module
+cannot be imported from a zip, so the compiled record decoder (when built) travels next to it
+(`SparkContext.addFile`) and this package, imported from the zip on a worker, adds the zip's
+directory to `kohort.protocol.__path__` before the record code is imported. A worker whose platform
+cannot load it falls back to the Python decoder. Workers still need kohort's third-party
+dependencies: pyarrow, crc32c, lz4, zstandard, cramjam (README, "Spark"). When the workers run this
+very interpreter (local mode with PYSPARK_PYTHON pointing at it) nothing is shipped.
 
 Modules: options (parsing/validation), planning (pure offset-range planning, admission control,
 data-loss classification), arrow (schema, Arrow batches from fetched record batches), wire (the small
@@ -52,6 +54,9 @@ def register(spark, ship: bool | None = None) -> None:
         return
     path = package_zip()
     _add_py_file(sc, path)
+    for name in os.listdir(os.path.dirname(path)):
+        if name.startswith("_crecords."):
+            _add_file(sc, os.path.join(os.path.dirname(path), name))
     # The registered data source carries the context's pyfiles. Spark's streaming-source runner (on
     # the driver) looks them up in a per-job subdirectory of its files root where they are not
     # (pyspark 4.2), so the data source also lists the zip by absolute path: os.path.join keeps an
@@ -92,9 +97,25 @@ def _add_py_file(sc, path: str) -> None:
     sys.path[:] = before
 
 
+def _add_file(sc, path: str) -> None:
+    name = os.path.basename(path)
+    if not any(os.path.basename(uri) == name for uri in sc.listFiles):
+        sc.addFile(path)
+
+
+def _compiled_decoder() -> str | None:
+    """The file of kohort's compiled record decoder, if this interpreter has it."""
+    try:
+        from kohort.protocol import _crecords
+    except ImportError:
+        return None
+    return getattr(_crecords, "__file__", None)
+
+
 def package_zip(directory: str | None = None) -> str:
-    """A zip of kohort's Python modules (content-addressed, built once per version of the code);
-    returns its path."""
+    """A zip of kohort's Python modules, content-addressed and built once per version of the code,
+    in a directory of its own that also holds a copy of the compiled record decoder (if built);
+    returns the zip's path."""
     import kohort
     root = os.path.dirname(os.path.abspath(kohort.__file__))
     base = os.path.dirname(root)
@@ -110,15 +131,40 @@ def package_zip(directory: str | None = None) -> str:
             with open(f, "rb") as fh:
                 zf.writestr(info, fh.read())
     data = buf.getvalue()
-    directory = directory or os.path.join(tempfile.gettempdir(), "kohort-spark")
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"kohort-{hashlib.sha256(data).hexdigest()[:16]}.zip")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    return path
+    ext = _compiled_decoder()
+    ext_data = b""
+    if ext:
+        with open(ext, "rb") as fh:
+            ext_data = fh.read()
+    name = f"kohort-{hashlib.sha256(data + ext_data).hexdigest()[:16]}"
+    folder = os.path.join(directory or os.path.join(tempfile.gettempdir(), "kohort-spark"), name)
+    os.makedirs(folder, exist_ok=True)
+    for fname, content in ((os.path.basename(ext) if ext else None, ext_data), (name + ".zip", data)):
+        target = os.path.join(folder, fname) if fname else None
+        if target and not os.path.exists(target):
+            tmp = f"{target}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as fh:
+                fh.write(content)
+            os.replace(tmp, target)
+    return os.path.join(folder, name + ".zip")
+
+
+def _find_shipped_decoder() -> None:
+    """On a Python worker that imports kohort from the shipped zip: let `kohort.protocol` also look in
+    the zip's directory, where the compiled decoder was shipped. Runs when this package is imported,
+    which on a worker is before any record code (unpickling the data source imports kohort.spark.*)."""
+    import kohort
+    f = getattr(kohort, "__file__", None) or ""
+    marker = ".zip" + os.sep
+    if marker not in f or "kohort.protocol.records" in sys.modules:
+        return
+    where = os.path.dirname(f[:f.index(marker) + 4])
+    import kohort.protocol
+    if where not in kohort.protocol.__path__:
+        kohort.protocol.__path__.append(where)
+
+
+_find_shipped_decoder()
 
 
 __all__ = ["FORMAT", "package_zip", "register"]
