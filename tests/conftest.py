@@ -27,6 +27,18 @@ import pytest
 from tests.watchdog import MARKER, ancestors, kill_run
 
 RUN_ID = os.environ.setdefault(MARKER, uuid.uuid4().hex)
+
+
+def _spark_kafka_jars() -> None:
+    """Put Spark's own Kafka connector (make peers → .peers/spark-lib) on the classpath of the one JVM
+    PySpark starts in this process, whichever test module starts it first."""
+    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".peers", "spark-lib")
+    if os.path.isdir(lib) and "PYSPARK_SUBMIT_ARGS" not in os.environ:
+        jars = ",".join(sorted(os.path.join(lib, j) for j in os.listdir(lib) if j.endswith(".jar")))
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {jars} pyspark-shell"
+
+
+_spark_kafka_jars()
 HARD_GRACE_S = 60.0
 _watchdog: dict = {}
 

@@ -189,7 +189,6 @@ class KafkaNode:
             "num.io.threads": 2,
             "num.replica.fetchers": 1,
             "background.threads": 2,
-            "log.cleaner.enable": "false",
             "broker.heartbeat.interval.ms": 1000,
             "broker.session.timeout.ms": 4000,
             "controller.quorum.election.timeout.ms": 1500,

@@ -61,11 +61,14 @@ def stop_gateway() -> None:
             proc.wait(10)
 
 
-@pytest.fixture(scope="module", params=["kohort", pytest.param("tansu", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=["kohort", "kafka", pytest.param("tansu", marks=pytest.mark.slow)])
 def broker(request):
-    """bootstrap address of a running broker of each kind (module-scoped: started once); the Tansu
-    runs are in the slow suite to keep the default one short."""
-    if request.param == "kohort":
+    """bootstrap address of a running broker of each kind (module-scoped: started once): kohort broker,
+    Apache Kafka 4.x (the session's `kafka1`); the Tansu runs are in the slow suite to keep the default
+    one short."""
+    if request.param == "kafka":
+        yield "kafka", request.getfixturevalue("kafka1").bootstrap
+    elif request.param == "kohort":
         with KohortBroker() as b:
             yield "kohort", b.bootstrap
     else:
