@@ -81,8 +81,33 @@ def pytest_runtest_protocol(item, nextitem):
         open(state, "w").close()
 
 
+def stop_spark_gateway() -> None:
+    """End the JVM pyspark started for this process (SparkSession.stop() leaves it running until the
+    interpreter exits). Test modules share it, so it ends once, at the end of the session."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+    gw = SparkContext._gateway
+    if gw is None:
+        return
+    proc = getattr(gw, "proc", None)
+    try:
+        gw.shutdown()
+    except Exception:
+        pass
+    SparkContext._gateway = SparkContext._jvm = None
+    if proc is not None:
+        proc.stdin.close()                     # the gateway exits on EOF of its stdin
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 def pytest_sessionfinish(session, exitstatus):
     from tests import kafka_cluster
+    stop_spark_gateway()
     kafka_cluster.kill_all_live()
     proc = _watchdog.get("proc")
     exclude = ancestors(os.getpid()) | ({proc.pid} if proc else set())

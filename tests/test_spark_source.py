@@ -39,26 +39,6 @@ def spark():
     kohort.spark.register(s)
     yield s
     s.stop()
-    stop_gateway()
-
-
-def stop_gateway() -> None:
-    """End the JVM that pyspark started for this process (stop() leaves it running until the
-    interpreter exits, and the run's guard reports it as left behind)."""
-    from pyspark import SparkContext
-    gw = SparkContext._gateway
-    if gw is None:
-        return
-    proc = getattr(gw, "proc", None)
-    gw.shutdown()
-    SparkContext._gateway = SparkContext._jvm = None
-    if proc is not None:
-        proc.stdin.close()                     # the gateway exits on EOF of its stdin
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 @pytest.fixture(scope="module", params=["kohort", "kafka", pytest.param("tansu", marks=pytest.mark.slow)])
