@@ -15,8 +15,10 @@ losses, worst recovery = SIGKILL to the next acknowledged record) are printed:
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
+import traceback
 from collections import Counter
 
 import pytest
@@ -112,8 +114,9 @@ class Member(threading.Thread):
                         time.sleep(0.1)
             finally:
                 c.close(autocommit=False, timeout=5)
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            self.error = e
+        except BaseException:  # noqa: BLE001 - reported by the test
+            self.error = traceback.format_exc()
+            print(f"{self.name} died:\n{self.error}", file=sys.stderr)
 
 
 def read_log(bootstrap: str) -> list[tuple[int, int, bytes]]:
