@@ -237,3 +237,9 @@ def test_broker_killed_mid_run_reports_unknown_not_failed(tmp_path):
             stored = a.list_offsets({TopicPartition("honest-kill", 0): LATEST})[TopicPartition("honest-kill", 0)]
     # every acknowledged record is there; nothing reported failed is; the unknown ones may be
     assert s["acknowledged"] <= stored <= s["acknowledged"] + s["unknown"], (s, stored)
+
+
+def test_acks_0_is_never_reported_as_acknowledged(kb):
+    rc, s, err = produce_json(kb, "honest-acks0", b"a\nb\nc\n", "--acks", "0")
+    assert rc == 0 and err == ""
+    assert (s["records"], s["acknowledged"], s["failed"], s["unknown"]) == (3, 0, 0, 3)

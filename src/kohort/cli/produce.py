@@ -11,7 +11,8 @@ broker died or the request timed out: it may be stored; resending it may duplica
 the producer's limit (max.request.size) is refused before sending, reported with its line number, and
 the run goes on with the next line, as kcat does; a record the broker refuses (its max.message.bytes)
 fails with its batch and the broker's limit named. Any other error at produce() ends the run (the
-summary says where). The exit status is 0 only when every record was acknowledged.
+summary says where). The exit status is 0 only when every record was acknowledged; with --acks 0 the
+broker confirms nothing, so every record sent is unknown and the status is 0 when none failed.
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def _count_lines(path: str) -> int:
     return n + (0 if last == b"\n" else 1)
 
 
-def outcome(batch, fatal=None) -> str:
+def outcome(batch, fatal=None, acks: int = -1) -> str:
     """What is known about a finished (or abandoned) batch's records:
 
     * "acknowledged": the broker stored them and said so;
@@ -76,7 +77,7 @@ def outcome(batch, fatal=None) -> str:
       duplicate them; checking the topic tells.
     """
     if batch.done and batch.error is None:
-        return "acknowledged"
+        return "acknowledged" if acks != 0 else "unknown"   # acks=0: sent, the broker never answers
     if batch.attempts == 0:
         return "failed"
     e = batch.error
@@ -154,10 +155,11 @@ def cmd_produce(args) -> int:
     counts = {"acknowledged": 0, "failed": len(refused), "unknown": 0}
     last_error = {}
     fatal = getattr(p.sender, "fatal", None)
+    acks = p.config["acks"]
     for b in batches:
-        o = outcome(b, fatal)
+        o = outcome(b, fatal, acks)
         counts[o] += b.count
-        if o != "acknowledged":
+        if o != "acknowledged" and not (acks == 0 and b.done and b.error is None):
             last_error[o] = b.error or KohortError("no outcome before the producer was closed")
     summary = {"topic": args.topic, "records": n, **counts, "seconds": round(elapsed, 3),
                "records_per_second": round(n / elapsed) if elapsed > 0 else None}
@@ -172,6 +174,9 @@ def cmd_produce(args) -> int:
     else:
         extra = "".join(f", {counts[k]} {k}" for k in ("failed", "unknown") if counts[k])
         of = "" if counts["acknowledged"] == n else f" of {n}"
+        if acks == 0:
+            print("kohort produce: acks=0: the broker confirms nothing; records sent count as unknown",
+                  file=sys.stderr)
         print(f"produced {counts['acknowledged']}{of} record(s) to {args.topic} in {elapsed:.2f}s "
               f"({summary['records_per_second'] or 0:,}/s){extra}", file=sys.stderr)
     if not args.json:
@@ -185,4 +190,6 @@ def cmd_produce(args) -> int:
             print(f"kohort produce: outcome unknown for {counts['unknown']} record(s) (sent, no answer; "
                   f"they may be stored, resending may duplicate them): {last_error['unknown']}",
                   file=sys.stderr)
+    if acks == 0:      # nothing is ever confirmed: success means nothing certainly failed
+        return 0 if counts["failed"] == 0 and not last_error else 1
     return 0 if counts["acknowledged"] == n else 1
