@@ -1,11 +1,13 @@
 """Chaos: the kohort broker is SIGKILLed and restarted again and again while a kohort producer
 (acks=all, idempotent) and a kohort consumer group (two members, manual commits of handed records)
-keep running (issue 13). Afterwards:
+keep running; the slow version adds a confluent-kafka, a kafka-python and an aiokafka group (one
+member each, a subprocess: tests/group_member.py) (issue 13). Afterwards:
 
 * every acknowledged record is in the log exactly once (no loss, no duplicate; nothing is in the log
   twice, acknowledged or not);
-* every offset the group committed covers only records its members handed to the application: for
-  each partition, every offset below the committed one was handed out at least once.
+* every offset a group committed covers only records its members handed to the application: for
+  each partition, every offset below the committed one was handed out at least once; every group
+  eventually handed out every acknowledged record.
 
 The short version runs in the default suite (3 kills); `-m slow` runs 20. Figures (kills, records,
 losses, worst recovery = SIGKILL to the next acknowledged record) are printed:
@@ -133,17 +135,27 @@ def read_log(bootstrap: str) -> list[tuple[int, int, bytes]]:
     return out
 
 
-def chaos(tmp_path, kills: int, rate: int = 1000, seed: int = 13, pause=(0.5, 1.2)) -> dict:
+def chaos(tmp_path, kills: int, rate: int = 1000, seed: int = 13, pause=(0.5, 1.2), peers=()) -> dict:
+    """`peers`: other clients (tests/group_member.py: confluent, kafka-python, aiokafka), each a
+    one-member group of its own ("chaos-<client>") in a subprocess, held to the same rule."""
+    from tests.test_groups_clients import Member as PeerMember
     rnd = random.Random(seed)
     b = KohortBroker(str(tmp_path / "data"))
     b.start()
     producer = None
     members = []
+    peer_members = []
     try:
         with Admin({"bootstrap.servers": b.bootstrap}) as a:
             assert a.create_topics({TOPIC: PARTITIONS})[TOPIC] is None
         producer = ProducerLoop(b.bootstrap, rate)
         members = [Member(b.bootstrap, i) for i in range(2)]
+        peer_members = [PeerMember(c, b.bootstrap, f"chaos-{c}", TOPIC) for c in peers]
+        for pm in peer_members:     # kafka-python gives up at construction if no broker answers
+            deadline = time.monotonic() + 60
+            while "READY" not in pm.lines:
+                assert time.monotonic() < deadline and pm.proc.poll() is None, f"{pm.client} did not start"
+                time.sleep(0.05)
         producer.start()
         for m in members:
             m.start()
@@ -171,31 +183,41 @@ def chaos(tmp_path, kills: int, rate: int = 1000, seed: int = 13, pause=(0.5, 1.
             assert time.monotonic() < deadline, "the group did not catch up within 60 s"
             assert all(m.is_alive() for m in members), [m.error for m in members]
             time.sleep(0.1)
+        acked_text = {v.decode() for v in acked}
+        for pm in peer_members:
+            while not pm.values() >= acked_text:
+                assert time.monotonic() < deadline + 60, f"{pm.client} did not catch up: {pm.lines[-5:]}"
+                assert pm.proc.poll() is None, f"{pm.client} exited: {pm.lines[-5:]}"
+                time.sleep(0.1)
         for m in members:
             m.halt.set()
         for m in members:
             m.join(30)
             assert not m.is_alive() and m.error is None, m.error
+        for pm in peer_members:
+            pm.terminate()
         log = read_log(b.bootstrap)
+        tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
         with Admin({"bootstrap.servers": b.bootstrap}) as a:
-            committed = a.list_group_offsets(GROUP, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+            committed = a.list_group_offsets(GROUP, tps)
+            peer_committed = {pm.client: a.list_group_offsets(f"chaos-{pm.client}", tps) for pm in peer_members}
     finally:
         if producer is not None:
             producer.halt.set()
         for m in members:
             m.halt.set()
+        for pm in peer_members:
+            pm.kill()
         b.stop()
         b.cleanup()
 
     in_log = Counter(v for _, _, v in log)
     handed = {(p, o) for m in members for p, o, _ in m.handed}
-    uncovered = {}
-    for tp, om in committed.items():
-        if om is None:
-            continue
-        missing = [o for o in range(om.offset) if (tp.partition, o) not in handed]
-        if missing:
-            uncovered[tp.partition] = missing[:5]
+    uncovered = _uncovered(committed, handed)
+    for pm in peer_members:
+        got = _uncovered(peer_committed[pm.client], {(p, o) for _, p, o, _ in pm.records})
+        if got:
+            uncovered[pm.client] = got
     return {
         "kills": kills, "produced": producer.sent, "acknowledged": len(acked), "failed": len(producer.failed),
         "in_log": len(log), "lost": len(acked - set(in_log)),
@@ -204,7 +226,20 @@ def chaos(tmp_path, kills: int, rate: int = 1000, seed: int = 13, pause=(0.5, 1.
         "handed": len(handed), "committed": {tp.partition: om.offset for tp, om in committed.items() if om},
         "commits_past_handed": uncovered, "member_errors": sum(m.errors for m in members),
         "failures": producer.failed[:3],
+        "peers": {pm.client: {"handed": len(pm.records), "commits": pm.commits} for pm in peer_members},
     }
+
+
+def _uncovered(committed: dict, handed: set) -> dict:
+    """{partition: first offsets below the committed one that no member handed out}"""
+    out = {}
+    for tp, om in committed.items():
+        if om is None:
+            continue
+        missing = [o for o in range(om.offset) if (tp.partition, o) not in handed]
+        if missing:
+            out[tp.partition] = missing[:5]
+    return out
 
 
 def check(fig: dict) -> None:
@@ -223,4 +258,4 @@ def test_chaos_short(tmp_path):
 
 @pytest.mark.slow
 def test_chaos_long(tmp_path):
-    check(chaos(tmp_path, kills=20, rate=2000, seed=1313))
+    check(chaos(tmp_path, kills=20, rate=2000, seed=1313, peers=("confluent", "kafka-python", "aiokafka")))
