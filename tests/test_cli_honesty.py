@@ -243,3 +243,8 @@ def test_acks_0_is_never_reported_as_acknowledged(kb):
     rc, s, err = produce_json(kb, "honest-acks0", b"a\nb\nc\n", "--acks", "0")
     assert rc == 0 and err == ""
     assert (s["records"], s["acknowledged"], s["failed"], s["unknown"]) == (3, 0, 0, 3)
+
+
+def test_consume_refuses_auto_commit(kb):
+    r = run("consume", "honest-count", "-g", "g-auto", "-X", "enable.auto.commit=true", "-b", kb)
+    assert r.returncode == 1 and "enable.auto.commit" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -192,6 +192,9 @@ def cmd_consume(args) -> int:
     if args.group:
         extra["group.id"] = args.group
     cfg = client_config(args, extra)
+    if str(cfg["enable.auto.commit"]).lower() not in ("false", "0"):
+        raise KohortError("-X enable.auto.commit: kohort consume commits the offsets of the records it has "
+                          "written itself (the consumer's position may be ahead of the output); leave it unset")
     from kohort.client.config import load_config
     loaded = load_config("consumer", cfg)        # a wrong -X key is reported before any connection
     with admin_client(args, admin_keys_only=True) as a:   # one clear line if the cluster or topic is missing
