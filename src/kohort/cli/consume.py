@@ -168,8 +168,13 @@ class _Committer:
             self.committed.update(offs)
 
     def maybe_commit(self) -> None:
+        """The periodic commit: a failure (broker away, rebalance) is a warning and is retried at
+        the next interval; the commit at exit reports failure as an error."""
         if time.monotonic() - self.last >= self.interval:
-            self.commit()
+            try:
+                self.commit()
+            except KohortError as e:
+                print(f"kohort consume: warning: commit failed (retried): {e}", file=sys.stderr)
 
     def on_revoke(self, consumer, tps) -> None:
         try:
