@@ -38,7 +38,7 @@ def test_event_producer_stops_after_its_seconds(kohort_broker):
     assert p.error is None
     times = event_times(kohort_broker.bootstrap)
     assert len(times) == p.sent and 150 <= p.sent <= 220
-    assert 0.7 <= times[-1] - times[0] <= 1.0          # ten ticks of 0.1 s: the first at 0, the last at 0.9
+    assert 0.7 <= times[-1] - times[0] <= 1.05         # ten ticks of 0.1 s: the first at 0, the last at 0.9
 
 
 @pytest.mark.slow
