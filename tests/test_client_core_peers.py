@@ -46,8 +46,10 @@ def test_producer_consumer_admin_and_spark_wire(peer):
     with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
         futs = [p.produce(topic, value=b"v%d" % i, key=b"k%d" % i, partition=i % nparts) for i in range(N)]
         p.flush(30)
-        offsets = [f.result(10).offset for f in futs]
-    assert sorted(offsets) == sorted(o for part in range(nparts) for o in range(len(range(part, N, nparts))))
+        metas = [f.result(10) for f in futs]
+    per_part = {part: len(range(part, N, nparts)) for part in range(nparts)}
+    assert sorted((m.partition, m.offset) for m in metas) == sorted(
+        (part, o) for part, n in per_part.items() for o in range(n))
 
     tps = [TopicPartition(topic, part) for part in range(nparts)]
     with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as c:
@@ -63,13 +65,14 @@ def test_producer_consumer_admin_and_spark_wire(peer):
         assert topic in a.list_topics()
         ends = a.list_offsets({tp: LATEST for tp in tps})
         starts = a.list_offsets({tp: EARLIEST for tp in tps})
-    assert sum(ends.values()) - sum(starts.values()) == N
+    assert starts == {tp: 0 for tp in tps}
+    if kind != "tansu":   # Tansu answers ListOffsets(latest) with a stale offset (why spark/wire.py checks HWM)
+        assert ends == {tp: per_part[tp.partition] for tp in tps}
 
     # the Spark source's driver and executor functions, with the PLAINTEXT:// form client/config.py takes
     with Cluster({"bootstrap.servers": f"PLAINTEXT://{bootstrap}"}) as cl:
         bounds = cl.offset_bounds([(topic, part) for part in range(nparts)])
-        assert {tp: b[1] for tp, b in bounds.items()} == {(t, pp): ends[TopicPartition(t, pp)]
-                                                           for t, pp in bounds}
+        assert bounds == {(topic, part): (0, n) for part, n in per_part.items()}
         pd = cl.fetch((topic, 0), 0, max_bytes=1 << 20)
         assert pd.error_code == 0 and pd.records
         group = f"g-{uuid.uuid4().hex[:6]}"
