@@ -14,21 +14,16 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from kohort.client.network import NetworkClient, Versioned
-from kohort.errors import KafkaTimeoutError, for_code
-from kohort.protocol.messages.metadata import MetadataRequest
+from kohort.client.network import NetworkClient
+from kohort.client.requests import metadata_request
+from kohort.errors import ErrorCode, KafkaTimeoutError, for_code
 from kohort.structs import TopicPartition
 
-METADATA_KEY = 3
 # error codes that mean "your metadata is stale"
 STALE_METADATA_ERRORS = frozenset({
-    3,    # UNKNOWN_TOPIC_OR_PARTITION
-    5,    # LEADER_NOT_AVAILABLE
-    6,    # NOT_LEADER_OR_FOLLOWER
-    74,   # FENCED_LEADER_EPOCH
-    75,   # UNKNOWN_LEADER_EPOCH
-    100,  # UNKNOWN_TOPIC_ID
-    103,  # INCONSISTENT_TOPIC_ID
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_ID,
+    ErrorCode.INCONSISTENT_TOPIC_ID,
 })
 
 
@@ -171,8 +166,7 @@ class Cluster:
                 return None
             topics = None if self._all_topics else sorted(self._topics)
             self._need_update = False
-            fut = self.network.send(None, Versioned(METADATA_KEY, lambda v: _metadata_request(
-                v, topics, self._auto_create)))
+            fut = self.network.send(None, metadata_request(topics, self._auto_create))
             self._inflight = fut
         fut.add_done_callback(self._on_response)
         return fut
@@ -242,7 +236,8 @@ class Cluster:
             self._not_before = 0.0
             snap.version = self.snapshot.version + 1
             self.snapshot = snap
-            if any(code in STALE_METADATA_ERRORS and code != 3 for code in snap.topic_errors.values()):
+            if any(code in STALE_METADATA_ERRORS and code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                   for code in snap.topic_errors.values()):
                 self._need_update = True
                 self._not_before = time.monotonic() + self._retry_backoff
             self._updated.notify_all()
@@ -260,7 +255,7 @@ class Cluster:
                 continue
             if t.error_code:
                 s.topic_errors[name] = t.error_code
-                if t.error_code != 5:   # LEADER_NOT_AVAILABLE still lists partitions
+                if t.error_code != ErrorCode.LEADER_NOT_AVAILABLE:   # still lists its partitions
                     continue
             if t.is_internal:
                 internal.add(name)
@@ -274,14 +269,6 @@ class Cluster:
             s.topics[name] = parts
         s.internal_topics = frozenset(internal)
         return s
-
-
-def _metadata_request(version: int, topics, auto_create: bool) -> MetadataRequest:
-    if topics is None:
-        req_topics = [] if version == 0 else None
-    else:
-        req_topics = [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-    return MetadataRequest(topics=req_topics, allow_auto_topic_creation=auto_create)
 
 
 __all__ = ["Cluster", "PartitionInfo", "STALE_METADATA_ERRORS", "Snapshot"]

@@ -73,13 +73,14 @@ class Versioned:
     """A request whose contents depend on the version negotiated at send time.
 
     `build(version) -> request object`. Use when fields differ across versions (e.g. FindCoordinator
-    v4 batches keys, Fetch v13 names topics by id)."""
+    v4 batches keys, Fetch v13 names topics by id); `max_version` caps the version it is sent in."""
 
-    __slots__ = ("API_KEY", "build")
+    __slots__ = ("API_KEY", "build", "max_version")
 
-    def __init__(self, api_key: int, build: Callable[[int], Any]):
+    def __init__(self, api_key: int, build: Callable[[int], Any], max_version: int | None = None):
         self.API_KEY = api_key
         self.build = build
+        self.max_version = max_version      # the highest version `build` can make (None: any)
 
 
 class _Req:
@@ -564,7 +565,10 @@ class NetworkClient:
         try:
             v = req.version
             if v is None:
-                v = conn.proto.pick(api_key, req.max_version, req.min_version)
+                cap = req.max_version
+                if isinstance(request, Versioned) and request.max_version is not None:
+                    cap = request.max_version if cap is None else min(cap, request.max_version)
+                v = conn.proto.pick(api_key, cap, req.min_version)
             else:
                 conn.proto.check(api_key, v)
             if isinstance(request, Versioned):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 
 from kohort.client.accumulator import DeliveryFuture, RecordAccumulator, RecordMetadata
 from kohort.client.config import load_config, parse_bootstrap

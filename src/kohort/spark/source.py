@@ -78,7 +78,7 @@ def read_range(opts: SourceOptions, part: RangePartition, cluster=None, now=time
     tp = (part.topic, part.partition)
     iso = 1 if cfg.get("isolation.level") == "read_committed" else 0
     builder = ColumnBuilder(part.topic, part.partition, opts.include_headers, read_committed=bool(iso))
-    max_bytes = int(cfg.get("max.partition.fetch.bytes", 8 << 20))
+    max_bytes = int(cfg.get("max.partition.fetch.bytes", 1 << 20))   # the consumer's default, as in spark-sql-kafka
     max_wait_ms = int(cfg.get("fetch.max.wait.ms", 500))
     pos, until = part.from_offset, part.until_offset
     deadline = now() + opts.poll_timeout_ms / 1000.0
