@@ -19,6 +19,9 @@ What lives here:
 * `patch_base_offset`, `patch_leader_epoch` (in place, CRC unaffected because the CRC starts at
   Attributes), `set_log_append_time` (rewrites Attributes/MaxTimestamp and the CRC).
 * Control batches of transaction markers (KIP-98): `build_control_batch`, `parse_control_record`.
+* Reading fetched bytes, shared by the consumer and the Spark source: `scan_batches` (next fetch
+  offset, last leader epoch, CRC check, from headers only) and `AbortedTransactions`, the one
+  read_committed filter (KIP-98).
 * Legacy MessageSet v0/v1 (KIP-32 added the v1 timestamp; KIP-31 relative offsets in compressed
   wrappers): `iter_legacy_messages`, and `iter_any_records` for payloads mixing magic 0/1/2.
 
@@ -26,6 +29,7 @@ Malformed bytes raise only DecodeError (CorruptRecordError for integrity failure
 """
 from __future__ import annotations
 
+import heapq
 import os
 import struct
 import zlib
@@ -958,6 +962,80 @@ def parse_control_record(key, value) -> tuple[int, int]:
             raise DecodeError(f"invalid transaction marker version {vversion}")
         return ctype, coordinator_epoch
     return ctype, -1
+
+
+# -- scanning fetched bytes and read_committed (KIP-98) ---------------------------------------------
+_ENTRY = struct.Struct(">qi")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+
+
+def scan_batches(d: bytes, fetch_offset: int = -1, check_crcs: bool = False) -> tuple[int, int | None, bool]:
+    """Walk the complete entries of fetched bytes `d` (batches of any magic, control ones included)
+    from their headers only: -> (next fetch offset, i.e. the offset after the last complete entry and
+    at least `fetch_offset`; leader epoch of the last v2 batch or None; whether legacy v0/v1 entries
+    were seen). With check_crcs, verifies the CRC-32C of each v2 batch at or past fetch_offset."""
+    n = len(d)
+    pos = 0
+    nxt = fetch_offset
+    epoch = None
+    legacy = False
+    mv = memoryview(d)
+    unpack = _ENTRY.unpack_from
+    while n - pos >= 17:
+        base, length = unpack(d, pos)
+        end = pos + 12 + length
+        if length < 0 or end > n:
+            break
+        if d[pos + MAGIC_OFFSET] >= MAGIC_V2 and length >= _MIN_BATCH_LENGTH:
+            last = base + _I32.unpack_from(d, pos + 23)[0] + 1
+            if check_crcs and last > fetch_offset and \
+                    _crc32c(mv[pos + ATTRIBUTES_OFFSET:end]) != _U32.unpack_from(d, pos + CRC_OFFSET)[0]:
+                raise CorruptRecordError(f"record batch at offset {base}: CRC-32C mismatch")
+            e = _I32.unpack_from(d, pos + PARTITION_LEADER_EPOCH_OFFSET)[0]
+            if e >= 0:
+                epoch = e
+        else:
+            legacy = True
+            last = base + 1   # legacy: the (wrapper) entry's offset is its last offset
+        if last > nxt:
+            nxt = last
+        pos = end
+    return nxt, epoch, legacy
+
+
+class AbortedTransactions:
+    """Consumer-side read_committed filtering (KIP-98), for one partition.
+
+    `add(aborted)` takes a fetch response's AbortedTransactions ((producer_id, first_offset) pairs or
+    objects with those attributes); `keep(d, pos, header)` is called for each v2 batch in offset order
+    and says whether its records are delivered: never for control batches (an ABORT marker ends its
+    producer's aborted transaction), not for a transactional batch of a producer inside an aborted
+    transaction. State carries over successive fetches of the partition."""
+
+    __slots__ = ("_pending", "_active")
+
+    def __init__(self, aborted=()):
+        self._pending: list = []            # heap of (first_offset, producer_id)
+        self._active: set[int] = set()      # producers inside an aborted transaction
+        self.add(aborted)
+
+    def add(self, aborted) -> None:
+        for a in aborted or ():
+            pid, first = (a.producer_id, a.first_offset) if hasattr(a, "producer_id") else a
+            heapq.heappush(self._pending, (first, pid))
+
+    def keep(self, d, pos: int, h: BatchHeader) -> bool:
+        pending, active = self._pending, self._active
+        while pending and pending[0][0] <= h.last_offset:
+            active.add(heapq.heappop(pending)[1])
+        if h.is_control:
+            if h.producer_id in active:
+                for rec in iter_batch_records(d, pos, h):
+                    if rec[2] is not None and parse_control_record(rec[2], rec[3])[0] == CONTROL_ABORT:
+                        active.discard(h.producer_id)
+            return False
+        return not (h.is_transactional and h.producer_id in active)
 
 
 # -- legacy MessageSet v0 / v1 --------------------------------------------------------------------
