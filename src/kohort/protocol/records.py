@@ -966,8 +966,6 @@ def parse_control_record(key, value) -> tuple[int, int]:
 
 # -- scanning fetched bytes and read_committed (KIP-98) ---------------------------------------------
 _ENTRY = struct.Struct(">qi")
-_I32 = struct.Struct(">i")
-_U32 = struct.Struct(">I")
 
 
 def scan_batches(d: bytes, fetch_offset: int = -1, check_crcs: bool = False) -> tuple[int, int | None, bool]:
