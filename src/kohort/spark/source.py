@@ -31,7 +31,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from kohort.errors import ConfigError, KafkaError, KohortError, for_code
+from kohort.errors import ConfigError, ErrorCode, KafkaError, KohortError, for_code
 from kohort.spark import planning as P
 from kohort.spark.arrow import ColumnBuilder, schema_ddl
 from kohort.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, parse_source_options
@@ -39,7 +39,7 @@ from kohort.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, pa
 log = logging.getLogger("kohort.spark")
 
 ROWS_PER_ARROW_BATCH = 16384
-OFFSET_OUT_OF_RANGE = 1
+OFFSET_OUT_OF_RANGE = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 class DataLossError(KohortError):
