@@ -228,6 +228,11 @@ class NetworkClient:
             self._submit.append(("connect", node_id))
         return False
 
+    @property
+    def caller_driven(self) -> bool:
+        """True for io_thread=False: the owner turns the loop with poll()."""
+        return self._thread is None
+
     def has_connected(self) -> bool:
         """Whether any connection ever finished its handshake."""
         return self._ever_ready

@@ -25,6 +25,7 @@ import time
 import uuid
 
 from kohort.client import requests as R
+from kohort.client.cluster import Cluster as MetadataView
 from kohort.client.config import load_config
 from kohort.client.network import NetworkClient
 from kohort.errors import (
@@ -53,11 +54,8 @@ class Cluster:
         self.timeout_s = self.config["request.timeout.ms"] / 1000.0
         self.retry_backoff_s = self.config["retry.backoff.ms"] / 1000.0
         self.net = NetworkClient(self.config, role="consumer", io_thread=False)
-        self.brokers: dict[int, tuple[str, int]] = {}
-        self.leaders: dict[tuple, int] = {}
-        self.topic_ids: dict[str, str] = {}
-        self.partitions: dict[str, list[int]] = {}
-        self._meta_at = 0.0
+        # the client's one metadata view; the source reads topics, it never creates them
+        self.meta = MetadataView(self.net, self.config, auto_create=False)
 
     def close(self):
         self.net.close()
@@ -72,41 +70,45 @@ class Cluster:
         """One blocking request to `node_id` (None: any broker)."""
         return self.net.request(node_id, request, timeout_s, **kw)
 
-    # -- metadata ------------------------------------------------------------------------------
+    # -- metadata (client/cluster.py's view) -----------------------------------------------------
     def refresh(self, topics=None) -> None:
-        """Metadata for `topics` (None = all topics); updates brokers, leaders, partitions, ids."""
-        resp = self._with_retries(lambda: self._call(None, R.metadata_request(topics), max_version=12))
-        self.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
-        self.net.update_brokers(self.brokers)
-        for t in resp.topics:
-            if t.error_code:
-                self.partitions.pop(t.name, None)
-                self.topic_ids.pop(t.name, None)
-                continue
-            self.partitions[t.name] = sorted(p.partition_index for p in t.partitions)
-            tid = getattr(t, "topic_id", None)
-            self.topic_ids[t.name] = str(tid) if tid is not None else str(ZERO_UUID)
-            for p in t.partitions:
-                self.leaders[(t.name, p.partition_index)] = p.leader_id
-        self._meta_at = time.monotonic()
+        """Fresh metadata for `topics` (added to those tracked; None: just refresh them)."""
+        if topics:
+            self.meta.add_topics(topics)
+        self.meta.refresh(self.timeout_s)
+
+    @property
+    def brokers(self) -> dict[int, tuple[str, int]]:
+        return self.meta.brokers
+
+    @property
+    def partitions(self) -> dict[str, list[int]]:
+        return self.meta.snapshot.topics
+
+    @property
+    def topic_ids(self) -> dict[str, str]:
+        s = self.meta.snapshot
+        return {t: str(s.topic_ids.get(t) or ZERO_UUID) for t in s.topics}
 
     def all_topics(self) -> list[str]:
-        self.refresh(None)
-        return sorted(self.partitions)
+        """Every topic's name (a listing; the view keeps tracking only the topics asked about)."""
+        resp = self._with_retries(lambda: self._call(None, R.metadata_request(None)))
+        return sorted(t.name for t in resp.topics if not t.error_code and not t.is_internal)
 
     def partitions_of(self, topics) -> dict[str, list[int]]:
         """{topic: [partitions]} of the existing topics among `topics` (metadata refreshed)."""
         topics = list(topics)
         if topics:
             self.refresh(topics)
-        return {t: self.partitions[t] for t in topics if t in self.partitions}
+        parts = self.partitions
+        return {t: parts[t] for t in topics if t in parts}
 
     def leader(self, tp) -> int:
-        lid = self.leaders.get(tp, -1)
-        if lid < 0:
+        lid = self.meta.leader_for(tp)
+        if lid is None:
             self.refresh([tp[0]])
-            lid = self.leaders.get(tp, -1)
-        if lid < 0:
+            lid = self.meta.leader_for(tp)
+        if lid is None:
             raise for_code(ErrorCode.LEADER_NOT_AVAILABLE)(f"{tp[0]}-{tp[1]} has no leader")
         return lid
 
@@ -222,10 +224,9 @@ class Cluster:
             c = R.read_find_coordinator(self._call(None, R.find_coordinator_request(group_id)))
             if c.error_code:
                 raise for_code(c.error_code)(f"FindCoordinator {group_id}")
-            if self.brokers.get(c.node_id) != (c.host, c.port):
-                self.brokers[c.node_id] = (c.host, c.port)
-                self.net.update_brokers(self.brokers)
-            return c.node_id
+            cid = 0x7FFFFFFF - c.node_id       # the coordinator's own connection, as the consumer does
+            self.net.set_node_address(cid, c.host, c.port)
+            return cid
         return self._with_retries(find)
 
     def commit_offsets(self, group_id: str, offsets: dict, metadata: str = "") -> None:
@@ -265,18 +266,14 @@ class Cluster:
             name=n, num_partitions=p, replication_factor=replication_factor, assignments=[],
             configs=[CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name=k, value=v)
                      for k, v in (configs or {}).items()]) for n, p in topics.items()], timeout_ms=30000)
-        node = None
-        self.refresh([])
-        if self.brokers:
-            node = min(self.brokers)      # any broker forwards to the controller (KIP-590)
-        resp = self._call(node, req)
+        resp = self._call(None, req)      # any broker forwards to the controller (KIP-590)
         for t in resp.topics:
             if t.error_code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
                 raise for_code(t.error_code)(f"CreateTopics {t.name}")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             self.refresh(list(topics))
-            if all(len(self.partitions.get(n, [])) == p and all(self.leaders.get((n, i), -1) >= 0
+            if all(len(self.partitions.get(n, [])) == p and all(self.meta.leader_for((n, i)) is not None
                    for i in range(p)) for n, p in topics.items()):
                 return
             time.sleep(0.1)
