@@ -28,6 +28,7 @@ import threading
 import time
 
 from kohort.client.accumulator import DeliveryFuture, RecordAccumulator, RecordMetadata
+from kohort.client.cluster import Cluster
 from kohort.client.config import load_config, parse_bootstrap
 from kohort.client.network import NetworkClient, Versioned
 from kohort.client.partitioner import DefaultPartitioner, murmur2
@@ -49,7 +50,6 @@ from kohort.protocol.compression import (
     COMPRESSION_ZSTD,
 )
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
-from kohort.protocol.messages.metadata import MetadataRequest
 from kohort.protocol.messages.produce import ProduceRequest
 
 _CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
@@ -276,8 +276,7 @@ class Producer:
                 if left <= 0:
                     break
                 self._meta_cond.wait(min(left, 0.2))
-        with self.sender.lock:
-            self.sender.wanted.discard(topic)    # stop asking for a topic nobody could find
+        self.sender.forget_topic(topic)
         if self.sender.connect_errors and not self.sender.ever_connected:
             raise KafkaConnectionError(unreachable_message(
                 [f"{h}:{p}" for h, p in self.bootstrap], self.sender.connect_errors, self.max_block_ms / 1000))
@@ -331,13 +330,12 @@ class _Sender:
         self.acc = producer.acc
         self.net = NetworkClient(producer.config, role="producer", io_thread=False)
         self.net.add_disconnect_listener(self._on_disconnect)
+        self.cluster = Cluster(self.net, producer.config, auto_create=True)   # the client's metadata view
+        self.cluster.add_listener(self._on_snapshot)
         self.nodes: dict[int, tuple[str, int]] = {}     # broker id -> address, from Metadata
         self.running = True
         self.fatal: BaseException | None = None
-        self.wanted: set[str] = set()
-        self.meta_needed = True
-        self.meta_in_flight = False
-        self.meta_last_ms = 0
+        self.meta_needed = False                        # ask for fresh metadata at the next step
         self.connect_errors: list[str] = []
         self.producer_id = -1
         self.producer_epoch = -1
@@ -359,11 +357,14 @@ class _Sender:
         self.net.wakeup()
 
     def want_topic(self, topic: str) -> None:
-        with self.lock:
-            if topic not in self.wanted:
-                self.wanted.add(topic)
-            self.meta_needed = True
+        if topic not in self.cluster.topics:
+            self.cluster.add_topics([topic])
+        self.meta_needed = True
         self.wakeup()
+
+    def forget_topic(self, topic: str) -> None:
+        """Stop asking for a topic nobody could find."""
+        self.cluster.set_topics(self.cluster.topics - {topic})
 
     def stop(self) -> None:
         self.running = False
@@ -416,9 +417,12 @@ class _Sender:
         now = _now_ms()
         p = self.p
         timeout_ms = 100
-        # metadata
-        if self.meta_needed or now - self.meta_last_ms > p.config["metadata.max.age.ms"]:
-            self._request_metadata(now)
+        # metadata (the view refreshes when asked, when stale, and at metadata.max.age.ms)
+        if self.meta_needed:
+            self.meta_needed = False
+            self.cluster.request_update()
+        else:
+            self.cluster.maybe_refresh()
         # producer id
         if p.idempotent and not self.pid_in_flight and (self.producer_id < 0 or self.needs_bump) \
                 and self._total_in_flight() == 0:
@@ -436,9 +440,8 @@ class _Sender:
             nodes = [n for n in nodes if self._node_ready(n)]
             timeout_ms = min(timeout_ms, next_ms)
             if unknown:
-                with self.lock:
-                    self.wanted |= unknown
-                    self.meta_needed = True
+                self.cluster.add_topics(unknown)
+                self.meta_needed = True
             for node in nodes:
                 self._send_to(node, now)
         return timeout_ms / 1000.0
@@ -464,40 +467,26 @@ class _Sender:
         n = info.leaders.get(partition, -1)
         return n if n >= 0 and n in self.nodes else None
 
-    def _request_metadata(self, now: int) -> None:
-        if self.meta_in_flight or now - self.meta_last_ms < self.p.config["retry.backoff.ms"]:
-            return
-        with self.lock:
-            topics = sorted(self.wanted | {t for t, i in self.p._topics.items() if not i.error})
-            self.meta_needed = False
-        self.meta_last_ms = now
-        req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-                              allow_auto_topic_creation=True)
-        self.meta_in_flight = True
-        _on_done(self.net.send(None, req, max_version=12), self._on_metadata)
-
-    def _on_metadata(self, resp, err) -> None:
-        self.meta_in_flight = False
-        if err is not None:
-            self.meta_needed = True
-            with self.p._meta_cond:
-                self.p._meta_cond.notify_all()
-            return
-        self.nodes = {b.node_id: (b.host, b.port) for b in resp.brokers}
-        self.net.update_brokers(self.nodes)
+    def _on_snapshot(self, snap) -> None:
+        """A new metadata snapshot (on the polling thread): leaders and partitions for produce()."""
+        self.nodes = {n: (h, port) for n, (h, port, _) in snap.brokers.items()}
         topics = dict(self.p._topics)
-        for t in resp.topics:
-            if t.error_code:
-                if t.error_code == ErrorCode.LEADER_NOT_AVAILABLE or for_code(t.error_code).retriable:
-                    self.meta_needed = True
-                if t.name not in topics or t.error_code != ErrorCode.LEADER_NOT_AVAILABLE:
-                    topics[t.name] = _TopicInfo(t.name, 0, {}, t.error_code)
+        lna = ErrorCode.LEADER_NOT_AVAILABLE
+        for name, code in snap.topic_errors.items():
+            if code == lna or for_code(code).retriable:
+                self.meta_needed = True
+            if name not in topics or code != lna:
+                topics[name] = _TopicInfo(name, 0, {}, code)
+        for name, parts in snap.topics.items():
+            if name in snap.topic_errors:
                 continue
-            leaders = {pp.partition_index: (pp.leader_id if not pp.error_code or pp.leader_id >= 0 else -1)
-                       for pp in t.partitions}
+            leaders = {}
+            for part in parts:
+                pi = snap.partitions[(name, part)]
+                leaders[part] = pi.leader if not pi.error_code or pi.leader >= 0 else -1
             if any(n < 0 for n in leaders.values()):
                 self.meta_needed = True
-            topics[t.name] = _TopicInfo(t.name, len(t.partitions), leaders)
+            topics[name] = _TopicInfo(name, len(parts), leaders)
         self.p._topics = topics
         with self.p._meta_cond:
             self.p._meta_cond.notify_all()
