@@ -79,3 +79,16 @@ def test_producer_consumer_admin_and_spark_wire(peer):
         cl.commit_offsets(group, {(topic, 0): 3})
         assert cl.committed_offsets(group, [(topic, 0)]) == {(topic, 0): 3}
         assert cl.partitions_of([topic]) == {topic: list(range(nparts))}
+
+
+def test_spark_wire_names_an_unreachable_bootstrap():
+    import socket
+
+    from kohort.errors import KafkaConnectionError
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with Cluster({"bootstrap.servers": f"PLAINTEXT://127.0.0.1:{port}", "request.timeout.ms": 1000}) as cl:
+        with pytest.raises(KafkaConnectionError, match=f"cannot reach any Kafka broker at 127.0.0.1:{port}"):
+            cl.partitions_of(["t"])

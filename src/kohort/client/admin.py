@@ -28,8 +28,7 @@ from typing import NamedTuple
 
 from kohort.client import requests as R
 from kohort.client.config import load_config, parse_bootstrap
-from kohort.client.network import NetworkClient, Versioned
-from kohort.client.producer import unreachable_message
+from kohort.client.network import NetworkClient, Versioned, unreachable_message
 from kohort.errors import (
     ErrorCode,
     KafkaConnectionError,

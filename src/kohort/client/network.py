@@ -153,6 +153,7 @@ class NetworkClient:
         self._closed = False
         self._shut = False
         self._ever_ready = False
+        self.recent_errors: list[str] = []      # the last few connection failures, for error messages
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -236,6 +237,11 @@ class NetworkClient:
     def has_connected(self) -> bool:
         """Whether any connection ever finished its handshake."""
         return self._ever_ready
+
+    def unreachable_error(self, elapsed_s: float) -> KafkaConnectionError:
+        """The clear error of a client that never reached any bootstrap broker."""
+        return KafkaConnectionError(unreachable_message(
+            [f"{h}:{p}" for h, p in self._bootstrap.values()], self.recent_errors, elapsed_s))
 
     def update_brokers(self, brokers: dict[int, tuple[str, int]]) -> None:
         """Replace the broker address book (from Metadata). Connections to moved brokers are closed."""
@@ -752,6 +758,7 @@ class NetworkClient:
                 conn.pending = keep
 
     def _conn_failed(self, conn: _Conn, err: BaseException) -> None:
+        self.recent_errors = (self.recent_errors + [str(err)])[-6:]
         b = self._backoffs.setdefault(conn.node_id, _Backoff())
         b.failures += 1
         delay = min(self._backoff_max_ms, self._backoff_ms * (2 ** min(b.failures - 1, 20)))
@@ -803,6 +810,15 @@ class NetworkClient:
                 self._disconnect(conn, KafkaConnectionError(f"broker {node_id} moved to {addr[0]}:{addr[1]}"))
 
 
+def unreachable_message(addresses, errors, elapsed_s: float) -> str:
+    """The one-line error of a client that never reached any bootstrap broker (every client)."""
+    tried = ", ".join(addresses)
+    why = "; ".join(dict.fromkeys(errors)) if errors else "no answer"
+    return (f"cannot reach any Kafka broker at {tried} ({why}) after {elapsed_s:.1f}s; check "
+            f"bootstrap.servers (-b/--bootstrap-server or $KOHORT_BOOTSTRAP for the kohort command) "
+            f"and that the broker is running and reachable")
+
+
 def _decode_lenient(payload, req: _Req):
     """Decode a response frame for `req` (trailing bytes ignored, see decode_response_lenient)."""
     if len(payload) < 4:
@@ -822,5 +838,5 @@ def _req_name(r: _Req) -> str:
     return api_name(r.request.API_KEY)
 
 
-__all__ = ["NetworkClient", "Versioned", "KafkaConnectionError", "KafkaTimeoutError", "KohortError",
+__all__ = ["NetworkClient", "Versioned", "unreachable_message", "KafkaConnectionError", "KafkaTimeoutError", "KohortError",
            "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"]

@@ -20,7 +20,7 @@ What lives here:
   DUPLICATE_SEQUENCE_NUMBER counts as success.
 
 Connection errors become one clear line naming the addresses tried and what to do
-(`unreachable_message`, shared with the Admin).
+(`network.unreachable_message`, shared by every client).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import time
 from kohort.client.accumulator import DeliveryFuture, RecordAccumulator, RecordMetadata
 from kohort.client.cluster import Cluster
 from kohort.client.config import load_config, parse_bootstrap
-from kohort.client.network import NetworkClient, Versioned
+from kohort.client.network import NetworkClient, Versioned, unreachable_message
 from kohort.client.partitioner import DefaultPartitioner, murmur2
 from kohort.errors import (
     ConfigError,
@@ -67,15 +67,6 @@ def _always(_node) -> bool:
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-def unreachable_message(addresses, errors, elapsed_s: float) -> str:
-    """The one-line error of a client that never reached any bootstrap broker (producer and admin)."""
-    tried = ", ".join(addresses)
-    why = "; ".join(dict.fromkeys(errors)) if errors else "no answer"
-    return (f"cannot reach any Kafka broker at {tried} ({why}) after {elapsed_s:.1f}s; check "
-            f"bootstrap.servers (-b/--bootstrap-server or $KOHORT_BOOTSTRAP for the kohort command) "
-            f"and that the broker is running and reachable")
 
 
 # -- cluster metadata (producer's view) ----------------------------------------------------------------

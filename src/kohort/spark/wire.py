@@ -68,14 +68,26 @@ class Cluster:
 
     def _call(self, node_id, request, timeout_s=None, **kw):
         """One blocking request to `node_id` (None: any broker)."""
-        return self.net.request(node_id, request, timeout_s, **kw)
+        start = time.monotonic()
+        try:
+            return self.net.request(node_id, request, timeout_s, **kw)
+        except (KafkaConnectionError, KafkaTimeoutError):
+            if not self.net.has_connected():
+                raise self.net.unreachable_error(time.monotonic() - start) from None
+            raise
 
     # -- metadata (client/cluster.py's view) -----------------------------------------------------
     def refresh(self, topics=None) -> None:
         """Fresh metadata for `topics` (added to those tracked; None: just refresh them)."""
         if topics:
             self.meta.add_topics(topics)
-        self.meta.refresh(self.timeout_s)
+        start = time.monotonic()
+        try:
+            self.meta.refresh(self.timeout_s)
+        except KafkaTimeoutError:
+            if not self.net.has_connected():
+                raise self.net.unreachable_error(time.monotonic() - start) from None
+            raise
 
     @property
     def brokers(self) -> dict[int, tuple[str, int]]:
