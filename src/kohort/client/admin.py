@@ -45,6 +45,7 @@ from kohort.protocol.messages.describe_configs import DescribeConfigsRequest
 from kohort.protocol.messages.describe_groups import DescribeGroupsRequest
 from kohort.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from kohort.protocol.messages.list_groups import ListGroupsRequest
+from kohort.client.consumer.offsets import OFFSETS_BY_NAME_MAX_VERSION
 from kohort.structs import OffsetAndMetadata, TopicPartition
 
 EARLIEST = -2          # ListOffsets special timestamps
@@ -198,12 +199,12 @@ class Admin:
         if brokers and brokers != self.nc.brokers:
             self.nc.update_brokers(brokers)
 
-    def _group_call(self, group: str, build, timeout=None, check=None):
+    def _group_call(self, group: str, build, timeout=None, check=None, max_version: int | None = None):
         """Send a group request to the coordinator, retrying while the coordinator moves or loads."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             node = self._coordinator(group, timeout)
-            resp = self._call(node, build, timeout)
+            resp = self._call(node, build, timeout, max_version=max_version)
             code = check(resp) if check else 0
             if code in _COORDINATOR_RETRY and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -400,7 +401,8 @@ class Admin:
                     if p.error_code:
                         return p.error_code
             return 0
-        _, resp = self._group_call(group, req, timeout, check=first_code)
+        _, resp = self._group_call(group, req, timeout, check=first_code,
+                                   max_version=OFFSETS_BY_NAME_MAX_VERSION)
         code = first_code(resp)
         if code == ErrorCode.UNKNOWN_MEMBER_ID or code == ErrorCode.ILLEGAL_GENERATION or \
                 code == ErrorCode.REBALANCE_IN_PROGRESS:

@@ -19,13 +19,13 @@ from typing import NamedTuple
 from kohort.client.network import Versioned
 from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest
 from kohort.protocol.messages.metadata import MetadataRequest
+from kohort.protocol.messages.offset_commit import OffsetCommitRequest
 from kohort.protocol.messages.offset_fetch import OffsetFetchRequest
 from kohort.structs import OffsetAndMetadata, TopicPartition
 
 COORDINATOR_GROUP = 0          # FindCoordinator key types
 COORDINATOR_TRANSACTION = 1
 METADATA_MAX_VERSION = 12      # v13 only adds a top-level error code; the clients have always stopped at 12
-OFFSET_FETCH_MAX_VERSION = 9   # v10 names topics by id (KIP-848)
 
 
 def metadata_request(topics=None, allow_auto_topic_creation: bool = False) -> Versioned:
@@ -79,9 +79,10 @@ def read_list_offsets(resp) -> dict[TopicPartition, tuple[int, int, int, int]]:
 
 def offset_fetch(group_id: str, tps, require_stable: bool = True) -> Versioned:
     """OffsetFetch for `tps` (None: every partition the group committed, KIP-88); v8+ batches groups."""
+    from kohort.client.consumer.offsets import OFFSETS_BY_NAME_MAX_VERSION   # v10 names topics by id only
     return Versioned(OffsetFetchRequest.API_KEY,
                      lambda v: offset_fetch_request(v, group_id, tps, require_stable=require_stable),
-                     OFFSET_FETCH_MAX_VERSION)
+                     OFFSETS_BY_NAME_MAX_VERSION)
 
 
 def read_offset_fetch(resp):
@@ -94,8 +95,10 @@ def simple_offset_commit(group_id: str, offsets: dict, metadata: str = ""):
     """OffsetCommit of {tp: offset} with generation -1 and an empty member id (an admin's commit,
     as kafka-consumer-groups.sh --reset-offsets does; the broker takes it only while the group has no
     members)."""
+    from kohort.client.consumer.offsets import OFFSETS_BY_NAME_MAX_VERSION   # v10 names topics by id only
     oam = {TopicPartition(*tp): OffsetAndMetadata(o, metadata, None) for tp, o in offsets.items()}
-    return offset_commit_request(0, group_id, -1, "", None, oam)
+    return Versioned(OffsetCommitRequest.API_KEY, lambda v: offset_commit_request(v, group_id, -1, "", None, oam),
+                     OFFSETS_BY_NAME_MAX_VERSION)
 
 
 # The OffsetCommit/OffsetFetch/ListOffsets builders live in consumer/offsets.py (the group helper's

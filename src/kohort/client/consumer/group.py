@@ -38,6 +38,7 @@ from concurrent.futures import Future
 from kohort.assignors import COOPERATIVE, get_assignor
 from kohort.assignors.base import Subscription as AssignorSubscription
 from kohort.client.consumer.offsets import (
+    OFFSETS_BY_NAME_MAX_VERSION,
     SubscriptionState, offset_commit_request, offset_fetch_request, parse_offset_fetch,
 )
 from kohort.client.network import Versioned
@@ -698,7 +699,7 @@ class GroupMember:
         self._fetching_committed.update(need)
         gid = self.group_id
         fut = self.network.send(self.coordinator, Versioned(OFFSET_FETCH, lambda v: offset_fetch_request(
-            v, gid, need, require_stable=True)))
+            v, gid, need, require_stable=True)), max_version=OFFSETS_BY_NAME_MAX_VERSION)
         self._committed_future = (fut, need)
 
     def fetch_committed(self, tps, timeout: float) -> dict:
@@ -707,7 +708,7 @@ class GroupMember:
             self._ensure_coordinator(deadline)
             gid = self.group_id
             fut = self.network.send(self.coordinator, Versioned(OFFSET_FETCH, lambda v: offset_fetch_request(
-                v, gid, tps, require_stable=True)))
+                v, gid, tps, require_stable=True)), max_version=OFFSETS_BY_NAME_MAX_VERSION)
             try:
                 resp = _wait(fut, deadline).result()
                 err, got = parse_offset_fetch(fut.api_version, resp)
@@ -816,7 +817,7 @@ class GroupMember:
     def _send_commit(self, offsets, gen, mid) -> Future:
         gid, iid = self.group_id, self.group_instance_id
         return self.network.send(self.coordinator, Versioned(OFFSET_COMMIT, lambda v: offset_commit_request(
-            v, gid, gen, mid, iid, offsets)))
+            v, gid, gen, mid, iid, offsets)), max_version=OFFSETS_BY_NAME_MAX_VERSION)
 
     def commit_async(self, offsets: dict, callback, auto: bool = False) -> None:
         if not offsets:
