@@ -1,5 +1,5 @@
 """One client core against every peer: Producer, Consumer, Admin and the Spark source's driver/executor
-functions (spark/wire.py) against librdkafka's mock cluster, Tansu and the kohort broker.
+functions (spark/wire.py) against librdkafka's mock cluster, Tansu, the kohort broker and Apache Kafka 4.x.
 
 They all speak through one NetworkClient and one sans-I/O ClientProtocol (issue 12). Before that, the
 Producer and spark/wire.py had their own stacks without NetworkClient's leniency: against the mock
@@ -29,8 +29,10 @@ def kohort_peer():
         yield b.bootstrap
 
 
-@pytest.fixture(params=["mock", "tansu", "kohort"])
+@pytest.fixture(params=["mock", "tansu", "kohort", "kafka"])
 def peer(request):
+    if request.param == "kafka":
+        return "kafka", request.getfixturevalue("kafka1").bootstrap
     name = {"mock": "mock_cluster", "tansu": "tansu", "kohort": "kohort_peer"}[request.param]
     return request.param, request.getfixturevalue(name)
 
