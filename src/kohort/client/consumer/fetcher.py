@@ -33,6 +33,7 @@ from kohort.client.consumer.offsets import (
     list_offsets_request,
 )
 from kohort.client.network import Versioned
+from kohort.client.requests import read_list_offsets
 from kohort.errors import ErrorCode, KafkaError, for_code
 from kohort.protocol.messages.fetch import FetchRequest
 from kohort.protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest
@@ -546,20 +547,16 @@ class Fetcher:
         refresh = False
         with self.lock:
             self._resetting.difference_update(stamps)
-            for t in resp.topics:
-                for p in t.partitions:
-                    tp = TopicPartition(t.name, p.partition_index)
-                    st = self.subs.partitions.get(tp)
-                    if st is None or tp not in stamps or st.seek_epoch != seek_epochs.get(tp):
-                        continue
-                    if p.error_code:
-                        refresh |= p.error_code in _REFRESH_ERRORS
-                        continue
-                    offset = p.offset if fut.api_version >= 1 else (p.old_style_offsets or [-1])[0]
-                    if offset < 0:
-                        continue
-                    epoch = p.leader_epoch if p.leader_epoch >= 0 else None
-                    self.subs.seek(tp, offset, epoch)
+            for tp, (code, offset, _ts, le) in read_list_offsets(resp).items():
+                st = self.subs.partitions.get(tp)
+                if st is None or tp not in stamps or st.seek_epoch != seek_epochs.get(tp):
+                    continue
+                if code:
+                    refresh |= code in _REFRESH_ERRORS
+                    continue
+                if offset < 0:
+                    continue
+                self.subs.seek(tp, offset, le if le >= 0 else None)
         if refresh:
             self.cluster.request_update()
         self.send_fetches()
@@ -644,18 +641,15 @@ def list_offsets(network, cluster, tps_to_ts: dict, isolation_level: int, timeou
                 resp = fut.result(max(0.0, deadline - time.monotonic()))
             except (KafkaError, OSError, TimeoutError):
                 continue
-            for t in resp.topics:
-                for p in t.partitions:
-                    tp = TopicPartition(t.name, p.partition_index)
-                    if tp not in pending:
-                        continue
-                    if p.error_code:
-                        if p.error_code not in _REFRESH_ERRORS:
-                            raise for_code(p.error_code)(f"ListOffsets for {tp}")
-                        continue
-                    off = p.offset if fut.api_version >= 1 else (p.old_style_offsets or [-1])[0]
-                    result[tp] = (off, p.timestamp, p.leader_epoch if p.leader_epoch >= 0 else None)
-                    del pending[tp]
+            for tp, (code, off, ts, le) in read_list_offsets(resp).items():
+                if tp not in pending:
+                    continue
+                if code:
+                    if code not in _REFRESH_ERRORS:
+                        raise for_code(code)(f"ListOffsets for {tp}")
+                    continue
+                result[tp] = (off, ts, le if le >= 0 else None)
+                del pending[tp]
         if pending:
             if time.monotonic() >= deadline:
                 from kohort.errors import KafkaTimeoutError
