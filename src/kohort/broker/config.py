@@ -6,6 +6,7 @@ closest known key. `load_properties(path)` reads a Java-style .properties file.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 
 from kohort.errors import KohortError
@@ -82,6 +83,42 @@ SPEC.update({
     # partition directories.
     "kohort.topic.max.partitions": (int, 10000),
 })
+# security (broker/security.py): listeners and their protocols, TLS with PEM files, SASL. Each of these
+# may also be given for one listener as listener.name.<listener>.<key>; SASL's JAAS config also as
+# [listener.name.<listener>.]<mechanism>.sasl.jaas.config.
+SECURITY_KEYS: dict[str, tuple] = {
+    "listener.security.protocol.map": (str, ""),
+    "sasl.enabled.mechanisms": (str, "GSSAPI"),
+    "sasl.jaas.config": (str, ""),
+    "ssl.keystore.type": (str, "JKS"),
+    "ssl.keystore.location": (str, ""),
+    "ssl.keystore.key": (str, ""),
+    "ssl.keystore.certificate.chain": (str, ""),
+    "ssl.key.password": (str, ""),
+    "ssl.truststore.type": (str, "JKS"),
+    "ssl.truststore.location": (str, ""),
+    "ssl.truststore.certificates": (str, ""),
+    "ssl.client.auth": (str, "none"),
+    "connection.failed.authentication.delay.ms": (int, 100),
+    "sasl.server.max.receive.size": (int, 524288),
+}
+SPEC.update(SECURITY_KEYS)
+_MECH_JAAS = re.compile(r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\.jaas\.config")
+
+
+def _spec_for(key: str):
+    """The parser of `key`, also for listener-prefixed and per-mechanism security keys; else None."""
+    if key in SPEC:
+        return SPEC[key][0]
+    rest = key
+    m = re.fullmatch(r"listener\.name\.[a-z0-9_]+\.(.+)", key)
+    if m:
+        rest = m.group(1)
+        if rest in SECURITY_KEYS and rest != "listener.security.protocol.map":
+            return SECURITY_KEYS[rest][0]
+    if _MECH_JAAS.fullmatch(rest):
+        return str
+    return None
 
 
 @dataclass
@@ -92,11 +129,11 @@ class BrokerConfig:
     def from_properties(cls, props: dict | None = None) -> "BrokerConfig":
         vals = {k: d for k, (_, d) in SPEC.items()}
         for k, v in (props or {}).items():
-            if k not in SPEC:
+            parser = _spec_for(k)
+            if parser is None:
                 close = difflib.get_close_matches(k, SPEC.keys(), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise BrokerConfigError(f"unknown broker config {k!r}{hint}")
-            parser = SPEC[k][0]
             try:
                 vals[k] = parser(v)
             except (TypeError, ValueError) as e:

@@ -6,10 +6,17 @@ wait, e.g. fetch long polls or JoinGroup), but responses are written strictly in
 malformed frame closes that connection only, with one log line. An unknown API key or version closes
 the connection as Kafka does, except ApiVersions, which is answered with UNSUPPORTED_VERSION and the
 supported ranges (KIP-511).
+
+Listeners (broker/security.py): one server socket per entry of `listeners` (PLAINTEXT, SSL,
+SASL_PLAINTEXT, SASL_SSL); TLS is done by asyncio before the first byte is read. On a SASL listener a
+connection first goes through its `Authenticator` (only ApiVersions and the SASL exchange; frames capped
+at sasl.server.max.receive.size); the principal it ends with is on every RequestContext of the
+connection.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import logging
@@ -20,6 +27,7 @@ import time
 from kohort.broker.config import BrokerConfig
 from kohort.broker.context import RequestContext
 from kohort.broker.handlers import HANDLERS, NO_RESPONSE, load_all
+from kohort.broker.security import ANONYMOUS, CLOSE, FAIL, Authenticator, Listener, ScramStore, tls_principal
 from kohort.errors import DecodeError, KohortError
 from kohort.protocol.framing import (
     FrameTooLargeError, UnsupportedRequestError, encode_response_buffer, frame_size, peek_request_header,
@@ -80,8 +88,14 @@ class Broker:
     """One embedded broker. Components (storage, coordinator, ...) attach in `open()`."""
 
     def __init__(self, config: BrokerConfig | None = None, host: str = "127.0.0.1", port: int = 9092,
-                 data_dir: str | None = None):
+                 data_dir: str | None = None, listeners: list[Listener] | None = None):
         self.config = config or BrokerConfig.from_properties()
+        # listeners: from `listeners` in the properties (security.build_listeners); without them one
+        # PLAINTEXT listener on host:port. The first listener is the broker's main address.
+        self.listeners = listeners or [Listener("PLAINTEXT", "PLAINTEXT", host, port)]
+        host, port = self.listeners[0].host, self.listeners[0].port
+        self.scram = ScramStore(data_dir)
+        self._servers: list = []
         # host/port: what clients are told (Metadata, FindCoordinator, DescribeCluster); after
         # start() they are the advertised address, listen_host/port what the socket is bound to
         self.host, self.port = host, port
@@ -107,19 +121,35 @@ class Broker:
     async def start(self) -> None:
         # Bind first, accept later: a taken port is reported before storage is opened (recovery,
         # the data-dir lock, __consumer_offsets), and nobody is accepted before the components exist.
-        self._server = await asyncio.start_server(self._serve, self.listen_host, self.listen_port,
-                                                  limit=1 << 20, reuse_address=True, start_serving=False)
         try:
+            for lst in self.listeners:
+                srv = await asyncio.start_server(
+                    functools.partial(self._serve, lst), lst.host, lst.port, limit=1 << 20,
+                    reuse_address=True, start_serving=False, ssl=lst.ssl_context,
+                    ssl_handshake_timeout=10.0 if lst.ssl_context else None)
+                self._servers.append(srv)
+            self._server = self._servers[0]
             await self.open()
         except BaseException:
-            await self.stop()         # closes the socket and whatever components did open
+            await self.stop()         # closes the sockets and whatever components did open
             raise
-        await self._server.start_serving()
-        sock = self._server.sockets[0]
-        self.listen_port = self.port = sock.getsockname()[1]
-        self.host, self.port = advertised_address(self.config["advertised.listeners"], self.listen_host,
-                                                  self.listen_port)
+        for srv in self._servers:
+            await srv.start_serving()
+        for i, (lst, srv) in enumerate(zip(self.listeners, self._servers)):
+            lst.port = srv.sockets[0].getsockname()[1]
+            lst.advertised = self._advertised(lst, first=i == 0)
+        self.listen_port = self.listeners[0].port
+        self.host, self.port = self.listeners[0].advertised
         self.spawn(self._reap_idle())
+
+    def _advertised(self, lst: Listener, first: bool) -> tuple[str, int]:
+        """advertised.listeners' entry of the same name, else (the first listener) its first entry,
+        else the bound address."""
+        adv = self.config["advertised.listeners"]
+        for entry in filter(None, (e.strip() for e in adv.split(","))):
+            if entry.split("://", 1)[0].upper() == lst.name:
+                return advertised_address(entry, lst.host, lst.port)
+        return advertised_address(adv if first else "", lst.host, lst.port)
 
     async def _reap_idle(self) -> None:
         """Close connections idle longer than connections.max.idle.ms (nothing received, nothing
@@ -137,15 +167,15 @@ class Broker:
                     st.writer.transport.abort()
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for srv in self._servers:
+            srv.close()
         for t in list(self._conns):
             t.cancel()
         for t in self._background:
             t.cancel()
         await asyncio.gather(*self._conns, *self._background, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for srv in self._servers:
+            await srv.wait_closed()
         for close in reversed(self._closers):
             r = close()
             if inspect.isawaitable(r):
@@ -158,15 +188,16 @@ class Broker:
         return t
 
     # -- connections -----------------------------------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # A cancelled connection task must end normally: on Python 3.11 asyncio's stream callback
         # calls task.exception() on it, which raises for a cancelled task and logs a traceback.
         try:
-            await self._serve_connection(reader, writer)
+            await self._serve_connection(listener, reader, writer)
         except asyncio.CancelledError:
             pass
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve_connection(self, listener: Listener, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._conns.add(task)
         conn_id = next(_conn_ids)
@@ -188,6 +219,11 @@ class Broker:
         m = self.metrics
         if m:
             m.connection_opened()
+        principal = ANONYMOUS
+        if listener.protocol == "SSL":
+            principal = tls_principal(writer.get_extra_info("peercert"))
+        auth = Authenticator(listener, self.scram) if listener.sasl else None
+        sasl_max = min(self.max_request, self.config["sasl.server.max.receive.size"])
         try:
             while True:
                 # Back-pressure: a client that does not read its responses stops being read from
@@ -201,7 +237,7 @@ class Broker:
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
                 try:
-                    size = frame_size(prefix, self.max_request)
+                    size = frame_size(prefix, self.max_request if auth is None or auth.complete else sasl_max)
                 except FrameTooLargeError as e:
                     log.warning("closing connection %d from %s: request of %d bytes exceeds "
                                 "socket.request.max.bytes=%d", conn_id, host, e.size, e.limit)
@@ -215,6 +251,16 @@ class Broker:
                     break
                 t0 = time.perf_counter()
                 st.last_active = loop.time()
+                if auth is not None and auth.raw:      # SaslHandshake v0: a raw token, no header
+                    verdict, raw, reason = auth.on_raw_token(payload)
+                    if verdict == CLOSE:
+                        log.info("closing connection %d from %s: SASL authentication failed (%s)",
+                                 conn_id, host, reason)
+                        break
+                    await pending.put((raw, 0, 0, 17, t0, size))
+                    if auth.complete:
+                        principal = auth.principal
+                    continue
                 try:
                     header, req = decode_request(payload)
                 except UnsupportedRequestError as e:
@@ -230,6 +276,25 @@ class Broker:
                     break
                 api_key = header.request_api_key
                 version = header.request_api_version
+                if auth is not None and not auth.complete:
+                    if api_key == 18 and auth.allows_api_versions():
+                        auth.on_api_versions()           # answered below like any ApiVersions
+                    else:
+                        verdict, resp, reason = auth.on_request(api_key, version, req)
+                        if verdict == CLOSE:
+                            log.warning("closing connection %d from %s: %s before authentication",
+                                        conn_id, host, reason)
+                            break
+                        await pending.put((resp, version, header.correlation_id, api_key, t0, size))
+                        if verdict == FAIL:
+                            log.info("closing connection %d from %s: %s", conn_id, host, reason)
+                            await pending.put(None)       # the writer sends the answer, then ends
+                            await asyncio.wait({wtask}, timeout=5)
+                            await asyncio.sleep(self.config["connection.failed.authentication.delay.ms"] / 1000)
+                            break
+                        if auth.complete:
+                            principal = auth.principal
+                        continue
                 h = HANDLERS.get(api_key)
                 if h is None or not (h.min_version <= version <= h.max_version):
                     if api_key == 18:
@@ -241,7 +306,7 @@ class Broker:
                                 conn_id, host, api_key, version)
                     break
                 ctx = RequestContext(self, api_key, version, header.correlation_id, header.client_id,
-                                     host, conn_id)
+                                     host, conn_id, principal, listener)
                 try:
                     result = h.fn(ctx, req)
                 except Exception:
@@ -311,6 +376,9 @@ class Broker:
                         log.exception("handler for api_key=%d failed; closing connection %d", api_key, conn_id)
                         writer.close()
                         return
+                if isinstance(result, bytes):      # a raw SASL token (SaslHandshake v0)
+                    out += result
+                    continue
                 if result is NO_RESPONSE or result is None:
                     if m:
                         m.observe(api_key, time.perf_counter() - t0, in_bytes, 0, version)
@@ -344,9 +412,11 @@ class Broker:
 
 
 async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
-                     metrics_addr: str | None = None, ready_line: bool = True) -> None:
-    """Run until SIGTERM/SIGINT; print the ready line once connections are accepted."""
-    broker = Broker(config, host, port, data_dir)
+                     metrics_addr: str | None = None, ready_line: bool = True,
+                     listeners: list[Listener] | None = None) -> None:
+    """Run until SIGTERM/SIGINT; print one line per listener, then the ready line, once connections
+    are accepted."""
+    broker = Broker(config, host, port, data_dir, listeners)
     await broker.start()
     if metrics_addr:
         from kohort.broker.metrics import serve_metrics
@@ -361,6 +431,8 @@ async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if ready_line:
+        for lst in broker.listeners:
+            print(f"kohort broker listener {lst.name} ({lst.protocol}) on {lst.host}:{lst.port}", flush=True)
         print(f"kohort broker ready on {broker.listen_host}:{broker.listen_port}", flush=True)
     await stop.wait()
     await broker.stop()

@@ -3,7 +3,9 @@
     kohort broker [--listen HOST:PORT] [--data-dir DIR] [--config FILE] [--metrics HOST:PORT]
 
 --config is a Kafka .properties file with broker settings and topic defaults by Kafka's names
-(num.partitions, log.retention.ms, ...). Prints `kohort broker ready on HOST:PORT` once accepting
+(num.partitions, log.retention.ms, ...). Its `listeners` (PLAINTEXT/SSL/SASL_PLAINTEXT/SASL_SSL, with
+listener.security.protocol.map, ssl.keystore.* PEM, sasl.enabled.mechanisms, sasl.jaas.config; see
+broker/security.py) replace --listen; one line per listener is printed before the ready line. Prints `kohort broker ready on HOST:PORT` once accepting
 connections; SIGTERM/SIGINT stop it cleanly (storage writes its clean-shutdown marker).
 The port is bound before the data directory is touched; a directory another broker holds (its
 `.lock`) or a --data-dir that is a file is one line naming it.
@@ -35,7 +37,13 @@ def run(args) -> int:
         raise KohortError(f"--config {args.config}: no such file")
     props = load_properties(args.config) if args.config else {}
     config = BrokerConfig.from_properties(props)
-    host, port = _hostport(args.listen, "--listen")
+    listeners = None
+    if "listeners" in props:
+        if args.listen is not None:
+            raise KohortError("--listen and `listeners` in --config both given; use one")
+        from kohort.broker.security import build_listeners
+        listeners = build_listeners(config)
+    host, port = _hostport(args.listen or "127.0.0.1:9092", "--listen")
     data_dir = args.data_dir
     if data_dir is None:   # Kafka's log.dirs (first entry) / log.dir from --config, else the default
         configured = (config["log.dirs"] or config["log.dir"]).split(",")[0].strip()
@@ -46,7 +54,7 @@ def run(args) -> int:
     if args.metrics:
         _hostport(args.metrics, "--metrics")
     try:
-        asyncio.run(run_broker(host, port, data_dir, config, metrics_addr=args.metrics))
+        asyncio.run(run_broker(host, port, data_dir, config, metrics_addr=args.metrics, listeners=listeners))
     except OSError as e:
         if e.filename:             # the data directory (or a file in it), not the socket
             raise KohortError(f"cannot start: {e.filename}: {e.strerror}") from None
@@ -57,8 +65,9 @@ def run(args) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser("broker", help="run the embedded Kafka-compatible broker",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
-                   help="address to accept Kafka clients on (default 127.0.0.1:9092)")
+    p.add_argument("--listen", default=None, metavar="HOST:PORT",
+                   help="PLAINTEXT address to accept Kafka clients on (default 127.0.0.1:9092; "
+                        "`listeners` in --config replaces it)")
     p.add_argument("--data-dir", default=None, metavar="DIR",
                    help="log directory (default: log.dirs from --config, else ~/.kohort/data)")
     p.add_argument("--config", metavar="FILE", help="Kafka .properties file (broker and topic defaults)")

@@ -18,7 +18,8 @@ def handle_describe_cluster(ctx, req):
                                        error_message="only broker endpoints are served",
                                        endpoint_type=req.endpoint_type, cluster_id=b.cluster_id,
                                        controller_id=-1, brokers=[])
-    brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
+    brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.node_id, host=ctx.advertised()[0],
+                                                             port=ctx.advertised()[1],
                                                              rack=None, is_fenced=False)]
     return DescribeClusterResponse(throttle_time_ms=0, error_code=0, error_message=None,
                                    endpoint_type=ENDPOINT_BROKER, cluster_id=b.cluster_id,

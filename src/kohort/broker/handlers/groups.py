@@ -46,7 +46,8 @@ def handle_find_coordinator(ctx, req: FindCoordinatorRequest) -> FindCoordinator
         where = dict(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                      error_message="no group coordinator on this broker")
     else:
-        where = dict(error_code=ErrorCode.NONE, error_message=None, node_id=b.node_id, host=b.host, port=b.port)
+        where = dict(error_code=ErrorCode.NONE, error_message=None, node_id=b.node_id, host=ctx.advertised()[0],
+                     port=ctx.advertised()[1])
     if where["error_code"]:
         where.update(node_id=-1, host="", port=-1)
     if v >= 4:

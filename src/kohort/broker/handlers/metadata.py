@@ -31,8 +31,8 @@ def topic_entry(broker, info, version: int) -> Topic:
 def handle_metadata(ctx, req: MetadataRequest) -> MetadataResponse:
     broker, v = ctx.broker, ctx.api_version
     storage = broker.storage
-    brokers = [MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=broker.host,
-                                                       port=broker.port, rack=None)]
+    host, port = ctx.advertised()
+    brokers = [MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)]
     topics: list[Topic] = []
     if req.topics is None or (v == 0 and not req.topics):
         topics = [topic_entry(broker, info, v) for info in storage.topics()]

@@ -1,0 +1,363 @@
+"""Broker security: listeners, TLS contexts, SASL users, the per-connection SASL state machine.
+
+Configured by Kafka's names: `listeners` (NAME://HOST:PORT,...), `listener.security.protocol.map`
+(NAME:PROTOCOL; a listener named after its protocol needs no entry), `sasl.enabled.mechanisms`,
+`[listener.name.<l>.][<mech>.]sasl.jaas.config` (PlainLoginModule `user_NAME="pw"` options),
+`ssl.keystore.type=PEM` with `ssl.keystore.location` (key + chain in one PEM) or
+`ssl.keystore.key` + `ssl.keystore.certificate.chain`, `ssl.truststore.*` (PEM), `ssl.client.auth`.
+Any ssl.*/sasl.* key may be prefixed `listener.name.<l>.` for one listener (KIP-103).
+
+SCRAM credentials (salt, StoredKey, ServerKey, iterations; never a password) live in
+`<data dir>/scram-credentials.json`, written atomically (temp file, fsync, rename); the broker rereads
+it when it changes, so `kohort users` takes effect at the next login.
+
+`Authenticator` is the sans-I/O SASL server of one connection, as Kafka's SaslServerAuthenticator:
+before authentication only ApiVersions (once) and SaslHandshake (v0: raw tokens follow; v1:
+SaslAuthenticate requests) are allowed; anything else closes the connection. Authorization (ACLs) is
+not implemented yet: the principal is only recorded on the connection.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import ssl
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+from kohort.errors import ErrorCode, KohortError
+from kohort.protocol.messages.sasl_authenticate import SaslAuthenticateResponse
+from kohort.protocol.messages.sasl_handshake import SaslHandshakeResponse
+from kohort.protocol.sasl import (
+    MECHANISMS, SCRAM_MECHANISMS, PlainServer, SaslFailure, ScramCredential, ScramServer,
+)
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+ANONYMOUS = "User:ANONYMOUS"
+SCRAM_FILE = "scram-credentials.json"
+
+
+class SecurityConfigError(KohortError, ValueError):
+    pass
+
+
+@dataclass
+class Listener:
+    name: str
+    protocol: str
+    host: str
+    port: int
+    ssl_context: ssl.SSLContext | None = None
+    mechanisms: tuple[str, ...] = ()
+    plain_users: dict = field(default_factory=dict)
+    advertised: tuple[str, int] | None = None   # set once bound
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+
+def parse_listeners(value: str, protocol_map: str) -> list[tuple[str, str, str, int]]:
+    """-> [(name, protocol, host, port)] from `listeners` and `listener.security.protocol.map`."""
+    pmap = {}
+    for entry in filter(None, (e.strip() for e in protocol_map.split(","))):
+        name, sep, proto = entry.partition(":")
+        if not sep or proto.strip().upper() not in PROTOCOLS:
+            raise SecurityConfigError(f"listener.security.protocol.map: bad entry {entry!r} "
+                                      f"(expected NAME:{'|'.join(PROTOCOLS)})")
+        pmap[name.strip().upper()] = proto.strip().upper()
+    out, seen = [], set()
+    for entry in filter(None, (e.strip() for e in value.split(","))):
+        m = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)", entry)
+        if not m:
+            raise SecurityConfigError(f"listeners: expected NAME://HOST:PORT, got {entry!r}")
+        name = m.group(1).upper()
+        proto = pmap.get(name, name if name in PROTOCOLS else None)
+        if proto is None:
+            raise SecurityConfigError(f"listeners: {name} has no entry in listener.security.protocol.map "
+                                      f"and is not a protocol name ({', '.join(PROTOCOLS)})")
+        if name in seen:
+            raise SecurityConfigError(f"listeners: {name} given twice")
+        seen.add(name)
+        out.append((name, proto, m.group(2).strip("[]") or "0.0.0.0", int(m.group(3))))
+    if not out:
+        raise SecurityConfigError("listeners: empty")
+    return out
+
+
+def setting(config, listener: str, key: str, default=None):
+    """`listener.name.<l>.<key>` if set, else `<key>`."""
+    v = config.get(f"listener.name.{listener.lower()}.{key}")
+    if v is None or v == "":
+        v = config.get(key)
+    return default if v is None or v == "" else v
+
+
+def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
+    """`<LoginModule class> required k="v" ...;` -> (module, options)."""
+    text = text.strip().rstrip(";").strip()
+    m = re.match(r"([\w.$]+)\s+(required|requisite|sufficient|optional)\b", text)
+    if not m:
+        raise SecurityConfigError("sasl.jaas.config: expected '<LoginModule> required key=\"value\" ...;'")
+    opts = {}
+    for k, quoted, bare in re.findall(r'([\w.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|(\S+))', text[m.end():]):
+        opts[k] = re.sub(r"\\(.)", r"\1", quoted) if quoted or not bare else bare
+    return m.group(1), opts
+
+
+def _plain_users(config, listener: str) -> dict[str, str]:
+    jaas = setting(config, listener, "plain.sasl.jaas.config") or setting(config, listener, "sasl.jaas.config")
+    if not jaas:
+        raise SecurityConfigError(f"listener {listener}: PLAIN is enabled but no sasl.jaas.config "
+                                  f"(listener.name.{listener.lower()}.plain.sasl.jaas.config) lists users")
+    module, opts = parse_jaas(jaas)
+    if not module.endswith("PlainLoginModule"):
+        raise SecurityConfigError(f"listener {listener}: PLAIN needs PlainLoginModule, got {module}")
+    return {k[5:]: v for k, v in opts.items() if k.startswith("user_")}
+
+
+def _ssl_context(config, listener: str) -> ssl.SSLContext:
+    ktype = str(setting(config, listener, "ssl.keystore.type", "JKS")).upper()
+    if ktype != "PEM":
+        raise SecurityConfigError(f"listener {listener}: ssl.keystore.type={ktype} is not supported; use PEM")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    password = setting(config, listener, "ssl.key.password")
+    location = setting(config, listener, "ssl.keystore.location")
+    key, chain = setting(config, listener, "ssl.keystore.key"), setting(config, listener,
+                                                                       "ssl.keystore.certificate.chain")
+    try:
+        if location:
+            ctx.load_cert_chain(location, password=password)
+        elif key and chain:
+            with tempfile.TemporaryDirectory(prefix="kohort-pem-") as d:
+                path = os.path.join(d, "keystore.pem")
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(key.replace("\\n", "\n") + "\n" + chain.replace("\\n", "\n") + "\n")
+                ctx.load_cert_chain(path, password=password)
+        else:
+            raise SecurityConfigError(f"listener {listener}: TLS needs ssl.keystore.location (PEM key + "
+                                      "certificate chain) or ssl.keystore.key + ssl.keystore.certificate.chain")
+        tloc = setting(config, listener, "ssl.truststore.location")
+        tcerts = setting(config, listener, "ssl.truststore.certificates")
+        if tloc:
+            ctx.load_verify_locations(cafile=tloc)
+        elif tcerts:
+            ctx.load_verify_locations(cadata=tcerts.replace("\\n", "\n"))
+    except (OSError, ssl.SSLError) as e:
+        raise SecurityConfigError(f"listener {listener}: cannot load TLS key/certificates: {e}") from None
+    auth = str(setting(config, listener, "ssl.client.auth", "none")).lower()
+    modes = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+    if auth not in modes:
+        raise SecurityConfigError(f"ssl.client.auth must be none, requested or required, got {auth!r}")
+    if auth != "none" and not (tloc or tcerts):
+        raise SecurityConfigError(f"listener {listener}: ssl.client.auth={auth} needs ssl.truststore.location")
+    ctx.verify_mode = modes[auth]
+    return ctx
+
+
+def build_listeners(config) -> list[Listener]:
+    out = []
+    for name, proto, host, port in parse_listeners(config["listeners"], config["listener.security.protocol.map"]):
+        lst = Listener(name, proto, host, port)
+        if proto in ("SSL", "SASL_SSL"):
+            lst.ssl_context = _ssl_context(config, name)
+        if lst.sasl:
+            mechs = [m.strip().upper() for m in
+                     str(setting(config, name, "sasl.enabled.mechanisms", "GSSAPI")).split(",") if m.strip()]
+            bad = [m for m in mechs if m not in MECHANISMS]
+            if bad or not mechs:
+                raise SecurityConfigError(f"listener {name}: sasl.enabled.mechanisms {','.join(bad) or '(empty)'} "
+                                          f"not supported; kohort has {', '.join(MECHANISMS)}")
+            lst.mechanisms = tuple(mechs)
+            if "PLAIN" in mechs:
+                lst.plain_users = _plain_users(config, name)
+        out.append(lst)
+    return out
+
+
+def tls_principal(peercert: dict | None) -> str:
+    """`User:<RFC 2253 DN>` of a verified client certificate (most specific RDN first, as Java's
+    X500Principal.getName()), else User:ANONYMOUS."""
+    if not peercert or not peercert.get("subject"):
+        return ANONYMOUS
+    short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU", "countryName": "C",
+             "localityName": "L", "stateOrProvinceName": "ST", "domainComponent": "DC", "userId": "UID",
+             "streetAddress": "STREET"}
+
+    def esc(v: str) -> str:
+        v = re.sub(r'([,+"\\<>;=])', r"\\\1", v)
+        return ("\\" + v if v[:1] in "# " and v else v)
+
+    rdns = ["+".join(f"{short.get(k, k)}={esc(v)}" for k, v in rdn) for rdn in peercert["subject"]]
+    return "User:" + ",".join(reversed(rdns))
+
+
+# -- SCRAM credential store ----------------------------------------------------------------------
+class ScramStore:
+    """SCRAM credentials by user and mechanism, kept in `<data dir>/scram-credentials.json`
+    (in memory only when there is no data directory)."""
+
+    def __init__(self, data_dir: str | None):
+        self.path = os.path.join(data_dir, SCRAM_FILE) if data_dir else None
+        self._creds: dict[str, dict[str, ScramCredential]] = {}
+        self._stamp = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> None:
+        if self.path is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._creds, self._stamp = {}, None
+            return
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp == self._stamp:
+            return
+        with open(self.path, encoding="utf-8") as fh:
+            raw = json.load(fh)
+        self._creds = {u: {m: ScramCredential.from_json(c) for m, c in mechs.items()}
+                       for u, mechs in raw.get("users", {}).items()}
+        self._stamp = stamp
+
+    def get(self, user: str, mech: str) -> ScramCredential | None:
+        with self._lock:
+            try:
+                self._load()
+            except (OSError, ValueError, KeyError):
+                return None       # an unreadable store authenticates nobody
+            return self._creds.get(user, {}).get(mech)
+
+    def describe(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            self._load()
+            return {u: {m: c.iterations for m, c in ms.items()} for u, ms in self._creds.items()}
+
+    def upsert(self, user: str, mech: str, cred: ScramCredential) -> None:
+        if mech not in SCRAM_MECHANISMS:
+            raise KohortError(f"unknown SCRAM mechanism {mech!r}")
+        if not user:
+            raise KohortError("SCRAM user name must not be empty")
+        with self._lock:
+            self._load()
+            self._creds.setdefault(user, {})[mech] = cred
+            self._save()
+
+    def delete(self, user: str, mech: str) -> bool:
+        with self._lock:
+            self._load()
+            if mech not in self._creds.get(user, {}):
+                return False
+            del self._creds[user][mech]
+            if not self._creds[user]:
+                del self._creds[user]
+            self._save()
+            return True
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        data = {"users": {u: {m: c.to_json() for m, c in ms.items()} for u, ms in self._creds.items()}}
+        d = os.path.dirname(self.path)
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".scram-", dir=d)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, indent=1, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        dfd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        st = os.stat(self.path)
+        self._stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+# -- per-connection SASL server ------------------------------------------------------------------
+# verdicts of Authenticator
+RESPOND, FAIL, CLOSE = "respond", "fail", "close"
+
+START, HANDSHAKE_ONLY, AUTHENTICATE, RAW, DONE = "START", "HANDSHAKE_ONLY", "AUTHENTICATE", "RAW", "DONE"
+
+
+class Authenticator:
+    """SASL server of one connection (sans I/O). `on_request(api_key, version, request)` and
+    `on_raw_token(bytes)` return (verdict, response, reason): RESPOND the response; FAIL = respond,
+    then close after connection.failed.authentication.delay.ms; CLOSE = close without an answer."""
+
+    def __init__(self, listener: Listener, scram: ScramStore):
+        self.listener, self.scram = listener, scram
+        self.state = START
+        self.principal: str | None = None
+        self.mechanism: str | None = None
+        self._server = None
+
+    @property
+    def complete(self) -> bool:
+        return self.state == DONE
+
+    @property
+    def raw(self) -> bool:
+        return self.state == RAW
+
+    def allows_api_versions(self) -> bool:
+        return self.state == START
+
+    def on_api_versions(self) -> None:
+        self.state = HANDSHAKE_ONLY
+
+    def on_request(self, api_key: int, version: int, req):
+        if api_key == 17 and self.state in (START, HANDSHAKE_ONLY):
+            mech = req.mechanism
+            enabled = list(self.listener.mechanisms)
+            if mech not in enabled:
+                return (FAIL, SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                                                    mechanisms=enabled),
+                        f"unsupported SASL mechanism {mech!r}")
+            self.mechanism = mech
+            if mech == "PLAIN":
+                self._server = PlainServer(self.listener.plain_users)
+            else:
+                self._server = ScramServer(mech, lambda user: self.scram.get(user, mech))
+            self.state = RAW if version == 0 else AUTHENTICATE
+            return RESPOND, SaslHandshakeResponse(error_code=0, mechanisms=enabled), None
+        if api_key == 36 and self.state == AUTHENTICATE:
+            try:
+                reply, done = self._server.step(req.auth_bytes)
+            except SaslFailure as e:
+                return (FAIL, SaslAuthenticateResponse(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                                       error_message=str(e), auth_bytes=b"",
+                                                       session_lifetime_ms=0), str(e))
+            if done:
+                self._finish()
+            return RESPOND, SaslAuthenticateResponse(error_code=0, error_message=None, auth_bytes=reply,
+                                                     session_lifetime_ms=0), None
+        return CLOSE, None, f"api_key {api_key} not allowed in SASL state {self.state}"
+
+    def on_raw_token(self, token: bytes):
+        """SaslHandshake v0: a raw token in, a raw token out (size-prefixed, no header)."""
+        try:
+            reply, done = self._server.step(token)
+        except SaslFailure as e:
+            return CLOSE, None, str(e)
+        if done:
+            self._finish()
+        return RESPOND, len(reply).to_bytes(4, "big") + reply, None
+
+    def _finish(self) -> None:
+        self.principal = "User:" + self._server.principal
+        self.state = DONE
+        self._server = None
