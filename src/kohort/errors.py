@@ -330,3 +330,16 @@ def pick_version(api: str, ours: tuple[int, int], broker: tuple[int, int] | None
         if hi >= max(ours[0], broker[0]):
             return hi
     raise IncompatibleBrokerVersionError(api, ours, broker)
+
+
+class SslAuthenticationError(KohortError):
+    """The TLS handshake failed (certificate not trusted, host name mismatch, no TLS on the other
+    side). Fatal, like Java's SslAuthenticationException: retrying cannot fix a configuration."""
+
+    retriable = False
+
+
+def is_authentication_error(err: BaseException) -> bool:
+    """Whether `err` is an authentication failure (fatal for a client): TLS, or the SASL codes
+    UNSUPPORTED_SASL_MECHANISM (33), ILLEGAL_SASL_STATE (34), SASL_AUTHENTICATION_FAILED (58)."""
+    return isinstance(err, SslAuthenticationError) or (isinstance(err, KafkaError) and err.code in (33, 34, 58))

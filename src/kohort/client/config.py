@@ -114,7 +114,18 @@ COMMON_KEYS = [
     _k("metadata.max.age.ms", "int", 300000, lo=0),
     _k("receive.buffer.bytes", "int", -1, lo=-1),
     _k("send.buffer.bytes", "int", -1, lo=-1),
-    _k("security.protocol", "choice", "plaintext", choices=("plaintext",)),
+    # security (librdkafka's names; KIP-43/KIP-84 SASL, PEM files for TLS)
+    _k("security.protocol", "choice", "plaintext", choices=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")),
+    _k("sasl.mechanism", "choice", None, nullable=True, choices=("plain", "scram-sha-256", "scram-sha-512")),
+    _k("sasl.mechanisms", "choice", None, nullable=True, choices=("plain", "scram-sha-256", "scram-sha-512"),
+       doc="librdkafka's name for sasl.mechanism"),
+    _k("sasl.username", "str", None, nullable=True),
+    _k("sasl.password", "str", None, nullable=True),
+    _k("ssl.ca.location", "str", None, nullable=True, doc="PEM file of the CA(s) to trust (default: the system's)"),
+    _k("ssl.certificate.location", "str", None, nullable=True, doc="PEM client certificate (mutual TLS)"),
+    _k("ssl.key.location", "str", None, nullable=True, doc="PEM private key of ssl.certificate.location"),
+    _k("ssl.key.password", "str", None, nullable=True),
+    _k("ssl.endpoint.identification.algorithm", "choice", "https", choices=("https", "none", "")),
     _k("client.dns.lookup", "choice", "use_all_dns_ips", choices=("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")),
     _k("metadata.recovery.strategy", "choice", "rebootstrap", choices=("none", "rebootstrap")),
 ]
@@ -198,7 +209,7 @@ class Config(Mapping):
         return len(self._values)
 
     def __repr__(self) -> str:
-        shown = {k: v for k, v in self._values.items() if k in self.given}
+        shown = {k: ("[hidden]" if "password" in k else v) for k, v in self._values.items() if k in self.given}
         return f"Config({self.role}, {shown})"
 
     def with_overrides(self, **by_name) -> "Config":
@@ -263,6 +274,18 @@ def parse_bootstrap(servers: list[str]) -> list[tuple[str, int]]:
 
 def _check(role: str, v: dict[str, Any], given: frozenset) -> None:
     parse_bootstrap(v["bootstrap.servers"])
+    m1, m2 = v["sasl.mechanism"], v["sasl.mechanisms"]
+    if m1 and m2 and m1 != m2:
+        raise ConfigError(f"sasl.mechanism={m1} and sasl.mechanisms={m2} disagree; give one")
+    v["sasl.mechanism"] = v["sasl.mechanisms"] = m1 = (m1 or m2)
+    if v["security.protocol"].startswith("sasl_"):
+        if not m1:
+            raise ConfigError(f"security.protocol={v['security.protocol']} needs sasl.mechanism "
+                              "(PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
+        if not v["sasl.username"] or v["sasl.password"] is None:
+            raise ConfigError(f"sasl.mechanism={m1.upper()} needs sasl.username and sasl.password")
+    if bool(v["ssl.certificate.location"]) != bool(v["ssl.key.location"]):
+        raise ConfigError("ssl.certificate.location and ssl.key.location go together (mutual TLS)")
     if v["reconnect.backoff.max.ms"] < v["reconnect.backoff.ms"] and "reconnect.backoff.max.ms" in given:
         raise ConfigError("reconnect.backoff.max.ms must be >= reconnect.backoff.ms")
     if role == "consumer":

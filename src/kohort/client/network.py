@@ -24,6 +24,13 @@ random known broker or bootstrap address; a failed attempt moves the request on 
 candidate, and when every candidate is backing off the request waits (reconnect.backoff.ms growing
 exponentially with +-20% jitter up to reconnect.backoff.max.ms) until its timeout.
 
+Security (`security.protocol`, librdkafka's names): SSL/SASL_SSL wrap the socket in TLS once TCP is
+connected (non-blocking handshake in the selector loop; PEM files; host name checked unless
+ssl.endpoint.identification.algorithm=none); SASL_* add the SASL exchange to ClientProtocol's
+handshake. An authentication failure (TLS verification, SASL_AUTHENTICATION_FAILED,
+UNSUPPORTED_SASL_MECHANISM) is fatal: every queued and later request fails with it at once, nothing
+is retried.
+
 Speed: requests are encoded on the I/O thread and all requests queued for a connection go out in
 one send(); reads use recv_into on one big buffer, from which complete small frames are copied
 once; a frame that does not fit in what has arrived gets its own bytearray, sized from its prefix,
@@ -37,6 +44,7 @@ import logging
 import random
 import selectors
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -46,7 +54,8 @@ from typing import Any, Callable
 
 from kohort.client.config import Config, load_config, parse_bootstrap
 from kohort.errors import (
-    DecodeError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError, KohortError,
+    ConfigError, DecodeError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError, KohortError,
+    SslAuthenticationError, is_authentication_error,
 )
 from kohort.protocol.framing import (
     ClientProtocol, HandshakeError, UnsupportedVersionError, decode_response_lenient, frame_size,
@@ -62,7 +71,7 @@ except ImportError:  # pragma: no cover
     SOFTWARE_VERSION = "0"
 
 # connection states
-DISCONNECTED, CONNECTING, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"
+DISCONNECTED, CONNECTING, TLS, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "TLS", "HANDSHAKE", "READY"
 
 _RECV_BUF = 4 * 1024 * 1024
 _MAX_FRAME = 100 * 1024 * 1024
@@ -100,11 +109,11 @@ class _Conn:
     __slots__ = ("node_id", "host", "port", "sock", "state", "proto", "out", "inflight", "pending",
                  "connect_deadline", "want_write", "events", "rframe", "rfill", "rhead")
 
-    def __init__(self, node_id, host, port, client_id, max_frame):
+    def __init__(self, node_id, host, port, client_id, max_frame, sasl=None):
         self.node_id, self.host, self.port = node_id, host, port
         self.sock: socket.socket | None = None
         self.state = DISCONNECTED
-        self.proto = _new_protocol(client_id)
+        self.proto = _new_protocol(client_id, sasl)
         self.out: list = []
         self.inflight: deque[_Req] = deque()
         self.pending: deque[_Req] = deque()
@@ -124,8 +133,21 @@ class _Backoff:
         self.until = 0.0
 
 
-def _new_protocol(client_id) -> ClientProtocol:
-    return ClientProtocol(client_id, _MAX_FRAME, SOFTWARE_NAME, SOFTWARE_VERSION)
+def _new_protocol(client_id, sasl=None) -> ClientProtocol:
+    return ClientProtocol(client_id, _MAX_FRAME, SOFTWARE_NAME, SOFTWARE_VERSION, sasl=sasl)
+
+
+def tls_context(c: Config) -> ssl.SSLContext:
+    """The client TLS context from librdkafka's ssl.* names (PEM files)."""
+    try:
+        ctx = ssl.create_default_context(cafile=c["ssl.ca.location"])
+        if c["ssl.endpoint.identification.algorithm"] in ("none", ""):
+            ctx.check_hostname = False
+        if c["ssl.certificate.location"]:
+            ctx.load_cert_chain(c["ssl.certificate.location"], c["ssl.key.location"], c["ssl.key.password"])
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"TLS settings (ssl.ca.location / ssl.certificate.location / ssl.key.location): {e}") from None
+    return ctx
 
 
 class NetworkClient:
@@ -142,6 +164,11 @@ class NetworkClient:
         self._setup_timeout = c["socket.connection.setup.timeout.ms"] / 1000
         self._rcvbuf = c["receive.buffer.bytes"]
         self._sndbuf = c["send.buffer.bytes"]
+        proto = c["security.protocol"]
+        self._tls = tls_context(c) if proto in ("ssl", "sasl_ssl") else None
+        self._sasl = ((c["sasl.mechanism"].upper(), c["sasl.username"], c["sasl.password"])
+                      if proto.startswith("sasl_") else None)
+        self.fatal: BaseException | None = None   # an authentication failure: every request fails with it
         self._bootstrap = {-(i + 1): hp for i, hp in enumerate(parse_bootstrap(c["bootstrap.servers"]))}
         self._brokers: dict[int, tuple[str, int]] = {}
         self._extra: dict[int, tuple[str, int]] = {}
@@ -181,6 +208,9 @@ class NetworkClient:
         fut: Future = Future()
         if self._closed:
             fut.set_exception(KafkaConnectionError("the client is closed"))
+            return fut
+        if self.fatal is not None:
+            fut.set_exception(self.fatal)
             return fut
         t = self._request_timeout if timeout_ms is None else timeout_ms / 1000
         self._submit.append(_Req(node_id, request, version, max_version, expect_response, fut,
@@ -351,6 +381,9 @@ class NetworkClient:
             if conn.state == CONNECTING:
                 self._finish_connect(conn)
                 continue
+            if conn.state == TLS:
+                self._tls_step(conn)
+                continue
             if ev & selectors.EVENT_READ:
                 self._read(conn)
             if ev & selectors.EVENT_WRITE and conn.sock is not None:
@@ -491,7 +524,7 @@ class NetworkClient:
             return None
         conn = self._conns.get(node_id)
         if conn is None or conn.host != addr[0] or conn.port != addr[1]:
-            conn = _Conn(node_id, addr[0], addr[1], self.client_id, _MAX_FRAME)
+            conn = _Conn(node_id, addr[0], addr[1], self.client_id, _MAX_FRAME, self._sasl)
             old = self._conns.get(node_id)
             if old is not None:
                 conn.pending = old.pending
@@ -517,7 +550,7 @@ class NetworkClient:
             return None
         conn.sock = sock
         conn.state = CONNECTING
-        conn.proto = _new_protocol(self.client_id)
+        conn.proto = _new_protocol(self.client_id, self._sasl)
         conn.rframe, conn.rfill, conn.rhead = None, 0, b""
         conn.out = []
         conn.connect_deadline = now + self._setup_timeout
@@ -532,9 +565,74 @@ class NetworkClient:
                 f"cannot connect to broker {conn.node_id} at {conn.host}:{conn.port}: "
                 f"{errno.errorcode.get(err, err)}"))
             return
+        if self._tls is not None:
+            raw = conn.sock
+            self._sel.unregister(raw)
+            try:
+                conn.sock = self._tls.wrap_socket(raw, server_hostname=conn.host, do_handshake_on_connect=False)
+            except (OSError, ssl.SSLError) as e:
+                raw.close()
+                conn.sock = None
+                self._disconnect(conn, KafkaConnectionError(f"TLS setup for {conn.host}:{conn.port} failed: {e}"))
+                return
+            self._sel.register(conn.sock, selectors.EVENT_WRITE, conn)
+            conn.events = selectors.EVENT_WRITE
+            conn.state = TLS
+            self._tls_step(conn)
+            return
         conn.state = HANDSHAKE
         self._set_events(conn, selectors.EVENT_READ)
         self._send_api_versions(conn)
+
+    def _tls_step(self, conn: _Conn) -> None:
+        """Advance the non-blocking TLS handshake; on success start the Kafka handshake."""
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._set_events(conn, selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._set_events(conn, selectors.EVENT_WRITE)
+            return
+        except ssl.SSLCertVerificationError as e:
+            self._fatal_error(conn, SslAuthenticationError(
+                f"TLS handshake with broker {conn.node_id} ({conn.host}:{conn.port}) failed: "
+                f"{e.verify_message or e}; check ssl.ca.location and the broker's certificate "
+                f"(ssl.endpoint.identification.algorithm=none skips the host name check)"))
+            return
+        except (ssl.SSLError, OSError) as e:
+            self._disconnect(conn, KafkaConnectionError(
+                f"TLS handshake with broker {conn.node_id} ({conn.host}:{conn.port}) failed: {e} "
+                f"(is the listener TLS? security.protocol={'sasl_ssl' if self._sasl else 'ssl'})"))
+            return
+        conn.state = HANDSHAKE
+        self._set_events(conn, selectors.EVENT_READ)
+        self._send_api_versions(conn)
+
+    def _fatal_error(self, conn: _Conn, err: BaseException) -> None:
+        """An authentication failure: remember it, fail every queued request with it, drop every
+        connection (nothing is retried; send() fails at once from now on)."""
+        log.info("authentication with broker %s (%s:%s) failed: %s", conn.node_id, conn.host, conn.port, err)
+        self.fatal = err
+        self.recent_errors = (self.recent_errors + [str(err)])[-6:]
+        for c in list(self._conns.values()):
+            if c is conn:
+                self._disconnect(c, err)
+            elif c.state != DISCONNECTED:
+                self._disconnect(c, err, notify=False)
+            for r in c.pending:
+                _fail(r.future, err)
+            c.pending = deque()
+        while self._any_queue:
+            _fail(self._any_queue.popleft().future, err)
+        keep = deque()
+        while self._submit:
+            item = self._submit.popleft()
+            if isinstance(item, _Req):
+                _fail(item.future, err)
+            else:
+                keep.append(item)
+        self._submit = keep
 
     def _send_api_versions(self, conn: _Conn) -> None:
         conn.proto.initiate()
@@ -545,7 +643,12 @@ class NetworkClient:
         proto = conn.proto
         try:
             proto.on_handshake_data(data)
-        except HandshakeError as e:
+        except KohortError as e:
+            if is_authentication_error(e):
+                self._fatal_error(conn, e)          # closes conn; _read sees conn.sock None
+                return
+            if not isinstance(e, HandshakeError):
+                raise
             raise KafkaConnectionError(f"broker {conn.node_id} ({conn.host}:{conn.port}) did not complete "
                                        f"the ApiVersions handshake: {e}; is it a Kafka broker?") from None
         again = proto.data_to_send()
@@ -618,7 +721,7 @@ class NetworkClient:
         data = out[0] if len(out) == 1 else b"".join(out)
         try:
             n = conn.sock.send(data)
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             n = 0
         except OSError as e:
             self._disconnect(conn, KafkaConnectionError(
@@ -654,7 +757,7 @@ class NetworkClient:
                 else:
                     want = len(buf)
                     n = sock.recv_into(buf)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return
             except OSError as e:
                 self._disconnect(conn, KafkaConnectionError(
@@ -672,6 +775,8 @@ class NetworkClient:
                         self._on_frame(conn, frame)
                 elif conn.state == HANDSHAKE:
                     self._on_handshake_data(conn, view[:n])
+                    if conn.sock is None:
+                        return
                     continue
                 else:
                     self._split_frames(conn, view, n)
@@ -681,8 +786,8 @@ class NetworkClient:
                 return
             if conn.sock is None:
                 return
-            if n < want:
-                return
+            if n < want and not (self._tls is not None and sock.pending()):
+                return      # (TLS: bytes already decrypted are not seen by the selector; read them now)
 
     def _split_frames(self, conn: _Conn, view: memoryview, n: int) -> None:
         """Hand out the frames in view[:n]; an incomplete one is kept in conn.rframe / conn.rhead."""

@@ -134,8 +134,9 @@ class Producer:
         a produce()/flush() call of the producing thread (as librdkafka runs callbacks in poll())."""
         if self._closed:
             raise KohortError("produce() on a closed producer")
-        if self.sender.fatal is not None:
-            raise self.sender.fatal
+        fatal = self.sender.fatal or self.sender.net.fatal      # net: an authentication failure
+        if fatal is not None:
+            raise fatal
         if self._has_serializers:
             if self._key_ser is not None and key is not None:
                 key = self._key_ser(key)
@@ -260,8 +261,9 @@ class Producer:
                 info = self._topics.get(topic)
                 if info is not None and not info.error:
                     return info
-                if self.sender.fatal is not None:
-                    raise self.sender.fatal
+                fatal = self.sender.fatal or self.sender.net.fatal
+                if fatal is not None:
+                    raise fatal
                 self.sender.want_topic(topic)
                 left = deadline - time.monotonic()
                 if left <= 0:

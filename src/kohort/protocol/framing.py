@@ -24,6 +24,8 @@ from kohort.protocol.headers import (
 )
 from kohort.protocol.messages import REQUESTS, RESPONSES
 from kohort.protocol.messages.api_versions import ApiVersionsRequest
+from kohort.protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+from kohort.protocol.messages.sasl_handshake import SaslHandshakeRequest
 from kohort.protocol.primitives import Reader
 
 _SIZE = struct.Struct(">i")
@@ -217,7 +219,8 @@ UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 HANDSHAKE_VERSION = 3
 
 # connection states of ClientProtocol
-IDLE, HANDSHAKE, READY = "IDLE", "HANDSHAKE", "READY"
+IDLE, HANDSHAKE, SASL, READY = "IDLE", "HANDSHAKE", "SASL", "READY"
+SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
 
 
 class ClientProtocol:
@@ -234,6 +237,13 @@ class ClientProtocol:
     flexible SyncGroup) gets only the versions before each API's first flexible one, since KIP-482's
     flexible versions shipped with ApiVersions v3.
 
+    SASL (KIP-43, KIP-152), when `sasl=(mechanism, username, password)` is given: after ApiVersions,
+    SaslHandshake v1, then SaslAuthenticate rounds (highest common version <= 2) until the mechanism
+    is done; only then READY. A refusal raises the broker's KafkaError (UNSUPPORTED_SASL_MECHANISM,
+    SASL_AUTHENTICATION_FAILED with the broker's message, ILLEGAL_SASL_STATE); a SCRAM server whose
+    nonce or signature does not verify raises SASL_AUTHENTICATION_FAILED too. These are fatal: the
+    driver must not retry them as connection errors.
+
     `send(request, version) -> (correlation_id, bytes)` (the bytes are also what the caller writes;
     they are not queued in `data_to_send`, so a driver can batch its own writes);
     `receive_data(bytes) -> [(correlation_id, response)]`. Kafka answers the requests of one
@@ -242,8 +252,13 @@ class ClientProtocol:
     """
 
     def __init__(self, client_id: str | None = "kohort", max_frame: int = DEFAULT_MAX_FRAME,
-                 software_name: str = "kohort", software_version: str = "0"):
+                 software_name: str = "kohort", software_version: str = "0",
+                 sasl: tuple[str, str, str] | None = None):
         self.client_id = client_id
+        self.sasl = sasl
+        self._sasl_client = None
+        self._sasl_key = SASL_HANDSHAKE_KEY
+        self._sasl_version = 1
         self.software_name, self.software_version = software_name, software_version
         self.state = IDLE
         self.versions: dict[int, tuple[int, int]] = {}
@@ -310,7 +325,54 @@ class ClientProtocol:
             raise HandshakeError(f"ApiVersions failed with error code {resp.error_code}")
         self.versions = ranges
         self.no_flex = ranges.get(API_VERSIONS_KEY, (0, 0))[1] < 3
+        if self.sasl is not None:
+            self._start_sasl()
+            return
         self.state = READY
+
+    # -- SASL ----------------------------------------------------------------------------------------
+    def _start_sasl(self) -> None:
+        from kohort.protocol.sasl import SaslClient
+        mech, user, password = self.sasl
+        self.state = SASL
+        self._sasl_client = SaslClient(mech, user, password)
+        try:
+            hv = self.pick(SASL_HANDSHAKE_KEY, floor=1)
+            self._sasl_auth_version = self.pick(SASL_AUTHENTICATE_KEY, cap=2)
+        except UnsupportedVersionError as e:
+            raise HandshakeError(f"the broker does not serve SASL (SaslHandshake v1/SaslAuthenticate): {e}") from None
+        self._sasl_send(SASL_HANDSHAKE_KEY, hv, SaslHandshakeRequest(mechanism=self._sasl_client.mechanism))
+
+    def _sasl_send(self, key: int, version: int, request) -> None:
+        self._sasl_key, self._sasl_version = key, version
+        corr = self._take_corr()
+        self._hs_corr = corr
+        self._outbox += encode_request(request, version, corr, self.client_id)
+
+    def _on_sasl_frame(self, payload) -> None:
+        from kohort.errors import for_code
+        from kohort.protocol.sasl import SaslFailure
+        corr, resp = decode_response_lenient(payload, self._sasl_key, self._sasl_version)
+        if corr != self._hs_corr:
+            raise HandshakeError(f"SASL answer with correlation id {corr}, expected {self._hs_corr}")
+        mech = self._sasl_client.mechanism
+        if self._sasl_key == SASL_HANDSHAKE_KEY:
+            if resp.error_code:
+                raise for_code(resp.error_code)(
+                    f"SASL mechanism {mech}: the broker enables {', '.join(resp.mechanisms) or 'none'}")
+            token = self._sasl_client.initial()
+        else:
+            if resp.error_code:
+                raise for_code(resp.error_code)(f"{mech}: {resp.error_message or 'no reason given'}")
+            try:
+                token = self._sasl_client.respond(resp.auth_bytes)
+            except SaslFailure as e:
+                raise for_code(ErrorCode.SASL_AUTHENTICATION_FAILED)(f"{mech}: {e}") from None
+            if token is None:
+                self._sasl_client = None
+                self.state = READY
+                return
+        self._sasl_send(SASL_AUTHENTICATE_KEY, self._sasl_auth_version, SaslAuthenticateRequest(auth_bytes=token))
 
     # -- versions ----------------------------------------------------------------------------------
     def pick(self, api_key: int, cap: int | None = None, floor: int | None = None) -> int:
@@ -349,6 +411,9 @@ class ClientProtocol:
         for payload in self._frames.feed(data):
             if self.state == HANDSHAKE:
                 self._on_handshake_frame(payload)
+                continue
+            if self.state == SASL:
+                self._on_sasl_frame(payload)
                 continue
             if len(payload) < 4:
                 raise DecodeError("response frame shorter than its correlation id")

@@ -273,3 +273,28 @@ class ScramClient:
             sig = b""
         if not hmac.compare_digest(sig, self._server_sig):
             raise SaslFailure("SCRAM server signature does not verify: not the server we know")
+
+
+class SaslClient:
+    """The client's side of one exchange for any supported mechanism: `initial()` is the first
+    token; `respond(server_token)` gives the next one, or None once the exchange is complete."""
+
+    def __init__(self, mechanism: str, username: str, password: str):
+        self.mechanism = mechanism.upper()
+        if self.mechanism not in MECHANISMS:
+            raise KohortError(f"SASL mechanism {mechanism!r} is not supported; kohort has {', '.join(MECHANISMS)}")
+        self._plain = plain_initial(username, password) if self.mechanism == "PLAIN" else None
+        self._scram = None if self._plain is not None else ScramClient(self.mechanism, username, password)
+        self._step = 0
+
+    def initial(self) -> bytes:
+        return self._plain if self._plain is not None else self._scram.first()
+
+    def respond(self, server_token: bytes) -> bytes | None:
+        self._step += 1
+        if self._plain is not None:
+            return None
+        if self._step == 1:
+            return self._scram.final(server_token)
+        self._scram.verify(server_token)
+        return None
