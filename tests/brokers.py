@@ -51,7 +51,9 @@ class KohortBroker:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "KohortBroker":
-        args = [sys.executable, "-m", "kohort.cli.main", "broker", "--listen", self.bootstrap,
+        # `listeners` in the config (security tests) replaces --listen; `port` is then the first one's
+        listen = [] if "listeners" in self.config else ["--listen", self.bootstrap]
+        args = [sys.executable, "-m", "kohort.cli.main", "broker", *listen,
                 "--data-dir", self.data_dir, "--log-level", "warning", *self.extra_args]
         if self.config:
             if self._cfgdir is None:

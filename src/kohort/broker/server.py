@@ -284,6 +284,8 @@ class Broker:
                         if verdict == CLOSE:
                             log.warning("closing connection %d from %s: %s before authentication",
                                         conn_id, host, reason)
+                            await pending.put(None)       # answers already due still go out first
+                            await asyncio.wait({wtask}, timeout=5)
                             break
                         await pending.put((resp, version, header.correlation_id, api_key, t0, size))
                         if verdict == FAIL:
