@@ -416,8 +416,8 @@ class Broker:
 async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
                      metrics_addr: str | None = None, ready_line: bool = True,
                      listeners: list[Listener] | None = None) -> None:
-    """Run until SIGTERM/SIGINT; print one line per listener, then the ready line, once connections
-    are accepted."""
+    """Run until SIGTERM/SIGINT; print the ready line once connections are accepted (with `listeners`
+    configured, one line per listener before it)."""
     broker = Broker(config, host, port, data_dir, listeners)
     await broker.start()
     if metrics_addr:
@@ -433,7 +433,7 @@ async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if ready_line:
-        for lst in broker.listeners:
+        for lst in (broker.listeners if listeners else ()):     # `listeners` configured: name each
             print(f"kohort broker listener {lst.name} ({lst.protocol}) on {lst.host}:{lst.port}", flush=True)
         print(f"kohort broker ready on {broker.listen_host}:{broker.listen_port}", flush=True)
     await stop.wait()
