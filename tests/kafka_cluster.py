@@ -155,23 +155,30 @@ class KafkaNode:
         self.config_path = cluster.root / f"n{node_id}.properties"
         self.log_path = cluster.root / f"n{node_id}.log"
         self.proc: subprocess.Popen | None = None
+        # extra client listeners (security tests): name -> port
+        self.extra_ports = {name: free_ports(1)[0] for name, _ in cluster.extra_listeners}
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def listener_address(self, name: str) -> str:
+        return f"127.0.0.1:{self.extra_ports[name]}"
+
     def write_config(self) -> None:
         c = self.cluster
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.cport}" for n in c.nodes)
+        extra = "".join(f",{name}://127.0.0.1:{self.extra_ports[name]}" for name, _ in c.extra_listeners)
+        extra_map = "".join(f",{name}:{proto}" for name, proto in c.extra_listeners)
         props = {
             "process.roles": "broker,controller",
             "node.id": self.node_id,
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.cport}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.cport}{extra}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}{extra}",
             "inter.broker.listener.name": "PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{extra_map}",
             "log.dirs": str(self.dir),
             "num.partitions": 1,
             "offsets.topic.replication.factor": min(3, len(c.nodes)),
@@ -206,7 +213,7 @@ class KafkaNode:
     def format(self) -> None:
         r = subprocess.run(["java", *TOOL_JVM, f"-Dlog4j2.configurationFile={self.cluster.tools_log4j}",
                             "-cp", KAFKA_CP, "kafka.tools.StorageTool", "format", "-t", self.cluster.cluster_id,
-                            "-c", str(self.config_path)],
+                            "-c", str(self.config_path), *self.cluster.format_args],
                            capture_output=True, text=True, timeout=120, env=_java_env())
         if r.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed for node {self.node_id}:\n{r.stdout}\n{r.stderr}")
@@ -240,8 +247,14 @@ class KafkaNode:
 class KafkaCluster:
     """A KRaft Apache Kafka of `nodes` combined nodes (each broker and controller) on loopback."""
 
-    def __init__(self, nodes: int = 1, extra_config: dict | None = None, offsets_partitions: int = 3):
+    def __init__(self, nodes: int = 1, extra_config: dict | None = None, offsets_partitions: int = 3,
+                 extra_listeners: list[tuple[str, str]] | None = None, format_args: list[str] | None = None):
+        """extra_listeners: [(NAME, PROTOCOL)] client listeners beside PLAINTEXT (each node's port in
+        node.extra_ports; their per-listener settings go in extra_config); format_args: extra
+        kafka-storage format arguments (e.g. --add-scram)."""
         require_peers()
+        self.extra_listeners = list(extra_listeners or [])
+        self.format_args = list(format_args or [])
         self._tmp = tempfile.TemporaryDirectory(prefix=f"kafka-{nodes}n-")
         self.root = Path(self._tmp.name)
         self.extra_config = dict(extra_config or {})

@@ -542,3 +542,37 @@ def test_sasl_fuzz_random_tokens(secure):
             s.sendall(_req(SaslAuthenticateRequest(auth_bytes=token), 1, 2) if version else _frame(token))
             _recv_frame(s)          # an error answer, a SCRAM server-first, or a close
     assert secure.proc.poll() is None and _login_ok(secure)
+
+
+# -- kohort's client against Apache Kafka -----------------------------------------------------------
+@pytest.mark.slow
+def test_kohort_client_against_apache_kafka_sasl_plain_and_scram():
+    from tests.kafka_cluster import KafkaCluster
+    plain = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+             'user_carol="carol-Secret-3";')
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    cfg = {
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain,
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": scram,
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram,
+    }
+    fmt = ["--add-scram", f"SCRAM-SHA-256=[name=alice,password={PASSWORDS['alice']}]",
+           "--add-scram", f"SCRAM-SHA-512=[name=alice,password={PASSWORDS['alice']}]"]
+    with KafkaCluster(1, extra_config=cfg, extra_listeners=[("SASL_PLAINTEXT", "SASL_PLAINTEXT")],
+                      format_args=fmt) as kc:
+        bs = kc.nodes[0].listener_address("SASL_PLAINTEXT")
+        for user, mech in (("alice", "SCRAM-SHA-256"), ("alice", "SCRAM-SHA-512"), ("carol", "PLAIN")):
+            x = _x({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mech, "sasl.username": user,
+                    "sasl.password": PASSWORDS[user]})
+            topic = f"ak-{mech.lower()}"
+            r = _kohort("topics", "create", topic, "-b", bs, *x)
+            assert r.returncode == 0, r.stderr
+            r = _kohort("produce", topic, "-b", bs, *x, input="a\nb\n")
+            assert r.returncode == 0, r.stderr
+            r = _kohort("consume", topic, "-g", f"g-{topic}", "--from-beginning", "--count", "2", "-b", bs, *x)
+            assert r.returncode == 0 and r.stdout.split() == ["a", "b"], r.stderr
+            bad = _x({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mech, "sasl.username": user,
+                      "sasl.password": "wrong"})
+            r = _kohort("topics", "list", "-b", bs, *bad)
+            assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr, r.stderr
