@@ -576,3 +576,28 @@ def test_kohort_client_against_apache_kafka_sasl_plain_and_scram():
                       "sasl.password": "wrong"})
             r = _kohort("topics", "list", "-b", bs, *bad)
             assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr, r.stderr
+
+
+def test_tls_principal_is_the_subject_dn_most_specific_first(pki):
+    from kohort.broker.security import ANONYMOUS, tls_principal
+    decoded = ssl._ssl._test_decode_cert(str(pki / "client.pem"))
+    assert tls_principal(decoded) == "User:CN=client-one,O=kohort,C=DE"
+    assert tls_principal({}) == ANONYMOUS and tls_principal(None) == ANONYMOUS
+
+
+@pytest.mark.parametrize("props,message", [
+    ({"listeners": "FOO://127.0.0.1:1"}, "FOO has no entry in listener.security.protocol.map"),
+    ({"listeners": "SSL://127.0.0.1:1"}, "ssl.keystore.type=JKS is not supported"),
+    ({"listeners": "SASL_PLAINTEXT://127.0.0.1:1"}, "GSSAPI not supported"),
+    ({"listeners": "SASL_PLAINTEXT://127.0.0.1:1", "sasl.enabled.mechanisms": "PLAIN"}, "no sasl.jaas.config"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:1", "listener.name.plaintext.ssl.client.auth": "maybe",
+      "listener.security.protocol.map": "PLAINTEXT:SSL", "ssl.keystore.type": "PEM",
+      "ssl.keystore.location": "/nonexistent.pem"}, "cannot load TLS key"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:1", "listener.name.plaintext.sasl.jaas.confg": "x"}, "unknown broker config"),
+])
+def test_broker_security_config_errors_name_the_setting(tmp_path, props, message):
+    path = tmp_path / "b.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    r = _kohort("broker", "--config", str(path), "--data-dir", str(tmp_path / "d"))
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+    assert not (tmp_path / "d").exists()
