@@ -601,3 +601,45 @@ def test_broker_security_config_errors_name_the_setting(tmp_path, props, message
     r = _kohort("broker", "--config", str(path), "--data-dir", str(tmp_path / "d"))
     assert r.returncode != 0 and message in r.stderr, r.stderr
     assert not (tmp_path / "d").exists()
+
+
+CK_SCRAM_ADMIN = textwrap.dedent("""
+    import json, sys
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialDeletion, UserScramCredentialUpsertion)
+    conf = json.loads(sys.argv[1])
+    a = AdminClient(conf)
+    out = {}
+    def run(futs):
+        res = {}
+        for user, f in futs.items():
+            try:
+                r = f.result(15)
+                res[user] = "ok" if r is None else [(i.mechanism.name, i.iterations) for i in r.scram_credential_infos]
+            except Exception as e:
+                res[user] = e.args[0].name() if e.args and hasattr(e.args[0], "name") else repr(e)
+        return res
+    out["alter"] = run(a.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"erin-pw"),
+        UserScramCredentialUpsertion("frank", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 1000), b"x"),
+        UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_256),
+    ]))
+    out["describe"] = run(a.describe_user_scram_credentials(["erin", "nobody"]))
+    print(json.dumps(out))
+""")
+
+
+def test_scram_users_managed_with_alter_and_describe_user_scram_credentials(secure):
+    """KIP-554 through librdkafka's AdminClient; the new user logs in at once with kohort's client."""
+    pytest.importorskip("confluent_kafka")
+    bs, s = _settings(secure, "SASL_SSL/SCRAM-SHA-256")
+    r = subprocess.run([PY, "-c", CK_SCRAM_ADMIN, json.dumps({"bootstrap.servers": bs, **s})],
+                       capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["alter"] == {"erin": "ok", "frank": "UNACCEPTABLE_CREDENTIAL", "nobody": "RESOURCE_NOT_FOUND"}
+    assert out["describe"] == {"erin": [["SCRAM_SHA_256", 8192]], "nobody": "RESOURCE_NOT_FOUND"}
+    x = _x({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "erin",
+            "sasl.password": "erin-pw"})
+    assert _kohort("topics", "list", "-b", f"127.0.0.1:{secure.ports['SASL_PLAINTEXT']}", *x).returncode == 0
+    assert "erin\tSCRAM-SHA-256\titerations=8192" in _kohort("users", "list", "--data-dir", secure.data_dir).stdout
