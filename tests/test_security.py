@@ -576,6 +576,16 @@ def test_kohort_client_against_apache_kafka_sasl_plain_and_scram():
                       "sasl.password": "wrong"})
             r = _kohort("topics", "list", "-b", bs, *bad)
             assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr, r.stderr
+        # a SCRAM user made with `kohort users -b` (AlterUserScramCredentials) logs in to Apache Kafka
+        admin_x = _x({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "carol",
+                      "sasl.password": PASSWORDS["carol"]})
+        r = _kohort("users", "add", "-b", bs, *admin_x, "--user", "hank", "--iterations", "8192", input="hank-pw\n")
+        assert r.returncode == 0, r.stderr
+        assert "hank\tSCRAM-SHA-256\titerations=8192" in _kohort("users", "list", "-b", bs, *admin_x).stdout
+        hank = _x({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "hank",
+                   "sasl.password": "hank-pw"})
+        r = _kohort("topics", "list", "-b", bs, *hank)
+        assert r.returncode == 0, r.stderr
 
 
 def test_tls_principal_is_the_subject_dn_most_specific_first(pki):
@@ -643,3 +653,20 @@ def test_scram_users_managed_with_alter_and_describe_user_scram_credentials(secu
             "sasl.password": "erin-pw"})
     assert _kohort("topics", "list", "-b", f"127.0.0.1:{secure.ports['SASL_PLAINTEXT']}", *x).returncode == 0
     assert "erin\tSCRAM-SHA-256\titerations=8192" in _kohort("users", "list", "--data-dir", secure.data_dir).stdout
+
+
+def test_kohort_users_online_through_the_scram_apis(secure):
+    bs, s = _settings(secure, "SASL_SSL/SCRAM-SHA-256")
+    x = _x(s)
+    r = _kohort("users", "add", "-b", bs, *x, "--user", "gina", "--mechanism", "SCRAM-SHA-512", input="gina-pw\n")
+    assert r.returncode == 0, r.stderr
+    assert "gina\tSCRAM-SHA-512\titerations=4096" in _kohort("users", "list", "-b", bs, *x).stdout
+    g = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "gina",
+         "sasl.password": "gina-pw"}
+    assert _kohort("topics", "list", "-b", f"127.0.0.1:{secure.ports['SASL_PLAINTEXT']}", *_x(g)).returncode == 0
+    r = _kohort("users", "add", "-b", bs, *x, "--user", "gina", "--iterations", "100", input="pw\n")
+    assert r.returncode == 1 and "UNACCEPTABLE_CREDENTIAL" in r.stderr, r.stderr
+    r = _kohort("users", "remove", "-b", bs, *x, "--user", "gina", "--mechanism", "SCRAM-SHA-512")
+    assert r.returncode == 0, r.stderr
+    r = _kohort("users", "remove", "-b", bs, *x, "--user", "gina", "--mechanism", "SCRAM-SHA-512")
+    assert r.returncode == 1 and "RESOURCE_NOT_FOUND" in r.stderr, r.stderr

@@ -513,6 +513,45 @@ class Admin:
         return plan
 
 
+    # -- SCRAM users (KIP-554) --------------------------------------------------------------------
+    def describe_user_scram_credentials(self, users=None, timeout=None) -> dict:
+        """{user: {mechanism name: iterations}} (users None: all); an unknown user raises RESOURCE_NOT_FOUND."""
+        from kohort.protocol.messages.describe_user_scram_credentials import DescribeUserScramCredentialsRequest
+        names = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+        U = DescribeUserScramCredentialsRequest.UserName
+        resp = self._call(None, DescribeUserScramCredentialsRequest(
+            users=None if users is None else [U(name=u) for u in users]), timeout)
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message)
+        out = {}
+        for r in resp.results:
+            if r.error_code:
+                raise for_code(r.error_code)(r.error_message or f"user {r.user!r}")
+            out[r.user] = {names.get(i.mechanism, str(i.mechanism)): i.iterations for i in r.credential_infos}
+        return out
+
+    def alter_user_scram_credentials(self, upsertions=(), deletions=(), timeout=None) -> None:
+        """upsertions: [(user, mechanism, password, iterations)]; deletions: [(user, mechanism)].
+        The salted password is derived here (PBKDF2, a random salt); the password never leaves."""
+        import secrets
+
+        from kohort.protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest
+        from kohort.protocol.sasl import salted_password
+        codes = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+        R = AlterUserScramCredentialsRequest
+        ups = []
+        for user, mech, password, iterations in upsertions:
+            salt = secrets.token_bytes(32)
+            ups.append(R.ScramCredentialUpsertion(name=user, mechanism=codes[mech.upper()], iterations=iterations,
+                                                  salt=salt, salted_password=salted_password(
+                                                      mech.upper(), password, salt, iterations)))
+        dels = [R.ScramCredentialDeletion(name=u, mechanism=codes[m.upper()]) for u, m in deletions]
+        resp = self._call(None, R(deletions=dels, upsertions=ups), timeout)
+        for r in resp.results:
+            if r.error_code:
+                raise for_code(r.error_code)(r.error_message or f"user {r.user!r}")
+
+
 class ConfigEntry(NamedTuple):
     value: str | None
     read_only: bool
