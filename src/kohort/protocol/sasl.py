@@ -142,7 +142,13 @@ def _attrs(msg: str) -> dict[str, str]:
 
 
 def _nonce() -> str:
-    return base64.b64encode(secrets.token_bytes(24)).decode().replace(",", "-")
+    """130 random bits in base 36, as Kafka's ScramFormatter: only [0-9a-z]. (librdkafka 2.0.2 mangles
+    a nonce with base64's '+' or '/' and then fails the nonce check.)"""
+    n, out = secrets.randbits(130), []
+    while n:
+        n, d = divmod(n, 36)
+        out.append("0123456789abcdefghijklmnopqrstuvwxyz"[d])
+    return "".join(out) or "0"
 
 
 def _xor(a: bytes, b: bytes) -> bytes:
