@@ -703,3 +703,19 @@ def test_kcat_produces_and_consumes(secure, how):
     bad = _x({**s, "sasl.password": "wrong"})
     r = subprocess.run(["kcat", "-b", bs, *bad, "-L", "-m", "5"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "Authentication failed" in r.stderr, r.stderr
+
+
+def test_java_style_sasl_jaas_config_is_understood_by_kohorts_client(secure):
+    bs = f"127.0.0.1:{secure.ports['SASL_PLAINTEXT']}"
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="bob" '
+            f'password="{PASSWORDS["bob"]}";')
+    x = _x({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256", "sasl.jaas.config": jaas})
+    r = _kohort("topics", "list", "-b", bs, *x)
+    assert r.returncode == 0, r.stderr
+    from kohort.client.config import ConfigError, load_config
+    with pytest.raises(ConfigError, match="not both"):
+        load_config("admin", {"bootstrap.servers": bs, "security.protocol": "SASL_PLAINTEXT",
+                              "sasl.mechanism": "PLAIN", "sasl.jaas.config": jaas, "sasl.username": "x"})
+    c = load_config("admin", {"bootstrap.servers": bs, "security.protocol": "SASL_PLAINTEXT",
+                              "sasl.mechanism": "PLAIN", "sasl.jaas.config": jaas})
+    assert PASSWORDS["bob"] not in repr(c) and "[hidden]" in repr(c)

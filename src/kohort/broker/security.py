@@ -30,7 +30,7 @@ from kohort.errors import ErrorCode, KohortError
 from kohort.protocol.messages.sasl_authenticate import SaslAuthenticateResponse
 from kohort.protocol.messages.sasl_handshake import SaslHandshakeResponse
 from kohort.protocol.sasl import (
-    MECHANISMS, SCRAM_MECHANISMS, PlainServer, SaslFailure, ScramCredential, ScramServer,
+    MECHANISMS, SCRAM_MECHANISMS, PlainServer, SaslFailure, ScramCredential, ScramServer, parse_jaas,
 )
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -94,24 +94,15 @@ def setting(config, listener: str, key: str, default=None):
     return default if v is None or v == "" else v
 
 
-def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
-    """`<LoginModule class> required k="v" ...;` -> (module, options)."""
-    text = text.strip().rstrip(";").strip()
-    m = re.match(r"([\w.$]+)\s+(required|requisite|sufficient|optional)\b", text)
-    if not m:
-        raise SecurityConfigError("sasl.jaas.config: expected '<LoginModule> required key=\"value\" ...;'")
-    opts = {}
-    for k, quoted, bare in re.findall(r'([\w.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|(\S+))', text[m.end():]):
-        opts[k] = re.sub(r"\\(.)", r"\1", quoted) if quoted or not bare else bare
-    return m.group(1), opts
-
-
 def _plain_users(config, listener: str) -> dict[str, str]:
     jaas = setting(config, listener, "plain.sasl.jaas.config") or setting(config, listener, "sasl.jaas.config")
     if not jaas:
         raise SecurityConfigError(f"listener {listener}: PLAIN is enabled but no sasl.jaas.config "
                                   f"(listener.name.{listener.lower()}.plain.sasl.jaas.config) lists users")
-    module, opts = parse_jaas(jaas)
+    try:
+        module, opts = parse_jaas(jaas)
+    except KohortError as e:
+        raise SecurityConfigError(f"listener {listener}: {e}") from None
     if not module.endswith("PlainLoginModule"):
         raise SecurityConfigError(f"listener {listener}: PLAIN needs PlainLoginModule, got {module}")
     return {k[5:]: v for k, v in opts.items() if k.startswith("user_")}

@@ -121,6 +121,8 @@ COMMON_KEYS = [
        doc="librdkafka's name for sasl.mechanism"),
     _k("sasl.username", "str", None, nullable=True),
     _k("sasl.password", "str", None, nullable=True),
+    _k("sasl.jaas.config", "str", None, nullable=True,
+       doc="Java's form (Plain/ScramLoginModule required username=... password=...;), for Spark's kafka.* options"),
     _k("ssl.ca.location", "str", None, nullable=True, doc="PEM file of the CA(s) to trust (default: the system's)"),
     _k("ssl.certificate.location", "str", None, nullable=True, doc="PEM client certificate (mutual TLS)"),
     _k("ssl.key.location", "str", None, nullable=True, doc="PEM private key of ssl.certificate.location"),
@@ -209,7 +211,7 @@ class Config(Mapping):
         return len(self._values)
 
     def __repr__(self) -> str:
-        shown = {k: ("[hidden]" if "password" in k else v) for k, v in self._values.items() if k in self.given}
+        shown = {k: ("[hidden]" if "password" in k or k.endswith("jaas.config") else v) for k, v in self._values.items() if k in self.given}
         return f"Config({self.role}, {shown})"
 
     def with_overrides(self, **by_name) -> "Config":
@@ -278,6 +280,18 @@ def _check(role: str, v: dict[str, Any], given: frozenset) -> None:
     if m1 and m2 and m1 != m2:
         raise ConfigError(f"sasl.mechanism={m1} and sasl.mechanisms={m2} disagree; give one")
     v["sasl.mechanism"] = v["sasl.mechanisms"] = m1 = (m1 or m2)
+    if v["sasl.jaas.config"]:
+        from kohort.errors import KohortError
+        from kohort.protocol.sasl import parse_jaas
+        try:
+            module, opts = parse_jaas(v["sasl.jaas.config"])
+        except KohortError as e:
+            raise ConfigError(str(e)) from None
+        if not module.endswith(("PlainLoginModule", "ScramLoginModule")):
+            raise ConfigError(f"sasl.jaas.config: {module} is not supported (PlainLoginModule, ScramLoginModule)")
+        if v["sasl.username"] is not None or v["sasl.password"] is not None:
+            raise ConfigError("give sasl.jaas.config or sasl.username/sasl.password, not both")
+        v["sasl.username"], v["sasl.password"] = opts.get("username"), opts.get("password")
     if v["security.protocol"].startswith("sasl_"):
         if not m1:
             raise ConfigError(f"security.protocol={v['security.protocol']} needs sasl.mechanism "

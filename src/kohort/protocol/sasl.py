@@ -14,6 +14,7 @@ import base64
 import hashlib
 import hmac
 import secrets
+import re
 from dataclasses import dataclass
 
 from kohort.errors import KohortError
@@ -304,3 +305,15 @@ class SaslClient:
             return self._scram.final(server_token)
         self._scram.verify(server_token)
         return None
+
+
+def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
+    """`<LoginModule class> required k="v" ...;` -> (module, options)."""
+    text = text.strip().rstrip(";").strip()
+    m = re.match(r"([\w.$]+)\s+(required|requisite|sufficient|optional)\b", text)
+    if not m:
+        raise KohortError("sasl.jaas.config: expected '<LoginModule> required key=\"value\" ...;'")
+    opts = {}
+    for k, quoted, bare in re.findall(r'([\w.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|(\S+))', text[m.end():]):
+        opts[k] = re.sub(r"\\(.)", r"\1", quoted) if quoted or not bare else bare
+    return m.group(1), opts
