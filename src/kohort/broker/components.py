@@ -8,6 +8,8 @@
 * `broker.producers`    ProducerStates (idempotence), `broker.producer_ids` ProducerIdAllocator
 * `broker.fetch_sessions`  FetchSessionCache (KIP-227)
 * `broker.metrics`      Metrics
+* `broker.txn`          the transaction coordinator's TxnRuntime (kohort.broker.txn.runtime), loaded
+                        from `__transaction_state` before the group coordinator opens
 * `broker.coordinator`  attached by `kohort.broker.coordinator_runtime.open(broker)` when that module
                         exists (the group coordinator, written separately); None otherwise
 * a background task running storage retention/compaction and producer-id expiry
@@ -29,6 +31,7 @@ from kohort.broker.durability import SyncPump
 from kohort.broker.fetch_sessions import FetchSessionCache
 from kohort.broker.metrics import Metrics
 from kohort.broker.producer_state import ProducerIdAllocator, ProducerStates
+from kohort.broker.txn.runtime import open_txn
 from kohort.broker.waiters import DataWaiters
 from kohort.storage import MemoryStorage, Storage
 
@@ -104,6 +107,8 @@ async def open_components(broker) -> None:
     broker._closers.append(close_storage)
 
     broker.spawn(_maintenance(broker))
+
+    await open_txn(broker)
 
     # the group coordinator (another module) plugs in here when present
     try:

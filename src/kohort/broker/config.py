@@ -71,6 +71,10 @@ SPEC: dict[str, tuple] = {
     # transactions / idempotence
     "transactional.id.expiration.ms": (int, 7 * 24 * 3600 * 1000),
     "producer.id.expiration.ms": (int, 86400000),
+    "transaction.max.timeout.ms": (int, 900000),
+    "transaction.state.log.num.partitions": (int, 50),
+    "transaction.state.log.segment.bytes": (int, 100 * 1024 * 1024),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int, 10000),
 }
 SPEC.update({
     # kohort: the adaptive initial-rebalance quiet window (see broker/coordinator). A new group's first

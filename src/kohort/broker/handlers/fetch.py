@@ -5,8 +5,10 @@
   make progress; later partitions only get what fits.
 * min_bytes / max_wait_ms: when less than min_bytes is ready the request waits, woken by appends to
   any of its partitions (kohort.broker.waiters; no polling), until enough data or max_wait_ms.
-* isolation_level: no transactions here, so the last stable offset equals the high watermark and
-  READ_COMMITTED reads the same data, with an empty aborted-transactions list.
+* isolation_level (KIP-98): every answer carries the last stable offset (min of the first offset of
+  any open transaction and the high watermark, kohort.broker.producer_state); READ_COMMITTED reads
+  only below it and gets the aborted transactions overlapping [fetch offset, LSO) (READ_UNCOMMITTED:
+  null).
 * Incremental fetch sessions from v7 (KIP-227, kohort.broker.fetch_sessions); topic ids from v13
   (KIP-516): an unknown id is UNKNOWN_TOPIC_ID.
 * An offset outside [log start offset, log end offset] is OFFSET_OUT_OF_RANGE.
@@ -25,6 +27,7 @@ from kohort.storage import StorageError
 READ_COMMITTED = 1
 TopicResp = FetchResponse.FetchableTopicResponse
 PartData = TopicResp.PartitionData
+Aborted = PartData.AbortedTransaction
 
 
 class _Want:
@@ -37,14 +40,16 @@ class _Want:
 
 
 class _Result:
-    __slots__ = ("want", "error", "hwm", "lso", "log_start", "records")
+    __slots__ = ("want", "error", "hwm", "lso", "log_start", "records", "aborted")
 
-    def __init__(self, want, error, hwm=-1, lso=-1, log_start=-1, records=b""):
+    def __init__(self, want, error, hwm=-1, lso=-1, log_start=-1, records=b"", aborted=()):
         self.want, self.error, self.hwm, self.lso, self.log_start, self.records = (
             want, error, hwm, lso, log_start, records)
+        self.aborted = aborted
 
 
-def _read(broker, wants: list[_Want], max_bytes: int, by_id: bool) -> tuple[list[_Result], int, bool]:
+def _read(broker, wants: list[_Want], max_bytes: int, by_id: bool,
+          read_committed: bool = False) -> tuple[list[_Result], int, bool]:
     storage = broker.storage
     out = []
     total = 0
@@ -68,30 +73,36 @@ def _read(broker, wants: list[_Want], max_bytes: int, by_id: bool) -> tuple[list
             continue
         code = check_leader_epoch(broker, w.leader_epoch)
         hwm = log.high_watermark
+        pstate = broker.producers.partition(name, p, log)
+        lso = pstate.last_stable_offset(hwm)
         start = log.log_start_offset
         if code:
-            out.append(_Result(w, code, hwm, hwm, start))
+            out.append(_Result(w, code, hwm, lso, start))
             errors = True
             continue
         off = w.fetch_offset
         if off < start or off > log.log_end_offset:
-            out.append(_Result(w, ErrorCode.OFFSET_OUT_OF_RANGE, hwm, hwm, start))
+            out.append(_Result(w, ErrorCode.OFFSET_OUT_OF_RANGE, hwm, lso, start))
             errors = True
             continue
         data = b""
-        if off < hwm:
+        upto = lso if read_committed else hwm
+        aborted = ()
+        if off < upto:
             limit = min(w.max_bytes, max_bytes - total)
             if total == 0 or limit > 0:
                 try:
-                    data = log.read(off, max(limit, 1), max_offset=hwm)
+                    data = log.read(off, max(limit, 1), max_offset=upto)
                 except StorageError as e:
-                    out.append(_Result(w, e.error_code, hwm, hwm, start))
+                    out.append(_Result(w, e.error_code, hwm, lso, start))
                     errors = True
                     continue
                 if total and len(data) > limit:
                     data = b""          # only the first partition may exceed the limits
+        if data and read_committed:
+            aborted = pstate.aborted_in(off, upto)
         total += len(data)
-        out.append(_Result(w, ErrorCode.NONE, hwm, hwm, start, data))
+        out.append(_Result(w, ErrorCode.NONE, hwm, lso, start, data, aborted))
     return out, total, errors
 
 
@@ -132,7 +143,7 @@ def _plan(broker, req: FetchRequest, v: int):
 
 def _response(broker, v, req, sess, full, results) -> FetchResponse:
     by_id = v >= 13
-    aborted = [] if req.isolation_level == READ_COMMITTED else None
+    committed = req.isolation_level == READ_COMMITTED
     topics: dict = {}
     for r in results:
         c = r.want.cached
@@ -148,7 +159,10 @@ def _response(broker, v, req, sess, full, results) -> FetchResponse:
             tr = topics[tk] = TopicResp(topic_id=tk, partitions=[]) if by_id else TopicResp(topic=tk, partitions=[])
         tr.partitions.append(PartData(
             partition_index=p, error_code=r.error, high_watermark=r.hwm, last_stable_offset=r.lso,
-            log_start_offset=r.log_start, aborted_transactions=aborted, preferred_read_replica=-1,
+            log_start_offset=r.log_start,
+            aborted_transactions=[Aborted(producer_id=a.producer_id, first_offset=a.first_offset)
+                                  for a in r.aborted] if committed else None,
+            preferred_read_replica=-1,
             records=r.records))
     return FetchResponse(throttle_time_ms=0, error_code=0,
                          session_id=sess.session_id if sess is not None else 0,
@@ -163,7 +177,8 @@ def handle_fetch(ctx, req: FetchRequest):
     except FetchSessionError as e:
         return FetchResponse(throttle_time_ms=0, error_code=e.code, session_id=0, responses=[])
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
-    results, total, errors = _read(broker, wants, max_bytes, v >= 13)
+    rc = req.isolation_level == READ_COMMITTED
+    results, total, errors = _read(broker, wants, max_bytes, v >= 13, rc)
     if total >= req.min_bytes or req.max_wait_ms <= 0 or errors or not wants:
         return _response(broker, v, req, sess, full, results)
     return _long_poll(broker, v, req, sess, full, wants, max_bytes, results)
@@ -172,6 +187,7 @@ def handle_fetch(ctx, req: FetchRequest):
 async def _long_poll(broker, v, req, sess, full, wants, max_bytes, results):
     deadline = time.monotonic() + req.max_wait_ms / 1000
     by_id = v >= 13
+    rc = req.isolation_level == READ_COMMITTED
     storage = broker.storage
     if by_id:
         keys = []
@@ -188,8 +204,8 @@ async def _long_poll(broker, v, req, sess, full, wants, max_bytes, results):
             break
         if not await broker.waiters.wait(keys, left):
             break
-        results, total, errors = _read(broker, wants, max_bytes, by_id)
+        results, total, errors = _read(broker, wants, max_bytes, by_id, rc)
         if total >= req.min_bytes or errors:
             return _response(broker, v, req, sess, full, results)
-    results, _, _ = _read(broker, wants, max_bytes, by_id)
+    results, _, _ = _read(broker, wants, max_bytes, by_id, rc)
     return _response(broker, v, req, sess, full, results)
