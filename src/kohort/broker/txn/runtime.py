@@ -78,11 +78,11 @@ class TxnRuntime:
                     break
                 for _, h in iter_batches(data):
                     off = h.base_offset + h.last_offset_delta + 1
-                for r in iter_records(data):
+                for r in iter_records(data):      # (offset, timestamp, key, value, ...)
                     try:
-                        latest[decode_key(r.key)] = r.value
+                        latest[decode_key(r[2])] = r[3]
                     except DecodeError as e:
-                        log.warning("skipping %s-%d record at %d: %s", TRANSACTION_STATE_TOPIC, p, r.offset, e)
+                        log.warning("skipping %s-%d record at %d: %s", TRANSACTION_STATE_TOPIC, p, r[0], e)
         for tid, value in latest.items():
             try:
                 self.coordinator.load(tid, decode_value(value))
