@@ -1,0 +1,62 @@
+"""Transactions with real clients against `kohort broker` (a subprocess): confluent-kafka's
+transactional producer (init/begin/produce/commit/abort), zombie fencing of a second producer with
+the same transactional.id, and confluent-kafka consumers with isolation.level read_committed (only
+committed records) and read_uncommitted (all of them). Each librdkafka client runs in its own
+process (tests/txn_ck_client.py)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tests.brokers import KohortBroker
+
+SCRIPT = __file__.rsplit("/", 1)[0] + "/txn_ck_client.py"
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with KohortBroker(config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000}) as b:
+        yield b
+
+
+def ck(broker, *args, timeout=90) -> list[dict]:
+    p = subprocess.run([sys.executable, SCRIPT, broker.bootstrap, *args], capture_output=True, text=True,
+                       timeout=timeout)
+    lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+    assert p.returncode == 0 and lines and "done" in lines[-1], (p.returncode, p.stdout, p.stderr[-3000:])
+    return lines
+
+
+def create(broker, topic):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for f in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
+        f.result(10)
+
+
+def test_confluent_transactions_and_read_committed(broker):
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    create(broker, topic)
+    ck(broker, "produce", topic, "tx-" + topic)
+    committed = ck(broker, "consume", topic, "read_committed")
+    want = [f"c1-{i}" for i in range(10)] + [f"c2-{i}" for i in range(10)]
+    assert committed[-1]["done"] == want
+    # 30 records + 3 markers; the committed consumer's position passes them all
+    assert committed[0]["watermarks"] == [0, 33]
+    assert committed[-2]["position"] == 33
+    everything = ck(broker, "consume", topic, "read_uncommitted")
+    assert everything[-1]["done"] == want[:10] + [f"a-{i}" for i in range(10)] + want[10:]
+
+
+def test_confluent_zombie_fencing(broker):
+    topic = f"fence-{uuid.uuid4().hex[:8]}"
+    create(broker, topic)
+    lines = ck(broker, "fence", topic, "fx-" + topic)
+    z = next(x for x in lines if "zombie_commit" in x)
+    assert z["zombie_commit"] == "failed" and z["fatal"], z
+    got = ck(broker, "consume", topic, "read_committed")[-1]["done"]
+    assert got == [f"b-{i}" for i in range(5)]
