@@ -60,3 +60,22 @@ def test_confluent_zombie_fencing(broker):
     assert z["zombie_commit"] == "failed" and z["fatal"], z
     got = ck(broker, "consume", topic, "read_committed")[-1]["done"]
     assert got == [f"b-{i}" for i in range(5)]
+
+
+@pytest.mark.slow
+def test_java_transactional_producer(broker):
+    """Apache Kafka's Java producer (ProducerPerformance with --transactional-id: a transaction
+    committed every 100 ms) on kohort broker; a read_committed confluent-kafka consumer reads them all."""
+    from tests.kafka_cluster import run_tool
+    topic = f"java-{uuid.uuid4().hex[:8]}"
+    create(broker, topic)
+    n = 3000
+    r = run_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(n),
+                 "--record-size", "40", "--throughput", "5000", "--transactional-id", "jtx-" + topic,
+                 "--transaction-duration-ms", "100", "--command-property", f"bootstrap.servers={broker.bootstrap}",
+                 check=False, timeout=120)
+    assert r.returncode == 0 and f"{n} records sent" in r.stdout, (r.stdout[-2000:], r.stderr[-2000:])
+    lines = ck(broker, "consume", topic, "read_committed")
+    assert len(lines[-1]["done"]) == n
+    end = lines[0]["watermarks"][1]
+    assert end > n and lines[-2]["position"] == end      # one COMMIT marker per transaction
