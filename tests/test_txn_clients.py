@@ -79,3 +79,38 @@ def test_java_transactional_producer(broker):
     assert len(lines[-1]["done"]) == n
     end = lines[0]["watermarks"][1]
     assert end > n and lines[-2]["position"] == end      # one COMMIT marker per transaction
+
+
+@pytest.mark.slow
+def test_broker_sigkill_with_open_transaction(tmp_path):
+    """The broker is SIGKILLed while a confluent-kafka producer has a transaction open (after a
+    committed and an aborted one) and the producer dies too: after the restart the transaction state
+    is replayed from __transaction_state, the aborted index and open transaction are rebuilt from the
+    log, the LSO holds at the open transaction until the timeout abort, and read_committed then reads
+    exactly the committed records."""
+    import time
+    topic = "sigkill"
+    with KohortBroker(str(tmp_path), config={
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500}) as b:
+        create(b, topic)
+        p = subprocess.Popen([sys.executable, SCRIPT, b.bootstrap, "hang", topic, "tx-hang"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            line = p.stdout.readline()
+            assert json.loads(line) == {"open": True}
+            b.kill()
+        finally:
+            p.kill()
+            p.wait(10)
+        b.start()
+        first = ck(b, "consume", topic, "read_committed")
+        assert first[-1]["done"] == [f"c1-{i}" for i in range(10)]
+        assert first[-2]["position"] <= 22            # held below the open transaction (offset 22)
+        deadline = time.monotonic() + 30
+        while True:                                   # the 5 s timeout abort, then a marker at 27
+            lines = ck(b, "consume", topic, "read_committed")
+            if lines[-2]["position"] == 28 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert lines[-2]["position"] == 28 and lines[0]["watermarks"] == [0, 28]
+        assert lines[-1]["done"] == [f"c1-{i}" for i in range(10)]

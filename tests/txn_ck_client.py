@@ -5,6 +5,8 @@ usage: txn_ck_client.py BOOTSTRAP MODE TOPIC [TXN_ID]
   produce  TXN_ID: commit 10 "c1-i", abort 10 "a-i", commit 10 "c2-i" (one transaction each)
   fence    TXN_ID: producer A opens a transaction and produces; producer B (same id) initialises;
            A's commit must fail fatally (fenced); B commits 5 "b-i"
+  hang     TXN_ID: commit 10 "c1-i", abort 10 "a-i", then open a transaction with 5 "open-i",
+           flush, print {"open": true} and wait to be killed (transaction.timeout.ms 5000)
   consume  ISOLATION: read partition 0 from the start to its end (read_committed / read_uncommitted)
 Prints one JSON object per line; the last is {"done": ...}.
 """
@@ -17,9 +19,9 @@ def out(obj):
     sys.stdout.flush()
 
 
-def producer(bs, tid):
+def producer(bs, tid, timeout_ms=30000):
     from confluent_kafka import Producer
-    return Producer({"bootstrap.servers": bs, "transactional.id": tid, "transaction.timeout.ms": 30000,
+    return Producer({"bootstrap.servers": bs, "transactional.id": tid, "transaction.timeout.ms": timeout_ms,
                      "linger.ms": 5, "log_level": 0})
 
 
@@ -44,6 +46,18 @@ def main():
         txn(p, topic, "a", 10, False)
         txn(p, topic, "c2", 10, True)
         out({"done": "produced"})
+    elif mode == "hang":
+        import time
+        p = producer(bs, arg, 5000)
+        p.init_transactions(20)
+        txn(p, topic, "c1", 10, True)
+        txn(p, topic, "a", 10, False)
+        p.begin_transaction()
+        for i in range(5):
+            p.produce(topic, value=f"open-{i}".encode(), partition=0)
+        p.flush(20)
+        out({"open": True})
+        time.sleep(3600)
     elif mode == "fence":
         from confluent_kafka import KafkaException
         a = producer(bs, arg)
