@@ -135,3 +135,39 @@ def test_timeout_abort(tmp_path):
             assert (await init(w))[2] == ep + 2
             await w.close()
     run(main())
+
+
+def test_admin_describe_list_and_producers(tmp_path):
+    from kohort.protocol.messages.describe_producers import DescribeProducersRequest
+    from kohort.protocol.messages.describe_transactions import DescribeTransactionsRequest
+    from kohort.protocol.messages.list_transactions import ListTransactionsRequest
+
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await create(w, "t")
+            _, pid, ep = await init(w)
+            _, pid2, _ = await init(w, tid="other")
+            assert await add(w, pid, ep) == {E.NONE}
+            assert (await produce(w, "t", tx_batch(pid, ep, 0, n=3))).base_offset == 0
+            d = (await w.call(DescribeTransactionsRequest(transactional_ids=["tx", "nope"]), 0)).transaction_states
+            assert (d[0].error_code, d[0].transaction_state, d[0].producer_id, d[0].producer_epoch) == (0, "Ongoing", pid, ep)
+            assert [(t.name, t.partition_indexes) for t in d[0].topics] == [("t", [0])]
+            assert d[1].error_code == E.TRANSACTIONAL_ID_NOT_FOUND
+
+            async def ls(**kw):
+                r = await w.call(ListTransactionsRequest(**{"state_filters": [], "producer_id_filters": [], **kw}), 2)
+                return r.unknown_state_filters, [(s.transactional_id, s.transaction_state) for s in r.transaction_states]
+            assert await ls() == ([], [("other", "Empty"), ("tx", "Ongoing")])
+            assert await ls(state_filters=["Ongoing", "Bogus"]) == (["Bogus"], [("tx", "Ongoing")])
+            assert await ls(producer_id_filters=[pid2]) == ([], [("other", "Empty")])
+            assert await ls(transactional_id_pattern="o.*") == ([], [("other", "Empty")])
+            assert await ls(duration_filter=3_600_000) == ([], [])
+            DP = DescribeProducersRequest.TopicRequest
+            r = await w.call(DescribeProducersRequest(topics=[DP(name="t", partition_indexes=[0, 5])]), 0)
+            p0, p5 = r.topics[0].partitions
+            assert [(s.producer_id, s.producer_epoch, s.last_sequence, s.current_txn_start_offset)
+                    for s in p0.active_producers] == [(pid, ep, 2, 0)]
+            assert p5.error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+            await w.close()
+    run(main())

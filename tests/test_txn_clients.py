@@ -114,3 +114,31 @@ def test_broker_sigkill_with_open_transaction(tmp_path):
             time.sleep(0.5)
         assert lines[-2]["position"] == 28 and lines[0]["watermarks"] == [0, 28]
         assert lines[-1]["done"] == [f"c1-{i}" for i in range(10)]
+
+
+@pytest.mark.slow
+def test_kafka_transactions_command(broker):
+    """Kafka's kafka-transactions.sh (TransactionsCommand) against kohort broker while a
+    confluent-kafka producer holds a transaction open: list, describe, describe-producers, find-hanging."""
+    from tests.kafka_cluster import run_tool
+    topic = f"tc-{uuid.uuid4().hex[:8]}"
+    create(broker, topic)
+    p = subprocess.Popen([sys.executable, SCRIPT, broker.bootstrap, "hang", topic, "tc-" + topic],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert json.loads(p.stdout.readline()) == {"open": True}
+
+        def tool(*args):
+            r = run_tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", broker.bootstrap,
+                         *args, check=False, timeout=60)
+            assert r.returncode == 0, r.stderr[-2000:]
+            return [line.split() for line in r.stdout.splitlines()[1:] if line.strip()]
+        assert ["tc-" + topic, "0", "Ongoing"] in [row[:1] + row[1:2] + row[3:4] for row in tool("list")]
+        d = tool("describe", "--transactional-id", "tc-" + topic)
+        assert d[0][4] == "Ongoing" and d[0][-1] == f"{topic}-0"
+        prods = tool("describe-producers", "--topic", topic, "--partition", "0")
+        assert len(prods) == 1 and prods[0][-1] == "22"              # the open transaction's first offset
+        assert tool("find-hanging", "--broker-id", "0") == []        # within its timeout: not hanging
+    finally:
+        p.kill()
+        p.wait(10)
