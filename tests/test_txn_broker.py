@@ -171,3 +171,37 @@ def test_admin_describe_list_and_producers(tmp_path):
             assert p5.error_code == E.UNKNOWN_TOPIC_OR_PARTITION
             await w.close()
     run(main())
+
+
+def test_failed_marker_write_is_driven_again(tmp_path):
+    """A storage error while writing markers leaves the transaction in PrepareCommit (EndTxn answers
+    COORDINATOR_NOT_AVAILABLE, its retry CONCURRENT_TRANSACTIONS); the abort scan drives it again."""
+    from kohort.storage import StorageError
+
+    async def main():
+        props = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 50}
+        async with running_broker(tmp_path, props) as b:
+            w = await Wire.connect(b)
+            await create(w, "t")
+            _, pid, ep = await init(w)
+            assert await add(w, pid, ep) == {E.NONE}
+            assert (await produce(w, "t", tx_batch(pid, ep, 0))).base_offset == 0
+            real = b.txn.write_marker
+            failures = []
+
+            def failing(topic, p, m):        # the disk fails for the first marker write only
+                if not failures:
+                    failures.append(1)
+                    raise StorageError("injected write failure")
+                return real(topic, p, m)
+            b.txn.write_marker = failing
+            assert await end(w, pid, ep, True) == E.COORDINATOR_NOT_AVAILABLE
+            for _ in range(100):
+                code = await end(w, pid, ep, True)
+                if code != E.CONCURRENT_TRANSACTIONS:
+                    break
+                await asyncio.sleep(0.05)
+            assert code == E.NONE and b.txn.coordinator.txns["tx"].state.name == "COMPLETE_COMMIT"
+            assert await fetch(w) == (3, 3, [(0, False), (2, True)], [])
+            await w.close()
+    run(main())

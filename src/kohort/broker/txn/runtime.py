@@ -18,7 +18,9 @@ the abort timer and the marker writes. `open_txn(broker)` attaches `broker.txn` 
   CONCURRENT_TRANSACTIONS either way).
 * Markers are not written to `__consumer_offsets` partitions (added by AddOffsetsToTxn): kohort does
   not serve TxnOffsetCommit yet, so no transactional offsets are pending there.
-* Every transaction.abort.timed.out.transaction.cleanup.interval.ms, `expire_timed_out(now)`.
+* Every transaction.abort.timed.out.transaction.cleanup.interval.ms, `expire_timed_out(now)`, and
+  every Prepare* transaction not being driven right now (its marker writes failed) is driven again;
+  `driving` keeps one transaction's markers from being written by two tasks at once.
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ class TxnRuntime:
         self.num_partitions = cfg["transaction.state.log.num.partitions"]
         self.coordinator_epoch = broker.leader_epoch
         self.coordinator = TxnCoordinator(broker.producer_ids.allocate, cfg["transaction.max.timeout.ms"])
+        self.driving: set[str] = set()      # transactional ids whose markers are being written now
 
     # -- start ---------------------------------------------------------------------------------------
     def ensure_topic(self) -> None:
@@ -131,20 +134,27 @@ class TxnRuntime:
             if sync.enabled:
                 await sync.wait_synced()
         for w in result.markers:
-            for topic, p in w.partitions:
-                if topic == OFFSETS_TOPIC:
-                    continue
-                err = self.write_marker(topic, p, w)
-                if err:
-                    # Kafka drops the marker on IPE / coordinator fenced / a deleted partition
-                    log.warning("marker for %s (pid %d epoch %d) on %s-%d not written: %s", w.transactional_id,
-                                w.producer_id, w.producer_epoch, topic, p, ErrorCode(err).name)
-            if sync.enabled:
-                await sync.wait_synced()
-            done = self.coordinator.markers_written(w.transactional_id, self.clock())
-            self._persist(done.records)
-            if sync.enabled:
-                await sync.wait_synced()
+            if w.transactional_id in self.driving:
+                continue
+            self.driving.add(w.transactional_id)
+            try:
+                for topic, p in w.partitions:
+                    if topic == OFFSETS_TOPIC:
+                        continue
+                    err = self.write_marker(topic, p, w)
+                    if err:
+                        # Kafka drops the marker on IPE / coordinator fenced / a deleted partition
+                        log.warning("marker for %s (pid %d epoch %d) on %s-%d not written: %s",
+                                    w.transactional_id, w.producer_id, w.producer_epoch, topic, p,
+                                    ErrorCode(err).name)
+                if sync.enabled:
+                    await sync.wait_synced()
+                done = self.coordinator.markers_written(w.transactional_id, self.clock())
+                self._persist(done.records)
+                if sync.enabled:
+                    await sync.wait_synced()
+            finally:
+                self.driving.discard(w.transactional_id)
         return result
 
     async def call(self, op: str, *args, **kwargs) -> Result:
@@ -166,6 +176,8 @@ class TxnRuntime:
                 if r.markers:
                     log.info("aborting timed-out transactions: %s", [w.transactional_id for w in r.markers])
                 await self.run(r)
+                # a Prepare* whose markers failed to be written (storage error) is driven again
+                await self.run(self.coordinator.recover())
             except Exception:   # noqa: BLE001 - keep the scan alive, report it
                 log.exception("transaction abort scan failed")
 
