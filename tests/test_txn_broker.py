@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from kohort.broker.producer_state import PartitionProducers
 from kohort.errors import ErrorCode as E
 from kohort.protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from kohort.protocol.messages.end_txn import EndTxnRequest
@@ -43,10 +44,10 @@ async def end(w, pid, ep, commit, tid="tx", version=3):
     return r.error_code
 
 
-async def fetch(w, offset=0, isolation=1, topic="t"):
+async def fetch(w, offset=0, isolation=1, topic="t", pmax=1 << 20):
     req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=isolation,
                        session_id=0, session_epoch=-1, topics=[FT(topic=topic, partitions=[
-                           FT.FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)])],
+                           FT.FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=pmax)])],
                        forgotten_topics_data=[], rack_id="")
     p = (await w.call(req, 12)).responses[0].partitions[0]
     offsets = [(h.base_offset, h.is_control) for _, h in iter_batches(bytes(p.records or b""))]
@@ -61,9 +62,9 @@ async def latest(w, isolation):
     return (await w.call(req, 5)).topics[0].partitions[0].offset
 
 
-def tx_batch(pid, ep, seq, n=2):
+def tx_batch(pid, ep, seq, n=2, ts=None):
     # current timestamps: old ones would make the log roll a segment (segment.ms) before the marker
-    now = int(time.time() * 1000)
+    now = int(time.time() * 1000) if ts is None else ts
     return build_batch([(b"k", b"v%d" % i, [], now) for i in range(n)], producer_id=pid, producer_epoch=ep,
                        base_sequence=seq, transactional=True)
 
@@ -100,6 +101,13 @@ def test_abort_commit_lso_and_restart(tmp_path):
             # an open transaction left across the restart
             assert await add(w, pid, ep) == {E.NONE}
             assert (await produce(w, "t", tx_batch(pid, ep, 4))).base_offset == 6
+            # the live producer state equals a full replay of the log (what a restart rebuilds)
+            lg = b.storage.log("t", 0)
+            live, replayed = b.producers.partition("t", 0, lg), PartitionProducers()
+            replayed.recover(lg)
+            assert (replayed.ongoing, replayed.aborted) == (live.ongoing, live.aborted) == ({pid: 6}, [(pid, 0, 2, 3)])
+            assert {k: (e.epoch, list(e.batches)) for k, e in replayed.entries.items()} == \
+                {k: (e.epoch, list(e.batches)) for k, e in live.entries.items()}
             await w.close()
         async with running_broker(tmp_path) as b:    # state replayed from __transaction_state and the log
             w = await Wire.connect(b)
@@ -203,5 +211,40 @@ def test_failed_marker_write_is_driven_again(tmp_path):
                 await asyncio.sleep(0.05)
             assert code == E.NONE and b.txn.coordinator.txns["tx"].state.name == "COMPLETE_COMMIT"
             assert await fetch(w) == (3, 3, [(0, False), (2, True)], [])
+            await w.close()
+    run(main())
+
+
+def test_read_committed_bounds(tmp_path):
+    """Aborted transactions are listed only when they overlap the returned batches, and a
+    read_committed timestamp lookup never answers an offset at or past the LSO."""
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await create(w, "t")
+            _, pid, ep = await init(w)
+            assert await add(w, pid, ep) == {E.NONE}
+            assert (await produce(w, "t", tx_batch(pid, ep, 0))).base_offset == 0
+            assert await end(w, pid, ep, True) == E.NONE                         # commit: 0-1, marker 2
+            assert await add(w, pid, ep) == {E.NONE}
+            assert (await produce(w, "t", tx_batch(pid, ep, 2))).base_offset == 3
+            assert await end(w, pid, ep, False) == E.NONE                        # abort: 3-4, marker 5
+            assert await add(w, pid, ep) == {E.NONE}
+            later = int(time.time() * 1000) + 10_000
+            assert (await produce(w, "t", tx_batch(pid, ep, 4, ts=later))).base_offset == 6  # open: 6-7
+            assert await fetch(w, offset=0) == (8, 6, [(0, False), (2, True), (3, False), (5, True)], [(pid, 3)])
+            assert await fetch(w, offset=6) == (8, 6, [], [])
+            # a fetch whose data ends before the aborted transaction does not list it
+            assert await fetch(w, offset=0, pmax=1) == (8, 6, [(0, False)], [])
+            assert await fetch(w, offset=2, pmax=1) == (8, 6, [(2, True)], [])
+            assert await fetch(w, offset=3, pmax=1) == (8, 6, [(3, False)], [(pid, 3)])
+            LP = LT.ListOffsetsPartition
+            async def at(ts, isolation):
+                req = ListOffsetsRequest(replica_id=-1, isolation_level=isolation, topics=[LT(name="t", partitions=[
+                    LP(partition_index=0, current_leader_epoch=-1, timestamp=ts)])])
+                return (await w.call(req, 5)).topics[0].partitions[0].offset
+            ts = int(time.time() * 1000) - 60_000
+            assert (await at(ts, 0), await at(ts, 1)) == (0, 0)
+            assert (await at(later - 1, 0), await at(later - 1, 1)) == (6, -1)   # only the open batch is that late
             await w.close()
     run(main())

@@ -7,8 +7,8 @@
   any of its partitions (kohort.broker.waiters; no polling), until enough data or max_wait_ms.
 * isolation_level (KIP-98): every answer carries the last stable offset (min of the first offset of
   any open transaction and the high watermark, kohort.broker.producer_state); READ_COMMITTED reads
-  only below it and gets the aborted transactions overlapping [fetch offset, LSO) (READ_UNCOMMITTED:
-  null).
+  only below it and gets the aborted transactions overlapping [fetch offset, end of the returned
+  batches) (READ_UNCOMMITTED: null).
 * Incremental fetch sessions from v7 (KIP-227, kohort.broker.fetch_sessions); topic ids from v13
   (KIP-516): an unknown id is UNKNOWN_TOPIC_ID.
 * An offset outside [log start offset, log end offset] is OFFSET_OUT_OF_RANGE.
@@ -22,6 +22,7 @@ from kohort.broker.handlers import handles
 from kohort.broker.handlers._util import check_leader_epoch, now_ms
 from kohort.errors import ErrorCode
 from kohort.protocol.messages.fetch import FetchRequest, FetchResponse
+from kohort.protocol.records import iter_batches
 from kohort.storage import StorageError
 
 READ_COMMITTED = 1
@@ -99,8 +100,12 @@ def _read(broker, wants: list[_Want], max_bytes: int, by_id: bool,
                     continue
                 if total and len(data) > limit:
                     data = b""          # only the first partition may exceed the limits
-        if data and read_committed:
-            aborted = pstate.aborted_in(off, upto)
+        if data and read_committed and pstate.aborted:
+            # Kafka's upper bound: just past the returned batches
+            end = off
+            for _, bh in iter_batches(data):
+                end = bh.base_offset + bh.last_offset_delta + 1
+            aborted = pstate.aborted_in(off, end)
         total += len(data)
         out.append(_Result(w, ErrorCode.NONE, hwm, lso, start, data, aborted))
     return out, total, errors

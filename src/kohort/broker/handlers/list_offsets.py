@@ -1,6 +1,7 @@
 """ListOffsets (API key 2), v1-v10 (Kafka 4 dropped v0): the offset for a timestamp per partition.
 
-Special timestamps: -1 latest (the high watermark; with READ_COMMITTED, v2+, the last stable offset), -2 earliest (log start offset), -3 the record with the
+Special timestamps: -1 latest (the high watermark; with READ_COMMITTED, v2+, the last stable offset,
+which also caps timestamp lookups), -2 earliest (log start offset), -3 the record with the
 greatest timestamp (KIP-734, v7+), -4 earliest local (KIP-1005, v8+; no tiered storage, so the log
 start offset), -5 earliest pending upload (KIP-1023; none, so -1). A timestamp with no record at or
 after it answers offset -1.
@@ -44,6 +45,10 @@ def _one(broker, topic: str, p, read_committed: bool) -> PartResp:
     if found is None:
         return PartResp(partition_index=idx, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
     offset, timestamp = found
+    if read_committed and ts >= 0 and offset >= broker.producers.partition(topic, idx, log).last_stable_offset(
+            log.high_watermark):
+        # read_committed: a timestamp lookup answers only offsets below the last stable offset
+        return PartResp(partition_index=idx, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
     return PartResp(partition_index=idx, error_code=0, timestamp=timestamp, offset=offset, leader_epoch=epoch)
 
 
