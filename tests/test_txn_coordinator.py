@@ -184,3 +184,17 @@ def test_log_format_v0_and_partition():
         assert TxnMetadata.from_value("x", v).partitions == {TP}
     assert decode_value(None) is None
     assert 0 <= txn_partition("some-id") < 50
+
+
+def test_transactional_id_expiry(c):
+    pid, ep = ongoing(c, now=0)
+    assert c.expire_ids(10**9, 1000).records == []                 # Ongoing never expires
+    c.end_txn("tx", pid, ep, True, 10)
+    assert c.expire_ids(10**9, 1000).records == []                 # nor Prepare*
+    c.markers_written("tx", 20)
+    assert c.expire_ids(1020, 1000).records == []                  # not idle long enough
+    r = c.expire_ids(1021, 1000)
+    assert r.records == [("tx", None)] and "tx" not in c.txns
+    assert c.verify(pid, ep, *TP) == E.INVALID_TXN_STATE
+    r = init(c, now=2000)                                          # a fresh start: new producer id
+    assert r.producer_id != pid and r.producer_epoch == 0

@@ -293,6 +293,20 @@ class TxnCoordinator:
                 self._fence_and_abort(m, now, out)
         return out
 
+    def expire_ids(self, now: int, expiration_ms: int) -> Result:
+        """transactional.id.expiration.ms: an id idle (Empty or Complete*) for longer becomes Dead and
+        is deleted with a tombstone (Kafka's TransactionStateManager.removeExpiredTransactionalIds)."""
+        out = Result()
+        for m in list(self.txns.values()):
+            if (m.state == S.EMPTY or m.state in COMPLETE) and m.update_ms + expiration_ms < now:
+                m.state = S.DEAD
+                m.update_ms = now
+                del self.txns[m.transactional_id]
+                if self._by_pid.get(m.producer_id) == m.transactional_id:
+                    del self._by_pid[m.producer_id]
+                out.records.append((m.transactional_id, None))
+        return out
+
     def verify(self, pid: int, epoch: int, topic: str, partition: int) -> int:
         """KIP-890 part 1 check for a transactional batch opening a transaction on a partition:
         NONE when (pid, epoch) has an Ongoing transaction holding the partition."""

@@ -18,7 +18,8 @@ the abort timer and the marker writes. `open_txn(broker)` attaches `broker.txn` 
   CONCURRENT_TRANSACTIONS either way).
 * Markers are not written to `__consumer_offsets` partitions (added by AddOffsetsToTxn): kohort does
   not serve TxnOffsetCommit yet, so no transactional offsets are pending there.
-* Every transaction.abort.timed.out.transaction.cleanup.interval.ms, `expire_timed_out(now)`, and
+* Every transaction.abort.timed.out.transaction.cleanup.interval.ms, `expire_timed_out(now)`, the
+  expiry of ids idle past transactional.id.expiration.ms (a tombstone each), and
   every Prepare* transaction not being driven right now (its marker writes failed) is driven again;
   `driving` keeps one transaction's markers from being written by two tasks at once.
 """
@@ -176,6 +177,8 @@ class TxnRuntime:
                 if r.markers:
                     log.info("aborting timed-out transactions: %s", [w.transactional_id for w in r.markers])
                 await self.run(r)
+                await self.run(self.coordinator.expire_ids(
+                    self.clock(), self.broker.config["transactional.id.expiration.ms"]))
                 # a Prepare* whose markers failed to be written (storage error) is driven again
                 await self.run(self.coordinator.recover())
             except Exception:   # noqa: BLE001 - keep the scan alive, report it
