@@ -142,3 +142,27 @@ def test_kafka_transactions_command(broker):
     finally:
         p.kill()
         p.wait(10)
+
+
+def test_kohort_consumer_read_committed(broker):
+    """kohort's own Consumer on confluent-kafka's committed + aborted transactions: read_committed
+    returns exactly the committed records and its position passes the markers; read_uncommitted
+    returns all of them."""
+    import time
+    from kohort import Consumer
+    from kohort.structs import TopicPartition
+    topic = f"krc-{uuid.uuid4().hex[:8]}"
+    create(broker, topic)
+    ck(broker, "produce", topic, "tx-" + topic)
+    want = [f"c1-{i}" for i in range(10)] + [f"c2-{i}" for i in range(10)]
+    for isolation, expected in (("read_committed", want),
+                                ("read_uncommitted", want[:10] + [f"a-{i}" for i in range(10)] + want[10:])):
+        with Consumer({"bootstrap.servers": broker.bootstrap, "isolation.level": isolation,
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False}) as c:
+            tp = TopicPartition(topic, 0)
+            c.assign([tp])
+            got = []
+            deadline = time.monotonic() + 20
+            while c.position(tp) < 33 and time.monotonic() < deadline:
+                got += [r.value.decode() for r in c.poll(0.5)]
+            assert (got, c.position(tp)) == (expected, 33)
