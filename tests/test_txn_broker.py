@@ -154,7 +154,9 @@ def test_admin_describe_list_and_producers(tmp_path):
         async with running_broker(tmp_path) as b:
             w = await Wire.connect(b)
             await create(w, "t")
+            assert not b.storage.has_topic("__transaction_state")    # created on first use, as Kafka
             _, pid, ep = await init(w)
+            assert b.storage.topic("__transaction_state").num_partitions == 50
             _, pid2, _ = await init(w, tid="other")
             assert await add(w, pid, ep) == {E.NONE}
             assert (await produce(w, "t", tx_batch(pid, ep, 0, n=3))).base_offset == 0

@@ -1,8 +1,9 @@
 """The broker-side driver of the transaction coordinator (kohort.broker.txn.coordinator): storage,
 the abort timer and the marker writes. `open_txn(broker)` attaches `broker.txn` (a TxnRuntime).
 
-* `__transaction_state` is created at start if missing (transaction.state.log.num.partitions,
-  cleanup.policy=compact); each transactional id lives in partition txn_partition(id, n).
+* `__transaction_state` is created with the first record to write (as Kafka creates it on first use;
+  transaction.state.log.num.partitions, cleanup.policy=compact); an existing one keeps its partition
+  count. Each transactional id lives in partition txn_partition(id, n).
 * Loading at start: every partition is read from its log start to its end, the last record per key
   wins (tombstones delete, undecodable records are skipped with a warning), then every Prepare*
   transaction has its markers re-written and is completed (Kafka's loading does the same); an Ongoing
@@ -95,14 +96,17 @@ class TxnRuntime:
         log.info("loaded %d transactional ids", len(self.coordinator.txns))
 
     async def start(self) -> None:
-        self.ensure_topic()
-        self.load()
+        if self.broker.storage.has_topic(TRANSACTION_STATE_TOPIC):
+            self.ensure_topic()
+            self.load()
         await self.run(self.coordinator.recover())
         self.broker.spawn(self._abort_scan())
 
     # -- doing what the coordinator asks -------------------------------------------------------------
     def _persist(self, records) -> None:
         storage, now = self.broker.storage, self.clock()
+        if records and not storage.has_topic(TRANSACTION_STATE_TOPIC):
+            self.ensure_topic()
         for tid, value in records:
             batch = build_batch([(encode_key(tid), encode_value(value), [], now)])
             storage.log(TRANSACTION_STATE_TOPIC, txn_partition(tid, self.num_partitions)).append(
