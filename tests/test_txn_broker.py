@@ -250,3 +250,29 @@ def test_read_committed_bounds(tmp_path):
             assert (await at(later - 1, 0), await at(later - 1, 1)) == (6, -1)   # only the open batch is that late
             await w.close()
     run(main())
+
+
+def test_prepare_commit_without_markers_is_completed_at_restart(tmp_path):
+    """The broker stops after PrepareCommit is persisted but before any marker (as a crash there
+    would leave it): the restart replays PrepareCommit, writes the markers and completes."""
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await create(w, "t", partitions=2)
+            _, pid, ep = await init(w)
+            assert await add(w, pid, ep, parts=(0, 1)) == {E.NONE}
+            assert (await produce(w, "t", tx_batch(pid, ep, 0))).base_offset == 0
+            r = b.txn.coordinator.end_txn("tx", pid, ep, True, int(time.time() * 1000))
+            b.txn._persist(r.records)            # PrepareCommit on disk, no marker written
+            await b.sync.wait_synced()
+            assert await fetch(w) == (2, 0, [], [])
+            await w.close()
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            assert b.txn.coordinator.txns["tx"].state.name == "COMPLETE_COMMIT"
+            assert await fetch(w) == (3, 3, [(0, False), (2, True)], [])
+            lg1 = b.storage.log("t", 1)
+            assert lg1.log_end_offset == 1             # the marker went to the other partition too
+            assert await end(w, pid, ep, True) == E.NONE      # the client's retry
+            await w.close()
+    run(main())
