@@ -1,0 +1,582 @@
+"""KIP-848 consumer-protocol groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe) as a PURE state
+machine beside the classic coordinator: no I/O, no clock; every entry point takes `now_ms` and
+returns an Outcome (kohort.broker.coordinator.model: responses, timers; no appends yet -- consumer
+groups are not persisted in `__consumer_offsets`, so they do not survive a broker restart).
+
+Model (Kafka's GroupMetadataManager / ConsumerGroup / CurrentAssignmentBuilder, 4.2+ behaviour):
+* group epoch: bumped when the assignment inputs change (member joins, leaves or is fenced, a
+  subscription changes, the subscribed topics' partition counts change, a regex resolves to other
+  topics). Target assignment epoch: the group epoch the target was computed for; a heartbeat that
+  finds group epoch > assignment epoch recomputes the whole target with the group's assignor.
+* member epoch + previous member epoch; member state STABLE, UNREVOKED_PARTITIONS,
+  UNRELEASED_PARTITIONS. Reconciliation on the member's own heartbeat (revoke before assign):
+  partitions leaving the member are first moved to "pending revocation" (the member is told its
+  assignment without them, epoch unchanged) and only once a heartbeat no longer lists them does
+  the member advance to the target epoch; a partition still held (assigned or pending revocation)
+  by another member is withheld, and handed over only after that member released it.
+* timers: a session timer per member (group.consumer.session.timeout.ms), re-armed by each
+  heartbeat, fences (removes) the member on expiry; a rebalance timer (the member's
+  RebalanceTimeoutMs) armed when a member must revoke, fences it if it has not by then.
+* static members (instance id): epoch -2 keeps the member and its partitions until its session
+  expires; a new member with the same instance id then takes over its assignment at once. A join
+  with an instance id held by a live member gets UNRELEASED_INSTANCE_ID.
+* member ids: v1 clients generate theirs (KIP-1082), v0 joins with "" get a server-generated one.
+* regex subscriptions (v1) are resolved synchronously at each heartbeat with Python `re`
+  (fullmatch) over the broker's topic names -- Kafka uses RE2J asynchronously (every >= 10 s); the
+  syntaxes differ on backreferences/lookarounds (RE2 has none).
+
+Topics are keyed by name here (the runtime maps topic ids); the caller passes the current topic
+metadata (name -> partition count) into each heartbeat.
+"""
+from __future__ import annotations
+
+import enum
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from kohort.assignors.server import MemberSpec, server_assignor
+from . import codes as C
+from .model import CancelTimer, Outcome, Response, SetTimer
+
+Assignment = dict[str, frozenset[int]]
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+
+# KIP-848 error codes (Kafka's Errors.java), beside the classic ones in codes.py
+INVALID_REQUEST = 42
+UNSUPPORTED_ASSIGNOR = 112
+FENCED_MEMBER_EPOCH = 110
+UNRELEASED_INSTANCE_ID = 111
+STALE_MEMBER_EPOCH = 113
+INVALID_REGULAR_EXPRESSION = 128
+UNSUPPORTED_VERSION = 35
+
+
+class MemberState(enum.IntEnum):
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = 127
+
+
+class ConsumerGroupState(str, enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True)
+class ConsumerGroupConfig:
+    session_timeout_ms: int = 45000
+    heartbeat_interval_ms: int = 5000
+    max_size: int = 2**31 - 1
+    assignors: tuple[str, ...] = ("uniform", "range")
+
+
+@dataclass(frozen=True)
+class ConsumerHeartbeatParams:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Mapping[str, frozenset[int]] | None = None   # TopicPartitions; None = unchanged
+    client_id: str = ""
+    client_host: str = ""
+    api_version: int = 1
+
+
+@dataclass(frozen=True)
+class ConsumerHeartbeatResult:
+    error_code: int
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None
+
+
+@dataclass
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    rebalance_timeout_ms: int = 300000
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+
+
+@dataclass
+class ConsumerGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    target: dict[str, Assignment] = field(default_factory=dict)
+    subscribed_metadata: dict[str, int] = field(default_factory=dict)   # topic -> partitions
+
+    @property
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        for m in self.members.values():
+            if m.state != MemberState.STABLE or m.member_epoch != self.assignment_epoch:
+                return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def static_member(self, instance_id: str) -> ConsumerMember | None:
+        for m in self.members.values():
+            if m.instance_id == instance_id:
+                return m
+        return None
+
+    def owners(self) -> dict[tuple[str, int], str]:
+        """(topic, partition) -> member id holding it (assigned or pending revocation)."""
+        own: dict[tuple[str, int], str] = {}
+        for m in self.members.values():
+            for a in (m.assigned, m.pending_revocation):
+                for t, ps in a.items():
+                    for p in ps:
+                        own[(t, p)] = m.member_id
+        return own
+
+
+class HeartbeatError(Exception):
+    def __init__(self, code: int, message: str | None = None):
+        super().__init__(message or str(code))
+        self.code = code
+        self.message = message
+
+
+def session_key(group_id: str, member_id: str) -> tuple:
+    return ("cg-session", group_id, member_id)
+
+
+def rebalance_key(group_id: str, member_id: str) -> tuple:
+    return ("cg-rebalance", group_id, member_id)
+
+
+def _norm(a: Mapping[str, Any] | None) -> Assignment | None:
+    if a is None:
+        return None
+    return {t: frozenset(ps) for t, ps in a.items() if ps}
+
+
+def _flat(a: Mapping[str, frozenset[int]]) -> set[tuple[str, int]]:
+    return {(t, p) for t, ps in a.items() for p in ps}
+
+
+def _unflat(tps) -> Assignment:
+    out: dict[str, set[int]] = {}
+    for t, p in tps:
+        out.setdefault(t, set()).add(p)
+    return {t: frozenset(ps) for t, ps in out.items()}
+
+
+class ConsumerGroupCoordinator:
+    """Every consumer-protocol group of one coordinator."""
+
+    def __init__(self, config: ConsumerGroupConfig | None = None, *,
+                 id_factory: Callable[[], str] | None = None,
+                 classic_group_active: Callable[[str], bool] | None = None) -> None:
+        self.config = config or ConsumerGroupConfig()
+        self._new_id = id_factory or (lambda: str(uuid.uuid4()))
+        self._classic_active = classic_group_active or (lambda gid: False)
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._timers: dict[tuple, tuple[int, int]] = {}     # key -> (deadline, armed member epoch)
+        self._regex_cache: dict[str, re.Pattern] = {}
+
+    # ------------------------------------------------------------------ plumbing
+    def _arm(self, out: Outcome, key: tuple, deadline: int, epoch: int = 0) -> None:
+        self._timers[key] = (deadline, epoch)
+        out.timers.append(SetTimer(key, deadline))
+
+    def _disarm(self, out: Outcome, key: tuple) -> None:
+        if self._timers.pop(key, None) is not None:
+            out.timers.append(CancelTimer(key))
+
+    def timer_deadlines(self) -> dict[tuple, int]:
+        return {k: d for k, (d, _) in self._timers.items()}
+
+    def _compile(self, regex: str) -> re.Pattern:
+        pat = self._regex_cache.get(regex)
+        if pat is None:
+            pat = self._regex_cache[regex] = re.compile(regex)
+        return pat
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        return group_id in self.groups
+
+    # ------------------------------------------------------------------ heartbeat
+    def heartbeat(self, p: ConsumerHeartbeatParams, topics: Mapping[str, int], now_ms: int,
+                  reply_to: Any) -> Outcome:
+        """ConsumerGroupHeartbeat. `topics`: the broker's topics (name -> partition count)."""
+        out = Outcome()
+        try:
+            self._validate(p)
+            if p.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                res = self._leave(p, now_ms, out)
+            else:
+                res = self._heartbeat(p, topics, now_ms, out)
+        except HeartbeatError as e:
+            res = ConsumerHeartbeatResult(e.code, e.message, p.member_id or None, p.member_epoch, 0)
+        out.responses.append(Response(reply_to, res))
+        return out
+
+    def _validate(self, p: ConsumerHeartbeatParams) -> None:
+        def bad(msg: str):
+            raise HeartbeatError(INVALID_REQUEST, msg)
+        if not p.group_id.strip():
+            bad("GroupId can't be empty.")
+        if p.instance_id is not None and not p.instance_id.strip():
+            bad("InstanceId can't be empty.")
+        if p.rack_id is not None and not p.rack_id.strip():
+            bad("RackId can't be empty.")
+        if not p.member_id.strip() and (p.api_version >= 1 or p.member_epoch > 0
+                                        or p.member_epoch == LEAVE_EPOCH):
+            bad("MemberId can't be empty.")
+        if p.member_epoch == JOIN_EPOCH:
+            if p.rebalance_timeout_ms == -1:
+                bad("RebalanceTimeoutMs must be provided in first request.")
+            if p.owned is None or any(p.owned.values()):
+                bad("TopicPartitions must be empty when (re-)joining.")
+            if p.subscribed_topic_names is None and p.subscribed_topic_regex is None:
+                bad("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+        elif p.member_epoch == STATIC_LEAVE_EPOCH:
+            if p.instance_id is None:
+                bad("InstanceId can't be null.")
+        elif p.member_epoch < STATIC_LEAVE_EPOCH:
+            bad(f"MemberEpoch is {p.member_epoch}, but must be greater than or equal to -2.")
+        if p.server_assignor is not None and p.server_assignor not in self.config.assignors:
+            raise HeartbeatError(UNSUPPORTED_ASSIGNOR,
+                                 f"ServerAssignor {p.server_assignor} is not supported. "
+                                 f"Supported assignors: {', '.join(self.config.assignors)}.")
+        if p.subscribed_topic_regex:
+            try:
+                self._compile(p.subscribed_topic_regex)
+            except re.error as e:
+                raise HeartbeatError(INVALID_REGULAR_EXPRESSION,
+                                     f"SubscribedTopicRegex `{p.subscribed_topic_regex}` is not a valid "
+                                     f"regular expression: {e}.") from None
+
+    def _heartbeat(self, p: ConsumerHeartbeatParams, topics: Mapping[str, int], now: int,
+                   out: Outcome) -> ConsumerHeartbeatResult:
+        group = self.groups.get(p.group_id)
+        if group is None:
+            if p.member_epoch != JOIN_EPOCH:
+                raise HeartbeatError(C.GROUP_ID_NOT_FOUND, f"Group {p.group_id} not found.")
+            if self._classic_active(p.group_id):
+                # kohort does not upgrade a live classic group (Kafka does, §5 of KIP-848)
+                raise HeartbeatError(C.GROUP_ID_NOT_FOUND,
+                                     f"Group {p.group_id} is a non-empty classic group.")
+            group = ConsumerGroup(p.group_id)
+        member, new_member, replaced = self._member(group, p)
+        if new_member and len(group.members) >= self.config.max_size:
+            raise HeartbeatError(C.GROUP_MAX_SIZE_REACHED,
+                                 f"The consumer group has reached its maximum capacity of "
+                                 f"{self.config.max_size} members.")
+        owned = _norm(p.owned)
+        if not new_member and p.member_epoch != JOIN_EPOCH:
+            self._check_epoch(member, p.member_epoch, owned)
+        # the group exists from here on (a join that failed validation created nothing)
+        self.groups[group.group_id] = group
+        if replaced is not None:
+            self._replace_static(group, replaced, member, out)
+        elif new_member:
+            group.members[member.member_id] = member
+        old_assigned = dict(member.assigned)
+        bump = new_member and replaced is None
+        # merge the fields (None / -1 = unchanged)
+        if p.instance_id is not None:
+            member.instance_id = p.instance_id
+        if p.rack_id is not None:
+            member.rack_id = p.rack_id
+        if p.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = p.rebalance_timeout_ms
+        if p.server_assignor is not None:
+            member.server_assignor = p.server_assignor
+        member.client_id, member.client_host = p.client_id, p.client_host
+        if p.subscribed_topic_names is not None:
+            names = tuple(sorted(set(p.subscribed_topic_names)))
+            if names != member.subscribed_topic_names:
+                member.subscribed_topic_names = names
+                bump = True
+        if p.subscribed_topic_regex is not None:
+            regex = p.subscribed_topic_regex or None
+            if regex != member.subscribed_topic_regex:
+                member.subscribed_topic_regex = regex
+                bump = True
+        metadata = self._subscribed_metadata(group, topics)
+        if metadata != group.subscribed_metadata:
+            group.subscribed_metadata = metadata
+            bump = True
+        if bump or group.group_epoch == 0:
+            group.group_epoch += 1
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group)
+        was_unrevoked = (member.state, member.member_epoch)
+        self._reconcile(group, member, owned)
+        # timers
+        self._arm(out, session_key(group.group_id, member.member_id), now + self.config.session_timeout_ms)
+        rk = rebalance_key(group.group_id, member.member_id)
+        if member.state == MemberState.UNREVOKED_PARTITIONS:
+            if was_unrevoked != (MemberState.UNREVOKED_PARTITIONS, member.member_epoch) or rk not in self._timers:
+                self._arm(out, rk, now + member.rebalance_timeout_ms, member.member_epoch)
+        else:
+            self._disarm(out, rk)
+        full = (p.rebalance_timeout_ms != -1 and owned is not None
+                and (p.subscribed_topic_names is not None or p.subscribed_topic_regex is not None))
+        send = (p.member_epoch == JOIN_EPOCH or full or member.assigned != old_assigned
+                or (owned is not None and owned != member.assigned))
+        return ConsumerHeartbeatResult(C.NONE, None, member.member_id, member.member_epoch,
+                                       self.config.heartbeat_interval_ms,
+                                       dict(member.assigned) if send else None)
+
+    def _member(self, group: ConsumerGroup, p: ConsumerHeartbeatParams):
+        """(member, is_new, replaced static member or None); raises the lookup errors."""
+        if p.instance_id is None:
+            m = group.members.get(p.member_id) if p.member_id else None
+            if m is not None:
+                return m, False, None
+            if p.member_epoch != JOIN_EPOCH:
+                raise HeartbeatError(C.UNKNOWN_MEMBER_ID,
+                                     f"Member {p.member_id} is not a member of group {group.group_id}.")
+            mid = p.member_id or self._new_id()
+            return ConsumerMember(mid), True, None
+        old = group.static_member(p.instance_id)
+        if p.member_epoch == JOIN_EPOCH:
+            if old is None:
+                m = group.members.get(p.member_id) if p.member_id else None
+                if m is not None:
+                    return m, False, None
+                return ConsumerMember(p.member_id or self._new_id(), instance_id=p.instance_id), True, None
+            if old.member_epoch != STATIC_LEAVE_EPOCH:
+                raise HeartbeatError(UNRELEASED_INSTANCE_ID,
+                                     f"Static member {old.member_id} with instance id {p.instance_id} "
+                                     f"is not released yet.")
+            new = ConsumerMember(p.member_id or self._new_id(), instance_id=p.instance_id)
+            for f in ("rack_id", "client_id", "client_host", "subscribed_topic_names",
+                      "subscribed_topic_regex", "rebalance_timeout_ms", "server_assignor", "state"):
+                setattr(new, f, getattr(old, f))
+            new.assigned, new.pending_revocation = dict(old.assigned), dict(old.pending_revocation)
+            return new, False, old
+        if old is None:
+            raise HeartbeatError(C.UNKNOWN_MEMBER_ID,
+                                 f"Instance id {p.instance_id} is unknown in group {group.group_id}.")
+        if old.member_id != p.member_id:
+            raise HeartbeatError(C.FENCED_INSTANCE_ID,
+                                 f"Static member {p.member_id} with instance id {p.instance_id} was "
+                                 f"fenced by member {old.member_id}.")
+        return old, False, None
+
+    def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember,
+                        out: Outcome) -> None:
+        del group.members[old.member_id]
+        group.members[new.member_id] = new
+        if old.member_id in group.target:
+            group.target[new.member_id] = group.target.pop(old.member_id)
+        new.member_epoch = new.previous_member_epoch = 0
+        self._disarm(out, session_key(group.group_id, old.member_id))
+        self._disarm(out, rebalance_key(group.group_id, old.member_id))
+
+    @staticmethod
+    def _check_epoch(m: ConsumerMember, epoch: int, owned: Assignment | None) -> None:
+        if epoch > m.member_epoch:
+            raise HeartbeatError(FENCED_MEMBER_EPOCH,
+                                 f"The consumer group member has a greater member epoch ({epoch}) than "
+                                 f"the one known by the group coordinator ({m.member_epoch}). The member "
+                                 f"must abandon all its partitions and rejoin.")
+        if epoch < m.member_epoch:
+            if (epoch != m.previous_member_epoch or owned is None
+                    or not _flat(owned) <= _flat(m.assigned)):
+                raise HeartbeatError(FENCED_MEMBER_EPOCH,
+                                     f"The consumer group member has a smaller member epoch ({epoch}) "
+                                     f"than the one known by the group coordinator ({m.member_epoch}). "
+                                     f"The member must abandon all its partitions and rejoin.")
+
+    # ------------------------------------------------------------------ subscriptions and target
+    def _member_topics(self, m: ConsumerMember, topics: Mapping[str, int]) -> set[str]:
+        subs = {t for t in m.subscribed_topic_names if t in topics}
+        if m.subscribed_topic_regex:
+            pat = self._compile(m.subscribed_topic_regex)
+            subs.update(t for t in topics if pat.fullmatch(t))
+        return subs
+
+    def _subscribed_metadata(self, group: ConsumerGroup, topics: Mapping[str, int]) -> dict[str, int]:
+        subs: set[str] = set()
+        for m in group.members.values():
+            subs |= self._member_topics(m, topics)
+        return {t: topics[t] for t in sorted(subs)}
+
+    def _preferred_assignor(self, group: ConsumerGroup) -> str:
+        votes: dict[str, int] = {}
+        for m in group.members.values():
+            if m.server_assignor:
+                votes[m.server_assignor] = votes.get(m.server_assignor, 0) + 1
+        if votes:
+            return max(sorted(votes), key=lambda n: votes[n])
+        return self.config.assignors[0]
+
+    def _compute_target(self, group: ConsumerGroup) -> None:
+        topics = group.subscribed_metadata
+        specs = {}
+        for mid, m in group.members.items():
+            subs = frozenset(self._member_topics(m, topics))
+            specs[mid] = MemberSpec(subs, m.instance_id, group.target.get(mid, {}))
+        assign = server_assignor(self._preferred_assignor(group))
+        result = assign(specs, topics)
+        group.target = {mid: {t: frozenset(ps) for t, ps in result.get(mid, {}).items() if ps}
+                        for mid in group.members}
+        group.assignment_epoch = group.group_epoch
+
+    # ------------------------------------------------------------------ reconciliation
+    def _reconcile(self, group: ConsumerGroup, m: ConsumerMember, owned: Assignment | None) -> None:
+        target_epoch = group.assignment_epoch
+        if m.state == MemberState.UNREVOKED_PARTITIONS:
+            still = owned is None or bool(_flat(owned) & _flat(m.pending_revocation))
+            if still:
+                return
+            self._next(group, m, owned)
+        elif m.state == MemberState.UNRELEASED_PARTITIONS:
+            self._next(group, m, owned)
+        elif m.member_epoch != target_epoch or m.state != MemberState.STABLE:
+            self._next(group, m, owned)
+
+    def _next(self, group: ConsumerGroup, m: ConsumerMember, owned: Assignment | None) -> None:
+        target = group.target.get(m.member_id, {})
+        owners = group.owners()
+        cur, tgt = _flat(m.assigned), _flat(target)
+        keep = cur & tgt
+        revoke = cur - keep
+        want = tgt - keep
+        withheld = {tp for tp in want if owners.get(tp, m.member_id) != m.member_id}
+        add = want - withheld
+        old_epoch = m.member_epoch
+        if revoke and (owned is None or _flat(owned) & revoke):
+            m.state = MemberState.UNREVOKED_PARTITIONS
+            m.assigned, m.pending_revocation = _unflat(keep), _unflat(revoke)
+            new_epoch = old_epoch
+        else:
+            m.assigned, m.pending_revocation = _unflat(keep | add), {}
+            m.state = MemberState.UNRELEASED_PARTITIONS if withheld else MemberState.STABLE
+            new_epoch = group.assignment_epoch
+        if new_epoch != old_epoch:
+            m.previous_member_epoch, m.member_epoch = old_epoch, new_epoch
+
+    # ------------------------------------------------------------------ leaving and fencing
+    def _leave(self, p: ConsumerHeartbeatParams, now: int, out: Outcome) -> ConsumerHeartbeatResult:
+        group = self.groups.get(p.group_id)
+        if group is None:
+            raise HeartbeatError(C.GROUP_ID_NOT_FOUND, f"Group {p.group_id} not found.")
+        if p.instance_id is not None:
+            m = group.static_member(p.instance_id)
+            if m is None:
+                raise HeartbeatError(C.UNKNOWN_MEMBER_ID,
+                                     f"Instance id {p.instance_id} is unknown in group {group.group_id}.")
+            if m.member_id != p.member_id:
+                raise HeartbeatError(C.FENCED_INSTANCE_ID,
+                                     f"Static member {p.member_id} with instance id {p.instance_id} "
+                                     f"was fenced by member {m.member_id}.")
+        else:
+            m = group.members.get(p.member_id)
+            if m is None:
+                raise HeartbeatError(C.UNKNOWN_MEMBER_ID,
+                                     f"Member {p.member_id} is not a member of group {group.group_id}.")
+        if p.member_epoch == STATIC_LEAVE_EPOCH:
+            # temporary leave: keep the member and its partitions until its session expires
+            m.previous_member_epoch, m.member_epoch = m.member_epoch, STATIC_LEAVE_EPOCH
+            m.pending_revocation = {}
+            m.state = MemberState.STABLE
+            self._disarm(out, rebalance_key(group.group_id, m.member_id))
+            self._arm(out, session_key(group.group_id, m.member_id), now + self.config.session_timeout_ms)
+        else:
+            self._remove(group, m, out)
+        return ConsumerHeartbeatResult(C.NONE, None, m.member_id, p.member_epoch,
+                                       self.config.heartbeat_interval_ms)
+
+    def _remove(self, group: ConsumerGroup, m: ConsumerMember, out: Outcome) -> None:
+        del group.members[m.member_id]
+        group.target.pop(m.member_id, None)
+        group.group_epoch += 1
+        self._disarm(out, session_key(group.group_id, m.member_id))
+        self._disarm(out, rebalance_key(group.group_id, m.member_id))
+
+    def fire_timer(self, key: tuple, now_ms: int) -> Outcome:
+        out = Outcome()
+        armed = self._timers.get(key)
+        if armed is None or armed[0] > now_ms:
+            return out
+        del self._timers[key]
+        kind, gid, mid = key
+        group = self.groups.get(gid)
+        m = group.members.get(mid) if group is not None else None
+        if m is None:
+            return out
+        if kind == "cg-session":
+            self._remove(group, m, out)
+        elif kind == "cg-rebalance":
+            if m.state == MemberState.UNREVOKED_PARTITIONS and m.member_epoch == armed[1]:
+                self._remove(group, m, out)
+        return out
+
+    # ------------------------------------------------------------------ offsets and admin
+    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
+                               api_version: int) -> int | None:
+        """None if `group_id` is not a consumer group (the classic rules apply), else the error
+        code for a commit with this member id/epoch (Kafka 4.0-4.2: exact epoch match)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if member_epoch < 0 and not group.members:
+            return C.NONE
+        m = group.members.get(member_id)
+        if m is None:
+            return C.UNKNOWN_MEMBER_ID
+        if api_version < 9:
+            return UNSUPPORTED_VERSION
+        if member_epoch != m.member_epoch:
+            return STALE_MEMBER_EPOCH
+        return C.NONE
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int | None:
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if member_id is None and member_epoch < 0:
+            return C.NONE
+        m = group.members.get(member_id or "")
+        if m is None:
+            return C.UNKNOWN_MEMBER_ID
+        if member_epoch != m.member_epoch:
+            return STALE_MEMBER_EPOCH
+        return C.NONE
+
+    def delete_group(self, group_id: str) -> int | None:
+        """DeleteGroups for a consumer group: None if it is not one; NON_EMPTY_GROUP if members remain."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if group.members:
+            return C.NON_EMPTY_GROUP
+        del self.groups[group_id]
+        return C.NONE

@@ -1,0 +1,465 @@
+"""KIP-848 consumer-protocol group state machine (kohort.broker.coordinator.consumer_group) and the
+server assignors (kohort.assignors.uniform / server_range), with a fake clock: every transition and
+error, and a hypothesis rule-based machine checking one owner per partition, convergence to the
+target, and refusal of fenced epochs."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kohort.assignors.server import MemberSpec
+from kohort.assignors import server_range, uniform
+from kohort.broker.coordinator import codes as C
+from kohort.broker.coordinator.consumer_group import (
+    FENCED_MEMBER_EPOCH, INVALID_REGULAR_EXPRESSION, INVALID_REQUEST, UNRELEASED_INSTANCE_ID,
+    UNSUPPORTED_ASSIGNOR, STALE_MEMBER_EPOCH, ConsumerGroupConfig, ConsumerGroupCoordinator,
+    ConsumerGroupState, ConsumerHeartbeatParams, MemberState, rebalance_key, session_key,
+)
+from kohort.broker.coordinator.model import SetTimer
+
+G = "g"
+TOPICS = {"t": 6}
+
+
+class Harness:
+    def __init__(self, topics=None, **cfg):
+        self.topics = dict(topics or TOPICS)
+        ids = (f"gen-{i}" for i in itertools.count())
+        self.c = ConsumerGroupCoordinator(ConsumerGroupConfig(**cfg), id_factory=lambda: next(ids))
+        self.now = 0
+
+    def hb(self, member_id, epoch, owned=None, **kw):
+        p = ConsumerHeartbeatParams(G, member_id, epoch, owned=owned, **kw)
+        out = self.c.heartbeat(p, self.topics, self.now, "r")
+        self.last_out = out
+        assert len(out.responses) == 1
+        return out.responses[0].result
+
+    def join(self, member_id, names=("t",), **kw):
+        kw.setdefault("rebalance_timeout_ms", 10000)
+        return self.hb(member_id, 0, owned={}, subscribed_topic_names=tuple(names), **kw)
+
+    def advance(self, ms):
+        self.now += ms
+        for key, deadline in sorted(self.c.timer_deadlines().items(), key=lambda kv: kv[1]):
+            if deadline <= self.now:
+                self.c.fire_timer(key, self.now)
+
+    @property
+    def group(self):
+        return self.c.groups[G]
+
+
+def parts(a):
+    return {(t, p) for t, ps in (a or {}).items() for p in ps}
+
+
+def test_first_member_gets_everything_at_epoch_1():
+    h = Harness()
+    r = h.join("a")
+    assert r.error_code == 0 and r.member_id == "a" and r.member_epoch == 1
+    assert parts(r.assignment) == {("t", p) for p in range(6)}
+    assert r.heartbeat_interval_ms == 5000
+    assert h.group.group_epoch == 1 and h.group.assignment_epoch == 1
+    assert h.group.state == ConsumerGroupState.STABLE
+    assert SetTimer(session_key(G, "a"), 45000) in h.last_out.timers
+
+
+def test_v0_join_gets_a_server_generated_member_id():
+    h = Harness()
+    r = h.join("", api_version=0)
+    assert r.error_code == 0 and r.member_id == "gen-0"
+    assert h.join("", api_version=1).error_code == INVALID_REQUEST
+
+
+def test_revoke_before_assign_handover():
+    h = Harness()
+    a = h.join("a")
+    b = h.join("b")
+    # b joins at epoch 2 but gets nothing yet: a still owns all six partitions
+    assert b.member_epoch == 2 and parts(b.assignment) == set()
+    assert h.group.members["b"].state == MemberState.UNRELEASED_PARTITIONS
+    assert h.group.state == ConsumerGroupState.RECONCILING
+    # a's heartbeat (still owning all) -> told its smaller assignment, epoch unchanged, must revoke
+    ra = h.hb("a", 1, owned={"t": frozenset(range(6))})
+    assert ra.member_epoch == 1 and len(parts(ra.assignment)) == 3
+    assert h.group.members["a"].state == MemberState.UNREVOKED_PARTITIONS
+    assert SetTimer(rebalance_key(G, "a"), 10000) in h.last_out.timers
+    # b still gets nothing while a has not acknowledged
+    assert parts(h.hb("b", 2).assignment) == set()
+    # a heartbeat without TopicPartitions does not count as an acknowledgement
+    assert h.hb("a", 1).member_epoch == 1
+    # a acknowledges: now at epoch 2, stable
+    ra2 = h.hb("a", 1, owned=ra.assignment)
+    assert ra2.member_epoch == 2 and h.group.members["a"].state == MemberState.STABLE
+    rb = h.hb("b", 2)
+    assert len(parts(rb.assignment)) == 3 and not parts(rb.assignment) & parts(ra.assignment)
+    assert h.group.state == ConsumerGroupState.STABLE
+
+
+def test_rebalance_timeout_fences_a_member_that_does_not_revoke():
+    h = Harness()
+    h.join("a")
+    h.join("b")
+    h.hb("a", 1, owned={"t": frozenset(range(6))})
+    h.advance(5000)
+    h.hb("b", 2)                      # keeps b's session alive
+    h.hb("a", 1, owned={"t": frozenset(range(6))})   # still not revoked
+    h.advance(5001)                   # rebalance timeout 10 s since a had to revoke
+    assert "a" not in h.group.members
+    assert h.group.group_epoch == 3
+    rb = h.hb("b", 2)
+    assert rb.member_epoch == 3 and len(parts(rb.assignment)) == 6
+    assert h.hb("a", 1).error_code == C.UNKNOWN_MEMBER_ID
+
+
+def test_session_timeout_fences_and_frees_partitions():
+    h = Harness()
+    h.join("a")
+    h.join("b")
+    h.advance(44999)
+    h.hb("b", 2)
+    assert "a" in h.group.members
+    h.advance(1)
+    assert "a" not in h.group.members and h.group.group_epoch == 3
+    assert len(parts(h.hb("b", 2).assignment)) == 6
+
+
+def test_leave_bumps_epoch_and_frees_partitions():
+    h = Harness()
+    h.join("a")
+    h.join("b")
+    r = h.hb("a", -1)
+    assert r.error_code == 0 and r.member_epoch == -1
+    assert h.group.group_epoch == 3
+    assert len(parts(h.hb("b", 2).assignment)) == 6
+    assert h.hb("a", -1).error_code == C.UNKNOWN_MEMBER_ID
+
+
+def test_epoch_checks():
+    h = Harness()
+    h.join("a")
+    assert h.hb("a", 2).error_code == FENCED_MEMBER_EPOCH           # newer than known
+    h.join("b")
+    r = h.hb("a", 1, owned={"t": frozenset(range(6))})
+    h.hb("a", 1, owned=r.assignment)                                 # a now at 2, previous 1
+    assert h.group.members["a"].member_epoch == 2
+    # a lost response: retry at the previous epoch with owned within the assignment is accepted
+    ok = h.hb("a", 1, owned=r.assignment)
+    assert ok.error_code == 0 and ok.member_epoch == 2
+    assert ok.assignment is None                  # what it owns is its assignment: nothing to resend
+    # ... but not with TopicPartitions null, nor owning partitions it no longer has
+    assert h.hb("a", 1).error_code == FENCED_MEMBER_EPOCH
+    assert h.hb("a", 1, owned={"t": frozenset(range(6))}).error_code == FENCED_MEMBER_EPOCH
+    assert h.hb("a", 0, owned={}, rebalance_timeout_ms=1,
+                subscribed_topic_names=("t",)).error_code == 0     # epoch 0 rejoin of a known id
+    assert h.hb("zz", 3).error_code == C.UNKNOWN_MEMBER_ID
+    # errors do not remove the member or change epochs
+    assert h.group.members["a"].member_epoch == 2
+
+
+def test_unknown_group_and_validation_errors():
+    h = Harness()
+    assert h.hb("a", 1).error_code == C.GROUP_ID_NOT_FOUND
+    assert G not in h.c.groups
+    assert h.hb("a", 0, owned={}, subscribed_topic_names=("t",)).error_code == INVALID_REQUEST   # no timeout
+    assert h.hb("a", 0, owned=None, rebalance_timeout_ms=1, subscribed_topic_names=("t",)).error_code == INVALID_REQUEST
+    assert h.hb("a", 0, owned={"t": frozenset({1})}, rebalance_timeout_ms=1,
+                subscribed_topic_names=("t",)).error_code == INVALID_REQUEST
+    assert h.hb("a", 0, owned={}, rebalance_timeout_ms=1).error_code == INVALID_REQUEST     # no subscription
+    assert h.hb("a", -2).error_code == INVALID_REQUEST                                         # -2 w/o instance
+    assert h.hb("a", -3).error_code == INVALID_REQUEST
+    assert h.hb("", 1).error_code == INVALID_REQUEST
+    assert h.join("a", instance_id="").error_code == INVALID_REQUEST
+    assert h.join("a", server_assignor="sticky").error_code == UNSUPPORTED_ASSIGNOR
+    assert h.hb("a", 0, owned={}, rebalance_timeout_ms=1,
+                subscribed_topic_regex="t(").error_code == INVALID_REGULAR_EXPRESSION
+    assert G not in h.c.groups
+
+
+def test_group_max_size():
+    h = Harness(max_size=1)
+    h.join("a")
+    r = h.join("b")
+    assert r.error_code == C.GROUP_MAX_SIZE_REACHED and "b" not in h.group.members
+
+
+def test_static_member_temporary_leave_and_rejoin_gets_same_partitions():
+    h = Harness()
+    ra = h.join("a", instance_id="i1")
+    h.join("b", instance_id="i2")
+    ra = h.hb("a", 1, owned=ra.assignment, instance_id="i1")
+    h.hb("a", 1, owned=ra.assignment, instance_id="i1")
+    rb = h.hb("b", 2, instance_id="i2")
+    a_parts = parts(h.group.members["a"].assigned)
+    assert len(a_parts) == 3 and h.group.members["a"].member_epoch == 2
+    epoch_before = h.group.group_epoch
+    r = h.hb("a", -2, instance_id="i1")
+    assert r.error_code == 0 and r.member_epoch == -2
+    assert h.group.group_epoch == epoch_before                        # no bump on -2
+    # a duplicate of a live instance is refused
+    assert h.join("c", instance_id="i2").error_code == UNRELEASED_INSTANCE_ID
+    # a new process with i1 takes over a's partitions at once, no rebalance
+    r2 = h.join("a2", instance_id="i1")
+    assert r2.error_code == 0 and parts(r2.assignment) == a_parts
+    assert r2.member_epoch == h.group.group_epoch == epoch_before and "a" not in h.group.members
+    assert h.hb("b", 2, instance_id="i2", owned=rb.assignment).error_code == 0
+    assert parts(h.group.members["b"].assigned) == parts(rb.assignment)
+    assert h.group.state == ConsumerGroupState.STABLE
+    # the old member id of that instance is fenced
+    assert h.hb("a", 2, instance_id="i1").error_code == C.FENCED_INSTANCE_ID
+    assert h.hb("x", 2, instance_id="i9").error_code == C.UNKNOWN_MEMBER_ID
+
+
+def test_static_member_blocks_partitions_until_session_expiry():
+    h = Harness()
+    h.join("a", instance_id="i1")
+    h.hb("a", -2, instance_id="i1")
+    rb = h.join("b")
+    assert parts(rb.assignment) == set()                               # a still holds t-0..5
+    h.advance(44999)
+    assert parts(h.hb("b", rb.member_epoch).assignment or {}) == set()
+    h.advance(1)
+    assert "a" not in h.group.members
+    assert len(parts(h.hb("b", h.group.members["b"].member_epoch).assignment)) == 6
+
+
+def test_subscription_change_and_new_topic_bump():
+    h = Harness(topics={"t": 2, "u": 2})
+    h.join("a")
+    e = h.group.group_epoch
+    r = h.hb("a", 1, subscribed_topic_names=("t", "u"))
+    assert h.group.group_epoch == e + 1 and len(parts(r.assignment)) == 4
+    h.topics["u"] = 4                                                   # partitions added
+    r = h.hb("a", r.member_epoch)
+    assert len(parts(r.assignment)) == 6 and h.group.group_epoch == e + 2
+
+
+def test_regex_subscription():
+    h = Harness(topics={"orders-1": 2, "orders-2": 1, "other": 3})
+    r = h.hb("a", 0, owned={}, rebalance_timeout_ms=1000, subscribed_topic_regex="orders-.*")
+    assert parts(r.assignment) == {("orders-1", 0), ("orders-1", 1), ("orders-2", 0)}
+    h.topics["orders-3"] = 1
+    r = h.hb("a", r.member_epoch)
+    assert ("orders-3", 0) in parts(r.assignment)
+    r = h.hb("a", r.member_epoch, subscribed_topic_regex="")             # regex removed
+    assert parts(r.assignment) == set()
+
+
+def test_revocation_not_blocked_by_partitions_outside_the_revoke_set():
+    h = Harness()
+    ra = h.join("a")
+    h.join("b")
+    ra = h.hb("a", 1, owned={"t": frozenset(range(6))})
+    keep = ra.assignment
+    r = h.hb("a", 1, owned=keep)                                          # only kept ones reported
+    assert r.member_epoch == 2
+
+
+def test_offset_commit_and_fetch_fencing():
+    h = Harness()
+    h.join("a")
+    c = h.c
+    assert c.validate_offset_commit("nope", "a", 1, 9) is None
+    assert c.validate_offset_commit(G, "a", 1, 9) == 0
+    assert c.validate_offset_commit(G, "a", 0, 9) == STALE_MEMBER_EPOCH
+    assert c.validate_offset_commit(G, "zz", 1, 9) == C.UNKNOWN_MEMBER_ID
+    assert c.validate_offset_commit(G, "a", 1, 8) == 35
+    assert c.validate_offset_commit(G, "", -1, 9) == C.UNKNOWN_MEMBER_ID   # members present
+    assert c.validate_offset_fetch(G, None, -1) == 0
+    assert c.validate_offset_fetch(G, "a", 2) == STALE_MEMBER_EPOCH
+    h.hb("a", -1)
+    assert c.validate_offset_commit(G, "", -1, 9) == 0                     # admin commit to empty group
+
+
+def test_range_assignor_selected_by_member():
+    h = Harness(topics={"t": 4, "u": 4})
+    h.join("a", names=("t", "u"), server_assignor="range")
+    h.join("b", names=("t", "u"), server_assignor="range")
+    assert h.group.target["a"] == {"t": frozenset({0, 1}), "u": frozenset({0, 1})}
+    assert h.group.target["b"] == {"t": frozenset({2, 3}), "u": frozenset({2, 3})}
+
+
+# -- assignors -------------------------------------------------------------------------------------
+def test_uniform_is_sticky_and_balanced():
+    subs = frozenset({"t"})
+    first = uniform.assign({m: MemberSpec(subs) for m in "abc"}, {"t": 7})
+    sizes = sorted(len(v.get("t", ())) for v in first.values())
+    assert sizes == [2, 2, 3]
+    again = uniform.assign({m: MemberSpec(subs, previous=first[m]) for m in "abc"}, {"t": 7})
+    assert again == first                                                  # balanced target never moves
+    more = uniform.assign({**{m: MemberSpec(subs, previous=first[m]) for m in "abc"}, "d": MemberSpec(subs)},
+                          {"t": 7})
+    for m in "abc":
+        assert more[m].get("t", frozenset()) <= first[m]["t"]              # only moves to the newcomer
+    assert sorted(len(v.get("t", ())) for v in more.values()) == [1, 2, 2, 2]
+
+
+def test_uniform_heterogeneous_each_partition_once():
+    members = {"a": MemberSpec(frozenset({"t"})), "b": MemberSpec(frozenset({"t", "u"})),
+               "c": MemberSpec(frozenset({"u"}))}
+    res = uniform.assign(members, {"t": 4, "u": 6})
+    got = [(t, p) for v in res.values() for t, ps in v.items() for p in ps]
+    assert sorted(got) == sorted([("t", p) for p in range(4)] + [("u", p) for p in range(6)])
+    assert not res["a"].get("u") and not res["c"].get("t")
+
+
+def test_range_static_members_first():
+    members = {"m1": MemberSpec(frozenset({"t"})), "m2": MemberSpec(frozenset({"t"}), instance_id="z")}
+    res = server_range.assign(members, {"t": 3})
+    assert res["m2"] == {"t": frozenset({0, 1})} and res["m1"] == {"t": frozenset({2})}
+
+
+# -- hypothesis machine -------------------------------------------------------------------------
+class Client:
+    def __init__(self, mid, instance=None):
+        self.mid, self.instance = mid, instance
+        self.epoch = 0
+        self.owned: dict = {}      # partitions it is consuming right now
+        self.to_revoke: set = set()  # told to give up, not yet done (its revocation callback runs)
+        self.joined = False
+
+    def finish_revocation(self):
+        left = parts(self.owned) - self.to_revoke
+        self.owned = {t: frozenset(p for tt, p in left if tt == t) for t, _ in left}
+        self.to_revoke = set()
+
+
+class ConsumerGroupMachine(RuleBasedStateMachine):
+    @initialize(topics=st.dictionaries(st.sampled_from(["t", "u", "v"]), st.integers(1, 5), min_size=1),
+                assignor=st.sampled_from(["uniform", "range"]))
+    def setup(self, topics, assignor):
+        self.h = Harness(topics=topics)
+        self.assignor = assignor
+        self.clients: dict[str, Client] = {}
+        self.n = 0
+
+    def _hb(self, cl: Client, full=False):
+        kw = dict(instance_id=cl.instance)
+        if not cl.joined:
+            r = self.h.hb(cl.mid, 0, owned={}, rebalance_timeout_ms=60000,
+                          subscribed_topic_names=tuple(sorted(self.h.topics)),
+                          server_assignor=self.assignor, **kw)
+        else:
+            r = self.h.hb(cl.mid, cl.epoch, owned=dict(cl.owned), **kw)
+        if r.error_code in (FENCED_MEMBER_EPOCH, C.UNKNOWN_MEMBER_ID):
+            cl.owned, cl.epoch, cl.joined, cl.to_revoke = {}, 0, False, set()   # lost, rejoin
+            return r
+        assert r.error_code == 0, r
+        cl.joined = True
+        cl.epoch = r.member_epoch
+        if r.assignment is not None:
+            # new partitions are consumed at once; revoked ones only after the callback finishes
+            new = parts(r.assignment)
+            cl.to_revoke = parts(cl.owned) - new
+            both = new | parts(cl.owned)
+            cl.owned = {t: frozenset(p for tt, p in both if tt == t) for t, _ in both}
+        return r
+
+    @precondition(lambda self: self.clients)
+    @rule(data=st.data())
+    def finish_revocation(self, data):
+        self.clients[data.draw(st.sampled_from(sorted(self.clients)))].finish_revocation()
+
+    @rule(static=st.booleans())
+    def add_member(self, static):
+        if len(self.clients) >= 5:
+            return
+        self.n += 1
+        cl = Client(f"m{self.n}", f"i{self.n}" if static else None)
+        self.clients[cl.mid] = cl
+        self._hb(cl)
+
+    @precondition(lambda self: self.clients)
+    @rule(data=st.data())
+    def heartbeat(self, data):
+        cl = self.clients[data.draw(st.sampled_from(sorted(self.clients)))]
+        self._hb(cl)
+
+    @precondition(lambda self: self.clients)
+    @rule(data=st.data())
+    def leave(self, data):
+        cl = self.clients.pop(data.draw(st.sampled_from(sorted(self.clients))))
+        if cl.joined:
+            assert self.h.hb(cl.mid, -1, instance_id=cl.instance).error_code == 0
+
+    @precondition(lambda self: self.clients)
+    @rule(data=st.data())
+    def crash_and_expire(self, data):
+        """A member stops heartbeating; its session expires (others heartbeat meanwhile)."""
+        cl = self.clients.pop(data.draw(st.sampled_from(sorted(self.clients))))
+        if not cl.joined:
+            return
+        for other in list(self.clients.values()):
+            self._hb(other)
+        key = session_key(G, cl.mid)
+        deadline = self.h.c.timer_deadlines()[key]
+        self.h.c.fire_timer(key, deadline)
+        assert cl.mid not in self.h.group.members
+
+    @precondition(lambda self: self.clients)
+    @rule(data=st.data(), delta=st.sampled_from([1, 2]))
+    def fenced_epoch_refused(self, data, delta):
+        cl = self.clients[data.draw(st.sampled_from(sorted(self.clients)))]
+        if not cl.joined:
+            return
+        m = self.h.group.members[cl.mid]
+        before = (m.member_epoch, dict(m.assigned), self.h.group.group_epoch)
+        r = self.h.hb(cl.mid, m.member_epoch + delta, owned=dict(cl.owned), instance_id=cl.instance)
+        assert r.error_code == FENCED_MEMBER_EPOCH
+        if m.previous_member_epoch - delta >= 1:          # older than the tolerated previous epoch
+            r = self.h.hb(cl.mid, m.previous_member_epoch - delta, owned={}, instance_id=cl.instance)
+            assert r.error_code == FENCED_MEMBER_EPOCH
+        if 1 <= m.previous_member_epoch < m.member_epoch:  # previous epoch without TopicPartitions
+            r = self.h.hb(cl.mid, m.previous_member_epoch, instance_id=cl.instance)
+            assert r.error_code == FENCED_MEMBER_EPOCH
+        assert before == (m.member_epoch, dict(m.assigned), self.h.group.group_epoch)
+
+    @rule(topic=st.sampled_from(["t", "u", "v"]), more=st.integers(1, 3))
+    def add_partitions(self, topic, more):
+        self.h.topics[topic] = self.h.topics.get(topic, 0) + more
+
+    @invariant()
+    def one_owner_per_partition(self):
+        if not hasattr(self, "h"):
+            return
+        seen = {}
+        for cl in self.clients.values():
+            for tp in parts(cl.owned):
+                assert tp not in seen, f"{tp} owned by {seen[tp]} and {cl.mid}"
+                seen[tp] = cl.mid
+        if G in self.h.c.groups:
+            held = {}
+            for m in self.h.group.members.values():
+                for tp in parts(m.assigned) | parts(m.pending_revocation):
+                    assert tp not in held
+                    held[tp] = m.member_id
+            # what a client is consuming, the coordinator holds for it
+            for cl in self.clients.values():
+                for tp in parts(cl.owned):
+                    assert held.get(tp) == cl.mid, (tp, cl.mid, held.get(tp))
+
+    @precondition(lambda self: self.clients)
+    @rule()
+    def converge(self):
+        for _ in range(4 * len(self.clients) + 4):
+            for cl in list(self.clients.values()):
+                cl.finish_revocation()
+                self._hb(cl)
+        g = self.h.group
+        assert g.state == ConsumerGroupState.STABLE, g.state
+        total = set()
+        for cl in self.clients.values():
+            m = g.members[cl.mid]
+            assert cl.epoch == m.member_epoch == g.group_epoch == g.assignment_epoch
+            assert parts(cl.owned) == parts(g.target[cl.mid]) == parts(m.assigned)
+            total |= parts(cl.owned)
+        subscribed = {(t, p) for t in g.subscribed_metadata for p in range(g.subscribed_metadata[t])}
+        assert total == subscribed
+
+
+TestConsumerGroupMachine = ConsumerGroupMachine.TestCase
+TestConsumerGroupMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
