@@ -61,6 +61,17 @@ SPEC: dict[str, tuple] = {
     "group.max.session.timeout.ms": (int, 1800000),
     "group.initial.rebalance.delay.ms": (int, 3000),
     "group.max.size": (int, 2**31 - 1),
+    # KIP-848 consumer-protocol groups (Kafka's GroupCoordinatorConfig names and defaults; kohort
+    # applies the min/max bounds but lets them go below Kafka's floors, e.g. for tests)
+    "group.coordinator.rebalance.protocols": (str, "classic,consumer"),
+    "group.consumer.session.timeout.ms": (int, 45000),
+    "group.consumer.min.session.timeout.ms": (int, 45000),
+    "group.consumer.max.session.timeout.ms": (int, 60000),
+    "group.consumer.heartbeat.interval.ms": (int, 5000),
+    "group.consumer.min.heartbeat.interval.ms": (int, 5000),
+    "group.consumer.max.heartbeat.interval.ms": (int, 15000),
+    "group.consumer.max.size": (int, 2**31 - 1),
+    "group.consumer.assignors": (str, "uniform,range"),
     "offsets.topic.num.partitions": (int, 50),
     "offsets.topic.replication.factor": (int, 1),
     "offsets.topic.segment.bytes": (int, 100 * 1024 * 1024),

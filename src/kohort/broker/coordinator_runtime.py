@@ -17,6 +17,11 @@
   order; the coordinator applies the held state/responses only then.
 * Timers: one asyncio TimerHandle per armed key (re-arming replaces it); on expiry
   `fire_timer(key, now)`; a timer that fires early by the wall clock is re-scheduled.
+* KIP-848 consumer-protocol groups: `consumer` is the pure ConsumerGroupCoordinator
+  (kohort.broker.coordinator.consumer_group; None when `group.coordinator.rebalance.protocols` lacks
+  "consumer"), driven through `call_consumer`; its timers ("cg-*" keys) share the timer table. Its
+  groups live in memory only (not in `__consumer_offsets` yet); their committed offsets are stored by
+  the classic coordinator as those of a simple (memberless) group of the same id.
 * Responses: `reply_to` is an asyncio Future the handler awaits; a future whose request was
   abandoned (client gone) is skipped.
 
@@ -44,7 +49,9 @@ from kohort.storage import StorageError, TopicAlreadyExistsError
 
 from kohort.broker.coordinator import codes as C
 from kohort.broker.coordinator.config import CoordinatorConfig
+from kohort.broker.coordinator.consumer_group import ConsumerGroupConfig, ConsumerGroupCoordinator
 from kohort.broker.coordinator.coordinator import GroupCoordinator
+from kohort.broker.coordinator.group import GroupState
 from kohort.broker.coordinator.model import (
     CancelTimer, GroupRecord, MemberRecord, OffsetRecord, Outcome, SetTimer,
 )
@@ -115,6 +122,13 @@ class CoordinatorRuntime:
         self.config = config or CoordinatorConfig.from_properties(broker.config.values)
         self.coordinator = GroupCoordinator(self.config, subscription_decoder=_subscription_topics,
                                             loading=True)
+        protocols = {x.strip() for x in str(broker.config.values.get(
+            "group.coordinator.rebalance.protocols", "classic,consumer")).split(",")}
+        self.consumer: ConsumerGroupCoordinator | None = None
+        if "consumer" in protocols:
+            self.consumer = ConsumerGroupCoordinator(
+                ConsumerGroupConfig.from_properties(broker.config.values),
+                classic_group_active=self._classic_group_active)
         self.num_partitions = broker.config["offsets.topic.num.partitions"]
         self._timers: dict[tuple, asyncio.TimerHandle] = {}
         # tokens appended to the log, waiting for their fsync: (token, error_code, sync future)
@@ -216,6 +230,21 @@ class CoordinatorRuntime:
         self.apply(out)
         return fut
 
+    def _classic_group_active(self, group_id: str) -> bool:
+        g = self.coordinator.groups.get(group_id)
+        return g is not None and not g.is_(GroupState.EMPTY, GroupState.DEAD)
+
+    def call_consumer(self, op: str, *args):
+        """Run consumer-group operation `op` ("heartbeat") with (*args, now_ms, reply_to); returns
+        the future of its result (answered at once: nothing is appended)."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        if self._closed or self.consumer is None:
+            fut.set_exception(RuntimeError("consumer group coordinator not available"))
+            return fut
+        self.apply(getattr(self.consumer, op)(*args, self.clock(), fut))
+        return fut
+
     # -- outcome -----------------------------------------------------------------------------------
     def apply(self, out: Outcome) -> None:
         self._deliver(out)
@@ -257,7 +286,10 @@ class CoordinatorRuntime:
             return
         del self._timers[key]
         try:
-            out = self.coordinator.fire_timer(key, now)
+            if key and isinstance(key[0], str) and key[0].startswith("cg-") and self.consumer is not None:
+                out = self.consumer.fire_timer(key, now)
+            else:
+                out = self.coordinator.fire_timer(key, now)
         except Exception:      # noqa: BLE001 - a bug here must not kill the loop's callback
             log.exception("coordinator timer %r failed", key)
             return

@@ -78,6 +78,40 @@ class ConsumerGroupConfig:
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")
 
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> "ConsumerGroupConfig":
+        """From broker properties by Kafka's names; raises ConfigError (a ValueError) naming the
+        property when a value is out of its min/max bounds or names an unknown assignor."""
+        from kohort.assignors.server import SERVER_ASSIGNOR_NAMES
+        from kohort.errors import ConfigError
+
+        def get(name: str, default: Any) -> Any:
+            return props.get(name, default)
+        session = int(get("group.consumer.session.timeout.ms", 45000))
+        interval = int(get("group.consumer.heartbeat.interval.ms", 5000))
+        for prop, v, lo_default, hi_default in (
+                ("group.consumer.session.timeout.ms", session, 45000, 60000),
+                ("group.consumer.heartbeat.interval.ms", interval, 5000, 15000)):
+            stem = prop[len("group.consumer."):]
+            lo = int(get(f"group.consumer.min.{stem}", lo_default))
+            hi = int(get(f"group.consumer.max.{stem}", hi_default))
+            if not lo <= v <= hi:
+                raise ConfigError(f"{prop} ({v}) must be between group.consumer.min.{stem} ({lo}) "
+                                  f"and group.consumer.max.{stem} ({hi})")
+        if interval >= session:
+            raise ConfigError(f"group.consumer.heartbeat.interval.ms ({interval}) must be less than "
+                              f"group.consumer.session.timeout.ms ({session})")
+        assignors = tuple(a.strip() for a in str(get("group.consumer.assignors", "uniform,range")).split(",")
+                          if a.strip())
+        unknown = [a for a in assignors if a not in SERVER_ASSIGNOR_NAMES]
+        if not assignors or unknown:
+            raise ConfigError(f"group.consumer.assignors: unknown assignor(s) {unknown or assignors}; "
+                              f"kohort has {', '.join(SERVER_ASSIGNOR_NAMES)}")
+        max_size = int(get("group.consumer.max.size", 2**31 - 1))
+        if max_size < 1:
+            raise ConfigError(f"group.consumer.max.size must be >= 1, got {max_size}")
+        return cls(session, interval, max_size, assignors)
+
 
 @dataclass(frozen=True)
 class ConsumerHeartbeatParams:

@@ -1,0 +1,135 @@
+"""KIP-848 on kohort broker over the wire: ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69)
+advertised and served, topic ids mapped, OffsetCommit/OffsetFetch member-epoch fencing, ListGroups
+type/state, DescribeGroups/DeleteGroups of a consumer group, the protocol switch, the config names."""
+import asyncio
+import uuid
+
+import pytest
+
+from kohort.broker.config import BrokerConfig
+from kohort.broker.coordinator.consumer_group import ConsumerGroupConfig
+from kohort.errors import ConfigError, ErrorCode
+from kohort.protocol.messages.api_versions import ApiVersionsRequest
+from kohort.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest as D
+from kohort.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest as H
+from kohort.protocol.messages.create_topics import CreateTopicsRequest as CT
+from kohort.protocol.messages.delete_groups import DeleteGroupsRequest
+from kohort.protocol.messages.describe_groups import DescribeGroupsRequest
+from kohort.protocol.messages.list_groups import ListGroupsRequest
+from kohort.protocol.messages.offset_commit import OffsetCommitRequest as OC
+from kohort.protocol.messages.offset_fetch import OffsetFetchRequest as OF
+from tests.broker_wire import Wire, running_broker
+
+
+async def _topic(w, name, n):
+    await w.call(CT(timeout_ms=5000, topics=[CT.CreatableTopic(name=name, num_partitions=n,
+                                                               replication_factor=1)]), 5)
+
+
+def _join(member_id, topics=("t",), **kw):
+    return H(group_id="g", member_id=member_id, member_epoch=0, rebalance_timeout_ms=30000,
+             subscribed_topic_names=list(topics), topic_partitions=[], **kw)
+
+
+def _commit(epoch, member="a", version=9):
+    P = OC.Topic.Partition
+    return OC(group_id="g", generation_id_or_member_epoch=epoch, member_id=member,
+              topics=[OC.Topic(name="t", partitions=[P(partition_index=0, committed_offset=5)])])
+
+
+def test_heartbeat_describe_commit_fetch_list_delete(tmp_path):
+    async def go():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            api = {k.api_key: (k.min_version, k.max_version)
+                   for k in (await w.call(ApiVersionsRequest(), 3)).api_keys}
+            assert api[68] == (0, 1) and api[69] == (0, 1)
+            await _topic(w, "t", 4)
+            tid = b.storage.topic("t").topic_id
+            r = await w.call(_join("a"), 1)
+            assert r.error_code == 0 and r.member_id == "a" and r.member_epoch == 1
+            assert [(tp.topic_id, sorted(tp.partitions)) for tp in r.assignment.topic_partitions] == \
+                [(tid, [0, 1, 2, 3])]
+            # v0 join: the broker makes the member id
+            r0 = await w.call(_join(""), 0)
+            assert r0.error_code == 0 and r0.member_id and r0.member_epoch == 2
+            # describe: 2 members, a must revoke half once it heartbeats
+            H_TP = H.TopicPartitions
+            ra = await w.call(H(group_id="g", member_id="a", member_epoch=1,
+                                topic_partitions=[H_TP(topic_id=tid, partitions=[0, 1, 2, 3])]), 1)
+            assert ra.member_epoch == 1 and len(ra.assignment.topic_partitions[0].partitions) == 2
+            d = (await w.call(D(group_ids=["g", "nope"], include_authorized_operations=False), 1)).groups
+            assert d[0].error_code == 0 and d[0].group_state == "Reconciling" and d[0].group_epoch == 2
+            assert d[0].assignor_name == "uniform" and len(d[0].members) == 2
+            assert {m.member_type for m in d[0].members} == {1}
+            assert d[0].members[0].assignment.topic_partitions[0].topic_name == "t"
+            assert d[1].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+            # commits are fenced by member epoch
+            c = await w.call(_commit(1), 9)
+            assert c.topics[0].partitions[0].error_code == 0
+            c = await w.call(_commit(7), 9)
+            assert c.topics[0].partitions[0].error_code == ErrorCode.STALE_MEMBER_EPOCH
+            c = await w.call(_commit(1, member="zz"), 9)
+            assert c.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_MEMBER_ID
+            c = await w.call(_commit(1), 8)
+            assert c.topics[0].partitions[0].error_code == ErrorCode.UNSUPPORTED_VERSION
+            G = OF.Group
+            f = await w.call(OF(groups=[G(group_id="g", member_id="a", member_epoch=1,
+                                          topics=[G.Topics(name="t", partition_indexes=[0])])]), 9)
+            assert f.groups[0].error_code == 0 and f.groups[0].topics[0].partitions[0].committed_offset == 5
+            f = await w.call(OF(groups=[G(group_id="g", member_id="a", member_epoch=3,
+                                          topics=[G.Topics(name="t", partition_indexes=[0])])]), 9)
+            assert f.groups[0].error_code == ErrorCode.STALE_MEMBER_EPOCH
+            # ListGroups: type and state; DescribeGroups: not a classic group
+            lg = await w.call(ListGroupsRequest(states_filter=[], types_filter=["consumer"]), 5)
+            assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in lg.groups] == \
+                [("g", "consumer", "consumer", "Reconciling")]
+            lg = await w.call(ListGroupsRequest(states_filter=[], types_filter=["classic"]), 5)
+            assert lg.groups == []
+            dg = await w.call(DescribeGroupsRequest(groups=["g"]), 6)
+            assert dg.groups[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+            dl = await w.call(DeleteGroupsRequest(groups_names=["g"]), 2)
+            assert dl.results[0].error_code == ErrorCode.NON_EMPTY_GROUP
+            for m in ("a", r0.member_id):
+                assert (await w.call(H(group_id="g", member_id=m, member_epoch=-1), 1)).error_code == 0
+            dl = await w.call(DeleteGroupsRequest(groups_names=["g"]), 2)
+            assert dl.results[0].error_code == 0
+            assert (await w.call(ListGroupsRequest(states_filter=[], types_filter=[]), 5)).groups == []
+            await w.close()
+    asyncio.run(go())
+
+
+def test_owned_partitions_of_unknown_topic_ids_are_ignored(tmp_path):
+    async def go():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await _topic(w, "t", 2)
+            await w.call(_join("a"), 1)
+            r = await w.call(H(group_id="g", member_id="a", member_epoch=1, topic_partitions=[
+                H.TopicPartitions(topic_id=uuid.uuid4(), partitions=[0])]), 1)
+            assert r.error_code == 0
+            await w.close()
+    asyncio.run(go())
+
+
+def test_consumer_protocol_disabled(tmp_path):
+    async def go():
+        async with running_broker(tmp_path, {"group.coordinator.rebalance.protocols": "classic"}) as b:
+            w = await Wire.connect(b)
+            r = await w.call(_join("a"), 1)
+            assert r.error_code == ErrorCode.UNSUPPORTED_VERSION
+            await w.close()
+    asyncio.run(go())
+
+
+def test_consumer_group_config_names_and_bounds():
+    c = ConsumerGroupConfig.from_properties(BrokerConfig.from_properties({
+        "group.consumer.min.session.timeout.ms": "3000", "group.consumer.session.timeout.ms": "3000",
+        "group.consumer.min.heartbeat.interval.ms": "500", "group.consumer.heartbeat.interval.ms": "500",
+        "group.consumer.assignors": "range,uniform", "group.consumer.max.size": "3"}).values)
+    assert (c.session_timeout_ms, c.heartbeat_interval_ms, c.assignors, c.max_size) == \
+        (3000, 500, ("range", "uniform"), 3)
+    with pytest.raises(ConfigError, match="group.consumer.session.timeout.ms"):
+        ConsumerGroupConfig.from_properties({"group.consumer.session.timeout.ms": 1000})
+    with pytest.raises(ConfigError, match="group.consumer.assignors"):
+        ConsumerGroupConfig.from_properties({"group.consumer.assignors": "sticky"})
