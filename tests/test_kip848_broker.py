@@ -1,0 +1,158 @@
+"""KIP-848 (group.protocol=consumer) real clients on kohort broker: Apache Kafka's Java consumer (4.x)
+and confluent-kafka (librdkafka) consumers, each member a process of its own, in groups of three with
+one member SIGKILLed: every record is consumed, and no partition is owned by two live members at any
+sample (ownership from each member's assign/revoke/lost callbacks)."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kohort.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
+from tests.brokers import KohortBroker
+from tests.kafka_cluster import JavaPeer
+from tests.peers import create_topic, produce
+from tests.rawclient import RawClient
+from tests.test_client_group import _owned, _records
+from tests.test_java_on_kohort import _java_owned, _java_seen
+
+CK_MEMBER = Path(__file__).with_name("kip848_member.py")
+
+# short consumer-protocol session so a SIGKILLed member is fenced in seconds (Kafka's floor is 45 s)
+BROKER_CONFIG = {
+    "group.consumer.min.session.timeout.ms": 3000, "group.consumer.session.timeout.ms": 6000,
+    "group.consumer.min.heartbeat.interval.ms": 500, "group.consumer.heartbeat.interval.ms": 1000,
+}
+
+
+@pytest.fixture(scope="module")
+def kb():
+    with KohortBroker(config=BROKER_CONFIG) as b:
+        yield b
+
+
+def uniq(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _no_double_ownership(owned: list[set]) -> None:
+    seen: dict = {}
+    for i, o in enumerate(owned):
+        for tp in o:
+            assert tp not in seen, f"{tp} owned by members {seen[tp]} and {i} at once: {owned}"
+            seen[tp] = i
+
+
+def _wait(cond, timeout, sample):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sample()
+        if cond():
+            return True
+        time.sleep(0.1)
+    sample()
+    return cond()
+
+
+def test_java_consumer_protocol_group_of_three_with_a_member_sigkilled(kb):
+    topic, group = uniq("k848j"), uniq("k848j")
+    n = 6
+    total = {(topic, i) for i in range(n)}
+    assert create_topic(kb.bootstrap, topic, n) == n
+    produce(kb.bootstrap, topic, 3000, partitions=n)
+    args = ["consume", "--bootstrap", kb.bootstrap, "--topic", topic, "--group", group, "--offsets",
+            "--protocol", "consumer"]
+    peers = [JavaPeer(*args).start() for _ in range(3)]
+    live = list(peers)
+
+    def sample():
+        _no_double_ownership([_java_owned(p) for p in live])
+
+    def seen():
+        return set().union(*map(_java_seen, peers))
+
+    try:
+        ok = _wait(lambda: all(_java_owned(p) for p in live)
+                   and set().union(*(_java_owned(p) for p in live)) == total and len(seen()) == 3000,
+                   60, sample)
+        fatal = [e for p in peers for e in p.events if e["event"] in ("fatal", "error")]
+        assert ok, ([_java_owned(p) for p in live], len(seen()), fatal[:3])
+        d = _describe(kb.bootstrap, group)
+        assert d.group_state == "Stable" and len(d.members) == 3, d
+        assert {m.member_epoch for m in d.members} == {d.group_epoch} and d.assignor_name == "uniform"
+        peers[0].kill()
+        live = peers[1:]
+        produce(kb.bootstrap, topic, 1000, partitions=n, start=3000)
+        ok = _wait(lambda: set().union(*(_java_owned(p) for p in live)) == total and len(seen()) == 4000,
+                   60, sample)
+        assert ok, ([_java_owned(p) for p in live], 4000 - len(seen()))
+    finally:
+        for p in peers:
+            p.stop()
+
+
+def _ck_member(bs, group, topic, seconds=90):
+    p = subprocess.Popen([sys.executable, str(CK_MEMBER), bs, group, topic, str(seconds)],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines: list = []
+    t = threading.Thread(target=lambda: [lines.append(json.loads(x)) for x in p.stdout], daemon=True)
+    t.start()
+    return p, lines
+
+
+def test_confluent_kafka_consumer_protocol_group_of_three_with_a_member_sigkilled(kb):
+    topic, group = uniq("k848c"), uniq("k848c")
+    n = 6
+    total = {(topic, i) for i in range(n)}
+    assert create_topic(kb.bootstrap, topic, n) == n
+    produce(kb.bootstrap, topic, 3000, partitions=n)
+    members = [_ck_member(kb.bootstrap, group, topic) for _ in range(3)]
+    live = list(members)
+
+    def sample():
+        _no_double_ownership([_owned(lines) for _, lines in live])
+
+    def seen():
+        return set().union(*(_records(lines) for _, lines in members))
+
+    try:
+        ok = _wait(lambda: all(_owned(ls) for _, ls in live)
+                   and set().union(*(_owned(ls) for _, ls in live)) == total and len(seen()) == 3000,
+                   60, sample)
+        errors = [e for _, ls in members for e in ls if "error" in e]
+        assert ok, ([_owned(ls) for _, ls in live], len(seen()), errors[:3])
+        d = _describe(kb.bootstrap, group)
+        assert d.group_state == "Stable" and len(d.members) == 3, d
+        assert {m.member_epoch for m in d.members} == {d.group_epoch}
+        members[0][0].send_signal(signal.SIGKILL)
+        members[0][0].wait(10)
+        live = members[1:]
+        produce(kb.bootstrap, topic, 1000, partitions=n, start=3000)
+        ok = _wait(lambda: set().union(*(_owned(ls) for _, ls in live)) == total and len(seen()) == 4000,
+                   60, sample)
+        assert ok, ([_owned(ls) for _, ls in live], 4000 - len(seen()))
+        d = _describe(kb.bootstrap, group)
+        assert len(d.members) == 2
+    finally:
+        for p, _ in members:
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
+
+
+def _describe(bs, group):
+    c = RawClient(bs)
+    try:
+        r = c.request(ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False), 1)
+    finally:
+        c.sock.close()
+    g = r.groups[0]
+    assert g.error_code == 0, g
+    return g
