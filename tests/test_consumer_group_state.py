@@ -16,7 +16,7 @@ from kohort.broker.coordinator import codes as C
 from kohort.broker.coordinator.consumer_group import (
     FENCED_MEMBER_EPOCH, INVALID_REGULAR_EXPRESSION, INVALID_REQUEST, UNRELEASED_INSTANCE_ID,
     UNSUPPORTED_ASSIGNOR, STALE_MEMBER_EPOCH, ConsumerGroupConfig, ConsumerGroupCoordinator,
-    ConsumerGroupState, ConsumerHeartbeatParams, MemberState, rebalance_key, session_key,
+    ConsumerGroupState, ConsumerHeartbeatParams, MemberState, _snapshot, rebalance_key, session_key,
 )
 from kohort.broker.coordinator.model import SetTimer
 
@@ -28,15 +28,38 @@ class Harness:
     def __init__(self, topics=None, **cfg):
         self.topics = dict(topics or TOPICS)
         ids = (f"gen-{i}" for i in itertools.count())
-        self.c = ConsumerGroupCoordinator(ConsumerGroupConfig(**cfg), id_factory=lambda: next(ids))
+        self.cfg = ConsumerGroupConfig(**cfg)
+        self.c = ConsumerGroupCoordinator(self.cfg, id_factory=lambda: next(ids))
         self.now = 0
+        self.log = []          # every record appended, in order
+
+    def store(self, out):
+        """Store every append at once (as the runtime does after the fsync); the held responses."""
+        responses = list(out.responses)
+        for a in out.appends:
+            self.log.extend(a.records)
+            responses += self.c.on_append_done(a.token, 0, self.now).responses
+        return responses
 
     def hb(self, member_id, epoch, owned=None, **kw):
         p = ConsumerHeartbeatParams(G, member_id, epoch, owned=owned, **kw)
         out = self.c.heartbeat(p, self.topics, self.now, "r")
         self.last_out = out
-        assert len(out.responses) == 1
-        return out.responses[0].result
+        responses = self.store(out)
+        assert len(responses) == 1
+        return responses[0].result
+
+    def replayed(self):
+        """A fresh coordinator rebuilt from the log (last record per key, as compaction keeps)."""
+        c = ConsumerGroupCoordinator(self.cfg)
+        last = {}
+        for r in self.log:
+            last.pop((r.kind, r.group, r.member_id), None)
+            last[(r.kind, r.group, r.member_id)] = r
+        for r in last.values():
+            c.replay(r)
+        c.on_loaded(self.now, self.topics)
+        return c
 
     def join(self, member_id, names=("t",), **kw):
         kw.setdefault("rebalance_timeout_ms", 10000)
@@ -46,7 +69,7 @@ class Harness:
         self.now += ms
         for key, deadline in sorted(self.c.timer_deadlines().items(), key=lambda kv: kv[1]):
             if deadline <= self.now:
-                self.c.fire_timer(key, self.now)
+                self.store(self.c.fire_timer(key, self.now))
 
     @property
     def group(self):
@@ -397,7 +420,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
             self._hb(other)
         key = session_key(G, cl.mid)
         deadline = self.h.c.timer_deadlines()[key]
-        self.h.c.fire_timer(key, deadline)
+        self.h.store(self.h.c.fire_timer(key, deadline))
         assert cl.mid not in self.h.group.members
 
     @precondition(lambda self: self.clients)
@@ -442,6 +465,15 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
                 for tp in parts(cl.owned):
                     assert held.get(tp) == cl.mid, (tp, cl.mid, held.get(tp))
 
+    @invariant()
+    def replay_rebuilds_the_same_groups(self):
+        if not hasattr(self, "h"):
+            return
+        c = self.h.replayed()
+        assert set(c.groups) == set(self.h.c.groups)
+        for gid, g in self.h.c.groups.items():
+            assert _snapshot(c.groups[gid]) == _snapshot(g)
+
     @precondition(lambda self: self.clients)
     @rule()
     def converge(self):
@@ -463,3 +495,70 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
 
 TestConsumerGroupMachine = ConsumerGroupMachine.TestCase
 TestConsumerGroupMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+# -- persistence ---------------------------------------------------------------------------------
+def test_join_writes_kafkas_records_in_order_and_waits_for_them():
+    h = Harness()
+    out = h.c.heartbeat(ConsumerHeartbeatParams(G, "a", 0, owned={}, rebalance_timeout_ms=5000,
+                                                subscribed_topic_names=("t",)), h.topics, 0, "r")
+    assert out.responses == [] and len(out.appends) == 1             # held until stored
+    kinds = [(r.kind, r.member_id) for r in out.appends[0].records]
+    assert kinds == [(5, "a"), (3, None), (7, "a"), (6, None), (8, "a")]
+    recs = {r.kind: r for r in out.appends[0].records}
+    assert recs[3].value == 1 and recs[6].value == 1
+    assert recs[8].value.member_epoch == 1 and recs[8].value.assigned == (("t", (0, 1, 2, 3, 4, 5)),)
+    assert recs[5].value.subscribed_topic_names == ("t",) and recs[5].value.rebalance_timeout_ms == 5000
+    done = h.c.on_append_done(out.appends[0].token, 0, 1)
+    assert done.responses[0].result.member_epoch == 1
+
+
+def test_leave_writes_tombstones_then_the_bumped_epoch():
+    h = Harness()
+    h.join("a")
+    h.join("b")
+    n = len(h.log)
+    h.hb("b", -1)
+    recs = h.log[n:]
+    assert [(r.kind, r.member_id, r.tombstone) for r in recs[:3]] == \
+        [(8, "b", True), (7, "b", True), (5, "b", True)]
+    assert (3, None, False) in [(r.kind, r.member_id, r.tombstone) for r in recs]
+
+
+def test_failed_append_answers_the_mapped_error():
+    h = Harness()
+    out = h.c.heartbeat(ConsumerHeartbeatParams(G, "a", 0, owned={}, rebalance_timeout_ms=5000,
+                                                subscribed_topic_names=("t",)), h.topics, 0, "r")
+    res = h.c.on_append_done(out.appends[0].token, C.NOT_LEADER_OR_FOLLOWER, 1).responses[0].result
+    assert res.error_code == C.NOT_COORDINATOR
+
+
+def test_restart_replays_groups_and_members_continue_at_their_epochs():
+    h = Harness()
+    ra = h.join("a")
+    h.join("b")
+    h.hb("a", 1, owned=ra.assignment)                                 # a must revoke: UNREVOKED
+    c2 = h.replayed()
+    g = c2.groups[G]
+    assert g.group_epoch == 2 and g.assignment_epoch == 2
+    assert g.members["a"].state == MemberState.UNREVOKED_PARTITIONS
+    assert rebalance_key(G, "a") in c2.timer_deadlines() and session_key(G, "b") in c2.timer_deadlines()
+    h.c = c2
+    a_keep = {t: ps for t, ps in g.members["a"].assigned.items()}
+    r = h.hb("a", 1, owned=a_keep)
+    assert r.error_code == 0 and r.member_epoch == 2
+    rb = h.hb("b", 2)
+    assert rb.error_code == 0 and len(parts(rb.assignment)) == 3
+    assert h.c.groups[G].group_epoch == 2                             # no spurious bump after load
+
+
+def test_delete_group_writes_tombstones():
+    h = Harness()
+    h.join("a")
+    h.hb("a", -1)
+    out = h.c.delete_group(G, 0, "r")
+    assert [(r.kind, r.tombstone) for r in out.appends[0].records] == [(6, True), (3, True)]
+    assert h.c.on_append_done(out.appends[0].token, 0, 0).responses[0].result == 0
+    assert G not in h.c.groups
+    h.log.extend(out.appends[0].records)
+    assert G not in h.replayed().groups

@@ -156,3 +156,52 @@ def _describe(bs, group):
     g = r.groups[0]
     assert g.error_code == 0, g
     return g
+
+
+def test_kafkas_dump_log_segments_reads_kohorts_consumer_group_records(tmp_path):
+    """kohort writes the KIP-848 records in Kafka's formats: Kafka's own DumpLogSegments
+    --offsets-decoder decodes every one of them (member metadata, epochs, targets, current
+    assignments with pending revocation, tombstones)."""
+    import asyncio
+    import glob
+
+    from kohort.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest as H
+    from kohort.protocol.messages.create_topics import CreateTopicsRequest as CT
+    from tests.broker_wire import Wire, running_broker
+    from tests.kafka_cluster import run_tool
+
+    def join(mid, **kw):
+        return H(group_id="g", member_id=mid, member_epoch=0, rebalance_timeout_ms=30000,
+                 subscribed_topic_names=["t"], topic_partitions=[], **kw)
+
+    async def go():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await w.call(CT(timeout_ms=5000, topics=[CT.CreatableTopic(name="t", num_partitions=4,
+                                                                       replication_factor=1)]), 5)
+            ra = await w.call(join("a", instance_id="inst-a"), 1)
+            await w.call(join("b"), 1)
+            await w.call(H(group_id="g", member_id="a", member_epoch=1, instance_id="inst-a",
+                           topic_partitions=ra.assignment.topic_partitions), 1)
+            await w.call(H(group_id="g", member_id="b", member_epoch=-1), 1)
+            await w.close()
+            return str(b.storage.topic("t").topic_id)
+    asyncio.run(go())
+    logs = [p for p in glob.glob(str(tmp_path / "__consumer_offsets-*" / "*.log")) if Path(p).stat().st_size]
+    assert len(logs) == 1
+    out = run_tool("org.apache.kafka.tools.DumpLogSegments", "--files", logs[0], "--offsets-decoder",
+                   "--print-data-log").stdout
+    records = [json.loads(line.split(" key: ")[1].split(" payload: ")[0]) for line in out.splitlines()
+               if " key: " in line]
+    payloads = [line.split(" payload: ")[1] for line in out.splitlines() if " key: " in line]
+    assert [r["type"] for r in records] == ["5", "3", "7", "6", "8", "5", "3", "7", "7", "6", "8", "8",
+                                            "8", "7", "5", "3"], out
+    first = json.loads(payloads[0])["data"]
+    assert first["instanceId"] == "inst-a" and first["subscribedTopicNames"] == ["t"]
+    assert first["rebalanceTimeoutMs"] == 30000
+    revoking = json.loads(payloads[11])["data"]
+    assert revoking["state"] == 1 and revoking["memberEpoch"] == 1
+    assert [p["partitions"] for p in revoking["assignedPartitions"]] == [[0, 1]]
+    assert [p["partitions"] for p in revoking["partitionsPendingRevocation"]] == [[2, 3]]
+    assert payloads[12:15] == ["<DELETE>"] * 3
+    assert json.loads(payloads[15])["data"] == {"epoch": 3}

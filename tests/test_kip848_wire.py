@@ -133,3 +133,38 @@ def test_consumer_group_config_names_and_bounds():
         ConsumerGroupConfig.from_properties({"group.consumer.session.timeout.ms": 1000})
     with pytest.raises(ConfigError, match="group.consumer.assignors"):
         ConsumerGroupConfig.from_properties({"group.consumer.assignors": "sticky"})
+
+
+def test_consumer_group_survives_a_broker_restart(tmp_path):
+    """The group's records are in __consumer_offsets (Kafka's formats) and replayed at start: after a
+    restart the member goes on at its epoch with its partitions, no rebalance."""
+    async def go():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await _topic(w, "t", 4)
+            ra = await w.call(_join("a"), 1)
+            rb = await w.call(_join("b"), 1)
+            tps = ra.assignment.topic_partitions
+            ra = await w.call(H(group_id="g", member_id="a", member_epoch=1, topic_partitions=tps), 1)
+            kept = ra.assignment.topic_partitions
+            ra = await w.call(H(group_id="g", member_id="a", member_epoch=1, topic_partitions=kept), 1)
+            assert ra.member_epoch == 2
+            rb = await w.call(H(group_id="g", member_id="b", member_epoch=2, topic_partitions=[]), 1)
+            assert rb.member_epoch == 2 and len(rb.assignment.topic_partitions[0].partitions) == 2
+            c = await w.call(_commit(2), 9)
+            assert c.topics[0].partitions[0].error_code == 0
+            await w.close()
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            d = (await w.call(D(group_ids=["g"], include_authorized_operations=False), 1)).groups[0]
+            assert (d.error_code, d.group_state, d.group_epoch, d.assignment_epoch) == (0, "Stable", 2, 2)
+            assert sorted(m.member_id for m in d.members) == ["a", "b"]
+            r = await w.call(H(group_id="g", member_id="a", member_epoch=2, topic_partitions=kept), 1)
+            assert r.error_code == 0 and r.member_epoch == 2
+            assert (await w.call(_commit(2), 9)).topics[0].partitions[0].error_code == 0
+            G = OF.Group
+            f = await w.call(OF(groups=[G(group_id="g", member_id="a", member_epoch=2,
+                                          topics=[G.Topics(name="t", partition_indexes=[0])])]), 9)
+            assert f.groups[0].topics[0].partitions[0].committed_offset == 5
+            await w.close()
+    asyncio.run(go())

@@ -1,7 +1,15 @@
 """KIP-848 consumer-protocol groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe) as a PURE state
 machine beside the classic coordinator: no I/O, no clock; every entry point takes `now_ms` and
-returns an Outcome (kohort.broker.coordinator.model: responses, timers; no appends yet -- consumer
-groups are not persisted in `__consumer_offsets`, so they do not survive a broker restart).
+returns an Outcome (kohort.broker.coordinator.model: responses, appends, timers).
+
+Persistence: every change is written to `__consumer_offsets` as Kafka's consumer-group records
+(ConsumerGroupRecord: types 3 group epoch, 5 member metadata, 6 target assignment epoch, 7 member
+target, 8 member current assignment; kohort.protocol.consumer_group_records has the wire formats), in
+Kafka's order (removed members' 8/7/5 tombstones, then 5, 3, 7, 6, 8). The state changes in memory at
+once (later heartbeats see it, as Kafka's uncommitted timeline state) and the heartbeat's response is
+held until the append is stored; a failed append answers the mapped error but does NOT roll the
+state back (Kafka reverts to its last committed snapshot). `replay` + `on_loaded` rebuild the groups
+at start, with session timers for every member and rebalance timers for members still revoking.
 
 Model (Kafka's GroupMetadataManager / ConsumerGroup / CurrentAssignmentBuilder, 4.2+ behaviour):
 * group epoch: bumped when the assignment inputs change (member joins, leaves or is fenced, a
@@ -38,7 +46,7 @@ from typing import Any, Callable, Mapping
 
 from kohort.assignors.server import MemberSpec, server_assignor
 from . import codes as C
-from .model import CancelTimer, Outcome, Response, SetTimer
+from .model import Append, CancelTimer, Outcome, Response, SetTimer
 
 Assignment = dict[str, frozenset[int]]
 
@@ -195,6 +203,82 @@ class ConsumerGroup:
         return own
 
 
+@dataclass(frozen=True)
+class ConsumerGroupRecord:
+    """One consumer-group record (`kind` = Kafka's record type 3, 5, 6, 7 or 8); `value` None is a
+    tombstone. Values: 3 group epoch; 5 MemberMeta; 6 assignment epoch; 7 target Assignment;
+    8 CurrentAssignment. Topics by name (the runtime maps them to topic ids)."""
+    kind: int
+    group: str
+    member_id: str | None = None
+    value: Any = None
+
+    @property
+    def tombstone(self) -> bool:
+        return self.value is None
+
+
+@dataclass(frozen=True)
+class MemberMeta:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@dataclass(frozen=True)
+class CurrentAssignment:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: tuple            # ((topic, (partitions...)), ...) sorted
+    pending_revocation: tuple
+
+
+def _frozen(a: Mapping[str, frozenset[int]]) -> tuple:
+    return tuple((t, tuple(sorted(ps))) for t, ps in sorted(a.items()) if ps)
+
+
+def _thawed(a) -> Assignment:
+    return {t: frozenset(ps) for t, ps in a if ps}
+
+
+def _snapshot(group: "ConsumerGroup | None") -> dict:
+    if group is None:
+        return {}
+    snap: dict = {(3, None): group.group_epoch, (6, None): group.assignment_epoch}
+    for mid, m in group.members.items():
+        snap[(5, mid)] = MemberMeta(m.instance_id, m.rack_id, m.client_id, m.client_host,
+                                    m.subscribed_topic_names, m.subscribed_topic_regex,
+                                    m.rebalance_timeout_ms, m.server_assignor)
+        snap[(8, mid)] = CurrentAssignment(m.member_epoch, m.previous_member_epoch, int(m.state),
+                                           _frozen(m.assigned), _frozen(m.pending_revocation))
+    for mid, t in group.target.items():
+        snap[(7, mid)] = _frozen(t)
+    return snap
+
+
+def _diff(group_id: str, before: dict, after: dict) -> list[ConsumerGroupRecord]:
+    """The records that turn `before` into `after`, in Kafka's order."""
+    out: list[ConsumerGroupRecord] = []
+    for kind in (8, 7, 5):
+        for (k, mid) in before:
+            if k == kind and mid is not None and (k, mid) not in after:
+                out.append(ConsumerGroupRecord(kind, group_id, mid))
+    for kind in (5, 3, 7, 6, 8):
+        for key, v in after.items():
+            if key[0] == kind and before.get(key) != v:
+                out.append(ConsumerGroupRecord(kind, group_id, key[1], v))
+    for kind in (6, 3):
+        if (kind, None) in before and (kind, None) not in after:
+            out.append(ConsumerGroupRecord(kind, group_id))
+    return out
+
+
 class HeartbeatError(Exception):
     def __init__(self, code: int, message: str | None = None):
         super().__init__(message or str(code))
@@ -239,6 +323,8 @@ class ConsumerGroupCoordinator:
         self.groups: dict[str, ConsumerGroup] = {}
         self._timers: dict[tuple, tuple[int, int]] = {}     # key -> (deadline, armed member epoch)
         self._regex_cache: dict[str, re.Pattern] = {}
+        self._pending: dict[tuple, tuple[Any, Any]] = {}     # token -> (reply_to, result)
+        self._next_token = 1
 
     # ------------------------------------------------------------------ plumbing
     def _arm(self, out: Outcome, key: tuple, deadline: int, epoch: int = 0) -> None:
@@ -251,6 +337,106 @@ class ConsumerGroupCoordinator:
 
     def timer_deadlines(self) -> dict[tuple, int]:
         return {k: d for k, (d, _) in self._timers.items()}
+
+    def _persist(self, out: Outcome, group_id: str, before: dict, reply_to: Any = None,
+                 result: Any = None) -> None:
+        """Append what changed in `group_id` since `before`; the response waits for the append."""
+        records = _diff(group_id, before, _snapshot(self.groups.get(group_id)))
+        if not records:
+            if reply_to is not None:
+                out.responses.append(Response(reply_to, result))
+            return
+        token = ("cg", self._next_token)
+        self._next_token += 1
+        self._pending[token] = (reply_to, result)
+        out.appends.append(Append(token, tuple(records)))
+
+    def on_append_done(self, token: tuple, error_code: int, now_ms: int) -> Outcome:
+        out = Outcome()
+        reply_to, result = self._pending.pop(token, (None, None))
+        if reply_to is None:
+            return out
+        if error_code:
+            code = C.map_append_error(error_code)
+            if isinstance(result, ConsumerHeartbeatResult):
+                result = ConsumerHeartbeatResult(code, f"The coordinator could not store the change ({code}).",
+                                                 result.member_id, -1, 0)
+            else:
+                result = code
+        out.responses.append(Response(reply_to, result))
+        return out
+
+    def unload(self) -> Outcome:
+        """Stop serving: answer every held response NOT_COORDINATOR, drop the timers."""
+        out = Outcome()
+        for token in list(self._pending):
+            reply_to, result = self._pending.pop(token)
+            if reply_to is not None:
+                out.responses.append(Response(reply_to, ConsumerHeartbeatResult(
+                    C.NOT_COORDINATOR, None, result.member_id, -1, 0)
+                    if isinstance(result, ConsumerHeartbeatResult) else C.NOT_COORDINATOR))
+        for key in list(self._timers):
+            self._disarm(out, key)
+        return out
+
+    # ------------------------------------------------------------------ replay
+    def replay(self, r: ConsumerGroupRecord) -> None:
+        """Apply one record read back from `__consumer_offsets` (log order, compaction tolerated)."""
+        g = self.groups.get(r.group)
+        if r.kind == 3:
+            if r.value is None:
+                if g is not None and not g.members:
+                    del self.groups[r.group]
+                return
+            g = self.groups.setdefault(r.group, ConsumerGroup(r.group))
+            g.group_epoch = r.value
+            return
+        if g is None:
+            if r.value is None:
+                return
+            g = self.groups[r.group] = ConsumerGroup(r.group)
+        if r.kind == 6:
+            g.assignment_epoch = 0 if r.value is None else r.value
+        elif r.kind == 7:
+            if r.value is None:
+                g.target.pop(r.member_id, None)
+            else:
+                g.target[r.member_id] = _thawed(r.value)
+        elif r.kind == 5:
+            if r.value is None:
+                g.members.pop(r.member_id, None)
+                return
+            m = g.members.setdefault(r.member_id, ConsumerMember(r.member_id))
+            v: MemberMeta = r.value
+            m.instance_id, m.rack_id, m.client_id, m.client_host = (v.instance_id, v.rack_id, v.client_id,
+                                                                    v.client_host)
+            m.subscribed_topic_names, m.subscribed_topic_regex = v.subscribed_topic_names, v.subscribed_topic_regex
+            m.rebalance_timeout_ms, m.server_assignor = v.rebalance_timeout_ms, v.server_assignor
+        elif r.kind == 8:
+            m = g.members.get(r.member_id)
+            if r.value is None:
+                if m is not None:
+                    m.member_epoch, m.assigned, m.pending_revocation = -1, {}, {}
+                return
+            if m is None:
+                m = g.members[r.member_id] = ConsumerMember(r.member_id)
+            c: CurrentAssignment = r.value
+            m.member_epoch, m.previous_member_epoch = c.member_epoch, c.previous_member_epoch
+            m.state = MemberState(c.state) if c.state in MemberState._value2member_map_ else MemberState.UNKNOWN
+            m.assigned, m.pending_revocation = _thawed(c.assigned), _thawed(c.pending_revocation)
+
+    def on_loaded(self, now_ms: int, topics: Mapping[str, int]) -> Outcome:
+        """After replay: topic metadata as of now (no spurious epoch bump), a session timer for every
+        member, a rebalance timer for those still revoking."""
+        out = Outcome()
+        for g in self.groups.values():
+            g.subscribed_metadata = self._subscribed_metadata(g, topics)
+            for m in g.members.values():
+                self._arm(out, session_key(g.group_id, m.member_id), now_ms + self.config.session_timeout_ms)
+                if m.state == MemberState.UNREVOKED_PARTITIONS:
+                    self._arm(out, rebalance_key(g.group_id, m.member_id), now_ms + m.rebalance_timeout_ms,
+                              m.member_epoch)
+        return out
 
     def _compile(self, regex: str) -> re.Pattern:
         pat = self._regex_cache.get(regex)
@@ -266,6 +452,7 @@ class ConsumerGroupCoordinator:
                   reply_to: Any) -> Outcome:
         """ConsumerGroupHeartbeat. `topics`: the broker's topics (name -> partition count)."""
         out = Outcome()
+        before = _snapshot(self.groups.get(p.group_id))
         try:
             self._validate(p)
             if p.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
@@ -274,7 +461,9 @@ class ConsumerGroupCoordinator:
                 res = self._heartbeat(p, topics, now_ms, out)
         except HeartbeatError as e:
             res = ConsumerHeartbeatResult(e.code, e.message, p.member_id or None, p.member_epoch, 0)
-        out.responses.append(Response(reply_to, res))
+            out.responses.append(Response(reply_to, res))
+            return out
+        self._persist(out, p.group_id, before, reply_to, res)
         return out
 
     def _validate(self, p: ConsumerHeartbeatParams) -> None:
@@ -566,11 +755,13 @@ class ConsumerGroupCoordinator:
         m = group.members.get(mid) if group is not None else None
         if m is None:
             return out
+        before = _snapshot(group)
         if kind == "cg-session":
             self._remove(group, m, out)
         elif kind == "cg-rebalance":
             if m.state == MemberState.UNREVOKED_PARTITIONS and m.member_epoch == armed[1]:
                 self._remove(group, m, out)
+        self._persist(out, gid, before)
         return out
 
     # ------------------------------------------------------------------ offsets and admin
@@ -605,12 +796,15 @@ class ConsumerGroupCoordinator:
             return STALE_MEMBER_EPOCH
         return C.NONE
 
-    def delete_group(self, group_id: str) -> int | None:
-        """DeleteGroups for a consumer group: None if it is not one; NON_EMPTY_GROUP if members remain."""
+    def delete_group(self, group_id: str, now_ms: int, reply_to: Any) -> Outcome:
+        """DeleteGroups for one consumer group; the result (answered once the 6 and 3 tombstones are
+        stored) is None if it is not a consumer group, NON_EMPTY_GROUP if members remain, else NONE."""
+        out = Outcome()
         group = self.groups.get(group_id)
-        if group is None:
-            return None
-        if group.members:
-            return C.NON_EMPTY_GROUP
+        if group is None or group.members:
+            out.responses.append(Response(reply_to, None if group is None else C.NON_EMPTY_GROUP))
+            return out
+        before = _snapshot(group)
         del self.groups[group_id]
-        return C.NONE
+        self._persist(out, group_id, before, reply_to, C.NONE)
+        return out

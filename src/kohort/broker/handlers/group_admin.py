@@ -90,7 +90,7 @@ async def handle_delete_groups(ctx, req: DeleteGroupsRequest) -> DeleteGroupsRes
     consumer_errors = {}
     if rt.consumer is not None and rt.coordinator.phase == "active":
         for g in names:
-            e = rt.consumer.delete_group(g)
+            e = await rt.call_consumer("delete_group", g)
             if e is not None:
                 consumer_errors[g] = e
     classic = [g for g in names if consumer_errors.get(g, 0) == 0]
