@@ -205,3 +205,55 @@ def test_kafkas_dump_log_segments_reads_kohorts_consumer_group_records(tmp_path)
     assert [p["partitions"] for p in revoking["partitionsPendingRevocation"]] == [[2, 3]]
     assert payloads[12:15] == ["<DELETE>"] * 3
     assert json.loads(payloads[15])["data"] == {"epoch": 3}
+
+
+def test_mixed_java_and_confluent_consumer_protocol_group_with_broker_sigkill_mid_rebalance():
+    """Java and confluent-kafka members (both group.protocol=consumer) in one group; kohort broker is
+    SIGKILLed right after a third member joins (mid-rebalance) and restarted on the same port and data:
+    the group is replayed from __consumer_offsets, reconciliation completes, nothing is lost and no
+    partition is owned by two members at any sample."""
+    with KohortBroker(config=BROKER_CONFIG) as b:
+        topic, group = uniq("k848m"), uniq("k848m")
+        n = 6
+        total = {(topic, i) for i in range(n)}
+        assert create_topic(b.bootstrap, topic, n) == n
+        produce(b.bootstrap, topic, 2000, partitions=n)
+        java = JavaPeer("consume", "--bootstrap", b.bootstrap, "--topic", topic, "--group", group,
+                        "--offsets", "--protocol", "consumer").start()
+        cks = [_ck_member(b.bootstrap, group, topic, seconds=120)]
+        procs = [java] + cks
+
+        def owned():
+            return [_java_owned(java)] + [_owned(ls) for _, ls in cks]
+
+        def sample():
+            _no_double_ownership(owned())
+
+        def seen():
+            return _java_seen(java) | set().union(*(_records(ls) for _, ls in cks))
+
+        try:
+            ok = _wait(lambda: all(owned()) and set().union(*owned()) == total and len(seen()) == 2000,
+                       60, sample)
+            assert ok, (owned(), len(seen()))
+            epoch = _describe(b.bootstrap, group).group_epoch
+            cks.append(_ck_member(b.bootstrap, group, topic, seconds=120))
+            states = []
+            assert _wait(lambda: states.append(_describe(b.bootstrap, group)) or
+                         states[-1].group_epoch > epoch, 30, sample)
+            b.kill()                      # the third member joined: the others have yet to revoke
+            assert states[-1].group_state in ("Assigning", "Reconciling"), states[-1]
+            time.sleep(1)
+            b.start()
+            produce(b.bootstrap, topic, 1000, partitions=n, start=2000)
+            ok = _wait(lambda: all(owned()) and set().union(*owned()) == total
+                       and sum(map(len, owned())) == n and len(seen()) == 3000, 90, sample)
+            assert ok, (owned(), 3000 - len(seen()))
+            d = _describe(b.bootstrap, group)
+            assert len(d.members) == 3
+        finally:
+            java.stop()
+            for p, _ in cks:
+                if p.poll() is None:
+                    p.kill()
+                p.wait(10)
