@@ -257,3 +257,59 @@ def test_mixed_java_and_confluent_consumer_protocol_group_with_broker_sigkill_mi
                 if p.poll() is None:
                     p.kill()
                 p.wait(10)
+
+
+def test_confluent_kafka_regex_subscription_resolved_by_the_broker(kb):
+    """librdkafka sends a `^` subscription as SubscribedTopicRegex (v1): the broker resolves it over
+    its topics, and a topic created later that matches is assigned too."""
+    prefix = uniq("k848r")
+    group = uniq("k848r")
+    assert create_topic(kb.bootstrap, f"{prefix}-a", 2) == 2
+    assert create_topic(kb.bootstrap, f"{prefix}x", 1) == 1          # does not match
+    produce(kb.bootstrap, f"{prefix}-a", 100, partitions=2)
+    p, lines = _ck_member(kb.bootstrap, group, f"^{prefix}-.*", seconds=60)
+    try:
+        assert _wait(lambda: _owned(lines) == {(f"{prefix}-a", 0), (f"{prefix}-a", 1)}, 30, lambda: None), lines
+        d = _describe(kb.bootstrap, group)
+        assert d.members[0].subscribed_topic_regex == f"(^{prefix}-.*)"     # librdkafka wraps each
+        assert create_topic(kb.bootstrap, f"{prefix}-b", 1) == 1
+        produce(kb.bootstrap, f"{prefix}-b", 50, partitions=1)
+        want = {(f"{prefix}-a", 0), (f"{prefix}-a", 1), (f"{prefix}-b", 0)}
+        assert _wait(lambda: _owned(lines) == want and len(_records(lines)) == 150, 30, lambda: None), \
+            (_owned(lines), len(_records(lines)))
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)
+
+
+def test_java_static_members_restart_gets_the_same_partitions_without_rebalance(kb):
+    """Java consumers with group.instance.id (group.protocol=consumer): close() sends epoch -2, the
+    member's partitions stay reserved, and a new process with the same instance id gets exactly those
+    partitions back at once; the other member is never asked to revoke anything."""
+    topic, group = uniq("k848s"), uniq("k848s")
+    n = 4
+    total = {(topic, i) for i in range(n)}
+    assert create_topic(kb.bootstrap, topic, n) == n
+    args = ["consume", "--bootstrap", kb.bootstrap, "--topic", topic, "--group", group, "--protocol",
+            "consumer", "--instance-id"]
+    p1, p2 = JavaPeer(*args, "i1").start(), JavaPeer(*args, "i2").start()
+    p3 = None
+    try:
+        assert _wait(lambda: _java_owned(p1) and _java_owned(p2)
+                     and _java_owned(p1) | _java_owned(p2) == total, 60,
+                     lambda: _no_double_ownership([_java_owned(p1), _java_owned(p2)]))
+        mine, epoch = _java_owned(p1), _describe(kb.bootstrap, group).group_epoch
+        revoked_before = len(p2.of("revoked"))
+        p1.stop()
+        d = _describe(kb.bootstrap, group)
+        assert sorted(m.member_epoch for m in d.members)[0] == -2 and d.group_epoch == epoch
+        p3 = JavaPeer(*args, "i1").start()
+        assert _wait(lambda: _java_owned(p3) == mine, 60, lambda: None), _java_owned(p3)
+        d = _describe(kb.bootstrap, group)
+        assert d.group_epoch == epoch and len(d.members) == 2 and {m.instance_id for m in d.members} == {"i1", "i2"}
+        assert len(p2.of("revoked")) == revoked_before and _java_owned(p2) == total - mine
+    finally:
+        for p in (p1, p2, p3):
+            if p is not None:
+                p.stop()
