@@ -168,3 +168,27 @@ def test_consumer_group_survives_a_broker_restart(tmp_path):
             assert f.groups[0].topics[0].partitions[0].committed_offset == 5
             await w.close()
     asyncio.run(go())
+
+
+def test_classic_join_to_a_consumer_group(tmp_path):
+    """A classic JoinGroup for a consumer group with members: INCONSISTENT_GROUP_PROTOCOL; once the
+    consumer group is empty it is replaced by a classic group."""
+    from kohort.protocol.messages.join_group import JoinGroupRequest as J
+
+    def classic_join():
+        return J(group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+                 protocol_type="consumer", protocols=[J.Protocol(name="range", metadata=b"\\x00\\x00")])
+
+    async def go():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await _topic(w, "t", 2)
+            await w.call(_join("a"), 1)
+            r = await w.call(classic_join(), 9)
+            assert r.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+            await w.call(H(group_id="g", member_id="a", member_epoch=-1), 1)
+            r = await w.call(classic_join(), 9)
+            assert r.error_code == ErrorCode.MEMBER_ID_REQUIRED        # the classic path from here on
+            assert "g" not in b.coordinator.consumer.groups
+            await w.close()
+    asyncio.run(go())

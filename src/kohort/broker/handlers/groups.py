@@ -5,7 +5,9 @@ v0-v5, Heartbeat (12) v0-v4, LeaveGroup (13) v0-v5.
 FindCoordinator: this node coordinates every group and transactional id (key_type 0 and 1); v4+
 answers each of the batched `coordinator_keys` (KIP-699). Other key types get INVALID_REQUEST.
 JoinGroup v0 has no rebalance timeout (the session timeout is used); v4+ gets MEMBER_ID_REQUIRED for
-an unknown member (KIP-394); protocol_name is nullable from v7 ("" before). LeaveGroup v0-v2 carry one
+an unknown member (KIP-394); protocol_name is nullable from v7 ("" before). A JoinGroup for the id of
+a KIP-848 consumer group with members gets INCONSISTENT_GROUP_PROTOCOL (kohort does not mix classic
+members into consumer groups); an empty consumer group is deleted first, as Kafka converts empty groups. LeaveGroup v0-v2 carry one
 member_id and report its error at the top level; v3+ batch members (KIP-345).
 """
 from __future__ import annotations
@@ -74,6 +76,17 @@ async def handle_join_group(ctx, req: JoinGroupRequest) -> JoinGroupResponse:
         return JoinGroupResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                  generation_id=-1, protocol_name=None if v >= 7 else "", leader="",
                                  member_id=req.member_id, members=[])
+    consumer = getattr(rt, "consumer", None)
+    if consumer is not None and consumer.is_consumer_group(req.group_id):
+        err = None
+        if consumer.groups[req.group_id].members:
+            err = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        elif await rt.call_consumer("delete_group", req.group_id) not in (None, ErrorCode.NONE):
+            err = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if err is not None:
+            return JoinGroupResponse(throttle_time_ms=0, error_code=err, generation_id=-1,
+                                     protocol_name=None if v >= 7 else "", leader="",
+                                     member_id=req.member_id, members=[])
     p = JoinParams(
         group_id=req.group_id, member_id=req.member_id,
         group_instance_id=req.group_instance_id if v >= 5 else None,
