@@ -562,3 +562,118 @@ def test_delete_group_writes_tombstones():
     assert G not in h.c.groups
     h.log.extend(out.appends[0].records)
     assert G not in h.replayed().groups
+
+
+# -- classic members in a consumer group, online upgrade --------------------------------------------
+from kohort.broker.coordinator.classic_members import (  # noqa: E402
+    ClassicGroupSnapshot, ClassicSnapshotMember, join_key, sync_key,
+)
+from kohort.broker.coordinator.model import (  # noqa: E402
+    HeartbeatParams, JoinParams, LeaveMember, LeaveParams, Outcome, SyncParams,
+)
+from kohort.protocol.consumer_protocol import (  # noqa: E402
+    ConsumerProtocolAssignment as Asg, ConsumerProtocolSubscription as Sub, decode_assignment,
+    encode_assignment, encode_subscription,
+)
+
+
+def _sub(owned=()):
+    return encode_subscription(Sub(topics=["t"], user_data=None, owned_partitions=[
+        Sub.TopicPartition(topic="t", partitions=list(owned))] if owned else []))
+
+
+def cjoin(h, mid, owned=(), instance=None, protocols=None, ptype="consumer", version=9):
+    p = JoinParams(G, mid, instance, "cli", "/h", 10000, 20000, ptype,
+                   protocols or (("range", _sub(owned)),), api_version=version)
+    return h.store(h.c.classic_join(p, h.topics, h.now, "r"))[0].result
+
+
+def csync(h, mid, gen):
+    r = h.store(h.c.classic_sync(SyncParams(G, gen, mid), h.now, "r"))[0].result
+    parts = set() if r.error_code else {p for tp in decode_assignment(r.assignment).assigned_partitions
+                                        for p in tp.partitions}
+    return r.error_code, parts
+
+
+def chb(h, mid, gen):
+    return h.store(h.c.classic_heartbeat(HeartbeatParams(G, gen, mid), h.now, "r"))[0].result.error_code
+
+
+def test_classic_member_joins_syncs_and_waits_for_revocation():
+    h = Harness()
+    ra = h.join("a")
+    r = cjoin(h, "")
+    assert r.error_code == C.MEMBER_ID_REQUIRED and r.member_id == "gen-0"
+    r = cjoin(h, "gen-0")
+    assert (r.error_code, r.generation_id, r.leader, r.protocol_name) == (0, 2, "", "range")
+    assert csync(h, "gen-0", 2) == (0, set())
+    assert csync(h, "gen-0", 1)[0] == C.ILLEGAL_GENERATION
+    assert chb(h, "gen-0", 2) == 0                        # still waiting on a's partitions
+    ra = h.hb("a", 1, owned=ra.assignment)
+    h.hb("a", 1, owned=ra.assignment)
+    assert chb(h, "gen-0", 2) == C.REBALANCE_IN_PROGRESS  # withheld partitions are free now
+    assert join_key(G, "gen-0") in h.c.timer_deadlines()
+    r = cjoin(h, "gen-0")
+    assert r.generation_id == 2
+    code, mine = csync(h, "gen-0", 2)
+    assert code == 0 and len(mine) == 3 and not {("t", p) for p in mine} & parts(ra.assignment)
+    assert chb(h, "gen-0", 2) == 0
+    assert h.group.state == ConsumerGroupState.STABLE
+    assert h.c.validate_offset_commit(G, "gen-0", 2, 2) == 0
+    assert h.c.validate_offset_commit(G, "gen-0", 1, 9) == C.ILLEGAL_GENERATION
+    # a consumer-protocol request for a classic member's id and vice versa
+    assert chb(h, "a", 2) == C.UNKNOWN_MEMBER_ID
+    res = h.store(h.c.classic_leave(LeaveParams(G, (LeaveMember("gen-0"),)), h.now, "r"))[0].result
+    assert res.members[0].error_code == 0 and "gen-0" not in h.group.members
+
+
+def test_classic_member_errors_and_timers():
+    h = Harness()
+    h.join("a")
+    assert cjoin(h, "x", ptype="connect").error_code == C.INCONSISTENT_GROUP_PROTOCOL
+    assert cjoin(h, "x").error_code == 0
+    assert cjoin(h, "y", protocols=(("roundrobin", _sub()),)).error_code == C.INCONSISTENT_GROUP_PROTOCOL
+    assert cjoin(h, "s1", instance="i").error_code == 0
+    assert cjoin(h, "s2", instance="i").error_code == C.FENCED_INSTANCE_ID   # known id, other instance owner
+    assert SetTimer(sync_key(G, "x"), 20000) in h.last_out.timers or sync_key(G, "x") in h.c.timer_deadlines()
+    h.advance(20000)                                       # neither synced within the rebalance timeout
+    assert "x" not in h.group.members and "s1" not in h.group.members
+    assert cjoin(h, "z").error_code == 0
+    csync(h, "z", h.group.members["z"].member_epoch)
+    h.advance(9999)
+    h.hb("a", h.group.members["a"].member_epoch)
+    assert "z" in h.group.members
+    h.advance(1)                                           # its own 10 s session timeout
+    assert "z" not in h.group.members
+
+
+def test_online_upgrade_of_a_classic_group():
+    released = []
+
+    def upgrade(gid, now):
+        released.append(gid)
+        a1 = encode_assignment(Asg(assigned_partitions=[Asg.TopicPartition(topic="t", partitions=[0, 1, 2])],
+                                   user_data=None))
+        a2 = encode_assignment(Asg(assigned_partitions=[Asg.TopicPartition(topic="t", partitions=[3, 4, 5])],
+                                   user_data=None))
+        snap = ClassicGroupSnapshot(gid, 7, (
+            ClassicSnapshotMember("c1", None, "cli", "/h", 20000, 10000, (("range", _sub()),), _sub(), a1),
+            ClassicSnapshotMember("c2", None, "cli", "/h", 20000, 10000, (("range", _sub()),), _sub(), a2)))
+        return Outcome(), snap
+    h = Harness()
+    h.c = ConsumerGroupCoordinator(h.cfg, classic_group_active=lambda gid: True, classic_upgrade=upgrade)
+    r = h.join("n")
+    assert released == [G] and r.error_code == 0 and r.member_epoch == 8 and parts(r.assignment) == set()
+    g = h.group
+    assert g.members["c1"].member_epoch == 7 and g.members["c1"].classic.session_timeout_ms == 10000
+    assert parts(g.members["c2"].assigned) == {("t", 3), ("t", 4), ("t", 5)}
+    assert chb(h, "c1", 7) == C.REBALANCE_IN_PROGRESS
+    r1 = cjoin(h, "c1", owned=(0, 1, 2))                   # cooperative rejoin still owning its three
+    assert r1.generation_id == 7 and g.members["c1"].state == MemberState.UNREVOKED_PARTITIONS
+    code, kept = csync(h, "c1", 7)
+    assert code == 0 and len(kept) == 2                    # told to give one up
+    r1 = cjoin(h, "c1", owned=tuple(kept))
+    assert r1.generation_id == 8
+    r = h.hb("n", 8)
+    assert len(parts(r.assignment)) == 1                   # c1's freed partition
+    assert len(h.replayed().groups[G].members) == 3        # all of it was written as records

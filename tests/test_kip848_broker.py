@@ -168,6 +168,8 @@ def test_kafkas_dump_log_segments_reads_kohorts_consumer_group_records(tmp_path)
     from kohort.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest as H
     from kohort.protocol.messages.create_topics import CreateTopicsRequest as CT
     from tests.broker_wire import Wire, running_broker
+    from kohort.protocol.consumer_protocol import ConsumerProtocolSubscription as Sub, encode_subscription
+    from kohort.protocol.messages.join_group import JoinGroupRequest as J
     from tests.kafka_cluster import run_tool
 
     def join(mid, **kw):
@@ -184,6 +186,11 @@ def test_kafkas_dump_log_segments_reads_kohorts_consumer_group_records(tmp_path)
             await w.call(H(group_id="g", member_id="a", member_epoch=1, instance_id="inst-a",
                            topic_partitions=ra.assignment.topic_partitions), 1)
             await w.call(H(group_id="g", member_id="b", member_epoch=-1), 1)
+            sub = encode_subscription(Sub(topics=["t"], user_data=None, owned_partitions=[]))
+            r = await w.call(J(group_id="g", session_timeout_ms=12345, rebalance_timeout_ms=10000,
+                               member_id="c", protocol_type="consumer",
+                               protocols=[J.Protocol(name="range", metadata=sub)]), 9)
+            assert r.error_code == 0
             await w.close()
             return str(b.storage.topic("t").topic_id)
     asyncio.run(go())
@@ -194,8 +201,12 @@ def test_kafkas_dump_log_segments_reads_kohorts_consumer_group_records(tmp_path)
     records = [json.loads(line.split(" key: ")[1].split(" payload: ")[0]) for line in out.splitlines()
                if " key: " in line]
     payloads = [line.split(" payload: ")[1] for line in out.splitlines() if " key: " in line]
-    assert [r["type"] for r in records] == ["5", "3", "7", "6", "8", "5", "3", "7", "7", "6", "8", "8",
-                                            "8", "7", "5", "3"], out
+    assert [r["type"] for r in records][:16] == ["5", "3", "7", "6", "8", "5", "3", "7", "7", "6", "8",
+                                                 "8", "8", "7", "5", "3"], out
+    classic = [json.loads(p)["data"] for r, p in zip(records, payloads)
+               if r["type"] == "5" and r["data"]["memberId"] == "c"]
+    assert classic and classic[0]["classicMemberMetadata"]["sessionTimeoutMs"] == 12345, classic
+    assert classic[0]["classicMemberMetadata"]["supportedProtocols"][0]["name"] == "range"
     first = json.loads(payloads[0])["data"]
     assert first["instanceId"] == "inst-a" and first["subscribedTopicNames"] == ["t"]
     assert first["rebalanceTimeoutMs"] == 30000
@@ -313,3 +324,62 @@ def test_java_static_members_restart_gets_the_same_partitions_without_rebalance(
         for p in (p1, p2, p3):
             if p is not None:
                 p.stop()
+
+
+def test_classic_group_upgraded_online_by_consumer_protocol_members(kb):
+    """Two kohort classic members (cooperative-sticky) form a classic group; a Java and a confluent-kafka
+    member with group.protocol=consumer join it: kohort broker upgrades the group online to a consumer
+    group (the classic members stay, now answered as classic members of a consumer group), partitions
+    move without ever being owned twice, every record is consumed."""
+    from tests.test_client_group import _member
+    topic, group = uniq("k848u"), uniq("k848u")
+    n = 6
+    total = {(topic, i) for i in range(n)}
+    assert create_topic(kb.bootstrap, topic, n) == n
+    produce(kb.bootstrap, topic, 2000, partitions=n)
+    classic = [_member(kb.bootstrap, group, topic, "cooperative-sticky", seconds=90) for _ in range(2)]
+    java = ck = None
+
+    def owned():
+        out = [_owned(ls) for _, ls in classic]
+        if java is not None:
+            out.append(_java_owned(java))
+        if ck is not None:
+            out.append(_owned(ck[1]))
+        return out
+
+    def seen():
+        s = set().union(*(_records(ls) for _, ls in classic))
+        if java is not None:
+            s |= _java_seen(java)
+        if ck is not None:
+            s |= _records(ck[1])
+        return s
+
+    def sample():
+        _no_double_ownership(owned())
+
+    try:
+        assert _wait(lambda: all(owned()) and set().union(*owned()) == total and len(seen()) == 2000, 60, sample)
+        c = RawClient(kb.bootstrap)
+        try:
+            from kohort.protocol.messages.list_groups import ListGroupsRequest
+            lg = c.request(ListGroupsRequest(states_filter=[], types_filter=[]), 5)
+        finally:
+            c.sock.close()
+        assert [(g.group_type, g.group_state) for g in lg.groups if g.group_id == group] == [("classic", "Stable")]
+        java = JavaPeer("consume", "--bootstrap", kb.bootstrap, "--topic", topic, "--group", group,
+                        "--offsets", "--protocol", "consumer").start()
+        ck = _ck_member(kb.bootstrap, group, topic, seconds=90)
+        produce(kb.bootstrap, topic, 1000, partitions=n, start=2000)
+        assert _wait(lambda: all(owned()) and set().union(*owned()) == total and sum(map(len, owned())) == n
+                     and len(seen()) == 3000, 60, sample), (owned(), 3000 - len(seen()))
+        d = _describe(kb.bootstrap, group)
+        assert d.group_state == "Stable" and sorted(m.member_type for m in d.members) == [0, 0, 1, 1], d
+    finally:
+        if java is not None:
+            java.stop()
+        for p, _ in classic + ([ck] if ck else []):
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)

@@ -170,25 +170,78 @@ def test_consumer_group_survives_a_broker_restart(tmp_path):
     asyncio.run(go())
 
 
-def test_classic_join_to_a_consumer_group(tmp_path):
-    """A classic JoinGroup for a consumer group with members: INCONSISTENT_GROUP_PROTOCOL; once the
-    consumer group is empty it is replaced by a classic group."""
+def test_classic_member_in_a_consumer_group(tmp_path):
+    """A classic member (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) in a consumer group, as Kafka 4.x:
+    JoinGroup is its heartbeat (generation = member epoch, no leader), SyncGroup hands out what the
+    broker assigned, partitions move only after the consumer member revoked them, REBALANCE_IN_PROGRESS
+    asks it to rejoin, commits need generation == epoch; once the consumer group is empty a classic
+    JoinGroup replaces it with a classic group."""
+    from kohort.protocol.consumer_protocol import (
+        ConsumerProtocolSubscription as Sub, decode_assignment, encode_subscription,
+    )
+    from kohort.protocol.messages.heartbeat import HeartbeatRequest as HBc
     from kohort.protocol.messages.join_group import JoinGroupRequest as J
+    from kohort.protocol.messages.leave_group import LeaveGroupRequest as L
+    from kohort.protocol.messages.sync_group import SyncGroupRequest as S
 
-    def classic_join():
-        return J(group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
-                 protocol_type="consumer", protocols=[J.Protocol(name="range", metadata=b"\\x00\\x00")])
+    def classic_join(member_id="", owned=()):
+        sub = Sub(topics=["t"], user_data=None, owned_partitions=[
+            Sub.TopicPartition(topic="t", partitions=list(owned))] if owned else [])
+        return J(group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id=member_id,
+                 protocol_type="consumer",
+                 protocols=[J.Protocol(name="cooperative-sticky", metadata=encode_subscription(sub))])
+
+    async def sync(w, mid, gen):
+        r = await w.call(S(group_id="g", generation_id=gen, member_id=mid, protocol_type="consumer",
+                           protocol_name="cooperative-sticky", assignments=[]), 5)
+        parts = [] if r.error_code else [p for tp in decode_assignment(r.assignment).assigned_partitions
+                                         for p in tp.partitions]
+        return r.error_code, sorted(parts)
 
     async def go():
         async with running_broker(tmp_path) as b:
             w = await Wire.connect(b)
-            await _topic(w, "t", 2)
+            await _topic(w, "t", 4)
+            tid = b.storage.topic("t").topic_id
             await w.call(_join("a"), 1)
             r = await w.call(classic_join(), 9)
-            assert r.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+            assert r.error_code == ErrorCode.MEMBER_ID_REQUIRED
+            cid = r.member_id
+            r = await w.call(classic_join(cid), 9)
+            assert (r.error_code, r.generation_id, r.leader, r.members, r.protocol_name) == \
+                (0, 2, "", [], "cooperative-sticky")
+            assert await sync(w, cid, 2) == (0, [])                     # a still owns everything
+            assert (await w.call(HBc(group_id="g", generation_id=1, member_id=cid), 4)).error_code == \
+                ErrorCode.ILLEGAL_GENERATION
+            # the consumer member revokes half
+            ra = await w.call(H(group_id="g", member_id="a", member_epoch=1, topic_partitions=[
+                H.TopicPartitions(topic_id=tid, partitions=[0, 1, 2, 3])]), 1)
+            kept = ra.assignment.topic_partitions
+            ra = await w.call(H(group_id="g", member_id="a", member_epoch=1, topic_partitions=kept), 1)
+            assert ra.member_epoch == 2
+            # the classic member is asked to rejoin, and then gets the freed partitions
+            assert (await w.call(HBc(group_id="g", generation_id=2, member_id=cid), 4)).error_code == \
+                ErrorCode.REBALANCE_IN_PROGRESS
+            r = await w.call(classic_join(cid), 9)
+            assert r.error_code == 0 and r.generation_id == 2
+            code, mine = await sync(w, cid, 2)
+            assert code == 0 and len(mine) == 2 and not set(mine) & set(kept[0].partitions)
+            assert (await w.call(HBc(group_id="g", generation_id=2, member_id=cid), 4)).error_code == 0
+            d = (await w.call(D(group_ids=["g"], include_authorized_operations=False), 1)).groups[0]
+            assert d.group_state == "Stable" and len(d.members) == 2
+            # commits: generation must equal the member epoch
+            c = await w.call(OC(group_id="g", generation_id_or_member_epoch=2, member_id=cid, topics=[
+                OC.Topic(name="t", partitions=[OC.Topic.Partition(partition_index=mine[0], committed_offset=3)])]), 8)
+            assert c.topics[0].partitions[0].error_code == 0
+            c = await w.call(OC(group_id="g", generation_id_or_member_epoch=1, member_id=cid, topics=[
+                OC.Topic(name="t", partitions=[OC.Topic.Partition(partition_index=mine[0], committed_offset=3)])]), 8)
+            assert c.topics[0].partitions[0].error_code == ErrorCode.ILLEGAL_GENERATION
+            # leave: both gone, the group is empty; a classic join then makes it a classic group
+            lv = await w.call(L(group_id="g", members=[L.MemberIdentity(member_id=cid)]), 5)
+            assert lv.error_code == 0 and lv.members[0].error_code == 0
             await w.call(H(group_id="g", member_id="a", member_epoch=-1), 1)
             r = await w.call(classic_join(), 9)
-            assert r.error_code == ErrorCode.MEMBER_ID_REQUIRED        # the classic path from here on
+            assert r.error_code == ErrorCode.MEMBER_ID_REQUIRED
             assert "g" not in b.coordinator.consumer.groups
             await w.close()
     asyncio.run(go())

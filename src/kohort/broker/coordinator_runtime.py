@@ -51,7 +51,8 @@ from kohort.storage import StorageError, TopicAlreadyExistsError
 from kohort.broker.coordinator import codes as C
 from kohort.broker.coordinator.config import CoordinatorConfig
 from kohort.broker.coordinator.consumer_group import (
-    ConsumerGroupConfig, ConsumerGroupCoordinator, ConsumerGroupRecord, CurrentAssignment, MemberMeta,
+    ClassicMeta, ConsumerGroupConfig, ConsumerGroupCoordinator, ConsumerGroupRecord, CurrentAssignment,
+    MemberMeta,
 )
 from kohort.protocol import consumer_group_records as CGR
 from kohort.protocol.consumer_offsets import key_version
@@ -140,6 +141,11 @@ def encode_consumer_group_record(r: ConsumerGroupRecord, topic_id) -> tuple[byte
             instance_id=v.instance_id, rack_id=v.rack_id, client_id=v.client_id, client_host=v.client_host,
             subscribed_topic_names=list(v.subscribed_topic_names), subscribed_topic_regex=v.subscribed_topic_regex,
             rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor)
+        if v.classic is not None:
+            CM = CGR.ConsumerGroupMemberMetadataValue.ClassicMemberMetadata
+            value.classic_member_metadata = CM(
+                session_timeout_ms=v.classic.session_timeout_ms,
+                supported_protocols=[CM.ClassicProtocol(name=n, metadata=md) for n, md in v.classic.protocols])
     elif r.kind == 7:
         V = CGR.ConsumerGroupTargetAssignmentMemberValue
         value = V(topic_partitions=tps(V.TopicPartition, v))
@@ -172,9 +178,12 @@ def decode_consumer_group_record(key: bytes, value: bytes | None, topic_name) ->
     elif kind == 6:
         val = v.assignment_epoch
     elif kind == 5:
+        cm = v.classic_member_metadata
+        classic = None if cm is None else ClassicMeta(
+            cm.session_timeout_ms, tuple((sp.name, bytes(sp.metadata)) for sp in cm.supported_protocols))
         val = MemberMeta(v.instance_id, v.rack_id, v.client_id, v.client_host,
                          tuple(v.subscribed_topic_names), v.subscribed_topic_regex, v.rebalance_timeout_ms,
-                         v.server_assignor)
+                         v.server_assignor, classic)
     elif kind == 7:
         val = frozen(v.topic_partitions)
     else:
@@ -203,9 +212,10 @@ class CoordinatorRuntime:
             "group.coordinator.rebalance.protocols", "classic,consumer")).split(",")}
         self.consumer: ConsumerGroupCoordinator | None = None
         if "consumer" in protocols:
+            cfg = ConsumerGroupConfig.from_properties(broker.config.values)
             self.consumer = ConsumerGroupCoordinator(
-                ConsumerGroupConfig.from_properties(broker.config.values),
-                classic_group_active=self._classic_group_active)
+                cfg, classic_group_active=self._classic_group_active,
+                classic_upgrade=lambda gid, now: self.coordinator.release_for_upgrade(gid, now, cfg.max_size))
         self.num_partitions = broker.config["offsets.topic.num.partitions"]
         self._timers: dict[tuple, asyncio.TimerHandle] = {}
         # tokens appended to the log, waiting for their fsync: (token, error_code, sync future)

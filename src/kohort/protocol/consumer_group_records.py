@@ -12,8 +12,9 @@ struct (flexible: compact strings/arrays, tagged fields). A null value is a tomb
   type 8 ConsumerGroupCurrentMemberAssignment  key GroupId, MemberId value MemberEpoch, PreviousMemberEpoch,
          State int8, AssignedPartitions[], PartitionsPendingRevocation[] ({TopicId, Partitions[]})
 
-Tagged fields kohort does not write (MetadataHash of type 3 [4.1+], AssignmentTimestamp of type 6
-[4.3+], AssignmentEpochs of type 8 [4.3+], ClassicMemberMetadata of type 5) are kept as unknown tags
+Type 5's tagged ClassicMemberMetadata (tag 0: SessionTimeoutMs, SupportedProtocols) is written for
+members using the classic protocol. Tagged fields kohort does not write (MetadataHash of type 3 [4.1+],
+AssignmentTimestamp of type 6 [4.3+], AssignmentEpochs of type 8 [4.3+]) are kept as unknown tags
 when read. Types 4 (PartitionMetadata, written by Kafka 4.0 only) and 16 (RegularExpression) are
 decoded as unknown (DecodeError) and skipped by the loader.
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 from kohort.errors import DecodeError
 from kohort.protocol import primitives as P
 from kohort.protocol.primitives import Reader
-from kohort.protocol.schema import INT8, INT32, STRING, UUID, Array, ArrayOf, Message, f
+from kohort.protocol.schema import BYTES, INT8, INT32, STRING, UUID, Array, ArrayOf, Message, Struct, f
 
 VALUE_VERSION = 0
 
@@ -73,6 +74,13 @@ class ConsumerGroupMemberMetadataValue(Message):
         f("subscribed_topic_regex", STRING, nullable="0+", default=None),
         f("rebalance_timeout_ms", INT32, default=-1),
         f("server_assignor", STRING, nullable="0+", default=None),
+        f("classic_member_metadata", Struct("ClassicMemberMetadata", [
+            f("session_timeout_ms", INT32),
+            f("supported_protocols", ArrayOf("ClassicProtocol", [
+                f("name", STRING),
+                f("metadata", BYTES),
+            ])),
+        ]), nullable="0+", tag=0, default=None),
     ]
 
 

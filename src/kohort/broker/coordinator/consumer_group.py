@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from kohort.assignors.server import MemberSpec, server_assignor
+from kohort.broker.coordinator.classic_members import ClassicMembersMixin
 from . import codes as C
 from .model import Append, CancelTimer, Outcome, Response, SetTimer
 
@@ -148,6 +149,14 @@ class ConsumerHeartbeatResult:
     assignment: Assignment | None = None
 
 
+@dataclass(frozen=True)
+class ClassicMeta:
+    """What a member using the classic protocol (JoinGroup/SyncGroup) in a consumer group keeps:
+    Kafka's ClassicMemberMetadata (session timeout, supported protocols in preference order)."""
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass
 class ConsumerMember:
     member_id: str
@@ -164,6 +173,7 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    classic: ClassicMeta | None = None          # set for members using the classic protocol
 
 
 @dataclass
@@ -228,6 +238,7 @@ class MemberMeta:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMeta | None = None
 
 
 @dataclass(frozen=True)
@@ -254,7 +265,7 @@ def _snapshot(group: "ConsumerGroup | None") -> dict:
     for mid, m in group.members.items():
         snap[(5, mid)] = MemberMeta(m.instance_id, m.rack_id, m.client_id, m.client_host,
                                     m.subscribed_topic_names, m.subscribed_topic_regex,
-                                    m.rebalance_timeout_ms, m.server_assignor)
+                                    m.rebalance_timeout_ms, m.server_assignor, m.classic)
         snap[(8, mid)] = CurrentAssignment(m.member_epoch, m.previous_member_epoch, int(m.state),
                                            _frozen(m.assigned), _frozen(m.pending_revocation))
     for mid, t in group.target.items():
@@ -277,6 +288,19 @@ def _diff(group_id: str, before: dict, after: dict) -> list[ConsumerGroupRecord]
         if (kind, None) in before and (kind, None) not in after:
             out.append(ConsumerGroupRecord(kind, group_id))
     return out
+
+
+def _error_result(result: Any, code: int) -> Any:
+    """`result` (held for an append) turned into an answer with error `code`."""
+    from .model import JoinResult, LeaveResult
+    if isinstance(result, ConsumerHeartbeatResult):
+        return ConsumerHeartbeatResult(code, f"The coordinator could not store the change ({code}).",
+                                       result.member_id, -1, 0)
+    if isinstance(result, JoinResult):
+        return JoinResult(code, result.member_id)
+    if isinstance(result, LeaveResult):
+        return LeaveResult(code)
+    return code
 
 
 class HeartbeatError(Exception):
@@ -311,15 +335,19 @@ def _unflat(tps) -> Assignment:
     return {t: frozenset(ps) for t, ps in out.items()}
 
 
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(ClassicMembersMixin):
     """Every consumer-protocol group of one coordinator."""
 
     def __init__(self, config: ConsumerGroupConfig | None = None, *,
                  id_factory: Callable[[], str] | None = None,
-                 classic_group_active: Callable[[str], bool] | None = None) -> None:
+                 classic_group_active: Callable[[str], bool] | None = None,
+                 classic_upgrade: Callable[[str, int], Any] | None = None) -> None:
         self.config = config or ConsumerGroupConfig()
         self._new_id = id_factory or (lambda: str(uuid.uuid4()))
         self._classic_active = classic_group_active or (lambda gid: False)
+        # (group_id, now) -> None (cannot upgrade) or (Outcome, ClassicGroupSnapshot): releases the
+        # classic group (its parked requests answered, its record tombstoned) for an online upgrade
+        self._classic_upgrade = classic_upgrade
         self.groups: dict[str, ConsumerGroup] = {}
         self._timers: dict[tuple, tuple[int, int]] = {}     # key -> (deadline, armed member epoch)
         self._regex_cache: dict[str, re.Pattern] = {}
@@ -357,12 +385,7 @@ class ConsumerGroupCoordinator:
         if reply_to is None:
             return out
         if error_code:
-            code = C.map_append_error(error_code)
-            if isinstance(result, ConsumerHeartbeatResult):
-                result = ConsumerHeartbeatResult(code, f"The coordinator could not store the change ({code}).",
-                                                 result.member_id, -1, 0)
-            else:
-                result = code
+            result = _error_result(result, C.map_append_error(error_code))
         out.responses.append(Response(reply_to, result))
         return out
 
@@ -372,9 +395,7 @@ class ConsumerGroupCoordinator:
         for token in list(self._pending):
             reply_to, result = self._pending.pop(token)
             if reply_to is not None:
-                out.responses.append(Response(reply_to, ConsumerHeartbeatResult(
-                    C.NOT_COORDINATOR, None, result.member_id, -1, 0)
-                    if isinstance(result, ConsumerHeartbeatResult) else C.NOT_COORDINATOR))
+                out.responses.append(Response(reply_to, _error_result(result, C.NOT_COORDINATOR)))
         for key in list(self._timers):
             self._disarm(out, key)
         return out
@@ -412,6 +433,7 @@ class ConsumerGroupCoordinator:
                                                                     v.client_host)
             m.subscribed_topic_names, m.subscribed_topic_regex = v.subscribed_topic_names, v.subscribed_topic_regex
             m.rebalance_timeout_ms, m.server_assignor = v.rebalance_timeout_ms, v.server_assignor
+            m.classic = v.classic
         elif r.kind == 8:
             m = g.members.get(r.member_id)
             if r.value is None:
@@ -508,11 +530,13 @@ class ConsumerGroupCoordinator:
         if group is None:
             if p.member_epoch != JOIN_EPOCH:
                 raise HeartbeatError(C.GROUP_ID_NOT_FOUND, f"Group {p.group_id} not found.")
+            group = None
             if self._classic_active(p.group_id):
-                # kohort does not upgrade a live classic group (Kafka does, §5 of KIP-848)
-                raise HeartbeatError(C.GROUP_ID_NOT_FOUND,
-                                     f"Group {p.group_id} is a non-empty classic group.")
-            group = ConsumerGroup(p.group_id)
+                group = self._upgrade(p.group_id, now, out)
+                if group is None:
+                    raise HeartbeatError(C.GROUP_ID_NOT_FOUND, f"Group {p.group_id} is not a consumer group.")
+            else:
+                group = ConsumerGroup(p.group_id)
         member, new_member, replaced = self._member(group, p)
         if new_member and len(group.members) >= self.config.max_size:
             raise HeartbeatError(C.GROUP_MAX_SIZE_REACHED,
@@ -619,8 +643,7 @@ class ConsumerGroupCoordinator:
         if old.member_id in group.target:
             group.target[new.member_id] = group.target.pop(old.member_id)
         new.member_epoch = new.previous_member_epoch = 0
-        self._disarm(out, session_key(group.group_id, old.member_id))
-        self._disarm(out, rebalance_key(group.group_id, old.member_id))
+        self._cancel_member_timers(out, group.group_id, old.member_id)
 
     @staticmethod
     def _check_epoch(m: ConsumerMember, epoch: int, owned: Assignment | None) -> None:
@@ -741,8 +764,11 @@ class ConsumerGroupCoordinator:
         del group.members[m.member_id]
         group.target.pop(m.member_id, None)
         group.group_epoch += 1
-        self._disarm(out, session_key(group.group_id, m.member_id))
-        self._disarm(out, rebalance_key(group.group_id, m.member_id))
+        self._cancel_member_timers(out, group.group_id, m.member_id)
+
+    def _cancel_member_timers(self, out: Outcome, group_id: str, member_id: str) -> None:
+        for kind in ("cg-session", "cg-rebalance", "cg-join", "cg-sync"):
+            self._disarm(out, (kind, group_id, member_id))
 
     def fire_timer(self, key: tuple, now_ms: int) -> Outcome:
         out = Outcome()
@@ -756,7 +782,7 @@ class ConsumerGroupCoordinator:
         if m is None:
             return out
         before = _snapshot(group)
-        if kind == "cg-session":
+        if kind in ("cg-session", "cg-join", "cg-sync"):
             self._remove(group, m, out)
         elif kind == "cg-rebalance":
             if m.state == MemberState.UNREVOKED_PARTITIONS and m.member_epoch == armed[1]:
@@ -777,6 +803,8 @@ class ConsumerGroupCoordinator:
         m = group.members.get(member_id)
         if m is None:
             return C.UNKNOWN_MEMBER_ID
+        if m.classic is not None:       # a classic member commits with its generation (= epoch)
+            return C.NONE if member_epoch == m.member_epoch else C.ILLEGAL_GENERATION
         if api_version < 9:
             return UNSUPPORTED_VERSION
         if member_epoch != m.member_epoch:

@@ -137,7 +137,9 @@ class GroupCoordinator:
                 record.expire_timestamp)
         elif isinstance(record, GroupRecord):
             if record.tombstone:
-                self.groups.pop(record.group, None)
+                g = self.groups.pop(record.group, None)
+                if g is not None and g.offsets:     # offsets outlive the group's metadata (KIP-848 upgrade)
+                    self.groups[record.group] = ClassicGroup(record.group, offsets=g.offsets)
                 return
             g = self.groups.get(record.group)
             if g is None:
@@ -295,6 +297,34 @@ class GroupCoordinator:
                 self._respond(out, m.take_sync_reply(), SyncResult(mapped))
         self._cancel_group_timers(group, out)
         del self.groups[group.group_id]
+
+    def release_for_upgrade(self, group_id: str, now_ms: int, max_size: int):
+        """KIP-848 online upgrade: hand the live classic group `group_id` over to the consumer-group
+        coordinator. None if it cannot be (missing, Empty/Dead, not protocol type "consumer", no
+        protocol chosen yet, more than `max_size` members); else (Outcome, ClassicGroupSnapshot):
+        parked JoinGroup/SyncGroup answered REBALANCE_IN_PROGRESS, member timers cancelled, the
+        GroupMetadata record tombstoned; the group stays as an Empty holder of its offsets."""
+        from .classic_members import ClassicGroupSnapshot, ClassicSnapshotMember
+        g = self.groups.get(group_id)
+        if (g is None or g.is_(S.EMPTY, S.DEAD) or g.protocol_type != "consumer" or not g.protocol_name
+                or len(g.members) > max_size):
+            return None
+        out = Outcome()
+        members = []
+        for m in g.members.values():
+            members.append(ClassicSnapshotMember(
+                m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                m.session_timeout_ms, tuple(m.protocols), m.metadata(g.protocol_name), m.assignment))
+            if m.awaiting_join:
+                self._respond(out, m.take_join_reply(), JoinResult(C.REBALANCE_IN_PROGRESS, m.member_id))
+            if m.awaiting_sync:
+                self._respond(out, m.take_sync_reply(), SyncResult(C.REBALANCE_IN_PROGRESS))
+        self._cancel_group_timers(g, out)
+        snap = ClassicGroupSnapshot(group_id, g.generation_id, tuple(members))
+        offsets = g.offsets
+        self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now_ms, offsets=offsets)
+        self._append(out, [GroupRecord(group_id, tombstone=True)], lambda o, e, n: None)
+        return out, snap
 
     def _cancel_group_timers(self, group: ClassicGroup, out: Outcome) -> None:
         gid = group.group_id

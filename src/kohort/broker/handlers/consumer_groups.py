@@ -14,7 +14,7 @@ import uuid
 
 from kohort.broker.coordinator.consumer_group import ConsumerHeartbeatParams
 from kohort.broker.handlers import handles
-from kohort.broker.handlers.groups import client_host, runtime
+from kohort.broker.handlers.groups import client_host, runtime, topic_partition_counts
 from kohort.errors import ErrorCode
 from kohort.storage import StorageError
 from kohort.protocol.messages.consumer_group_describe import (
@@ -25,10 +25,6 @@ from kohort.protocol.messages.consumer_group_heartbeat import (
 )
 
 HB = ConsumerGroupHeartbeatResponse
-
-
-def topic_partition_counts(storage) -> dict[str, int]:
-    return {t.name: t.num_partitions for t in storage.topics()}
 
 
 def _owned_by_name(storage, tps):
@@ -129,7 +125,7 @@ async def handle_consumer_group_describe(ctx, req: ConsumerGroupDescribeRequest)
                              member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
                              subscribed_topic_names=list(m.subscribed_topic_names),
                              subscribed_topic_regex=m.subscribed_topic_regex, assignment=asg,
-                             target_assignment=tgt, member_type=1))
+                             target_assignment=tgt, member_type=0 if m.classic is not None else 1))
         groups.append(DG(error_code=ErrorCode.NONE, error_message=None, group_id=gid,
                          group_state=g.state.value, group_epoch=g.group_epoch,
                          assignment_epoch=g.assignment_epoch,
