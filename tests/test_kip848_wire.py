@@ -245,3 +245,23 @@ def test_classic_member_in_a_consumer_group(tmp_path):
             assert "g" not in b.coordinator.consumer.groups
             await w.close()
     asyncio.run(go())
+
+
+def test_offsets_of_an_active_consumer_group_do_not_expire(tmp_path):
+    """The classic coordinator keeps a consumer group's offsets (as a simple group's); they must not
+    expire after offsets.retention.minutes while the consumer group has members."""
+    async def go():
+        async with running_broker(tmp_path, {"offsets.retention.minutes": 1}) as b:
+            w = await Wire.connect(b)
+            await _topic(w, "t", 1)
+            await w.call(_join("a"), 1)
+            assert (await w.call(_commit(1), 9)).topics[0].partitions[0].error_code == 0
+            classic = b.coordinator.coordinator
+            assert not classic.expire_offsets(b.coordinator.clock() + 61_000).appends
+            assert classic.groups["g"].offsets                   # kept: "a" is still a member
+            await w.call(H(group_id="g", member_id="a", member_epoch=-1), 1)
+            out = classic.expire_offsets(b.coordinator.clock() + 61_000)
+            assert out.appends                                   # now they expire
+            b.coordinator.apply(out)
+            await w.close()
+    asyncio.run(go())

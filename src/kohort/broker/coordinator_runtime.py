@@ -216,6 +216,9 @@ class CoordinatorRuntime:
             self.consumer = ConsumerGroupCoordinator(
                 cfg, classic_group_active=self._classic_group_active,
                 classic_upgrade=lambda gid, now: self.coordinator.release_for_upgrade(gid, now, cfg.max_size))
+            consumer = self.consumer
+            self.coordinator.offsets_in_use = lambda gid: bool(
+                consumer.groups.get(gid) is not None and consumer.groups[gid].members)
         self.num_partitions = broker.config["offsets.topic.num.partitions"]
         self._timers: dict[tuple, asyncio.TimerHandle] = {}
         # tokens appended to the log, waiting for their fsync: (token, error_code, sync future)

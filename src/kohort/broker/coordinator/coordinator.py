@@ -87,6 +87,9 @@ class GroupCoordinator:
         self._pending: dict[int, _OnDone] = {}
         self._next_token = 1
         self.phase = "loading" if loading else "active"     # loading | active | inactive
+        # KIP-848: the offsets of a group id that is a consumer group with members (kept here as a
+        # simple group's) never expire; the runtime sets this to ask the consumer-group coordinator
+        self.offsets_in_use: Callable[[str], bool] = lambda group_id: False
 
     # ================================================================ plumbing
     def _arm(self, out: Outcome, key: tuple, deadline: int, arg: Any = None) -> None:
@@ -955,7 +958,7 @@ class GroupCoordinator:
     def _expire_offsets(self, now: int, out: Outcome) -> None:
         retention = self.config.offsets_retention_ms
         for group in list(self.groups.values()):
-            if group.is_(S.DEAD):
+            if group.is_(S.DEAD) or self.offsets_in_use(group.group_id):
                 continue
             if group.protocol_type is None:                   # simple group: from the commit
                 base = lambda co: co.commit_timestamp          # noqa: E731
