@@ -1,7 +1,9 @@
 """KIP-848 (group.protocol=consumer) real clients on kohort broker: Apache Kafka's Java consumer (4.x)
 and confluent-kafka (librdkafka) consumers, each member a process of its own, in groups of three with
 one member SIGKILLed: every record is consumed, and no partition is owned by two live members at any
-sample (ownership from each member's assign/revoke/lost callbacks)."""
+sample (ownership from each member's assign/revoke/lost callbacks). Also: a classic group upgraded
+online, static members, a regex subscription, a broker SIGKILL mid-rebalance, and Kafka's own
+DumpLogSegments reading kohort's consumer-group records. The two longest (~12-15 s) are marked slow."""
 from __future__ import annotations
 
 import json
@@ -61,6 +63,7 @@ def _wait(cond, timeout, sample):
     return cond()
 
 
+@pytest.mark.slow
 def test_java_consumer_protocol_group_of_three_with_a_member_sigkilled(kb):
     topic, group = uniq("k848j"), uniq("k848j")
     n = 6
@@ -218,6 +221,7 @@ def test_kafkas_dump_log_segments_reads_kohorts_consumer_group_records(tmp_path)
     assert json.loads(payloads[15])["data"] == {"epoch": 3}
 
 
+@pytest.mark.slow
 def test_mixed_java_and_confluent_consumer_protocol_group_with_broker_sigkill_mid_rebalance():
     """Java and confluent-kafka members (both group.protocol=consumer) in one group; kohort broker is
     SIGKILLed right after a third member joins (mid-rebalance) and restarted on the same port and data:
