@@ -192,6 +192,8 @@ def test_unknown_group_and_validation_errors():
     assert h.hb("a", 0, owned=None, rebalance_timeout_ms=1, subscribed_topic_names=("t",)).error_code == INVALID_REQUEST
     assert h.hb("a", 0, owned={"t": frozenset({1})}, rebalance_timeout_ms=1,
                 subscribed_topic_names=("t",)).error_code == INVALID_REQUEST
+    assert h.hb("a", 0, owned={"t": frozenset()}, rebalance_timeout_ms=1,        # a topic, no partitions
+                subscribed_topic_names=("t",)).error_code == INVALID_REQUEST
     assert h.hb("a", 0, owned={}, rebalance_timeout_ms=1).error_code == INVALID_REQUEST     # no subscription
     assert h.hb("a", -2).error_code == INVALID_REQUEST                                         # -2 w/o instance
     assert h.hb("a", -3).error_code == INVALID_REQUEST

@@ -387,3 +387,118 @@ def test_classic_group_upgraded_online_by_consumer_protocol_members(kb):
             if p.poll() is None:
                 p.kill()
             p.wait(10)
+
+
+# -- the same KIP-848 conversation with kohort broker and with Apache Kafka 4.x -----------------------
+def _kip848_conversation(bs: str) -> list:
+    """A scripted ConsumerGroupHeartbeat/OffsetCommit/ConsumerGroupDescribe conversation; returns what
+    the answers said (error codes, assignment sizes, hand-over order), not epoch numbers: Kafka 4.3
+    computes targets in batches (group.consumer.assignment.interval.ms), so its epochs advance in
+    other steps than kohort's -- members follow the epochs they are given, as real clients do."""
+    from kohort.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest as H
+    from kohort.protocol.messages.create_topics import CreateTopicsRequest as CT
+    from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest as FC
+    from kohort.protocol.messages.offset_commit import OffsetCommitRequest as OC
+
+    c = RawClient(bs)
+    g, topic = uniq("conv"), uniq("conv")
+    try:
+        r = c.request(CT(timeout_ms=10000, topics=[CT.CreatableTopic(name=topic, num_partitions=4,
+                                                                     replication_factor=1)]), 7)
+        tid = r.topics[0].topic_id
+        deadline = time.monotonic() + 60
+        while c.request(FC(key=g, key_type=0), 3).error_code and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+        def hb(mid, epoch, owned=None, group=g, **kw):
+            tps = None if owned is None else \
+                [H.TopicPartitions(topic_id=tid, partitions=sorted(owned))] if owned else []
+            req = H(group_id=group, member_id=mid, member_epoch=epoch, topic_partitions=tps, **kw)
+            while True:
+                r = c.request(req, 1)
+                if r.error_code not in (14, 15, 16) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            parts = None if r.assignment is None else sorted(
+                p for tp in r.assignment.topic_partitions for p in tp.partitions)
+            return r.error_code, r.member_epoch, parts
+
+        def join(mid, **kw):
+            kw.setdefault("rebalance_timeout_ms", 30000)
+            kw.setdefault("subscribed_topic_names", [topic])
+            return hb(mid, 0, owned=[], **kw)
+
+        def commit(mid, epoch):
+            P = OC.Topic.Partition
+            r = c.request(OC(group_id=g, generation_id_or_member_epoch=epoch, member_id=mid, topics=[
+                OC.Topic(name=topic, partitions=[P(partition_index=0, committed_offset=1)])]), 9)
+            return r.topics[0].partitions[0].error_code
+
+        a, b = "member-a-" + g, "member-b-" + g
+        obs = []
+        state = {}                                   # member -> [epoch, owned]
+        r = join(a)
+        state[a] = [r[1], r[2]]
+        obs.append(("a joins", r[0], len(r[2])))
+        r = join(b)
+        state[b] = [r[1], r[2] or []]
+        obs.append(("b joins", r[0], r[2] or []))
+        overlaps, a_revoked_before_b = [], None
+        while time.monotonic() < deadline:           # both heartbeat, acking what they were told
+            for m in (a, b):
+                e, ep, parts = hb(m, state[m][0], owned=state[m][1])
+                assert e == 0, (m, e)
+                state[m][0] = ep
+                if parts is not None:
+                    other = state[b if m == a else a][1]
+                    if set(parts) & set(other):
+                        overlaps.append((m, parts, other))
+                    state[m][1] = parts
+            if len(state[a][1]) == 2 and len(state[b][1]) == 2:
+                break
+            time.sleep(0.2)
+        obs.append(("converged", sorted(len(v[1]) for v in state.values()),
+                    not set(state[a][1]) & set(state[b][1]), overlaps))
+        ea = state[a][0]
+        obs.append(("a newer epoch", hb(a, ea + 1)[0]))
+        obs.append(("a older epoch, owned null", hb(a, ea - 1)[0]))
+        obs.append(("unknown member", hb("nobody", ea)[0]))
+        obs.append(("commit current epoch", commit(a, ea)))
+        obs.append(("commit newer epoch", commit(a, ea + 1)))
+        obs.append(("commit unknown member", commit("nobody", ea)))
+        obs.append(("join without rebalance timeout", hb("x", 0, owned=[], subscribed_topic_names=[topic])[0]))
+        obs.append(("join owning a topic without partitions", c.request(H(
+            group_id=g, member_id="x", member_epoch=0, rebalance_timeout_ms=1, subscribed_topic_names=[topic],
+            topic_partitions=[H.TopicPartitions(topic_id=tid, partitions=[])]), 1).error_code))
+        obs.append(("unknown assignor", join("x", server_assignor="nope")[0]))
+        obs.append(("epoch -3", hb(a, -3)[0]))
+        obs.append(("-2 without instance id", hb(a, -2)[0]))
+        obs.append(("bad regex", join("x", subscribed_topic_names=None, subscribed_topic_regex="(")[0]))
+        obs.append(("static joins", join("s1", instance_id="inst")[0]))
+        obs.append(("same instance again", join("s2", instance_id="inst")[0]))
+        r = hb("s1", -2, instance_id="inst")
+        obs.append(("static -2", r[0], r[1]))
+        obs.append(("instance taken over", join("s3", instance_id="inst")[0]))
+        obs.append(("old id of the instance", hb("s1", 1, instance_id="inst")[0]))
+        obs.append(("unknown instance", hb("s9", 1, instance_id="nope")[0]))
+        r = hb(a, -1)
+        obs.append(("a leaves", r[0], r[1]))
+        obs.append(("a leaves again", hb(a, -1)[0]))
+        obs.append(("unknown group", hb("x", 1, group=uniq("none"))[0]))
+        obs.append(("leave unknown group", hb("x", -1, group=uniq("none"))[0]))
+        D = ConsumerGroupDescribeRequest
+        ds = c.request(D(group_ids=[g, uniq("none")], include_authorized_operations=False), 1).groups
+        obs.append(("describe", ds[0].error_code, ds[0].assignor_name, sorted(m.member_type for m in ds[0].members),
+                    sorted(m.instance_id or "" for m in ds[0].members), ds[1].error_code))
+        return obs
+    finally:
+        c.sock.close()
+
+
+@pytest.mark.slow
+def test_kip848_conversation_matches_apache_kafka(kb, kafka1):
+    """The same scripted conversation gets the same answers from kohort broker as from Apache Kafka
+    4.x (error codes, epochs, assignment sizes, states)."""
+    ours, theirs = _kip848_conversation(kb.bootstrap), _kip848_conversation(kafka1.bootstrap)
+    diffs = [(o, t) for o, t in zip(ours, theirs) if o != t]
+    assert not diffs, "\n".join(f"kohort {o}\nkafka  {t}" for o, t in diffs)

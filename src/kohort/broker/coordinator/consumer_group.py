@@ -503,7 +503,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         if p.member_epoch == JOIN_EPOCH:
             if p.rebalance_timeout_ms == -1:
                 bad("RebalanceTimeoutMs must be provided in first request.")
-            if p.owned is None or any(p.owned.values()):
+            if p.owned is None or len(p.owned) > 0:      # Kafka: the list itself must be empty
                 bad("TopicPartitions must be empty when (re-)joining.")
             if p.subscribed_topic_names is None and p.subscribed_topic_regex is None:
                 bad("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
