@@ -495,10 +495,133 @@ def _kip848_conversation(bs: str) -> list:
         c.sock.close()
 
 
+def _mixed_conversation(bs: str) -> list:
+    """Classic members and consumer-protocol members in one group: an online upgrade of a classic group
+    by a consumer-protocol join, then the classic member reconciling through JoinGroup/SyncGroup/
+    Heartbeat; returns the answers' error codes and assignment sizes (not epochs)."""
+    from kohort.protocol.consumer_protocol import (
+        ConsumerProtocolAssignment as Asg, ConsumerProtocolSubscription as Sub, decode_assignment,
+        encode_assignment, encode_subscription,
+    )
+    from kohort.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest as H
+    from kohort.protocol.messages.create_topics import CreateTopicsRequest as CT
+    from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest as FC
+    from kohort.protocol.messages.heartbeat import HeartbeatRequest as HBc
+    from kohort.protocol.messages.join_group import JoinGroupRequest as J
+    from kohort.protocol.messages.leave_group import LeaveGroupRequest as L
+    from kohort.protocol.messages.offset_commit import OffsetCommitRequest as OC
+    from kohort.protocol.messages.sync_group import SyncGroupRequest as S
+
+    c = RawClient(bs)
+    g, topic = uniq("mixconv"), uniq("mixconv")
+    try:
+        r = c.request(CT(timeout_ms=10000, topics=[CT.CreatableTopic(name=topic, num_partitions=4,
+                                                                     replication_factor=1)]), 7)
+        tid = r.topics[0].topic_id
+        deadline = time.monotonic() + 60
+        while c.request(FC(key=g, key_type=0), 3).error_code and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+        def retry(req, version):
+            while True:
+                r = c.request(req, version)
+                if r.error_code not in (14, 15, 16) or time.monotonic() > deadline:
+                    return r
+                time.sleep(0.2)
+
+        def cjoin(mid, owned=()):
+            sub = encode_subscription(Sub(topics=[topic], user_data=None, owned_partitions=[
+                Sub.TopicPartition(topic=topic, partitions=sorted(owned))] if owned else []))
+            return retry(J(group_id=g, session_timeout_ms=30000, rebalance_timeout_ms=30000, member_id=mid,
+                           protocol_type="consumer", protocols=[J.Protocol(name="cooperative-sticky",
+                                                                           metadata=sub)]), 9)
+
+        def csync(mid, gen, assignments=()):
+            r = retry(S(group_id=g, generation_id=gen, member_id=mid, protocol_type="consumer",
+                        protocol_name="cooperative-sticky", assignments=list(assignments)), 5)
+            parts = [] if r.error_code or not r.assignment else sorted(
+                p for tp in decode_assignment(r.assignment).assigned_partitions for p in tp.partitions)
+            return r.error_code, parts
+
+        def chb(mid, gen):
+            return retry(HBc(group_id=g, generation_id=gen, member_id=mid), 4).error_code
+
+        def hb(mid, epoch, owned=None, **kw):
+            tps = None if owned is None else \
+                [H.TopicPartitions(topic_id=tid, partitions=sorted(owned))] if owned else []
+            r = retry(H(group_id=g, member_id=mid, member_epoch=epoch, topic_partitions=tps, **kw), 1)
+            parts = None if r.assignment is None else sorted(
+                p for tp in r.assignment.topic_partitions for p in tp.partitions)
+            return r.error_code, r.member_epoch, parts
+
+        obs = []
+        # a classic group of one member, which assigns itself everything
+        r = cjoin("")
+        cid = r.member_id
+        r = cjoin(cid)
+        obs.append(("classic group formed", r.error_code, r.leader == cid))
+        gen = r.generation_id
+        everything = encode_assignment(Asg(assigned_partitions=[Asg.TopicPartition(topic=topic,
+                                                                                    partitions=[0, 1, 2, 3])],
+                                           user_data=None))
+        code, mine = csync(cid, gen, [S.Assignment(member_id=cid, assignment=everything)])
+        obs.append(("classic sync", code, mine))
+        # a consumer-protocol member joins: online upgrade
+        n = "consumer-" + g
+        r = hb(n, 0, owned=[], rebalance_timeout_ms=30000, subscribed_topic_names=[topic])
+        obs.append(("consumer member joins the classic group", r[0], r[2]))
+        ne, nowned = r[1], r[2] or []
+        # the classic member: heartbeat says rejoin, its rejoin (owning all) asks it to give two up
+        code = chb(cid, gen)
+        while code == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            code = chb(cid, gen)
+        obs.append(("classic heartbeat after the upgrade", code))
+        steps = []
+        while time.monotonic() < deadline:
+            r = cjoin(cid, mine)
+            steps.append(("join", r.error_code, r.leader, len(r.members)))
+            gen = r.generation_id
+            code, got = csync(cid, gen)
+            if code == 0:
+                mine = got                       # a cooperative member gives up what it was not given
+            steps.append(("sync", code))
+            e, ne2, parts = hb(n, ne, owned=nowned)
+            ne = ne2
+            if parts is not None:
+                nowned = parts
+            if len(mine) == 2 and len(nowned) == 2:
+                break
+            time.sleep(0.2)
+        obs.append(("converged", len(mine), len(nowned), not set(mine) & set(nowned)))
+        obs.append(("classic joins answered without leader or members",
+                    sorted({s for s in steps if s[0] == "join"})))
+        obs.append(("classic heartbeat, stable", chb(cid, gen)))
+        obs.append(("classic heartbeat, wrong generation", chb(cid, gen + 5)))
+        obs.append(("classic sync, wrong generation", csync(cid, gen + 5)[0]))
+        P = OC.Topic.Partition
+        for label, epoch in (("classic commit", gen), ("classic commit, wrong generation", gen + 5)):
+            r = c.request(OC(group_id=g, generation_id_or_member_epoch=epoch, member_id=cid, topics=[
+                OC.Topic(name=topic, partitions=[P(partition_index=mine[0], committed_offset=1)])]), 9)
+            obs.append((label, r.topics[0].partitions[0].error_code))
+        D = ConsumerGroupDescribeRequest
+        d = c.request(D(group_ids=[g], include_authorized_operations=False), 1).groups[0]
+        obs.append(("describe", d.error_code, d.group_state, sorted(m.member_type for m in d.members)))
+        lv = c.request(L(group_id=g, members=[L.MemberIdentity(member_id=cid)]), 5)
+        obs.append(("classic leaves", lv.error_code, [m.error_code for m in lv.members]))
+        obs.append(("classic heartbeat after leaving", chb(cid, gen)))
+        return obs
+    finally:
+        c.sock.close()
+
+
 @pytest.mark.slow
 def test_kip848_conversation_matches_apache_kafka(kb, kafka1):
     """The same scripted conversation gets the same answers from kohort broker as from Apache Kafka
     4.x (error codes, epochs, assignment sizes, states)."""
     ours, theirs = _kip848_conversation(kb.bootstrap), _kip848_conversation(kafka1.bootstrap)
+    ours += _mixed_conversation(kb.bootstrap)
+    theirs += _mixed_conversation(kafka1.bootstrap)
+    assert len(ours) == len(theirs)
     diffs = [(o, t) for o, t in zip(ours, theirs) if o != t]
     assert not diffs, "\n".join(f"kohort {o}\nkafka  {t}" for o, t in diffs)
