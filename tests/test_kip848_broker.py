@@ -625,3 +625,33 @@ def test_kip848_conversation_matches_apache_kafka(kb, kafka1):
     assert len(ours) == len(theirs)
     diffs = [(o, t) for o, t in zip(ours, theirs) if o != t]
     assert not diffs, "\n".join(f"kohort {o}\nkafka  {t}" for o, t in diffs)
+
+
+def test_kafka_consumer_groups_tool_describes_a_consumer_group(kb):
+    """kafka-consumer-groups.sh (Kafka 4.x Admin: ListGroups v5, ConsumerGroupDescribe, OffsetFetch)
+    lists a kohort consumer group with its type, and shows members, epochs and target assignments."""
+    from tests.kafka_cluster import CONSUMER_GROUPS, run_tool
+    topic, group = uniq("k848cli"), uniq("k848cli")
+    assert create_topic(kb.bootstrap, topic, 3) == 3
+    produce(kb.bootstrap, topic, 300, partitions=3)
+    p, lines = _ck_member(kb.bootstrap, group, topic, seconds=60)
+    try:
+        assert _wait(lambda: len(_records(lines)) == 300 and len(_owned(lines)) == 3, 30, lambda: None)
+        assert _wait(lambda: _describe(kb.bootstrap, group).group_state == "Stable", 10, lambda: None)
+        d = _describe(kb.bootstrap, group)
+
+        def tool(*args):
+            return [r.split() for r in run_tool(CONSUMER_GROUPS, "--bootstrap-server", kb.bootstrap,
+                                                *args).stdout.splitlines() if r.strip()]
+        assert [group, "Consumer"] in tool("--list", "--type")
+        rows = tool("--describe", "--group", group, "--members", "--verbose")
+        assert rows[0][:9] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "CURRENT-EPOCH",
+                               "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+        epoch = str(d.members[0].member_epoch)
+        assert rows[1][4:] == ["3", epoch, f"{topic}:0,1,2", epoch, f"{topic}:0,1,2"], rows
+        rows = tool("--describe", "--group", group, "--state")
+        assert rows[1][-3:] == ["uniform", "Stable", "1"], rows
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)

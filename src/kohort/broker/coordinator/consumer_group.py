@@ -454,7 +454,8 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         for g in self.groups.values():
             g.subscribed_metadata = self._subscribed_metadata(g, topics)
             for m in g.members.values():
-                self._arm(out, session_key(g.group_id, m.member_id), now_ms + self.config.session_timeout_ms)
+                session = m.classic.session_timeout_ms if m.classic is not None else self.config.session_timeout_ms
+                self._arm(out, session_key(g.group_id, m.member_id), now_ms + session)
                 if m.state == MemberState.UNREVOKED_PARTITIONS:
                     self._arm(out, rebalance_key(g.group_id, m.member_id), now_ms + m.rebalance_timeout_ms,
                               m.member_epoch)
