@@ -679,3 +679,40 @@ def test_online_upgrade_of_a_classic_group():
     r = h.hb("n", 8)
     assert len(parts(r.assignment)) == 1                   # c1's freed partition
     assert len(h.replayed().groups[G].members) == 3        # all of it was written as records
+
+
+def test_online_downgrade_when_the_last_consumer_member_leaves():
+    adopted = []
+
+    def downgrade(snap, now):
+        adopted.append(snap)
+        return Outcome()
+    h = Harness()
+    h.c = ConsumerGroupCoordinator(h.cfg, classic_downgrade=downgrade)
+    ra = h.join("a")
+    cjoin(h, "c1")
+    h.hb("a", 1, owned=ra.assignment)
+    epoch = h.group.group_epoch
+    r = h.hb("a", -1)
+    assert r.error_code == 0 and G not in h.c.groups
+    snap = adopted[0]
+    assert snap.generation == epoch and [m.member_id for m in snap.members] == ["c1"]
+    got = {p for tp in decode_assignment(snap.members[0].assignment).assigned_partitions for p in tp.partitions}
+    assert len(got) == 3                                   # its target
+    tomb = [(r.kind, r.member_id) for r in h.log[-8:] if r.tombstone]
+    assert tomb == [(8, "a"), (8, "c1"), (7, "a"), (7, "c1"), (5, "a"), (5, "c1"), (6, None), (3, None)]
+    assert G not in h.replayed().groups
+
+
+def test_no_downgrade_while_a_consumer_member_remains_or_nobody_is_left():
+    adopted = []
+    h = Harness()
+    h.c = ConsumerGroupCoordinator(h.cfg, classic_downgrade=lambda s, n: adopted.append(s) or Outcome())
+    h.join("a")
+    h.join("b")
+    cjoin(h, "c1")
+    h.hb("a", -1)
+    assert not adopted and G in h.c.groups                 # b still uses the consumer protocol
+    h.store(h.c.classic_leave(LeaveParams(G, (LeaveMember("c1"),)), h.now, "r"))
+    h.hb("b", -1)
+    assert not adopted and G in h.c.groups and not h.group.members

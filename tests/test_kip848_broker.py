@@ -607,6 +607,21 @@ def _mixed_conversation(bs: str) -> list:
         D = ConsumerGroupDescribeRequest
         d = c.request(D(group_ids=[g], include_authorized_operations=False), 1).groups[0]
         obs.append(("describe", d.error_code, d.group_state, sorted(m.member_type for m in d.members)))
+        # the last consumer-protocol member leaves: online downgrade to a classic group
+        obs.append(("consumer member leaves", hb(n, -1)[:2]))
+        obs.append(("classic heartbeat after the downgrade", chb(cid, gen)))
+        from kohort.protocol.messages.list_groups import ListGroupsRequest
+        lg = c.request(ListGroupsRequest(states_filter=[], types_filter=[]), 5)
+        obs.append(("listed after the downgrade", [(x.group_type, x.protocol_type) for x in lg.groups
+                                                   if x.group_id == g]))
+        r = cjoin(cid, mine)
+        obs.append(("classic rejoin after the downgrade", r.error_code, r.leader == cid, len(r.members),
+                    r.generation_id > gen))
+        gen = r.generation_id
+        code, got = csync(cid, gen, [S.Assignment(member_id=cid, assignment=everything)])
+        obs.append(("classic sync after the downgrade", code, got))
+        d = c.request(D(group_ids=[g], include_authorized_operations=False), 1).groups[0]
+        obs.append(("ConsumerGroupDescribe of the classic group", d.error_code))
         lv = c.request(L(group_id=g, members=[L.MemberIdentity(member_id=cid)]), 5)
         obs.append(("classic leaves", lv.error_code, [m.error_code for m in lv.members]))
         obs.append(("classic heartbeat after leaving", chb(cid, gen)))

@@ -215,7 +215,9 @@ class CoordinatorRuntime:
             cfg = ConsumerGroupConfig.from_properties(broker.config.values)
             self.consumer = ConsumerGroupCoordinator(
                 cfg, classic_group_active=self._classic_group_active,
-                classic_upgrade=lambda gid, now: self.coordinator.release_for_upgrade(gid, now, cfg.max_size))
+                classic_upgrade=lambda gid, now: self.coordinator.release_for_upgrade(gid, now, cfg.max_size),
+                classic_downgrade=lambda snap, now: self.coordinator.adopt_from_consumer(snap, now),
+                classic_max_size=self.config.group_max_size)
             consumer = self.consumer
             self.coordinator.offsets_in_use = lambda gid: bool(
                 consumer.groups.get(gid) is not None and consumer.groups[gid].members)

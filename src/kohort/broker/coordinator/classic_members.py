@@ -18,8 +18,10 @@ kohort.broker.coordinator.consumer_group.ConsumerGroupCoordinator; pure like it.
   is "consumer" and size fits `group.consumer.max.size` converts it: group epoch = assignment epoch =
   its generation, every member STABLE at that epoch with its last assignment as current and target.
   Parked JoinGroup/SyncGroup get REBALANCE_IN_PROGRESS (done by the classic coordinator).
-Not done (Kafka does): downgrade back to a classic group when the last consumer-protocol member leaves
-(the group stays a consumer group of classic members, which works the same for them).
+* Downgrade: when a consumer-protocol member leaves or is fenced and only classic members (at least
+  one, at most `group.max.size`) remain, the consumer group is tombstoned and the classic coordinator
+  adopts them as a classic group (Stable at the group epoch with their target assignments, then a
+  rebalance). Not done: the downgrade by a classic static member replacing the last consumer one.
 """
 from __future__ import annotations
 
@@ -113,6 +115,39 @@ class ClassicMembersMixin:
             g.target[m.member_id] = dict(assigned)
             self._arm(out, session_key(group_id, m.member_id), now + sm.session_timeout_ms)
         return g
+
+    # ------------------------------------------------------------------ downgrade
+    def _maybe_downgrade(self, group, leaving, now: int, out: Outcome) -> bool:
+        """If `leaving` (leaving or fenced) is the last consumer-protocol member and classic members
+        remain, hand them to the classic coordinator; True if it did (the consumer group is gone)."""
+        if self._classic_downgrade is None or leaving.classic is not None:
+            return False
+        rest = [m for m in group.members.values() if m.member_id != leaving.member_id]
+        if not rest or any(m.classic is None for m in rest) or len(rest) > self._classic_max_size:
+            return False
+        A = ConsumerProtocolAssignment
+        members = []
+        for m in rest:
+            try:
+                version = payload_version(m.classic.protocols[0][1])
+            except DecodeError:
+                version = 0
+            target = group.target.get(m.member_id, {})
+            assignment = encode_assignment(A(assigned_partitions=[
+                A.TopicPartition(topic=t, partitions=sorted(ps)) for t, ps in sorted(target.items())],
+                user_data=None), max(0, min(version, A.MAX_VERSION)))
+            members.append(ClassicSnapshotMember(
+                m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                m.classic.session_timeout_ms, m.classic.protocols, m.classic.protocols[0][1], assignment))
+            self._cancel_member_timers(out, group.group_id, m.member_id)
+        self._cancel_member_timers(out, group.group_id, leaving.member_id)
+        snap = ClassicGroupSnapshot(group.group_id, group.group_epoch, tuple(members))
+        del self.groups[group.group_id]         # the caller's _persist tombstones every record
+        classic_out = self._classic_downgrade(snap, now)
+        # the consumer group's tombstones must be stored before the classic record: the caller's
+        # append comes first, so the classic outcome is added after it (see _persist's deferral)
+        self._deferred.append(classic_out)
+        return True
 
     # ------------------------------------------------------------------ JoinGroup
     def classic_join(self, p: JoinParams, topics: Mapping[str, int], now_ms: int, reply_to: Any) -> Outcome:

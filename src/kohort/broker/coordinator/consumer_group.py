@@ -341,17 +341,24 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
     def __init__(self, config: ConsumerGroupConfig | None = None, *,
                  id_factory: Callable[[], str] | None = None,
                  classic_group_active: Callable[[str], bool] | None = None,
-                 classic_upgrade: Callable[[str, int], Any] | None = None) -> None:
+                 classic_upgrade: Callable[[str, int], Any] | None = None,
+                 classic_downgrade: Callable[[Any, int], Outcome] | None = None,
+                 classic_max_size: int = 2**31 - 1) -> None:
         self.config = config or ConsumerGroupConfig()
         self._new_id = id_factory or (lambda: str(uuid.uuid4()))
         self._classic_active = classic_group_active or (lambda gid: False)
         # (group_id, now) -> None (cannot upgrade) or (Outcome, ClassicGroupSnapshot): releases the
         # classic group (its parked requests answered, its record tombstoned) for an online upgrade
         self._classic_upgrade = classic_upgrade
+        # (ClassicGroupSnapshot, now) -> Outcome: the classic coordinator adopts the classic members
+        # left when the last consumer-protocol member leaves (online downgrade)
+        self._classic_downgrade = classic_downgrade
+        self._classic_max_size = classic_max_size
         self.groups: dict[str, ConsumerGroup] = {}
         self._timers: dict[tuple, tuple[int, int]] = {}     # key -> (deadline, armed member epoch)
         self._regex_cache: dict[str, re.Pattern] = {}
         self._pending: dict[tuple, tuple[Any, Any]] = {}     # token -> (reply_to, result)
+        self._deferred: list[Outcome] = []     # another coordinator's outcome, after our append
         self._next_token = 1
 
     # ------------------------------------------------------------------ plumbing
@@ -373,11 +380,16 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         if not records:
             if reply_to is not None:
                 out.responses.append(Response(reply_to, result))
-            return
-        token = ("cg", self._next_token)
-        self._next_token += 1
-        self._pending[token] = (reply_to, result)
-        out.appends.append(Append(token, tuple(records)))
+        else:
+            token = ("cg", self._next_token)
+            self._next_token += 1
+            self._pending[token] = (reply_to, result)
+            out.appends.append(Append(token, tuple(records)))
+        for other in self._deferred:
+            out.responses.extend(other.responses)
+            out.appends.extend(other.appends)
+            out.timers.extend(other.timers)
+        self._deferred.clear()
 
     def on_append_done(self, token: tuple, error_code: int, now_ms: int) -> Outcome:
         out = Outcome()
@@ -756,7 +768,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
             m.state = MemberState.STABLE
             self._disarm(out, rebalance_key(group.group_id, m.member_id))
             self._arm(out, session_key(group.group_id, m.member_id), now + self.config.session_timeout_ms)
-        else:
+        elif not self._maybe_downgrade(group, m, now, out):
             self._remove(group, m, out)
         return ConsumerHeartbeatResult(C.NONE, None, m.member_id, p.member_epoch,
                                        self.config.heartbeat_interval_ms)
@@ -783,10 +795,10 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         if m is None:
             return out
         before = _snapshot(group)
-        if kind in ("cg-session", "cg-join", "cg-sync"):
-            self._remove(group, m, out)
-        elif kind == "cg-rebalance":
-            if m.state == MemberState.UNREVOKED_PARTITIONS and m.member_epoch == armed[1]:
+        if kind in ("cg-session", "cg-join", "cg-sync") or (
+                kind == "cg-rebalance" and m.state == MemberState.UNREVOKED_PARTITIONS
+                and m.member_epoch == armed[1]):
+            if not self._maybe_downgrade(group, m, now_ms, out):
                 self._remove(group, m, out)
         self._persist(out, gid, before)
         return out

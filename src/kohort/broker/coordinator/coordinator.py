@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable
 
 from . import codes as C
 from .config import CoordinatorConfig
-from .group import ClassicGroup, CommittedOffset, GroupState, Member
+from .group import _NO_REPLY as NO_REPLY, ClassicGroup, CommittedOffset, GroupState, Member
 from .model import (
     Append, CancelTimer, DeleteGroupsResult, DescribedGroup, DescribedMember, DescribeGroupsResult,
     FetchedPartition, GroupRecord, HeartbeatParams, HeartbeatResult, JoinParams, JoinResult,
@@ -328,6 +328,29 @@ class GroupCoordinator:
         self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now_ms, offsets=offsets)
         self._append(out, [GroupRecord(group_id, tombstone=True)], lambda o, e, n: None)
         return out, snap
+
+    def adopt_from_consumer(self, snap, now_ms: int) -> Outcome:
+        """KIP-848 online downgrade: take over `snap` (a ClassicGroupSnapshot of the classic members
+        left in a consumer group) as a classic group: Stable at generation `snap.generation` with their
+        assignments, its GroupMetadata record written, heartbeats armed, then a rebalance prepared so
+        every member rejoins (Kafka's ClassicGroup.fromConsumerGroup + prepareRebalance)."""
+        out = Outcome()
+        old = self.groups.get(snap.group_id)
+        g = ClassicGroup(snap.group_id, state=S.STABLE, previous_state=S.EMPTY, state_timestamp=now_ms,
+                         generation_id=snap.generation, offsets=old.offsets if old is not None else {})
+        for sm in snap.members:
+            g.add(Member(sm.member_id, sm.instance_id, sm.client_id, sm.client_host, sm.rebalance_timeout_ms,
+                         sm.session_timeout_ms, "consumer", list(sm.protocols), assignment=sm.assignment),
+                  NO_REPLY)                       # nothing parked: they are told to rejoin by heartbeat
+        for m in g.members.values():
+            self._arm(out, heartbeat_key(g.group_id, m.member_id), now_ms + m.session_timeout_ms)
+        g.protocol_name = g.select_protocol()
+        g.compute_subscribed_topics(self._decoder)
+        self.groups[g.group_id] = g
+        self._append(out, [self._group_record(g, {m.member_id: m.assignment for m in g.members.values()})],
+                     lambda o, e, n: None)
+        self._prepare_rebalance(g, now_ms, out)
+        return out
 
     def _cancel_group_timers(self, group: ClassicGroup, out: Outcome) -> None:
         gid = group.group_id
