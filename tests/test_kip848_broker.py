@@ -481,15 +481,19 @@ def _kip848_conversation(bs: str) -> list:
         obs.append(("instance taken over", join("s3", instance_id="inst")[0]))
         obs.append(("old id of the instance", hb("s1", 1, instance_id="inst")[0]))
         obs.append(("unknown instance", hb("s9", 1, instance_id="nope")[0]))
+        r = join(a)
+        obs.append(("a rejoins with epoch 0 under its id", r[0], None if r[2] is None else len(r[2])))
         r = hb(a, -1)
         obs.append(("a leaves", r[0], r[1]))
         obs.append(("a leaves again", hb(a, -1)[0]))
         obs.append(("unknown group", hb("x", 1, group=uniq("none"))[0]))
         obs.append(("leave unknown group", hb("x", -1, group=uniq("none"))[0]))
         D = ConsumerGroupDescribeRequest
-        ds = c.request(D(group_ids=[g, uniq("none")], include_authorized_operations=False), 1).groups
-        obs.append(("describe", ds[0].error_code, ds[0].assignor_name, sorted(m.member_type for m in ds[0].members),
-                    sorted(m.instance_id or "" for m in ds[0].members), ds[1].error_code))
+        none = uniq("none")
+        ds = {x.group_id: x for x in c.request(D(group_ids=[g, none], include_authorized_operations=False),
+                                               1).groups}                 # Kafka answers in its own order
+        obs.append(("describe", ds[g].error_code, ds[g].assignor_name, sorted(m.member_type for m in ds[g].members),
+                    sorted(m.instance_id or "" for m in ds[g].members), ds[none].error_code))
         return obs
     finally:
         c.sock.close()
