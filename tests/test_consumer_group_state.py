@@ -346,6 +346,8 @@ class Client:
         self.owned: dict = {}      # partitions it is consuming right now
         self.to_revoke: set = set()  # told to give up, not yet done (its revocation callback runs)
         self.joined = False
+        self.classic = False         # a cooperative classic member (JoinGroup/SyncGroup/Heartbeat)
+        self.needs_join = False
 
     def finish_revocation(self):
         left = parts(self.owned) - self.to_revoke
@@ -362,7 +364,57 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         self.clients: dict[str, Client] = {}
         self.n = 0
 
+    def _lost(self, cl: Client):
+        cl.owned, cl.epoch, cl.joined, cl.to_revoke, cl.needs_join = {}, 0, False, set(), False
+
+    def _take(self, cl: Client, assignment):
+        # new partitions are consumed at once; revoked ones only after the callback finishes
+        new = parts(assignment)
+        cl.to_revoke = parts(cl.owned) - new
+        both = new | parts(cl.owned)
+        cl.owned = {t: frozenset(p for tt, p in both if tt == t) for t, _ in both}
+
+    def _classic_step(self, cl: Client):
+        h = self.h
+        if cl.joined and not cl.needs_join:
+            code = h.store(h.c.classic_heartbeat(HeartbeatParams(G, cl.epoch, cl.mid), h.now, "r"))[0].result.error_code
+            if code == C.REBALANCE_IN_PROGRESS:
+                cl.needs_join = True
+            elif code:
+                assert code in (C.UNKNOWN_MEMBER_ID, C.ILLEGAL_GENERATION), code
+                self._lost(cl)
+            return
+        if G not in h.c.groups:
+            return                                   # (a classic group: not modelled here)
+        topics = sorted(h.topics)
+        owned = parts(cl.owned)
+        sub = encode_subscription(Sub(topics=topics, user_data=None, owned_partitions=[
+            Sub.TopicPartition(topic=t, partitions=sorted(p for tt, p in owned if tt == t))
+            for t in sorted({t for t, _ in owned})]))
+        jp = JoinParams(G, cl.mid, None, "cli", "/h", 60000, 60000, "consumer", (("cooperative-sticky", sub),))
+        r = h.store(h.c.classic_join(jp, h.topics, h.now, "r"))[0].result
+        if r.error_code:
+            assert r.error_code == C.UNKNOWN_MEMBER_ID, r
+            self._lost(cl)
+            return
+        cl.joined, cl.epoch = True, r.generation_id
+        res = h.store(h.c.classic_sync(SyncParams(G, cl.epoch, cl.mid), h.now, "r"))[0].result
+        if res.error_code == C.REBALANCE_IN_PROGRESS:
+            cl.needs_join = True
+            return
+        if res.error_code:
+            assert res.error_code in (C.UNKNOWN_MEMBER_ID, C.ILLEGAL_GENERATION), res
+            self._lost(cl)
+            return
+        got = {}
+        for tp in decode_assignment(res.assignment).assigned_partitions:
+            got[tp.topic] = frozenset(tp.partitions)
+        self._take(cl, got)
+        cl.needs_join = bool(cl.to_revoke)           # cooperative: rejoin once the revocation is done
+
     def _hb(self, cl: Client, full=False):
+        if cl.classic:
+            return self._classic_step(cl)
         kw = dict(instance_id=cl.instance)
         if not cl.joined:
             r = self.h.hb(cl.mid, 0, owned={}, rebalance_timeout_ms=60000,
@@ -371,17 +423,13 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         else:
             r = self.h.hb(cl.mid, cl.epoch, owned=dict(cl.owned), **kw)
         if r.error_code in (FENCED_MEMBER_EPOCH, C.UNKNOWN_MEMBER_ID):
-            cl.owned, cl.epoch, cl.joined, cl.to_revoke = {}, 0, False, set()   # lost, rejoin
+            self._lost(cl)                                 # partitions lost, rejoin
             return r
         assert r.error_code == 0, r
         cl.joined = True
         cl.epoch = r.member_epoch
         if r.assignment is not None:
-            # new partitions are consumed at once; revoked ones only after the callback finishes
-            new = parts(r.assignment)
-            cl.to_revoke = parts(cl.owned) - new
-            both = new | parts(cl.owned)
-            cl.owned = {t: frozenset(p for tt, p in both if tt == t) for t, _ in both}
+            self._take(cl, r.assignment)
         return r
 
     @precondition(lambda self: self.clients)
@@ -389,12 +437,15 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
     def finish_revocation(self, data):
         self.clients[data.draw(st.sampled_from(sorted(self.clients)))].finish_revocation()
 
-    @rule(static=st.booleans())
-    def add_member(self, static):
+    @rule(kind=st.sampled_from(["dynamic", "static", "classic"]))
+    def add_member(self, kind):
         if len(self.clients) >= 5:
             return
+        if kind == "classic" and not (G in self.h.c.groups and self.h.group.members):
+            return                                   # classic members join an existing consumer group
         self.n += 1
-        cl = Client(f"m{self.n}", f"i{self.n}" if static else None)
+        cl = Client(f"m{self.n}", f"i{self.n}" if kind == "static" else None)
+        cl.classic = kind == "classic"
         self.clients[cl.mid] = cl
         self._hb(cl)
 
@@ -408,7 +459,10 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def leave(self, data):
         cl = self.clients.pop(data.draw(st.sampled_from(sorted(self.clients))))
-        if cl.joined:
+        if cl.joined and cl.classic:
+            res = self.h.store(self.h.c.classic_leave(LeaveParams(G, (LeaveMember(cl.mid),)), self.h.now, "r"))
+            assert res[0].result.members[0].error_code == 0
+        elif cl.joined:
             assert self.h.hb(cl.mid, -1, instance_id=cl.instance).error_code == 0
 
     @precondition(lambda self: self.clients)
@@ -429,7 +483,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
     @rule(data=st.data(), delta=st.sampled_from([1, 2]))
     def fenced_epoch_refused(self, data, delta):
         cl = self.clients[data.draw(st.sampled_from(sorted(self.clients)))]
-        if not cl.joined:
+        if not cl.joined or cl.classic:
             return
         m = self.h.group.members[cl.mid]
         before = (m.member_epoch, dict(m.assigned), self.h.group.group_epoch)
