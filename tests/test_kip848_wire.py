@@ -17,6 +17,7 @@ from kohort.protocol.messages.delete_groups import DeleteGroupsRequest
 from kohort.protocol.messages.describe_groups import DescribeGroupsRequest
 from kohort.protocol.messages.list_groups import ListGroupsRequest
 from kohort.protocol.messages.offset_commit import OffsetCommitRequest as OC
+from kohort.protocol.messages.offset_delete import OffsetDeleteRequest as ODel
 from kohort.protocol.messages.offset_fetch import OffsetFetchRequest as OF
 from tests.broker_wire import Wire, running_broker
 
@@ -80,7 +81,12 @@ def test_heartbeat_describe_commit_fetch_list_delete(tmp_path):
             f = await w.call(OF(groups=[G(group_id="g", member_id="a", member_epoch=3,
                                           topics=[G.Topics(name="t", partition_indexes=[0])])]), 9)
             assert f.groups[0].error_code == ErrorCode.STALE_MEMBER_EPOCH
-            # ListGroups: type and state; DescribeGroups: not a classic group
+            # OffsetDelete: not for a topic the group subscribes to
+            od = await w.call(ODel(group_id="g", topics=[ODel.Topic(name="t", partitions=[
+                ODel.Topic.Partition(partition_index=0)])]), 0)
+            assert od.error_code == 0 and od.topics[0].partitions[0].error_code == \
+                ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                        # ListGroups: type and state; DescribeGroups: not a classic group
             lg = await w.call(ListGroupsRequest(states_filter=[], types_filter=["consumer"]), 5)
             assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in lg.groups] == \
                 [("g", "consumer", "consumer", "Reconciling")]
@@ -265,3 +271,12 @@ def test_offsets_of_an_active_consumer_group_do_not_expire(tmp_path):
             b.coordinator.apply(out)
             await w.close()
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("value, error", [("consumer", "classic"), ("classic,share", "share"),
+                                          ("classic,foo", "foo")])
+def test_rebalance_protocols_must_keep_classic_and_name_known_protocols(value, error):
+    with pytest.raises(ValueError, match=error):
+        BrokerConfig.from_properties({"group.coordinator.rebalance.protocols": value})
+    assert BrokerConfig.from_properties({"group.coordinator.rebalance.protocols": "Classic, consumer"})[
+        "group.coordinator.rebalance.protocols"] == "classic,consumer"

@@ -156,12 +156,21 @@ async def handle_offset_delete(ctx, req: OffsetDeleteRequest) -> OffsetDeleteRes
         return OffsetDeleteResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, throttle_time_ms=0,
                                     topics=[])
     known, unknown = _split_known(ctx.broker, req.topics, lambda p: p.partition_index)
-    res = await rt.call("offset_delete", OffsetDeleteParams(req.group_id, tuple(known)))
     T = OffsetDeleteResponse.Topic
     P = T.Partition
+    results: dict[str, list] = {}
+    cg = rt.consumer.groups.get(req.group_id) if rt.consumer is not None and rt.coordinator.phase == "active" \
+        else None
+    if cg is not None:      # a consumer group: offsets of topics it subscribes to stay (Kafka)
+        subscribed = set(cg.subscribed_metadata)
+        for name, parts in known:
+            if name in subscribed:
+                results[name] = [P(partition_index=i, error_code=ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
+                                 for i in parts]
+        known = [(name, parts) for name, parts in known if name not in subscribed]
+    res = await rt.call("offset_delete", OffsetDeleteParams(req.group_id, tuple(known)))
     if res.error_code:
         return OffsetDeleteResponse(error_code=res.error_code, throttle_time_ms=0, topics=[])
-    results: dict[str, list] = {}
     for name, prs in res.topics:
         results.setdefault(name, []).extend(P(partition_index=pr.partition_index, error_code=pr.error_code)
                                             for pr in prs)
