@@ -481,6 +481,19 @@ def _kip848_conversation(bs: str) -> list:
         obs.append(("instance taken over", join("s3", instance_id="inst")[0]))
         obs.append(("old id of the instance", hb("s1", 1, instance_id="inst")[0]))
         obs.append(("unknown instance", hb("s9", 1, instance_id="nope")[0]))
+        from kohort.protocol.messages.describe_groups import DescribeGroupsRequest as DG
+        from kohort.protocol.messages.list_groups import ListGroupsRequest as LG
+        from kohort.protocol.messages.offset_delete import OffsetDeleteRequest as ODel
+        od = c.request(ODel(group_id=g, topics=[ODel.Topic(name=topic, partitions=[
+            ODel.Topic.Partition(partition_index=0)])]), 0)
+        obs.append(("offset delete of a subscribed topic", od.error_code, od.topics[0].partitions[0].error_code))
+        for v in (5, 6):
+            x = c.request(DG(groups=[g]), v).groups[0]
+            obs.append((f"DescribeGroups v{v}", x.error_code, x.group_state, x.protocol_type, len(x.members)))
+        lg = c.request(LG(states_filter=[], types_filter=["consumer"]), 5)
+        busy = {"Assigning": "rebalancing", "Reconciling": "rebalancing"}   # Kafka 4.3 assigns in batches
+        obs.append(("ListGroups consumer", [(x.group_type, x.protocol_type, busy.get(x.group_state, x.group_state))
+                                            for x in lg.groups if x.group_id == g]))
         r = join(a)
         obs.append(("a rejoins with epoch 0 under its id", r[0], None if r[2] is None else len(r[2])))
         r = hb(a, -1)
