@@ -101,8 +101,9 @@ def test_java_consumer_protocol_group_of_three_with_a_member_sigkilled(kb):
             p.stop()
 
 
-def _ck_member(bs, group, topic, seconds=90):
-    p = subprocess.Popen([sys.executable, str(CK_MEMBER), bs, group, topic, str(seconds)],
+def _ck_member(bs, group, topic, seconds=90, remote_assignor=None):
+    extra = [remote_assignor] if remote_assignor else []
+    p = subprocess.Popen([sys.executable, str(CK_MEMBER), bs, group, topic, str(seconds), *extra],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines: list = []
     t = threading.Thread(target=lambda: [lines.append(json.loads(x)) for x in p.stdout], daemon=True)
@@ -687,3 +688,26 @@ def test_kafka_consumer_groups_tool_describes_a_consumer_group(kb):
         if p.poll() is None:
             p.kill()
         p.wait(10)
+
+
+def test_confluent_kafka_members_choose_the_server_range_assignor(kb):
+    """group.remote.assignor=range (ServerAssignor): the broker assigns contiguous, co-partitioned ranges."""
+    t1, t2, group = uniq("k848rg"), uniq("k848rg"), uniq("k848rg")
+    for t in (t1, t2):
+        assert create_topic(kb.bootstrap, t, 4) == 4
+    members = [_ck_member(kb.bootstrap, group, f"{t1},{t2}", seconds=60, remote_assignor="range")
+               for _ in range(2)]
+    try:
+        assert _wait(lambda: all(len(_owned(ls)) == 4 for _, ls in members), 30,
+                     lambda: _no_double_ownership([_owned(ls) for _, ls in members]))
+        d = _describe(kb.bootstrap, group)
+        assert d.assignor_name == "range"
+        for _, ls in members:
+            o = _owned(ls)
+            p1 = sorted(p for t, p in o if t == t1)
+            assert p1 == sorted(p for t, p in o if t == t2) and p1 in ([0, 1], [2, 3]), o
+    finally:
+        for p, _ in members:
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
