@@ -770,3 +770,18 @@ def test_no_downgrade_while_a_consumer_member_remains_or_nobody_is_left():
     h.store(h.c.classic_leave(LeaveParams(G, (LeaveMember("c1"),)), h.now, "r"))
     h.hb("b", -1)
     assert not adopted and G in h.c.groups and not h.group.members
+
+
+def test_upgrade_stays_done_when_the_joining_request_fails():
+    """The classic group is released before the joining member is checked: if the join then fails
+    (here: the group is full), the converted group and its records must still be kept."""
+    def upgrade(gid, now):
+        snap = ClassicGroupSnapshot(gid, 3, (
+            ClassicSnapshotMember("c1", None, "cli", "/h", 20000, 10000, (("range", _sub()),), _sub(), b""),))
+        return Outcome(), snap
+    h = Harness(max_size=1)
+    h.c = ConsumerGroupCoordinator(h.cfg, classic_group_active=lambda gid: True, classic_upgrade=upgrade)
+    r = h.join("n")
+    assert r.error_code == C.GROUP_MAX_SIZE_REACHED
+    assert list(h.group.members) == ["c1"] and h.group.group_epoch == 3
+    assert list(h.replayed().groups[G].members) == ["c1"]

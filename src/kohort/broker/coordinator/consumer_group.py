@@ -497,6 +497,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         except HeartbeatError as e:
             res = ConsumerHeartbeatResult(e.code, e.message, p.member_id or None, p.member_epoch, 0)
             out.responses.append(Response(reply_to, res))
+            self._persist(out, p.group_id, before)   # nothing, unless an upgrade happened before the error
             return out
         self._persist(out, p.group_id, before, reply_to, res)
         return out
@@ -548,6 +549,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
                 group = self._upgrade(p.group_id, now, out)
                 if group is None:
                     raise HeartbeatError(C.GROUP_ID_NOT_FOUND, f"Group {p.group_id} is not a consumer group.")
+                self.groups[group.group_id] = group    # converted, whatever happens to this request
             else:
                 group = ConsumerGroup(p.group_id)
         member, new_member, replaced = self._member(group, p)
