@@ -785,3 +785,14 @@ def test_upgrade_stays_done_when_the_joining_request_fails():
     assert r.error_code == C.GROUP_MAX_SIZE_REACHED
     assert list(h.group.members) == ["c1"] and h.group.group_epoch == 3
     assert list(h.replayed().groups[G].members) == ["c1"]
+
+
+def test_topic_deletion_bumps_and_reassigns():
+    h = Harness(topics={"t": 2, "u": 2})
+    r = h.join("a", names=("t", "u"))
+    assert len(parts(r.assignment)) == 4
+    e = h.group.group_epoch
+    del h.topics["u"]
+    r = h.hb("a", r.member_epoch, owned={"t": frozenset({0, 1})})      # the client dropped u's partitions
+    assert h.group.group_epoch == e + 1 and parts(r.assignment) == {("t", 0), ("t", 1)}
+    assert h.group.state == ConsumerGroupState.STABLE
