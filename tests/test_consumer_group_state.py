@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kohort.assignors.server import MemberSpec
@@ -796,3 +796,71 @@ def test_topic_deletion_bumps_and_reassigns():
     r = h.hb("a", r.member_epoch, owned={"t": frozenset({0, 1})})      # the client dropped u's partitions
     assert h.group.group_epoch == e + 1 and parts(r.assignment) == {("t", 0), ("t", 1)}
     assert h.group.state == ConsumerGroupState.STABLE
+
+
+# -- arbitrary requests --------------------------------------------------------------------------
+_owned_st = st.one_of(st.none(), st.just({}), st.dictionaries(
+    st.sampled_from(["t", "u", "gone"]), st.frozensets(st.integers(0, 6), max_size=4), max_size=2))
+_hb_st = st.builds(
+    ConsumerHeartbeatParams,
+    group_id=st.sampled_from([G, G, " "]),
+    member_id=st.sampled_from(["a", "b", "c", ""]),
+    member_epoch=st.integers(-3, 6),
+    instance_id=st.sampled_from([None, None, "i1", "i2", ""]),
+    rack_id=st.sampled_from([None, "r", ""]),
+    rebalance_timeout_ms=st.sampled_from([-1, 0, 1000]),
+    subscribed_topic_names=st.sampled_from([None, (), ("t",), ("t", "u", "nope")]),
+    subscribed_topic_regex=st.sampled_from([None, "", "t|u", "("]),
+    server_assignor=st.sampled_from([None, "uniform", "range", "sticky"]),
+    owned=_owned_st,
+    api_version=st.sampled_from([0, 1]),
+)
+
+
+_step_st = st.one_of(
+    _hb_st,                                                        # anything at all
+    st.integers(0, 50_000),                                        # the clock jumps
+    st.tuples(st.sampled_from(["join", "ack", "noack", "newer", "leave", "static-leave"]),
+              st.sampled_from(["a", "b", "c"]), st.sampled_from([None, "i1"])),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_step_st, max_size=40))
+def test_arbitrary_heartbeats_keep_the_group_consistent(steps):
+    """Any sequence of heartbeats (well-formed ones mixed with arbitrary ones) and clock jumps: every
+    one is answered with a known code, no partition is ever held by two members, and replaying the
+    records rebuilds the state."""
+    known = {0, INVALID_REQUEST, FENCED_MEMBER_EPOCH, C.UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID,
+             C.FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION, C.GROUP_ID_NOT_FOUND,
+             C.GROUP_MAX_SIZE_REACHED}
+    h = Harness(topics={"t": 3, "u": 2}, max_size=3)
+    for step in steps:
+        if isinstance(step, int):
+            h.advance(step)
+            continue
+        if isinstance(step, tuple):
+            kind, mid, inst = step
+            g = h.c.groups.get(G)
+            m = g.members.get(mid) if g is not None else None
+            epoch = m.member_epoch if m is not None else 1
+            if kind == "join":
+                step = ConsumerHeartbeatParams(G, mid, 0, instance_id=inst, rebalance_timeout_ms=5000,
+                                               subscribed_topic_names=("t", "u"), owned={})
+            elif kind in ("ack", "noack"):
+                step = ConsumerHeartbeatParams(G, mid, epoch, instance_id=inst,
+                                               owned=dict(m.assigned) if m is not None and kind == "ack" else None)
+            elif kind == "newer":
+                step = ConsumerHeartbeatParams(G, mid, epoch + 1, instance_id=inst, owned={})
+            else:
+                step = ConsumerHeartbeatParams(G, mid, -1 if kind == "leave" else -2, instance_id=inst)
+        out = h.c.heartbeat(step, h.topics, h.now, "r")
+        res = h.store(out)
+        assert len(res) == 1 and res[0].result.error_code in known, res
+        for g in h.c.groups.values():
+            held = [tp for m in g.members.values() for tp in parts(m.assigned) | parts(m.pending_revocation)]
+            assert len(held) == len(set(held)), held
+            assert len(g.members) <= 3
+    c = h.replayed()
+    assert {gid: _snapshot(g) for gid, g in c.groups.items()} == \
+        {gid: _snapshot(g) for gid, g in h.c.groups.items()}
