@@ -445,6 +445,7 @@ class Membership:
             self._hb_inflight = False
             self._next_heartbeat = now + self.cfg.retry_backoff_ms
         elif kind in ("join", "sync"):
+            self._join_busy = False
             self._join_failed(f"{kind} failed: {ev.error}", now, retry_at=now + self.cfg.retry_backoff_ms)
 
     def _find_response(self, resp, tag, now: int, out: list) -> None:
