@@ -47,3 +47,7 @@ def test_8_committed_offset_validated_after_restart(kohort_broker):
 
 def test_8_fetch_diverging_epoch(kohort_broker):
     S.fetch_diverging_epoch(kohort_broker.bootstrap, "k")
+
+
+def test_8_leader_epoch_bumps_on_restart(kohort_broker):
+    S.leader_epoch_bumps_on_restart(kohort_broker.bootstrap, kohort_broker.restart, "k")
