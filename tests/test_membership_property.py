@@ -21,7 +21,7 @@ from kohort.broker.coordinator import (
 )
 from kohort.client.consumer.membership import (
     STABLE, Assign, Close, CommitFailedError, MemberConfig, Membership, MetadataUpdate, Poll, Raise,
-    RequestMetadata, Response, Send, Subscribe, Tick,
+    RequestMetadata, Response, Revoke, Send, Subscribe, Tick,
 )
 from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kohort.protocol.messages.heartbeat import HeartbeatRequest
@@ -73,7 +73,10 @@ class World:
     def event(self, n: Node, ev) -> None:
         if not n.alive:
             return
-        for a in n.m.handle(ev, self.now):
+        acts = n.m.handle(ev, self.now)
+        if isinstance(ev, Poll) and any(isinstance(a, Revoke) for a in acts):
+            acts += n.m.handle(Poll(), self.now)        # as the driver: revoke, then poll again to join
+        for a in acts:
             if isinstance(a, Send):
                 self.send(n, a)
             elif isinstance(a, Assign):

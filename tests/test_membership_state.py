@@ -50,7 +50,11 @@ class Sim:
         return out
 
     def poll(self):
-        return self.feed(Poll())
+        """As the driver: a poll whose actions revoke partitions is followed by another (the join)."""
+        out = self.feed(Poll())
+        if any(isinstance(a, Revoke) for a in out):
+            out += self.feed(Poll())
+        return out
 
     def tick(self, ms=0):
         self.now += ms
@@ -95,6 +99,18 @@ class Sim:
         out = self.poll()
         assert self.m.state == STABLE
         return out
+
+
+def test_revocation_comes_before_the_join_request():
+    s = Sim(auto_commit=5000)
+    s.to_stable()
+    s.feed(Subscribe(("t", "u")))
+    out = s.feed(Poll())
+    assert out == [Revoke(frozenset({TopicPartition("t", 0), TopicPartition("t", 1)}), lost=False, commit=True)]
+    assert s.count(JoinGroupRequest) == 1 and s.m.state == STABLE      # commits still use generation 1
+    assert s.m.commit_generation().generation_id == 1
+    s.feed(Poll())
+    assert s.count(JoinGroupRequest) == 2 and s.m.state == PREPARING_REBALANCE
 
 
 def test_find_join_sync_follower_path():

@@ -98,6 +98,7 @@ class GroupMember:
         self._callbacks: deque = deque()
         # heartbeat thread
         self._closing = False
+        self._hb_due = 0                   # when the heartbeat thread wakes up next (ms)
         self._hb_wake = threading.Event()
         self._hb_thread = threading.Thread(target=self._heartbeat_loop, name=f"kohort-heartbeat-{self.group_id}",
                                            daemon=True)
@@ -148,7 +149,9 @@ class GroupMember:
                     self.cluster.request_update()
                 else:
                     app.append(a)
-        self._hb_wake.set()
+            due = self.m.next_deadline()
+        if due is not None and due < self._hb_due:
+            self._hb_wake.set()     # the heartbeat thread sleeps past the new deadline: wake it
         return app
 
     def _send(self, a: Send) -> None:
@@ -231,7 +234,10 @@ class GroupMember:
             if topics != self.topics:
                 self.topics = topics
                 self._handle(Subscribe(tuple(topics)))
-        self._run(self._handle(Poll()))
+        acts = self._handle(Poll())
+        self._run(acts)
+        if any(isinstance(a, Revoke) for a in acts):
+            self._run(self._handle(Poll()))     # partitions revoked before joining: now join
 
     def _revoke(self, a: Revoke) -> None:
         tps = set(a.partitions)
@@ -267,15 +273,17 @@ class GroupMember:
     # -- heartbeats (background thread) ---------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
         while not self._closing:
+            self._hb_wake.clear()      # before the tick: a wake-up during it is not lost
             try:
                 self._handle(Tick())
             except Exception:
                 log.exception("group %s: heartbeat tick failed", self.group_id)
             with self._lock:
                 due = self.m.next_deadline()
-            wait = 0.5 if due is None else min(0.5, max(0.0, (due - _now_ms()) / 1000))
-            self._hb_wake.wait(max(wait, 0.005))
-            self._hb_wake.clear()
+                now = _now_ms()
+                wait_ms = 500 if due is None else min(500, max(5, due - now))
+                self._hb_due = now + wait_ms
+            self._hb_wake.wait(wait_ms / 1000)
 
     # -- committed offsets ----------------------------------------------------------------------------
     def fetch_committed_if_needed(self) -> None:
@@ -526,7 +534,7 @@ class GroupMember:
                 self._wait_for_leave(deadline)
         finally:
             self._closing = True
-            self._hb_wake.set()
+            self._hb_wake.set()     # stop the heartbeat thread now
             self._hb_thread.join(2.0)
 
     def _wait_for_leave(self, deadline: float) -> None:

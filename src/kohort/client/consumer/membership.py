@@ -13,8 +13,9 @@ ConsumerCoordinator (classic protocol), the states being Java's MemberState:
 * Coordinator: FindCoordinator when unknown, from the application's poll and from the heartbeat
   tick alike (Java's heartbeat thread rediscovers too); NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
   a transport failure or a session timeout without a heartbeat answer mark it unknown.
-* Joins start only from `Poll` (the application thread): `PrepareJoin` revokes first (eager: all;
-  cooperative: partitions of topics no longer subscribed; after a generation reset: all, as *lost*).
+* Joins start only from `Poll` (the application thread), after revoking (`Revoke`, returned alone so
+  the driver runs it and polls again; eager: all; cooperative: partitions of topics no longer
+  subscribed; after a generation reset: all, as *lost*).
   The answers to JoinGroup/SyncGroup may arrive on any thread: SyncGroup's answer makes the member
   STABLE at once, the new assignment is applied (`Assign`, callbacks) by the next `Poll`, as Java's
   onJoinComplete. Heartbeats run in COMPLETING_REBALANCE and STABLE (Java's heartbeat thread).
@@ -401,7 +402,12 @@ class Membership:
         if self._rejoin_needed_or_pending() and not self._join_busy and now >= self._join_not_before:
             if self.needs_join_prepare:
                 self.needs_join_prepare = False
+                n = len(out)
                 self._join_prepare(out)
+                if len(out) > n:
+                    # the revocation (and its commit) happens before JoinGroup goes out: the driver
+                    # runs it and polls again (Java's onJoinPrepare, then initiateJoinGroup)
+                    return
             self._send_join(now, out)
             return
         if self.state == STABLE and self.cfg.auto_commit_interval_ms is not None and now >= self._next_auto_commit:
