@@ -332,3 +332,20 @@ def leader_epoch_bumps_on_restart(bs: str, restart, tag: str) -> None:
     second, end = leader_epoch()
     assert second > first
     assert (end.error_code, end.leader_epoch, end.end_offset) == (0, first, 5)
+
+
+def close_leaves_group(bs: str, tag: str) -> None:
+    """close() sends LeaveGroup and waits for its answer: the group is empty right after."""
+    topic = f"cl-{tag}"
+    assert create_topic(bs, topic, 2) == 2
+    group = f"cl-{tag}"
+    with Admin({"bootstrap.servers": bs}) as admin:
+        for _ in range(8):
+            c = Consumer({"bootstrap.servers": bs, "group.id": group, **BASE})
+            try:
+                c.subscribe([topic])
+                _poll_until(c, lambda g: len(c.assignment()) == 2)
+            finally:
+                c.close()
+            d = admin.describe_groups([group])[0]
+            assert d.members == [] and d.state == "Empty", d

@@ -51,3 +51,7 @@ def test_8_fetch_diverging_epoch(kohort_broker):
 
 def test_8_leader_epoch_bumps_on_restart(kohort_broker):
     S.leader_epoch_bumps_on_restart(kohort_broker.bootstrap, kohort_broker.restart, "k")
+
+
+def test_close_leaves_the_group(kohort_broker):
+    S.close_leaves_group(kohort_broker.bootstrap, "k")

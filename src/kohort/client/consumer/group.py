@@ -89,6 +89,7 @@ class GroupMember:
         self._consumer = None
         self.on_assign = self.on_revoke = self.on_lost = None
         self._caps: dict[int, int] = {}    # api_key -> highest version that a broker did not choke on
+        self._leave_future: Future | None = None
         self._meta_version = -1
         # offsets
         self._fetching_committed: set[TopicPartition] = set()
@@ -161,6 +162,8 @@ class GroupMember:
                                 max_version=self._caps.get(api) if api is not None else None,
                                 response_class=LenientSyncGroupResponse if kind == "sync" else None)
         fut.add_done_callback(lambda f, tag=a.tag, api=api: self._on_answer(tag, api, f))
+        if kind == "leave":
+            self._leave_future = fut
 
     def _on_answer(self, tag, api, fut: Future) -> None:
         try:
@@ -178,6 +181,8 @@ class GroupMember:
             return
         if rest:
             log.error("group %s: actions %s from an I/O event dropped", self.group_id, rest)
+        if tag[0] in ("join", "sync", "find"):
+            self.fetcher.wakeup()      # poll() waiting for data goes on with the group at once
 
     def _downgrade(self, api_key: int, fut: Future, err: BaseException) -> None:
         """A broker that drops the connection on a version it advertised (librdkafka's mock cluster does
@@ -337,6 +342,7 @@ class GroupMember:
         gid = self.group_id
         fut = self.network.send(coordinator.conn_id, Versioned(OFFSET_FETCH, lambda v: offset_fetch_request(
             v, gid, need, require_stable=True)))
+        fut.add_done_callback(lambda f: self.fetcher.wakeup())     # poll() seeks as soon as it lands
         self._committed_future = (fut, need)
 
     def _can_validate(self, tp) -> bool:
@@ -538,11 +544,14 @@ class GroupMember:
             self._hb_thread.join(2.0)
 
     def _wait_for_leave(self, deadline: float) -> None:
-        """Give the LeaveGroup just sent a moment to go out (Java: awaitPendingRequests)."""
-        end = min(deadline, time.monotonic() + 5.0)
-        co = self.m.coordinator
-        while co is not None and self.network.in_flight(co.conn_id) and time.monotonic() < end:
-            time.sleep(0.005)
+        """Wait (bounded) for the answer to the LeaveGroup just sent (Java: awaitPendingRequests)."""
+        fut, self._leave_future = self._leave_future, None
+        if fut is None:
+            return
+        try:
+            fut.result(max(0.0, min(deadline - time.monotonic(), 5.0)))
+        except Exception as e:
+            log.debug("group %s: LeaveGroup got no answer: %s", self.group_id, e)
 
 
 def _first_commit_error(resp) -> int:
