@@ -5,9 +5,40 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-slow bench clean
+.PHONY: setup peers demo test test-slow bench clean
 
-setup: $(VENV)/.installed
+PEERS := .peers
+MVN ?= mvn -B -q
+
+setup: $(VENV)/.installed peers
+
+# Real peers from Maven Central and npm (tests/peers/): Apache Kafka 4.x (broker, CLI tools, Java client),
+# Spark's own Kafka connector and kafkajs, copied into the ignored .peers/ folder; the Java harness compiled there.
+peers: $(PEERS)/.kafka $(PEERS)/.spark $(PEERS)/java/Peer.class $(PEERS)/.node
+
+$(PEERS)/.kafka: tests/peers/kafka/pom.xml
+	rm -rf $(PEERS)/kafka-lib
+	$(MVN) -f tests/peers/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(CURDIR)/$(PEERS)/kafka-lib
+	touch $@
+
+$(PEERS)/.spark: tests/peers/spark/pom.xml
+	rm -rf $(PEERS)/spark-lib
+	$(MVN) -f tests/peers/spark/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2 \
+	  -DoutputDirectory=$(CURDIR)/$(PEERS)/spark-lib
+	touch $@
+
+# kafkajs (npm), a pure-JavaScript client, as a client of kohort broker
+$(PEERS)/.node: tests/peers/node/package.json
+	rm -rf $(PEERS)/node && mkdir -p $(PEERS)/node
+	cp tests/peers/node/package.json $(PEERS)/node/
+	cd $(PEERS)/node && npm install --silent --no-audit --no-fund --no-package-lock
+	touch $@
+
+$(PEERS)/java/Peer.class: tests/peers/java/Peer.java $(PEERS)/.kafka
+	rm -rf $(PEERS)/java && mkdir -p $(PEERS)/java
+	javac -nowarn -cp '$(PEERS)/kafka-lib/*' -d $(PEERS)/java tests/peers/java/Peer.java
 
 $(VENV)/.installed: pyproject.toml setup.py src/kohort/protocol/_crecords.c
 	$(PY) -m venv $(VENV)
@@ -31,4 +62,4 @@ bench: setup
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(PEERS) build *.egg-info

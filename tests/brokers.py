@@ -125,6 +125,8 @@ class KohortBroker:
         return self.start()
 
     def __exit__(self, *exc) -> None:
+        from tests.ck_tracking import close_open_clients
+        close_open_clients()          # librdkafka clients close while their broker is still up
         self.stop()
         self.cleanup()
 

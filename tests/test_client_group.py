@@ -115,8 +115,8 @@ def test_commit_of_older_generation_fails(mock_cluster):
         assert g.member_id == gen.member_id
 
 
-def _member(bs, group, topics, strategy, seconds=60):
-    p = subprocess.Popen([sys.executable, str(MEMBER), bs, group, topics, strategy, str(seconds)],
+def _member(bs, group, topics, strategy, seconds=60, client="kohort"):
+    p = subprocess.Popen([sys.executable, str(MEMBER), bs, group, topics, strategy, str(seconds), client],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ})
     lines: list = []
     t = threading.Thread(target=lambda: [lines.append(json.loads(x)) for x in p.stdout], daemon=True)

@@ -1,5 +1,5 @@
 """kohort's producer against real peers: what it writes, confluent-kafka, kafka-python and aiokafka read back
-(every codec, keys and headers intact) on Tansu and on kohort's broker; keyed records land on the same
+(every codec, keys and headers intact) on Tansu, on kohort's broker and on Apache Kafka 4.x; keyed records land on the same
 partitions as with confluent-kafka's murmur2_random partitioner."""
 import asyncio
 import os
@@ -21,8 +21,10 @@ def kohort_addr():
         yield b.bootstrap
 
 
-@pytest.fixture(params=["tansu", "kohort"])
+@pytest.fixture(params=["tansu", "kohort", "kafka"])
 def broker(request):
+    if request.param == "kafka":
+        return request.getfixturevalue("kafka1").bootstrap
     return request.getfixturevalue("tansu" if request.param == "tansu" else "kohort_addr")
 
 

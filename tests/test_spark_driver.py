@@ -227,3 +227,39 @@ def test_batch_plan_by_timestamps(addr):
         [(0, 0, 15), (0, 15, 30), (1, 0, 16), (1, 16, 33), (1, 33, 50)]
     with pytest.raises(Exception, match="before starting offset"):
         plan(startingOffsets=f'{{"{t}":{{"0":40,"1":0}}}}', endingOffsets=f'{{"{t}":{{"0":30,"1":-1}}}}')
+
+
+def test_batch_ending_offsets_past_the_log_end_fail_at_planning(addr):
+    """spark-sql-kafka's executor fails such a range with "Could not read records in offset [10, 20)"
+    (failOnDataLoss=false: reads up to the latest offset); kohort says so while planning, at once --
+    it used to wait kafkaConsumer.pollTimeoutMs (120 s) and then blame an unclean leader election."""
+    from kohort.spark.source import KohortBatchReader
+    t = topic_with(addr, {0: 10, 1: 5})
+
+    def reader_(**o):
+        return KohortBatchReader(parse_source_options({"kafka.bootstrap.servers": addr, "subscribe": t,
+                                                       "endingOffsets": f'{{"{t}":{{"0":20,"1":-1}}}}', **o},
+                                                      batch=True))
+    with pytest.raises(DataLossError) as ei:
+        reader_().plan()
+    msg = str(ei.value)
+    assert f"{t}-0 up to offset 20, but its latest offset is 10" in msg and "[10, 20) do not exist" in msg
+    assert "failOnDataLoss=false" in msg and "unclean" not in msg
+    lenient = reader_(failOnDataLoss="false")
+    ranges = lenient.plan()
+    assert [(r.partition, r.from_offset, r.until_offset) for r in ranges] == [(0, 0, 10), (1, 0, 5)]
+    with Cluster(lenient.opts.client_config) as c:
+        part = RangePartition(t, 0, 0, 10)
+        vals = [v for rb in read_range(lenient.opts, part, cluster=c) for v in rb.column("value").to_pylist()]
+    assert vals == [b"0-%d" % i for i in range(10)]
+
+
+def test_starting_offsets_past_the_log_end_are_named_not_called_truncation(addr):
+    t = topic_with(addr, {0: 10})
+    starting = f'{{"{t}":{{"0":50}}}}'
+    r = reader(addr, subscribe=t, startingOffsets=starting)
+    with pytest.raises(DataLossError) as ei:
+        r.initialOffset()
+    assert "from offset 50, but its latest offset is 10" in str(ei.value) and "unclean" not in str(ei.value)
+    lenient = reader(addr, subscribe=t, startingOffsets=starting, failOnDataLoss="false")
+    assert P.decode_offsets(lenient.initialOffset())[0] == {(t, 0): 10}

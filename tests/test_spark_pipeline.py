@@ -54,6 +54,10 @@ def test_defaults():
     (with_("events", fields={"user": "varchar"}), ["unsupported type 'varchar'"]),
     (with_("events", event_time="when"), ["event_time 'when' is not a declared field"]),
     (with_("source", max_offsets_per_trigger="many"), ["must be an integer"]),
+    (with_("sink", dead_letter_topic="events"), ["dead_letter_topic 'events' must differ"]),
+    (with_("spark", ship_kohort="no"), ["[spark] ship_kohort must be true or false"]),
+    ({"source": {"topic": "t"}, "aggregate": {"mode": "raw"},
+      "sink": {"path": "/p", "checkpoint": "/c", "dead_letter_topic": "dlq"}}, ["dead_letter_topic needs"]),
 ])
 def test_bad_configs_say_what_is_wrong(data, words):
     with pytest.raises(ConfigError) as ei:
@@ -80,3 +84,16 @@ def test_progress_line_and_lag():
     assert progress_line(d) == "batch 7: 1200 rows, 3,457 rows/s, lag 35"
     assert progress_line(None) is None
     assert source_lag({"sources": [{"endOffset": None, "latestOffset": None}]}) is None
+
+
+def test_dead_letter_topic_and_malformed_count_in_progress():
+    assert PipelineConfig.from_dict(with_("sink", dead_letter_topic="dlq")).dead_letter_topic == "dlq"
+    assert PipelineConfig.from_dict(BASE).dead_letter_topic is None
+    p = {"batchId": 3, "numInputRows": 502, "processedRowsPerSecond": 100.0, "sources": [],
+         "observedMetrics": {"kohort_pipeline": {"events": 502, "malformed": 2}}}
+    assert progress_line(progress_dict(p)) == "batch 3: 502 rows, 100 rows/s, lag ?, malformed 2"
+
+
+def test_ship_kohort_is_automatic_unless_set():
+    assert PipelineConfig.from_dict(with_("spark", ship_kohort=False)).ship_kohort is False
+    assert PipelineConfig.from_dict(BASE).ship_kohort is None

@@ -41,11 +41,14 @@ def spark():
     s.stop()
 
 
-@pytest.fixture(scope="module", params=["kohort", pytest.param("tansu", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=["kohort", "kafka", pytest.param("tansu", marks=pytest.mark.slow)])
 def broker(request):
-    """bootstrap address of a running broker of each kind (module-scoped: started once); the Tansu
-    runs are in the slow suite to keep the default one short."""
-    if request.param == "kohort":
+    """bootstrap address of a running broker of each kind (module-scoped: started once): kohort broker,
+    Apache Kafka 4.x (the session's `kafka1`); the Tansu runs are in the slow suite to keep the default
+    one short."""
+    if request.param == "kafka":
+        yield "kafka", request.getfixturevalue("kafka1").bootstrap
+    elif request.param == "kohort":
         with KohortBroker() as b:
             yield "kohort", b.bootstrap
     else:
@@ -83,6 +86,12 @@ def produce(addr: str, topic: str, values_by_partition: dict, batch: int = 37) -
     assert p.flush(30) == 0
 
 
+def test_register_ships_nothing_when_the_workers_run_this_interpreter(spark):
+    # the fixture's workers run sys.executable (PYSPARK_PYTHON): they import the installed kohort,
+    # compiled record decoder included, so no zip shadows it (test_spark_cluster.py: the other case)
+    assert not [n for n in spark.sparkContext._python_includes if n.startswith("kohort-")]
+
+
 # -- batch ----------------------------------------------------------------------------------------------
 def test_batch_read_split_by_min_partitions_returns_exactly_the_range(spark, broker):
     kind, addr = broker
@@ -115,6 +124,27 @@ def test_option_errors_surface_through_spark(spark, broker):
          .option("startingOffset", "earliest").load().collect())
     with pytest.raises(Exception, match="exactly one of 'assign', 'subscribe' or 'subscribePattern'"):
         spark.read.format("kohort").option("kafka.bootstrap.servers", addr).load().collect()
+
+
+def test_option_errors_of_streams_at_load_and_not_as_unbound_local_error(spark, broker, tmp_path):
+    _, addr = broker
+    def stream():
+        return spark.readStream.format("kohort").option("kafka.bootstrap.servers", addr).option("subscribe", "x")
+    with pytest.raises(AnalysisException, match="'maxOffsetsPerTrigger' must be a positive integer"):
+        stream().option("maxOffsetsPerTrigger", "many").load()               # load(), not start()
+    with pytest.raises(AnalysisException, match="'groupIdPrefix' is not supported"):
+        stream().option("groupIdPrefix", "app").load()
+    # a batch-only option on a stream: load() cannot tell the query type; the query fails at its
+    # first call with kohort's message (pyspark 4.2 turned an error of streamReader() into
+    # "UnboundLocalError: cannot access local variable 'reader'")
+    q = (stream().option("endingOffsets", "latest").load().writeStream.format("memory").queryName("bad_ending")
+         .option("checkpointLocation", str(tmp_path / "cp")).start())
+    try:
+        with pytest.raises(Exception) as ei:
+            q.awaitTermination(60)
+    finally:
+        q.stop()
+    assert "are for batch queries only" in str(ei.value) and "UnboundLocalError" not in str(ei.value)
 
 
 def test_sink_writes_what_a_read_returns(spark, broker):
@@ -325,3 +355,40 @@ def test_pipeline_windows_per_key_to_parquet_and_results_topic(spark, broker):
                                                                            json.loads(m.v)["sum_amount"])
             for m in msgs}
     assert rows == want
+
+
+def test_pipeline_counts_malformed_events_and_writes_them_to_the_dead_letter_topic(spark, broker):
+    kind, addr = broker
+    from kohort.spark.pipeline import PipelineConfig, start_queries, watch
+    topic, dlq = new_topic(addr, 2), new_topic(addr, 1)
+    good = [json.dumps({"user": u, "amount": 1.0, "ts": f"2026-01-01T00:00:{s:02d}Z"}).encode()
+            for s in range(10) for u in ("ada", "ken")]
+    bad = [b"garbage", b'{"user": "ada", "amount": "lots", "ts": "2026-01-01T00:00:01Z"}',
+           b'{"user": "ken", "amount": 2.0}', b"[1, 2]"]
+    produce(addr, topic, {0: good[:10] + bad[:2], 1: good[10:] + bad[2:]})
+    out = tempfile.mkdtemp(prefix="kohort-dlq-")
+    cfg = PipelineConfig(bootstrap_servers=addr, topic=topic,
+                         fields={"user": "string", "amount": "double", "ts": "timestamp"},
+                         event_time="ts", key="user", window="10 seconds", watermark="5 seconds",
+                         metrics=["count", "sum(amount)"], group_id=None, path=out + "/agg",
+                         checkpoint=out + "/cp", trigger="500 milliseconds", dead_letter_topic=dlq)
+    cfg.validate()
+    qs = start_queries(spark, cfg)
+    lines = []
+    try:
+        for q in qs:
+            q.processAllAvailable()
+        totals = watch(qs, duration_s=0, out=lines.append)
+    finally:
+        for q in qs:
+            q.stop()
+    assert totals == {"events": len(good) + len(bad), "malformed": len(bad)}
+    assert lines and "malformed" in lines[-1]
+    rows = (spark.read.format("kohort").option("kafka.bootstrap.servers", addr).option("subscribe", dlq)
+            .option("includeHeaders", "true").load().collect())
+    assert sorted(bytes(r.value) for r in rows) == sorted(bad)
+    for r in rows:
+        h = {x["key"]: bytes(x["value"]).decode() for x in r.headers}
+        assert h["kohort.source"].startswith(topic + "-")
+        want = "no event time" if bytes(r.value) == bad[2] else "not a JSON object of the declared"
+        assert want in h["kohort.error"]

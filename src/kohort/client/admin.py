@@ -48,6 +48,7 @@ from kohort.protocol.messages.incremental_alter_configs import IncrementalAlterC
 from kohort.protocol.messages.list_groups import ListGroupsRequest
 from kohort.protocol.messages.list_offsets import ListOffsetsRequest
 from kohort.protocol.messages.metadata import MetadataRequest
+from kohort.client.consumer.offsets import OFFSETS_BY_NAME_MAX_VERSION
 from kohort.protocol.messages.offset_commit import OffsetCommitRequest
 from kohort.protocol.messages.offset_fetch import OffsetFetchRequest
 from kohort.structs import OffsetAndMetadata, TopicPartition
@@ -217,12 +218,12 @@ class Admin:
         if brokers and brokers != self.nc.brokers:
             self.nc.update_brokers(brokers)
 
-    def _group_call(self, group: str, build, timeout=None, check=None):
+    def _group_call(self, group: str, build, timeout=None, check=None, max_version: int | None = None):
         """Send a group request to the coordinator, retrying while the coordinator moves or loads."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             node = self._coordinator(group, timeout)
-            resp = self._call(node, build, timeout)
+            resp = self._call(node, build, timeout, max_version=max_version)
             code = check(resp) if check else 0
             if code in _COORDINATOR_RETRY and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -410,7 +411,7 @@ class Admin:
                 return r.groups[0].error_code
             return r.error_code or 0
         _, resp = self._group_call(group, Versioned(OffsetFetchRequest.API_KEY, build), timeout,
-                                   check=code_of)
+                                   check=code_of, max_version=OFFSETS_BY_NAME_MAX_VERSION)
         code = code_of(resp)
         if code:
             raise for_code(code)(f"OffsetFetch for group {group!r}")
@@ -448,7 +449,8 @@ class Admin:
                     if p.error_code:
                         return p.error_code
             return 0
-        _, resp = self._group_call(group, req, timeout, check=first_code)
+        _, resp = self._group_call(group, req, timeout, check=first_code,
+                                   max_version=OFFSETS_BY_NAME_MAX_VERSION)
         code = first_code(resp)
         if code == ErrorCode.UNKNOWN_MEMBER_ID or code == ErrorCode.ILLEGAL_GENERATION or \
                 code == ErrorCode.REBALANCE_IN_PROGRESS:

@@ -32,6 +32,13 @@ _SOURCE_KEYS = [
     "minOffsetsPerTrigger", "maxTriggerDelay", "includeHeaders", "kafkaConsumer.pollTimeoutMs",
     "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "groupIdPrefix",
 ]
+# spark-sql-kafka options kohort does not take, with the reason
+_UNSUPPORTED = {
+    "groupidprefix": "kohort's source reads by explicit assignment without any consumer group, so "
+                     "there is no generated group id to prefix (spark-sql-kafka only names its consumers' "
+                     "throwaway groups with it); remove the option, or set kafka.group.id to have "
+                     "finished batches committed to that group",
+}
 _SINK_KEYS = ["kafka.bootstrap.servers", "topic", "includeHeaders"]
 # added by Spark itself (load(path)/save(path), writeStream's queryName / checkpointLocation)
 _IGNORED = {"path", "queryname", "checkpointlocation"}
@@ -79,6 +86,8 @@ def _normalise(options, known: list[str], what: str) -> tuple[dict[str, str], di
             continue
         if k not in lower:
             raise ConfigError(f"unknown {what} option '{key}'{_closest(key, known)}")
+        if k in _UNSUPPORTED:
+            raise ConfigError(f"option '{lower[k]}' is not supported: {_UNSUPPORTED[k]}")
         ours[k] = value
     if "kafka.bootstrap.servers" not in ours:
         raise ConfigError("option 'kafka.bootstrap.servers' is required")
@@ -161,7 +170,7 @@ def _parse_partition_json(text: str, key: str) -> dict:
     return out
 
 
-def _offset_spec(ours: dict, prefix: str, batch: bool) -> OffsetSpec | None:
+def _offset_spec(ours: dict, prefix: str, batch: bool | None) -> OffsetSpec | None:
     """The starting/ending spec with spark-sql-kafka's precedence: timestamp > by-timestamp > offsets."""
     ts_key, by_ts_key, off_key = f"{prefix}Timestamp", f"{prefix}OffsetsByTimestamp", f"{prefix}Offsets"
     if ts_key.lower() in ours:
@@ -230,8 +239,11 @@ class SourceOptions:
         return self.ending or OffsetSpec("latest")
 
 
-def parse_source_options(options, batch: bool = False) -> SourceOptions:
-    """Validate read options (both query types; `batch` adds the batch-only checks)."""
+def parse_source_options(options, batch: bool | None = False) -> SourceOptions:
+    """Validate read options. `batch`: True = a batch query, False = a streaming query, None = not
+    known yet (`DataSource.schema()` at load(), which Spark calls for both query types): every
+    option's value is checked, the rules that depend on the query type are left to reader() /
+    streamReader()."""
     ours, client = _normalise(options, _SOURCE_KEYS, "source")
     given = [k for k in ("assign", "subscribe", "subscribePattern") if k.lower() in ours]
     if len(given) != 1:
@@ -272,12 +284,12 @@ def parse_source_options(options, batch: bool = False) -> SourceOptions:
 
     starting = _offset_spec(ours, "starting", batch)
     ending = _offset_spec(ours, "ending", batch)
-    if not batch and ending is not None:
+    if batch is False and ending is not None:
         raise ConfigError("ending offsets (endingOffsets, endingTimestamp, endingOffsetsByTimestamp) "
-                          "are for batch queries only")
+                          "are for batch queries only; remove them from this streaming query")
     if batch and starting is not None and starting.kind == "latest":
         raise ConfigError("startingOffsets=latest is not allowed for batch queries")
-    if batch and ending is not None and ending.kind == "earliest":
+    if ending is not None and ending.kind == "earliest":
         raise ConfigError("endingOffsets=earliest is not allowed for batch queries")
     if starting is not None and starting.kind == "group" and not client.get("group.id"):
         raise ConfigError("startingOffsets=group needs kafka.group.id")

@@ -14,13 +14,24 @@ TOML layout (see examples/pipeline.toml):
                  metrics = ["count", "sum(amount)", "avg(amount)", "max(amount)", "min(amount)"]
                  mode = "windowed" (default) | "raw" (no aggregation: every record's key, value,
                  partition, offset -- the exactly-once check uses it)
-    [sink]       path, checkpoint, trigger ("2 seconds"), results_topic (optional)
-    [spark]      master ("local[2]"), conf = {...}
+    [sink]       path, checkpoint, trigger ("2 seconds"), results_topic (optional),
+                 dead_letter_topic (optional: malformed events are written there as they came)
+    [spark]      master ("local[2]"), conf = {...}, ship_kohort (default: unless the workers run
+                 this interpreter; false where kohort is installed on the workers -- see
+                 kohort.spark.register)
 
 Output rows: window_start, window_end, <key>, then one column per metric (`count`, `sum_amount`, ...).
+
 Parquet is written in append mode, so a window appears once the watermark passes its end; the
 checkpoint keeps source offsets and aggregation state, so a killed driver restarts where it left off
 and the Parquet output holds each window exactly once.
+
+Malformed events (windowed mode) -- a value that is not a JSON object of the declared field types,
+or has no event time -- are left out of the aggregates and counted: each micro-batch's progress
+carries the observed metrics `kohort_pipeline` = {events, malformed}, the progress line shows them
+and `run` ends with the totals. With [sink] dead_letter_topic a third query writes each malformed
+record's key and value unchanged to that topic, with headers `kohort.error` (why) and
+`kohort.source` (topic-partition@offset).
 """
 from __future__ import annotations
 
@@ -61,8 +72,10 @@ class PipelineConfig:
     source_options: dict = field(default_factory=dict)
     trigger: str = "2 seconds"
     results_topic: str | None = None
+    dead_letter_topic: str | None = None
     master: str = "local[2]"
     spark_conf: dict = field(default_factory=dict)
+    ship_kohort: bool | None = None
 
     @classmethod
     def from_dict(cls, d: dict, base_dir: str = ".") -> "PipelineConfig":
@@ -87,6 +100,8 @@ class PipelineConfig:
                     raise ConfigError(f"pipeline config: [{name}] {key} must be a table")
                 if typ is list and not isinstance(v, list):
                     raise ConfigError(f"pipeline config: [{name}] {key} must be a list")
+                if typ is bool and not isinstance(v, bool):
+                    raise ConfigError(f"pipeline config: [{name}] {key} must be true or false")
                 return v
             if default is ...:
                 near = difflib.get_close_matches(key, [str(k) for k in sec], n=1)
@@ -116,8 +131,10 @@ class PipelineConfig:
             checkpoint=resolve(take(sink, "sink", "checkpoint")),
             trigger=take(sink, "sink", "trigger", "2 seconds"),
             results_topic=take(sink, "sink", "results_topic", None) or None,
+            dead_letter_topic=take(sink, "sink", "dead_letter_topic", None) or None,
             master=take(sp, "spark", "master", "local[2]"),
             spark_conf={str(k): str(v) for k, v in take(sp, "spark", "conf", {}, dict).items()},
+            ship_kohort=take(sp, "spark", "ship_kohort", None, bool),
         )
         for name, sec in (("source", src), ("events", ev), ("aggregate", agg), ("sink", sink), ("spark", sp)):
             if sec:
@@ -137,7 +154,13 @@ class PipelineConfig:
             if not isinstance(typ, str) or typ.lower() not in _SPARK_TYPES:
                 raise ConfigError(f"pipeline config: [events] field {name!r} has unsupported type {typ!r} "
                                   f"(use one of {', '.join(sorted(_SPARK_TYPES))})")
+        if self.dead_letter_topic and self.dead_letter_topic in (self.topic, self.results_topic):
+            raise ConfigError(f"pipeline config: [sink] dead_letter_topic {self.dead_letter_topic!r} must differ "
+                              "from the source topic and results_topic")
         if self.mode == "raw":
+            if self.dead_letter_topic:
+                raise ConfigError("pipeline config: [sink] dead_letter_topic needs [aggregate] mode = "
+                                  "\"windowed\" (raw mode does not parse events, so none is malformed)")
             return
         if not self.fields:
             raise ConfigError("pipeline config: [events] fields must declare the JSON event schema")
@@ -183,8 +206,9 @@ def load_pipeline_config(path: str, **overrides) -> PipelineConfig:
 # -- Spark ------------------------------------------------------------------------------------------------
 def build_session(cfg: PipelineConfig, master: str | None = None, app_name: str = "kohort-pipeline"):
     """A SparkSession for the pipeline with the kohort format registered. With a local master the
-    Python workers use this interpreter (so they import kohort) unless PYSPARK_PYTHON says otherwise;
-    on a cluster (--master spark://..., yarn, k8s://...) kohort must be installed on the executors."""
+    Python workers use this interpreter unless PYSPARK_PYTHON says otherwise; on a cluster (--master
+    spark://..., yarn, k8s://...) `kohort.spark.register` ships kohort to the executors, whose Python
+    needs kohort's third-party packages (pyarrow, crc32c, lz4, zstandard, cramjam)."""
     master = master or cfg.master
     java_home = os.environ.get("JAVA_HOME")
     if not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))) and not shutil.which("java"):
@@ -208,7 +232,7 @@ def build_session(cfg: PipelineConfig, master: str | None = None, app_name: str 
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     import kohort.spark
-    kohort.spark.register(spark)
+    kohort.spark.register(spark, ship=cfg.ship_kohort)
     return spark
 
 
@@ -245,19 +269,50 @@ def source_options(cfg: PipelineConfig, commit_group: bool = True) -> dict:
     return opts
 
 
-def aggregates(spark, cfg: PipelineConfig, commit_group: bool = True):
-    """The streaming DataFrame the pipeline writes (windowed aggregates, or raw records)."""
+METRICS_NAME = "kohort_pipeline"          # the observed metrics of each micro-batch: events, malformed
+_CORRUPT = "__kohort_corrupt_record__"
+
+
+def parsed_events(spark, cfg: PipelineConfig, commit_group: bool = True):
+    """The source records with each value parsed against [events] fields: columns `e` (the event),
+    `kafka_timestamp`, the record's key, value, topic, partition, offset, and `malformed` (null, or
+    why the event cannot be aggregated)."""
     from pyspark.sql import functions as F
     raw = spark.readStream.format("kohort").options(**source_options(cfg, commit_group)).load()
-    if cfg.mode == "raw":
-        return raw.select("key", "value", "partition", "offset", "timestamp")
-    ddl = ", ".join(f"`{n}` {t}" for n, t in cfg.fields.items())
-    events = raw.select(F.from_json(F.col("value").cast("string"), ddl).alias("e"),
-                        F.col("timestamp").alias("kafka_timestamp")).select("e.*", "kafka_timestamp")
+    ddl = ", ".join(f"`{n}` {t}" for n, t in cfg.fields.items()) + f", `{_CORRUPT}` string"
+    parsed = raw.select(F.from_json(F.col("value").cast("string"), ddl,
+                                    {"columnNameOfCorruptRecord": _CORRUPT, "mode": "PERMISSIVE"}).alias("e"),
+                        F.col("timestamp").alias("kafka_timestamp"),
+                        "key", "value", "topic", "partition", "offset")
     et = cfg.event_time
-    if et != "kafka_timestamp" and cfg.fields[et].lower() != "timestamp":
-        events = events.withColumn(et, F.col(et).cast("double").cast("timestamp"))
-    events = events.where(F.col(et).isNotNull()).withWatermark(et, cfg.watermark)
+    if et == "kafka_timestamp":
+        et_col = F.col("kafka_timestamp")
+    elif cfg.fields[et].lower() == "timestamp":
+        et_col = F.col(f"e.{et}")
+    else:                                    # epoch seconds as long/double
+        et_col = F.col(f"e.{et}").cast("double").cast("timestamp")
+    bad_json = F.col("e").isNull() | F.col(f"e.{_CORRUPT}").isNotNull()
+    why = (F.when(bad_json, F.lit("not a JSON object of the declared [events] fields"))
+           .when(et_col.isNull(), F.lit(f"no event time (field {et!r} missing, null or not a timestamp)")))
+    return parsed.withColumn("event_time", et_col).withColumn("malformed", why)
+
+
+def aggregates(spark, cfg: PipelineConfig, commit_group: bool = True, observe: bool = False):
+    """The streaming DataFrame the pipeline writes (windowed aggregates, or raw records). `observe`
+    attaches the `kohort_pipeline` metrics (events, malformed) to the query's progress."""
+    from pyspark.sql import functions as F
+    if cfg.mode == "raw":
+        raw = spark.readStream.format("kohort").options(**source_options(cfg, commit_group)).load()
+        return raw.select("key", "value", "partition", "offset", "timestamp")
+    parsed = parsed_events(spark, cfg, commit_group)
+    if observe:
+        parsed = parsed.observe(METRICS_NAME, F.count(F.lit(1)).alias("events"),
+                                F.count(F.col("malformed")).alias("malformed"))
+    et = cfg.event_time
+    cols = [F.col(f"e.{n}").alias(n) for n in cfg.fields if n != et] + [F.col("event_time").alias(et)]
+    if et != "kafka_timestamp":
+        cols.append("kafka_timestamp")
+    events = parsed.where(F.col("malformed").isNull()).select(*cols).withWatermark(et, cfg.watermark)
     win = F.window(F.col(et), cfg.window, cfg.slide) if cfg.slide else F.window(F.col(et), cfg.window)
     groups = [win] + ([F.col(cfg.key)] if cfg.key else [])
     aggs = []
@@ -275,21 +330,41 @@ def aggregates(spark, cfg: PipelineConfig, commit_group: bool = True):
     return out.select(*cols, *[a for a in out.columns if a not in ("window", cfg.key)])
 
 
-def start_queries(spark, cfg: PipelineConfig):
-    """Start the Parquet query (and the results-topic query); returns them, Parquet first."""
+def dead_letters(spark, cfg: PipelineConfig):
+    """The malformed records as the kohort sink takes them: key, value, headers (kohort.error,
+    kohort.source)."""
     from pyspark.sql import functions as F
-    df = aggregates(spark, cfg)
+    bad = parsed_events(spark, cfg, commit_group=False).where(F.col("malformed").isNotNull())
+    source = F.concat_ws("", F.col("topic"), F.lit("-"), F.col("partition").cast("string"), F.lit("@"),
+                         F.col("offset").cast("string"))
+    headers = F.array(
+        F.struct(F.lit("kohort.error").alias("key"), F.col("malformed").cast("binary").alias("value")),
+        F.struct(F.lit("kohort.source").alias("key"), source.cast("binary").alias("value")))
+    return bad.select("key", "value", headers.alias("headers"))
+
+
+def start_queries(spark, cfg: PipelineConfig):
+    """Start the Parquet query (and the results-topic and dead-letter queries); returns them, Parquet
+    first."""
+    from pyspark.sql import functions as F
+    df = aggregates(spark, cfg, observe=True)
     qs = [df.writeStream.queryName("kohort_pipeline_parquet").format("parquet").outputMode("append")
           .option("path", cfg.path).option("checkpointLocation", os.path.join(cfg.checkpoint, "parquet"))
           .trigger(processingTime=cfg.trigger).start()]
+
+    def to_topic(frame, name: str, topic: str, checkpoint: str):
+        return (frame.writeStream.queryName(name).format("kohort")
+                .option("kafka.bootstrap.servers", cfg.bootstrap_servers).option("topic", topic)
+                .option("checkpointLocation", os.path.join(cfg.checkpoint, checkpoint))
+                .outputMode("append").trigger(processingTime=cfg.trigger).start())
     if cfg.results_topic:
         df2 = aggregates(spark, cfg, commit_group=False)        # only the Parquet query commits offsets
         key_col = F.col(cfg.key).cast("string") if cfg.key and cfg.mode != "raw" else F.lit(None).cast("string")
         kafka_df = df2.select(key_col.alias("key"), F.to_json(F.struct(*df2.columns)).alias("value"))
-        qs.append(kafka_df.writeStream.queryName("kohort_pipeline_results").format("kohort")
-                  .option("kafka.bootstrap.servers", cfg.bootstrap_servers).option("topic", cfg.results_topic)
-                  .option("checkpointLocation", os.path.join(cfg.checkpoint, "results"))
-                  .outputMode("append").trigger(processingTime=cfg.trigger).start())
+        qs.append(to_topic(kafka_df, "kohort_pipeline_results", cfg.results_topic, "results"))
+    if cfg.dead_letter_topic:
+        qs.append(to_topic(dead_letters(spark, cfg), "kohort_pipeline_deadletters", cfg.dead_letter_topic,
+                           "deadletters"))
     return qs
 
 
@@ -318,8 +393,20 @@ def progress_line(p: dict | None) -> str | None:
         return None
     lag = source_lag(p)
     rate = p.get("processedRowsPerSecond") or 0.0
-    return (f"batch {p.get('batchId')}: {p.get('numInputRows', 0)} rows, {rate:,.0f} rows/s, "
+    line = (f"batch {p.get('batchId')}: {p.get('numInputRows', 0)} rows, {rate:,.0f} rows/s, "
             f"lag {lag if lag is not None else '?'}")
+    m = observed(p)
+    if m is not None:
+        line += f", malformed {m['malformed']}"
+    return line
+
+
+def observed(p: dict | None) -> dict | None:
+    """The pipeline's observed metrics of one progress: {"events": n, "malformed": m}, or None."""
+    m = ((p or {}).get("observedMetrics") or {}).get(METRICS_NAME)
+    if not m:
+        return None
+    return {k: int(m.get(k) or 0) for k in ("events", "malformed")}
 
 
 def source_lag(p: dict) -> int | None:
@@ -337,11 +424,21 @@ def source_lag(p: dict) -> int | None:
 
 
 def watch(queries, duration_s: float | None = None, out=print, interval_s: float = 2.0,
-          should_stop=lambda: False) -> None:
-    """Print each new progress of the first query until `duration_s` passes or a query fails."""
+          should_stop=lambda: False, totals: dict | None = None) -> dict:
+    """Print each new progress of the first query until `duration_s` passes or a query fails.
+    Returns (and keeps in `totals`) the events and malformed events counted so far."""
+    totals = {"events": 0, "malformed": 0} if totals is None else totals
+    counted = -1                                  # the last batch id whose metrics are in totals
     t0 = time.monotonic()
     last = None
     while True:
+        for prog in queries[0].recentProgress:       # every batch once, also those between two looks
+            d = progress_dict(prog)
+            m = observed(d)
+            if m is not None and d.get("batchId", -1) > counted:
+                counted = d["batchId"]
+                for k in totals:
+                    totals[k] += m[k]
         for q in queries:
             if not q.isActive:
                 exc = q.exception()
@@ -354,18 +451,23 @@ def watch(queries, duration_s: float | None = None, out=print, interval_s: float
             if line:
                 out(line)
         if duration_s is not None and time.monotonic() - t0 >= duration_s:
-            return
+            return totals
         if should_stop():
-            return
+            return totals
         time.sleep(interval_s)
 
 
 def run(cfg: PipelineConfig, master: str | None = None, duration_s: float | None = None, out=print) -> None:
     spark = build_session(cfg, master)
     queries = start_queries(spark, cfg)
+    totals = {"events": 0, "malformed": 0}
     try:
-        watch(queries, duration_s, out)
+        watch(queries, duration_s, out, totals=totals)
     finally:
+        if cfg.mode != "raw":
+            where = f" (written to {cfg.dead_letter_topic})" if cfg.dead_letter_topic else " (dropped)"
+            out(f"events {totals['events']}, malformed {totals['malformed']}"
+                + (where if totals["malformed"] else ""))
         for q in queries:
             try:
                 q.stop()

@@ -238,6 +238,16 @@ class _Driver:
             for tp in tps:
                 v = spec.offsets[tp]
                 out[tp] = bounds[tp][0] if v == EARLIEST else bounds[tp][1] if v == LATEST else v
+                latest = bounds[tp][1]
+                if starting and out[tp] > latest:
+                    # spark-sql-kafka reports this at the first batch as data loss ("a user error that
+                    # the start offset is set beyond available offset"); not a truncated log
+                    msg = (f"startingOffsets asks for {tp[0]}-{tp[1]} from offset {v}, but its latest offset "
+                           f"is {latest}: offsets [{latest}, {v}) do not exist")
+                    if self.opts.fail_on_data_loss:
+                        raise DataLossError(msg + " (set failOnDataLoss=false to start at the latest offset)")
+                    log.warning("kohort: %s; starting at offset %d", msg, latest)
+                    out[tp] = latest
             return out
         # timestamps
         ts = {tp: spec.timestamp if kind == "timestamp" else spec.offsets.get(tp) for tp in tps}
@@ -285,6 +295,17 @@ class KohortBatchReader(DataSourceReader):
                 d._cluster.close()
                 d._cluster = None
         for tp in tps:
+            latest = bounds[tp][1]
+            if end[tp] > latest:
+                # spark-sql-kafka plans this range and its executor fails after an empty poll with
+                # "Some data may have been lost ... Could not read records in offset [latest, end)"
+                # (failOnDataLoss=false: reads up to the latest offset); the driver knows it already
+                msg = (f"endingOffsets asks for {tp[0]}-{tp[1]} up to offset {end[tp]}, but its latest "
+                       f"offset is {latest}: records in offset [{latest}, {end[tp]}) do not exist")
+                if self.opts.fail_on_data_loss:
+                    raise DataLossError(msg + " (set failOnDataLoss=false to read up to the latest offset)")
+                log.warning("kohort: %s; reading up to offset %d", msg, latest)
+                end[tp] = latest
             if end[tp] < start[tp]:
                 raise KohortError(f"{tp[0]}-{tp[1]}: ending offset {end[tp]} is before starting offset {start[tp]}")
             lo = bounds[tp][0]
@@ -459,6 +480,22 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.driver._cluster.close()
 
 
+class _InvalidStreamReader(DataSourceStreamReader):
+    """Stands in for a streaming reader whose options are invalid for a streaming query: every call
+    raises the option error."""
+
+    def __init__(self, error: ConfigError):
+        self.error = error
+
+    def _fail(self, *args, **kwargs):
+        raise ConfigError(str(self.error))
+
+    initialOffset = latestOffset = partitions = read = commit = _fail
+
+    def stop(self) -> None:
+        pass
+
+
 # -- the data source ---------------------------------------------------------------------------------------
 class KohortDataSource(DataSource):
     """format("kohort"): spark-sql-kafka's options and schema over kohort's client."""
@@ -468,15 +505,23 @@ class KohortDataSource(DataSource):
         return "kohort"
 
     def schema(self):
-        from kohort.spark.options import _bool
-        return schema_ddl(_bool({k.lower(): v for k, v in dict(self.options).items()},
-                                "includeHeaders", False))
+        # Spark calls schema() at load() for reads of both kinds (not for writes): every option is
+        # checked here, so a bad value fails load(); the rules of one query type wait for reader()
+        # / streamReader().
+        return schema_ddl(parse_source_options(self.options, batch=None).include_headers)
 
     def reader(self, schema):
         return KohortBatchReader(parse_source_options(self.options, batch=True))
 
     def streamReader(self, schema):
-        return KohortStreamReader(parse_source_options(self.options, batch=False))
+        try:
+            opts = parse_source_options(self.options, batch=False)
+        except ConfigError as e:
+            # pyspark 4.2's streaming runner calls reader.stop() in a `finally` after streamReader(),
+            # so an exception here is reported as an UnboundLocalError; a reader that fails its first
+            # call reports ours instead
+            return _InvalidStreamReader(e)
+        return KohortStreamReader(opts)
 
     def writer(self, schema, overwrite: bool):
         from kohort.spark.sink import KohortBatchWriter

@@ -34,7 +34,7 @@ from kohort.client.consumer.membership import (
     Revoke, Send, Subscribe, Tick, Unsubscribe, UseCoordinator, error_action,
 )
 from kohort.client.consumer.offsets import (
-    SubscriptionState, offset_commit_request, offset_fetch_request, parse_offset_fetch,
+    OFFSETS_BY_NAME_MAX_VERSION, SubscriptionState, offset_commit_request, offset_fetch_request, parse_offset_fetch,
 )
 from kohort.client.network import Versioned
 from kohort.errors import ErrorCode, KafkaConnectionError, KafkaError, KafkaTimeoutError, KohortError, for_code
@@ -341,7 +341,7 @@ class GroupMember:
         self._fetching_committed.update(need)
         gid = self.group_id
         fut = self.network.send(coordinator.conn_id, Versioned(OFFSET_FETCH, lambda v: offset_fetch_request(
-            v, gid, need, require_stable=True)))
+            v, gid, need, require_stable=True)), max_version=OFFSETS_BY_NAME_MAX_VERSION)
         fut.add_done_callback(lambda f: self.fetcher.wakeup())     # poll() seeks as soon as it lands
         self._committed_future = (fut, need)
 
@@ -360,7 +360,7 @@ class GroupMember:
             conn = self._ensure_coordinator(deadline)
             gid = self.group_id
             fut = self.network.send(conn, Versioned(OFFSET_FETCH, lambda v: offset_fetch_request(
-                v, gid, tps, require_stable=True)))
+                v, gid, tps, require_stable=True)), max_version=OFFSETS_BY_NAME_MAX_VERSION)
             try:
                 resp = _wait(fut, deadline).result()
                 err, got = parse_offset_fetch(fut.api_version, resp)
@@ -442,7 +442,7 @@ class GroupMember:
     def _send_commit(self, conn: int, offsets, gen) -> Future:
         gid, iid = self.group_id, (self.group_instance_id if self.subscribed else None)
         return self.network.send(conn, Versioned(OFFSET_COMMIT, lambda v: offset_commit_request(
-            v, gid, gen.generation_id, gen.member_id, iid, offsets)))
+            v, gid, gen.generation_id, gen.member_id, iid, offsets)), max_version=OFFSETS_BY_NAME_MAX_VERSION)
 
     def commit_async(self, offsets: dict, callback, auto: bool = False) -> None:
         if not offsets:

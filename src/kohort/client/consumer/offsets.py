@@ -176,6 +176,12 @@ def list_offsets_request(version: int, timestamps: dict, isolation_level: int, e
     return ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level, topics=topics)
 
 
+# OffsetCommit v10 and OffsetFetch v10 name topics by topic id only (Kafka 4.x); the builders here name
+# topics, so requests are capped at v9 (Kafka 4.x serves 2-10 / 1-10). Sent uncapped to Apache Kafka
+# 4.3, v10 answered UNKNOWN_TOPIC_ID for every partition: no group could commit (issue 11).
+OFFSETS_BY_NAME_MAX_VERSION = 9
+
+
 def offset_fetch_request(version: int, group_id: str, tps, member_id: str | None = None,
                          member_epoch: int = -1, require_stable: bool = True):
     by_topic = group_by_topic(tps) if tps is not None else None
@@ -229,6 +235,6 @@ def _epoch(e):
     return -1 if e is None else e
 
 
-__all__ = ["EARLIEST_TIMESTAMP", "NotAssignedError", "LATEST_TIMESTAMP", "NoOffsetForPartitionError", "PartitionState",
+__all__ = ["EARLIEST_TIMESTAMP", "NotAssignedError", "LATEST_TIMESTAMP", "NoOffsetForPartitionError", "OFFSETS_BY_NAME_MAX_VERSION", "PartitionState",
            "READ_COMMITTED", "READ_UNCOMMITTED", "SubscriptionState", "group_by_topic", "list_offsets_request",
            "offset_commit_request", "offset_fetch_request", "parse_offset_fetch"]

@@ -1,0 +1,98 @@
+"""The run's guards against hangs and leftovers (issue 11), exercised for real: tests/watchdog.py ends a
+process stuck in C code with the GIL held (where pytest-timeout's signal cannot reach it) and kills
+everything carrying the run's marker, also processes in sessions of their own."""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from tests.watchdog import MARKER, run_processes
+
+WATCHDOG = os.path.join(os.path.dirname(__file__), "watchdog.py")
+
+# stuck in C with the GIL held: libc's sleep called through ctypes.PyDLL (which keeps the GIL), SIGALRM
+# blocked so the interrupted sleep is not even cut short; its handler (exit 3) can never run
+STUCK = ("import ctypes, faulthandler, signal, subprocess, sys\n"
+         "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+         "signal.signal(signal.SIGALRM, lambda *a: sys.exit(3))\n"
+         "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM}); signal.alarm(1)\n"
+         "subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+         "print('spinning', flush=True)\n"
+         "while True: ctypes.PyDLL(None).sleep(300)\n")
+
+
+def test_watchdog_ends_a_test_stuck_with_the_gil_held_and_kills_its_children():
+    run_id = "guard-" + uuid.uuid4().hex
+    env = {**os.environ, MARKER: run_id}
+    stuck = subprocess.Popen([sys.executable, "-c", STUCK], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    fd, state = tempfile.mkstemp(prefix="kohort-watchdog-test-")
+    os.close(fd)
+    try:
+        assert stuck.stdout.readline().strip() == "spinning"
+        time.sleep(1.5)                       # its own SIGALRM has fired and could not be handled
+        assert stuck.poll() is None
+        assert len(run_processes(run_id, {os.getpid()})) == 2     # the spinner and its sleep child
+        with open(state, "w") as fh:
+            fh.write(f"{time.time() - 1} tests/fake.py::test_stuck")
+        wd = subprocess.run([sys.executable, WATCHDOG, str(stuck.pid), state, run_id],
+                            capture_output=True, text=True, timeout=30)
+        assert wd.returncode == 1
+        assert "test_stuck passed its hard deadline" in wd.stderr
+        assert stuck.wait(5) == -9
+        assert 'line 7 in <module>' in stuck.stderr.read()      # faulthandler's dump: where it was stuck
+        deadline = time.monotonic() + 5
+        while run_processes(run_id, {os.getpid()}) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert run_processes(run_id, {os.getpid()}) == []
+    finally:
+        if stuck.poll() is None:
+            stuck.kill()
+        os.unlink(state)
+
+
+def test_watchdog_sweeps_the_run_when_pytest_is_gone():
+    run_id = "guard-" + uuid.uuid4().hex
+    env = {**os.environ, MARKER: run_id}
+    parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"], env=env)
+    orphan = subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)
+    fd, state = tempfile.mkstemp(prefix="kohort-watchdog-test-")
+    os.close(fd)
+    try:
+        wd = subprocess.run([sys.executable, WATCHDOG, str(parent.pid), state, run_id],
+                            capture_output=True, text=True, timeout=30)
+        assert wd.returncode == 0
+        assert orphan.wait(5) == -9
+    finally:
+        for p in (parent, orphan):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        os.unlink(state)
+
+
+def test_every_child_of_the_run_carries_the_marker():
+    out = subprocess.run(["sh", "-c", f"echo ${MARKER}"], capture_output=True, text=True).stdout.strip()
+    assert out and out == os.environ[MARKER]
+
+
+def test_confluent_kafka_clients_left_open_are_closed_before_the_broker_stops():
+    import confluent_kafka
+
+    from tests import ck_tracking
+    from tests.brokers import KohortBroker
+    with KohortBroker() as b:
+        c = confluent_kafka.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "left-open",
+                                      "log_level": 0})
+        c.subscribe(["left-open"])
+        c.poll(0.5)
+        p = confluent_kafka.Producer({"bootstrap.servers": b.bootstrap, "log_level": 0})
+        p.produce("left-open", b"x")
+        assert ck_tracking.open_count() >= 2
+    # the fixture's exit closed both while the broker was still up
+    assert ck_tracking.open_count() == 0
+    import pytest
+    with pytest.raises(RuntimeError):
+        c.poll(0)          # a closed Consumer refuses to poll
