@@ -11,7 +11,6 @@ import time
 
 from kohort import Consumer
 from kohort.client.admin import Admin
-from kohort.errors import KohortError
 from kohort.structs import OffsetAndMetadata, TopicPartition
 from tests.peers import create_topic, produce
 
