@@ -339,7 +339,7 @@ def close_leaves_group(bs: str, tag: str) -> None:
     assert create_topic(bs, topic, 2) == 2
     group = f"cl-{tag}"
     with Admin({"bootstrap.servers": bs}) as admin:
-        for _ in range(8):
+        for _ in range(3):
             c = Consumer({"bootstrap.servers": bs, "group.id": group, **BASE})
             try:
                 c.subscribe([topic])
@@ -348,3 +348,18 @@ def close_leaves_group(bs: str, tag: str) -> None:
                 c.close()
             d = admin.describe_groups([group])[0]
             assert d.members == [] and d.state == "Empty", d
+
+
+def pattern_subscription_follows_topics(bs: str, tag: str) -> None:
+    """A regex subscription joins with the topics matching when metadata first arrives, and rejoins
+    when a new topic matches (Java's updatePatternSubscription on a metadata update)."""
+    first, second, other = f"pt-{tag}-a", f"pt-{tag}-b", f"ptx-{tag}"
+    assert create_topic(bs, first, 2) == 2
+    assert create_topic(bs, other, 1) == 1
+    conf = {"bootstrap.servers": bs, "group.id": f"pt-{tag}", **BASE, "metadata.max.age.ms": 500}
+    with Consumer(conf) as c:
+        c.subscribe(f"^pt-{tag}-.*")
+        _poll_until(c, lambda g: c.assignment() == _tps(first, 2), what="the matching topic")
+        assert c.subscription() == {first}
+        assert create_topic(bs, second, 1) == 1
+        _poll_until(c, lambda g: c.assignment() == _tps(first, 2) | _tps(second, 1), what="the new matching topic")

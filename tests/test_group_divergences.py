@@ -57,3 +57,7 @@ def test_8_leader_epoch_bumps_on_restart(kohort_broker):
 
 def test_close_leaves_the_group(kohort_broker):
     S.close_leaves_group(kohort_broker.bootstrap, "k")
+
+
+def test_pattern_subscription_follows_topics(kohort_broker):
+    S.pattern_subscription_follows_topics(kohort_broker.bootstrap, "k")

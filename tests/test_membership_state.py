@@ -698,3 +698,12 @@ def test_next_deadline():
     assert s.m.next_deadline() is None
     s.to_stable()
     assert s.m.next_deadline() == s.now + 500
+    s.tick(500)
+    assert s.m.next_deadline() == s.now + 5500            # heartbeat in flight: the session deadline
+    s.feed(RequestFailed(s.last(HeartbeatRequest).tag, "gone"))
+    assert s.m.next_deadline() == s.now                    # look the coordinator up now
+    s.tick(0)
+    assert s.m.next_deadline() is None                     # FindCoordinator in flight: nothing timed
+    s.find()
+    s.answer(HeartbeatRequest, HeartbeatResponse(error_code=E.GROUP_AUTHORIZATION_FAILED))
+    assert s.m.next_deadline() is None                     # failed: the next poll raises

@@ -234,7 +234,9 @@ class GroupMember:
     def poll_hook(self, allow_callbacks: bool = True) -> None:
         self._run_callbacks()
         self._drive_async_commits()
-        if self.pattern is not None and self.cluster.snapshot.updated_at:
+        if self.pattern is not None:
+            if not self.cluster.snapshot.updated_at:
+                return      # Java: match the pattern against fresh metadata before joining
             topics = self._matching_topics()
             if topics != self.topics:
                 self.topics = topics

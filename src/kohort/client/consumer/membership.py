@@ -326,10 +326,10 @@ class Membership:
 
     def next_deadline(self) -> int | None:
         """When the driver must send a Tick at the latest (ms), or None when nothing is timed."""
-        if not self.subscribed or self.state in (UNJOINED, PREPARING_REBALANCE):
+        if not self.subscribed or self.state in (UNJOINED, PREPARING_REBALANCE) or self._fatal is not None:
             return None
         if self.coordinator is None:
-            return self._find_not_before
+            return None if self._finding else self._find_not_before
         ds = [self._session_deadline, self._poll_deadline]
         if not self._hb_inflight:
             ds.append(self._next_heartbeat)
