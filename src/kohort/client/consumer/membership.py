@@ -835,7 +835,9 @@ class Membership:
         cooperative = self._protocol() == COOPERATIVE
         revoked, added = old - new, new - old
         if revoked:
-            out.append(Revoke(revoked, lost=False, commit=False))
+            # cooperative: give up what moved (committing it first with auto commit, as kohort did
+            # before; Java relies on the async auto commit made before joining)
+            out.append(Revoke(revoked, lost=False, commit=self.cfg.auto_commit_interval_ms is not None))
         self.owned = new
         out.append(Assign(added, new, cooperative))
         if not self.is_leader:
