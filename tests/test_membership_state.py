@@ -321,6 +321,18 @@ def test_poll_timeout_leaves_and_next_poll_reports_lost_and_rejoins():
     assert s.m.state == PREPARING_REBALANCE and s.last(JoinGroupRequest).request.member_id == ""
 
 
+def test_lost_partitions_are_reported_even_while_the_coordinator_is_unknown():
+    s = Sim()
+    s.to_stable()
+    s.tick(500)
+    s.answer(HeartbeatRequest, HeartbeatResponse(error_code=E.UNKNOWN_MEMBER_ID))
+    s.m._mark_coordinator_unknown("gone", s.now)
+    out = s.feed(Poll())
+    assert out == [Revoke(frozenset({TopicPartition("t", 0), TopicPartition("t", 1)}), lost=True, commit=False)]
+    out = s.feed(Poll())
+    assert isinstance(out[0].request, M.FindCoordinatorRequest)
+
+
 def test_static_member_does_not_leave_on_poll_timeout_or_close():
     s = Sim(instance="i1")
     s.to_stable()

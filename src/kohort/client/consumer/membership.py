@@ -396,6 +396,12 @@ class Membership:
             return
         if self._pending_assignment is not None:
             self._join_complete(now, out)
+        if self.needs_join_prepare and self.owned and not self._join_busy and self._generation_reset() \
+                and self._rejoin_needed_or_pending():
+            # out of the group: report the partitions lost now, not once the coordinator is back
+            self.needs_join_prepare = False
+            self._join_prepare(out)
+            return
         if self.coordinator is None:
             self._lookup(now, out)
             return
@@ -699,11 +705,14 @@ class Membership:
         topics = set(self.subscription or ()) | (self._group_topics if self.is_leader else set())
         return {t: self._meta[t] for t in topics if self._meta.get(t)}
 
+    def _generation_reset(self) -> bool:
+        return self.generation.generation_id < 0 or not self.generation.member_id
+
     def _join_prepare(self, out: list) -> None:
         """Java's onJoinPrepare: give up partitions before joining."""
         owned = self.owned
         if owned:
-            if self.generation.generation_id < 0 or not self.generation.member_id:
+            if self._generation_reset():
                 out.append(Revoke(owned, lost=True, commit=False))
                 self.owned = frozenset()
             elif self._protocol() == COOPERATIVE:
