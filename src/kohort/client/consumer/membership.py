@@ -28,7 +28,7 @@ ConsumerCoordinator (classic protocol), the states being Java's MemberState:
   (Java's joinGroupIfNeeded), including the fatal JoinGroup errors (GROUP_MAX_SIZE_REACHED, ...).
 * ILLEGAL_GENERATION resets the generation but keeps the member id; UNKNOWN_MEMBER_ID (and a poll
   timeout, which also sends LeaveGroup) resets both. A reset makes the next Poll report the owned
-  partitions lost.
+  partitions lost (even while the coordinator is still being looked up), then rejoin.
 * Commits check only that the generation is known and stable (`commit_generation`).
 
 Error handling is one table, `ERROR_ACTIONS` (ErrorCode -> what to do), with the few per-API
