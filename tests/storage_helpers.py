@@ -9,18 +9,25 @@ from kohort.storage import MemoryFileSystem, MemoryStorage, OsFileSystem, Storag
 
 
 class Engine:
-    """Opens (and re-opens) a Storage of one kind on the same files."""
+    """Opens (and re-opens) a Storage of one kind on the same files. Re-opening without close()
+    models a process that died: its data-directory lock goes with it (the OS drops a dead
+    process's flock), so the previous Storage's lock is released first."""
 
     def __init__(self, kind: str, tmp_path):
         self.kind = kind
         self.fs = MemoryFileSystem() if kind == "memory" else OsFileSystem()
         self.data_dir = "/kohort" if kind == "memory" else str(tmp_path / "data")
+        self.last: Storage | None = None
 
     def open(self, **kw) -> Storage:
         kw.setdefault("now_ms", 0)
+        if self.last is not None:
+            self.last._release_lock()
         if self.kind == "memory":
-            return MemoryStorage(fs=self.fs, data_dir=self.data_dir, **kw)
-        return Storage(self.data_dir, fs=self.fs, **kw)
+            self.last = MemoryStorage(fs=self.fs, data_dir=self.data_dir, **kw)
+        else:
+            self.last = Storage(self.data_dir, fs=self.fs, **kw)
+        return self.last
 
 
 @pytest.fixture(params=["disk", "memory"])

@@ -6,7 +6,7 @@ import pytest
 
 from kohort.client.consumer.group import LenientSyncGroupResponse
 from kohort.client.consumer.offsets import READ_COMMITTED, NotAssignedError, SubscriptionState
-from kohort.client.network import _last_rigid_version
+from kohort.protocol.framing import last_rigid_version as _last_rigid_version
 from kohort.protocol.messages.sync_group import SyncGroupResponse
 from kohort.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 

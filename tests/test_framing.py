@@ -73,3 +73,83 @@ def test_pick_version():
         pick_version(11, {})
     with pytest.raises(UnsupportedVersionError):
         pick_version(11, {11: (10, 12)})
+
+
+# -- the ApiVersions handshake, sans I/O (issue 12) --------------------------------------------------
+def _api_versions_answer(version, corr, error_code=0, keys=((18, 0, 4), (3, 0, 12), (14, 0, 5)), trailing=b""):
+    from kohort.protocol.messages.api_versions import ApiVersionsResponse
+    resp = ApiVersionsResponse(error_code=error_code, api_keys=[
+        ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in keys])
+    data = encode_response(resp, version, corr)
+    return frame(data[4:] + trailing)
+
+
+def _sent_api_versions(cp):
+    (payload,) = FrameReader().feed(cp.data_to_send())
+    header, body = decode_request(payload)
+    assert header.request_api_key == 18
+    return header.request_api_version, header.correlation_id
+
+
+def test_handshake_tolerates_trailing_bytes_after_api_versions_v3():
+    # librdkafka's mock cluster appends 5 bytes to its ApiVersionsResponse v3; every stack of the
+    # client used to fail on that except NetworkClient ("ApiVersionsResponse v3: 5 trailing bytes")
+    cp = ClientProtocol("c")
+    cp.initiate()
+    v, corr = _sent_api_versions(cp)
+    assert v == 3
+    assert cp.receive_data(_api_versions_answer(3, corr, trailing=b"\x00" * 5)) == []
+    assert cp.ready and cp.versions[3] == (0, 12) and cp.pick(3) == 12
+
+
+def test_handshake_steps_down_on_unsupported_version_and_caps_flexible_versions():
+    cp = ClientProtocol("c")
+    cp.initiate()
+    _, corr = _sent_api_versions(cp)
+    # KIP-511: an old broker answers UNSUPPORTED_VERSION in v0 with its own ranges (ApiVersions 0-2)
+    cp.receive_data(_api_versions_answer(0, corr, error_code=35, keys=((18, 0, 2), (3, 0, 12))))
+    assert not cp.ready
+    v, corr = _sent_api_versions(cp)
+    assert v == 2
+    cp.receive_data(_api_versions_answer(2, corr, keys=((18, 0, 2), (3, 0, 12), (14, 0, 5))))
+    assert cp.ready
+    # ApiVersions < v3 means no flexible versions (KIP-482): Metadata stops at v8, SyncGroup at v3
+    assert cp.pick(3) == 8 and cp.pick(14) == 3 and cp.pick(3, cap=5) == 5
+    with pytest.raises(UnsupportedVersionError):
+        cp.pick(3, floor=9)
+    with pytest.raises(UnsupportedVersionError):
+        cp.check(3, 13)
+
+
+def test_handshake_errors_are_clear():
+    from kohort.protocol.framing import HandshakeError
+    cp = ClientProtocol("c")
+    cp.initiate()
+    _, corr = _sent_api_versions(cp)
+    with pytest.raises(HandshakeError, match="error code 31"):
+        cp.receive_data(_api_versions_answer(3, corr, error_code=31))
+    cp = ClientProtocol("c")
+    cp.initiate()
+    with pytest.raises(HandshakeError, match="not an ApiVersions response"):
+        cp.receive_data(frame(b"\x00\x00\x00\x00\xff"))
+
+
+def test_protocol_package_imports_no_io():
+    """Layering: protocol/ is sans I/O -- no sockets, threads, clocks or event loops (DESIGN.md)."""
+    import ast
+    import pathlib
+
+    import kohort.protocol as proto
+    banned = {"socket", "threading", "time", "asyncio", "selectors", "select", "ssl", "subprocess"}
+    root = pathlib.Path(proto.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            found += [f"{path.relative_to(root)}: {n}" for n in names if n.split(".")[0] in banned]
+    assert len(list(root.rglob("*.py"))) > 40
+    assert found == []

@@ -150,10 +150,20 @@ def _handle_classes(kind):
     return (MemoryFileSystem, MemoryFileHandle) if kind == "memory" else (OsFileSystem, OsFileHandle)
 
 
+_opened: dict = {}       # data dir -> the last Storage opened on it
+
+
 def _open(kind, fs, tmp_path):
+    """A (re)start on the same files; an earlier Storage left open stands for a process that died,
+    so its data-directory lock is dropped first (as the OS drops a dead process's flock)."""
     if kind == "memory":
         return MemoryStorage(fs=fs, now_ms=0)
-    return Storage(str(tmp_path / "data"), fs=fs, now_ms=0)
+    path = str(tmp_path / "data")
+    prev = _opened.pop(path, None)
+    if prev is not None:
+        prev._release_lock()
+    s = _opened[path] = Storage(path, fs=fs, now_ms=0)
+    return s
 
 
 @pytest.mark.parametrize("kind", ["disk", "memory"])

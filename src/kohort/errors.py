@@ -15,7 +15,8 @@ Protocol errors (codes -1..133, Kafka 4.x):
     the same request, possibly after refreshing metadata or finding the coordinator, can succeed.
 
 Client-side errors (not on the wire): KafkaConnectionError, KafkaTimeoutError, ConfigError,
-IncompatibleBrokerVersionError.
+IncompatibleBrokerVersionError, RecordTooLargeError (a MessageTooLargeError the producer raises
+before sending: the client's limit, not the broker's).
 """
 from __future__ import annotations
 
@@ -292,6 +293,17 @@ class KafkaTimeoutError(KohortError, TimeoutError):
     """A client-side deadline passed before the operation completed. Retriable."""
 
     retriable = True
+
+
+class RecordTooLargeError(ERRORS[10]):          # a MessageTooLargeError raised before sending
+    """A record larger than the producer's own limit (max.request.size or buffer.memory): refused by
+    the client before it was sent, so the broker never saw it (Kafka's RecordTooLargeException from
+    KafkaProducer.send). A broker's refusal arrives as MessageTooLargeError naming max.message.bytes."""
+
+    description = "a record is larger than the producer's own limit; it was not sent"
+
+    def __reduce__(self):
+        return (RecordTooLargeError, (self.context or None,))
 
 
 class ConfigError(KohortError, ValueError):

@@ -13,7 +13,6 @@ import asyncio
 import inspect
 import itertools
 import logging
-import os
 import signal
 import socket
 import time
@@ -106,9 +105,16 @@ class Broker:
         await components.open_components(self)
 
     async def start(self) -> None:
-        await self.open()
+        # Bind first, accept later: a taken port is reported before storage is opened (recovery,
+        # the data-dir lock, __consumer_offsets), and nobody is accepted before the components exist.
         self._server = await asyncio.start_server(self._serve, self.listen_host, self.listen_port,
-                                                  limit=1 << 20, reuse_address=True)
+                                                  limit=1 << 20, reuse_address=True, start_serving=False)
+        try:
+            await self.open()
+        except BaseException:
+            await self.stop()         # closes the socket and whatever components did open
+            raise
+        await self._server.start_serving()
         sock = self._server.sockets[0]
         self.listen_port = self.port = sock.getsockname()[1]
         self.host, self.port = advertised_address(self.config["advertised.listeners"], self.listen_host,
@@ -340,7 +346,6 @@ class Broker:
 async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
                      metrics_addr: str | None = None, ready_line: bool = True) -> None:
     """Run until SIGTERM/SIGINT; print the ready line once connections are accepted."""
-    os.makedirs(data_dir, exist_ok=True)
     broker = Broker(config, host, port, data_dir)
     await broker.start()
     if metrics_addr:

@@ -5,6 +5,8 @@
 --config is a Kafka .properties file with broker settings and topic defaults by Kafka's names
 (num.partitions, log.retention.ms, ...). Prints `kohort broker ready on HOST:PORT` once accepting
 connections; SIGTERM/SIGINT stop it cleanly (storage writes its clean-shutdown marker).
+The port is bound before the data directory is touched; a directory another broker holds (its
+`.lock`) or a --data-dir that is a file is one line naming it.
 """
 from __future__ import annotations
 
@@ -39,11 +41,15 @@ def run(args) -> int:
         configured = (config["log.dirs"] or config["log.dir"]).split(",")[0].strip()
         data_dir = configured or DEFAULT_DATA_DIR
     data_dir = os.path.expanduser(data_dir)
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise KohortError(f"--data-dir {data_dir}: exists and is not a directory")
     if args.metrics:
         _hostport(args.metrics, "--metrics")
     try:
         asyncio.run(run_broker(host, port, data_dir, config, metrics_addr=args.metrics))
     except OSError as e:
+        if e.filename:             # the data directory (or a file in it), not the socket
+            raise KohortError(f"cannot start: {e.filename}: {e.strerror}") from None
         raise KohortError(f"cannot start: {e}") from None
     return 0
 

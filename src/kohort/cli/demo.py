@@ -4,10 +4,11 @@
 
 1. starts the embedded broker (`kohort broker` as a subprocess on a free port, temp data dir) and
    waits for its ready line;
-2. creates the topic `events` (3 partitions) and produces sample JSON click events continuously;
-3. runs the Spark pipeline (kohort source -> 10 s windows per user with a watermark -> Parquet,
-   committing finished batches to the group `kohort-demo`), printing rows/s and the group's lag;
-4. stops producing, waits for the group lag to fall to zero, prints the aggregates read back from
+2. creates the topic `events` (3 partitions);
+3. starts the Spark pipeline (kohort source -> 10 s windows per user with a watermark -> Parquet,
+   committing finished batches to the group `kohort-demo`), and once it runs produces sample JSON
+   click events for --seconds, printing rows/s and the group's lag;
+4. after --seconds of producing, waits for the group lag to fall to zero, prints the aggregates read back from
    Parquet and `kohort groups lag kohort-demo`, and stops everything it started.
 """
 from __future__ import annotations
@@ -89,14 +90,16 @@ class BrokerProcess:
 
 
 class EventProducer(threading.Thread):
-    """Produces JSON events at about `rate` per second until stopped."""
+    """Produces JSON events at about `rate` per second for `seconds` (counted from its first
+    event), or until stopped; `finished` is set once the last event is flushed."""
 
-    def __init__(self, bootstrap: str, rate: int):
+    def __init__(self, bootstrap: str, rate: int, seconds: float | None = None):
         super().__init__(daemon=True, name="demo-producer")
-        self.bootstrap, self.rate = bootstrap, rate
+        self.bootstrap, self.rate, self.seconds = bootstrap, rate, seconds
         self.sent = 0
         self.error: Exception | None = None
         self._halt = threading.Event()
+        self.finished = threading.Event()
 
     def stop(self) -> None:
         self._halt.set()
@@ -110,7 +113,8 @@ class EventProducer(threading.Thread):
                 tick = 0.1
                 per_tick = max(1, int(self.rate * tick))
                 next_t = time.monotonic()
-                while not self._halt.is_set():
+                end = None if self.seconds is None else next_t + self.seconds
+                while not self._halt.is_set() and (end is None or time.monotonic() < end):
                     now = time.time()
                     for _ in range(per_tick):
                         user = rnd.choice(USERS)
@@ -125,6 +129,8 @@ class EventProducer(threading.Thread):
                 p.flush(30)
         except Exception as e:   # noqa: BLE001 - reported by the demo
             self.error = e
+        finally:
+            self.finished.set()
 
 
 def group_lag(cluster, group: str, tps) -> int | None:
@@ -173,10 +179,6 @@ def run(args) -> int:
         cluster = Cluster({"bootstrap.servers": broker.bootstrap, "client.id": "kohort-demo"})
         cluster.create_topics({TOPIC: 3})
         tps = [(TOPIC, p) for p in range(3)]
-        producer = EventProducer(broker.bootstrap, args.rate)
-        producer.start()
-        say(f"producing ~{args.rate} JSON events/s to '{TOPIC}' (3 partitions), e.g. "
-            '{"user": "ada", "action": "click", "amount": 42.5, "ts": "..."}')
         cfg = PipelineConfig(
             bootstrap_servers=broker.bootstrap, topic=TOPIC,
             fields={"user": "string", "action": "string", "amount": "double", "ts": "timestamp"},
@@ -190,8 +192,13 @@ def run(args) -> int:
         queries = start_queries(spark, cfg)
         q = queries[0]
         say(f"pipeline running; offsets of finished batches are committed to group '{GROUP}'")
+        # the events start once Spark is up (its start takes 10-20 s): --seconds is the time
+        # spent producing, not Spark's start-up plus that
+        producer = EventProducer(broker.bootstrap, args.rate, args.seconds)
+        producer.start()
+        say(f"producing ~{args.rate} JSON events/s to '{TOPIC}' (3 partitions) for {args.seconds:g} s, e.g. "
+            '{"user": "ada", "action": "click", "amount": 42.5, "ts": "..."}')
         last_batch = None
-        phase_end = time.monotonic() + args.seconds
         stopped_producing = False
         lag_zero_since = None
         catch_up_deadline = None
@@ -209,8 +216,7 @@ def run(args) -> int:
                     f"{(p.get('processedRowsPerSecond') or 0):>8,.0f} rows/s | produced {producer.sent:>6} | "
                     f"source lag {source_lag(p)} | group lag {lag if lag is not None else '?'}")
             now = time.monotonic()
-            if not stopped_producing and now >= phase_end:
-                producer.stop()
+            if not stopped_producing and producer.finished.is_set():
                 producer.join(30)
                 stopped_producing = True
                 catch_up_deadline = now + 60

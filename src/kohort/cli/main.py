@@ -2,11 +2,16 @@
 
 Each subcommand lives in its own module of this package (`broker.py`, `topics.py`, ...) exposing
 `register(subparsers)` which adds its parser and sets `func`; this module discovers them.
-A KohortError reaching the top is printed as one line, never a traceback.
+A KohortError reaching the top is printed as one line, never a traceback. A reader that goes away
+(`kohort consume ... | head -3`) ends any command quietly with status 141 (128 + SIGPIPE, what a
+shell reports for a tool killed by SIGPIPE): stdout is pointed at /dev/null so the interpreter's
+final flush cannot raise again (the pattern of Python's `signal` documentation, "Note on SIGPIPE").
 """
 import argparse
 import importlib
+import os
 import pkgutil
+import select
 import sys
 
 from kohort import __version__
@@ -37,12 +42,41 @@ def main(argv=None) -> int:
         return 2
     from kohort.errors import KohortError
     try:
-        return args.func(args) or 0
+        rc = args.func(args) or 0
+        sys.stdout.flush()            # a closed pipe shows up here rather than at interpreter exit
+        return rc
+    except BrokenPipeError as e:
+        if not _stdout_gone():
+            print(f"kohort {args.command}: connection broken: {e}", file=sys.stderr)
+            return 1
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except KohortError as e:
         print(f"kohort {args.command}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+EXIT_BROKEN_PIPE = 141
+
+
+def _stdout_gone() -> bool:
+    """True when stdout is a pipe or socket whose reader has gone (a BrokenPipeError can also come
+    from a socket to a broker, which is a different story)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return False
+    p = select.poll()
+    p.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

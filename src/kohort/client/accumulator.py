@@ -4,8 +4,9 @@ What lives here:
 
 * `DeliveryFuture`: what `Producer.produce` returns — a light future for one record, resolved when its
   batch is acknowledged (`result(timeout)` → `RecordMetadata`, or raises the delivery error).
-* `ProducerBatch`: one RecordBatch v2 being filled (records encoded straight into a bytearray), then
-  sealed into wire bytes carrying the producer id, epoch and base sequence (KIP-98). A retried batch is
+* `ProducerBatch`: one RecordBatch v2 being filled (records encoded straight into a bytearray by
+  protocol/records.py's encoder; only the commonest shape -- no key, no headers, same millisecond --
+  is inlined here for speed), then sealed into wire bytes (records.write_batch) carrying the producer id, epoch and base sequence (KIP-98). A retried batch is
   re-sent with the very same bytes, so its sequence numbers never change on retry.
 * `RecordAccumulator`: batching by `batch.size` and `linger.ms`, `buffer.memory` back-pressure
   (blocking up to `max.block.ms`, then a clear KafkaTimeoutError), readiness per partition, draining
@@ -16,61 +17,18 @@ Time is always an argument (`now_ms`); the only blocking is on the buffer-memory
 """
 from __future__ import annotations
 
-import struct
 import threading
 from collections import deque, namedtuple
 
-from crc32c import crc32c as _crc32c
-
 from kohort.errors import EncodeError, KafkaTimeoutError
-from kohort.protocol.compression import COMPRESSION_NONE, compress
+from kohort.protocol.records import BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, append_record, write_batch
 
 RecordMetadata = namedtuple("RecordMetadata", "topic partition offset timestamp")
 RecordMetadata.__doc__ = "Where an acknowledged record landed (offset -1 when acks=0)."
 
-_BATCH_HEADER_SIZE = 61
-_HDR = struct.Struct(">qiibIhiqqqhii")       # base offset .. records count (RecordBatch v2, magic 2)
-_ATTRIBUTES_OFFSET = 21
-_CRC_OFFSET = 17
-_U32 = struct.Struct(">I")
-
-
-def _zz(v: int) -> bytes:
-    """Zig-zag varint bytes of v."""
-    v = (v << 1) if v >= 0 else ((-v) << 1) - 1
-    out = bytearray()
-    while v > 0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-_ZZN = 1 << 14
-_ZZ = [_zz(v) for v in range(_ZZN)]          # non-negative small ints, the common case
-
-
-def _enc_headers(headers) -> bytes:
-    if isinstance(headers, dict):
-        headers = list(headers.items())
-    out = bytearray(_zz(len(headers)))
-    for hk, hv in headers:
-        if isinstance(hk, str):
-            hk = hk.encode("utf-8")
-        elif not isinstance(hk, (bytes, bytearray)):
-            raise EncodeError(f"record header key must be str, not {type(hk).__name__}")
-        out += _zz(len(hk))
-        out += hk
-        if hv is None:
-            out.append(1)
-        else:
-            if isinstance(hv, str):
-                hv = hv.encode("utf-8")
-            elif not isinstance(hv, (bytes, bytearray, memoryview)):
-                raise EncodeError(f"record header value must be bytes, str or None, not {type(hv).__name__}")
-            out += _zz(len(hv))
-            out += hv
-    return bytes(out)
+_BATCH_HEADER_SIZE = BATCH_HEADER_SIZE
+_ZZN = ZZ_TABLE_SIZE
+_ZZ = ZZ
 
 
 class DeliveryFuture:
@@ -199,37 +157,14 @@ class ProducerBatch:
                 if len(buf) + 64 >= self.size_limit:
                     self.closed = True
                 return DeliveryFuture(self, n)
-        tsv = zz[tsd] if 0 <= tsd < _ZZN else _zz(tsd)
-        offv = zz[n] if n < _ZZN else _zz(n)
-        if value is None:
-            vh = b"\x01"
-            vl = 0
-        else:
-            vl = len(value)
-            vh = zz[vl] if vl < _ZZN else _zz(vl)
-        if key is None:
-            kh = b"\x01"
-            kl = 0
-        else:
-            kl = len(key)
-            kh = zz[kl] if kl < _ZZN else _zz(kl)
-        hb = _enc_headers(headers) if headers else b"\x00"
-        blen = 1 + len(tsv) + len(offv) + len(kh) + kl + len(vh) + vl + len(hb)
-        if n and _BATCH_HEADER_SIZE + len(buf) + blen + 3 > self.size_limit:
+        # every other shape: the one record encoder (records.append_record); undone if it does not fit
+        mark = len(buf)
+        blen = append_record(buf, n, tsd, key, value, headers)
+        if n and _BATCH_HEADER_SIZE + mark + blen > self.size_limit:
+            del buf[mark:]
             return None
         if ts > self.max_ts:
             self.max_ts = ts
-        buf += zz[blen] if blen < _ZZN else _zz(blen)
-        buf += b"\x00"
-        buf += tsv
-        buf += offv
-        buf += kh
-        if key is not None:
-            buf += key
-        buf += vh
-        if value is not None:
-            buf += value
-        buf += hb
         if tsd:
             tl = self.ts_list
             if tl is None:
@@ -247,13 +182,9 @@ class ProducerBatch:
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
-        payload = self.buf if compression == COMPRESSION_NONE else compress(compression, bytes(self.buf))
-        out = bytearray(_BATCH_HEADER_SIZE)
-        out += payload
-        _HDR.pack_into(out, 0, 0, len(out) - 12, -1, 2, 0, compression, self.count - 1, self.base_ts,
-                       self.max_ts, producer_id, producer_epoch, base_sequence, self.count)
-        _U32.pack_into(out, _CRC_OFFSET, _crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
-        self.wire = bytes(out)
+        out = write_batch(self.buf, self.count, self.base_ts, self.max_ts, compression=compression,
+                          producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence)
+        self.wire = out
         return self.wire
 
     def complete(self, base_offset: int, log_append_time: int, error: BaseException | None):

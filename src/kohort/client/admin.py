@@ -26,9 +26,9 @@ import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import NamedTuple
 
+from kohort.client import requests as R
 from kohort.client.config import load_config, parse_bootstrap
-from kohort.client.network import NetworkClient, Versioned
-from kohort.client.producer import unreachable_message
+from kohort.client.network import NetworkClient, Versioned, unreachable_message
 from kohort.errors import (
     ErrorCode,
     KafkaConnectionError,
@@ -43,14 +43,9 @@ from kohort.protocol.messages.delete_groups import DeleteGroupsRequest
 from kohort.protocol.messages.delete_topics import DeleteTopicsRequest
 from kohort.protocol.messages.describe_configs import DescribeConfigsRequest
 from kohort.protocol.messages.describe_groups import DescribeGroupsRequest
-from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest
 from kohort.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from kohort.protocol.messages.list_groups import ListGroupsRequest
-from kohort.protocol.messages.list_offsets import ListOffsetsRequest
-from kohort.protocol.messages.metadata import MetadataRequest
 from kohort.client.consumer.offsets import OFFSETS_BY_NAME_MAX_VERSION
-from kohort.protocol.messages.offset_commit import OffsetCommitRequest
-from kohort.protocol.messages.offset_fetch import OffsetFetchRequest
 from kohort.structs import OffsetAndMetadata, TopicPartition
 
 EARLIEST = -2          # ListOffsets special timestamps
@@ -175,13 +170,7 @@ class Admin:
 
     def _metadata(self, topics=None, timeout=None):
         """Metadata for `topics` (None: every topic)."""
-        def build(v):
-            if topics is None:
-                tl = None if v >= 1 else []
-            else:
-                tl = [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-            return MetadataRequest(topics=tl, allow_auto_topic_creation=False)
-        return self._call(None, Versioned(MetadataRequest.API_KEY, build), timeout, max_version=12)
+        return self._call(None, R.metadata_request(topics), timeout)
 
     def _controller(self, timeout=None) -> int:
         md = self._metadata([], timeout)
@@ -192,16 +181,8 @@ class Admin:
     def _coordinator(self, group: str, timeout=None) -> int:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
-            def build(v):
-                if v >= 4:
-                    return FindCoordinatorRequest(key_type=0, coordinator_keys=[group])
-                return FindCoordinatorRequest(key=group, key_type=0)
-            resp = self._call(None, Versioned(FindCoordinatorRequest.API_KEY, build), timeout)
-            if resp.coordinators:
-                c = resp.coordinators[0]
-                code, node, host, port = c.error_code, c.node_id, c.host, c.port
-            else:
-                code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+            code, node, host, port, _ = R.read_find_coordinator(
+                self._call(None, R.find_coordinator_request(group), timeout))
             if code == 0:
                 brokers = self.nc.brokers
                 if brokers.get(node) != (host, port):
@@ -390,58 +371,29 @@ class Admin:
 
     def list_group_offsets(self, group: str, partitions=None, timeout=None) -> dict:
         """{TopicPartition: OffsetAndMetadata} committed by `group` (all its partitions if None)."""
-        by_topic = None
-        if partitions is not None:
-            by_topic = {}
-            for tp in partitions:
-                by_topic.setdefault(tp[0], []).append(tp[1])
-
-        def build(v):
-            if v >= 8:
-                G = OffsetFetchRequest.Group
-                topics = None if by_topic is None else [G.Topics(name=t, partition_indexes=ps)
-                                                        for t, ps in by_topic.items()]
-                return OffsetFetchRequest(groups=[G(group_id=group, topics=topics)], require_stable=False)
-            T = OffsetFetchRequest.Topic
-            topics = None if by_topic is None else [T(name=t, partition_indexes=ps) for t, ps in by_topic.items()]
-            return OffsetFetchRequest(group_id=group, topics=topics, require_stable=False)
-
-        def code_of(r):
-            if r.groups:
-                return r.groups[0].error_code
-            return r.error_code or 0
-        _, resp = self._group_call(group, Versioned(OffsetFetchRequest.API_KEY, build), timeout,
-                                   check=code_of, max_version=OFFSETS_BY_NAME_MAX_VERSION)
-        code = code_of(resp)
+        tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+        _, resp = self._group_call(group, R.offset_fetch(group, tps, require_stable=False), timeout,
+                                   check=lambda r: R.read_offset_fetch(r)[0])
+        code, got = R.read_offset_fetch(resp)
         if code:
             raise for_code(code)(f"OffsetFetch for group {group!r}")
-        topics = resp.groups[0].topics if resp.groups else resp.topics
         out = {}
-        for t in topics:
-            for p in t.partitions:
-                if p.error_code:
-                    raise for_code(p.error_code)(f"group {group!r} {t.name}[{p.partition_index}]")
-                if p.committed_offset >= 0:
-                    le = p.committed_leader_epoch
-                    out[TopicPartition(t.name, p.partition_index)] = OffsetAndMetadata(
-                        p.committed_offset, p.metadata, le if le is not None and le >= 0 else None)
+        for tp, (perr, om) in got.items():
+            if perr:
+                raise for_code(perr)(f"group {group!r} {tp.topic}[{tp.partition}]")
+            if om is not None:
+                out[tp] = om
         return out
 
     def alter_group_offsets(self, group: str, offsets: dict, timeout=None) -> None:
         """Commit {TopicPartition: offset} for an inactive group (generation -1, no member id)."""
-        by_topic: dict[str, list] = {}
+        plain = {}
         for tp, off in offsets.items():
             o = off.offset if isinstance(off, OffsetAndMetadata) else int(off)
             if o < 0:
                 raise KohortError(f"offset for {tp[0]}[{tp[1]}] must be >= 0, got {o}")
-            by_topic.setdefault(tp[0], []).append((tp[1], o))
-        T = OffsetCommitRequest.Topic
-        req = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=-1, member_id="",
-                                  group_instance_id=None, topics=[
-                                      T(name=t, partitions=[T.Partition(partition_index=p, committed_offset=o,
-                                                                        committed_metadata="")
-                                                            for p, o in ps])
-                                      for t, ps in by_topic.items()])
+            plain[tp] = o
+        req = R.simple_offset_commit(group, plain)
 
         def first_code(r):
             for t in r.topics:
@@ -475,22 +427,14 @@ class Admin:
             tp = TopicPartition(*tp)
             if tp not in leaders:
                 raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{tp.topic}[{tp.partition}]")
-            by_node.setdefault(leaders[tp], {}).setdefault(tp.topic, []).append((tp.partition, ts))
+            by_node.setdefault(leaders[tp], {})[tp] = ts
         out = {}
-        for node, topics_ in by_node.items():
-            LT = ListOffsetsRequest.ListOffsetsTopic
-            req = ListOffsetsRequest(replica_id=-1, isolation_level=0, timeout_ms=30000, topics=[
-                LT(name=t, partitions=[LT.ListOffsetsPartition(partition_index=p, timestamp=ts) for p, ts in ps])
-                for t, ps in topics_.items()])
-            resp = self._call(node, req, timeout)
-            for t in resp.topics:
-                for p in t.partitions:
-                    if p.error_code:
-                        raise for_code(p.error_code)(f"ListOffsets {t.name}[{p.partition_index}]")
-                    off = p.offset
-                    if p.old_style_offsets:
-                        off = p.old_style_offsets[0]
-                    out[TopicPartition(t.name, p.partition_index)] = off
+        for node, tss in by_node.items():
+            resp = self._call(node, R.list_offsets_request(0, tss, 0), timeout)
+            for tp, (code, off, _, _) in R.read_list_offsets(resp).items():
+                if code:
+                    raise for_code(code)(f"ListOffsets {tp.topic}[{tp.partition}]")
+                out[tp] = off
         return out
 
     def group_lag(self, group: str, timeout=None) -> list[LagRow]:

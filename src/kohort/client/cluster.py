@@ -14,21 +14,16 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from kohort.client.network import NetworkClient, Versioned
-from kohort.errors import KafkaTimeoutError, for_code
-from kohort.protocol.messages.metadata import MetadataRequest
+from kohort.client.network import NetworkClient
+from kohort.client.requests import metadata_request
+from kohort.errors import ErrorCode, KafkaTimeoutError, for_code
 from kohort.structs import TopicPartition
 
-METADATA_KEY = 3
 # error codes that mean "your metadata is stale"
 STALE_METADATA_ERRORS = frozenset({
-    3,    # UNKNOWN_TOPIC_OR_PARTITION
-    5,    # LEADER_NOT_AVAILABLE
-    6,    # NOT_LEADER_OR_FOLLOWER
-    74,   # FENCED_LEADER_EPOCH
-    75,   # UNKNOWN_LEADER_EPOCH
-    100,  # UNKNOWN_TOPIC_ID
-    103,  # INCONSISTENT_TOPIC_ID
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_ID,
+    ErrorCode.INCONSISTENT_TOPIC_ID,
 })
 
 
@@ -58,11 +53,15 @@ class Snapshot:
 class Cluster:
     """The client's view of the cluster; see the module docstring. Thread-safe."""
 
-    def __init__(self, network: NetworkClient, config, all_topics: bool = False):
+    def __init__(self, network: NetworkClient, config, all_topics: bool = False, auto_create: bool | None = None):
         self.network = network
         self._max_age = config["metadata.max.age.ms"] / 1000
         self._retry_backoff = config["retry.backoff.ms"] / 1000
-        self._auto_create = config.get("allow.auto.create.topics", True)
+        if auto_create is None:
+            auto_create = config.get("allow.auto.create.topics")
+        self._auto_create = True if auto_create is None else bool(auto_create)
+        self._listeners: list = []
+        self._forced = False
         self._lock = threading.Lock()
         self._topics: set[str] = set()
         self._all_topics = all_topics
@@ -102,6 +101,10 @@ class Cluster:
     @property
     def topics(self) -> set[str]:
         return set(self._topics)
+
+    def add_listener(self, fn) -> None:
+        """fn(snapshot) after each new snapshot, on the thread that runs the network's I/O."""
+        self._listeners.append(fn)
 
     # -- reading ------------------------------------------------------------------------------------------
     @property
@@ -166,13 +169,12 @@ class Cluster:
             due = self._need_update or now - self.snapshot.updated_at >= self._max_age
             if not due or now < self._not_before:
                 return None
-            if not self._all_topics and not self._topics and self.snapshot.updated_at:
+            if not self._all_topics and not self._topics and self.snapshot.updated_at and not self._forced:
                 self._need_update = False
                 return None
             topics = None if self._all_topics else sorted(self._topics)
-            self._need_update = False
-            fut = self.network.send(None, Versioned(METADATA_KEY, lambda v: _metadata_request(
-                v, topics, self._auto_create)))
+            self._need_update = self._forced = False
+            fut = self.network.send(None, metadata_request(topics, self._auto_create))
             self._inflight = fut
         fut.add_done_callback(self._on_response)
         return fut
@@ -182,7 +184,7 @@ class Cluster:
         deadline = time.monotonic() + timeout
         with self._lock:
             start_version = self.snapshot.version
-            self._need_update = True
+            self._need_update = self._forced = True
             self._not_before = 0.0
         while True:
             self.maybe_refresh()
@@ -194,7 +196,10 @@ class Cluster:
                     raise KafkaTimeoutError(
                         f"no cluster metadata within {timeout:.1f}s"
                         + (f" (last error: {self._last_error})" if self._last_error else ""))
-                self._updated.wait(min(left, max(self._retry_backoff, 0.01)))
+                if not self.network.caller_driven:
+                    self._updated.wait(min(left, max(self._retry_backoff, 0.01)))
+                    continue
+            self.network.poll(min(left, 0.05))     # caller-driven: this thread does the I/O
 
     def wait_for_topics(self, topics, timeout: float = 30.0) -> Snapshot:
         """Refresh until every topic in `topics` is known with a leader for each partition."""
@@ -242,11 +247,14 @@ class Cluster:
             self._not_before = 0.0
             snap.version = self.snapshot.version + 1
             self.snapshot = snap
-            if any(code in STALE_METADATA_ERRORS and code != 3 for code in snap.topic_errors.values()):
+            if any(code in STALE_METADATA_ERRORS and code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                   for code in snap.topic_errors.values()):
                 self._need_update = True
                 self._not_before = time.monotonic() + self._retry_backoff
             self._updated.notify_all()
         self.network.update_brokers({n: (h, p) for n, (h, p, _) in snap.brokers.items()})
+        for fn in self._listeners:
+            fn(snap)
 
     def _build(self, resp) -> Snapshot:
         s = Snapshot(updated_at=time.monotonic())
@@ -260,7 +268,7 @@ class Cluster:
                 continue
             if t.error_code:
                 s.topic_errors[name] = t.error_code
-                if t.error_code != 5:   # LEADER_NOT_AVAILABLE still lists partitions
+                if t.error_code != ErrorCode.LEADER_NOT_AVAILABLE:   # still lists its partitions
                     continue
             if t.is_internal:
                 internal.add(name)
@@ -274,14 +282,6 @@ class Cluster:
             s.topics[name] = parts
         s.internal_topics = frozenset(internal)
         return s
-
-
-def _metadata_request(version: int, topics, auto_create: bool) -> MetadataRequest:
-    if topics is None:
-        req_topics = [] if version == 0 else None
-    else:
-        req_topics = [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-    return MetadataRequest(topics=req_topics, allow_auto_topic_creation=auto_create)
 
 
 __all__ = ["Cluster", "PartitionInfo", "STALE_METADATA_ERRORS", "Snapshot"]

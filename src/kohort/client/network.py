@@ -1,10 +1,16 @@
-"""NetworkClient: every socket of one kohort client, driven by one background I/O thread.
+"""NetworkClient: every socket of one kohort client -- the one network layer of the producer, the
+consumer, the admin and the Spark source.
 
 One selector over non-blocking sockets; one connection per broker node id (bootstrap addresses get
 negative ids -1, -2, ... until metadata names the brokers), each speaking through a sans-I/O
-`ClientProtocol`. On connect a connection does the ApiVersions handshake (v3 first; on
-UNSUPPORTED_VERSION it retries with the highest version the broker lists, as Kafka clients do) and
-from then on picks each request's version from what both sides support.
+`ClientProtocol`, which owns the ApiVersions handshake (negotiation, fallback, leniency) and picks
+each request's version from what both sides support. This module only moves bytes and time.
+
+Drive modes (Java's NetworkClient has one loop; who turns it is the only difference):
+* background I/O thread (default; consumer, admin): `send()` from any thread, the thread does I/O;
+* caller-driven (`io_thread=False`; the producer's hot path, the Spark driver and executors): the
+  owner calls `poll(timeout)` -- the producing thread sends the batches it fills without a thread
+  hand-off -- and `request(node, req)` is a blocking single request that polls until its answer.
 
 `send(node_id, request, version=None) -> concurrent.futures.Future` is thread-safe. The future
 resolves on the I/O thread with the decoded response (its `api_version` attribute tells the version
@@ -43,18 +49,12 @@ from kohort.errors import (
     DecodeError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError, KohortError,
 )
 from kohort.protocol.framing import (
-    ClientProtocol, FrameReader, UnsupportedVersionError, decode_response, frame_size, pick_version,
+    ClientProtocol, HandshakeError, UnsupportedVersionError, decode_response_lenient, frame_size,
 )
-from kohort.protocol.headers import ResponseHeader, response_header_version
-from kohort.protocol.messages import REQUESTS, RESPONSES, api_name
-from kohort.protocol.primitives import Reader
-from kohort.protocol.messages.api_versions import ApiVersionsRequest
+from kohort.protocol.messages import REQUESTS, api_name
 
 log = logging.getLogger("kohort.client.network")
 
-API_VERSIONS_KEY = 18
-UNSUPPORTED_VERSION = 35
-HANDSHAKE_VERSION = 3
 SOFTWARE_NAME = "kohort"
 try:
     from kohort import __version__ as SOFTWARE_VERSION
@@ -65,6 +65,7 @@ except ImportError:  # pragma: no cover
 DISCONNECTED, CONNECTING, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"
 
 _RECV_BUF = 4 * 1024 * 1024
+_MAX_FRAME = 100 * 1024 * 1024
 _CORR = struct.Struct(">i")
 
 
@@ -72,21 +73,24 @@ class Versioned:
     """A request whose contents depend on the version negotiated at send time.
 
     `build(version) -> request object`. Use when fields differ across versions (e.g. FindCoordinator
-    v4 batches keys, Fetch v13 names topics by id)."""
+    v4 batches keys, Fetch v13 names topics by id); `max_version` caps the version it is sent in."""
 
-    __slots__ = ("API_KEY", "build")
+    __slots__ = ("API_KEY", "build", "max_version")
 
-    def __init__(self, api_key: int, build: Callable[[int], Any]):
+    def __init__(self, api_key: int, build: Callable[[int], Any], max_version: int | None = None):
         self.API_KEY = api_key
         self.build = build
+        self.max_version = max_version      # the highest version `build` can make (None: any)
 
 
 class _Req:
     __slots__ = ("node_id", "request", "version", "max_version", "expect", "future", "deadline", "any", "corr",
-                 "response_class")
+                 "response_class", "min_version")
 
-    def __init__(self, node_id, request, version, max_version, expect, future, deadline, response_class=None):
+    def __init__(self, node_id, request, version, max_version, expect, future, deadline, response_class=None,
+                 min_version=None):
         self.response_class = response_class
+        self.min_version = min_version
         self.node_id, self.request, self.version, self.max_version = node_id, request, version, max_version
         self.expect, self.future, self.deadline = expect, future, deadline
         self.any = node_id is None
@@ -94,24 +98,19 @@ class _Req:
 
 class _Conn:
     __slots__ = ("node_id", "host", "port", "sock", "state", "proto", "out", "inflight", "pending",
-                 "versions", "frames", "hs_version", "connect_deadline", "want_write", "events",
-                 "no_flex", "rframe", "rfill", "rhead")
+                 "connect_deadline", "want_write", "events", "rframe", "rfill", "rhead")
 
     def __init__(self, node_id, host, port, client_id, max_frame):
         self.node_id, self.host, self.port = node_id, host, port
         self.sock: socket.socket | None = None
         self.state = DISCONNECTED
-        self.proto = ClientProtocol(client_id, max_frame)
+        self.proto = _new_protocol(client_id)
         self.out: list = []
         self.inflight: deque[_Req] = deque()
         self.pending: deque[_Req] = deque()
-        self.versions: dict[int, tuple[int, int]] = {}
-        self.frames = FrameReader(max_frame)
-        self.hs_version = HANDSHAKE_VERSION
         self.connect_deadline = 0.0
         self.want_write = False
         self.events = 0
-        self.no_flex = False
         self.rframe: bytearray | None = None   # READY: the frame being received into, sized from its prefix
         self.rfill = 0                          # bytes of rframe received so far
         self.rhead = b""                        # READY: a size prefix split across reads
@@ -125,10 +124,15 @@ class _Backoff:
         self.until = 0.0
 
 
-class NetworkClient:
-    """All broker connections of one client, one I/O thread. See the module docstring."""
+def _new_protocol(client_id) -> ClientProtocol:
+    return ClientProtocol(client_id, _MAX_FRAME, SOFTWARE_NAME, SOFTWARE_VERSION)
 
-    def __init__(self, config: Config | dict, role: str = "consumer", name: str | None = None):
+
+class NetworkClient:
+    """All broker connections of one client. See the module docstring."""
+
+    def __init__(self, config: Config | dict, role: str = "consumer", name: str | None = None,
+                 io_thread: bool = True):
         self.config = config if isinstance(config, Config) else load_config(role, config)
         c = self.config
         self.client_id = c["client.id"]
@@ -147,6 +151,9 @@ class NetworkClient:
         self._any_queue: deque[_Req] = deque()
         self._disconnect_listeners: list[Callable[[int, BaseException], None]] = []
         self._closed = False
+        self._shut = False
+        self._ever_ready = False
+        self.recent_errors: list[str] = []      # the last few connection failures, for error messages
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -155,26 +162,86 @@ class NetworkClient:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._buf = bytearray(_RECV_BUF)
         self._view = memoryview(self._buf)
-        self._thread = threading.Thread(target=self._run, name=name or f"kohort-io-{self.client_id}",
-                                        daemon=True)
-        self._thread.start()
+        self._next_check = 0.0
+        self._poller = None            # caller-driven: the thread inside poll() right now
+        self._thread = None
+        if io_thread:
+            self._thread = threading.Thread(target=self._run, name=name or f"kohort-io-{self.client_id}",
+                                            daemon=True)
+            self._thread.start()
 
     # -- public, thread-safe ---------------------------------------------------------------------
     def send(self, node_id: int | None, request, version: int | None = None, *, expect_response: bool = True,
-             timeout_ms: int | None = None, max_version: int | None = None, response_class=None) -> Future:
+             timeout_ms: int | None = None, max_version: int | None = None, response_class=None,
+             min_version: int | None = None) -> Future:
         """Queue `request` for broker `node_id` (None: any broker). See the module docstring.
         `response_class` decodes the answer instead of the registered Response class (same wire
-        layout, e.g. a variant that tolerates a peer's null where the spec forbids one)."""
+        layout, e.g. a variant that tolerates a peer's null where the spec forbids one).
+        `min_version`: fail with IncompatibleBrokerVersionError if the best common version is lower."""
         fut: Future = Future()
         if self._closed:
             fut.set_exception(KafkaConnectionError("the client is closed"))
             return fut
         t = self._request_timeout if timeout_ms is None else timeout_ms / 1000
         self._submit.append(_Req(node_id, request, version, max_version, expect_response, fut,
-                                 time.monotonic() + t, response_class))
-        if threading.current_thread() is not self._thread:
+                                 time.monotonic() + t, response_class, min_version))
+        me = threading.current_thread()
+        if me is not self._thread and me is not self._poller:
             self._wake()
         return fut
+
+    def request(self, node_id: int | None, request, timeout_s: float | None = None, **kw):
+        """Send and wait for the response (blocking single request). In caller-driven mode this
+        thread drives the I/O while it waits; raises what the future raises."""
+        t = self._request_timeout if timeout_s is None else timeout_s
+        fut = self.send(node_id, request, timeout_ms=int(t * 1000), **kw)
+        if self._thread is None:
+            deadline = time.monotonic() + t + 1.0
+            while not fut.done():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KafkaTimeoutError(f"{api_name(request.API_KEY)}: no answer within {t:.1f}s")
+                self.poll(min(left, 0.1))
+        return fut.result(t + 1.0)
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        """Caller-driven mode (io_thread=False): do the I/O that is due -- queued requests out,
+        responses in (their futures' callbacks run here), timeouts, reconnects -- waiting at most
+        `timeout_s` for a socket to become ready. One thread at a time (the caller serialises)."""
+        if self._thread is not None:
+            raise KohortError("poll() is for a NetworkClient created with io_thread=False")
+        if self._closed:
+            self._shutdown_once()
+            return
+        self._poller = threading.current_thread()
+        try:
+            self._step(timeout_s)
+        finally:
+            self._poller = None
+
+    def ready(self, node_id: int) -> bool:
+        """True when the connection to `node_id` has finished its handshake; otherwise a connection
+        is started (unless it is backing off) and False is returned (Java's NetworkClient.ready)."""
+        c = self._conns.get(node_id)
+        if c is not None and c.state == READY:
+            return True
+        if c is None or c.state == DISCONNECTED:
+            self._submit.append(("connect", node_id))
+        return False
+
+    @property
+    def caller_driven(self) -> bool:
+        """True for io_thread=False: the owner turns the loop with poll()."""
+        return self._thread is None
+
+    def has_connected(self) -> bool:
+        """Whether any connection ever finished its handshake."""
+        return self._ever_ready
+
+    def unreachable_error(self, elapsed_s: float) -> KafkaConnectionError:
+        """The clear error of a client that never reached any bootstrap broker."""
+        return KafkaConnectionError(unreachable_message(
+            [f"{h}:{p}" for h, p in self._bootstrap.values()], self.recent_errors, elapsed_s))
 
     def update_brokers(self, brokers: dict[int, tuple[str, int]]) -> None:
         """Replace the broker address book (from Metadata). Connections to moved brokers are closed."""
@@ -208,7 +275,7 @@ class NetworkClient:
     def api_versions(self, node_id: int) -> dict[int, tuple[int, int]]:
         """The broker's ApiVersions ranges on the live connection to `node_id` ({} if none)."""
         c = self._conns.get(node_id)
-        return dict(c.versions) if c is not None else {}
+        return dict(c.proto.versions) if c is not None else {}
 
     def connection_states(self) -> dict[int, str]:
         return {n: c.state for n, c in list(self._conns.items())}
@@ -217,13 +284,24 @@ class NetworkClient:
         self._wake()
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the I/O thread, close every socket and fail what is still outstanding."""
+        """Stop the I/O thread, close every socket and fail what is still outstanding. Caller-driven:
+        call it from the thread that polls (or once nobody polls any more)."""
         if self._closed:
             return
         self._closed = True
+        if self._thread is None:
+            self._shutdown_once()
+            return
         self._wake()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+
+    def disconnect_all(self, err: BaseException) -> None:
+        """Close every connection, failing what is in flight on them with `err` (the polling
+        thread only: caller-driven mode, or a callback on the I/O thread)."""
+        for conn in list(self._conns.values()):
+            if conn.state != DISCONNECTED:
+                self._disconnect(conn, err)
 
     def __enter__(self):
         return self
@@ -241,42 +319,50 @@ class NetworkClient:
                 pass
 
     def _run(self) -> None:
-        sel = self._sel
-        next_check = 0.0
         try:
             while not self._closed:
-                now = time.monotonic()
-                self._drain_submit(now)
-                if now >= next_check:
-                    self._check_timeouts(now)
-                    self._route_any(now)
-                    next_check = now + 0.05
-                timeout = 0.1 if not self._any_queue else 0.02
-                for key, ev in sel.select(timeout):
-                    conn = key.data
-                    if conn is None:
-                        self._wake_pending = False
-                        try:
-                            while self._wake_r.recv(4096):
-                                pass
-                        except (BlockingIOError, InterruptedError):
-                            pass
-                        continue
-                    if conn.state == CONNECTING:
-                        self._finish_connect(conn)
-                        continue
-                    if ev & selectors.EVENT_READ:
-                        self._read(conn)
-                    if ev & selectors.EVENT_WRITE and conn.sock is not None:
-                        self._flush(conn)
+                self._step(0.1)
         except BaseException as e:  # pragma: no cover - a bug: fail everything loudly rather than hang
             log.exception("kohort network thread crashed")
             self._shutdown(KafkaConnectionError(f"network thread crashed: {e!r}"))
             return
         self._shutdown(KafkaConnectionError("the client is closed"))
 
+    def _step(self, timeout: float) -> None:
+        """One round of the loop: queued work out, timers, then wait up to `timeout` for sockets."""
+        now = time.monotonic()
+        self._drain_submit(now)
+        if now >= self._next_check:
+            self._check_timeouts(now)
+            self._route_any(now)
+            self._next_check = now + 0.05
+        if self._any_queue:
+            timeout = min(timeout, 0.02)
+        for key, ev in self._sel.select(timeout):
+            conn = key.data
+            if conn is None:
+                self._wake_pending = False
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, InterruptedError):
+                    pass
+                continue
+            if conn.state == CONNECTING:
+                self._finish_connect(conn)
+                continue
+            if ev & selectors.EVENT_READ:
+                self._read(conn)
+            if ev & selectors.EVENT_WRITE and conn.sock is not None:
+                self._flush(conn)
+
+    def _shutdown_once(self) -> None:
+        if not self._shut:
+            self._shutdown(KafkaConnectionError("the client is closed"))
+
     def _shutdown(self, err: BaseException) -> None:
         self._closed = True
+        self._shut = True
         for conn in list(self._conns.values()):
             self._disconnect(conn, err, reroute=False, notify=False)
         while self._submit:
@@ -297,7 +383,12 @@ class NetworkClient:
         while sub:
             req = sub.popleft()
             if not isinstance(req, _Req):
-                self._on_brokers_changed()
+                if req[0] == "connect":
+                    c = self._conns.get(req[1])
+                    if c is None or c.state == DISCONNECTED:
+                        self._connect(req[1], now)
+                else:
+                    self._on_brokers_changed()
                 continue
             if req.future.cancelled():
                 continue
@@ -400,7 +491,7 @@ class NetworkClient:
             return None
         conn = self._conns.get(node_id)
         if conn is None or conn.host != addr[0] or conn.port != addr[1]:
-            conn = _Conn(node_id, addr[0], addr[1], self.client_id, 100 * 1024 * 1024)
+            conn = _Conn(node_id, addr[0], addr[1], self.client_id, _MAX_FRAME)
             old = self._conns.get(node_id)
             if old is not None:
                 conn.pending = old.pending
@@ -426,11 +517,8 @@ class NetworkClient:
             return None
         conn.sock = sock
         conn.state = CONNECTING
-        conn.proto = ClientProtocol(self.client_id, 100 * 1024 * 1024)
-        conn.frames = FrameReader(100 * 1024 * 1024)
+        conn.proto = _new_protocol(self.client_id)
         conn.rframe, conn.rfill, conn.rhead = None, 0, b""
-        conn.hs_version = HANDSHAKE_VERSION
-        conn.versions = {}
         conn.out = []
         conn.connect_deadline = now + self._setup_timeout
         conn.events = selectors.EVENT_WRITE
@@ -449,50 +537,35 @@ class NetworkClient:
         self._send_api_versions(conn)
 
     def _send_api_versions(self, conn: _Conn) -> None:
-        v = conn.hs_version
-        req = ApiVersionsRequest(client_software_name=SOFTWARE_NAME, client_software_version=SOFTWARE_VERSION)
-        _, data = conn.proto.send(req, v, expect_response=False)
-        conn.out.append(data)
+        conn.proto.initiate()
+        conn.out.append(conn.proto.data_to_send())
         self._flush(conn)
 
-    def _on_handshake_frames(self, conn: _Conn, data) -> None:
-        for payload in conn.frames.feed(data):
-            v = conn.hs_version
-            resp = _decode_api_versions(payload, v)
-            if resp is None:
-                # undecodable; an UNSUPPORTED_VERSION error code up front still tells us to step down
-                if v > 0 and len(payload) >= 6 and int.from_bytes(payload[4:6], "big") == UNSUPPORTED_VERSION:
-                    conn.hs_version = 0
-                    self._send_api_versions(conn)
-                    return
-                raise KafkaConnectionError(f"broker {conn.node_id} sent an undecodable ApiVersions response")
-            ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-            if resp.error_code == UNSUPPORTED_VERSION and v > 0:
-                theirs = ranges.get(API_VERSIONS_KEY, (0, 0))
-                conn.hs_version = max(0, min(theirs[1], v - 1))
-                self._send_api_versions(conn)
-                return
-            if resp.error_code:
-                raise KafkaConnectionError(f"ApiVersions failed with error code {resp.error_code}")
-            conn.versions = ranges
-            # KIP-482 flexible versions shipped with ApiVersions v3 (Kafka 2.4). A broker that stops
-            # at ApiVersions v2 yet lists flexible versions of other APIs (librdkafka's mock cluster
-            # crashes on flexible SyncGroup) gets only the versions before each API's first flexible one.
-            conn.no_flex = ranges.get(API_VERSIONS_KEY, (0, 0))[1] < 3
-            conn.state = READY
-            b = self._backoffs.get(conn.node_id)
-            if b is not None:
-                b.failures = 0
-            leftover = conn.frames.buffered
-            if leftover:
-                raise KafkaConnectionError("unexpected bytes after the ApiVersions response")
-            pending, conn.pending = conn.pending, deque()
-            for req in pending:
-                self._dispatch(conn, req)
-            self._route_any(time.monotonic())
-            if conn.out:
-                self._flush(conn)
+    def _on_handshake_data(self, conn: _Conn, data) -> None:
+        proto = conn.proto
+        try:
+            proto.on_handshake_data(data)
+        except HandshakeError as e:
+            raise KafkaConnectionError(f"broker {conn.node_id} ({conn.host}:{conn.port}) did not complete "
+                                       f"the ApiVersions handshake: {e}; is it a Kafka broker?") from None
+        again = proto.data_to_send()
+        if again:                      # the handshake steps down to an older ApiVersions version
+            conn.out.append(again)
+            self._flush(conn)
             return
+        if not proto.ready:
+            return
+        conn.state = READY
+        self._ever_ready = True
+        b = self._backoffs.get(conn.node_id)
+        if b is not None:
+            b.failures = 0
+        pending, conn.pending = conn.pending, deque()
+        for req in pending:
+            self._dispatch(conn, req)
+        self._route_any(time.monotonic())
+        if conn.out:
+            self._flush(conn)
 
     def _dispatch(self, conn: _Conn, req: _Req) -> bool:
         """Encode `req` onto `conn`'s output. False if it failed (future already failed)."""
@@ -504,21 +577,18 @@ class NetworkClient:
             v = req.version
             if v is None:
                 cap = req.max_version
-                if conn.no_flex:
-                    cap = _last_rigid_version(api_key, cap)
-                v = pick_version(api_key, conn.versions, cap)
-            elif api_key in conn.versions:
-                lo, hi = conn.versions[api_key]
-                if not lo <= v <= hi:
-                    raise UnsupportedVersionError(
-                        f"{api_name(api_key)} v{v} requested but broker {conn.node_id} supports v{lo}-v{hi}")
+                if isinstance(request, Versioned) and request.max_version is not None:
+                    cap = request.max_version if cap is None else min(cap, request.max_version)
+                v = conn.proto.pick(api_key, cap, req.min_version)
+            else:
+                conn.proto.check(api_key, v)
             if isinstance(request, Versioned):
                 request = request.build(v)
             corr, data = conn.proto.send(request, v, expect_response=False)
         except UnsupportedVersionError as e:
             cls = REQUESTS.get(api_key)
             ours = (cls.MIN_VERSION, cls.MAX_VERSION) if cls else (0, -1)
-            err = IncompatibleBrokerVersionError(api_name(api_key), ours, conn.versions.get(api_key))
+            err = IncompatibleBrokerVersionError(api_name(api_key), ours, conn.proto.versions.get(api_key))
             err.__cause__ = e
             _fail(req.future, err)
             return False
@@ -601,7 +671,7 @@ class NetworkClient:
                         conn.rframe, conn.rfill = None, 0
                         self._on_frame(conn, frame)
                 elif conn.state == HANDSHAKE:
-                    self._on_handshake_frames(conn, view[:n])
+                    self._on_handshake_data(conn, view[:n])
                     continue
                 else:
                     self._split_frames(conn, view, n)
@@ -635,7 +705,7 @@ class NetworkClient:
                     return
                 head = bytes(view[pos:pos + 4])
                 pos += 4
-            size = frame_size(head, 100 * 1024 * 1024)
+            size = frame_size(head, _MAX_FRAME)
             head = None
             if n - pos >= size:
                 payload = bytes(view[pos:pos + size])
@@ -688,6 +758,7 @@ class NetworkClient:
                 conn.pending = keep
 
     def _conn_failed(self, conn: _Conn, err: BaseException) -> None:
+        self.recent_errors = (self.recent_errors + [str(err)])[-6:]
         b = self._backoffs.setdefault(conn.node_id, _Backoff())
         b.failures += 1
         delay = min(self._backoff_max_ms, self._backoff_ms * (2 ** min(b.failures - 1, 20)))
@@ -739,40 +810,23 @@ class NetworkClient:
                 self._disconnect(conn, KafkaConnectionError(f"broker {node_id} moved to {addr[0]}:{addr[1]}"))
 
 
-def _last_rigid_version(api_key: int, cap: int | None) -> int | None:
-    cls = REQUESTS.get(api_key)
-    if cls is None:
-        return cap
-    first_flex = cls._flex[0]
-    if first_flex > cls.MAX_VERSION or first_flex <= cls.MIN_VERSION:
-        return cap
-    return first_flex - 1 if cap is None else min(cap, first_flex - 1)
+def unreachable_message(addresses, errors, elapsed_s: float) -> str:
+    """The one-line error of a client that never reached any bootstrap broker (every client)."""
+    tried = ", ".join(addresses)
+    why = "; ".join(dict.fromkeys(errors)) if errors else "no answer"
+    return (f"cannot reach any Kafka broker at {tried} ({why}) after {elapsed_s:.1f}s; check "
+            f"bootstrap.servers (-b/--bootstrap-server or $KOHORT_BOOTSTRAP for the kohort command) "
+            f"and that the broker is running and reachable")
 
 
 def _decode_lenient(payload, req: _Req):
-    """Decode a response frame for `req`. Trailing bytes after the body are ignored, as Kafka's own
-    clients do (librdkafka's mock cluster, for one, appends a byte to flexible Metadata responses)."""
+    """Decode a response frame for `req` (trailing bytes ignored, see decode_response_lenient)."""
     if len(payload) < 4:
         raise DecodeError(f"response frame of {len(payload)} bytes has no correlation id")
     (corr,) = _CORR.unpack_from(payload, 0)
     if corr != req.corr:
         raise DecodeError(f"response correlation id {corr} does not match the oldest request {req.corr}")
-    api_key = req.request.API_KEY
-    cls = req.response_class or RESPONSES[api_key]
-    r = Reader(payload)
-    ResponseHeader.read(r, response_header_version(api_key, cls, req.version))
-    return cls.decode(r, req.version, exact=False)
-
-
-def _decode_api_versions(payload, version: int):
-    """The ApiVersions response in `version`, else in v0 (KIP-511: a broker that does not know our
-    version answers in v0), else None."""
-    for v in (version, 0) if version else (0,):
-        try:
-            return decode_response(payload, API_VERSIONS_KEY, v)[1]
-        except DecodeError:
-            continue
-    return None
+    return decode_response_lenient(payload, req.request.API_KEY, req.version, req.response_class)[1]
 
 
 def _fail(fut: Future, err: BaseException) -> None:
@@ -784,5 +838,5 @@ def _req_name(r: _Req) -> str:
     return api_name(r.request.API_KEY)
 
 
-__all__ = ["NetworkClient", "Versioned", "KafkaConnectionError", "KafkaTimeoutError", "KohortError",
+__all__ = ["NetworkClient", "Versioned", "unreachable_message", "KafkaConnectionError", "KafkaTimeoutError", "KohortError",
            "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"]

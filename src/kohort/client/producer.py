@@ -4,15 +4,13 @@ What lives here:
 
 * `Producer`: the public API (`produce`, `flush`, `close`, `partitions_for`), configured by Kafka's
   dotted names (`kohort.client.config`, role "producer"). Records are encoded into per-partition
-  batches on the caller's thread (`accumulator.py`); one background I/O thread ("sender") sends ready
-  batches to partition leaders and resolves futures.
-* `BrokerLink`: one TCP connection to one broker (kohort's sans-I/O `ClientProtocol` over a socket):
-  ApiVersions on connect, negotiated versions, pipelined requests with callbacks, requests without a
-  response (acks=0). `Producer` drives its links with one selector (the Admin and the consumer use
-  kohort.client.network instead).
-* `Sender`: the I/O loop — metadata for the topics in use (refreshed when leaders move: NOT_LEADER,
+  batches on the caller's thread (`accumulator.py`).
+* `_Sender`: the I/O — metadata for the topics in use (refreshed when leaders move: NOT_LEADER,
   disconnects, unknown leaders), draining batches per leader, `max.in.flight.requests.per.connection`,
-  `request.timeout.ms`, retries with backoff within `delivery.timeout.ms` (KIP-91).
+  retries with backoff within `delivery.timeout.ms` (KIP-91). Its sockets are those of a
+  caller-driven `NetworkClient` (the client's one network layer: handshake, versions, timeouts,
+  reconnect backoff): the thread whose produce() fills a batch polls it and so sends the batch
+  itself while it is busy; a background thread polls it otherwise.
 * Idempotence (KIP-98, on by default as in Kafka 3.0+, KIP-679): InitProducerId, per-partition
   sequence numbers assigned once when a batch is first sent and kept on retry (the same bytes are
   re-sent); a partition with a batch to retry sends nothing else until the retries go out in sequence
@@ -22,27 +20,26 @@ What lives here:
   DUPLICATE_SEQUENCE_NUMBER counts as success.
 
 Connection errors become one clear line naming the addresses tried and what to do
-(`unreachable_message`, shared with the Admin).
+(`network.unreachable_message`, shared by every client).
 """
 from __future__ import annotations
 
-import os
-import selectors
-import socket
 import threading
 import time
-from collections import deque
 
 from kohort.client.accumulator import DeliveryFuture, RecordAccumulator, RecordMetadata
+from kohort.client.cluster import Cluster
 from kohort.client.config import load_config, parse_bootstrap
+from kohort.client.network import NetworkClient, Versioned, unreachable_message
 from kohort.client.partitioner import DefaultPartitioner, murmur2
 from kohort.errors import (
     ConfigError,
     ErrorCode,
+    IncompatibleBrokerVersionError,
     KafkaConnectionError,
     KafkaTimeoutError,
     KohortError,
-    MessageTooLargeError,
+    RecordTooLargeError,
     for_code,
 )
 from kohort.protocol.compression import (
@@ -52,10 +49,7 @@ from kohort.protocol.compression import (
     COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
 )
-from kohort.protocol.framing import ClientProtocol, pick_version
-from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
-from kohort.protocol.messages.metadata import MetadataRequest
 from kohort.protocol.messages.produce import ProduceRequest
 
 _CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
@@ -73,119 +67,6 @@ def _always(_node) -> bool:
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-# -- one connection ------------------------------------------------------------------------------------
-class BrokerLink:
-    """One connection to one broker. Not thread-safe: owned by one thread at a time."""
-
-    def __init__(self, host: str, port: int, node_id: int, client_id: str = "kohort",
-                 timeout_s: float = 10.0):
-        self.host, self.port, self.node_id = host, port, node_id
-        self.address = f"{host}:{port}"
-        self.proto = ClientProtocol(client_id)
-        self.callbacks: deque = deque()     # (correlation id, callback, sent at ms)
-        self.out = bytearray()
-        self.versions: dict[int, tuple[int, int]] = {}
-        self.closed = False
-        try:
-            self.sock = socket.create_connection((host, port), timeout=timeout_s)
-        except OSError as e:
-            raise KafkaConnectionError(f"cannot connect to {self.address}: {e.strerror or e}") from None
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            resp = self.request(ApiVersionsRequest(client_software_name="kohort",
-                                                   client_software_version="0.1"), 3, timeout_s)
-            if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
-                resp = self.request(ApiVersionsRequest(), 0, timeout_s)
-        except (OSError, KohortError) as e:
-            self.close()
-            raise KafkaConnectionError(f"{self.address} accepted the connection but did not answer "
-                                       f"ApiVersions ({e}); is it a Kafka broker?") from None
-        self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-        self.sock.setblocking(False)
-
-    def version(self, request_cls, cap: int | None = None, floor: int | None = None) -> int:
-        v = pick_version(request_cls.API_KEY, self.versions, cap)
-        if floor is not None and v < floor:
-            raise KohortError(f"{self.address} speaks {request_cls.__name__} only up to v{v}; "
-                              f"kohort needs v{floor}+")
-        return v
-
-    # blocking use (connect handshake, Admin)
-    def request(self, req, version: int | None = None, timeout_s: float = 30.0):
-        if version is None:
-            version = pick_version(type(req).API_KEY, self.versions)
-        _, data = self.proto.send(req, version)
-        sock = self.sock
-        sock.settimeout(timeout_s)
-        try:
-            sock.sendall(data)
-            while True:
-                chunk = sock.recv(1 << 20)
-                if not chunk:
-                    raise KafkaConnectionError(f"{self.address} closed the connection")
-                got = self.proto.receive_data(chunk)
-                if got:
-                    return got[0][1]
-        except socket.timeout:
-            self.close()
-            raise KafkaTimeoutError(f"{self.address} did not answer within {timeout_s}s") from None
-        except OSError as e:
-            self.close()
-            raise KafkaConnectionError(f"connection to {self.address} failed: {e}") from None
-
-    # non-blocking use (Producer's sender)
-    def enqueue(self, req, version: int, callback, now_ms: int, expect_response: bool = True) -> None:
-        corr, data = self.proto.send(req, version, expect_response)
-        self.out += data
-        if expect_response:
-            self.callbacks.append((corr, callback, now_ms))
-        elif callback is not None:
-            callback(None, None)
-
-    def flush_out(self) -> None:
-        if self.out:
-            try:
-                n = self.sock.send(self.out)
-            except BlockingIOError:
-                return
-            del self.out[:n]
-
-    def read(self) -> list:
-        """Read what is there; returns [(callback, response)]. Raises ConnectionError on EOF."""
-        try:
-            data = self.sock.recv(1 << 20)
-        except BlockingIOError:
-            return []
-        if not data:
-            raise ConnectionError(f"{self.address} closed the connection")
-        out = []
-        for corr, resp in self.proto.receive_data(data):
-            if self.callbacks and self.callbacks[0][0] == corr:
-                out.append((self.callbacks.popleft()[1], resp))
-        return out
-
-    @property
-    def in_flight(self) -> int:
-        return len(self.callbacks)
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            try:
-                self.sock.close()
-            except OSError:
-                pass
-
-
-def unreachable_message(addresses, errors, elapsed_s: float) -> str:
-    """The one-line error of a client that never reached any bootstrap broker (producer and admin)."""
-    tried = ", ".join(addresses)
-    why = "; ".join(dict.fromkeys(errors)) if errors else "no answer"
-    return (f"cannot reach any Kafka broker at {tried} ({why}) after {elapsed_s:.1f}s; check "
-            f"bootstrap.servers (-b/--bootstrap-server or $KOHORT_BOOTSTRAP for the kohort command) "
-            f"and that the broker is running and reachable")
 
 
 # -- cluster metadata (producer's view) ----------------------------------------------------------------
@@ -315,10 +196,10 @@ class Producer:
     def _check_record_size(self, size: int, headers) -> None:
         size += 90 + sum(len(k) + (len(v) if v is not None else 0) for k, v in (headers or ()))
         if size > self.max_request_size:
-            raise MessageTooLargeError(f"a record of about {size} bytes is larger than max.request.size="
+            raise RecordTooLargeError(f"a record of about {size} bytes is larger than max.request.size="
                                       f"{self.max_request_size}")
         if size > self.config["buffer.memory"]:
-            raise MessageTooLargeError(f"a record of about {size} bytes is larger than buffer.memory="
+            raise RecordTooLargeError(f"a record of about {size} bytes is larger than buffer.memory="
                                       f"{self.config['buffer.memory']}")
 
     def flush(self, timeout: float | None = None) -> int:
@@ -386,8 +267,7 @@ class Producer:
                 if left <= 0:
                     break
                 self._meta_cond.wait(min(left, 0.2))
-        with self.sender.lock:
-            self.sender.wanted.discard(topic)    # stop asking for a topic nobody could find
+        self.sender.forget_topic(topic)
         if self.sender.connect_errors and not self.sender.ever_connected:
             raise KafkaConnectionError(unreachable_message(
                 [f"{h}:{p}" for h, p in self.bootstrap], self.sender.connect_errors, self.max_block_ms / 1000))
@@ -432,68 +312,62 @@ class _PartitionState:
 
 
 class _Sender:
+    """The producer's I/O: metadata, producer ids, draining batches to leaders, retries. It drives a
+    caller-driven NetworkClient (the one network layer): whoever holds `io_lock` polls it -- the
+    producing thread itself while it is busy (`poke`), else this object's thread."""
+
     def __init__(self, producer: Producer):
         self.p = producer
         self.acc = producer.acc
-        self.links: dict[int, BrokerLink] = {}          # node id -> link
-        self.nodes: dict[int, tuple[str, int]] = {}
-        self.backoff_until: dict[int, int] = {}
-        self.sel = selectors.DefaultSelector()
-        self._r, self._w = os.pipe()
-        os.set_blocking(self._r, False)
-        os.set_blocking(self._w, False)
-        self.sel.register(self._r, selectors.EVENT_READ, None)
-        self._woken = False
+        self.net = NetworkClient(producer.config, role="producer", io_thread=False)
+        self.net.add_disconnect_listener(self._on_disconnect)
+        self.cluster = Cluster(self.net, producer.config, auto_create=True)   # the client's metadata view
+        self.cluster.add_listener(self._on_snapshot)
+        self.nodes: dict[int, tuple[str, int]] = {}     # broker id -> address, from Metadata
         self.running = True
         self.fatal: BaseException | None = None
-        self.wanted: set[str] = set()
-        self.meta_needed = True
-        self.meta_in_flight = False
-        self.meta_last_ms = 0
+        self.meta_needed = False                        # ask for fresh metadata at the next step
         self.connect_errors: list[str] = []
-        self.ever_connected = False
         self.producer_id = -1
         self.producer_epoch = -1
         self.pid_in_flight = False
         self.needs_bump = False
         self.parts: dict[tuple, _PartitionState] = {}
         self.lock = threading.Lock()
-        self.io_lock = threading.Lock()          # whoever holds it drives the sockets
+        self.io_lock = threading.Lock()          # whoever holds it drives the network client
         self.stats = {"requests": 0, "retries": 0, "disconnects": 0, "epoch_bumps": 0}
         self.last_poke_ms = 0
-        self.may_connect = True
         self.thread = threading.Thread(target=self.run, name="kohort-producer-io", daemon=True)
+
+    @property
+    def ever_connected(self) -> bool:
+        return self.net.has_connected()
 
     # called from other threads
     def wakeup(self) -> None:
-        if not self._woken:
-            self._woken = True
-            try:
-                os.write(self._w, b"x")
-            except (BlockingIOError, OSError):
-                pass
+        self.net.wakeup()
 
     def want_topic(self, topic: str) -> None:
-        with self.lock:
-            if topic not in self.wanted:
-                self.wanted.add(topic)
-            self.meta_needed = True
+        if topic not in self.cluster.topics:
+            self.cluster.add_topics([topic])
+        self.meta_needed = True
         self.wakeup()
+
+    def forget_topic(self, topic: str) -> None:
+        """Stop asking for a topic nobody could find."""
+        self.cluster.set_topics(self.cluster.topics - {topic})
 
     def stop(self) -> None:
         self.running = False
         self.wakeup()
         self.thread.join(10)
-        for link in list(self.links.values()):
-            link.close()
-        self.sel.close()
-        os.close(self._r)
-        os.close(self._w)
+        with self.io_lock:
+            self.net.close()
 
     # -- loop ------------------------------------------------------------------------------------------
     def run(self) -> None:
         """The I/O thread. While the producing thread is busy it does the I/O itself (`poke`), so
-        this thread mostly sleeps, sparing GIL hand-offs; otherwise it selects on the sockets."""
+        this thread mostly sleeps, sparing GIL hand-offs; otherwise it polls the network client."""
         try:
             while self.running:
                 if _now_ms() - self.last_poke_ms < 10:
@@ -505,10 +379,7 @@ class _Sender:
                             self.io_lock.release()
                     continue
                 with self.io_lock:
-                    timeout_s = self.prepare()
-                events = self.sel.select(timeout_s)
-                with self.io_lock:
-                    self.handle(events)
+                    self.step(1.0)
         except BaseException as e:  # noqa: BLE001 - a bug here must fail futures, not hang them
             self.fatal = KohortError(f"producer I/O thread crashed: {e!r}")
             with self.io_lock:
@@ -522,30 +393,31 @@ class _Sender:
         if self.io_lock.acquire(False):
             try:
                 self.last_poke_ms = _now_ms()
-                self.may_connect = False      # connecting may block: only the I/O thread does it
                 self.step(0.0)
             finally:
-                self.may_connect = True
                 self.io_lock.release()
         else:
             self.wakeup()
 
     def step(self, timeout_s: float) -> None:
         t = self.prepare()
-        self.handle(self.sel.select(min(t, timeout_s)))
+        self.net.poll(min(t, timeout_s))
 
     def prepare(self) -> float:
-        """Timers, metadata, producer id, expiry, sending; returns how long select may wait (s)."""
+        """Timers, metadata, producer id, expiry, sending; returns how long poll may wait (s)."""
         now = _now_ms()
         p = self.p
         timeout_ms = 100
-        # metadata
-        if self.meta_needed or now - self.meta_last_ms > p.config["metadata.max.age.ms"]:
-            self._request_metadata(now)
+        # metadata (the view refreshes when asked, when stale, and at metadata.max.age.ms)
+        if self.meta_needed:
+            self.meta_needed = False
+            self.cluster.request_update()
+        else:
+            self.cluster.maybe_refresh()
         # producer id
         if p.idempotent and not self.pid_in_flight and (self.producer_id < 0 or self.needs_bump) \
                 and self._total_in_flight() == 0:
-            self._init_producer_id(now)
+            self._init_producer_id()
         # expiry of queued batches
         for b in self.acc.expired(now):
             if b.base_sequence >= 0 and p.idempotent:
@@ -559,124 +431,21 @@ class _Sender:
             nodes = [n for n in nodes if self._node_ready(n)]
             timeout_ms = min(timeout_ms, next_ms)
             if unknown:
-                with self.lock:
-                    self.wanted |= unknown
-                    self.meta_needed = True
+                self.cluster.add_topics(unknown)
+                self.meta_needed = True
             for node in nodes:
                 self._send_to(node, now)
-        self._check_request_timeouts(now)
-        for link in list(self.links.values()):
-            if link.out and not link.closed:
-                try:
-                    link.flush_out()
-                except OSError as e:
-                    self._link_failed(link, e)
         return timeout_ms / 1000.0
 
-    def handle(self, events) -> None:
-        for key, mask in events:
-            link = key.data
-            if link is None:
-                try:
-                    os.read(self._r, 4096)
-                except BlockingIOError:
-                    pass
-                self._woken = False
-                continue
-            if link.closed:
-                continue
-            try:
-                if mask & selectors.EVENT_WRITE:
-                    link.flush_out()
-                if mask & selectors.EVENT_READ:
-                    for cb, resp in link.read():
-                        cb(resp, None)
-            except (OSError, KohortError) as e:
-                self._link_failed(link, e)
-                continue
-            self._update_interest(link)
-
-    def _update_interest(self, link: BrokerLink) -> None:
-        if link.closed:
-            return
-        ev = selectors.EVENT_READ | (selectors.EVENT_WRITE if link.out else 0)
-        self.sel.modify(link.sock, ev, link)
-
     # -- connections -----------------------------------------------------------------------------------
-    def _link(self, node: int, now: int):
-        link = self.links.get(node)
-        if link is not None and not link.closed:
-            return link
-        if self.backoff_until.get(node, 0) > now:
-            return None
-        if not self.may_connect:
-            self.wakeup()
-            return None
-        addr = self.nodes.get(node)
-        if addr is None:
-            return None
-        try:
-            link = BrokerLink(addr[0], addr[1], node, self.p.client_id,
-                              self.p.config["socket.connection.setup.timeout.ms"] / 1000.0)
-        except KafkaConnectionError as e:
-            self.connect_errors.append(str(e))
-            del self.connect_errors[:-8]
-            self.backoff_until[node] = now + self.p.config["reconnect.backoff.max.ms"]
-            self.meta_needed = True
-            return None
-        self.ever_connected = True
-        self.links[node] = link
-        self.sel.register(link.sock, selectors.EVENT_READ, link)
-        return link
-
-    def _any_link(self, now: int):
-        for node in list(self.links):
-            link = self.links[node]
-            if not link.closed and link.in_flight < self.p.max_in_flight:
-                return link
-        for node in list(self.nodes):
-            link = self._link(node, now)
-            if link is not None:
-                return link
-        for i, (host, port) in enumerate(self.p.bootstrap):
-            bid = -1 - i
-            if bid not in self.nodes:
-                self.nodes[bid] = (host, port)
-            link = self._link(bid, now)
-            if link is not None:
-                return link
-        return None
-
-    def _link_failed(self, link: BrokerLink, err) -> None:
-        link.close()
-        try:
-            self.sel.unregister(link.sock)
-        except (KeyError, ValueError, OSError):
-            pass
-        if self.links.get(link.node_id) is link:
-            del self.links[link.node_id]
-        self.backoff_until[link.node_id] = _now_ms() + self.p.config["reconnect.backoff.ms"]
+    def _on_disconnect(self, node_id: int, err) -> None:
+        self.connect_errors.append(str(err))
+        del self.connect_errors[:-8]
         self.meta_needed = True
         self.stats["disconnects"] += 1
-        cbs = list(link.callbacks)
-        link.callbacks.clear()
-        e = KafkaConnectionError(f"connection to {link.address} lost: {err}")
-        for _, cb, _ in cbs:
-            cb(None, e)
-
-    def _check_request_timeouts(self, now: int) -> None:
-        limit = self.p.request_timeout_ms
-        for link in list(self.links.values()):
-            if link.callbacks and now - link.callbacks[0][2] > limit:
-                self._link_failed(link, f"no response within request.timeout.ms={limit}")
 
     def _node_ready(self, node: int) -> bool:
-        link = self.links.get(node)
-        if link is None or link.closed:
-            link = self._link(node, _now_ms())
-            if link is None:
-                return False
-        return link.in_flight < self.p.max_in_flight
+        return self.net.ready(node) and self.net.in_flight(node) < self.p.max_in_flight
 
     def _total_in_flight(self) -> int:
         return sum(s.in_flight for s in self.parts.values())
@@ -689,76 +458,51 @@ class _Sender:
         n = info.leaders.get(partition, -1)
         return n if n >= 0 and n in self.nodes else None
 
-    def _request_metadata(self, now: int) -> None:
-        if self.meta_in_flight or now - self.meta_last_ms < self.p.config["retry.backoff.ms"]:
-            return
-        with self.lock:
-            topics = sorted(self.wanted | {t for t, i in self.p._topics.items() if not i.error})
-            self.meta_needed = False
-        link = self._any_link(now)
-        self.meta_last_ms = now
-        if link is None:
-            self.meta_needed = True
-            with self.p._meta_cond:
-                self.p._meta_cond.notify_all()
-            return
-        v = link.version(MetadataRequest, cap=12)
-        req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-                              allow_auto_topic_creation=True)
-        self.meta_in_flight = True
-        link.enqueue(req, v, self._on_metadata, now)
-        self._update_interest(link)
-
-    def _on_metadata(self, resp, err) -> None:
-        self.meta_in_flight = False
-        if err is not None:
-            self.meta_needed = True
-            return
-        nodes = {b.node_id: (b.host, b.port) for b in resp.brokers}
-        for nid in [n for n in self.nodes if n >= 0 and n not in nodes]:
-            del self.nodes[nid]
-        self.nodes.update(nodes)
+    def _on_snapshot(self, snap) -> None:
+        """A new metadata snapshot (on the polling thread): leaders and partitions for produce()."""
+        self.nodes = {n: (h, port) for n, (h, port, _) in snap.brokers.items()}
         topics = dict(self.p._topics)
-        for t in resp.topics:
-            if t.error_code:
-                if t.error_code == ErrorCode.LEADER_NOT_AVAILABLE or for_code(t.error_code).retriable:
-                    self.meta_needed = True
-                if t.name not in topics or t.error_code != ErrorCode.LEADER_NOT_AVAILABLE:
-                    topics[t.name] = _TopicInfo(t.name, 0, {}, t.error_code)
+        lna = ErrorCode.LEADER_NOT_AVAILABLE
+        for name, code in snap.topic_errors.items():
+            if code == lna or for_code(code).retriable:
+                self.meta_needed = True
+            if name not in topics or code != lna:
+                topics[name] = _TopicInfo(name, 0, {}, code)
+        for name, parts in snap.topics.items():
+            if name in snap.topic_errors:
                 continue
-            leaders = {pp.partition_index: (pp.leader_id if not pp.error_code or pp.leader_id >= 0 else -1)
-                       for pp in t.partitions}
+            leaders = {}
+            for part in parts:
+                pi = snap.partitions[(name, part)]
+                leaders[part] = pi.leader if not pi.error_code or pi.leader >= 0 else -1
             if any(n < 0 for n in leaders.values()):
                 self.meta_needed = True
-            topics[t.name] = _TopicInfo(t.name, len(t.partitions), leaders)
+            topics[name] = _TopicInfo(name, len(parts), leaders)
         self.p._topics = topics
         with self.p._meta_cond:
             self.p._meta_cond.notify_all()
 
     # -- producer id -----------------------------------------------------------------------------------
-    def _init_producer_id(self, now: int) -> None:
-        link = self._any_link(now)
-        if link is None:
-            return
-        try:
-            v = link.version(InitProducerIdRequest)
-        except KohortError as e:
-            if "enable.idempotence" not in self.p.config.given:
-                self.p.idempotent = False      # idempotence was only the default: go on without it
-                return
-            self.fatal = KohortError(f"enable.idempotence=true but {link.address} cannot give producer ids: {e}")
-            self._fail_everything(self.fatal)
-            return
-        bump = self.needs_bump and self.producer_id >= 0 and v >= 3
-        req = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=2147483647,
-                                    producer_id=self.producer_id if bump else -1,
-                                    producer_epoch=self.producer_epoch if bump else -1)
+    def _init_producer_id(self) -> None:
+        bump = self.needs_bump and self.producer_id >= 0
+
+        def build(v: int):
+            b = bump and v >= 3            # KIP-360: v3+ bumps the epoch of an existing producer id
+            return InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=2147483647,
+                                         producer_id=self.producer_id if b else -1,
+                                         producer_epoch=self.producer_epoch if b else -1)
         self.pid_in_flight = True
-        link.enqueue(req, v, self._on_producer_id, now)
-        self._update_interest(link)
+        _on_done(self.net.send(None, Versioned(InitProducerIdRequest.API_KEY, build)), self._on_producer_id)
 
     def _on_producer_id(self, resp, err) -> None:
         self.pid_in_flight = False
+        if isinstance(err, IncompatibleBrokerVersionError):
+            if "enable.idempotence" not in self.p.config.given:
+                self.p.idempotent = False      # idempotence was only the default: go on without it
+                return
+            self.fatal = KohortError(f"enable.idempotence=true but the broker cannot give producer ids: {err}")
+            self._fail_everything(self.fatal)
+            return
         if err is not None:
             return
         if resp.error_code:
@@ -799,9 +543,6 @@ class _Sender:
         return st is None or st.in_flight < 5
 
     def _send_to(self, node: int, now: int) -> None:
-        link = self.links.get(node)
-        if link is None or link.closed:
-            return
         tps = [tp for tp in self.acc.partitions() if self._leader_of(*tp) == node]
         batches = self.acc.drain(tps, self.p.max_request_size, now, self._can_send)
         if not batches:
@@ -826,21 +567,15 @@ class _Sender:
                              topic_data=[PD(name=t, partition_data=[PPD(index=b.partition, records=b.wire)
                                                                     for b in bs])
                                          for t, bs in by_topic.items()])
-        v = link.version(ProduceRequest, cap=_PRODUCE_MAX_VERSION, floor=_PRODUCE_MIN_VERSION)
         self.stats["requests"] += 1
+        fut = self.net.send(node, req, expect_response=p.acks != 0, max_version=_PRODUCE_MAX_VERSION,
+                            min_version=_PRODUCE_MIN_VERSION)
         if p.acks == 0:
-            link.enqueue(req, v, None, now, expect_response=False)
             for b in batches:
                 b.in_flight = False
                 self._finish(b, -1, -1, None)
         else:
-            link.enqueue(req, v, lambda resp, err: self._on_produce(batches, resp, err), now)
-        try:
-            link.flush_out()
-        except OSError as e:
-            self._link_failed(link, e)
-            return
-        self._update_interest(link)
+            _on_done(fut, lambda resp, err: self._on_produce(batches, resp, err))
 
     def _on_produce(self, batches, resp, err) -> None:
         now = _now_ms()
@@ -855,6 +590,9 @@ class _Sender:
             st = self.parts.get(tp)
             if st is not None:
                 st.in_flight -= 1
+            if isinstance(err, IncompatibleBrokerVersionError):
+                self._finish(b, -1, -1, err)
+                continue
             if err is not None:
                 self._retry_or_fail(b, err, now, leader_moved=True)
                 continue
@@ -913,24 +651,24 @@ class _Sender:
     def _fail_everything(self, err) -> None:
         for b in self.acc.abort_all(err):
             self._finish(b, -1, -1, err)
-        for link in list(self.links.values()):
-            cbs = list(link.callbacks)
-            link.callbacks.clear()
-            link.close()                  # answers to what was in flight can no longer be matched
-            try:
-                self.sel.unregister(link.sock)
-            except (KeyError, ValueError, OSError):
-                pass
-            self.links.pop(link.node_id, None)
-            for _, cb, _ in cbs:
-                try:
-                    cb(None, err)
-                except Exception:  # noqa: BLE001
-                    pass
+        # answers to what was in flight can no longer be matched: close, failing their futures
+        self.net.disconnect_all(err)
         for b in list(self.acc.incomplete):
             self._finish(b, -1, -1, err)
         with self.p._meta_cond:
             self.p._meta_cond.notify_all()
 
 
-__all__ = ["BrokerLink", "DeliveryFuture", "Producer", "RecordMetadata", "unreachable_message"]
+def _on_done(fut, fn) -> None:
+    """fn(response, None) or fn(None, error) when `fut` resolves (on the thread that polls)."""
+    def cb(f):
+        try:
+            resp = f.result()
+        except BaseException as e:  # noqa: BLE001 - handed to fn
+            fn(None, e)
+            return
+        fn(resp, None)
+    fut.add_done_callback(cb)
+
+
+__all__ = ["DeliveryFuture", "Producer", "RecordMetadata", "unreachable_message"]

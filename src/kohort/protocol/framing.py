@@ -2,18 +2,19 @@
 
 A Kafka frame is an int32 size followed by that many bytes: a header then a body. `FrameReader`
 splits a byte stream into frames and refuses an oversize frame from its 4-byte prefix alone, before
-any of its body is buffered. `ClientProtocol` is the client side of one connection: it numbers
-requests (correlation ids), remembers what each in-flight request was, and turns received bytes into
-(correlation_id, response) pairs -- no sockets involved, so tests drive it with plain bytes.
-`pick_version` chooses the highest version both sides support from the broker's ApiVersions ranges
-(KIP-35).
+any of its body is buffered. `ClientProtocol` is the client side of one connection and the only place
+its handshake lives: ApiVersions negotiation with fallback, version choice and capping, the leniency
+real brokers need (trailing bytes after a response body), correlation ids and in-order matching --
+no sockets involved, so tests drive it with plain bytes. Every client stack (NetworkClient, and so
+the producer, consumer, admin and the Spark source) connects through it. `pick_version` chooses the
+highest version both sides support from the broker's ApiVersions ranges (KIP-35).
 """
 from __future__ import annotations
 
 import struct
 from collections import OrderedDict
 
-from kohort.errors import DecodeError, KohortError
+from kohort.errors import DecodeError, ErrorCode, KohortError
 from kohort.protocol.headers import (
     API_VERSIONS_KEY,
     RequestHeader,
@@ -22,6 +23,7 @@ from kohort.protocol.headers import (
     response_header_version,
 )
 from kohort.protocol.messages import REQUESTS, RESPONSES
+from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.primitives import Reader
 
 _SIZE = struct.Struct(">i")
@@ -182,14 +184,73 @@ def pick_version(api_key: int, broker_ranges: dict[int, tuple[int, int]], cap: i
     return hi
 
 
+def last_rigid_version(api_key: int, cap: int | None = None) -> int | None:
+    """The highest version of `api_key` before its first flexible one (KIP-482), capped by `cap`;
+    `cap` unchanged for an API that is flexible from its first version or never."""
+    cls = REQUESTS.get(api_key)
+    if cls is None:
+        return cap
+    first_flex = cls._flex[0]
+    if first_flex > cls.MAX_VERSION or first_flex <= cls.MIN_VERSION:
+        return cap
+    return first_flex - 1 if cap is None else min(cap, first_flex - 1)
+
+
+def decode_response_lenient(payload, api_key: int, version: int, response_class=None):
+    """Decode a response frame payload -> (correlation_id, response). Trailing bytes after the body
+    are ignored, as Kafka's own clients do (librdkafka's mock cluster appends bytes to some flexible
+    responses, e.g. 5 after ApiVersions v3 and 1 after Metadata). `response_class` decodes with a
+    class of the same wire layout instead of the registered one."""
+    cls = response_class or RESPONSES.get(api_key)
+    if cls is None:
+        raise DecodeError(f"no response schema for api_key {api_key}")
+    r = Reader(payload)
+    header = ResponseHeader.read(r, response_header_version(api_key, cls, version))
+    return header.correlation_id, cls.decode(r, version, exact=False)
+
+
+class HandshakeError(KohortError):
+    """The ApiVersions handshake failed: the peer's answer is not an ApiVersions response, or an error."""
+
+
+UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
+HANDSHAKE_VERSION = 3
+
+# connection states of ClientProtocol
+IDLE, HANDSHAKE, READY = "IDLE", "HANDSHAKE", "READY"
+
+
 class ClientProtocol:
-    """Client side of one Kafka connection, sans I/O.
+    """Client side of one Kafka connection, sans I/O: the ApiVersions handshake, version choice,
+    correlation ids, in-order response matching. No sockets, threads or clocks: the caller writes
+    what `data_to_send()` returns and feeds what it reads to `receive_data()`.
 
-    send() -> bytes to write; receive_data(bytes) -> list of (correlation_id, response). Kafka answers
-    requests of one connection in order, so a response for an unexpected correlation id is an error."""
+    Handshake (KIP-35, KIP-511): `initiate()` queues ApiVersions v3. The answer is decoded leniently
+    (trailing bytes ignored) in v3, else in v0 (a broker that does not know our version answers in
+    v0). UNSUPPORTED_VERSION makes it ask again in the highest ApiVersions version both sides know
+    (from the broker's list, else v0). Then `state` is READY and `versions` holds the broker's
+    ranges; `pick(api_key, cap)` gives the highest version both sides support. A broker that stops at
+    ApiVersions v2 yet lists flexible versions of other APIs (librdkafka's mock cluster crashes on
+    flexible SyncGroup) gets only the versions before each API's first flexible one, since KIP-482's
+    flexible versions shipped with ApiVersions v3.
 
-    def __init__(self, client_id: str | None = "kohort", max_frame: int = DEFAULT_MAX_FRAME):
+    `send(request, version) -> (correlation_id, bytes)` (the bytes are also what the caller writes;
+    they are not queued in `data_to_send`, so a driver can batch its own writes);
+    `receive_data(bytes) -> [(correlation_id, response)]`. Kafka answers the requests of one
+    connection in order, so a response for an unexpected correlation id is an error. A driver that
+    splits frames itself uses `expect(corr)` / `decode_frame(payload, api_key, version)` instead.
+    """
+
+    def __init__(self, client_id: str | None = "kohort", max_frame: int = DEFAULT_MAX_FRAME,
+                 software_name: str = "kohort", software_version: str = "0"):
         self.client_id = client_id
+        self.software_name, self.software_version = software_name, software_version
+        self.state = IDLE
+        self.versions: dict[int, tuple[int, int]] = {}
+        self.no_flex = False
+        self._hs_version = HANDSHAKE_VERSION
+        self._hs_corr = -1
+        self._outbox = bytearray()
         self._frames = FrameReader(max_frame)
         self._next_corr = 0
         self._in_flight: OrderedDict[int, tuple[int, int]] = OrderedDict()
@@ -198,9 +259,86 @@ class ClientProtocol:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def send(self, request, version: int, expect_response: bool = True) -> tuple[int, bytes]:
+    @property
+    def ready(self) -> bool:
+        return self.state == READY
+
+    # -- handshake ---------------------------------------------------------------------------------
+    def initiate(self) -> None:
+        """Start the ApiVersions handshake; its request is in `data_to_send()`."""
+        self.state = HANDSHAKE
+        self._hs_version = HANDSHAKE_VERSION
+        self._send_api_versions()
+
+    def data_to_send(self) -> bytes:
+        out, self._outbox = bytes(self._outbox), bytearray()
+        return out
+
+    def _send_api_versions(self) -> None:
+        v = self._hs_version
+        req = ApiVersionsRequest(client_software_name=self.software_name,
+                                 client_software_version=self.software_version)
+        corr = self._take_corr()
+        self._hs_corr = corr
+        self._outbox += encode_request(req, v, corr, self.client_id)
+
+    def _on_handshake_frame(self, payload) -> None:
+        v = self._hs_version
+        resp = None
+        for dv in ((v, 0) if v else (0,)):
+            try:
+                corr, resp = decode_response_lenient(payload, API_VERSIONS_KEY, dv)
+                break
+            except DecodeError:
+                continue
+        if resp is None:
+            # undecodable; an UNSUPPORTED_VERSION error code up front still tells us to step down
+            if v > 0 and len(payload) >= 6 and int.from_bytes(payload[4:6], "big") == UNSUPPORTED_VERSION:
+                self._hs_version = 0
+                self._send_api_versions()
+                return
+            raise HandshakeError(f"the answer to ApiVersions v{v} is not an ApiVersions response")
+        if corr != self._hs_corr:
+            raise HandshakeError(f"ApiVersions answered with correlation id {corr}, expected {self._hs_corr}")
+        ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        if resp.error_code == UNSUPPORTED_VERSION and v > 0:
+            theirs = ranges.get(API_VERSIONS_KEY, (0, 0))
+            self._hs_version = max(0, min(theirs[1], v - 1))
+            self._send_api_versions()
+            return
+        if resp.error_code:
+            raise HandshakeError(f"ApiVersions failed with error code {resp.error_code}")
+        self.versions = ranges
+        self.no_flex = ranges.get(API_VERSIONS_KEY, (0, 0))[1] < 3
+        self.state = READY
+
+    # -- versions ----------------------------------------------------------------------------------
+    def pick(self, api_key: int, cap: int | None = None, floor: int | None = None) -> int:
+        """The version to send `api_key` in: the highest both sides support, <= cap; raises
+        UnsupportedVersionError when there is none (or it is below `floor`)."""
+        if self.no_flex:
+            cap = last_rigid_version(api_key, cap)
+        v = pick_version(api_key, self.versions, cap)
+        if floor is not None and v < floor:
+            raise UnsupportedVersionError(
+                f"the broker speaks {_api(api_key)} only up to v{v}; v{floor}+ is needed")
+        return v
+
+    def check(self, api_key: int, version: int) -> None:
+        """Raise UnsupportedVersionError if the broker does not support `version` of `api_key`."""
+        rng = self.versions.get(api_key)
+        if rng is not None and not rng[0] <= version <= rng[1]:
+            raise UnsupportedVersionError(
+                f"{_api(api_key)} v{version} requested but the broker supports v{rng[0]}-v{rng[1]}")
+
+    # -- requests and responses --------------------------------------------------------------------
+    def _take_corr(self) -> int:
         corr = self._next_corr
         self._next_corr = (corr + 1) & 0x7FFFFFFF
+        return corr
+
+    def send(self, request, version: int, expect_response: bool = True) -> tuple[int, bytes]:
+        corr = self._take_corr()
         data = encode_request(request, version, corr, self.client_id)
         if expect_response:
             self._in_flight[corr] = (type(request).API_KEY, version)
@@ -209,6 +347,9 @@ class ClientProtocol:
     def receive_data(self, data) -> list:
         out = []
         for payload in self._frames.feed(data):
+            if self.state == HANDSHAKE:
+                self._on_handshake_frame(payload)
+                continue
             if len(payload) < 4:
                 raise DecodeError("response frame shorter than its correlation id")
             (corr,) = _SIZE.unpack_from(payload, 0)
@@ -218,13 +359,26 @@ class ClientProtocol:
             if corr != expected:
                 raise DecodeError(f"response correlation id {corr} does not match the oldest request {expected}")
             del self._in_flight[corr]
-            _, resp = decode_response(payload, api_key, version)
+            _, resp = decode_response_lenient(payload, api_key, version)
             out.append((corr, resp))
         return out
 
+    def on_handshake_data(self, data) -> None:
+        """Feed bytes during the handshake (a driver that splits READY frames itself). Bytes after
+        the ApiVersions response are an error: nothing else is in flight yet."""
+        self.receive_data(data)
+        if self.state == READY and self._frames.buffered:
+            raise HandshakeError("unexpected bytes after the ApiVersions response")
+
+
+def _api(api_key: int) -> str:
+    cls = REQUESTS.get(api_key)
+    return cls.__name__[:-7] if cls is not None else f"api_key {api_key}"
+
 
 __all__ = [
-    "API_VERSIONS_KEY", "ClientProtocol", "DEFAULT_MAX_FRAME", "FrameReader", "FrameTooLargeError",
+    "API_VERSIONS_KEY", "ClientProtocol", "HANDSHAKE", "HandshakeError", "IDLE", "READY",
+    "decode_response_lenient", "last_rigid_version", "DEFAULT_MAX_FRAME", "FrameReader", "FrameTooLargeError",
     "UnsupportedRequestError", "UnsupportedVersionError", "decode_request", "decode_response",
     "encode_request", "encode_response", "encode_response_buffer", "frame", "frame_size", "peek_request_header", "pick_version",
 ]

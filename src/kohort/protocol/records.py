@@ -15,10 +15,14 @@ What lives here:
   variable KOHORT_NO_EXT is unset or empty, the three functions above run in C (`HAVE_EXTENSION`,
   `extension_enabled()`, `use_extension()`); the pure-Python decoders (`_py_*`) stay the reference
   and produce identical results. Legacy entries and decompression call back into Python.
-* `BatchBuilder` / `build_batch`: encoding, incremental for the producer.
+* Encoding, once: `append_record` (one record), `encode_headers`, `write_batch` (header, compression,
+  CRC); `BatchBuilder` / `build_batch` build on them, and so does the producer's ProducerBatch.
 * `patch_base_offset`, `patch_leader_epoch` (in place, CRC unaffected because the CRC starts at
   Attributes), `set_log_append_time` (rewrites Attributes/MaxTimestamp and the CRC).
 * Control batches of transaction markers (KIP-98): `build_control_batch`, `parse_control_record`.
+* Reading fetched bytes, shared by the consumer and the Spark source: `scan_batches` (next fetch
+  offset, last leader epoch, CRC check, from headers only) and `AbortedTransactions`, the one
+  read_committed filter (KIP-98).
 * Legacy MessageSet v0/v1 (KIP-32 added the v1 timestamp; KIP-31 relative offsets in compressed
   wrappers): `iter_legacy_messages`, and `iter_any_records` for payloads mixing magic 0/1/2.
 
@@ -26,6 +30,7 @@ Malformed bytes raise only DecodeError (CorruptRecordError for integrity failure
 """
 from __future__ import annotations
 
+import heapq
 import os
 import struct
 import zlib
@@ -726,6 +731,17 @@ def _zz_varint(out: bytearray, v: int) -> None:
     out.append(v)
 
 
+def zigzag(v: int) -> bytes:
+    """The zig-zag varint bytes of `v`."""
+    out = bytearray()
+    _zz_varint(out, v)
+    return bytes(out)
+
+
+ZZ_TABLE_SIZE = 1 << 14
+ZZ = [zigzag(v) for v in range(ZZ_TABLE_SIZE)]   # small non-negative varints, pre-encoded (hot paths)
+
+
 def _zz_size(v: int) -> int:
     v = (v << 1) if v >= 0 else ((-v) << 1) - 1
     n = 1
@@ -739,6 +755,88 @@ def _check_bytes(what: str, v):
     if v is None or isinstance(v, (bytes, bytearray, memoryview)):
         return v
     raise EncodeError(f"record {what} must be bytes or None, not {type(v).__name__}")
+
+
+def encode_headers(headers) -> bytes:
+    """A record's header section: [(key str|bytes, value bytes|str|None)] or a dict."""
+    if not headers:
+        return b"\x00"
+    if isinstance(headers, dict):
+        headers = list(headers.items())
+    out = bytearray()
+    _zz_varint(out, len(headers))
+    for hk, hv in headers:
+        if isinstance(hk, str):
+            hk = hk.encode("utf-8")
+        elif not isinstance(hk, (bytes, bytearray)):
+            raise EncodeError(f"record header key must be str, not {type(hk).__name__}")
+        _zz_varint(out, len(hk))
+        out += hk
+        if hv is None:
+            out.append(1)
+        else:
+            if isinstance(hv, str):
+                hv = hv.encode("utf-8")
+            elif not isinstance(hv, (bytes, bytearray, memoryview)):
+                raise EncodeError(f"record header value must be bytes, str or None, not {type(hv).__name__}")
+            _zz_varint(out, len(hv))
+            out += hv
+    return bytes(out)
+
+
+def append_record(buf: bytearray, offset_delta: int, ts_delta: int, key, value, headers) -> int:
+    """Append one v2 record (its length varint first) to `buf`; returns the bytes appended. The one
+    record encoder: BatchBuilder and the producer's ProducerBatch both call it (the producer inlines
+    only its commonest shape: no key, no headers, same millisecond)."""
+    zz = ZZ
+    n0 = len(buf)
+    tsv = zz[ts_delta] if 0 <= ts_delta < ZZ_TABLE_SIZE else zigzag(ts_delta)
+    offv = zz[offset_delta] if offset_delta < ZZ_TABLE_SIZE else zigzag(offset_delta)
+    if value is None:
+        vh, vl = b"\x01", 0
+    else:
+        vl = len(value)
+        vh = zz[vl] if vl < ZZ_TABLE_SIZE else zigzag(vl)
+    if key is None:
+        kh, kl = b"\x01", 0
+    else:
+        kl = len(key)
+        kh = zz[kl] if kl < ZZ_TABLE_SIZE else zigzag(kl)
+    hb = encode_headers(headers) if headers else b"\x00"
+    blen = 1 + len(tsv) + len(offv) + len(kh) + kl + len(vh) + vl + len(hb)
+    if blen > _I32_MAX:
+        raise EncodeError("record too large")
+    buf += zz[blen] if blen < ZZ_TABLE_SIZE else zigzag(blen)
+    buf += b"\x00"                                    # attributes
+    buf += tsv
+    buf += offv
+    buf += kh
+    if key is not None:
+        buf += key
+    buf += vh
+    if value is not None:
+        buf += value
+    buf += hb
+    return len(buf) - n0
+
+
+def write_batch(records_bytes, count: int, base_ts: int, max_ts: int, *, base_offset: int = 0,
+                compression: int = COMPRESSION_NONE, attributes: int = 0, producer_id: int = NO_PRODUCER_ID,
+                producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
+                partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
+    """The one RecordBatch v2 writer: header, (compressed) records, CRC-32C. `attributes` adds flags
+    (timestamp type, transactional, control) to the compression codec."""
+    payload = records_bytes if compression == COMPRESSION_NONE else compress(compression, bytes(records_bytes))
+    out = bytearray(BATCH_HEADER_SIZE)
+    out += payload
+    try:
+        _HDR.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0,
+                       compression | attributes, count - 1, base_ts, max_ts, producer_id, producer_epoch,
+                       base_sequence, count)
+    except struct.error as e:
+        raise EncodeError(f"record batch header field out of range: {e}") from None
+    _U32.pack_into(out, CRC_OFFSET, _crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
 
 
 class BatchBuilder:
@@ -818,67 +916,27 @@ class BatchBuilder:
         ts_delta = timestamp - self._base_ts
         if not _I64_MIN <= ts_delta <= _I64_MAX:
             raise EncodeError(f"timestamp {timestamp} too far from the batch's first timestamp")
-        body = bytearray(b"\x00")                    # attributes
-        _zz_varint(body, ts_delta)
-        _zz_varint(body, delta)
-        if key is None:
-            body.append(1)
-        else:
-            _zz_varint(body, len(key))
-            body += key
-        if value is None:
-            body.append(1)
-        else:
-            _zz_varint(body, len(value))
-            body += value
-        if not headers:
-            body.append(0)
-        else:
-            _zz_varint(body, len(headers))
-            for hk, hv in headers:
-                if isinstance(hk, str):
-                    hk = hk.encode("utf-8")
-                elif not isinstance(hk, (bytes, bytearray)):
-                    raise EncodeError(f"record header key must be str, not {type(hk).__name__}")
-                _zz_varint(body, len(hk))
-                body += hk
-                if hv is None:
-                    body.append(1)
-                else:
-                    _check_bytes("header value", hv)
-                    _zz_varint(body, len(hv))
-                    body += hv
-        if len(body) > _I32_MAX:
-            raise EncodeError("record too large")
-        buf = self._buf
-        _zz_varint(buf, len(body))
-        buf += body
+        if headers:
+            for _hk, hv in headers:
+                _check_bytes("header value", hv)
+        append_record(self._buf, delta, ts_delta, key, value, headers)
         self._count = delta + 1
         return delta
 
     def build(self) -> bytes:
         if self._count == 0:
             raise EncodeError("a record batch needs at least one record")
-        attributes = self.compression
+        attributes = 0
         if self.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
             attributes |= ATTR_TIMESTAMP_TYPE
         if self.transactional:
             attributes |= ATTR_TRANSACTIONAL
         if self.is_control:
             attributes |= ATTR_CONTROL
-        payload = self._buf if self.compression == COMPRESSION_NONE else \
-            compress(self.compression, bytes(self._buf))
-        out = bytearray(BATCH_HEADER_SIZE)
-        out += payload
-        try:
-            _HDR.pack_into(out, 0, self.base_offset, len(out) - LOG_OVERHEAD,
-                           self.partition_leader_epoch, MAGIC_V2, 0, attributes, self._count - 1,
-                           self._base_ts, self._max_ts, self.producer_id, self.producer_epoch,
-                           self.base_sequence, self._count)
-        except struct.error as e:
-            raise EncodeError(f"record batch header field out of range: {e}") from None
-        _U32.pack_into(out, CRC_OFFSET, _crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
-        return bytes(out)
+        return write_batch(self._buf, self._count, self._base_ts, self._max_ts, base_offset=self.base_offset,
+                           compression=self.compression, attributes=attributes,
+                           producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                           base_sequence=self.base_sequence, partition_leader_epoch=self.partition_leader_epoch)
 
 
 def build_batch(records, *, base_offset: int = 0, compression: int = COMPRESSION_NONE,
@@ -958,6 +1016,78 @@ def parse_control_record(key, value) -> tuple[int, int]:
             raise DecodeError(f"invalid transaction marker version {vversion}")
         return ctype, coordinator_epoch
     return ctype, -1
+
+
+# -- scanning fetched bytes and read_committed (KIP-98) ---------------------------------------------
+_ENTRY = struct.Struct(">qi")
+
+
+def scan_batches(d: bytes, fetch_offset: int = -1, check_crcs: bool = False) -> tuple[int, int | None, bool]:
+    """Walk the complete entries of fetched bytes `d` (batches of any magic, control ones included)
+    from their headers only: -> (next fetch offset, i.e. the offset after the last complete entry and
+    at least `fetch_offset`; leader epoch of the last v2 batch or None; whether legacy v0/v1 entries
+    were seen). With check_crcs, verifies the CRC-32C of each v2 batch at or past fetch_offset."""
+    n = len(d)
+    pos = 0
+    nxt = fetch_offset
+    epoch = None
+    legacy = False
+    mv = memoryview(d)
+    unpack = _ENTRY.unpack_from
+    while n - pos >= 17:
+        base, length = unpack(d, pos)
+        end = pos + 12 + length
+        if length < 0 or end > n:
+            break
+        if d[pos + MAGIC_OFFSET] >= MAGIC_V2 and length >= _MIN_BATCH_LENGTH:
+            last = base + _I32.unpack_from(d, pos + 23)[0] + 1
+            if check_crcs and last > fetch_offset and \
+                    _crc32c(mv[pos + ATTRIBUTES_OFFSET:end]) != _U32.unpack_from(d, pos + CRC_OFFSET)[0]:
+                raise CorruptRecordError(f"record batch at offset {base}: CRC-32C mismatch")
+            e = _I32.unpack_from(d, pos + PARTITION_LEADER_EPOCH_OFFSET)[0]
+            if e >= 0:
+                epoch = e
+        else:
+            legacy = True
+            last = base + 1   # legacy: the (wrapper) entry's offset is its last offset
+        if last > nxt:
+            nxt = last
+        pos = end
+    return nxt, epoch, legacy
+
+
+class AbortedTransactions:
+    """Consumer-side read_committed filtering (KIP-98), for one partition.
+
+    `add(aborted)` takes a fetch response's AbortedTransactions ((producer_id, first_offset) pairs or
+    objects with those attributes); `keep(d, pos, header)` is called for each v2 batch in offset order
+    and says whether its records are delivered: never for control batches (an ABORT marker ends its
+    producer's aborted transaction), not for a transactional batch of a producer inside an aborted
+    transaction. State carries over successive fetches of the partition."""
+
+    __slots__ = ("_pending", "_active")
+
+    def __init__(self, aborted=()):
+        self._pending: list = []            # heap of (first_offset, producer_id)
+        self._active: set[int] = set()      # producers inside an aborted transaction
+        self.add(aborted)
+
+    def add(self, aborted) -> None:
+        for a in aborted or ():
+            pid, first = (a.producer_id, a.first_offset) if hasattr(a, "producer_id") else a
+            heapq.heappush(self._pending, (first, pid))
+
+    def keep(self, d, pos: int, h: BatchHeader) -> bool:
+        pending, active = self._pending, self._active
+        while pending and pending[0][0] <= h.last_offset:
+            active.add(heapq.heappop(pending)[1])
+        if h.is_control:
+            if h.producer_id in active:
+                for rec in iter_batch_records(d, pos, h):
+                    if rec[2] is not None and parse_control_record(rec[2], rec[3])[0] == CONTROL_ABORT:
+                        active.discard(h.producer_id)
+            return False
+        return not (h.is_transactional and h.producer_id in active)
 
 
 # -- legacy MessageSet v0 / v1 --------------------------------------------------------------------

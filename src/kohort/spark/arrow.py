@@ -6,14 +6,13 @@ payloads into those columns, keeping records in [from_offset, until_offset):
 
 * read_uncommitted (the default): `kohort.protocol.records.decode_columns` (C when built) gives the
   Arrow buffers of offsets, timestamps, keys and values directly; no per-record Python objects.
-* read_committed: a Python walk batch by batch that also drops aborted transactional data (KIP-98:
-  the fetch response's AbortedTransactions list plus the ABORT control markers).
+* read_committed: a Python walk batch by batch that also drops aborted transactional data with
+  `records.AbortedTransactions` (KIP-98; the consumer's fetcher uses the same filter).
 
 `next_fetch_offset(payload)` is the offset after the last complete batch (from batch headers only).
 """
 from __future__ import annotations
 
-import heapq
 import struct
 import sys
 
@@ -58,7 +57,7 @@ class ColumnBuilder:
         self.include_headers = include_headers
         self.read_committed = read_committed
         self.schema = arrow_schema(include_headers)
-        self._aborted_active: set[int] = set()
+        self._aborted = R.AbortedTransactions()    # read_committed state across fetches (KIP-98)
         self._reset()
 
     def _reset(self):
@@ -121,8 +120,10 @@ class ColumnBuilder:
         n = len(d)
         pos = 0
         nxt = None
-        aborted = [(first, pid) for pid, first in aborted_transactions] if self.read_committed else []
-        heapq.heapify(aborted)
+        keep = None
+        if self.read_committed:
+            self._aborted.add(aborted_transactions)
+            keep = self._aborted.keep
         offsets, tss, keys, values, tst, hdrs = (self.offsets, self.timestamps, self.keys, self.values,
                                                  self.ts_types, self.headers)
         want_headers = self.include_headers
@@ -149,16 +150,8 @@ class ColumnBuilder:
             pos_here, pos = pos, end
             if h.next_offset <= from_offset or h.base_offset >= until_offset:
                 continue
-            if self.read_committed:
-                while aborted and aborted[0][0] <= h.last_offset:
-                    self._aborted_active.add(heapq.heappop(aborted)[1])
-                if h.is_control:
-                    if h.producer_id in self._aborted_active:
-                        for _o, _t, k, v, _h in R.iter_batch_records(d, pos_here, h):
-                            if k is not None and R.parse_control_record(k, v)[1] == R.CONTROL_ABORT:
-                                self._aborted_active.discard(h.producer_id)
-                    continue
-                if h.is_transactional and h.producer_id in self._aborted_active:
+            if keep is not None:
+                if not keep(d, pos_here, h):
                     continue
             elif h.is_control:
                 continue
@@ -217,16 +210,5 @@ def _repeat_i32(v: int, n: int) -> bytes:
 
 def next_fetch_offset(d: bytes) -> tuple[int | None, bool]:
     """(offset after the last complete batch or None, whether a legacy v0/v1 entry was seen)."""
-    n = len(d)
-    pos = 0
-    nxt = None
-    while n - pos >= R.LOG_OVERHEAD:
-        length = int.from_bytes(d[pos + 8:pos + 12], "big", signed=True)
-        end = pos + R.LOG_OVERHEAD + length
-        if length >= 0 and end > n:
-            break
-        if d[pos + R.MAGIC_OFFSET] < R.MAGIC_V2:
-            return nxt, True
-        nxt = R.read_batch_header(d, pos).next_offset
-        pos = end
-    return nxt, False
+    nxt, _, legacy = R.scan_batches(d)
+    return (None if nxt < 0 else nxt), legacy

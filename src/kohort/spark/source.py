@@ -31,7 +31,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from kohort.errors import ConfigError, KafkaError, KohortError, for_code
+from kohort.errors import ConfigError, ErrorCode, KafkaError, KohortError, for_code
 from kohort.spark import planning as P
 from kohort.spark.arrow import ColumnBuilder, schema_ddl
 from kohort.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, parse_source_options
@@ -39,7 +39,7 @@ from kohort.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, pa
 log = logging.getLogger("kohort.spark")
 
 ROWS_PER_ARROW_BATCH = 16384
-OFFSET_OUT_OF_RANGE = 1
+OFFSET_OUT_OF_RANGE = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 class DataLossError(KohortError):
@@ -78,7 +78,7 @@ def read_range(opts: SourceOptions, part: RangePartition, cluster=None, now=time
     tp = (part.topic, part.partition)
     iso = 1 if cfg.get("isolation.level") == "read_committed" else 0
     builder = ColumnBuilder(part.topic, part.partition, opts.include_headers, read_committed=bool(iso))
-    max_bytes = int(cfg.get("max.partition.fetch.bytes", 8 << 20))
+    max_bytes = int(cfg.get("max.partition.fetch.bytes", 1 << 20))   # the consumer's default, as in spark-sql-kafka
     max_wait_ms = int(cfg.get("fetch.max.wait.ms", 500))
     pos, until = part.from_offset, part.until_offset
     deadline = now() + opts.poll_timeout_ms / 1000.0

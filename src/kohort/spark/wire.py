@@ -1,10 +1,13 @@
-"""A small blocking Kafka client for the Spark source: what the driver and the executors need, nothing more.
+"""The Spark source's blocking client calls: what the driver and the executors need, nothing more.
 
 The Spark source runs inside Spark's Python workers (a long-lived planner process on the driver, short
-task workers on executors), where a blocking socket per broker is the simplest robust shape. This module
-speaks the protocol through kohort.protocol (framing, messages, ApiVersions negotiation):
+task workers on executors). `Cluster` is a thin layer over the client's one network layer: a
+caller-driven `NetworkClient` (no background thread; each call sends and polls until its answer), so
+bootstrap parsing (`PLAINTEXT://host:port` too), the ApiVersions handshake, version negotiation,
+reconnect backoff and request timeouts are the client's own. Requests come from
+`kohort.client.requests`, the builders and readers shared with the consumer and the admin.
 
-* `Cluster(config)` -- bootstrap, Metadata (leaders, topic ids), per-node `BrokerConnection`s.
+* `Cluster(config)` -- Metadata (leaders, topic ids) for the topics asked about.
 * `Cluster.list_offsets({tp: timestamp}, isolation_level)` -- ListOffsets routed to each leader
   (-2 earliest, -1 latest, >= 0 first offset with timestamp >= ts), retried on leader changes.
 * `Cluster.fetch(tp, offset, ...)` -- one FetchRequest v4-v12 to the partition's leader (explicit
@@ -13,139 +16,49 @@ speaks the protocol through kohort.protocol (framing, messages, ApiVersions nego
   member id (a "simple" commit, as kafka-consumer-groups.sh --reset-offsets does); `committed_offsets`.
 * `create_topics` -- for the demo and tests.
 
-Why not kohort.client here: Spark runs the source in many short-lived Python workers, where a blocking
-socket without an I/O thread is the cheapest thing to open per task; and `offset_bounds` checks
-ListOffsets(latest) against a Fetch's high watermark, which some brokers need (Tansu answers latest with
-a stale offset). Writes go through kohort.client's Producer (see sink.py).
+`offset_bounds` checks ListOffsets(latest) against a Fetch's high watermark, which some brokers need
+(Tansu answers latest with a stale offset). Writes go through kohort.client's Producer (see sink.py).
 """
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 
+from kohort.client import requests as R
+from kohort.client.cluster import Cluster as MetadataView
+from kohort.client.config import load_config
+from kohort.client.network import NetworkClient
 from kohort.errors import (
-    ConfigError,
+    ErrorCode,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     for_code,
 )
-from kohort.protocol.framing import ClientProtocol, pick_version
-from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.create_topics import CreateTopicsRequest
 from kohort.protocol.messages.fetch import FetchRequest
-from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest
-from kohort.protocol.messages.list_offsets import ListOffsetsRequest
-from kohort.protocol.messages.metadata import MetadataRequest
-from kohort.protocol.messages.offset_commit import OffsetCommitRequest
-from kohort.protocol.messages.offset_fetch import OffsetFetchRequest
 
-# highest versions this helper builds requests for (the topic-name forms)
-CAPS = {
-    MetadataRequest.API_KEY: 12, ListOffsetsRequest.API_KEY: 7, FetchRequest.API_KEY: 12,
-    OffsetCommitRequest.API_KEY: 9, OffsetFetchRequest.API_KEY: 7, FindCoordinatorRequest.API_KEY: 3,
-    CreateTopicsRequest.API_KEY: 7,
-}
+FETCH_MAX_VERSION = 12          # v13 names topics by id only (KIP-516)
 ZERO_UUID = uuid.UUID(int=0)
-
-
-def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
-    out = []
-    for item in servers.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ConfigError(f"bootstrap server {item!r} must be host:port")
-        out.append((host.strip("[]"), int(port)))
-    if not out:
-        raise ConfigError("bootstrap.servers is empty")
-    return out
-
-
-class BrokerConnection:
-    """One blocking TCP connection with negotiated API versions; requests answered in order."""
-
-    def __init__(self, host: str, port: int, client_id: str = "kohort-spark", timeout_s: float = 30.0):
-        self.host, self.port = host, port
-        self.timeout_s = timeout_s
-        try:
-            self.sock = socket.create_connection((host, port), timeout=min(timeout_s, 10.0))
-        except OSError as e:
-            raise KafkaConnectionError(f"cannot connect to {host}:{port}: {e}") from None
-        self.sock.settimeout(timeout_s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.proto = ClientProtocol(client_id)
-        self.versions: dict[int, tuple[int, int]] = {}
-        resp = self._roundtrip(ApiVersionsRequest(client_software_name="kohort-spark",
-                                                  client_software_version="1"), 3)
-        if resp.error_code == 35:                      # UNSUPPORTED_VERSION: retry with v0
-            resp = self._roundtrip(ApiVersionsRequest(), 0)
-        if resp.error_code:
-            raise for_code(resp.error_code)(f"ApiVersions from {host}:{port}")
-        self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def version(self, cls) -> int:
-        return pick_version(cls.API_KEY, self.versions, CAPS.get(cls.API_KEY))
-
-    def _roundtrip(self, request, version: int, timeout_s: float | None = None):
-        _, data = self.proto.send(request, version)
-        try:
-            if timeout_s is not None:
-                self.sock.settimeout(timeout_s)
-            self.sock.sendall(data)
-            while True:
-                chunk = self.sock.recv(1 << 20)
-                if not chunk:
-                    raise KafkaConnectionError(f"{self.host}:{self.port} closed the connection")
-                got = self.proto.receive_data(chunk)
-                if got:
-                    return got[0][1]
-        except socket.timeout:
-            self.close()
-            raise KafkaTimeoutError(f"no response from {self.host}:{self.port} in time") from None
-        except OSError as e:
-            self.close()
-            raise KafkaConnectionError(f"connection to {self.host}:{self.port} failed: {e}") from None
-        finally:
-            if timeout_s is not None:
-                try:
-                    self.sock.settimeout(self.timeout_s)
-                except OSError:
-                    pass
-
-    def request(self, request, timeout_s: float | None = None):
-        return self._roundtrip(request, self.version(type(request)), timeout_s)
+DEFAULT_FETCH_BYTES = 1 << 20   # the consumer's max.partition.fetch.bytes default (spark-sql-kafka keeps Kafka's)
 
 
 class Cluster:
-    """Metadata and per-broker connections from a bootstrap list (kafka.* client config by Kafka names)."""
+    """Metadata and blocking requests from a bootstrap list (kafka.* client config by Kafka names)."""
 
     def __init__(self, config: dict):
-        self.config = dict(config)
-        self.bootstrap = parse_bootstrap(self.config.get("bootstrap.servers", ""))
-        self.client_id = self.config.get("client.id", "kohort-spark")
-        self.timeout_s = int(self.config.get("request.timeout.ms", 30000)) / 1000.0
-        self.retry_backoff_s = int(self.config.get("retry.backoff.ms", 100)) / 1000.0
-        self.conns: dict = {}
-        self.brokers: dict[int, tuple[str, int]] = {}
-        self.leaders: dict[tuple, int] = {}
-        self.topic_ids: dict[str, str] = {}
-        self.partitions: dict[str, list[int]] = {}
-        self._meta_at = 0.0
+        cfg = dict(config)
+        cfg.setdefault("client.id", "kohort-spark")
+        self.config = load_config("consumer", cfg)
+        self.client_id = self.config["client.id"]
+        self.timeout_s = self.config["request.timeout.ms"] / 1000.0
+        self.retry_backoff_s = self.config["retry.backoff.ms"] / 1000.0
+        self.net = NetworkClient(self.config, role="consumer", io_thread=False)
+        # the client's one metadata view; the source reads topics, it never creates them
+        self.meta = MetadataView(self.net, self.config, auto_create=False)
 
     def close(self):
-        for c in self.conns.values():
-            c.close()
-        self.conns.clear()
+        self.net.close()
 
     def __enter__(self):
         return self
@@ -153,85 +66,62 @@ class Cluster:
     def __exit__(self, *exc):
         self.close()
 
-    # -- connections --------------------------------------------------------------------------
-    def _any(self) -> BrokerConnection:
-        for c in self.conns.values():
-            return c
-        last = None
-        for host, port in self.bootstrap:
-            try:
-                c = BrokerConnection(host, port, self.client_id, self.timeout_s)
-                self.conns[("bootstrap", host, port)] = c
-                return c
-            except KafkaConnectionError as e:
-                last = e
-        raise KafkaConnectionError(f"no bootstrap server reachable ({last})")
-
-    def node(self, node_id: int) -> BrokerConnection:
-        c = self.conns.get(node_id)
-        if c is not None:
-            return c
-        if node_id not in self.brokers:
-            self.refresh()
-        if node_id not in self.brokers:
-            raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
-        host, port = self.brokers[node_id]
-        c = self.conns[node_id] = BrokerConnection(host, port, self.client_id, self.timeout_s)
-        return c
-
-    def _drop(self, key):
-        c = self.conns.pop(key, None)
-        if c is not None:
-            c.close()
-
-    def _call(self, key_or_node, request, timeout_s=None):
-        """Send on a node's connection, dropping the connection on an I/O failure."""
-        conn = self.node(key_or_node) if isinstance(key_or_node, int) else self._any()
+    def _call(self, node_id, request, timeout_s=None, **kw):
+        """One blocking request to `node_id` (None: any broker)."""
+        start = time.monotonic()
         try:
-            return conn.request(request, timeout_s)
+            return self.net.request(node_id, request, timeout_s, **kw)
         except (KafkaConnectionError, KafkaTimeoutError):
-            for k, v in list(self.conns.items()):
-                if v is conn:
-                    self._drop(k)
+            if not self.net.has_connected():
+                raise self.net.unreachable_error(time.monotonic() - start) from None
             raise
 
-    # -- metadata ------------------------------------------------------------------------------
+    # -- metadata (client/cluster.py's view) -----------------------------------------------------
     def refresh(self, topics=None) -> None:
-        """Metadata for `topics` (None = all topics); updates brokers, leaders, partitions, ids."""
-        req_topics = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-        resp = self._with_retries(lambda: self._call(None, MetadataRequest(
-            topics=req_topics, allow_auto_topic_creation=False)))
-        self.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
-        for t in resp.topics:
-            if t.error_code:
-                self.partitions.pop(t.name, None)
-                self.topic_ids.pop(t.name, None)
-                continue
-            self.partitions[t.name] = sorted(p.partition_index for p in t.partitions)
-            tid = getattr(t, "topic_id", None)
-            self.topic_ids[t.name] = str(tid) if tid is not None else str(ZERO_UUID)
-            for p in t.partitions:
-                self.leaders[(t.name, p.partition_index)] = p.leader_id
-        self._meta_at = time.monotonic()
+        """Fresh metadata for `topics` (added to those tracked; None: just refresh them)."""
+        if topics:
+            self.meta.add_topics(topics)
+        start = time.monotonic()
+        try:
+            self.meta.refresh(self.timeout_s)
+        except KafkaTimeoutError:
+            if not self.net.has_connected():
+                raise self.net.unreachable_error(time.monotonic() - start) from None
+            raise
+
+    @property
+    def brokers(self) -> dict[int, tuple[str, int]]:
+        return self.meta.brokers
+
+    @property
+    def partitions(self) -> dict[str, list[int]]:
+        return self.meta.snapshot.topics
+
+    @property
+    def topic_ids(self) -> dict[str, str]:
+        s = self.meta.snapshot
+        return {t: str(s.topic_ids.get(t) or ZERO_UUID) for t in s.topics}
 
     def all_topics(self) -> list[str]:
-        self.refresh(None)
-        return sorted(self.partitions)
+        """Every topic's name (a listing; the view keeps tracking only the topics asked about)."""
+        resp = self._with_retries(lambda: self._call(None, R.metadata_request(None)))
+        return sorted(t.name for t in resp.topics if not t.error_code and not t.is_internal)
 
     def partitions_of(self, topics) -> dict[str, list[int]]:
         """{topic: [partitions]} of the existing topics among `topics` (metadata refreshed)."""
         topics = list(topics)
         if topics:
             self.refresh(topics)
-        return {t: self.partitions[t] for t in topics if t in self.partitions}
+        parts = self.partitions
+        return {t: parts[t] for t in topics if t in parts}
 
     def leader(self, tp) -> int:
-        lid = self.leaders.get(tp, -1)
-        if lid < 0:
+        lid = self.meta.leader_for(tp)
+        if lid is None:
             self.refresh([tp[0]])
-            lid = self.leaders.get(tp, -1)
-        if lid < 0:
-            raise for_code(5)(f"{tp[0]}-{tp[1]} has no leader")
+            lid = self.meta.leader_for(tp)
+        if lid is None:
+            raise for_code(ErrorCode.LEADER_NOT_AVAILABLE)(f"{tp[0]}-{tp[1]} has no leader")
         return lid
 
     def _with_retries(self, fn, attempts: int = 5):
@@ -266,30 +156,21 @@ class Cluster:
                         raise
                     failed[tp] = e
             for node, tps in by_leader.items():
-                topics: dict[str, list] = {}
-                for tp in tps:
-                    topics.setdefault(tp[0], []).append(ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                        partition_index=tp[1], timestamp=pending[tp]))
-                req = ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level, topics=[
-                    ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()])
+                req = R.list_offsets_request(0, {tp: pending[tp] for tp in tps}, isolation_level)
                 try:
-                    resp = self._call(node, req)
+                    resp = self._call(node, req, max_version=7)
                 except (KafkaConnectionError, KafkaTimeoutError) as e:
                     failed.update({tp: e for tp in tps})
                     continue
-                for t in resp.topics:
-                    for p in t.partitions:
-                        tp = (t.name, p.partition_index)
-                        if p.error_code == 0:
-                            off = p.offset
-                            if off == -1 and p.old_style_offsets:
-                                off = p.old_style_offsets[0]
-                            out[tp] = (off, p.timestamp)
-                        else:
-                            err = for_code(p.error_code)(f"ListOffsets {tp[0]}-{tp[1]}")
-                            if not err.retriable:
-                                raise err
-                            failed[tp] = err
+                for (t, part), (code, off, ts, _) in R.read_list_offsets(resp).items():
+                    tp = (t, part)
+                    if code == 0:
+                        out[tp] = (off, ts)
+                    else:
+                        err = for_code(code)(f"ListOffsets {t}-{part}")
+                        if not err.retriable:
+                            raise err
+                        failed[tp] = err
             pending = {tp: pending[tp] for tp in failed}
             if pending:
                 time.sleep(self.retry_backoff_s * (i + 1))
@@ -329,7 +210,7 @@ class Cluster:
         return out
 
     # -- Fetch ---------------------------------------------------------------------------------------
-    def fetch(self, tp, offset: int, max_bytes: int = 8 << 20, max_wait_ms: int = 100,
+    def fetch(self, tp, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES, max_wait_ms: int = 100,
               isolation_level: int = 0, min_bytes: int = 1, timeout_s: float | None = None):
         """One FetchRequest to the leader -> the PartitionData (error_code, high_watermark,
         log_start_offset, aborted_transactions, records)."""
@@ -340,41 +221,32 @@ class Cluster:
                                    FetchRequest.FetchTopic.FetchPartition(
                                        partition=tp[1], fetch_offset=offset, partition_max_bytes=max_bytes)])],
                            forgotten_topics_data=[], rack_id="")
-        resp = self._call(node, req, timeout_s)
+        resp = self._call(node, req, timeout_s, max_version=FETCH_MAX_VERSION, min_version=4)
         if getattr(resp, "error_code", 0):
             raise for_code(resp.error_code)(f"Fetch {tp[0]}-{tp[1]}")
         for t in resp.responses:
             for p in t.partitions:
                 if p.partition_index == tp[1]:
                     return p
-        raise for_code(3)(f"Fetch response without {tp[0]}-{tp[1]}")
+        raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"Fetch response without {tp[0]}-{tp[1]}")
 
     # -- groups ---------------------------------------------------------------------------------------
     def coordinator(self, group_id: str) -> int:
         def find():
-            resp = self._call(None, FindCoordinatorRequest(key=group_id, key_type=0))
-            if resp.error_code:
-                raise for_code(resp.error_code)(f"FindCoordinator {group_id}")
-            self.brokers.setdefault(resp.node_id, (resp.host, resp.port))
-            return resp.node_id
+            c = R.read_find_coordinator(self._call(None, R.find_coordinator_request(group_id)))
+            if c.error_code:
+                raise for_code(c.error_code)(f"FindCoordinator {group_id}")
+            cid = 0x7FFFFFFF - c.node_id       # the coordinator's own connection, as the consumer does
+            self.net.set_node_address(cid, c.host, c.port)
+            return cid
         return self._with_retries(find)
 
     def commit_offsets(self, group_id: str, offsets: dict, metadata: str = "") -> None:
         """Simple OffsetCommit (generation -1, empty member id) of {tp: next offset to read}."""
-        topics: dict[str, list] = {}
-        for (t, p), o in sorted(offsets.items()):
-            topics.setdefault(t, []).append(OffsetCommitRequest.Topic.Partition(
-                partition_index=p, committed_offset=o, committed_metadata=metadata))
-        req = OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
-                                  topics=[OffsetCommitRequest.Topic(name=t, partitions=ps)
-                                          for t, ps in topics.items()])
+        req = R.simple_offset_commit(group_id, offsets, metadata)
 
         def commit():
-            node = self.coordinator(group_id)
-            try:
-                resp = self._call(node, req)
-            except (KafkaConnectionError, KafkaTimeoutError):
-                raise
+            resp = self._call(self.coordinator(group_id), req, max_version=9)
             for t in resp.topics:
                 for p in t.partitions:
                     if p.error_code:
@@ -382,25 +254,20 @@ class Cluster:
         self._with_retries(commit)
 
     def committed_offsets(self, group_id: str, tps) -> dict:
-        """{tp: committed offset} for the partitions that have one (OffsetFetch v1-v7)."""
-        topics: dict[str, list] = {}
-        for t, p in tps:
-            topics.setdefault(t, []).append(p)
-        req = OffsetFetchRequest(group_id=group_id, topics=[
-            OffsetFetchRequest.Topic(name=t, partition_indexes=ps) for t, ps in topics.items()],
-            require_stable=True)
+        """{tp: committed offset} for the partitions that have one (OffsetFetch)."""
+        tps = list(tps)
 
         def fetch():
-            resp = self._call(self.coordinator(group_id), req)
-            if getattr(resp, "error_code", 0):
-                raise for_code(resp.error_code)(f"OffsetFetch {group_id}")
+            resp = self._call(self.coordinator(group_id), R.offset_fetch(group_id, tps))
+            code, got = R.read_offset_fetch(resp)
+            if code:
+                raise for_code(code)(f"OffsetFetch {group_id}")
             out = {}
-            for t in resp.topics:
-                for p in t.partitions:
-                    if p.error_code:
-                        raise for_code(p.error_code)(f"OffsetFetch {group_id} {t.name}-{p.partition_index}")
-                    if p.committed_offset >= 0:
-                        out[(t.name, p.partition_index)] = p.committed_offset
+            for tp, (perr, om) in got.items():
+                if perr:
+                    raise for_code(perr)(f"OffsetFetch {group_id} {tp[0]}-{tp[1]}")
+                if om is not None:
+                    out[(tp[0], tp[1])] = om.offset
             return out
         return self._with_retries(fetch)
 
@@ -411,19 +278,16 @@ class Cluster:
             name=n, num_partitions=p, replication_factor=replication_factor, assignments=[],
             configs=[CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name=k, value=v)
                      for k, v in (configs or {}).items()]) for n, p in topics.items()], timeout_ms=30000)
-        node = None
-        self.refresh([])
-        if self.brokers:
-            node = min(self.brokers)      # any broker forwards to the controller (KIP-590)
-        resp = self._call(node, req)
+        resp = self._call(None, req)      # any broker forwards to the controller (KIP-590)
         for t in resp.topics:
-            if t.error_code not in (0, 36):              # 36 TOPIC_ALREADY_EXISTS
+            if t.error_code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
                 raise for_code(t.error_code)(f"CreateTopics {t.name}")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             self.refresh(list(topics))
-            if all(len(self.partitions.get(n, [])) == p and all(self.leaders.get((n, i), -1) >= 0
+            if all(len(self.partitions.get(n, [])) == p and all(self.meta.leader_for((n, i)) is not None
                    for i in range(p)) for n, p in topics.items()):
                 return
             time.sleep(0.1)
         raise KafkaTimeoutError(f"topics {sorted(topics)} not ready after 30 s")
+

@@ -4,6 +4,7 @@ clean shutdown, and the group-commit fsync.
 Layout of a data directory (Kafka's names where Kafka has one):
 
     <data_dir>/
+      .lock                           held (flock) by the one process that has the directory open
       .kohort_cleanshutdown           present only between a clean close() and the next open
       recovery-point-offset-checkpoint   "0", count, "topic partition offset" lines
       log-start-offset-checkpoint        same layout
@@ -23,6 +24,10 @@ fsync is running waits for it and, if its own writes came after that fsync start
 If an fsync fails the storage refuses every later `sync_dirty()` (KafkaStorageError): after a
 failed fsync the kernel may have dropped the dirty pages, so a retry could report success for
 data that is gone.
+
+On a real disk (OsFileSystem) the directory is locked before anything in it is read or written
+(kohort.storage.lock, Kafka's `.lock`): a second Storage on the same directory, in this process or
+another, raises DataDirLockedError; close() releases the lock.
 
 `MemoryStorage` is the same engine on a MemoryFileSystem: the in-memory engine for broker unit
 tests, whose `fs.crash()` simulates a machine crash.
@@ -53,6 +58,7 @@ from kohort.storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from kohort.storage.fs import FileSystem, MemoryFileSystem, OsFileSystem
+from kohort.storage.lock import DataDirLock
 from kohort.storage.log import Log
 
 CLEAN_SHUTDOWN_FILE = ".kohort_cleanshutdown"
@@ -141,7 +147,20 @@ class Storage:
         self._sync_pool: ThreadPoolExecutor | None = None   # started when a round has 2+ files
         self.fsyncs = 0               # number of group fsync rounds done (for tests and metrics)
         self.closed = False
-        self._open(int(time.time() * 1000) if now_ms is None else now_ms)
+        self._lock: DataDirLock | None = None
+        if isinstance(self.fs, OsFileSystem):
+            self.fs.makedirs(self.data_dir)
+            self._lock = DataDirLock(self.data_dir)
+        try:
+            self._open(int(time.time() * 1000) if now_ms is None else now_ms)
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _release_lock(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
 
     # =========================================================================================
     # open / close
@@ -229,6 +248,7 @@ class Storage:
             pool, self._sync_pool = self._sync_pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+        self._release_lock()
 
     # =========================================================================================
     # topics and partitions

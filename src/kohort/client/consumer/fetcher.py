@@ -23,7 +23,6 @@ auto.offset.reset (none raises an error naming the partitions).
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections import deque
@@ -34,15 +33,14 @@ from kohort.client.consumer.offsets import (
     list_offsets_request,
 )
 from kohort.client.network import Versioned
-from kohort.errors import KafkaError, for_code
+from kohort.client.requests import read_list_offsets
+from kohort.errors import ErrorCode, KafkaError, for_code
 from kohort.protocol.messages.fetch import FetchRequest
 from kohort.protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest
 from kohort.protocol.primitives import ZERO_UUID
-from crc32c import crc32c as _crc32c
-
 from kohort.protocol.records import (
-    ATTR_CONTROL, CorruptRecordError, ATTR_TRANSACTIONAL, CONTROL_ABORT, decode_records_list, iter_batch_records, iter_batches,
-    parse_control_record, validate_batch,
+    AbortedTransactions, decode_records_list, iter_batch_records, iter_batches, scan_batches,
+    validate_batch,
 )
 from kohort.structs import ConsumerRecord, TopicPartition
 
@@ -50,16 +48,18 @@ log = logging.getLogger("kohort.client.fetcher")
 
 FETCH_KEY = 1
 LIST_OFFSETS_KEY = 2
-OFFSET_OUT_OF_RANGE = 1
-FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
-FETCH_SESSION_ID_NOT_FOUND = 70
-INVALID_FETCH_SESSION_EPOCH = 71
-_REFRESH_ERRORS = frozenset({3, 5, 6, 56, 74, 75, 78, 100, 103})
+OFFSET_OUT_OF_RANGE = ErrorCode.OFFSET_OUT_OF_RANGE
+FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH
+FETCH_SESSION_ID_NOT_FOUND = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+INVALID_FETCH_SESSION_EPOCH = ErrorCode.INVALID_FETCH_SESSION_EPOCH
+# partition errors that mean the metadata (leaders, topic ids) is stale
+_REFRESH_ERRORS = frozenset({
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.INCONSISTENT_TOPIC_ID,
+})
 _new = tuple.__new__
-_ENTRY = struct.Struct(">qi")
-_I32 = struct.Struct(">i")
-_U32 = struct.Struct(">I")
 
 
 class FetchSession:
@@ -113,69 +113,26 @@ def decode_partition(topic: str, partition: int, data, fetch_offset: int, *, che
     goes through records.decode_records_list (C when built), which fills ConsumerRecord tuples
     directly; read_committed with aborted transactions in the response walks batch by batch."""
     d = data if type(data) is bytes else bytes(data)
-    next_offset, last_epoch, legacy = _scan(d, fetch_offset, check_crcs)
+    next_offset, last_epoch, legacy = scan_batches(d, fetch_offset, check_crcs)
     if read_committed and aborted:
         out = _decode_read_committed(topic, partition, d, fetch_offset, False, aborted)
     else:
-        # v2 CRCs were checked in _scan (the crc32c package is much faster per byte)
+        # v2 CRCs were checked in scan_batches (the crc32c package is much faster per byte)
         out = decode_records_list(d, check_crcs and legacy, min_offset=fetch_offset,
                                   record_factory=ConsumerRecord, prefix=(topic, partition))
     return _deserialize(out, key_deserializer, value_deserializer), next_offset, last_epoch
 
 
-def _scan(d: bytes, fetch_offset: int, check_crcs: bool) -> tuple[int, int | None, bool]:
-    """Walk the complete entries of `d` (batches of any magic, control ones included):
-    -> (next fetch offset, leader epoch of the last v2 batch, whether legacy entries were seen).
-    With check_crcs, verifies each v2 batch's CRC-32C (Attributes .. end)."""
-    n = len(d)
-    pos = 0
-    nxt = fetch_offset
-    epoch = None
-    legacy = False
-    mv = memoryview(d)
-    unpack = _ENTRY.unpack_from
-    while n - pos >= 17:
-        base, length = unpack(d, pos)
-        end = pos + 12 + length
-        if length < 0 or end > n:
-            break
-        if d[pos + 16] >= 2 and length >= 49:
-            last = base + _I32.unpack_from(d, pos + 23)[0] + 1
-            if check_crcs and last > fetch_offset and _crc32c(mv[pos + 21:end]) != _U32.unpack_from(d, pos + 17)[0]:
-                raise CorruptRecordError(f"record batch at offset {base}: CRC-32C mismatch")
-            e = _I32.unpack_from(d, pos + 12)[0]
-            if e >= 0:
-                epoch = e
-        else:
-            legacy = True
-            last = base + 1   # legacy: the (wrapper) entry's offset is its last offset
-        if last > nxt:
-            nxt = last
-        pos = end
-    return nxt, epoch, legacy
-
-
 def _decode_read_committed(topic, partition, d, fetch_offset, check_crcs, aborted) -> list:
-    """KIP-98 consumer-side filtering: drop batches of producers whose transaction was aborted."""
+    """KIP-98 consumer-side filtering (records.AbortedTransactions) into ConsumerRecords."""
     out: list = []
-    aborted_q = deque(sorted(aborted, key=lambda a: a.first_offset))
-    aborted_pids: set = set()
+    keep = AbortedTransactions(aborted).keep
     for pos, h in iter_batches(d):
-        nxt = h.base_offset + h.last_offset_delta + 1
-        if nxt <= fetch_offset:
+        if h.next_offset <= fetch_offset:
             continue
         if check_crcs:
             validate_batch(d, pos)
-        attrs = h.attributes
-        while aborted_q and aborted_q[0].first_offset <= nxt - 1:
-            aborted_pids.add(aborted_q.popleft().producer_id)
-        if attrs & ATTR_CONTROL:
-            for rec in iter_batch_records(d, pos, h):
-                ctype, _ = parse_control_record(rec[2], rec[3])
-                if ctype == CONTROL_ABORT:
-                    aborted_pids.discard(h.producer_id)
-            continue
-        if attrs & ATTR_TRANSACTIONAL and h.producer_id in aborted_pids:
+        if not keep(d, pos, h):
             continue
         tt = h.timestamp_type
         ep = h.partition_leader_epoch if h.partition_leader_epoch >= 0 else None
@@ -357,7 +314,7 @@ class Fetcher:
                 if records is not None and len(records):
                     # a view of the response frame (no copy): the scan and the C decoder read it
                     data = records if isinstance(records, memoryview) else memoryview(records)
-                    nxt, ep, legacy = _scan(data, fetch_offset, self.check_crcs)
+                    nxt, ep, legacy = scan_batches(data, fetch_offset, self.check_crcs)
                 else:
                     data, nxt, ep, legacy = None, fetch_offset, None, False
                 scanned.append((tp, data, fetch_offset, nxt, ep, legacy, p, seek_epochs.get(tp)))
@@ -444,7 +401,7 @@ class Fetcher:
         if err in _REFRESH_ERRORS:
             self.cluster.on_partition_error(tp, err)
             return
-        if err in (29, 30):  # TOPIC_/GROUP_AUTHORIZATION_FAILED
+        if err in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.GROUP_AUTHORIZATION_FAILED):
             with self.lock:
                 self._errors.append(for_code(err)(f"fetching {tp}"))
                 self._cond.notify_all()
@@ -590,20 +547,16 @@ class Fetcher:
         refresh = False
         with self.lock:
             self._resetting.difference_update(stamps)
-            for t in resp.topics:
-                for p in t.partitions:
-                    tp = TopicPartition(t.name, p.partition_index)
-                    st = self.subs.partitions.get(tp)
-                    if st is None or tp not in stamps or st.seek_epoch != seek_epochs.get(tp):
-                        continue
-                    if p.error_code:
-                        refresh |= p.error_code in _REFRESH_ERRORS
-                        continue
-                    offset = p.offset if fut.api_version >= 1 else (p.old_style_offsets or [-1])[0]
-                    if offset < 0:
-                        continue
-                    epoch = p.leader_epoch if p.leader_epoch >= 0 else None
-                    self.subs.seek(tp, offset, epoch)
+            for tp, (code, offset, _ts, le) in read_list_offsets(resp).items():
+                st = self.subs.partitions.get(tp)
+                if st is None or tp not in stamps or st.seek_epoch != seek_epochs.get(tp):
+                    continue
+                if code:
+                    refresh |= code in _REFRESH_ERRORS
+                    continue
+                if offset < 0:
+                    continue
+                self.subs.seek(tp, offset, le if le >= 0 else None)
         if refresh:
             self.cluster.request_update()
         self.send_fetches()
@@ -688,18 +641,15 @@ def list_offsets(network, cluster, tps_to_ts: dict, isolation_level: int, timeou
                 resp = fut.result(max(0.0, deadline - time.monotonic()))
             except (KafkaError, OSError, TimeoutError):
                 continue
-            for t in resp.topics:
-                for p in t.partitions:
-                    tp = TopicPartition(t.name, p.partition_index)
-                    if tp not in pending:
-                        continue
-                    if p.error_code:
-                        if p.error_code not in _REFRESH_ERRORS:
-                            raise for_code(p.error_code)(f"ListOffsets for {tp}")
-                        continue
-                    off = p.offset if fut.api_version >= 1 else (p.old_style_offsets or [-1])[0]
-                    result[tp] = (off, p.timestamp, p.leader_epoch if p.leader_epoch >= 0 else None)
-                    del pending[tp]
+            for tp, (code, off, ts, le) in read_list_offsets(resp).items():
+                if tp not in pending:
+                    continue
+                if code:
+                    if code not in _REFRESH_ERRORS:
+                        raise for_code(code)(f"ListOffsets for {tp}")
+                    continue
+                result[tp] = (off, ts, le if le >= 0 else None)
+                del pending[tp]
         if pending:
             if time.monotonic() >= deadline:
                 from kohort.errors import KafkaTimeoutError

@@ -302,7 +302,8 @@ class GroupMember:
             self._committed_future = None
             self._fetching_committed.difference_update(tps)
             try:
-                err, got = parse_offset_fetch(fut.api_version, fut.result())
+                resp = fut.result()       # first: a request that never went out has no api_version
+                err, got = parse_offset_fetch(fut.api_version, resp)
             except KohortError as e:
                 log.debug("OffsetFetch failed: %s", e)
                 with self._lock:
