@@ -12,6 +12,11 @@
 * Incremental fetch sessions from v7 (KIP-227, kohort.broker.fetch_sessions); topic ids from v13
   (KIP-516): an unknown id is UNKNOWN_TOPIC_ID.
 * An offset outside [log start offset, log end offset] is OFFSET_OUT_OF_RANGE.
+* last_fetched_epoch (v12+, KIP-320/595), checked first as Kafka's Partition.fetchRecords does: when
+  that epoch ends before the fetch offset in our log, or our log has only an older epoch, the
+  partition is answered at once with no records and `diverging_epoch` = (epoch, its end offset), so
+  the consumer truncates its position. Partitions a session only remembers (not re-sent in an
+  incremental fetch) are not checked.
 """
 from __future__ import annotations
 
@@ -33,20 +38,21 @@ Aborted = PartData.AbortedTransaction
 
 class _Want:
     """One partition to read: key = (topic name or topic id, partition)."""
-    __slots__ = ("key", "fetch_offset", "max_bytes", "leader_epoch", "cached")
+    __slots__ = ("key", "fetch_offset", "max_bytes", "leader_epoch", "cached", "last_fetched_epoch")
 
-    def __init__(self, key, fetch_offset, max_bytes, leader_epoch=-1, cached=None):
+    def __init__(self, key, fetch_offset, max_bytes, leader_epoch=-1, cached=None, last_fetched_epoch=-1):
         self.key, self.fetch_offset, self.max_bytes = key, fetch_offset, max_bytes
-        self.leader_epoch, self.cached = leader_epoch, cached
+        self.leader_epoch, self.cached, self.last_fetched_epoch = leader_epoch, cached, last_fetched_epoch
 
 
 class _Result:
-    __slots__ = ("want", "error", "hwm", "lso", "log_start", "records", "aborted")
+    __slots__ = ("want", "error", "hwm", "lso", "log_start", "records", "aborted", "diverging")
 
-    def __init__(self, want, error, hwm=-1, lso=-1, log_start=-1, records=b"", aborted=()):
+    def __init__(self, want, error, hwm=-1, lso=-1, log_start=-1, records=b"", aborted=(), diverging=None):
         self.want, self.error, self.hwm, self.lso, self.log_start, self.records = (
             want, error, hwm, lso, log_start, records)
         self.aborted = aborted
+        self.diverging = diverging      # (epoch, end offset) when the fetch diverges from our log
 
 
 def _read(broker, wants: list[_Want], max_bytes: int, by_id: bool,
@@ -82,6 +88,16 @@ def _read(broker, wants: list[_Want], max_bytes: int, by_id: bool,
             errors = True
             continue
         off = w.fetch_offset
+        if w.last_fetched_epoch >= 0:
+            epoch, end = log.end_offset_for_epoch(w.last_fetched_epoch)
+            if epoch < 0 or end < 0:
+                out.append(_Result(w, ErrorCode.OFFSET_OUT_OF_RANGE, hwm, lso, start))
+                errors = True
+                continue
+            if end < off or epoch < w.last_fetched_epoch:
+                out.append(_Result(w, ErrorCode.NONE, hwm, lso, start, diverging=(epoch, end)))
+                errors = True       # answered at once, like Kafka
+                continue
         if off < start or off > log.log_end_offset:
             out.append(_Result(w, ErrorCode.OFFSET_OUT_OF_RANGE, hwm, lso, start))
             errors = True
@@ -122,9 +138,10 @@ def _plan(broker, req: FetchRequest, v: int):
         tk = t.topic_id if by_id else t.topic
         for p in t.partitions:
             req_parts.append(((tk, p.partition), p))
+    last = {k: (p.last_fetched_epoch if v >= 12 else -1) for k, p in req_parts}
     if sess is None:
-        return None, True, [_Want(k, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
-                            for k, p in req_parts]
+        return None, True, [_Want(k, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+                                  last_fetched_epoch=last[k]) for k, p in req_parts]
     cache = sess.partitions
     if full:
         cache.clear()
@@ -141,7 +158,7 @@ def _plan(broker, req: FetchRequest, v: int):
         else:
             c.fetch_offset, c.partition_max_bytes = p.fetch_offset, p.partition_max_bytes
         epochs[k] = p.current_leader_epoch
-    wants = [_Want(k, c.fetch_offset, c.partition_max_bytes, epochs.get(k, -1), c)
+    wants = [_Want(k, c.fetch_offset, c.partition_max_bytes, epochs.get(k, -1), c, last.get(k, -1))
              for k, c in cache.items()]
     return sess, full, wants
 
@@ -153,7 +170,7 @@ def _response(broker, v, req, sess, full, results) -> FetchResponse:
     for r in results:
         c = r.want.cached
         if c is not None:
-            changed = (r.error or r.records or c.high_watermark != r.hwm or c.last_stable_offset != r.lso
+            changed = (r.error or r.records or r.diverging or c.high_watermark != r.hwm or c.last_stable_offset != r.lso
                        or c.sent_log_start_offset != r.log_start)
             c.high_watermark, c.last_stable_offset, c.sent_log_start_offset = r.hwm, r.lso, r.log_start
             if not full and not changed:
@@ -168,10 +185,16 @@ def _response(broker, v, req, sess, full, results) -> FetchResponse:
             aborted_transactions=[Aborted(producer_id=a.producer_id, first_offset=a.first_offset)
                                   for a in r.aborted] if committed else None,
             preferred_read_replica=-1,
-            records=r.records))
+            records=r.records, **_diverging(r)))
     return FetchResponse(throttle_time_ms=0, error_code=0,
                          session_id=sess.session_id if sess is not None else 0,
                          responses=list(topics.values()))
+
+
+def _diverging(r: _Result) -> dict:
+    if r.diverging is None:
+        return {}
+    return {"diverging_epoch": PartData.EpochEndOffset(epoch=r.diverging[0], end_offset=r.diverging[1])}
 
 
 @handles(FetchRequest, "4-17")
