@@ -166,3 +166,50 @@ def test_kohort_consumer_read_committed(broker):
             while c.position(tp) < 33 and time.monotonic() < deadline:
                 got += [r.value.decode() for r in c.poll(0.5)]
             assert (got, c.position(tp)) == (expected, 33)
+
+
+@pytest.mark.slow
+def test_transactions_survive_broker_sigkill(tmp_path):
+    """A confluent-kafka producer runs 60 transactions (every 4th aborted on purpose, failed attempts
+    aborted and retried) while kohort broker is SIGKILLed twice. read_committed afterwards: every
+    transaction attempt is all-or-nothing, every acknowledged commit is there, no aborted attempt and
+    no duplicate record is visible."""
+    import collections
+    import time
+    topic = "soak"
+    with KohortBroker(str(tmp_path), config={
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500}) as b:
+        create(b, topic)
+        p = subprocess.Popen([sys.executable, SCRIPT, b.bootstrap, "soak", topic, "tx-soak", "60"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        events = []
+        try:
+            for kill_after in (10, 30):
+                while sum("committed" in e for e in events) < kill_after:
+                    line = p.stdout.readline()
+                    assert line, events
+                    events.append(json.loads(line))
+                b.kill()
+                time.sleep(0.3)
+                b.start()
+            for line in p.stdout:
+                events.append(json.loads(line))
+            assert p.wait(120) == 0 and events[-1] == {"done": "soak"}, events[-5:]
+        finally:
+            p.kill()
+            p.wait(10)
+        time.sleep(11)          # attempts left open by the kills reach transaction.timeout.ms and abort
+        values = ck(b, "consume", topic, "read_committed", timeout=120)[-1]["done"]
+    counts = collections.Counter(v.rsplit("-", 1)[0] for v in values)
+    assert len(values) == len(set(values))                                  # no duplicate record
+    assert all(c == 10 for c in counts.values()), counts                    # all-or-nothing
+    committed = {f"{i}-{a}" for e in events if "committed" in e for i, a in [e["committed"]]}
+    aborted = {f"{i}-{a}" for e in events if "aborted" in e for i, a in [e["aborted"]]}
+    unknown = {f"{i}-{a}" for e in events if "unknown" in e for i, a in [e["unknown"]]}
+    assert committed <= set(counts)                                          # acknowledged => visible
+    assert not (aborted & set(counts))                                       # aborted => never visible
+    assert set(counts) <= committed | unknown                                # nothing else appears
+    assert {int(k.split("-")[0]) for k in committed} == {i for i in range(60) if i % 4 != 3}
+    retried = sum(1 for k in committed | aborted | unknown if not k.endswith("-0"))
+    print(f"soak: {len(committed)} committed, {len(aborted)} aborted, {len(unknown)} unknown, "
+          f"{retried} retried attempts, {len(values)} records read_committed")

@@ -7,6 +7,9 @@ usage: txn_ck_client.py BOOTSTRAP MODE TOPIC [TXN_ID]
            A's commit must fail fatally (fenced); B commits 5 "b-i"
   hang     TXN_ID: commit 10 "c1-i", abort 10 "a-i", then open a transaction with 5 "open-i",
            flush, print {"open": true} and wait to be killed (transaction.timeout.ms 5000)
+  soak     TXN_ID N: transactions 0..N-1 of 10 records "i-attempt-j", every 4th aborted on purpose;
+           a failed attempt is aborted (or the producer recreated) and retried as attempt+1. Prints
+           {"committed"|"aborted"|"unknown": [i, attempt]} per attempt (unknown: commit raised)
   consume  ISOLATION: read partition 0 from the start to its end (read_committed / read_uncommitted)
 Prints one JSON object per line; the last is {"done": ...}.
 """
@@ -58,6 +61,48 @@ def main():
         p.flush(20)
         out({"open": True})
         time.sleep(3600)
+    elif mode == "soak":
+        import time
+        from confluent_kafka import KafkaException
+        n = int(sys.argv[5])
+
+        def fresh():
+            while True:
+                p = producer(bs, arg, 10000)
+                try:
+                    p.init_transactions(10)
+                    return p
+                except KafkaException:
+                    time.sleep(0.2)
+        p = fresh()
+        for i in range(n):
+            attempt = 0
+            while True:
+                stage = "begin"
+                try:
+                    p.begin_transaction()
+                    stage = "produce"
+                    for j in range(10):
+                        p.produce(topic, value=f"{i}-{attempt}-{j}".encode(), partition=0)
+                    if i % 4 == 3:
+                        stage = "abort"
+                        p.flush(10)
+                        p.abort_transaction(10)
+                        out({"aborted": [i, attempt]})
+                    else:
+                        stage = "commit"
+                        p.commit_transaction(10)
+                        out({"committed": [i, attempt]})
+                    break
+                except KafkaException as e:
+                    if stage == "commit":
+                        out({"unknown": [i, attempt], "error": str(e.args[0])})
+                    try:
+                        p.abort_transaction(10)
+                    except KafkaException:
+                        p = fresh()
+                    attempt += 1
+        out({"done": "soak"})
     elif mode == "fence":
         from confluent_kafka import KafkaException
         a = producer(bs, arg)
