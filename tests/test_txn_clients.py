@@ -213,3 +213,27 @@ def test_transactions_survive_broker_sigkill(tmp_path):
     retried = sum(1 for k in committed | aborted | unknown if not k.endswith("-0"))
     print(f"soak: {len(committed)} committed, {len(aborted)} aborted, {len(unknown)} unknown, "
           f"{retried} retried attempts, {len(values)} records read_committed")
+
+
+@pytest.mark.slow
+def test_java_producer_abort_commit_fencing(broker, tmp_path):
+    """Apache Kafka's Java producer (tests/txn_java/TxnCheck.java): an aborted and a committed
+    transaction, then a second producer with the same transactional.id fences the first, whose commit
+    fails with ProducerFencedException; read_committed sees only the committed records."""
+    import shutil
+    from tests.kafka_cluster import KAFKA_CP, TOOL_JVM, require_peers
+    require_peers()
+    src = __file__.rsplit("/", 1)[0] + "/txn_java/TxnCheck.java"
+    shutil.copy(src, tmp_path / "TxnCheck.java")
+    subprocess.run(["javac", "-cp", KAFKA_CP, "-d", str(tmp_path), str(tmp_path / "TxnCheck.java")],
+                   check=True, timeout=120)
+    topic = f"jc-{uuid.uuid4().hex[:8]}"
+    create(broker, topic)
+    r = subprocess.run(["java", *TOOL_JVM, "-cp", f"{tmp_path}:{KAFKA_CP}", "TxnCheck", broker.bootstrap, topic],
+                       capture_output=True, text=True, timeout=120)
+    lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert r.returncode == 0 and lines[-1] == {"done": True}, (r.stdout, r.stderr[-2000:])
+    assert {"zombie_commit": "fenced"} in lines
+    got = ck(broker, "consume", topic, "read_committed")
+    assert got[-1]["done"] == [f"committed-{i}" for i in range(5)] + ["new-0"]
+    assert got[-2]["position"] == 16            # 12 records + 4 markers, all passed
