@@ -32,6 +32,7 @@ from collections import deque
 from typing import NamedTuple
 
 from kohort.errors import ErrorCode
+from kohort.protocol.records import decode_batch
 
 NUM_BATCHES_TO_RETAIN = 5
 _I32_MAX = (1 << 31) - 1
@@ -209,7 +210,6 @@ class PartitionProducers:
     def recover(self, log) -> None:
         """Rebuild from `log` (a kohort.storage Log): batch headers, and the control records of
         marker batches (the producer state, open transactions and the aborted index)."""
-        from kohort.protocol.records import decode_batch
         self.entries.clear()
         self.ongoing.clear()
         self.aborted.clear()
