@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from kohort.client.admin import Admin
-from tests.brokers import kohort_broker  # noqa: F401  (fixture)
+from tests.brokers import KohortBroker, kohort_broker  # noqa: F401  (fixture)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "ck_examples")
@@ -57,7 +57,8 @@ def _norm(text: str, names: dict[str, str]) -> list[str]:
 
 def _scenario(tmp_path, bootstrap: str, lib: str) -> list[str]:
     run = uuid.uuid4().hex[:8]
-    topic, group, admin_topic = f"ck-{lib}-{run}", f"ckg-{lib}-{run}", f"cka-{lib}-{run}"
+    tag = lib[:2]                # same length for both, so padded columns line up
+    topic, group, admin_topic = f"ck-{tag}-{run}", f"ckg-{tag}-{run}", f"cka-{tag}-{run}"
     with Admin({"bootstrap.servers": bootstrap}) as a:
         assert a.create_topics({topic: 2}, replication_factor=1)[topic] is None
     out = []
@@ -74,12 +75,16 @@ def _scenario(tmp_path, bootstrap: str, lib: str) -> list[str]:
 def _compare(tmp_path, bootstrap: str) -> None:
     real = _scenario(tmp_path, bootstrap, "confluent")
     ours = _scenario(tmp_path, bootstrap, "kohort")
-    assert ours == real, "\n".join(f"{'=' if a == b else '!'} {a!r}\n  {b!r}" for a, b in zip(real, ours))
+    assert ours == real, "\n".join(["confluent:", *real, "kohort:", *ours])
     assert len(real) > 30
 
 
-def test_examples_same_output_on_kohort_broker(tmp_path, kohort_broker):
-    _compare(tmp_path, kohort_broker.bootstrap)
+@pytest.mark.slow       # ~12 s: ten interpreters, two librdkafka
+def test_examples_same_output_on_kohort_broker(tmp_path):
+    # as the Apache Kafka fixture: librdkafka's AdminClient.list_topics(topic) asks the broker to create a
+    # missing topic, the compatibility module never does (README: deliberate difference)
+    with KohortBroker(config={"auto.create.topics.enable": "false"}) as b:
+        _compare(tmp_path, b.bootstrap)
 
 
 @pytest.mark.slow

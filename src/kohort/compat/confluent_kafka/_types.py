@@ -35,7 +35,7 @@ _LOCAL = {
     "_PURGE_INFLIGHT": -151, "_FATAL": -150, "_INCONSISTENT": -149, "_GAPLESS_GUARANTEE": -148,
     "_MAX_POLL_EXCEEDED": -147, "_UNKNOWN_BROKER": -146, "_NOT_CONFIGURED": -145, "_FENCED": -144,
     "_APPLICATION": -143, "_ASSIGNMENT_LOST": -142, "_NOOP": -141, "_AUTO_OFFSET_RESET": -140,
-    "_LOG_TRUNCATION": -139,
+    "_LOG_TRUNCATION": -139, "_INVALID_DIFFERENT_RECORD": -138, "_DESTROY_BROKER": -137,
 }
 _LOCAL_TEXT = {-191: "Broker: No more messages", -185: "Local: Timed out", -195: "Local: Broker transport failure",
                -187: "Local: All broker connections are down", -186: "Local: Invalid argument or configuration",
@@ -72,11 +72,9 @@ def _name_of(code: int) -> str:
 class KafkaError:
     """An error as confluent-kafka reports it: `code()`, `name()`, `str()`, `retriable()`, `fatal()`."""
 
-    def __init__(self, error, reason: str | None = None, fatal: bool = False, retriable: bool | None = None,
+    def __init__(self, error, reason: str | None = None, fatal: bool = False, retriable: bool = False,
                  txn_requires_abort: bool = False):
         self._code = int(error)
-        if retriable is None:
-            retriable = self._code >= 0 and kerrors.for_code(self._code).retriable
         self._reason = reason
         self._fatal, self._retriable, self._txn = bool(fatal), bool(retriable), bool(txn_requires_abort)
 
