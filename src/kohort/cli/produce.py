@@ -1,7 +1,9 @@
 """`kohort produce TOPIC`: send lines from stdin or a file as records, like `kcat -P`.
 
 Each line is one record (the newline is dropped); `-K SEP` splits key and value at the first SEP (a line
-without SEP gets a null key); `-H key=value` adds headers to every record; `--rate N` caps records per
+without SEP gets a null key); `-k KEY` gives every record that key (kcat -k); `-Z`
+sends an empty value or empty `-K` key as null (kcat -Z; an empty line becomes a tombstone); `-H key=value` adds
+headers to every record; `--rate N` caps records per
 second; `-p N` forces a partition; `-z` picks the codec. A progress bar runs on a terminal; the summary
 goes to stderr, or stdout as JSON with `--json` (always printed, also when the run fails).
 
