@@ -189,3 +189,53 @@ def test_stats_cb_error_cb_and_on_commit(kohort_broker):
         assert s["type"] == "consumer" and s["topics"][topic]["partitions"]["0"]["app_offset"] == 3
     finally:
         c.close()
+
+
+def test_revocation_commits_the_stored_offsets_and_drops_buffered_messages(kohort_broker):
+    """A second member joins: the first one's on_revoke runs inside poll(), then the offsets of the
+    messages it handed out (not of what it had fetched) are committed, as librdkafka does; nothing is
+    read twice by the group."""
+    import time
+    from kohort.compat.confluent_kafka import Consumer, Producer
+    topic = f"ck-rb-{uuid.uuid4().hex[:6]}"
+    with Admin({"bootstrap.servers": kohort_broker.bootstrap}) as a:
+        a.create_topics({topic: 2})
+    p = Producer({"bootstrap.servers": kohort_broker.bootstrap})
+    for i in range(20):
+        p.produce(topic, b"%d" % i, partition=i % 2)
+    assert p.flush(10) == 0
+    p.close()
+    conf = {"bootstrap.servers": kohort_broker.bootstrap, "group.id": "g-" + topic, "auto.offset.reset": "earliest",
+            "auto.commit.interval.ms": 600000, "partition.assignment.strategy": "range",
+            "heartbeat.interval.ms": 100}
+    events = []
+    c1 = Consumer(conf)
+    c2 = None
+    try:
+        c1.subscribe([topic], on_revoke=lambda c, ps: events.append(("revoke", sorted(x.partition for x in ps))))
+        first = []
+        while len(first) < 3:                     # c1 has fetched everything, handed out 3
+            m = c1.poll(5)
+            assert m is not None and m.error() is None
+            first.append((m.partition(), m.offset()))
+        c2 = Consumer(conf)
+        c2.subscribe([topic])
+        seen = list(first)
+        end = time.monotonic() + 20
+        while not events and time.monotonic() < end:     # c1 takes a message now and then until revoked
+            assert c2.poll(0.2) is None
+            m = c1.poll(0)
+            if m is not None:
+                seen.append((m.partition(), m.offset()))
+        assert len(seen) < 20
+        while len(seen) < 20 and time.monotonic() < end:
+            for c in (c1, c2):
+                m = c.poll(0.1)
+                if m is not None and m.error() is None:
+                    seen.append((m.partition(), m.offset()))
+        assert ("revoke", [0, 1]) in events
+        assert sorted(seen) == sorted(set(seen)) and len(seen) == 20   # no duplicates, nothing lost
+    finally:
+        c1.close()
+        if c2 is not None:
+            c2.close()

@@ -74,6 +74,7 @@ class Consumer:
         self._eof_sent: dict[_KTP, int] = {}
         self._eofs: collections.deque = collections.deque()     # _PARTITION_EOF messages not handed out yet
         self._next_commit = time.monotonic() + self._commit_interval
+        self._next_hook = 0.0
         self._user_cbs = (None, None, None)
         self._in_cb = False
         self._closed = False
@@ -227,6 +228,16 @@ class Consumer:
         out: list = []
         while True:
             self._service()
+            if self._buf and self._c._group is not None and time.monotonic() >= self._next_hook:
+                # messages are served from the buffer without kohort's poll(): let the group run its
+                # rebalances (callbacks, which purge the buffer), commits and max.poll.interval clock
+                self._next_hook = time.monotonic() + 0.01
+                try:
+                    self._c._group.poll_hook()
+                except KohortError as e:
+                    err = error_from(e)
+                    self._hooks.error(err)
+                    return out + [Message(error=err)]
             buf = self._buf
             while buf and len(out) < n:
                 r = buf.popleft()

@@ -64,7 +64,13 @@ class AdminClient:
             self._a = Admin(kconf)
         except KohortError as e:
             raise wrap(e) from None
-        weakref.finalize(self, self._a.close)
+        self._finalizer = weakref.finalize(self, self._a.close)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._finalizer()
 
     def _timeout(self, request_timeout, operation_timeout):
         t = timeout_s(request_timeout)
