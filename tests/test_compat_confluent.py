@@ -147,7 +147,7 @@ def test_config_translation_and_refusals():
     assert "transactions" in str(ei.value)
 
 
-def test_stats_cb_error_cb_and_on_commit(kohort_broker):
+def test_stats_cb_and_on_commit(kohort_broker):
     """stats_cb gets a JSON subset of librdkafka's statistics from poll(); on_commit reports auto commits."""
     import json
     from kohort.compat.confluent_kafka import Consumer, Producer
@@ -239,3 +239,24 @@ def test_revocation_commits_the_stored_offsets_and_drops_buffered_messages(kohor
         c1.close()
         if c2 is not None:
             c2.close()
+
+
+def test_error_cb_reports_an_unreachable_broker():
+    """librdkafka reports connection failures to error_cb from poll(); so does the compat module."""
+    from tests.brokers import free_port
+    from kohort.compat.confluent_kafka import Consumer, KafkaError, Producer
+    addr = f"127.0.0.1:{free_port()}"        # nothing listens there
+    for make in (lambda cb: Consumer({"bootstrap.servers": addr, "group.id": "g", "error_cb": cb}),
+                 lambda cb: Producer({"bootstrap.servers": addr, "error_cb": cb})):
+        errors = []
+        client = make(errors.append)
+        try:
+            if isinstance(client, Consumer):
+                client.subscribe(["t"])
+            for _ in range(20):
+                client.poll(0.1)
+                if errors:
+                    break
+        finally:
+            client.close(*(() if isinstance(client, Consumer) else (1,)))
+        assert errors and errors[0].code() == KafkaError._TRANSPORT and errors[0].retriable(), errors

@@ -3,11 +3,12 @@
 statistics.interval.ms)."""
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import time
 
-from ._types import KafkaException
+from ._types import KafkaError, KafkaException
 
 # syslog levels (librdkafka's log_level) -> Python logging levels
 _SYSLOG = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3: logging.ERROR, 4: logging.WARNING,
@@ -35,6 +36,7 @@ class Hooks:
             raise KafkaException(-186, "stats_cb must be callable")
         if self.error_cb is not None and not callable(self.error_cb):
             raise KafkaException(-186, "error_cb must be callable")
+        self._queued: collections.deque = collections.deque()
         self._next_stats = time.monotonic() + self.stats_interval
         self._t0 = time.monotonic()
         self._handler = None
@@ -52,6 +54,18 @@ class Hooks:
     def error(self, err) -> None:
         if self.error_cb is not None:
             self.error_cb(err)
+
+    def watch(self, network) -> None:
+        """Connection losses and failed connects of kohort's NetworkClient become _TRANSPORT errors for
+        error_cb, queued on the I/O thread and served by serve() on the application's thread."""
+        if self.error_cb is not None:
+            network.add_disconnect_listener(
+                lambda node, e: self._queued.append(KafkaError(KafkaError._TRANSPORT, f"node {node}: {e}",
+                                                               retriable=True)))
+
+    def serve(self) -> None:
+        while self._queued:
+            self.error(self._queued.popleft())
 
     def maybe_stats(self, build) -> None:
         if self.stats_cb is None or self.stats_interval <= 0:

@@ -65,6 +65,7 @@ class Consumer:
         except KohortError as e:
             raise wrap(e) from None
         self._hooks = Hooks("consumer", self._c.config["client.id"], extras, logger)
+        self._hooks.watch(self._c._network)
         self._admin_conf = {k: v for k, v in kconf.items() if k in ROLES["admin"]}
         self._admin = None
         self._buf: collections.deque = collections.deque()
@@ -292,6 +293,7 @@ class Consumer:
             offs = {tp: o for tp, o in self._stored.items() if self._committed.get(tp) != o}
             if offs and self._c._group is not None:
                 self._c.commit(offs, asynchronous=True, callback=self._commit_done)
+        self._hooks.serve()
         self._hooks.maybe_stats(self._stats)
 
     def _commit_done(self, err, offsets) -> None:

@@ -47,6 +47,7 @@ class Producer:
         except KohortError as e:
             raise wrap(e) from None
         self._hooks = Hooks("producer", self._p.client_id, extras, logger)
+        self._hooks.watch(self._p.sender.net)
         self._admin_conf = {k: v for k, v in kconf.items() if k in ROLES["admin"]}
         self._admin = None
         self._events: collections.deque = collections.deque()
@@ -106,6 +107,7 @@ class Producer:
         deadline = None if t is None else time.monotonic() + t
         while True:
             n = self._serve()
+            self._hooks.serve()
             self._hooks.maybe_stats(self._stats)
             if n:
                 return n
