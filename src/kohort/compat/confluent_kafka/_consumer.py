@@ -38,6 +38,9 @@ def _k(tp) -> _KTP:
     return _KTP(tp.topic, tp.partition)
 
 
+_message = Message.from_record
+
+
 def _bool(v, default: bool) -> bool:
     if v is None:
         return default
@@ -240,13 +243,19 @@ class Consumer:
                     self._hooks.error(err)
                     return out + [Message(error=err)]
             buf = self._buf
-            while buf and len(out) < n:
-                r = buf.popleft()
-                tp = _KTP(r.topic, r.partition)
-                out.append(Message.from_record(r))
-                self._app_pos[tp] = r.offset + 1
-                if self._auto_store:
-                    self._stored[tp] = r.offset + 1
+            take = min(n - len(out), len(buf))
+            if take:
+                popleft = buf.popleft
+                recs = [popleft() for _ in range(take)]
+                out.extend(map(_message, recs))
+                last = {}
+                for r in recs:                   # ConsumerRecord: (topic, partition, offset, ...)
+                    last[(r[0], r[1])] = r[2]
+                for (t, p), o in last.items():
+                    tp = _KTP(t, p)
+                    self._app_pos[tp] = o + 1
+                    if self._auto_store:
+                        self._stored[tp] = o + 1
             if len(out) >= n:
                 return out
             if self._eof and not buf:

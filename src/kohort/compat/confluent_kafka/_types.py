@@ -189,6 +189,10 @@ class TopicPartition:
     __str__ = __repr__
 
 
+_new = object.__new__
+_TS_TYPES = {0: TIMESTAMP_CREATE_TIME, 1: TIMESTAMP_LOG_APPEND_TIME, -1: TIMESTAMP_NOT_AVAILABLE}
+
+
 class Message:
     """One consumed (or delivered) message, read through methods as in confluent-kafka."""
 
@@ -203,10 +207,14 @@ class Message:
 
     @classmethod
     def from_record(cls, r) -> "Message":
-        ts_type = {0: TIMESTAMP_CREATE_TIME, 1: TIMESTAMP_LOG_APPEND_TIME}.get(r.timestamp_type,
-                                                                                TIMESTAMP_NOT_AVAILABLE)
-        return cls(r.topic, r.partition, r.offset, r.key, r.value, list(r.headers) or None,
-                   (ts_type, r.timestamp if ts_type else 0), None, r.leader_epoch)
+        """A kohort ConsumerRecord (topic, partition, offset, timestamp, timestamp_type, key, value, headers,
+        leader_epoch) as a Message."""
+        m = _new(cls)
+        m._topic, m._partition, m._offset, ts, tt, m._key, m._value, h, m._leader_epoch = r
+        m._headers = h or None
+        m._ts = _TS_TYPES[tt], ts if tt >= 0 else 0
+        m._error = m._latency = None
+        return m
 
     def topic(self):
         return self._topic
