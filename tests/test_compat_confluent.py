@@ -260,3 +260,39 @@ def test_error_cb_reports_an_unreachable_broker():
         finally:
             client.close(*(() if isinstance(client, Consumer) else (1,)))
         assert errors and errors[0].code() == KafkaError._TRANSPORT and errors[0].retriable(), errors
+
+
+def test_logger_receives_the_clients_logs():
+    """Consumer(conf, logger=L) with debug set: kohort's client log records reach L (librdkafka's logs go
+    to the logger passed, as in confluent-kafka's consumer.py example)."""
+    import logging
+    from tests.brokers import free_port
+    from kohort.compat.confluent_kafka import Consumer
+
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    target = logging.getLogger(f"ck-test-{uuid.uuid4().hex[:6]}")
+    target.propagate = False
+    keep = Keep()
+    target.addHandler(keep)
+    old = logging.getLogger("kohort.client").level
+    c = Consumer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "group.id": "g", "debug": "all"}, logger=target)
+    try:
+        c.subscribe(["t"])
+        for _ in range(20):
+            c.poll(0.1)
+            if keep.records:
+                break
+    finally:
+        c.close()
+        logging.getLogger("kohort.client").setLevel(old)
+    assert keep.records and all(r.name.startswith("kohort.client") for r in keep.records)
+    n = len(keep.records)
+    logging.getLogger("kohort.client.x").warning("after close")
+    assert len(keep.records) == n            # the forwarding ends with close()

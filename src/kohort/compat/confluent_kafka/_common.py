@@ -45,6 +45,7 @@ class Hooks:
         if logger is not None:
             self._handler = _Forward(logger)
             base.addHandler(self._handler)
+        self._old_level = base.level
         level = extras.get("log_level")
         if extras.get("debug"):
             base.setLevel(logging.DEBUG)
@@ -80,6 +81,7 @@ class Hooks:
         self.stats_cb(json.dumps(stats))
 
     def close(self) -> None:
+        logging.getLogger("kohort.client").setLevel(self._old_level)
         if self._handler is not None:
             logging.getLogger("kohort.client").removeHandler(self._handler)
             self._handler = None
