@@ -23,7 +23,12 @@ for t, f in a.create_partitions([NewPartitions(topic, 4)], validate_only=False).
     f.result()
     print("Additional partitions created for topic {}".format(t))
 
+import time
+deadline = time.monotonic() + 10
 md = a.list_topics(timeout=10)
+while len(md.topics[topic].partitions) < 4 and time.monotonic() < deadline:   # Kafka's metadata catches up
+    time.sleep(0.1)
+    md = a.list_topics(timeout=10)
 print("cluster has brokers:", len(md.brokers) >= 1, "controller known:", md.controller_id >= 0)
 for b in md.brokers.values():
     assert b.host and b.port > 0
