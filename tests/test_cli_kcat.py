@@ -145,3 +145,10 @@ def test_offset_argument_errors():
     r = subprocess.run([sys.executable, "-m", "kohort.cli.main", "consume", "^t.*", "-b", "127.0.0.1:1"],
                        capture_output=True, text=True, timeout=30, env=dict(os.environ, PYTHONPATH=SRC))
     assert r.returncode != 0 and "needs --group" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "kohort.cli.main", "consume", "t", "-o", "stored", "-b", "127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=30, env=dict(os.environ, PYTHONPATH=SRC))
+    assert r.returncode != 0 and "-o stored needs --group" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "kohort.cli.main", "produce", "t", "-k", "a", "-K", ":", "-b",
+                        "127.0.0.1:1"], input="x\n", capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, PYTHONPATH=SRC))
+    assert r.returncode != 0 and "-k/--key and -K/--key-separator" in r.stderr
