@@ -10,6 +10,9 @@ an unknown producer id with a non-zero sequence → UNKNOWN_PRODUCER_ID). Faults
 * `drop_after_append(n=1)`: write the next n produce requests, then close the connection unanswered;
 * `forget_producers()`: lose every producer's state (as a broker whose log was truncated would);
 * `delay`: seconds to wait before answering each Produce (so requests pile up in flight).
+* `gather`: before answering anything, wait (up to 3 s) until this many requests have arrived on the
+  connection, then answer them in order: makes "N requests in flight" deterministic, not a matter of
+  timing (a busy machine sent fewer in flight, and a fault test checking resends failed).
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ class ScriptedCluster:
         self.drop = 0
         self.versions = dict(VERSIONS)           # what ApiVersions advertises (tests may remove APIs)
         self.delay = 0.0                          # seconds before answering each Produce
+        self.gather = 0                           # requests to collect before answering (see above)
         self.next_pid = 1000
         self.produce_requests = 0
         self.conns: list[socket.socket] = []
@@ -106,7 +110,20 @@ class ScriptedCluster:
                 data = c.recv(1 << 20)
                 if not data:
                     return
-                for payload in frames.feed(data):
+                pending = list(frames.feed(data))
+                if self.gather and pending:
+                    deadline = time.monotonic() + 3.0
+                    c.settimeout(0.02)
+                    while len(pending) < self.gather and time.monotonic() < deadline:
+                        try:
+                            more = c.recv(1 << 20)
+                        except TimeoutError:
+                            continue
+                        if not more:
+                            break
+                        pending.extend(frames.feed(more))
+                    c.settimeout(None)
+                for payload in pending:
                     header, req = decode_request(payload)
                     resp, drop = self._handle(node, header.request_api_key, req)
                     if drop:

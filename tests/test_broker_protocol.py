@@ -160,7 +160,7 @@ def test_idempotent_producer_sequences_survive_restart(tmp_path):
             assert (await produce(w, "i", b_(6))).error_code == E.INVALID_PRODUCER_EPOCH
             r = await w.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1000), 4)
             assert r.producer_id > pid + 1              # ids are never reused after a restart
-            r = await w.call(InitProducerIdRequest(transactional_id="tx", transaction_timeout_ms=1000), 4)
+            r = await w.call(InitProducerIdRequest(transactional_id="", transaction_timeout_ms=1000), 4)
             assert r.error_code == E.INVALID_REQUEST
     run(main())
 

@@ -3,7 +3,8 @@
 Fast (~3.5 s: the mock's initial rebalance delay is 3 s): a commit for records of an older
 generation fails clearly. Slow (-m slow): one member joins, consumes, commits and a restarted
 member resumes from the commit (the mock waits session.timeout.ms - 1 s to re-elect after a
-leave); max.poll.interval.ms makes the member leave and the next poll raise; three kohort members as subprocesses share the partitions and one
+leave); max.poll.interval.ms makes the member leave, and the next poll reports the partitions lost
+and rejoins (Java's behaviour); three kohort members as subprocesses share the partitions and one
 is SIGKILLed; mixed groups with confluent-kafka members (range, cooperative-sticky); a member whose
 processing outlasts session.timeout.ms keeps its partitions thanks to background heartbeats.
 """
@@ -19,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from kohort import Consumer
-from kohort.client.consumer.group import (
-    STABLE, CommitFailedError, MaxPollIntervalExceededError, classify_group_error,
+from kohort.client.consumer.group import STABLE, CommitFailedError
+from kohort.client.consumer.membership import (
+    FATAL, REDISCOVER, REJOIN, RESET_GENERATION, RESET_MEMBER, RETRY, error_action,
 )
 from kohort.structs import TopicPartition
 from tests.peers import create_topic, mock_cluster, produce  # noqa: F401
@@ -40,12 +42,12 @@ def poll_until(c, cond, timeout=15.0):
 
 
 def test_error_classification():
-    assert classify_group_error(0) == "ok"
-    assert classify_group_error(16) == "rediscover" and classify_group_error(15) == "rediscover"
-    assert classify_group_error(27) == "rejoin"
-    assert classify_group_error(22) == "reset" and classify_group_error(25) == "reset"
-    assert classify_group_error(14) == "retry"
-    assert classify_group_error(30) == "fatal"   # GROUP_AUTHORIZATION_FAILED
+    assert error_action(0) == "ok"
+    assert error_action(16) == REDISCOVER and error_action(15) == REDISCOVER
+    assert error_action(27) == REJOIN
+    assert error_action(22) == RESET_GENERATION and error_action(25) == RESET_MEMBER
+    assert error_action(14) == RETRY
+    assert error_action(30) == FATAL   # GROUP_AUTHORIZATION_FAILED
 
 
 @pytest.mark.slow
@@ -57,6 +59,8 @@ def test_join_consume_commit_resume(mock_cluster):
     with Consumer(conf) as c:
         c.subscribe(["grp-a"], on_assign=lambda cons, tps: assigned.extend(tps))
         got = poll_until(c, lambda g: len(g) >= 150)
+        for tp in c.assignment():
+            c.position(tp, 10)     # every partition has a position (reset or read): commit() covers them all
         assert set(assigned) == {TopicPartition("grp-a", p) for p in range(n)}
         h = c.health()
         assert h["member_state"] == STABLE and h["rebalance_count"] == 1 and h["leader"]
@@ -73,7 +77,7 @@ def test_join_consume_commit_resume(mock_cluster):
 
 
 @pytest.mark.slow
-def test_poll_interval_exceeded_leaves_and_raises(mock_cluster):
+def test_poll_interval_exceeded_leaves_and_rejoins(mock_cluster):
     n = create_topic(mock_cluster, "grp-b", 4)
     produce(mock_cluster, "grp-b", 50, partitions=n)
     conf = {"bootstrap.servers": mock_cluster, "group.id": "g-slowpoll", **BASE, "max.poll.interval.ms": 1500}
@@ -83,15 +87,19 @@ def test_poll_interval_exceeded_leaves_and_raises(mock_cluster):
         poll_until(c, lambda g: len(g) > 0)
         gen = c.health()["generation_id"]
         time.sleep(2.5)
-        with pytest.raises(MaxPollIntervalExceededError, match="max.poll.interval.ms"):
-            c.poll(0.1)
-        assert lost and c.assignment() == set()
+        with pytest.raises(CommitFailedError, match="not part of an active generation"):
+            c.commit()
+        c.poll(0.1)     # Java: no error; the lost partitions are reported and the member rejoins
+        assert lost
         # and it rejoins afterwards
         poll_until(c, lambda g: c.health()["member_state"] == STABLE and c.assignment(), timeout=15)
         assert c.health()["generation_id"] > gen
 
 
 def test_commit_of_older_generation_fails(mock_cluster):
+    """A commit the coordinator answers ILLEGAL_GENERATION fails clearly, and the member keeps its
+    member id (Java resets only the generation) and rejoins."""
+    from kohort.client.consumer.membership import Generation
     n = create_topic(mock_cluster, "grp-c", 4)
     produce(mock_cluster, "grp-c", 50, partitions=n)
     conf = {"bootstrap.servers": mock_cluster, "group.id": "g-oldgen", **BASE, "enable.auto.commit": False}
@@ -99,9 +107,12 @@ def test_commit_of_older_generation_fails(mock_cluster):
         c.subscribe(["grp-c"])
         poll_until(c, lambda g: len(g) > 0)
         g = c._group
-        g.generation_id += 1      # as after a rebalance the application did not notice
-        with pytest.raises(CommitFailedError, match="handed out in generation"):
+        with g._lock:     # as after a rebalance the application did not notice
+            gen = g.m.generation
+            g.m.generation = Generation(gen.generation_id + 1, gen.member_id, gen.protocol_name)
+        with pytest.raises(CommitFailedError, match="ILLEGAL_GENERATION"):
             c.commit()
+        assert g.member_id == gen.member_id
 
 
 def _member(bs, group, topics, strategy, seconds=60, client="kohort"):

@@ -8,6 +8,8 @@
 * `broker.producers`    ProducerStates (idempotence), `broker.producer_ids` ProducerIdAllocator
 * `broker.fetch_sessions`  FetchSessionCache (KIP-227)
 * `broker.metrics`      Metrics
+* `broker.txn`          the transaction coordinator's TxnRuntime (kohort.broker.txn.runtime), loaded
+                        from `__transaction_state` before the group coordinator opens
 * `broker.coordinator`  attached by `kohort.broker.coordinator_runtime.open(broker)` when that module
                         exists (the group coordinator, written separately); None otherwise
 * a background task running storage retention/compaction and producer-id expiry
@@ -29,6 +31,7 @@ from kohort.broker.durability import SyncPump
 from kohort.broker.fetch_sessions import FetchSessionCache
 from kohort.broker.metrics import Metrics
 from kohort.broker.producer_state import ProducerIdAllocator, ProducerStates
+from kohort.broker.txn.runtime import open_txn
 from kohort.broker.waiters import DataWaiters
 from kohort.storage import MemoryStorage, Storage
 
@@ -36,7 +39,7 @@ log = logging.getLogger("kohort.broker")
 
 META_PROPERTIES = "meta.properties"
 PRODUCER_ID_FILE = "producer-id-block"
-LEADER_EPOCH = 0        # one node that never loses leadership: every partition's leader epoch
+LEADER_EPOCH_FILE = "leader-epoch"   # the node's leader epoch: one node leads every partition
 
 
 def _now_ms() -> int:
@@ -58,6 +61,24 @@ def _load_cluster_id(storage, configured: str) -> str:
     cid = configured or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     fs.write_file_atomic(path, f"version=1\ncluster.id={cid}\n".encode())
     return cid
+
+
+def _next_leader_epoch(storage) -> int:
+    """The leader epoch of this run: one more than the last run's (and than any epoch in a log), as
+    KRaft elects the restarted broker leader again with a new epoch; 0 for a new data dir. Clients
+    holding the old epoch get FENCED_LEADER_EPOCH and validate their positions (KIP-320)."""
+    fs = storage.fs
+    path = fs.join(storage.data_dir, LEADER_EPOCH_FILE)
+    last = -1
+    if fs.exists(path):
+        try:
+            last = int(fs.read_file(path).decode().strip())
+        except ValueError:
+            last = -1
+    last = max([last] + [lg.latest_epoch for lg in storage.logs()])
+    epoch = last + 1
+    fs.write_file_atomic(path, b"%d\n" % epoch)
+    return epoch
 
 
 def _producer_id_allocator(storage) -> ProducerIdAllocator:
@@ -89,7 +110,7 @@ async def open_components(broker) -> None:
     broker.storage = storage
     log.info("storage opened in %.3fs: %d topics", time.perf_counter() - t0, len(storage.topics()))
     broker.cluster_id = _load_cluster_id(storage, cfg["cluster.id"])
-    broker.leader_epoch = LEADER_EPOCH
+    broker.leader_epoch = _next_leader_epoch(storage)
     broker.sync = SyncPump(storage)
     broker.waiters = DataWaiters()
     broker.producers = ProducerStates(storage)
@@ -104,6 +125,8 @@ async def open_components(broker) -> None:
     broker._closers.append(close_storage)
 
     broker.spawn(_maintenance(broker))
+
+    await open_txn(broker)
 
     # the group coordinator (another module) plugs in here when present
     try:

@@ -26,6 +26,18 @@ def _b(v):
     raise ValueError(f"not a boolean: {v!r}")
 
 
+def _rebalance_protocols(v) -> str:
+    """group.coordinator.rebalance.protocols: a list of classic/consumer that must contain classic
+    (Kafka: "Disabling the 'classic' protocol is not supported"); kohort has no share/streams groups."""
+    names = [x.strip().lower() for x in str(v).split(",") if x.strip()]
+    unknown = [n for n in names if n not in ("classic", "consumer")]
+    if unknown:
+        raise ValueError(f"unsupported rebalance protocol(s) {unknown}: kohort has classic and consumer")
+    if "classic" not in names:
+        raise ValueError("disabling the 'classic' protocol is not supported")
+    return ",".join(dict.fromkeys(names))
+
+
 # name -> (parser, default). Topic-level defaults use the broker's log.* names (Kafka's mapping).
 SPEC: dict[str, tuple] = {
     "node.id": (int, 0),
@@ -61,6 +73,17 @@ SPEC: dict[str, tuple] = {
     "group.max.session.timeout.ms": (int, 1800000),
     "group.initial.rebalance.delay.ms": (int, 3000),
     "group.max.size": (int, 2**31 - 1),
+    # KIP-848 consumer-protocol groups (Kafka's GroupCoordinatorConfig names and defaults; kohort
+    # applies the min/max bounds but lets them go below Kafka's floors, e.g. for tests)
+    "group.coordinator.rebalance.protocols": (_rebalance_protocols, "classic,consumer"),
+    "group.consumer.session.timeout.ms": (int, 45000),
+    "group.consumer.min.session.timeout.ms": (int, 45000),
+    "group.consumer.max.session.timeout.ms": (int, 60000),
+    "group.consumer.heartbeat.interval.ms": (int, 5000),
+    "group.consumer.min.heartbeat.interval.ms": (int, 5000),
+    "group.consumer.max.heartbeat.interval.ms": (int, 15000),
+    "group.consumer.max.size": (int, 2**31 - 1),
+    "group.consumer.assignors": (str, "uniform,range"),
     "offsets.topic.num.partitions": (int, 50),
     "offsets.topic.replication.factor": (int, 1),
     "offsets.topic.segment.bytes": (int, 100 * 1024 * 1024),
@@ -71,6 +94,10 @@ SPEC: dict[str, tuple] = {
     # transactions / idempotence
     "transactional.id.expiration.ms": (int, 7 * 24 * 3600 * 1000),
     "producer.id.expiration.ms": (int, 86400000),
+    "transaction.max.timeout.ms": (int, 900000),
+    "transaction.state.log.num.partitions": (int, 50),
+    "transaction.state.log.segment.bytes": (int, 100 * 1024 * 1024),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int, 10000),
 }
 SPEC.update({
     # kohort: the adaptive initial-rebalance quiet window (see broker/coordinator). A new group's first

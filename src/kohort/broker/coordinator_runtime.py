@@ -17,6 +17,12 @@
   order; the coordinator applies the held state/responses only then.
 * Timers: one asyncio TimerHandle per armed key (re-arming replaces it); on expiry
   `fire_timer(key, now)`; a timer that fires early by the wall clock is re-scheduled.
+* KIP-848 consumer-protocol groups: `consumer` is the pure ConsumerGroupCoordinator
+  (kohort.broker.coordinator.consumer_group; None when `group.coordinator.rebalance.protocols` lacks
+  "consumer"), driven through `call_consumer`; its timers ("cg-*" keys) share the timer table, its
+  append tokens are ("cg", n) tuples. Its records (types 3/5/6/7/8, Kafka's formats, topic ids mapped
+  from/to names through storage) are written and loaded like the classic ones; their committed
+  offsets are stored by the classic coordinator as those of a simple (memberless) group of the same id.
 * Responses: `reply_to` is an asyncio Future the handler awaits; a future whose request was
   abandoned (client gone) is skipped.
 
@@ -44,7 +50,14 @@ from kohort.storage import StorageError, TopicAlreadyExistsError
 
 from kohort.broker.coordinator import codes as C
 from kohort.broker.coordinator.config import CoordinatorConfig
+from kohort.broker.coordinator.consumer_group import (
+    ClassicMeta, ConsumerGroupConfig, ConsumerGroupCoordinator, ConsumerGroupRecord, CurrentAssignment,
+    MemberMeta,
+)
+from kohort.protocol import consumer_group_records as CGR
+from kohort.protocol.consumer_offsets import key_version
 from kohort.broker.coordinator.coordinator import GroupCoordinator
+from kohort.broker.coordinator.group import GroupState
 from kohort.broker.coordinator.model import (
     CancelTimer, GroupRecord, MemberRecord, OffsetRecord, Outcome, SetTimer,
 )
@@ -102,6 +115,86 @@ def decode_coordinator_record(key: bytes, value: bytes | None):
     raise DecodeError(f"not a classic-group record key: {type(k).__name__}")
 
 
+# KIP-848 consumer-group records: names <-> topic ids
+def encode_consumer_group_record(r: ConsumerGroupRecord, topic_id) -> tuple[bytes, bytes | None]:
+    """(key, value) bytes of a consumer-group record; `topic_id(name)` gives a topic's id (None for a
+    topic that no longer exists: its partitions are left out)."""
+    kcls = CGR.KEYS[r.kind]
+    key = kcls(group_id=r.group) if r.kind in (3, 6) else kcls(group_id=r.group, member_id=r.member_id)
+    if r.value is None:
+        return CGR.encode_key(key), None
+
+    def tps(cls, frozen):
+        out = []
+        for name, parts in frozen:
+            tid = topic_id(name)
+            if tid is not None:
+                out.append(cls(topic_id=tid, partitions=list(parts)))
+        return out
+    v = r.value
+    if r.kind == 3:
+        value = CGR.ConsumerGroupMetadataValue(epoch=v)
+    elif r.kind == 6:
+        value = CGR.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=v)
+    elif r.kind == 5:
+        value = CGR.ConsumerGroupMemberMetadataValue(
+            instance_id=v.instance_id, rack_id=v.rack_id, client_id=v.client_id, client_host=v.client_host,
+            subscribed_topic_names=list(v.subscribed_topic_names), subscribed_topic_regex=v.subscribed_topic_regex,
+            rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor)
+        if v.classic is not None:
+            CM = CGR.ConsumerGroupMemberMetadataValue.ClassicMemberMetadata
+            value.classic_member_metadata = CM(
+                session_timeout_ms=v.classic.session_timeout_ms,
+                supported_protocols=[CM.ClassicProtocol(name=n, metadata=md) for n, md in v.classic.protocols])
+    elif r.kind == 7:
+        V = CGR.ConsumerGroupTargetAssignmentMemberValue
+        value = V(topic_partitions=tps(V.TopicPartition, v))
+    else:
+        V = CGR.ConsumerGroupCurrentMemberAssignmentValue
+        value = V(member_epoch=v.member_epoch, previous_member_epoch=v.previous_member_epoch, state=v.state,
+                  assigned_partitions=tps(V.TopicPartitions, v.assigned),
+                  partitions_pending_revocation=tps(V.TopicPartitions, v.pending_revocation))
+    return CGR.encode_key(key), CGR.encode_value(value)
+
+
+def decode_consumer_group_record(key: bytes, value: bytes | None, topic_name) -> ConsumerGroupRecord:
+    """The ConsumerGroupRecord stored as (key, value); `topic_name(id)` gives a topic's name (None for
+    an unknown id: those partitions are dropped). DecodeError for what it cannot read."""
+    k, v = CGR.decode(key, value)
+    kind = type(k).TYPE
+    mid = getattr(k, "member_id", None)
+    if v is None:
+        return ConsumerGroupRecord(kind, k.group_id, mid)
+
+    def frozen(tps):
+        out = {}
+        for tp in tps:
+            name = topic_name(tp.topic_id)
+            if name is not None:
+                out[name] = tuple(sorted(set(out.get(name, ())) | set(tp.partitions)))
+        return tuple(sorted(out.items()))
+    if kind == 3:
+        val = v.epoch
+    elif kind == 6:
+        val = v.assignment_epoch
+    elif kind == 5:
+        cm = v.classic_member_metadata
+        classic = None if cm is None else ClassicMeta(
+            cm.session_timeout_ms, tuple((sp.name, bytes(sp.metadata)) for sp in cm.supported_protocols))
+        val = MemberMeta(v.instance_id, v.rack_id, v.client_id, v.client_host,
+                         tuple(v.subscribed_topic_names), v.subscribed_topic_regex, v.rebalance_timeout_ms,
+                         v.server_assignor, classic)
+    elif kind == 7:
+        val = frozen(v.topic_partitions)
+    else:
+        val = CurrentAssignment(v.member_epoch, v.previous_member_epoch, v.state,
+                                frozen(v.assigned_partitions), frozen(v.partitions_pending_revocation))
+    return ConsumerGroupRecord(kind, k.group_id, mid, val)
+
+
+CONSUMER_GROUP_RECORD_TYPES = frozenset(CGR.KEYS)
+
+
 def _record_group(r) -> str:
     return r.group
 
@@ -115,6 +208,19 @@ class CoordinatorRuntime:
         self.config = config or CoordinatorConfig.from_properties(broker.config.values)
         self.coordinator = GroupCoordinator(self.config, subscription_decoder=_subscription_topics,
                                             loading=True)
+        protocols = {x.strip() for x in str(broker.config.values.get(
+            "group.coordinator.rebalance.protocols", "classic,consumer")).split(",")}
+        self.consumer: ConsumerGroupCoordinator | None = None
+        if "consumer" in protocols:
+            cfg = ConsumerGroupConfig.from_properties(broker.config.values)
+            self.consumer = ConsumerGroupCoordinator(
+                cfg, classic_group_active=self._classic_group_active,
+                classic_upgrade=lambda gid, now: self.coordinator.release_for_upgrade(gid, now, cfg.max_size),
+                classic_downgrade=lambda snap, now: self.coordinator.adopt_from_consumer(snap, now),
+                classic_max_size=self.config.group_max_size)
+            consumer = self.consumer
+            self.coordinator.offsets_in_use = lambda gid: bool(
+                consumer.groups.get(gid) is not None and consumer.groups[gid].members)
         self.num_partitions = broker.config["offsets.topic.num.partitions"]
         self._timers: dict[tuple, asyncio.TimerHandle] = {}
         # tokens appended to the log, waiting for their fsync: (token, error_code, sync future)
@@ -174,6 +280,12 @@ class CoordinatorRuntime:
                 await asyncio.sleep(0)   # let the loop breathe on big logs
             for key, (off, value) in latest.items():
                 try:
+                    if key_version(key) in CONSUMER_GROUP_RECORD_TYPES:
+                        if self.consumer is None:
+                            continue     # consumer protocol disabled: its groups are not served
+                        self.consumer.replay(decode_consumer_group_record(key, value, self._topic_name))
+                        n += 1
+                        continue
                     r = decode_coordinator_record(key, value)
                 except DecodeError as e:
                     log.warning("%s-%d offset %d: skipping record: %s", OFFSETS_TOPIC, p, off, e)
@@ -183,6 +295,9 @@ class CoordinatorRuntime:
         self.loaded_records = n
         self.load_ms = (time.perf_counter() - t0) * 1000
         self.apply(c.on_loaded(self.clock()))
+        if self.consumer is not None:
+            self.apply(self.consumer.on_loaded(
+                self.clock(), {t.name: t.num_partitions for t in storage.topics()}))
         log.info("group coordinator loaded %d records (%d groups) in %.1f ms", n, len(c.groups),
                  self.load_ms)
 
@@ -196,6 +311,8 @@ class CoordinatorRuntime:
         self._closed = True
         out = self.coordinator.unload()
         self._deliver(out)
+        if self.consumer is not None:
+            self._deliver(self.consumer.unload())
         for h in self._timers.values():
             h.cancel()
         self._timers.clear()
@@ -214,6 +331,36 @@ class CoordinatorRuntime:
             return fut
         out = getattr(self.coordinator, op)(*args, self.clock(), fut, **kwargs)
         self.apply(out)
+        return fut
+
+    def _topic_name(self, topic_id):
+        try:
+            return self.broker.storage.topic_name(topic_id)
+        except StorageError:
+            return None
+
+    def _topic_id(self, name: str):
+        storage = self.broker.storage
+        return storage.topic(name).topic_id if storage.has_topic(name) else None
+
+    def _encode(self, r):
+        if isinstance(r, ConsumerGroupRecord):
+            return encode_consumer_group_record(r, self._topic_id)
+        return encode_coordinator_record(r)
+
+    def _classic_group_active(self, group_id: str) -> bool:
+        g = self.coordinator.groups.get(group_id)
+        return g is not None and not g.is_(GroupState.EMPTY, GroupState.DEAD)
+
+    def call_consumer(self, op: str, *args):
+        """Run consumer-group operation `op` ("heartbeat") with (*args, now_ms, reply_to); returns
+        the future of its result (answered at once: nothing is appended)."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        if self._closed or self.consumer is None:
+            fut.set_exception(RuntimeError("consumer group coordinator not available"))
+            return fut
+        self.apply(getattr(self.consumer, op)(*args, self.clock(), fut))
         return fut
 
     # -- outcome -----------------------------------------------------------------------------------
@@ -257,7 +404,10 @@ class CoordinatorRuntime:
             return
         del self._timers[key]
         try:
-            out = self.coordinator.fire_timer(key, now)
+            if key and isinstance(key[0], str) and key[0].startswith("cg-") and self.consumer is not None:
+                out = self.consumer.fire_timer(key, now)
+            else:
+                out = self.coordinator.fire_timer(key, now)
         except Exception:      # noqa: BLE001 - a bug here must not kill the loop's callback
             log.exception("coordinator timer %r failed", key)
             return
@@ -273,7 +423,7 @@ class CoordinatorRuntime:
         storage = self.broker.storage
         for p, recs in by_partition.items():
             try:
-                batch = build_batch([(*encode_coordinator_record(r), [], now) for r in recs])
+                batch = build_batch([(*self._encode(r), [], now) for r in recs])
                 storage.log(OFFSETS_TOPIC, p).append(batch, leader_epoch=self.broker.leader_epoch,
                                                      now_ms=now)
             except StorageError as e:
@@ -304,7 +454,10 @@ class CoordinatorRuntime:
                         log.exception("fsync of %s failed", OFFSETS_TOPIC)
                         error = C.KAFKA_STORAGE_ERROR
                 self._syncing.popleft()
-                self.apply(self.coordinator.on_append_done(token, error, self.clock()))
+                if isinstance(token, tuple) and self.consumer is not None:
+                    self.apply(self.consumer.on_append_done(token, error, self.clock()))
+                else:
+                    self.apply(self.coordinator.on_append_done(token, error, self.clock()))
         finally:
             self._completer = None
 

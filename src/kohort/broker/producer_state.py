@@ -1,5 +1,6 @@
-"""Idempotent producer state (KIP-98), non-transactional: producer id allocation and the
-per-partition sequence checks of the append path. Pure state, no I/O except through the callbacks
+"""Idempotent and transactional producer state (KIP-98): producer id allocation, the per-partition
+sequence checks of the append path, and each partition's open transactions, last stable offset and
+aborted-transactions index. Pure state, no I/O except through the callbacks
 given to `ProducerIdAllocator` and the log scan in `PartitionProducers.recover`.
 
 Per partition and producer id the broker keeps the current epoch and the last five batches
@@ -14,6 +15,16 @@ Per partition and producer id the broker keeps the current epoch and the last fi
 A producer id the partition has never seen (or whose batches retention removed, or silent for
 longer than producer.id.expiration.ms) is accepted at any sequence: its state starts there. After a restart the state is rebuilt by scanning the batch headers
 of the log (`recover`), so retries of batches written before the restart are still recognised.
+
+Transactions (AK ProducerStateManager, ProducerAppendInfo): the first transactional batch of a
+producer opens a transaction at its offset (`ongoing`); a non-transactional batch from a producer with
+one open is INVALID_TXN_STATE. A COMMIT/ABORT marker (`check_marker` / `complete`) with an epoch below
+the stored one is INVALID_PRODUCER_EPOCH, a lower coordinator epoch TRANSACTION_COORDINATOR_FENCED; it
+takes the marker's epoch, clears the batch history and closes the open transaction; an abort adds
+AbortedTxn(pid, first offset, marker offset, last stable offset) to the index (commits are not
+indexed). The first unstable offset is the least first offset of the open transactions; the last
+stable offset is min(it, high watermark). All of it is rebuilt by `recover` from the log (kohort keeps
+no .txnindex or snapshot files). Producers with an open transaction never expire (KAFKA-9144).
 """
 from __future__ import annotations
 
@@ -21,6 +32,7 @@ from collections import deque
 from typing import NamedTuple
 
 from kohort.errors import ErrorCode
+from kohort.protocol.records import decode_batch
 
 NUM_BATCHES_TO_RETAIN = 5
 _I32_MAX = (1 << 31) - 1
@@ -44,11 +56,40 @@ class BatchMeta(NamedTuple):
     timestamp: int
 
 
+class AbortedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int            # the ABORT marker's offset
+    last_stable_offset: int
+
+
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+
+
+def marker_key(commit: bool) -> bytes:
+    """The control record key of an end-transaction marker: int16 version 0 + int16 type."""
+    return (0).to_bytes(2, "big") + (CONTROL_COMMIT if commit else CONTROL_ABORT).to_bytes(2, "big", signed=True)
+
+
+def marker_value(coordinator_epoch: int) -> bytes:
+    return (0).to_bytes(2, "big") + coordinator_epoch.to_bytes(4, "big", signed=True)
+
+
+def parse_marker(key: bytes | None) -> int | None:
+    """ABORT 0 / COMMIT 1 from a control record key (other versions read as v0); None if it is
+    not an end-transaction marker (KRaft control types are ignored)."""
+    if key is None or len(key) < 4:
+        return None
+    t = int.from_bytes(key[2:4], "big", signed=True)
+    return t if t in (CONTROL_ABORT, CONTROL_COMMIT) else None
+
+
 class ProducerEntry:
-    __slots__ = ("epoch", "batches", "last_append_ms")
+    __slots__ = ("epoch", "batches", "last_append_ms", "coordinator_epoch")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
+        self.coordinator_epoch = -1
         self.batches: deque[BatchMeta] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
         self.last_append_ms = -1
 
@@ -66,12 +107,16 @@ class PartitionProducers:
 
     def __init__(self) -> None:
         self.entries: dict[int, ProducerEntry] = {}
+        self.ongoing: dict[int, int] = {}          # producer id -> first offset of its open transaction
+        self.aborted: list[AbortedTxn] = []        # in marker order
         self.recovered = False
 
     def check(self, producer_id: int, producer_epoch: int, base_sequence: int,
-              last_offset_delta: int) -> Verdict:
+              last_offset_delta: int, transactional: bool = False) -> Verdict:
         if producer_id < 0:
             return OK
+        if not transactional and producer_id in self.ongoing:
+            return Verdict(ErrorCode.INVALID_TXN_STATE, None)
         e = self.entries.get(producer_id)
         if e is None:
             return OK
@@ -91,11 +136,13 @@ class PartitionProducers:
 
     def update(self, producer_id: int, producer_epoch: int, base_sequence: int,
                last_offset_delta: int, first_offset: int, timestamp: int,
-               append_ms: int | None = None) -> None:
+               append_ms: int | None = None, transactional: bool = False) -> None:
         """Record an appended batch (also used when replaying the log, where the batch's
         timestamp stands in for the append time)."""
         if producer_id < 0:
             return
+        if transactional and producer_id not in self.ongoing:
+            self.ongoing[producer_id] = first_offset
         e = self.entries.get(producer_id)
         if e is None or producer_epoch != e.epoch:
             if e is not None and producer_epoch < e.epoch:
@@ -110,19 +157,77 @@ class PartitionProducers:
     def expire(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers silent for longer than producer.id.expiration.ms (Kafka's
         removeExpiredProducers). Returns how many were dropped."""
-        old = [pid for pid, e in self.entries.items() if now_ms - e.last_append_ms > expiration_ms]
+        old = [pid for pid, e in self.entries.items()
+               if now_ms - e.last_append_ms > expiration_ms and pid not in self.ongoing]
         for pid in old:
             del self.entries[pid]
         return len(old)
 
+    # -- transactions --------------------------------------------------------------------------------
+    def is_open(self, producer_id: int) -> bool:
+        return producer_id in self.ongoing
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> int:
+        e = self.entries.get(producer_id)
+        if e is None:
+            return ErrorCode.NONE
+        if producer_epoch < e.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if coordinator_epoch < e.coordinator_epoch:
+            return ErrorCode.TRANSACTION_COORDINATOR_FENCED
+        return ErrorCode.NONE
+
+    def complete(self, producer_id: int, producer_epoch: int, commit: bool, marker_offset: int,
+                 coordinator_epoch: int, timestamp: int) -> AbortedTxn | None:
+        """Apply an appended marker; returns the AbortedTxn indexed for an abort."""
+        e = self.entries.get(producer_id)
+        if e is None or e.epoch != producer_epoch:
+            e = self.entries[producer_id] = ProducerEntry(producer_epoch)
+        else:
+            e.batches.clear()
+        e.coordinator_epoch = coordinator_epoch
+        e.last_append_ms = max(e.last_append_ms, timestamp)
+        first = self.ongoing.pop(producer_id, None)
+        if first is None or commit:
+            return None
+        fu = self.first_unstable_offset()
+        a = AbortedTxn(producer_id, first, marker_offset, min(fu, marker_offset + 1) if fu is not None
+                       else marker_offset + 1)
+        self.aborted.append(a)
+        return a
+
+    def first_unstable_offset(self) -> int | None:
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        fu = self.first_unstable_offset()
+        return high_watermark if fu is None else min(fu, high_watermark)
+
+    def aborted_in(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions that overlap [fetch_offset, upper_bound) (Fetch read_committed)."""
+        return [a for a in self.aborted if a.last_offset >= fetch_offset and a.first_offset < upper_bound]
+
     def recover(self, log) -> None:
-        """Rebuild from the batch headers of `log` (a kohort.storage Log)."""
+        """Rebuild from `log` (a kohort.storage Log): batch headers, and the control records of
+        marker batches (the producer state, open transactions and the aborted index)."""
         self.entries.clear()
+        self.ongoing.clear()
+        self.aborted.clear()
         for seg in list(log.segments):
-            for _, h in seg.scan(0):
-                if h.producer_id >= 0 and not h.is_control:
-                    self.update(h.producer_id, h.producer_epoch, h.base_sequence,
-                                h.last_offset_delta, h.base_offset, h.max_timestamp)
+            for pos, h in seg.scan(0):
+                if h.producer_id < 0:
+                    continue
+                if h.is_control:
+                    _, recs = decode_batch(seg.log.pread(pos, h.total_size), 0, check_crc=False)
+                    t = parse_marker(recs[0].key) if recs else None
+                    if t is not None and h.is_transactional:
+                        cepoch = int.from_bytes(recs[0].value[2:6], "big", signed=True) if recs[0].value else -1
+                        self.complete(h.producer_id, h.producer_epoch, t == CONTROL_COMMIT, h.base_offset,
+                                      cepoch, h.max_timestamp)
+                    continue
+                self.update(h.producer_id, h.producer_epoch, h.base_sequence,
+                            h.last_offset_delta, h.base_offset, h.max_timestamp,
+                            transactional=h.is_transactional)
         self.recovered = True
 
 

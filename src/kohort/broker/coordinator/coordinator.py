@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable
 
 from . import codes as C
 from .config import CoordinatorConfig
-from .group import ClassicGroup, CommittedOffset, GroupState, Member
+from .group import _NO_REPLY as NO_REPLY, ClassicGroup, CommittedOffset, GroupState, Member
 from .model import (
     Append, CancelTimer, DeleteGroupsResult, DescribedGroup, DescribedMember, DescribeGroupsResult,
     FetchedPartition, GroupRecord, HeartbeatParams, HeartbeatResult, JoinParams, JoinResult,
@@ -87,6 +87,9 @@ class GroupCoordinator:
         self._pending: dict[int, _OnDone] = {}
         self._next_token = 1
         self.phase = "loading" if loading else "active"     # loading | active | inactive
+        # KIP-848: the offsets of a group id that is a consumer group with members (kept here as a
+        # simple group's) never expire; the runtime sets this to ask the consumer-group coordinator
+        self.offsets_in_use: Callable[[str], bool] = lambda group_id: False
 
     # ================================================================ plumbing
     def _arm(self, out: Outcome, key: tuple, deadline: int, arg: Any = None) -> None:
@@ -137,7 +140,9 @@ class GroupCoordinator:
                 record.expire_timestamp)
         elif isinstance(record, GroupRecord):
             if record.tombstone:
-                self.groups.pop(record.group, None)
+                g = self.groups.pop(record.group, None)
+                if g is not None and g.offsets:     # offsets outlive the group's metadata (KIP-848 upgrade)
+                    self.groups[record.group] = ClassicGroup(record.group, offsets=g.offsets)
                 return
             g = self.groups.get(record.group)
             if g is None:
@@ -295,6 +300,57 @@ class GroupCoordinator:
                 self._respond(out, m.take_sync_reply(), SyncResult(mapped))
         self._cancel_group_timers(group, out)
         del self.groups[group.group_id]
+
+    def release_for_upgrade(self, group_id: str, now_ms: int, max_size: int):
+        """KIP-848 online upgrade: hand the live classic group `group_id` over to the consumer-group
+        coordinator. None if it cannot be (missing, Empty/Dead, not protocol type "consumer", no
+        protocol chosen yet, more than `max_size` members); else (Outcome, ClassicGroupSnapshot):
+        parked JoinGroup/SyncGroup answered REBALANCE_IN_PROGRESS, member timers cancelled, the
+        GroupMetadata record tombstoned; the group stays as an Empty holder of its offsets."""
+        from .classic_members import ClassicGroupSnapshot, ClassicSnapshotMember
+        g = self.groups.get(group_id)
+        if (g is None or g.is_(S.EMPTY, S.DEAD) or g.protocol_type != "consumer" or not g.protocol_name
+                or len(g.members) > max_size):
+            return None
+        out = Outcome()
+        members = []
+        for m in g.members.values():
+            members.append(ClassicSnapshotMember(
+                m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                m.session_timeout_ms, tuple(m.protocols), m.metadata(g.protocol_name), m.assignment))
+            if m.awaiting_join:
+                self._respond(out, m.take_join_reply(), JoinResult(C.REBALANCE_IN_PROGRESS, m.member_id))
+            if m.awaiting_sync:
+                self._respond(out, m.take_sync_reply(), SyncResult(C.REBALANCE_IN_PROGRESS))
+        self._cancel_group_timers(g, out)
+        snap = ClassicGroupSnapshot(group_id, g.generation_id, tuple(members))
+        offsets = g.offsets
+        self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now_ms, offsets=offsets)
+        self._append(out, [GroupRecord(group_id, tombstone=True)], lambda o, e, n: None)
+        return out, snap
+
+    def adopt_from_consumer(self, snap, now_ms: int) -> Outcome:
+        """KIP-848 online downgrade: take over `snap` (a ClassicGroupSnapshot of the classic members
+        left in a consumer group) as a classic group: Stable at generation `snap.generation` with their
+        assignments, its GroupMetadata record written, heartbeats armed, then a rebalance prepared so
+        every member rejoins (Kafka's ClassicGroup.fromConsumerGroup + prepareRebalance)."""
+        out = Outcome()
+        old = self.groups.get(snap.group_id)
+        g = ClassicGroup(snap.group_id, state=S.STABLE, previous_state=S.EMPTY, state_timestamp=now_ms,
+                         generation_id=snap.generation, offsets=old.offsets if old is not None else {})
+        for sm in snap.members:
+            g.add(Member(sm.member_id, sm.instance_id, sm.client_id, sm.client_host, sm.rebalance_timeout_ms,
+                         sm.session_timeout_ms, "consumer", list(sm.protocols), assignment=sm.assignment),
+                  NO_REPLY)                       # nothing parked: they are told to rejoin by heartbeat
+        for m in g.members.values():
+            self._arm(out, heartbeat_key(g.group_id, m.member_id), now_ms + m.session_timeout_ms)
+        g.protocol_name = g.select_protocol()
+        g.compute_subscribed_topics(self._decoder)
+        self.groups[g.group_id] = g
+        self._append(out, [self._group_record(g, {m.member_id: m.assignment for m in g.members.values()})],
+                     lambda o, e, n: None)
+        self._prepare_rebalance(g, now_ms, out)
+        return out
 
     def _cancel_group_timers(self, group: ClassicGroup, out: Outcome) -> None:
         gid = group.group_id
@@ -925,7 +981,7 @@ class GroupCoordinator:
     def _expire_offsets(self, now: int, out: Outcome) -> None:
         retention = self.config.offsets_retention_ms
         for group in list(self.groups.values()):
-            if group.is_(S.DEAD):
+            if group.is_(S.DEAD) or self.offsets_in_use(group.group_id):
                 continue
             if group.protocol_type is None:                   # simple group: from the commit
                 base = lambda co: co.commit_timestamp          # noqa: E731

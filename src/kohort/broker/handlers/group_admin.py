@@ -4,10 +4,16 @@ ListGroups (16) v0-v5, DeleteGroups (42) v0-v2.
 DescribeGroups v6 reports an unknown group as GROUP_ID_NOT_FOUND with a message (KIP-1043); older
 versions describe it as a "Dead" group with no error. authorized_operations (v3+) is left at
 Integer.MIN_VALUE ("not provided"): kohort has no ACLs. ListGroups filters by state (v4+, KIP-518)
-and by type (v5+, KIP-848; every group here is "classic").
+and by type (v5+, KIP-848).
+KIP-848 consumer groups (the runtime's `consumer` coordinator) are listed with type and protocol type
+"consumer" and their state (Empty, Assigning, Reconciling, Stable); the classic coordinator's simple
+group that only holds their offsets is not listed separately. DescribeGroups answers a consumer group
+as Kafka does for a group that is not classic: GROUP_ID_NOT_FOUND (v6) or Dead (v0-v5); use
+ConsumerGroupDescribe. DeleteGroups deletes an empty consumer group (NON_EMPTY_GROUP otherwise).
 """
 from __future__ import annotations
 
+from kohort.broker.coordinator.model import ListedGroup
 from kohort.broker.handlers import handles
 from kohort.broker.handlers.groups import runtime
 from kohort.errors import ErrorCode
@@ -31,6 +37,12 @@ async def handle_describe_groups(ctx, req: DescribeGroupsRequest) -> DescribeGro
     groups = []
     for g in res.groups:
         msg = None
+        if rt.consumer is not None and rt.consumer.is_consumer_group(g.group_id) and not g.error_code:
+            groups.append(DG(error_code=ErrorCode.GROUP_ID_NOT_FOUND if v >= 6 else ErrorCode.NONE,
+                             error_message=f"Group {g.group_id} is not a classic group." if v >= 6 else None,
+                             group_id=g.group_id, group_state="Dead", protocol_type="", protocol_data="",
+                             members=[]))
+            continue
         if v >= 6 and g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
             msg = f"Group {g.group_id} not found."
         groups.append(DG(
@@ -51,9 +63,20 @@ async def handle_list_groups(ctx, req: ListGroupsRequest) -> ListGroupsResponse:
     res = await rt.call("list_groups", states_filter=list(req.states_filter or ()) if v >= 4 else (),
                         types_filter=list(req.types_filter or ()) if v >= 5 else ())
     LG = ListGroupsResponse.ListedGroup
+    listed = list(res.groups)
+    if rt.consumer is not None and not res.error_code:
+        consumer = rt.consumer.groups
+        listed = [g for g in listed if g.group_id not in consumer]
+        states = {x.lower() for x in (req.states_filter or ())} if v >= 4 else set()
+        types = {x.lower() for x in (req.types_filter or ())} if v >= 5 else set()
+        if not types or "consumer" in types:
+            for gid, cg in consumer.items():
+                state = cg.state.value
+                if not states or state.lower() in states:
+                    listed.append(ListedGroup(gid, "consumer", state, "consumer"))
     return ListGroupsResponse(throttle_time_ms=0, error_code=res.error_code, groups=[
         LG(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.group_state,
-           group_type=g.group_type) for g in res.groups])
+           group_type=g.group_type) for g in listed])
 
 
 @handles(DeleteGroupsRequest, "0-2")
@@ -63,5 +86,19 @@ async def handle_delete_groups(ctx, req: DeleteGroupsRequest) -> DeleteGroupsRes
     if rt is None:
         return DeleteGroupsResponse(throttle_time_ms=0, results=[
             R(group_id=g, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE) for g in req.groups_names])
-    res = await rt.call("delete_groups", list(req.groups_names))
-    return DeleteGroupsResponse(throttle_time_ms=0, results=[R(group_id=g, error_code=e) for g, e in res.results])
+    names = list(req.groups_names)
+    consumer_errors = {}
+    if rt.consumer is not None and rt.coordinator.phase == "active":
+        for g in names:
+            e = await rt.call_consumer("delete_group", g)
+            if e is not None:
+                consumer_errors[g] = e
+    classic = [g for g in names if consumer_errors.get(g, 0) == 0]
+    res = await rt.call("delete_groups", classic)
+    results = dict(res.results)
+    for g, e in consumer_errors.items():
+        if e == 0 and results.get(g) == ErrorCode.GROUP_ID_NOT_FOUND:
+            results[g] = ErrorCode.NONE    # a consumer group that had no committed offsets
+        elif e:
+            results[g] = e
+    return DeleteGroupsResponse(throttle_time_ms=0, results=[R(group_id=g, error_code=results[g]) for g in names])

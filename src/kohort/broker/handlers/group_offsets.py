@@ -11,9 +11,10 @@ requested partition.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from kohort.broker.coordinator.model import (
-    CommitPartition, OffsetCommitParams, OffsetDeleteParams, OffsetFetchParams, OffsetFetchResult,
+    CommitPartition, OffsetCommitParams, OffsetCommitResult, PartitionResult, OffsetDeleteParams, OffsetFetchParams, OffsetFetchResult,
 )
 from kohort.broker.handlers import handles
 from kohort.broker.handlers.groups import runtime
@@ -75,7 +76,18 @@ async def handle_offset_commit(ctx, req: OffsetCommitRequest) -> OffsetCommitRes
                 generation_id=req.generation_id_or_member_epoch, member_id=req.member_id,
                 group_instance_id=req.group_instance_id if v >= 7 else None,
                 retention_time_ms=req.retention_time_ms if v <= 4 else -1, api_version=v)
-            res = await rt.call("offset_commit", params)
+            cerr = None
+            if rt.consumer is not None and rt.coordinator.phase == "active":
+                cerr = rt.consumer.validate_offset_commit(req.group_id, req.member_id,
+                                                          req.generation_id_or_member_epoch, v)
+            if cerr is not None:
+                # a consumer-protocol group: its offsets are stored as a simple group's
+                params = dataclasses.replace(params, generation_id=-1, member_id="", group_instance_id=None)
+            if cerr:
+                res = OffsetCommitResult(tuple((t, tuple(PartitionResult(pp.partition_index, cerr)
+                                                          for pp in parts)) for t, parts in known))
+            else:
+                res = await rt.call("offset_commit", params)
             for name, prs in res.topics:
                 results.setdefault(name, []).extend(
                     CPart(partition_index=pr.partition_index, error_code=pr.error_code) for pr in prs)
@@ -85,9 +97,14 @@ async def handle_offset_commit(ctx, req: OffsetCommitRequest) -> OffsetCommitRes
 
 
 # -- OffsetFetch ---------------------------------------------------------------------------------
-async def _fetch_group(rt, group_id: str, topics, require_stable: bool) -> OffsetFetchResult:
+async def _fetch_group(rt, group_id: str, topics, require_stable: bool, member_id: str | None = None,
+                       member_epoch: int = -1) -> OffsetFetchResult:
     if rt is None:
         return OffsetFetchResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    if rt.consumer is not None and rt.coordinator.phase == "active":
+        cerr = rt.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
+        if cerr:
+            return OffsetFetchResult(cerr)
     tps = None if topics is None else tuple((t.name, tuple(t.partition_indexes)) for t in topics)
     return await rt.call("offset_fetch", OffsetFetchParams(group_id, tps, require_stable))
 
@@ -106,7 +123,9 @@ async def handle_offset_fetch(ctx, req: OffsetFetchRequest) -> OffsetFetchRespon
     rt = runtime(ctx)
     stable = bool(req.require_stable) if v >= 7 else False
     if v >= 8:
-        results = await asyncio.gather(*(_fetch_group(rt, g.group_id, g.topics, stable) for g in req.groups))
+        results = await asyncio.gather(*(
+            _fetch_group(rt, g.group_id, g.topics, stable, g.member_id if v >= 9 else None,
+                         g.member_epoch if v >= 9 else -1) for g in req.groups))
         G = OffsetFetchResponse.Group
         T, P = G.Topics, G.Topics.Partitions
         groups = []
@@ -137,12 +156,21 @@ async def handle_offset_delete(ctx, req: OffsetDeleteRequest) -> OffsetDeleteRes
         return OffsetDeleteResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, throttle_time_ms=0,
                                     topics=[])
     known, unknown = _split_known(ctx.broker, req.topics, lambda p: p.partition_index)
-    res = await rt.call("offset_delete", OffsetDeleteParams(req.group_id, tuple(known)))
     T = OffsetDeleteResponse.Topic
     P = T.Partition
+    results: dict[str, list] = {}
+    cg = rt.consumer.groups.get(req.group_id) if rt.consumer is not None and rt.coordinator.phase == "active" \
+        else None
+    if cg is not None:      # a consumer group: offsets of topics it subscribes to stay (Kafka)
+        subscribed = set(cg.subscribed_metadata)
+        for name, parts in known:
+            if name in subscribed:
+                results[name] = [P(partition_index=i, error_code=ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
+                                 for i in parts]
+        known = [(name, parts) for name, parts in known if name not in subscribed]
+    res = await rt.call("offset_delete", OffsetDeleteParams(req.group_id, tuple(known)))
     if res.error_code:
         return OffsetDeleteResponse(error_code=res.error_code, throttle_time_ms=0, topics=[])
-    results: dict[str, list] = {}
     for name, prs in res.topics:
         results.setdefault(name, []).extend(P(partition_index=pr.partition_index, error_code=pr.error_code)
                                             for pr in prs)

@@ -1,7 +1,7 @@
 """ListOffsets (API key 2), v1-v10 (Kafka 4 dropped v0): the offset for a timestamp per partition.
 
-Special timestamps: -1 latest (the high watermark; with READ_COMMITTED the last stable offset, the
-same here as there are no transactions), -2 earliest (log start offset), -3 the record with the
+Special timestamps: -1 latest (the high watermark; with READ_COMMITTED, v2+, the last stable offset,
+which also caps timestamp lookups), -2 earliest (log start offset), -3 the record with the
 greatest timestamp (KIP-734, v7+), -4 earliest local (KIP-1005, v8+; no tiered storage, so the log
 start offset), -5 earliest pending upload (KIP-1023; none, so -1). A timestamp with no record at or
 after it answers offset -1.
@@ -18,7 +18,7 @@ TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
 PartResp = TopicResp.ListOffsetsPartitionResponse
 
 
-def _one(broker, topic: str, p) -> PartResp:
+def _one(broker, topic: str, p, read_committed: bool) -> PartResp:
     idx = p.partition_index
     try:
         log = broker.storage.log(topic, idx)
@@ -35,6 +35,9 @@ def _one(broker, topic: str, p) -> PartResp:
         return PartResp(partition_index=idx, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
     if ts < -3:
         return PartResp(partition_index=idx, error_code=ErrorCode.INVALID_REQUEST)
+    if ts == -1 and read_committed:
+        lso = broker.producers.partition(topic, idx, log).last_stable_offset(log.high_watermark)
+        return PartResp(partition_index=idx, error_code=0, timestamp=-1, offset=lso, leader_epoch=epoch)
     try:
         found = log.offset_for_timestamp(ts)
     except StorageError as e:
@@ -42,11 +45,16 @@ def _one(broker, topic: str, p) -> PartResp:
     if found is None:
         return PartResp(partition_index=idx, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
     offset, timestamp = found
+    if read_committed and ts >= 0 and offset >= broker.producers.partition(topic, idx, log).last_stable_offset(
+            log.high_watermark):
+        # read_committed: a timestamp lookup answers only offsets below the last stable offset
+        return PartResp(partition_index=idx, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
     return PartResp(partition_index=idx, error_code=0, timestamp=timestamp, offset=offset, leader_epoch=epoch)
 
 
 @handles(ListOffsetsRequest, "1-10")
 def handle_list_offsets(ctx, req: ListOffsetsRequest) -> ListOffsetsResponse:
-    topics = [TopicResp(name=t.name, partitions=[_one(ctx.broker, t.name, p) for p in t.partitions])
+    rc = ctx.api_version >= 2 and req.isolation_level == 1
+    topics = [TopicResp(name=t.name, partitions=[_one(ctx.broker, t.name, p, rc) for p in t.partitions])
               for t in req.topics]
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

@@ -3,11 +3,15 @@ librdkafka needs it to enable compression) but v0-v2 are refused (connection clo
 
 Per partition the request must carry exactly one v2 RecordBatch (as Kafka requires from v3):
 magic 2, a CRC-32C that matches, a record count that agrees with its last offset delta, no control
-or transactional flag (no transaction coordinator here) -> otherwise CORRUPT_MESSAGE or
-INVALID_RECORD; larger than the topic's max.message.bytes -> MESSAGE_TOO_LARGE; ZStandard before v7
+flag (markers are the broker's) -> otherwise CORRUPT_MESSAGE or INVALID_RECORD; larger than the topic's max.message.bytes -> MESSAGE_TOO_LARGE; ZStandard before v7
 -> UNSUPPORTED_COMPRESSION_TYPE. A topic whose compression.type names a codec gets the batch
 rebuilt in that codec (as Kafka recompresses); "producer" stores it as sent. Idempotent batches pass the sequence checks of
-kohort.broker.producer_state (a retried duplicate is answered with its original offsets). The log
+kohort.broker.producer_state (a retried duplicate is answered with its original offsets).
+Transactional batches (KIP-98): the first one of a producer on a partition must belong to its Ongoing
+transaction holding that partition (kohort.broker.txn's `verify`, KIP-890 part 1), else
+INVALID_TXN_STATE (TRANSACTION_ABORTABLE from v11) or INVALID_PRODUCER_EPOCH for a fenced epoch; a
+non-transactional batch from a producer with a transaction open is INVALID_TXN_STATE. v12's implicit
+add (transactions v2) is not done. The log
 assigns offsets by patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also
 get MaxTimestamp and a new CRC).
 
@@ -43,7 +47,8 @@ def recompress(records, codec: int) -> bytes:
     h, recs = decode_batch(records, 0, check_crc=False)
     return build_batch([(r.key, r.value, r.headers, r.timestamp) for r in recs], compression=codec,
                        timestamp_type=h.timestamp_type, producer_id=h.producer_id,
-                       producer_epoch=h.producer_epoch, base_sequence=h.base_sequence)
+                       producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+                       transactional=h.is_transactional)
 
 
 def append_partition(broker, topic: str, index: int, records, version: int, now: int) -> tuple[PartResp, int]:
@@ -68,9 +73,10 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
     if h.records_count <= 0 or h.records_count != h.last_offset_delta + 1:
         return _err(index, ErrorCode.INVALID_RECORD,
                     f"record count {h.records_count} does not match last offset delta {h.last_offset_delta}"), 0
-    if h.is_control or h.is_transactional:
-        return _err(index, ErrorCode.INVALID_RECORD,
-                    "control and transactional batches are not accepted (no transaction coordinator)"), 0
+    if h.is_control:
+        return _err(index, ErrorCode.INVALID_RECORD, "control batches are written by the broker only"), 0
+    if h.is_transactional and h.producer_id < 0:
+        return _err(index, ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id"), 0
     if h.compression == COMPRESSION_ZSTD and version < 7:
         return _err(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7+"), 0
     cfg = log.config
@@ -87,9 +93,19 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
     pstate = None
     if h.producer_id >= 0:
         pstate = broker.producers.partition(topic, index, log)
-        verdict = pstate.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta)
+        verdict = pstate.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
+                               h.is_transactional)
         if verdict.error:
             return _err(index, verdict.error), 0
+        if h.is_transactional and verdict.duplicate is None and not pstate.is_open(h.producer_id):
+            # KIP-890 part 1: the first batch of a transaction on this partition must belong to an
+            # Ongoing transaction that added the partition (asked of the local coordinator)
+            code = broker.txn.coordinator.verify(h.producer_id, h.producer_epoch, topic, index)
+            if code == ErrorCode.INVALID_TXN_STATE and version >= 11:
+                code = ErrorCode.TRANSACTION_ABORTABLE
+            if code:
+                return _err(index, code, f"{topic}-{index} is not in an ongoing transaction of producer "
+                                         f"{h.producer_id} epoch {h.producer_epoch}"), 0
         if verdict.duplicate is not None:
             d = verdict.duplicate
             return PartResp(index=index, error_code=0, base_offset=d.first_offset, log_append_time_ms=-1,
@@ -100,7 +116,7 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
         return _err(index, e.error_code, str(e)), 0
     if pstate is not None:
         pstate.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
-                      res.base_offset, h.max_timestamp, append_ms=now)
+                      res.base_offset, h.max_timestamp, append_ms=now, transactional=h.is_transactional)
     broker.waiters.notify(topic, index)
     return PartResp(index=index, error_code=0, base_offset=res.base_offset,
                     log_append_time_ms=res.log_append_time, log_start_offset=res.log_start_offset,

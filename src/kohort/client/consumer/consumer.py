@@ -6,8 +6,10 @@
     c.commit()
 
 Threads: the application thread calls everything here; the network thread (NetworkClient) does the
-I/O and decodes fetched records; the group's heartbeat thread (GroupMember) keeps the membership
-alive independently of poll(). Rebalance callbacks run inside poll() on the application thread.
+I/O and decodes fetched records, and hands group answers to the membership state machine; the
+group's heartbeat thread (GroupMember) keeps the membership alive independently of poll().
+Rebalance callbacks run inside poll() on the application thread. After max.poll.interval.ms without
+a poll the member leaves the group; the next poll() reports its partitions lost and rejoins (Java).
 """
 from __future__ import annotations
 
@@ -127,8 +129,6 @@ class Consumer:
             recs = fetcher.collect(n)
             fetcher.send_fetches()
             if recs:
-                if group is not None:
-                    group.records_returned(recs)
                 return recs
             left = deadline - time.monotonic()
             if left <= 0:

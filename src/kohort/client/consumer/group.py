@@ -1,31 +1,23 @@
-"""Classic consumer-group membership: coordinator discovery, join/sync, heartbeats, commits.
+"""The I/O driver of a consumer's group membership (the logic is `membership.Membership`, pure).
 
-State machine of one member (Kafka's AbstractCoordinator / ConsumerCoordinator, classic protocol):
+GroupMember feeds the state machine its events and carries out its actions:
 
-    UNJOINED --JoinGroup--> JOINING --(leader assigns) SyncGroup--> SYNCING --> STABLE
-        ^                                                                   |
-        +---- REBALANCE_IN_PROGRESS / ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / max.poll.interval.ms
+* the application thread: subscribe/unsubscribe, `poll_hook` (a `Poll` event: joins, rebalance
+  callbacks, auto commit), commits and committed-offset lookups, close;
+* the heartbeat thread: `Tick` events at the deadline the machine asks for (heartbeats, session and
+  max.poll.interval.ms timeouts, coordinator rediscovery) — independent of poll(), as Java's
+  heartbeat thread;
+* the network I/O thread: answers to the machine's requests become `Response`/`RequestFailed` events
+  at once, so a JoinGroup or SyncGroup answer is handled while the application is busy.
 
-* FindCoordinator first; the coordinator gets its own connection (node id 2**31-1-broker id) so
-  heartbeats never wait behind fetches. NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE send us back
-  to discovery.
-* JoinGroup carries one protocol per configured assignor (partition.assignment.strategy, Java's
-  default [range, cooperative-sticky]) with a ConsumerProtocolSubscription; MEMBER_ID_REQUIRED
-  (KIP-394) is answered by rejoining with the given member id; group.instance.id makes the member
-  static (KIP-345: no LeaveGroup on close, same identity across restarts).
-* The leader runs the selected assignor over every member's subscription with partition counts
-  from metadata, and sends the result in SyncGroup.
-* Eager assignors: revoke everything before rejoining. Cooperative (KIP-429, when the group selected
-  cooperative-sticky): keep owned partitions across the rebalance, revoke only what moved, and
-  rejoin once more if anything was revoked.
-* Heartbeats come from a background thread every heartbeat.interval.ms, independent of poll().
-  That thread also enforces max.poll.interval.ms: when the application stops polling, the member
-  leaves the group and the next poll() raises MaxPollIntervalExceededError.
-* Rebalance callbacks, async commit callbacks and the joins themselves run on the application
-  thread inside poll(); nothing blocks there longer than the poll timeout.
-* Offsets: OffsetFetch for partitions without a position; auto commit every
-  auto.commit.interval.ms, before revocation and on close; commit_sync retries retriable errors;
-  async commits go out one at a time so they land in order.
+Every event goes through `_handle` under one lock; requests are sent there. Callbacks and commits
+(`Revoke`, `Assign`, `AutoCommit`, `Raise`) only come from application events and run on the
+application thread, outside the lock, so heartbeats go on during a long callback.
+
+Offsets: OffsetFetch for partitions without a position (seeking to the committed offset *unvalidated*
+when it carries a leader epoch, so the fetcher checks it with OffsetForLeaderEpoch first, KIP-320);
+auto commit every auto.commit.interval.ms, before revocation and on close; commit_sync retries
+retriable errors; async commits go out one at a time so they land in order.
 """
 from __future__ import annotations
 
@@ -35,40 +27,27 @@ import time
 from collections import deque
 from concurrent.futures import Future
 
-from kohort.assignors import COOPERATIVE, get_assignor
-from kohort.assignors.base import Subscription as AssignorSubscription
+from kohort.client.consumer.membership import (
+    COMPLETING_REBALANCE, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP, NO_GENERATION, PREPARING_REBALANCE, REDISCOVER,
+    STABLE, SYNC_GROUP, UNJOINED, Assign, AutoCommit, Close, CommitFailedError, GroupError, MemberConfig,
+    Membership, MetadataUpdate, NeedCoordinator, Poll, Raise, RebalanceInProgressError, RequestFailed, RequestMetadata, Response,
+    Revoke, Send, Subscribe, Tick, Unsubscribe, UseCoordinator, error_action,
+)
 from kohort.client.consumer.offsets import (
-    OFFSETS_BY_NAME_MAX_VERSION,
-    SubscriptionState, offset_commit_request, offset_fetch_request, parse_offset_fetch,
+    OFFSETS_BY_NAME_MAX_VERSION, SubscriptionState, offset_commit_request, offset_fetch_request, parse_offset_fetch,
 )
 from kohort.client.network import Versioned
-from kohort.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, KohortError, for_code
-from kohort.protocol.consumer_protocol import (
-    PROTOCOL_TYPE, ConsumerProtocolAssignment, ConsumerProtocolSubscription, decode_assignment,
-    decode_subscription, encode_assignment, encode_subscription,
-)
-from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest
-from kohort.protocol.messages.heartbeat import HeartbeatRequest
-from kohort.protocol.messages.join_group import JoinGroupRequest
-from kohort.protocol.messages.leave_group import LeaveGroupRequest
-from kohort.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from kohort.errors import ErrorCode, KafkaConnectionError, KafkaError, KafkaTimeoutError, KohortError, for_code
+from kohort.protocol.messages.sync_group import SyncGroupResponse
 from kohort.protocol.schema import BYTES, Message, f
 from kohort.structs import TopicPartition
 
 log = logging.getLogger("kohort.client.group")
 
-SUBSCRIPTION_WIRE_VERSION = 3   # ConsumerProtocolSubscription v3 (KIP-881 rack), as Java 3.5+ sends
-UNJOINED, JOINING, SYNCING, STABLE = "UNJOINED", "JOINING", "SYNCING", "STABLE"
-FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
-OFFSET_COMMIT, OFFSET_FETCH = 8, 9
-
-# error codes by Kafka's names (kohort.errors.ErrorCode has them all)
-COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
-ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 22, 25, 27
-MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID, UNSTABLE_OFFSET_COMMIT = 79, 82, 88
-REQUEST_TIMED_OUT, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST = 7, 81, 42
-COORDINATOR_ERRORS = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
-MEMBER_RESET_ERRORS = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID})
+OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH = 8, 9, 23
+# kohort's older names for the member states (health()["member_state"] shows Java's)
+JOINING, SYNCING = PREPARING_REBALANCE, COMPLETING_REBALANCE
+_API_OF_TAG = {"find": FIND_COORDINATOR, "join": JOIN_GROUP, "sync": SYNC_GROUP, "heartbeat": HEARTBEAT}
 
 
 class LenientSyncGroupResponse(Message):
@@ -82,44 +61,12 @@ class LenientSyncGroupResponse(Message):
         f("assignment", BYTES, nullable="0+", default=b"")]
 
 
-class CommitFailedError(KohortError):
-    """A commit cannot succeed: the group rebalanced and these partitions may belong to others now."""
-
-    retriable = False
-
-
-class MaxPollIntervalExceededError(KohortError):
-    """The application did not call poll() within max.poll.interval.ms, so the member left the group."""
-
-    retriable = False
-
-
-class GroupError(KohortError):
-    """A fatal group error (authorization, inconsistent protocols, fenced static member, ...)."""
-
-
-def classify_group_error(code: int) -> str:
-    """What a member does about an error code in a group response (a pure decision):
-    'ok', 'rediscover', 'rejoin', 'reset' (forget member id and generation, then rejoin),
-    'retry' (same request after a backoff) or 'fatal'."""
-    if code == 0:
-        return "ok"
-    if code in COORDINATOR_ERRORS:
-        return "rediscover"
-    if code == REBALANCE_IN_PROGRESS:
-        return "rejoin"
-    if code in MEMBER_RESET_ERRORS:
-        return "reset"
-    if code in (COORDINATOR_LOAD_IN_PROGRESS, REQUEST_TIMED_OUT):
-        return "retry"
-    if for_code(code).retriable:
-        return "retry"
-    return "fatal"
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 class GroupMember:
-    """One consumer's membership in a classic group. App-thread methods: subscribe, poll_hook,
-    commit_*, fetch_committed*, close; the heartbeat thread only heartbeats and watches poll gaps."""
+    """One consumer's membership in a classic group: the driver of `Membership`. See the module docstring."""
 
     def __init__(self, network, cluster, subs: SubscriptionState, fetcher, config):
         c = config
@@ -127,282 +74,115 @@ class GroupMember:
         self.cluster = cluster
         self.subs = subs
         self.fetcher = fetcher
+        self.cfg = MemberConfig.from_consumer_config(c)
         self.group_id: str = c["group.id"]
         self.group_instance_id = c["group.instance.id"]
-        self.session_timeout_ms = c["session.timeout.ms"]
-        self.rebalance_timeout_ms = c["max.poll.interval.ms"]
-        self.heartbeat_interval = c["heartbeat.interval.ms"] / 1000
-        self.max_poll_interval = c["max.poll.interval.ms"] / 1000
         self.retry_backoff = c["retry.backoff.ms"] / 1000
         self.auto_commit = c["enable.auto.commit"]
-        self.auto_commit_interval = c["auto.commit.interval.ms"] / 1000
         self.leave_on_close = c["internal.leave.group.on.close"]
-        self.rack_id = c["client.rack"] or None
-        self.assignors = [get_assignor(n) for n in c["partition.assignment.strategy"]]
         self.exclude_internal = c["exclude.internal.topics"]
+        self.rebalance_timeout_ms = c["max.poll.interval.ms"]
+        self.m = Membership(self.cfg, _now_ms())
         self._lock = threading.RLock()
-        # membership
-        self.state = UNJOINED
-        self.member_id = ""
-        self.generation_id = -1
-        self.protocol_name: str | None = None
-        self.leader_id: str | None = None
-        self.coordinator: int | None = None          # connection id of the coordinator
-        self._coordinator_broker: int | None = None
-        self._find_future: Future | None = None
-        self._join_future: Future | None = None
-        self._sync_future: Future | None = None
-        self._rejoin_needed = True
-        self._rejoin_reason = "initial join"
-        self._not_before = 0.0
-        self._pending_lost = False
-        self._poll_timeout_hit = False
-        self._fatal: BaseException | None = None
-        # subscription
-        self.subscribed = False
         self.topics: list[str] = []
         self.pattern = None
         self._consumer = None
         self.on_assign = self.on_revoke = self.on_lost = None
-        self._joined_topics: set[str] = set()
         self._caps: dict[int, int] = {}    # api_key -> highest version that a broker did not choke on
-        self._assigned_counts: dict[str, int] = {}
-        # health
-        self.last_heartbeat: float | None = None
-        self.last_poll = time.monotonic()
-        self.rebalance_count = 0
-        self.last_rebalance_reason: str | None = None
+        self._leave_future: Future | None = None
+        self._meta_version = -1
         # offsets
         self._fetching_committed: set[TopicPartition] = set()
         self._committed_future: tuple | None = None
         self._async_queue: deque = deque()
         self._async_inflight: tuple | None = None
         self._callbacks: deque = deque()
-        self._next_auto_commit = time.monotonic() + self.auto_commit_interval
-        self._records_generation = -1
         # heartbeat thread
         self._closing = False
+        self._hb_due = 0                   # when the heartbeat thread wakes up next (ms)
         self._hb_wake = threading.Event()
         self._hb_thread = threading.Thread(target=self._heartbeat_loop, name=f"kohort-heartbeat-{self.group_id}",
                                            daemon=True)
         self._hb_thread.start()
 
-    # -- subscription -------------------------------------------------------------------------------
-    def subscribe(self, topics, pattern, consumer, on_assign, on_revoke, on_lost) -> None:
-        with self._lock:
-            self.subscribed = True
-            self._consumer = consumer
-            self.on_assign, self.on_revoke, self.on_lost = on_assign, on_revoke, on_lost
-            self.pattern = pattern
-            if pattern is not None:
-                self.cluster.set_all_topics(True)
-                self.topics = self._matching_topics()
-            else:
-                self.topics = sorted(set(topics))
-                self.cluster.set_topics(self.topics)
-            if set(self.topics) != self._joined_topics or self.state == UNJOINED:
-                self._request_rejoin("subscription changed")
+    # -- views of the state machine ----------------------------------------------------------------------
+    @property
+    def subscribed(self) -> bool:
+        return self.m.subscribed
 
-    def unsubscribe(self) -> None:
-        with self._lock:
-            if self.subscribed and self.state != UNJOINED and self.member_id:
-                self._revoke(self.subs.assigned(), lost=False)
-                self._leave("the consumer unsubscribed")
-            self.subscribed = False
-            self.topics = []
-            self.pattern = None
-            self._reset_member("unsubscribed")
+    @property
+    def state(self) -> str:
+        return self.m.state
 
-    def _matching_topics(self) -> list[str]:
-        names = self.cluster.all_topic_names(include_internal=not self.exclude_internal)
-        return sorted(t for t in names if self.pattern.match(t))
+    @property
+    def member_id(self) -> str:
+        return self.m.generation.member_id
+
+    @property
+    def generation_id(self) -> int:
+        return self.m.generation.generation_id
 
     @property
     def busy(self) -> bool:
-        return self.subscribed and self.state != STABLE
+        return self.subscribed and self.m.state != STABLE
 
-    # -- called from poll() on the application thread ----------------------------------------------------
-    def poll_hook(self, allow_callbacks: bool = True) -> None:
-        now = time.monotonic()
-        self.last_poll = now
-        self._run_callbacks()
-        if self._fatal is not None:
-            err, self._fatal = self._fatal, None
-            raise err
-        if self._poll_timeout_hit:
-            self._poll_timeout_hit = False
-            lost = self.subs.assigned()
-            if lost and self.subscribed:
-                self._revoke(lost, lost=True)
-            raise MaxPollIntervalExceededError(
-                f"poll() was not called for longer than max.poll.interval.ms ({self.max_poll_interval * 1000:.0f} ms),"
-                f" so this member left group {self.group_id!r} and its partitions went to others; uncommitted "
-                f"progress is lost. Process less per poll (max.poll.records) or raise max.poll.interval.ms. "
-                f"The next poll() rejoins the group.")
-        self._drive_async_commits()
-        if not self.subscribed:
-            return
-        if self._pending_lost:
-            self._pending_lost = False
-            lost = self.subs.assigned()
-            if lost:
-                self._revoke(lost, lost=True)
-        if self.pattern is not None and self.cluster.snapshot.updated_at:
-            topics = self._matching_topics()
-            if topics != self.topics:
-                self.topics = topics
-                self._request_rejoin(f"pattern subscription now matches {len(topics)} topics")
-        self._check_metadata_change()
-        if self.coordinator is None:
-            self._discover(now)
-            return
+    # -- events in, actions out --------------------------------------------------------------------------
+    def _handle(self, event) -> list:
+        """Feed `event` (and a newer metadata view first); send what the machine asks; return the
+        actions that must run on the application thread."""
         with self._lock:
-            jf = self._join_future
-            if jf is not None:
-                if jf.done():
-                    self._on_join(jf)
-                return
-        if self._sync_future is not None:
-            if self._sync_future.done():
-                self._on_sync(self._sync_future)
-            return
-        if self._rejoin_needed and now >= self._not_before:
-            self._start_join()
-            return
-        if self.state == STABLE and self.auto_commit and now >= self._next_auto_commit:
-            self._next_auto_commit = now + self.auto_commit_interval
-            offs = self.subs.positions()
-            if offs:
-                self.commit_async(offs, None, auto=True)
+            acts = []
+            snap = self.cluster.snapshot
+            if snap.version != self._meta_version and snap.updated_at:
+                self._meta_version = snap.version
+                acts += self.m.handle(MetadataUpdate(snap.version, {t: len(ps) for t, ps in snap.topics.items()
+                                                                   if ps}), _now_ms())
+            acts += self.m.handle(event, _now_ms())
+            app = []
+            for a in acts:
+                if isinstance(a, Send):
+                    self._send(a)
+                elif isinstance(a, UseCoordinator):
+                    self.network.set_node_address(a.conn_id, a.host, a.port)
+                    log.info("group %s: coordinator is broker %s (%s:%s)", self.group_id, a.node_id, a.host, a.port)
+                elif isinstance(a, RequestMetadata):
+                    self.cluster.add_topics(a.topics)
+                    self.cluster.request_update()
+                else:
+                    app.append(a)
+            due = self.m.next_deadline()
+        if due is not None and due < self._hb_due:
+            self._hb_wake.set()     # the heartbeat thread sleeps past the new deadline: wake it
+        return app
 
-    def records_returned(self, records) -> None:
-        self._records_generation = self.generation_id
+    def _send(self, a: Send) -> None:
+        kind = a.tag[0]
+        api = _API_OF_TAG.get(kind)
+        fut = self.network.send(a.to, a.request, timeout_ms=a.timeout_ms,
+                                max_version=self._caps.get(api) if api is not None else None,
+                                response_class=LenientSyncGroupResponse if kind == "sync" else None)
+        fut.add_done_callback(lambda f, tag=a.tag, api=api: self._on_answer(tag, api, f))
+        if kind == "leave":
+            self._leave_future = fut
 
-    def _check_metadata_change(self) -> None:
-        if self.state != STABLE or self.leader_id != self.member_id or not self._assigned_counts:
-            return
-        for t, n in self._assigned_counts.items():
-            now_n = len(self.cluster.partitions_for(t) or [])
-            if now_n and now_n != n:
-                self._request_rejoin(f"partition count of {t} changed from {n} to {now_n}")
-                return
-
-    # -- coordinator discovery ----------------------------------------------------------------------------
-    def _discover(self, now: float) -> None:
-        f = self._find_future
-        if f is None:
-            if now < self._not_before:
-                return
-            gid = self.group_id
-            self._find_future = self.network.send(None, Versioned(FIND_COORDINATOR, lambda v: FindCoordinatorRequest(
-                key=gid, key_type=0, coordinator_keys=[gid])))
-            return
-        if not f.done():
-            return
-        self._find_future = None
-        try:
-            resp = f.result()
-        except KohortError as e:
-            log.debug("FindCoordinator failed: %s", e)
-            self._not_before = now + self.retry_backoff
-            return
-        if f.api_version >= 4:
-            co = resp.coordinators[0]
-            err, node, host, port = co.error_code, co.node_id, co.host, co.port
-        else:
-            err, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
-        if err:
-            kind = classify_group_error(err)
-            if kind == "fatal":
-                raise for_code(err)(f"FindCoordinator for group {self.group_id!r}")
-            self._not_before = now + self.retry_backoff
-            return
-        conn_id = 0x7FFFFFFF - node
-        self.network.set_node_address(conn_id, host, port)
-        with self._lock:
-            self.coordinator = conn_id
-            self._coordinator_broker = node
-        log.info("group %s: coordinator is broker %s (%s:%s)", self.group_id, node, host, port)
-
-    def _coordinator_dead(self, why: str) -> None:
-        with self._lock:
-            if self.coordinator is not None:
-                log.info("group %s: coordinator %s unusable (%s); rediscovering", self.group_id,
-                         self._coordinator_broker, why)
-            self.coordinator = None
-            self._not_before = time.monotonic() + self.retry_backoff
-
-    # -- join / sync ----------------------------------------------------------------------------------
-    def _request_rejoin(self, reason: str) -> None:
-        with self._lock:
-            if not self._rejoin_needed:
-                log.info("group %s: rejoining: %s", self.group_id, reason)
-            self._rejoin_needed = True
-            self._rejoin_reason = reason
-
-    def _reset_member(self, reason: str) -> None:
-        with self._lock:
-            self.member_id = ""
-            self.generation_id = -1
-            self.state = UNJOINED
-            self._rejoin_needed = self.subscribed
-            self._rejoin_reason = reason
-
-    def _rebalance_protocol(self) -> str:
-        a = self._assignor(self.protocol_name)
-        return a.protocol if a is not None else "EAGER"
-
-    def _assignor(self, name):
-        for a in self.assignors:
-            if a.name == name:
-                return a
-        return None
-
-    def _start_join(self) -> None:
-        owned = self.subs.assigned()
-        if owned and self._rebalance_protocol() != COOPERATIVE:
-            # eager: give everything back before joining (commit first when auto commit is on)
-            self._revoke(owned, lost=False)
-        owned = sorted(self.subs.assigned())
-        topics = list(self.topics)
-        protocols = []
-        for a in self.assignors:
-            sub = ConsumerProtocolSubscription(
-                topics=topics, user_data=a.subscription_user_data(topics, owned if self.generation_id >= 0 else None,
-                                                                 self.generation_id),
-                owned_partitions=[ConsumerProtocolSubscription.TopicPartition(topic=t, partitions=ps)
-                                  for t, ps in _by_topic(owned).items()],
-                generation_id=self.generation_id, rack_id=self.rack_id)
-            protocols.append(JoinGroupRequest.Protocol(name=a.name, metadata=encode_subscription(sub, SUBSCRIPTION_WIRE_VERSION)))
-        with self._lock:
-            self.state = JOINING
-            self._rejoin_needed = False
-            self.last_rebalance_reason = self._rejoin_reason
-            self._joined_topics = set(topics)
-        req = JoinGroupRequest(group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
-                               rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
-                               group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE,
-                               protocols=protocols, reason=self._rejoin_reason)
-        with self._lock:
-            self._join_future = self.network.send(self.coordinator, req, timeout_ms=self.rebalance_timeout_ms + 5000,
-                                                  max_version=self._caps.get(JOIN_GROUP))
-            self._join_future.add_done_callback(self._on_join_io)
-
-    def _on_join_io(self, fut: Future) -> None:
-        """I/O thread: a follower answers its JoinGroup with SyncGroup at once (no assignment to
-        compute), so the leader's SyncGroup never completes the round before the followers sync
-        (librdkafka's mock cluster then refuses a late follower). The leader path stays on the
-        application thread, inside poll()."""
+    def _on_answer(self, tag, api, fut: Future) -> None:
         try:
             resp = fut.result()
-        except BaseException:
+        except BaseException as e:
+            if api is not None:
+                self._downgrade(api, fut, e)
+            ev = RequestFailed(tag, str(e))
+        else:
+            ev = Response(tag, resp)
+        try:
+            rest = self._handle(ev)
+        except Exception:   # never kill the I/O thread
+            log.exception("group %s: handling the answer to %s failed", self.group_id, tag[0])
             return
-        if resp.error_code or resp.leader == resp.member_id:
-            return
-        with self._lock:
-            if self._join_future is not fut:
-                return
-            self._on_join(fut)
+        if rest:
+            log.error("group %s: actions %s from an I/O event dropped", self.group_id, rest)
+        if tag[0] in ("join", "sync", "find"):
+            self.fetcher.wakeup()      # poll() waiting for data goes on with the group at once
 
     def _downgrade(self, api_key: int, fut: Future, err: BaseException) -> None:
         """A broker that drops the connection on a version it advertised (librdkafka's mock cluster does
@@ -414,160 +194,82 @@ class GroupMember:
             log.warning("group %s: broker closed the connection on %s v%s; using v%s from now on",
                         self.group_id, api_key, v, v - 1)
 
-    def _on_join(self, fut: Future) -> None:
-        self._join_future = None
-        try:
-            resp = fut.result()
-        except KohortError as e:
-            self._downgrade(JOIN_GROUP, fut, e)
-            self._coordinator_dead(str(e))
-            self._request_rejoin(f"JoinGroup failed: {e}")
-            return
-        err = resp.error_code
-        if err == MEMBER_ID_REQUIRED:
-            with self._lock:
-                self.member_id = resp.member_id
-            self._request_rejoin("the coordinator assigned a member id (KIP-394)")
-            return
-        kind = classify_group_error(err)
-        if kind != "ok":
-            self._on_group_error("JoinGroup", err, kind)
-            return
-        with self._lock:
-            self.member_id = resp.member_id
-            self.generation_id = resp.generation_id
-            self.protocol_name = resp.protocol_name
-            self.leader_id = resp.leader
-            self.state = SYNCING
-        assignments = []
-        if resp.leader == resp.member_id and not getattr(resp, "skip_assignment", False):
-            try:
-                assignments = self._leader_assign(resp.protocol_name, resp.members)
-            except KohortError as e:
-                self._fatal = GroupError(f"the group leader could not assign partitions: {e}")
-                self._reset_member("assignment failed")
-                return
-        req = SyncGroupRequest(group_id=self.group_id, generation_id=self.generation_id, member_id=self.member_id,
-                               group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE,
-                               protocol_name=self.protocol_name, assignments=assignments)
-        self._sync_future = self.network.send(self.coordinator, req, max_version=self._caps.get(SYNC_GROUP),
-                                              response_class=LenientSyncGroupResponse)
+    def _run(self, acts) -> None:
+        """Carry out application-thread actions in order."""
+        for a in acts:
+            if isinstance(a, Revoke):
+                self._revoke(a)
+            elif isinstance(a, Assign):
+                self._assign(a)
+            elif isinstance(a, AutoCommit):
+                offs = self.subs.positions()
+                if offs:
+                    self.commit_async(offs, None, auto=True)
+            elif isinstance(a, Raise):
+                raise a.error
 
-    def _leader_assign(self, protocol_name: str, members) -> list:
-        assignor = self._assignor(protocol_name)
-        if assignor is None:
-            raise GroupError(f"the group selected assignor {protocol_name!r}, which this member does not have")
-        subs = {}
-        all_topics: set[str] = set()
-        for m in members:
-            s = decode_subscription(m.metadata)
-            owned = [(tp.topic, p) for tp in s.owned_partitions for p in tp.partitions]
-            subs[m.member_id] = AssignorSubscription(
-                topics=list(s.topics), user_data=s.user_data, owned_partitions=owned,
-                generation_id=s.generation_id, rack_id=s.rack_id, group_instance_id=m.group_instance_id)
-            all_topics.update(s.topics)
-        # metadata for every member's topics (not only ours)
-        self.cluster.add_topics(all_topics)
-        try:
-            self.cluster.wait_for_topics(all_topics, timeout=min(10.0, self.rebalance_timeout_ms / 1000))
-        except KafkaTimeoutError as e:
-            log.warning("group %s: assigning with partial metadata: %s", self.group_id, e)
-        counts = {t: len(self.cluster.partitions_for(t) or []) for t in all_topics}
-        counts = {t: n for t, n in counts.items() if n}
-        result = assignor.assign(counts, subs)
-        self._assigned_counts = counts
-        out = []
-        for member_id, a in result.items():
-            payload = ConsumerProtocolAssignment(
-                assigned_partitions=[ConsumerProtocolAssignment.TopicPartition(topic=t, partitions=ps)
-                                     for t, ps in _by_topic(a.partitions).items()],
-                user_data=a.user_data)
-            out.append(SyncGroupRequest.Assignment(member_id=member_id, assignment=encode_assignment(payload)))
-        log.info("group %s: leader assigned with %s: %s", self.group_id, protocol_name,
-                 {m: len(a.partitions) for m, a in result.items()})
-        return out
-
-    def _on_sync(self, fut: Future) -> None:
-        self._sync_future = None
-        try:
-            resp = fut.result()
-        except KohortError as e:
-            self._downgrade(SYNC_GROUP, fut, e)
-            self._coordinator_dead(str(e))
-            self._request_rejoin(f"SyncGroup failed: {e}")
-            return
-        kind = classify_group_error(resp.error_code)
-        if resp.error_code == INVALID_REQUEST:
-            # librdkafka's mock cluster answers a SyncGroup that arrives while its group state moved
-            # on with INVALID_REQUEST; a fresh join recovers, so do not give up on the member
-            log.warning("group %s: SyncGroup answered INVALID_REQUEST; rejoining", self.group_id)
-            kind = "rejoin"
-        if kind != "ok":
-            self._on_group_error("SyncGroup", resp.error_code, kind)
-            return
-        a = decode_assignment(resp.assignment) if resp.assignment else ConsumerProtocolAssignment()
-        new = {TopicPartition(tp.topic, p) for tp in a.assigned_partitions for p in tp.partitions}
-        old = self.subs.assigned()
-        with self._lock:
-            self.state = STABLE
-            self.rebalance_count += 1
-            self.last_heartbeat = time.monotonic()
-        cooperative = self._rebalance_protocol() == COOPERATIVE
-        revoked = old - new
-        added = new - old
-        if revoked:
-            self._revoke(revoked, lost=False)
-        self.subs.add(added)
-        self.subs.remove(old - new)
-        self.fetcher.clear(revoked)
-        self.cluster.add_topics({tp.topic for tp in new})
-        log.info("group %s: generation %s, member %s, assigned %d partitions (+%d -%d)", self.group_id,
-                 self.generation_id, self.member_id, len(new), len(added), len(revoked))
-        self.fetch_committed_if_needed()
-        if self.on_assign is not None and (added or not cooperative):
-            self._invoke(self.on_assign, sorted(added if cooperative else new))
-        if cooperative and revoked:
-            self._request_rejoin("partitions were revoked in a cooperative rebalance (KIP-429)")
-        self._hb_wake.set()
-
-    def _on_group_error(self, what: str, code: int, kind: str) -> None:
-        name = for_code(code).name
-        if kind == "rediscover":
-            self._coordinator_dead(f"{what}: {name}")
-            self._request_rejoin(f"{what}: {name}")
-        elif kind == "rejoin":
-            self._request_rejoin(f"{what}: {name}")
-        elif kind == "reset":
-            self._pending_lost = bool(self.subs.assigned())
-            self._reset_member(f"{what}: {name}")
-        elif kind == "retry":
-            self._request_rejoin(f"{what}: {name}")
-            self._not_before = time.monotonic() + self.retry_backoff
+    # -- subscription -------------------------------------------------------------------------------
+    def subscribe(self, topics, pattern, consumer, on_assign, on_revoke, on_lost) -> None:
+        self._consumer = consumer
+        self.on_assign, self.on_revoke, self.on_lost = on_assign, on_revoke, on_lost
+        self.pattern = pattern
+        if pattern is not None:
+            self.cluster.set_all_topics(True)
+            self.topics = self._matching_topics()
         else:
-            self._reset_member(f"{what}: {name}")
-            with self._lock:
-                self._rejoin_needed = False
-            raise for_code(code)(f"{what} for group {self.group_id!r} (member {self.member_id!r}) failed")
-        if self.state in (JOINING, SYNCING):
-            self.state = UNJOINED
+            self.topics = sorted(set(topics))
+            self.cluster.set_topics(self.topics)
+        self._run(self._handle(Subscribe(tuple(self.topics))))
 
-    def _revoke(self, tps, lost: bool) -> None:
-        tps = set(tps)
-        if not tps:
-            return
-        if not lost and self.auto_commit and self.generation_id >= 0:
+    def unsubscribe(self) -> None:
+        self._run(self._handle(Unsubscribe()))
+        self.topics = []
+        self.pattern = None
+
+    def _matching_topics(self) -> list[str]:
+        names = self.cluster.all_topic_names(include_internal=not self.exclude_internal)
+        return sorted(t for t in names if self.pattern.match(t))
+
+    # -- called from poll() on the application thread ----------------------------------------------------
+    def poll_hook(self, allow_callbacks: bool = True) -> None:
+        self._run_callbacks()
+        self._drive_async_commits()
+        if self.pattern is not None:
+            if not self.cluster.snapshot.updated_at:
+                return      # Java: match the pattern against fresh metadata before joining
+            topics = self._matching_topics()
+            if topics != self.topics:
+                self.topics = topics
+                self._handle(Subscribe(tuple(topics)))
+        acts = self._handle(Poll())
+        self._run(acts)
+        if any(isinstance(a, Revoke) for a in acts):
+            self._run(self._handle(Poll()))     # partitions revoked before joining: now join
+
+    def _revoke(self, a: Revoke) -> None:
+        tps = set(a.partitions)
+        if a.commit:
             offs = {tp: o for tp, o in self.subs.positions().items() if tp in tps}
             if offs:
                 try:
-                    self.commit_sync(offs, timeout=min(5.0, self.rebalance_timeout_ms / 1000), check_generation=False)
+                    self._commit_sync(offs, min(5.0, self.rebalance_timeout_ms / 1000), self.m.generation)
                 except KohortError as e:
                     log.warning("group %s: commit before revoking %d partitions failed: %s", self.group_id,
                                 len(offs), e)
-        cb = self.on_lost if lost and self.on_lost is not None else self.on_revoke
+        cb = self.on_lost if a.lost and self.on_lost is not None else self.on_revoke
         self.subs.remove(tps)
         self.fetcher.clear(tps)
         if cb is not None:
             self._invoke(cb, sorted(tps))
+
+    def _assign(self, a: Assign) -> None:
+        self.subs.add(a.added)
+        self.cluster.add_topics({tp.topic for tp in a.assignment})
+        log.info("group %s: generation %s, member %s, assigned %d partitions (+%d)", self.group_id,
+                 self.generation_id, self.member_id, len(a.assignment), len(a.added))
+        self.fetch_committed_if_needed()
+        if self.on_assign is not None and (a.added or not a.cooperative):
+            self._invoke(self.on_assign, sorted(a.added))
 
     def _invoke(self, cb, tps) -> None:
         try:
@@ -577,81 +279,18 @@ class GroupMember:
 
     # -- heartbeats (background thread) ---------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
-        next_hb = 0.0
-        inflight: Future | None = None
         while not self._closing:
-            now = time.monotonic()
-            if self.subscribed and self.state != UNJOINED and self.member_id and \
-                    now - self.last_poll > self.max_poll_interval:
-                self._on_poll_timeout()
-            if inflight is not None and inflight.done():
-                self._on_heartbeat(inflight)
-                inflight = None
-            if self.state == STABLE and self.coordinator is not None and inflight is None and now >= next_hb:
-                req = HeartbeatRequest(group_id=self.group_id, generation_id=self.generation_id,
-                                       member_id=self.member_id, group_instance_id=self.group_instance_id)
-                inflight = self.network.send(self.coordinator, req, max_version=self._caps.get(HEARTBEAT))
-                inflight.add_done_callback(lambda f: self._hb_wake.set())
-                next_hb = now + self.heartbeat_interval
-            self._hb_wake.wait(min(self.heartbeat_interval, 0.5))
-            self._hb_wake.clear()
-
-    def _on_heartbeat(self, fut: Future) -> None:
-        try:
-            resp = fut.result()
-        except KohortError as e:
-            self._downgrade(HEARTBEAT, fut, e)
-            self._coordinator_dead(f"heartbeat failed: {e}")
-            self._request_rejoin(f"heartbeat failed: {e}")
-            return
-        with self._lock:
-            if self.state != STABLE:
-                return
-            self.last_heartbeat = time.monotonic()
-            kind = classify_group_error(resp.error_code)
-            if kind == "ok":
-                return
-            name = for_code(resp.error_code).name
-            if kind == "rediscover":
-                self._coordinator_dead(f"Heartbeat: {name}")
-                self._request_rejoin(f"Heartbeat: {name}")
-            elif kind == "rejoin":
-                self._request_rejoin("the group is rebalancing (REBALANCE_IN_PROGRESS)")
-            elif kind == "reset":
-                self._pending_lost = True
-                self._reset_member(f"Heartbeat: {name}")
-            elif resp.error_code == FENCED_INSTANCE_ID:
-                self._fatal = for_code(resp.error_code)(
-                    f"another consumer with group.instance.id {self.group_instance_id!r} joined group {self.group_id!r}")
-                self._reset_member("fenced")
-                self._rejoin_needed = False
-            elif kind == "fatal":
-                self._fatal = for_code(resp.error_code)(f"Heartbeat for group {self.group_id!r}")
-
-    def _on_poll_timeout(self) -> None:
-        log.warning("group %s: poll() not called for %.0f ms (max.poll.interval.ms); leaving the group",
-                    self.group_id, self.max_poll_interval * 1000)
-        if self.group_instance_id is None:
-            self._leave("consumer poll timeout has expired (max.poll.interval.ms)", wait=False)
-        with self._lock:
-            self._poll_timeout_hit = True
-            self._reset_member("poll timeout (max.poll.interval.ms) expired")
-
-    def _leave(self, reason: str, wait: bool = True) -> None:
-        if self.coordinator is None or not self.member_id:
-            return
-        mid, iid, gid = self.member_id, self.group_instance_id, self.group_id
-
-        def build(v):
-            M = LeaveGroupRequest.MemberIdentity
-            return LeaveGroupRequest(group_id=gid, member_id=mid,
-                                     members=[M(member_id=mid, group_instance_id=iid, reason=reason)])
-        fut = self.network.send(self.coordinator, Versioned(LEAVE_GROUP, build))
-        if wait:
+            self._hb_wake.clear()      # before the tick: a wake-up during it is not lost
             try:
-                fut.result(5.0)
-            except Exception as e:
-                log.debug("LeaveGroup failed: %s", e)
+                self._handle(Tick())
+            except Exception:
+                log.exception("group %s: heartbeat tick failed", self.group_id)
+            with self._lock:
+                due = self.m.next_deadline()
+                now = _now_ms()
+                wait_ms = 500 if due is None else min(500, max(5, due - now))
+                self._hb_due = now + wait_ms
+            self._hb_wake.wait(wait_ms / 1000)
 
     # -- committed offsets ----------------------------------------------------------------------------
     def fetch_committed_if_needed(self) -> None:
@@ -667,11 +306,12 @@ class GroupMember:
                 err, got = parse_offset_fetch(fut.api_version, resp)
             except KohortError as e:
                 log.debug("OffsetFetch failed: %s", e)
-                self._coordinator_dead(str(e))
+                with self._lock:
+                    self.m.offset_request_failed(0, _now_ms())
                 return
             if err:
-                if classify_group_error(err) == "rediscover":
-                    self._coordinator_dead(for_code(err).name)
+                with self._lock:
+                    self.m.offset_request_failed(err, _now_ms())
                 return
             with self.subs.lock:
                 for tp in tps:
@@ -679,7 +319,7 @@ class GroupMember:
                     if st is None or st.position is not None:
                         continue
                     perr, om = got.get(tp, (0, None))
-                    if perr == UNSTABLE_OFFSET_COMMIT:
+                    if perr == ErrorCode.UNSTABLE_OFFSET_COMMIT:
                         continue
                     if perr:
                         log.warning("OffsetFetch of %s failed: %s", tp, for_code(perr).name)
@@ -687,37 +327,53 @@ class GroupMember:
                     st.committed = om
                     if om is not None:
                         self.subs.seek(tp, om.offset, om.leader_epoch)
+                        if om.leader_epoch is not None and self._can_validate(tp):
+                            # KIP-320: the log may have been truncated since the commit (Java's
+                            # seekUnvalidated); the fetcher validates with OffsetForLeaderEpoch first
+                            st.awaiting_validation = True
                     else:
                         self.subs.request_reset([tp])
+            self.fetcher.validate_positions()
             self.fetcher.send_fetches()
-        if self.coordinator is None:
-            if self.subs.missing_position():
-                self._discover(time.monotonic())
+        coordinator = self.m.coordinator
+        if coordinator is None:
             return
         need = [tp for tp in self.subs.missing_position() if tp not in self._fetching_committed]
         if not need:
             return
         self._fetching_committed.update(need)
         gid = self.group_id
-        fut = self.network.send(self.coordinator, Versioned(OFFSET_FETCH, lambda v: offset_fetch_request(
+        fut = self.network.send(coordinator.conn_id, Versioned(OFFSET_FETCH, lambda v: offset_fetch_request(
             v, gid, need, require_stable=True)), max_version=OFFSETS_BY_NAME_MAX_VERSION)
+        fut.add_done_callback(lambda f: self.fetcher.wakeup())     # poll() seeks as soon as it lands
         self._committed_future = (fut, need)
+
+    def _can_validate(self, tp) -> bool:
+        """Java validates a position only when the leader speaks OffsetForLeaderEpoch v3+ (KIP-320)."""
+        leader = self.cluster.leader_for(tp)
+        versions = self.network.api_versions(leader) if leader is not None else {}
+        if not versions and self.m.coordinator is not None:     # not connected to the leader yet
+            versions = self.network.api_versions(self.m.coordinator.conn_id)
+        rng = versions.get(OFFSET_FOR_LEADER_EPOCH)
+        return rng is not None and rng[1] >= 3
 
     def fetch_committed(self, tps, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
         while True:
-            self._ensure_coordinator(deadline)
+            conn = self._ensure_coordinator(deadline)
             gid = self.group_id
-            fut = self.network.send(self.coordinator, Versioned(OFFSET_FETCH, lambda v: offset_fetch_request(
+            fut = self.network.send(conn, Versioned(OFFSET_FETCH, lambda v: offset_fetch_request(
                 v, gid, tps, require_stable=True)), max_version=OFFSETS_BY_NAME_MAX_VERSION)
             try:
                 resp = _wait(fut, deadline).result()
                 err, got = parse_offset_fetch(fut.api_version, resp)
             except KafkaConnectionError as e:
-                self._coordinator_dead(str(e))
+                log.debug("OffsetFetch failed: %s", e)
+                with self._lock:
+                    self.m.offset_request_failed(0, _now_ms())
                 _sleep_until(deadline, self.retry_backoff)
                 continue
-            if err == 0 and not any(e == UNSTABLE_OFFSET_COMMIT for e, _ in got.values()):
+            if err == 0 and not any(e == ErrorCode.UNSTABLE_OFFSET_COMMIT for e, _ in got.values()):
                 bad = [(tp, e) for tp, (e, _) in got.items() if e]
                 if bad:
                     raise for_code(bad[0][1])(f"OffsetFetch of {bad[0][0]}")
@@ -727,152 +383,115 @@ class GroupMember:
                         if st is not None:
                             st.committed = om
                 return {tp: got.get(tp, (0, None))[1] for tp in tps}
-            if err and classify_group_error(err) == "fatal":
+            if err and error_action(err) not in (REDISCOVER, "retry"):
                 raise for_code(err)(f"OffsetFetch for group {self.group_id!r}")
-            if err in COORDINATOR_ERRORS:
-                self._coordinator_dead(for_code(err).name)
+            with self._lock:
+                self.m.offset_request_failed(err, _now_ms())
             _sleep_until(deadline, self.retry_backoff)
 
-    def _ensure_coordinator(self, deadline: float) -> None:
-        while self.coordinator is None:
-            self._discover(time.monotonic())
-            if self.coordinator is not None:
-                return
+    def _ensure_coordinator(self, deadline: float) -> int:
+        """Wait until the coordinator is known (the machine looks it up); its connection id."""
+        while True:
+            self._handle(NeedCoordinator())
+            co = self.m.coordinator
+            if co is not None:
+                return co.conn_id
             if time.monotonic() >= deadline:
                 raise KafkaTimeoutError(f"coordinator of group {self.group_id!r} not found in time")
-            if self._find_future is not None:
-                try:
-                    self._find_future.result(max(0.0, min(deadline - time.monotonic(), 1.0)))
-                except Exception:
-                    pass
-            else:
-                time.sleep(min(self.retry_backoff, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
 
     # -- commits ---------------------------------------------------------------------------------------
-    def _commit_identity(self) -> tuple[int, str]:
-        if self.subscribed:
-            return self.generation_id, self.member_id
-        return -1, ""
-
-    def _check_generation(self, offsets) -> None:
-        if not self.subscribed:
-            return
-        if self.state != STABLE or self.generation_id < 0:
-            raise CommitFailedError(
-                f"cannot commit {len(offsets)} offsets: group {self.group_id!r} is rebalancing (member state "
-                f"{self.state}); these partitions may be reassigned. Call poll() to finish the rebalance; "
-                f"offsets of revoked partitions are committed automatically before revocation when "
-                f"enable.auto.commit is on")
-        if 0 <= self._records_generation != self.generation_id:
-            raise CommitFailedError(
-                f"the records whose offsets are being committed were handed out in generation "
-                f"{self._records_generation} of group {self.group_id!r}, but the group has since rebalanced "
-                f"(now generation {self.generation_id}); their partitions may now belong to other members, so "
-                f"committing could overwrite newer progress")
-
     def commit_sync(self, offsets: dict, timeout: float, check_generation: bool = True) -> None:
         if not offsets:
             return
-        if check_generation:
-            self._check_generation(offsets)
+        with self._lock:
+            gen = self.m.commit_generation() if check_generation else (
+                self.m.generation if self.subscribed else NO_GENERATION)
+        self._commit_sync(offsets, timeout, gen)
+
+    def _commit_sync(self, offsets: dict, timeout: float, gen) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            self._ensure_coordinator(deadline)
-            gen, mid = self._commit_identity()
-            fut = self._send_commit(offsets, gen, mid)
+            conn = self._ensure_coordinator(deadline)
+            fut = self._send_commit(conn, offsets, gen)
             try:
                 resp = _wait(fut, deadline).result()
             except (KafkaConnectionError, KafkaTimeoutError) as e:
                 if time.monotonic() >= deadline:
                     raise KafkaTimeoutError(f"commit did not complete within {timeout:.1f}s: {e}") from None
-                self._coordinator_dead(str(e))
+                with self._lock:
+                    self.m.offset_request_failed(0, _now_ms())
                 continue
             err = _first_commit_error(resp)
-            if err == 0:
-                with self.subs.lock:
-                    for tp, om in offsets.items():
-                        st = self.subs.partitions.get(tp)
-                        if st is not None:
-                            st.committed = om
+            with self._lock:
+                verdict, error = self.m.commit_failed(err, gen, _now_ms())
+            if verdict == "ok":
+                self._mark_committed(offsets)
                 return
-            kind = classify_group_error(err)
-            name = for_code(err).name
-            if kind in ("reset", "rejoin") or err == FENCED_INSTANCE_ID:
-                if kind == "reset":
-                    self._pending_lost = True
-                    self._reset_member(f"OffsetCommit: {name}")
-                else:
-                    self._request_rejoin(f"OffsetCommit: {name}")
-                raise CommitFailedError(
-                    f"commit failed with {name}: group {self.group_id!r} rebalanced after these records were "
-                    f"handed out (generation {gen}, member {mid!r}); their partitions may now belong to other "
-                    f"members. The consumer rejoins on the next poll()")
-            if kind == "fatal":
-                raise for_code(err)(f"OffsetCommit for group {self.group_id!r}")
-            if kind == "rediscover":
-                self._coordinator_dead(name)
+            if verdict == "raise":
+                raise error
             if time.monotonic() >= deadline:
-                raise KafkaTimeoutError(f"commit did not succeed within {timeout:.1f}s (last error {name})")
+                raise KafkaTimeoutError(f"commit did not succeed within {timeout:.1f}s (last error "
+                                        f"{for_code(err).name})")
             time.sleep(min(self.retry_backoff, max(0.0, deadline - time.monotonic())))
 
-    def _send_commit(self, offsets, gen, mid) -> Future:
-        gid, iid = self.group_id, self.group_instance_id
-        return self.network.send(self.coordinator, Versioned(OFFSET_COMMIT, lambda v: offset_commit_request(
-            v, gid, gen, mid, iid, offsets)), max_version=OFFSETS_BY_NAME_MAX_VERSION)
+    def _mark_committed(self, offsets) -> None:
+        with self.subs.lock:
+            for tp, om in offsets.items():
+                st = self.subs.partitions.get(tp)
+                if st is not None:
+                    st.committed = om
+
+    def _send_commit(self, conn: int, offsets, gen) -> Future:
+        gid, iid = self.group_id, (self.group_instance_id if self.subscribed else None)
+        return self.network.send(conn, Versioned(OFFSET_COMMIT, lambda v: offset_commit_request(
+            v, gid, gen.generation_id, gen.member_id, iid, offsets)), max_version=OFFSETS_BY_NAME_MAX_VERSION)
 
     def commit_async(self, offsets: dict, callback, auto: bool = False) -> None:
         if not offsets:
             if callback is not None:
                 self._callbacks.append((callback, None, offsets))
             return
-        if not auto:
-            try:
-                self._check_generation(offsets)
-            except CommitFailedError as e:
-                if callback is not None:
-                    self._callbacks.append((callback, e, offsets))
-                    return
-                raise
-        self._async_queue.append((dict(offsets), callback))
+        try:
+            with self._lock:
+                gen = self.m.commit_generation()
+        except CommitFailedError as e:
+            if auto:
+                return
+            if callback is not None:
+                self._callbacks.append((callback, e, offsets))
+                return
+            raise
+        self._async_queue.append((dict(offsets), callback, gen))
         self._drive_async_commits()
 
     def _drive_async_commits(self) -> None:
         if self._async_inflight is not None:
-            fut, offsets, callback, gen, mid = self._async_inflight
+            fut, offsets, callback, gen = self._async_inflight
             if not fut.done():
                 return
             self._async_inflight = None
             err: BaseException | None = None
             try:
                 code = _first_commit_error(fut.result())
-                if code:
-                    kind = classify_group_error(code)
-                    if kind == "rediscover":
-                        self._coordinator_dead(for_code(code).name)
-                    if kind in ("reset", "rejoin"):
-                        err = CommitFailedError(
-                            f"async commit failed with {for_code(code).name}: the group rebalanced (generation {gen})")
-                    else:
-                        err = for_code(code)("async OffsetCommit")
+                with self._lock:
+                    verdict, err = self.m.commit_failed(code, gen, _now_ms())
             except KohortError as e:
-                self._coordinator_dead(str(e))
+                with self._lock:
+                    self.m.offset_request_failed(0, _now_ms())
                 err = e
             if err is None:
-                with self.subs.lock:
-                    for tp, om in offsets.items():
-                        st = self.subs.partitions.get(tp)
-                        if st is not None:
-                            st.committed = om
+                self._mark_committed(offsets)
             elif callback is None:
                 log.warning("group %s: async commit failed: %s", self.group_id, err)
             if callback is not None:
                 self._callbacks.append((callback, err, offsets))
-        if self._async_queue and self.coordinator is not None:
-            offsets, callback = self._async_queue.popleft()
-            gen, mid = self._commit_identity()
-            self._async_inflight = (self._send_commit(offsets, gen, mid), offsets, callback, gen, mid)
+        coordinator = self.m.coordinator
+        if self._async_queue and coordinator is not None:
+            offsets, callback, gen = self._async_queue.popleft()
+            self._async_inflight = (self._send_commit(coordinator.conn_id, offsets, gen), offsets, callback, gen)
         elif self._async_queue:
-            self._discover(time.monotonic())
+            self._handle(NeedCoordinator())
 
     def _run_callbacks(self) -> None:
         while self._callbacks:
@@ -898,18 +517,20 @@ class GroupMember:
 
     # -- health / close ------------------------------------------------------------------------------------
     def health(self) -> dict:
-        return {"group_id": self.group_id, "member_id": self.member_id, "generation_id": self.generation_id,
-                "member_state": self.state, "leader": self.leader_id == self.member_id and bool(self.member_id),
-                "protocol": self.protocol_name, "coordinator": self._coordinator_broker,
-                "last_heartbeat": self.last_heartbeat,
-                "seconds_since_heartbeat": None if self.last_heartbeat is None
-                else time.monotonic() - self.last_heartbeat,
-                "rebalance_count": self.rebalance_count, "last_rebalance_reason": self.last_rebalance_reason}
+        m = self.m
+        last = m.last_heartbeat_ms
+        co = m.coordinator
+        return {"group_id": self.group_id, "member_id": m.member_id, "generation_id": m.generation.generation_id,
+                "member_state": m.state, "leader": m.is_leader and bool(m.member_id),
+                "protocol": m.generation.protocol_name, "coordinator": co.node_id if co is not None else None,
+                "last_heartbeat": None if last is None else last / 1000,
+                "seconds_since_heartbeat": None if last is None else (_now_ms() - last) / 1000,
+                "rebalance_count": m.rebalance_count, "last_rebalance_reason": m.last_rebalance_reason}
 
     def close(self, autocommit: bool, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         try:
-            if autocommit and self.auto_commit and (self.state == STABLE or not self.subscribed):
+            if autocommit and self.auto_commit and (self.m.state == STABLE or not self.subscribed):
                 offs = self.subs.positions()
                 if offs:
                     try:
@@ -917,22 +538,23 @@ class GroupMember:
                     except KohortError as e:
                         log.warning("group %s: commit on close failed: %s", self.group_id, e)
             self.flush_async(max(0.0, deadline - time.monotonic()))
-            if self.subscribed and self.state != UNJOINED:
-                if self.on_revoke is not None and self.subs.assigned():
-                    self._invoke(self.on_revoke, sorted(self.subs.assigned()))
-                if self.group_instance_id is None and self.leave_on_close:
-                    self._leave("the consumer is being closed")
+            if self.subscribed:
+                self._run(self._handle(Close(leave=self.leave_on_close and self.group_instance_id is None)))
+                self._wait_for_leave(deadline)
         finally:
             self._closing = True
-            self._hb_wake.set()
+            self._hb_wake.set()     # stop the heartbeat thread now
             self._hb_thread.join(2.0)
 
-
-def _by_topic(tps) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for t, p in sorted(tps):
-        out.setdefault(t, []).append(p)
-    return out
+    def _wait_for_leave(self, deadline: float) -> None:
+        """Wait (bounded) for the answer to the LeaveGroup just sent (Java: awaitPendingRequests)."""
+        fut, self._leave_future = self._leave_future, None
+        if fut is None:
+            return
+        try:
+            fut.result(max(0.0, min(deadline - time.monotonic(), 5.0)))
+        except Exception as e:
+            log.debug("group %s: LeaveGroup got no answer: %s", self.group_id, e)
 
 
 def _first_commit_error(resp) -> int:
@@ -960,5 +582,5 @@ def _sleep_until(deadline: float, backoff: float) -> None:
     time.sleep(min(backoff, left))
 
 
-__all__ = ["CommitFailedError", "GroupError", "GroupMember", "MaxPollIntervalExceededError", "classify_group_error",
-           "JOINING", "STABLE", "SYNCING", "UNJOINED"]
+__all__ = ["CommitFailedError", "GroupError", "GroupMember", "JOINING", "LenientSyncGroupResponse",
+           "RebalanceInProgressError", "STABLE", "SYNCING", "UNJOINED"]

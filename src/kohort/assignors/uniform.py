@@ -1,0 +1,124 @@
+"""The broker-side `uniform` assignor of KIP-848 (Kafka's UniformAssignor: the default of
+`group.consumer.assignors`), sticky against each member's previous target.
+
+Homogeneous subscriptions (every member subscribes to the same topics): N partitions over M members,
+quota N // M and N % M members get one more. Pass 1: each member keeps its previous partitions up to
+its quota; the extra slot is kept only by a member that already filled it, while extra slots remain
+(Kafka's KAFKA-18688 rule, so a balanced target never moves). Pass 2: the freed and new partitions,
+in (topic, partition) order, go to members still under their quota (fewest first, then member id).
+
+Heterogeneous subscriptions: (1) members keep previous partitions of topics they still subscribe to;
+(2) topics ordered by partitions-per-subscriber descending, subscriber count ascending, name; each
+unassigned partition goes to the least-loaded subscriber (ties: member id); (3) per topic with >= 2
+subscribers, partitions move from the most- to the least-loaded subscriber until their total loads
+differ by at most one (at most 16 passes). Like Kafka, balance is per topic, not global.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from kohort.assignors.server import MemberSpec, Target, homogeneous
+
+MAX_BALANCE_PASSES = 16
+
+
+def assign(members: Mapping[str, MemberSpec], topics: Mapping[str, int]) -> dict[str, Target]:
+    if not members:
+        return {}
+    if homogeneous(members):
+        res = _homogeneous(members, topics)
+    else:
+        res = _heterogeneous(members, topics)
+    return {mid: {t: frozenset(ps) for t, ps in tgt.items() if ps} for mid, tgt in res.items()}
+
+
+def _all_partitions(subscribed, topics) -> list[tuple[str, int]]:
+    return [(t, p) for t in sorted(subscribed) if t in topics for p in range(topics[t])]
+
+
+def _homogeneous(members: Mapping[str, MemberSpec], topics: Mapping[str, int]) -> dict[str, dict]:
+    ids = sorted(members)
+    subscribed = next(iter(members.values())).subscribed
+    parts = _all_partitions(subscribed, topics)
+    valid = set(parts)
+    quota, extra = divmod(len(parts), len(ids))
+    out: dict[str, dict[str, set[int]]] = {mid: {} for mid in ids}
+    size = {mid: 0 for mid in ids}
+    taken: set[tuple[str, int]] = set()
+    # pass 1: keep previous partitions up to the quota; who already holds more keeps one extra slot
+    over: list[tuple[str, tuple[str, int]]] = []
+    for mid in ids:
+        prev = sorted((t, p) for t, ps in members[mid].previous.items() for p in ps if (t, p) in valid)
+        for tp in prev[:quota]:
+            out[mid].setdefault(tp[0], set()).add(tp[1])
+            taken.add(tp)
+        size[mid] = min(len(prev), quota)
+        if len(prev) > quota:
+            over.append((mid, prev[quota]))
+    for mid, tp in over:
+        if extra > 0 and tp not in taken:
+            out[mid].setdefault(tp[0], set()).add(tp[1])
+            taken.add(tp)
+            size[mid] += 1
+            extra -= 1
+    # pass 2: hand out the rest to members under their quota (+1 while extra slots remain)
+    free = [tp for tp in parts if tp not in taken]
+    for tp in free:
+        under = [mid for mid in ids if size[mid] < quota]
+        if not under:
+            under = [mid for mid in ids if size[mid] == quota]
+            extra -= 1
+        mid = min(under, key=lambda m: (size[m], m))
+        out[mid].setdefault(tp[0], set()).add(tp[1])
+        size[mid] += 1
+    return out
+
+
+def _heterogeneous(members: Mapping[str, MemberSpec], topics: Mapping[str, int]) -> dict[str, dict]:
+    ids = sorted(members)
+    out: dict[str, dict[str, set[int]]] = {mid: {} for mid in ids}
+    load = {mid: 0 for mid in ids}
+    subscribers: dict[str, list[str]] = {}
+    for mid in ids:
+        for t in members[mid].subscribed:
+            if t in topics:
+                subscribers.setdefault(t, []).append(mid)
+    taken: set[tuple[str, int]] = set()
+    for mid in ids:                                          # (1) stickiness
+        for t, ps in sorted(members[mid].previous.items()):
+            if t not in subscribers or mid not in subscribers[t]:
+                continue
+            for p in sorted(ps):
+                if p < topics[t] and (t, p) not in taken:
+                    out[mid].setdefault(t, set()).add(p)
+                    taken.add((t, p))
+                    load[mid] += 1
+    order = sorted(subscribers, key=lambda t: (-topics[t] / len(subscribers[t]), len(subscribers[t]), t))
+    for t in order:                                          # (2) the rest to the least loaded
+        for p in range(topics[t]):
+            if (t, p) in taken:
+                continue
+            mid = min(subscribers[t], key=lambda m: (load[m], m))
+            out[mid].setdefault(t, set()).add(p)
+            taken.add((t, p))
+            load[mid] += 1
+    for _ in range(MAX_BALANCE_PASSES):                      # (3) per-topic balancing
+        moved = False
+        for t in order:
+            subs = subscribers[t]
+            if len(subs) < 2:
+                continue
+            while True:
+                hi = max(subs, key=lambda m: (load[m], m))
+                lo = min(subs, key=lambda m: (load[m], m))
+                if load[hi] - load[lo] <= 1 or not out[hi].get(t):
+                    break
+                p = max(out[hi][t])
+                out[hi][t].discard(p)
+                out[lo].setdefault(t, set()).add(p)
+                load[hi] -= 1
+                load[lo] += 1
+                moved = True
+        if not moved:
+            break
+    return out
