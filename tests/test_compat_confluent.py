@@ -66,6 +66,7 @@ def _scenario(tmp_path, bootstrap: str, lib: str) -> list[str]:
     out += _run(tmp_path, "producer_example.py", lib, [bootstrap, topic], "\n".join(LINES) + "\n").splitlines()
     out += _run(tmp_path, "consumer_example.py", lib, [bootstrap, group, topic]).splitlines()
     out += _run(tmp_path, "lag_example.py", lib, [bootstrap, group, topic]).splitlines()
+    out += _run(tmp_path, "groups_example.py", lib, [bootstrap, group]).splitlines()
     out += _run(tmp_path, "assign_example.py", lib, [bootstrap, group + "-a", topic]).splitlines()
     with Admin({"bootstrap.servers": bootstrap}) as a:
         a.delete_topics([topic])

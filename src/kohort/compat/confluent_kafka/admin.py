@@ -1,5 +1,6 @@
 """confluent_kafka.admin over kohort's Admin: AdminClient (create/delete topics, create partitions,
-list_topics), NewTopic, NewPartitions, and the metadata classes list_topics() returns.
+list_topics, describe_cluster, consumer groups: list/describe/delete, list their offsets), NewTopic,
+NewPartitions, the group result classes, and the metadata classes list_topics() returns.
 
 confluent-kafka's calls return {name: Future}; here the request is made at once and the futures are
 returned already resolved (result() gives None or raises KafkaException), which programs that wait
@@ -7,6 +8,7 @@ on them cannot tell apart.
 """
 from __future__ import annotations
 
+import enum
 import weakref
 from concurrent.futures import Future
 
@@ -15,9 +17,71 @@ from kohort.errors import KohortError
 
 from ._config import translate
 from ._types import (
-    BrokerMetadata, ClusterMetadata, KafkaError, KafkaException, PartitionMetadata, TopicMetadata,
-    cluster_metadata, timeout_s, wrap,
+    OFFSET_INVALID, BrokerMetadata, ClusterMetadata, KafkaError, KafkaException, PartitionMetadata, TopicMetadata,
+    TopicPartition, cluster_metadata, timeout_s, wrap,
 )
+
+
+class ConsumerGroupState(enum.Enum):
+    UNKNOWN = 0
+    PREPARING_REBALANCING = 1
+    COMPLETING_REBALANCING = 2
+    STABLE = 3
+    DEAD = 4
+    EMPTY = 5
+
+
+_STATES = {"PreparingRebalance": ConsumerGroupState.PREPARING_REBALANCING,
+           "CompletingRebalance": ConsumerGroupState.COMPLETING_REBALANCING, "Stable": ConsumerGroupState.STABLE,
+           "Dead": ConsumerGroupState.DEAD, "Empty": ConsumerGroupState.EMPTY}
+
+
+class Node:
+    def __init__(self, id: int, host: str, port: int, rack=None):
+        self.id, self.id_string, self.host, self.port, self.rack = id, str(id), host, port, rack
+
+    def __repr__(self) -> str:
+        return f"Node({self.id}, {self.host}:{self.port})"
+
+
+class ConsumerGroupTopicPartitions:
+    def __init__(self, group_id: str, topic_partitions=None):
+        self.group_id, self.topic_partitions = group_id, topic_partitions
+
+
+class ConsumerGroupListing:
+    def __init__(self, group_id: str, is_simple_consumer_group: bool, state=None, type=None):
+        self.group_id, self.is_simple_consumer_group, self.state, self.type = group_id, is_simple_consumer_group, state, type
+
+
+class ListConsumerGroupsResult:
+    def __init__(self, valid=None, errors=None):
+        self.valid, self.errors = valid or [], errors or []
+
+
+class MemberAssignment:
+    def __init__(self, topic_partitions=None):
+        self.topic_partitions = topic_partitions or []
+
+
+class MemberDescription:
+    def __init__(self, member_id, client_id, host, assignment, group_instance_id=None, target_assignment=None):
+        self.member_id, self.client_id, self.host, self.assignment = member_id, client_id, host, assignment
+        self.group_instance_id, self.target_assignment = group_instance_id, target_assignment
+
+
+class ConsumerGroupDescription:
+    def __init__(self, group_id, is_simple_consumer_group, members, partition_assignor, state, coordinator,
+                 authorized_operations=None, type=None):
+        self.group_id, self.is_simple_consumer_group, self.members = group_id, is_simple_consumer_group, members
+        self.partition_assignor, self.state, self.coordinator = partition_assignor, state, coordinator
+        self.authorized_operations, self.type = authorized_operations, type
+
+
+class DescribeClusterResult:
+    def __init__(self, controller, nodes, cluster_id=None, authorized_operations=None):
+        self.controller, self.nodes, self.cluster_id = controller, nodes, cluster_id
+        self.authorized_operations = authorized_operations
 
 
 class NewTopic:
@@ -118,6 +182,89 @@ class AdminClient:
     def poll(self, timeout: float | None = None) -> int:
         return 0
 
+    # -- cluster and consumer groups ------------------------------------------------------------------------
+    @staticmethod
+    def _one(fn) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn())
+        except KohortError as e:
+            f.set_exception(wrap(e))
+        return f
 
-__all__ = ["AdminClient", "BrokerMetadata", "ClusterMetadata", "KafkaError", "KafkaException", "NewPartitions",
+    def describe_cluster(self, request_timeout: float | None = None, include_authorized_operations: bool = False):
+        def call():
+            d = self._a.describe_cluster(timeout_s(request_timeout))
+            nodes = [Node(b.node_id, b.host, b.port, b.rack) for b in d.brokers]
+            ctrl = next((n for n in nodes if n.id == d.controller_id), None)
+            return DescribeClusterResult(ctrl, nodes, d.cluster_id)
+        return self._one(call)
+
+    def list_consumer_groups(self, request_timeout: float | None = None, states=None, types=None) -> Future:
+        want = set(states or ())
+
+        def call():
+            out = []
+            for g in self._a.list_groups(timeout_s(request_timeout)):
+                if g.protocol_type not in ("consumer", ""):
+                    continue
+                st = _STATES.get(g.state, ConsumerGroupState.UNKNOWN)
+                if want and st not in want:
+                    continue
+                out.append(ConsumerGroupListing(g.group_id, g.protocol_type == "", st))
+            return ListConsumerGroupsResult(out)
+        return self._one(call)
+
+    def describe_consumer_groups(self, group_ids, include_authorized_operations: bool = False,
+                                 request_timeout: float | None = None) -> dict:
+        group_ids = list(group_ids)
+        try:
+            descs = {d.group_id: d for d in self._a.describe_groups(group_ids, timeout_s(request_timeout))}
+            brokers = self._a.describe_cluster(timeout_s(request_timeout)).brokers
+        except KohortError as e:
+            return _failed_all(group_ids, e)
+        nodes = {b.node_id: Node(b.node_id, b.host, b.port, b.rack) for b in brokers}
+        out = {}
+        for gid in group_ids:
+            f: Future = Future()
+            d = descs.get(gid)
+            if d is None:
+                f.set_exception(KafkaException(KafkaError(KafkaError.GROUP_ID_NOT_FOUND, f"group {gid!r}")))
+            else:
+                members = [MemberDescription(m.member_id, m.client_id, m.client_host,
+                                             MemberAssignment([TopicPartition(t.topic, t.partition)
+                                                               for t in m.assignment]), m.group_instance_id)
+                           for m in d.members]
+                f.set_result(ConsumerGroupDescription(gid, d.protocol_type == "", members, d.protocol,
+                                                      _STATES.get(d.state, ConsumerGroupState.UNKNOWN),
+                                                      nodes.get(d.coordinator)))
+            out[gid] = f
+        return out
+
+    def delete_consumer_groups(self, group_ids, request_timeout: float | None = None) -> dict:
+        group_ids = list(group_ids)
+        try:
+            res = self._a.delete_groups(group_ids, timeout_s(request_timeout))
+        except KohortError as e:
+            return _failed_all(group_ids, e)
+        return _futures({g: res.get(g) for g in group_ids})
+
+    def list_consumer_group_offsets(self, list_consumer_group_offsets_request, require_stable: bool = False,
+                                    request_timeout: float | None = None) -> dict:
+        out = {}
+        for req in list_consumer_group_offsets_request:
+            def call(req=req):
+                parts = None if not req.topic_partitions else [(p.topic, p.partition) for p in req.topic_partitions]
+                got = self._a.list_group_offsets(req.group_id, parts, timeout_s(request_timeout))
+                tps = [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID if o is None or o.offset < 0 else o.offset,
+                                      None if o is None else (o.metadata or None))
+                       for tp, o in sorted(got.items())]
+                return ConsumerGroupTopicPartitions(req.group_id, tps)
+            out[req.group_id] = self._one(call)
+        return out
+
+
+__all__ = ["AdminClient", "ConsumerGroupDescription", "ConsumerGroupListing", "ConsumerGroupState",
+           "ConsumerGroupTopicPartitions", "DescribeClusterResult", "ListConsumerGroupsResult", "MemberAssignment",
+           "MemberDescription", "Node", "BrokerMetadata", "ClusterMetadata", "KafkaError", "KafkaException", "NewPartitions",
            "NewTopic", "PartitionMetadata", "TopicMetadata"]
