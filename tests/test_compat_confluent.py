@@ -297,3 +297,28 @@ def test_logger_receives_the_clients_logs():
     n = len(keep.records)
     logging.getLogger("kohort.client.x").warning("after close")
     assert len(keep.records) == n            # the forwarding ends with close()
+
+
+def test_incremental_assign_and_unassign(kohort_broker):
+    from kohort.compat.confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    topic = f"ck-inc-{uuid.uuid4().hex[:6]}"
+    with Admin({"bootstrap.servers": kohort_broker.bootstrap}) as a:
+        a.create_topics({topic: 2})
+    p = Producer({"bootstrap.servers": kohort_broker.bootstrap})
+    for i in range(6):
+        p.produce(topic, b"%d" % i, partition=i % 2)
+    assert p.flush(10) == 0
+    p.close()
+    c = Consumer({"bootstrap.servers": kohort_broker.bootstrap, "group.id": "g-" + topic})
+    try:
+        c.incremental_assign([TopicPartition(topic, 0, 1)])
+        c.incremental_assign([TopicPartition(topic, 1, OFFSET_BEGINNING)])
+        assert [(t.topic, t.partition) for t in c.assignment()] == [(topic, 0), (topic, 1)]
+        got = sorted((m.partition(), m.offset()) for m in c.consume(5, 10))
+        assert got == [(0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+        c.incremental_unassign([TopicPartition(topic, 0)])
+        assert [(t.partition, t.offset) for t in c.position([TopicPartition(topic, 1), TopicPartition(topic, 0)])] \
+            == [(1, 3), (0, -1001)]
+        assert [(t.topic, t.partition) for t in c.assignment()] == [(topic, 1)]
+    finally:
+        c.close()
