@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from kohort.client.admin import Admin
 from kohort.errors import KohortError
 
+from ._common import Hooks
 from ._config import translate
 from ._types import (
     OFFSET_INVALID, BrokerMetadata, ClusterMetadata, KafkaError, KafkaException, PartitionMetadata, TopicMetadata,
@@ -102,6 +103,11 @@ class NewPartitions:
         return f"NewPartitions(topic={self.topic},new_total_count={self.new_total_count})"
 
 
+def _close(admin, hooks) -> None:
+    admin.close()
+    hooks.close()
+
+
 def _futures(results: dict) -> dict:
     out = {}
     for name, err in results.items():
@@ -121,14 +127,15 @@ def _failed_all(names, e) -> dict:
 class AdminClient:
     def __init__(self, conf: dict | None = None, **kwargs):
         conf = dict(conf or {})
-        kwargs.pop("logger", None)
+        logger = kwargs.pop("logger", None)
         conf.update(kwargs)
-        kconf, _extras = translate("admin", conf)
+        kconf, extras = translate("admin", conf)
         try:
             self._a = Admin(kconf)
         except KohortError as e:
             raise wrap(e) from None
-        self._finalizer = weakref.finalize(self, self._a.close)
+        hooks = Hooks("admin", self._a.config["client.id"], extras, logger)
+        self._finalizer = weakref.finalize(self, _close, self._a, hooks)
 
     def __enter__(self):
         return self
