@@ -322,3 +322,28 @@ def test_incremental_assign_and_unassign(kohort_broker):
         assert [(t.topic, t.partition) for t in c.assignment()] == [(topic, 1)]
     finally:
         c.close()
+
+
+def test_poll_zero_in_a_loop_gets_messages(kohort_broker):
+    """poll(0) never waits but still drives the consumer (a busy loop of poll(0) gets the messages)."""
+    import time
+    from kohort.compat.confluent_kafka import Consumer, Producer
+    topic = f"ck-p0-{uuid.uuid4().hex[:6]}"
+    with Admin({"bootstrap.servers": kohort_broker.bootstrap}) as a:
+        a.create_topics({topic: 1})
+    p = Producer({"bootstrap.servers": kohort_broker.bootstrap})
+    p.produce(topic, b"x")
+    assert p.flush(10) == 0
+    p.close()
+    c = Consumer({"bootstrap.servers": kohort_broker.bootstrap, "group.id": "g-" + topic,
+                  "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([topic])
+        end = time.monotonic() + 15
+        m = None
+        while m is None and time.monotonic() < end:
+            m = c.poll(0)
+            time.sleep(0.01)
+        assert m is not None and m.value() == b"x"
+    finally:
+        c.close()

@@ -230,6 +230,7 @@ class Consumer:
         self._check()
         deadline = None if timeout is None else time.monotonic() + timeout
         out: list = []
+        polled = False
         while True:
             self._service()
             if self._buf and self._c._group is not None and time.monotonic() >= self._next_hook:
@@ -266,10 +267,11 @@ class Consumer:
                 if len(out) >= n:
                     return out
             left = 0.5 if deadline is None else deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 and polled:
                 return out
+            polled = True              # poll(0) still turns kohort's consumer once (fetches, rebalances)
             try:
-                recs = self._c.poll(min(left, 0.5) if out or n > 1 else left)
+                recs = self._c.poll(max(0.0, min(left, 0.5) if out or n > 1 else left))
             except KohortError as e:
                 err = error_from(e)
                 self._hooks.error(err)
