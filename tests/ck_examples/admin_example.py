@@ -2,7 +2,7 @@
 import sys
 
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicCollection
 
 broker, topic = sys.argv[1], sys.argv[2]
 a = AdminClient({'bootstrap.servers': broker})
@@ -38,6 +38,13 @@ for p in sorted(t.partitions.values(), key=lambda p: p.id):
     print("  partition {} leader known {} replicas {} isrs {} errstr {}".format(
         p.id, p.leader in md.brokers, len(p.replicas), len(p.isrs), p.error))
 
+for name, f in a.describe_topics(TopicCollection([topic, topic + "-missing"]), request_timeout=10).items():
+    try:
+        d = f.result()
+        print("describe_topics", d.name, d.is_internal, "topic id set", d.topic_id is not None,
+              [(p.id, p.leader.id == p.replicas[0].id, len(p.replicas), len(p.isr)) for p in d.partitions])
+    except KafkaException as e:
+        print("describe_topics", name, e.args[0].name())
 missing = a.list_topics(topic + "-missing", timeout=10).topics[topic + "-missing"]
 print("missing topic error:", missing.error.name() if missing.error else None)
 

@@ -15,7 +15,7 @@ from ._types import (
     OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME,
     TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, TopicPartition,
 )
-from .admin import AdminClient, ConsumerGroupState, ConsumerGroupTopicPartitions, NewPartitions, NewTopic, Node
+from .admin import AdminClient, ConsumerGroupState, ConsumerGroupTopicPartitions, NewPartitions, NewTopic, Node, TopicCollection
 
 import kohort as _kohort
 
@@ -29,7 +29,7 @@ def libversion():
     return ("kohort", 0)
 
 
-__all__ = ["AdminClient", "Consumer", "ConsumerGroupState", "ConsumerGroupTopicPartitions", "Node", "KafkaError", "KafkaException", "Message", "NewPartitions", "NewTopic",
+__all__ = ["AdminClient", "Consumer", "ConsumerGroupState", "ConsumerGroupTopicPartitions", "Node", "TopicCollection", "KafkaError", "KafkaException", "Message", "NewPartitions", "NewTopic",
            "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "Producer",
            "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NOT_AVAILABLE", "TopicPartition",
            "libversion", "version"]

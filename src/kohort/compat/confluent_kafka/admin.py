@@ -1,5 +1,5 @@
 """confluent_kafka.admin over kohort's Admin: AdminClient (create/delete topics, create partitions,
-list_topics, describe_cluster, consumer groups: list/describe/delete, list their offsets), NewTopic,
+list_topics, describe_topics, describe_cluster, consumer groups: list/describe/delete, list their offsets), NewTopic,
 NewPartitions, the group result classes, and the metadata classes list_topics() returns.
 
 confluent-kafka's calls return {name: Future}; here the request is made at once and the futures are
@@ -77,6 +77,22 @@ class ConsumerGroupDescription:
         self.group_id, self.is_simple_consumer_group, self.members = group_id, is_simple_consumer_group, members
         self.partition_assignor, self.state, self.coordinator = partition_assignor, state, coordinator
         self.authorized_operations, self.type = authorized_operations, type
+
+
+class TopicCollection:
+    def __init__(self, topic_names):
+        self.topic_names = list(topic_names)
+
+
+class TopicPartitionInfo:
+    def __init__(self, id: int, leader, replicas, isr):
+        self.id, self.leader, self.replicas, self.isr = id, leader, replicas, isr
+
+
+class TopicDescription:
+    def __init__(self, name, topic_id, is_internal, partitions, authorized_operations=None):
+        self.name, self.topic_id, self.is_internal, self.partitions = name, topic_id, is_internal, partitions
+        self.authorized_operations = authorized_operations
 
 
 class DescribeClusterResult:
@@ -248,6 +264,25 @@ class AdminClient:
             out[gid] = f
         return out
 
+    def describe_topics(self, topics: TopicCollection, request_timeout: float | None = None,
+                        include_authorized_operations: bool = False) -> dict:
+        names = list(topics.topic_names)
+        t = timeout_s(request_timeout)
+        try:
+            brokers = {b.node_id: Node(b.node_id, b.host, b.port, b.rack) for b in self._a.describe_cluster(t).brokers}
+        except KohortError as e:
+            return _failed_all(names, e)
+        out = {}
+        for name in names:
+            def call(name=name):
+                (d,) = self._a.describe_topics([name], t)
+                node = brokers.get
+                parts = [TopicPartitionInfo(p.partition, node(p.leader), [node(r) for r in p.replicas],
+                                            [node(r) for r in p.isr]) for p in d.partitions]
+                return TopicDescription(d.name, d.topic_id, d.is_internal, parts)
+            out[name] = self._one(call)
+        return out
+
     def delete_consumer_groups(self, group_ids, request_timeout: float | None = None) -> dict:
         group_ids = list(group_ids)
         try:
@@ -273,5 +308,5 @@ class AdminClient:
 
 __all__ = ["AdminClient", "ConsumerGroupDescription", "ConsumerGroupListing", "ConsumerGroupState",
            "ConsumerGroupTopicPartitions", "DescribeClusterResult", "ListConsumerGroupsResult", "MemberAssignment",
-           "MemberDescription", "Node", "BrokerMetadata", "ClusterMetadata", "KafkaError", "KafkaException", "NewPartitions",
+           "MemberDescription", "Node", "TopicCollection", "TopicDescription", "TopicPartitionInfo", "BrokerMetadata", "ClusterMetadata", "KafkaError", "KafkaException", "NewPartitions",
            "NewTopic", "PartitionMetadata", "TopicMetadata"]
