@@ -347,3 +347,26 @@ def test_poll_zero_in_a_loop_gets_messages(kohort_broker):
         assert m is not None and m.value() == b"x"
     finally:
         c.close()
+
+
+def test_buffer_error_at_queue_buffering_max_messages(kohort_broker):
+    """librdkafka's queue limit: produce() raises BufferError while len(p) is at queue.buffering.max.messages
+    (the official producer.py catches it); poll()/flush() make room."""
+    from kohort.compat.confluent_kafka import Producer
+    topic = f"ck-q-{uuid.uuid4().hex[:6]}"
+    with Admin({"bootstrap.servers": kohort_broker.bootstrap}) as a:
+        a.create_topics({topic: 1})
+    reports = []
+    p = Producer({"bootstrap.servers": kohort_broker.bootstrap, "queue.buffering.max.messages": 3,
+                  "on_delivery": lambda err, msg: reports.append(err)})
+    try:
+        for i in range(3):
+            p.produce(topic, b"%d" % i)
+        with pytest.raises(BufferError, match="queue.buffering.max.messages=3"):
+            p.produce(topic, b"3")
+        assert len(p) == 3
+        assert p.flush(10) == 0 and reports == [None, None, None]
+        p.produce(topic, b"3")
+        assert p.flush(10) == 0 and len(reports) == 4
+    finally:
+        p.close()

@@ -37,10 +37,11 @@ RENAMES = {
 # handled by the compat layer itself
 EXTRAS = {"error_cb", "throttle_cb", "stats_cb", "on_commit", "on_delivery", "logger", "log_level", "debug",
           "statistics.interval.ms", "enable.auto.offset.store", "enable.partition.eof", "enable.auto.commit",
-          "auto.commit.interval.ms", "log.connection.close", "delivery.report.only.error"}
+          "auto.commit.interval.ms", "log.connection.close", "delivery.report.only.error",
+          "queue.buffering.max.messages"}
 # librdkafka tuning knobs with no counterpart in kohort's client: accepted, no effect
 NO_EFFECT = {"api.version.request", "api.version.fallback.ms", "broker.version.fallback", "socket.keepalive.enable",
-             "socket.nagle.disable", "queue.buffering.max.messages", "batch.num.messages", "queued.min.messages",
+             "socket.nagle.disable", "batch.num.messages", "queued.min.messages",
              "queued.max.messages.kbytes", "topic.metadata.refresh.sparse", "broker.address.family",
              "log.queue", "log.thread.name", "enable.random.seed", "internal.termination.signal",
              "sticky.partitioning.linger.ms", "coordinator.query.interval.ms", "fetch.error.backoff.ms",

@@ -2,7 +2,8 @@
 
 Delivery reports are queued as kohort acknowledges records and served — the callbacks called — on the
 application's thread inside `poll()` and `flush()`, as librdkafka does. `len(p)` counts records whose
-delivery report has not been served yet (or, without a callback, that are not yet acknowledged).
+delivery report has not been served yet (or, without a callback, that are not yet acknowledged); at
+queue.buffering.max.messages of them produce() raises BufferError, as librdkafka does.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class Producer:
         conf.update(kwargs)
         kconf, extras = translate("producer", conf)
         self._dr_cb = extras.get("on_delivery")
+        self._max_messages = int(extras.get("queue.buffering.max.messages", 100000))
         self._only_errors = str(extras.get("delivery.report.only.error", "false")).lower() == "true"
         try:
             self._p = _KProducer(kconf)
@@ -80,6 +82,9 @@ class Producer:
                 self._cond.notify_all()
 
         with self._cond:
+            if self._pending >= self._max_messages:
+                raise BufferError(f"Local: Queue full ({self._pending} messages awaiting delivery, "
+                                  f"queue.buffering.max.messages={self._max_messages}): call poll() or flush()")
             self._pending += 1
             self._tx += 1
         try:
