@@ -92,10 +92,6 @@ def _json_bytes(b):
         return {"base64": base64.b64encode(b).decode()}
 
 
-def _hdr_value(v) -> bytes:
-    return b"" if v is None else v
-
-
 def formatter(fmt: str):
     """A function record -> bytes for a preset name or a kcat-style format string. Keys and values
     are written as they are (no decoding, no escaping), as kcat does."""
@@ -113,7 +109,7 @@ def formatter(fmt: str):
         "K": lambda r: b"%d" % (-1 if r.key is None else len(r.key)),
         "S": lambda r: b"%d" % (-1 if r.value is None else len(r.value)),
         "R": lambda r: struct.pack(">i", -1 if r.value is None else len(r.value)),
-        "h": lambda r: b",".join(k.encode() + b"=" + _hdr_value(v) for k, v in r.headers),
+        "h": lambda r: b",".join(k.encode() + b"=" + _b(v) for k, v in r.headers),
     }
     escapes = {"n": "\n", "t": "\t", "\\": "\\", "r": "\r", "0": "\0"}
     compiled: list = []          # literal bytes and token functions, in order
