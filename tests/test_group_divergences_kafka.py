@@ -48,14 +48,6 @@ def test_4_join_retried_after_group_max_size():
         S.join_retried_after_fatal_error(kc.bootstrap, tag())
 
 
-@pytest.fixture(scope="module")
-def kafka3():
-    kc = KafkaCluster(nodes=3)
-    kc.start(timeout=180)
-    yield kc
-    kc.close()
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_2_coordinator_moves_during_processing(kafka3):

@@ -26,14 +26,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 RECOVERY: dict[str, float] = {}
 
 
-@pytest.fixture(scope="module")
-def kafka3():
-    kc = KafkaCluster(nodes=3)
-    kc.start(timeout=180)
-    yield kc
-    kc.close()
-
-
 def _ensure_all_up(kc: KafkaCluster) -> None:
     for n in kc.nodes:
         if not n.alive:

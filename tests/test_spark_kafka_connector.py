@@ -4,7 +4,6 @@ same rows as format("kafka") for the same topic and options."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -22,25 +21,10 @@ COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timesta
 
 def test_connector_version_matches_pyspark():
     import pyspark
+    assert "spark-sql-kafka" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""), "run `make peers` first"
     jars = [j.name for j in Path(SPARK_LIB).glob("spark-sql-kafka-0-10_2.13-*.jar")]
     assert jars == [f"spark-sql-kafka-0-10_2.13-{pyspark.__version__}.jar"], \
         f"{jars} in {SPARK_LIB}: run `make peers` after changing the pyspark pin (tests/peers/spark/pom.xml)"
-
-
-@pytest.fixture(scope="module")
-def spark():
-    assert "spark-sql-kafka" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""), "run `make peers` first"
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-    s = (SparkSession.builder.master("local[2]").appName("kohort-spark-kafka")
-         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-         .getOrCreate())
-    s.sparkContext.setLogLevel("ERROR")
-    import kohort.spark
-    kohort.spark.register(s)
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="module")

@@ -26,21 +26,6 @@ from tests.brokers import KohortBroker
 from tests.conftest import start_tansu
 
 
-@pytest.fixture(scope="module")
-def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-    s = (SparkSession.builder.master("local[2]").appName("kohort-tests")
-         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-         .getOrCreate())
-    s.sparkContext.setLogLevel("ERROR")
-    import kohort.spark
-    kohort.spark.register(s)
-    yield s
-    s.stop()
-
-
 @pytest.fixture(scope="module", params=["kohort", "kafka", pytest.param("tansu", marks=pytest.mark.slow)])
 def broker(request):
     """bootstrap address of a running broker of each kind (module-scoped: started once): kohort broker,

@@ -111,6 +111,8 @@ async def open_components(broker) -> None:
     log.info("storage opened in %.3fs: %d topics", time.perf_counter() - t0, len(storage.topics()))
     broker.cluster_id = _load_cluster_id(storage, cfg["cluster.id"])
     broker.leader_epoch = _next_leader_epoch(storage)
+    for lg in storage.logs():               # this run's epoch starts at each log's end (Kafka's makeLeader)
+        lg.become_leader(broker.leader_epoch)
     broker.sync = SyncPump(storage)
     broker.waiters = DataWaiters()
     broker.producers = ProducerStates(storage)

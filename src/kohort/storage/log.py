@@ -383,6 +383,14 @@ class Log:
                 return r.offset, r.timestamp
         return max(h.last_offset, self.log_start_offset), h.max_timestamp
 
+    def become_leader(self, leader_epoch: int) -> None:
+        """Record that `leader_epoch` starts at the log end offset, as Kafka's makeLeader does when a
+        broker (re)gains leadership: OffsetForLeaderEpoch and Fetch's last_fetched_epoch check then
+        know the current epoch before anything is appended in it (issue 11: after a restart the
+        broker's epoch was unknown to its logs, and every Fetch naming it was OFFSET_OUT_OF_RANGE)."""
+        if leader_epoch > self.epochs.latest_epoch and self.epochs.assign(leader_epoch, self.log_end_offset):
+            self.epochs.save()
+
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch (KIP-101/279): (leader_epoch, end_offset), (-1, -1) if unknown."""
         return self.epochs.end_offset_for(leader_epoch, self.log_end_offset)

@@ -78,6 +78,7 @@ def _read(broker, wants: list[_Want], max_bytes: int, by_id: bool,
             out.append(_Result(w, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             errors = True
             continue
+        log.become_leader(broker.leader_epoch)
         code = check_leader_epoch(broker, w.leader_epoch)
         hwm = log.high_watermark
         pstate = broker.producers.partition(name, p, log)

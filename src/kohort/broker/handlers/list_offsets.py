@@ -22,6 +22,7 @@ def _one(broker, topic: str, p, read_committed: bool) -> PartResp:
     idx = p.partition_index
     try:
         log = broker.storage.log(topic, idx)
+        log.become_leader(broker.leader_epoch)
     except StorageError:
         return PartResp(partition_index=idx, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     code = check_leader_epoch(broker, p.current_leader_epoch)

@@ -22,6 +22,7 @@ def handle_offset_for_leader_epoch(ctx, req):
         for p in t.partitions:
             try:
                 log = broker.storage.log(t.topic, p.partition)
+                log.become_leader(broker.leader_epoch)
             except StorageError:
                 parts.append(EpochEnd(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, partition=p.partition))
                 continue
