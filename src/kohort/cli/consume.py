@@ -1,10 +1,17 @@
-"""`kohort consume TOPIC`: print records of a topic, like `kcat -C` (built on kohort's Consumer).
+"""`kohort consume TOPIC...`: print records of topics, like `kcat -C` / `kcat -G` (built on kohort's Consumer).
 
-Without `--group` every partition is assigned directly (from the end, or the beginning with
-`--from-beginning`); with `--group G` the consumer joins the group and commits as it goes.
-`--count N` stops after N records, `-e/--exit` at the end of every partition (no group), `--idle S` after
-S seconds without a record. `--format` takes kcat's tokens (%t topic, %p partition, %o offset, %k key,
-%s value, %T timestamp, %h headers, %K/%S key/value lengths, \\n \\t) or one of: value, kv, json.
+Without `--group` every partition of the topics is assigned directly; with `--group G` the consumer joins
+the group (topics may then include regexes, `^prefix.*`, as kcat -G) and commits as it goes.
+`-o` picks the start as kcat does: beginning | end | stored (the group's committed offsets; the default
+with --group) | N (absolute) | -N (N records before the end) | s@TS (first record at or after timestamp
+TS ms); `-o e@TS` (may be given with a start) stops each partition at its first record at or after TS.
+With a group, the start applies the first time this process is assigned a partition.
+`--count N` stops after N records, `-e/--exit` when every (assigned) partition is at its end — with a
+group, once partitions are assigned and all of them have been read to their end (as kcat -G -e) —,
+`--idle S` after S seconds without a record. Output is bytes: `%s`/`%k` write keys and values as they
+are (binary stays binary). `--format` takes kcat's tokens (%t topic, %p partition, %o offset, %k key,
+%s value, %T timestamp, %h headers, %K/%S key/value lengths, %R value length as a big-endian int32,
+\\n \\t) or one of: value, kv, json.
 
 Commits with `--group` (kcat -G semantics): a record counts as consumed once it has been written to
 stdout and flushed. The committed offset of a partition is always the offset after the last record
@@ -19,7 +26,9 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import signal
+import struct
 import sys
 import threading
 import time
@@ -36,13 +45,17 @@ PRESETS = {"value": "%s\\n", "kv": "%k\\t%s\\n"}
 def register(subparsers) -> None:
     p = subparsers.add_parser("consume", help="print records of a topic",
                               description="Consume records and print them (like kcat -C).")
-    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("topic", metavar="TOPIC", nargs="+",
+                   help="topic names; with --group also regexes starting with ^ (as kcat -G)")
     p.add_argument("-g", "--group", default=None, help="join this consumer group (commits offsets)")
-    p.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
+    p.add_argument("-o", "--offset", action="append", default=[], metavar="OFFSET", type=parse_offset,
+                   help="start: beginning | end | stored | N | -N | s@TS_MS; stop: e@TS_MS (kcat -o)")
+    p.add_argument("--from-beginning", action="store_true", help="start at the earliest offset (-o beginning)")
     p.add_argument("-c", "--count", type=positive_int, default=None, metavar="N", help="stop after N records")
     p.add_argument("-p", "--partition", type=int, action="append", default=None,
                    help="only these partitions (repeatable; not with --group)")
-    p.add_argument("-e", "--exit", action="store_true", help="exit at the end of every partition (no group)")
+    p.add_argument("-e", "--exit", action="store_true",
+                   help="exit when every (assigned) partition has been read to its end")
     p.add_argument("--idle", type=non_negative_number, default=None, metavar="SECONDS",
                    help="exit after this long without a record")
     p.add_argument("-f", "--format", default="value", metavar="FMT",
@@ -52,13 +65,22 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_consume)
 
 
-def _text(b) -> str:
-    if b is None:
-        return ""
-    try:
-        return b.decode("utf-8")
-    except UnicodeDecodeError:
-        return b.decode("utf-8", "backslashreplace")
+def parse_offset(text: str):
+    """kcat's -o values -> ("beginning"|"end"|"stored", None) | ("abs"|"rel"|"ts"|"until", int)."""
+    import argparse
+    t = text.strip()
+    if t in ("beginning", "end", "stored"):
+        return (t, None)
+    kind, num = ("ts", t[2:]) if t.startswith("s@") else ("until", t[2:]) if t.startswith("e@") else (
+        ("rel", t[1:]) if t.startswith("-") else ("abs", t))
+    if not num.isdigit():
+        raise argparse.ArgumentTypeError(f"expected beginning, end, stored, N, -N, s@TIMESTAMP_MS or "
+                                         f"e@TIMESTAMP_MS, got {text!r}")
+    return (kind, int(num))
+
+
+def _b(v) -> bytes:
+    return b"" if v is None else v
 
 
 def _json_bytes(b):
@@ -71,24 +93,26 @@ def _json_bytes(b):
 
 
 def formatter(fmt: str):
-    """A function record -> str for a preset name or a kcat-style format string."""
+    """A function record -> bytes for a preset name or a kcat-style format string. Keys and values
+    are written as they are (no decoding, no escaping), as kcat does."""
     if fmt == "json":
-        def as_json(r) -> str:
-            return json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                               "timestamp": r.timestamp, "key": _json_bytes(r.key),
-                               "value": _json_bytes(r.value),
-                               "headers": [[k, _json_bytes(v)] for k, v in r.headers]}) + "\n"
+        def as_json(r) -> bytes:
+            return (json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
+                                "timestamp": r.timestamp, "key": _json_bytes(r.key),
+                                "value": _json_bytes(r.value),
+                                "headers": [[k, _json_bytes(v)] for k, v in r.headers]}) + "\n").encode()
         return as_json
     fmt = PRESETS.get(fmt, fmt)
     tokens = {
-        "t": lambda r: r.topic, "p": lambda r: str(r.partition), "o": lambda r: str(r.offset),
-        "k": lambda r: _text(r.key), "s": lambda r: _text(r.value), "T": lambda r: str(r.timestamp),
-        "K": lambda r: str(-1 if r.key is None else len(r.key)),
-        "S": lambda r: str(-1 if r.value is None else len(r.value)),
-        "h": lambda r: ",".join(f"{k}={_text(v)}" for k, v in r.headers),
+        "t": lambda r: r.topic.encode(), "p": lambda r: b"%d" % r.partition, "o": lambda r: b"%d" % r.offset,
+        "k": lambda r: _b(r.key), "s": lambda r: _b(r.value), "T": lambda r: b"%d" % r.timestamp,
+        "K": lambda r: b"%d" % (-1 if r.key is None else len(r.key)),
+        "S": lambda r: b"%d" % (-1 if r.value is None else len(r.value)),
+        "R": lambda r: struct.pack(">i", -1 if r.value is None else len(r.value)),
+        "h": lambda r: b",".join(k.encode() + b"=" + _b(v) for k, v in r.headers),
     }
     escapes = {"n": "\n", "t": "\t", "\\": "\\", "r": "\r", "0": "\0"}
-    compiled: list = []          # literal strings and token functions, in order
+    compiled: list = []          # literal bytes and token functions, in order
     lit: list[str] = []
     i = 0
     while i < len(fmt):
@@ -102,9 +126,9 @@ def formatter(fmt: str):
             i += 2
         elif ch == "%" and nxt:
             if nxt not in tokens:
-                raise KohortError(f"--format: unknown token %{nxt} (known: %t %p %o %k %K %s %S %T %h)")
+                raise KohortError(f"--format: unknown token %{nxt} (known: %t %p %o %k %K %s %S %R %T %h)")
             if lit:
-                compiled.append("".join(lit))
+                compiled.append("".join(lit).encode())
                 lit = []
             compiled.append(tokens[nxt])
             i += 2
@@ -112,10 +136,10 @@ def formatter(fmt: str):
             lit.append(ch)
             i += 1
     if lit:
-        compiled.append("".join(lit))
+        compiled.append("".join(lit).encode())
 
-    def fmt_record(r) -> str:
-        return "".join(c if c.__class__ is str else c(r) for c in compiled)
+    def fmt_record(r) -> bytes:
+        return b"".join(c if c.__class__ is bytes else c(r) for c in compiled)
     return fmt_record
 
 
@@ -186,13 +210,65 @@ class _Committer:
             self.committed.pop(tp, None)
 
 
+def _start_spec(args):
+    """(start, until_ts) from -o / --from-beginning; start None = the default."""
+    start, until = None, None
+    for kind, v in args.offset:
+        if kind == "until":
+            until = v
+        elif start is not None:
+            raise KohortError("-o: one start offset only (and optionally e@TIMESTAMP)")
+        else:
+            start = (kind, v)
+    if args.from_beginning:
+        if start is not None and start[0] != "beginning":
+            raise KohortError("--from-beginning and -o both set the start")
+        start = ("beginning", None)
+    return start, until
+
+
+def _apply_start(c, tps, start, timeout) -> None:
+    """Position `tps` per a -o start (kcat's meanings)."""
+    kind, v = start
+    if kind == "beginning":
+        c.seek_to_beginning(tps)
+    elif kind == "end":
+        c.seek_to_end(tps)
+    elif kind == "abs":
+        for tp in tps:
+            c.seek(tp, v)
+    elif kind == "rel":
+        ends = c.end_offsets(tps, timeout=timeout)
+        begins = c.beginning_offsets(tps, timeout=timeout)
+        for tp in tps:
+            c.seek(tp, max(begins[tp], ends[tp] - v))
+    elif kind == "ts":
+        found = c.offsets_for_times({tp: v for tp in tps}, timeout=timeout)
+        late = [tp for tp in tps if found[tp] is None]
+        for tp in tps:
+            if found[tp] is not None:
+                c.seek(tp, found[tp].offset)
+        if late:
+            c.seek_to_end(late)
+
+
 def cmd_consume(args) -> int:
     from kohort.client.consumer import Consumer
+    from kohort.structs import TopicPartition
     fmt = formatter(args.format)
     if args.group and args.partition:
         raise KohortError("--partition cannot be combined with --group (the group assigns partitions)")
+    topics = list(dict.fromkeys(args.topic))
+    patterns = [t for t in topics if t.startswith("^")]
+    if patterns and not args.group:
+        raise KohortError(f"topic pattern {patterns[0]!r} needs --group (as kcat -G): without a group, name the topics")
+    start, until = _start_spec(args)
+    if start is not None and start[0] == "stored" and not args.group:
+        raise KohortError("-o stored needs --group (the offsets stored are a group's)")
+    if start is not None and start[0] == "stored":
+        start = None
     # offsets are committed by this command (of records written), never the consumer's position
-    extra = {"auto.offset.reset": "earliest" if args.from_beginning else "latest",
+    extra = {"auto.offset.reset": "earliest" if start is not None and start[0] == "beginning" else "latest",
              "enable.auto.commit": False}
     if args.group:
         extra["group.id"] = args.group
@@ -202,36 +278,54 @@ def cmd_consume(args) -> int:
                           "written itself (the consumer's position may be ahead of the output); leave it unset")
     from kohort.client.config import load_config
     loaded = load_config("consumer", cfg)        # a wrong -X key is reported before any connection
-    with admin_client(args, admin_keys_only=True) as a:   # one clear line if the cluster or topic is missing
-        a.describe_topics([args.topic], timeout=args.timeout)
+    named = [t for t in topics if not t.startswith("^")]
+    if named:
+        with admin_client(args, admin_keys_only=True) as a:   # one clear line if the cluster or a topic is missing
+            a.describe_topics(named, timeout=args.timeout)
     c = Consumer(cfg)
-    out = sys.stdout
+    out = sys.stdout.buffer
     n = 0
-    prog = Progress(args.count, args.topic, force=args.progress) if args.progress else None
+    prog = Progress(args.count, ",".join(topics), force=args.progress) if args.progress else None
     max_poll = loaded["max.poll.records"]
     committer = _Committer(c, loaded["auto.commit.interval.ms"] / 1000) if args.group else None
     failure = None
+    started: set = set()          # partitions this process has positioned per -o (group mode)
+    stopped: set = set()          # partitions past e@TS
+    assigned_once = [False]
     try:
         with _StopSignals() as signals:
             ends = None
             if args.group:
-                c.subscribe([args.topic], on_revoke=committer.on_revoke)
+                def on_assign(consumer, tps):
+                    assigned_once[0] = True
+                    new = [tp for tp in tps if tp not in started]
+                    started.update(new)
+                    if start is not None and new:
+                        _apply_start(consumer, new, start, args.timeout)
+
+                def on_revoke(consumer, tps):
+                    committer.on_revoke(consumer, tps)
+                    stopped.difference_update(tps)
+
+                spec = topics
+                if patterns:
+                    alts = [t[1:] if t.startswith("^") else re.escape(t) + "$" for t in topics]
+                    spec = "^" + (alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")")
+                c.subscribe(spec, on_assign=on_assign, on_revoke=on_revoke)
             else:
-                parts = c.partitions_for_topic(args.topic, timeout=args.timeout)
-                if not parts:
-                    raise KohortError(f"topic {args.topic!r} does not exist (see: kohort topics list -b ...)")
-                if args.partition:
-                    bad = [p for p in args.partition if p not in parts]
-                    if bad:
-                        raise KohortError(f"topic {args.topic!r} has no partition(s) {bad}")
-                    parts = args.partition
-                from kohort.structs import TopicPartition
-                tps = [TopicPartition(args.topic, p) for p in parts]
+                tps = []
+                for topic in topics:
+                    parts = c.partitions_for_topic(topic, timeout=args.timeout)
+                    if not parts:
+                        raise KohortError(f"topic {topic!r} does not exist (see: kohort topics list -b ...)")
+                    if args.partition:
+                        bad = [p for p in args.partition if p not in parts]
+                        if bad:
+                            raise KohortError(f"topic {topic!r} has no partition(s) {bad}")
+                        parts = args.partition
+                    tps += [TopicPartition(topic, p) for p in parts]
                 c.assign(tps)
-                if args.from_beginning:
-                    c.seek_to_beginning(tps)
-                else:
-                    c.seek_to_end(tps)
+                _apply_start(c, tps, start or ("end", None), args.timeout)
                 if args.exit:
                     ends = {tp: off for tp, off in c.end_offsets(tps, timeout=args.timeout).items()}
             last = time.monotonic()
@@ -241,21 +335,40 @@ def cmd_consume(args) -> int:
                     for tp, end in ends.items():
                         if tp not in done and c.position(tp, timeout=args.timeout) >= end:
                             done.add(tp)
-                    if len(done) == len(ends):
+                    if len(done | stopped) >= len(ends):
                         break
+                elif args.group and (args.exit or until is not None) and assigned_once[0]:
+                    assigned = c.assignment()
+                    lag = c.lag()
+                    if assigned and all(tp in stopped or (args.exit and lag.get(tp) == 0) for tp in assigned):
+                        break
+                elif until is not None and not args.group and len(stopped) >= len(c.assignment()):
+                    break
                 # with --count, never take more records than will be printed
                 recs = c.poll(0.5, max_records=min(args.count - n, max_poll) if args.count is not None else None)
                 if recs:
                     last = time.monotonic()
                     if ends is not None:
                         recs = [r for r in recs if r.offset < ends.get(r.topic_partition, 1 << 62)]
+                    if until is not None:
+                        keep = []
+                        for r in recs:
+                            tp = r.topic_partition
+                            if tp in stopped:
+                                continue
+                            if r.timestamp >= until:
+                                stopped.add(tp)
+                                c.pause([tp])
+                                continue
+                            keep.append(r)
+                        recs = keep
                     # written = flushed: records count (and are committed) chunk by chunk as
                     # each flush succeeds, so a reader leaving mid-batch loses at most one chunk
                     i0 = size = 0
                     for i, r in enumerate(recs):
-                        text = fmt(r)
-                        out.write(text)
-                        size += len(text)
+                        data = fmt(r)
+                        out.write(data)
+                        size += len(data)
                         if size >= FLUSH_CHARS:
                             out.flush()
                             if committer:

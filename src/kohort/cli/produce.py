@@ -1,7 +1,9 @@
 """`kohort produce TOPIC`: send lines from stdin or a file as records, like `kcat -P`.
 
 Each line is one record (the newline is dropped); `-K SEP` splits key and value at the first SEP (a line
-without SEP gets a null key); `-H key=value` adds headers to every record; `--rate N` caps records per
+without SEP gets a null key); `-k KEY` gives every record that key (kcat -k); `-Z`
+sends an empty value or empty `-K` key as null (kcat -Z; an empty line becomes a tombstone); `-H key=value` adds
+headers to every record; `--rate N` caps records per
 second; `-p N` forces a partition; `-z` picks the codec. A progress bar runs on a terminal; the summary
 goes to stderr, or stdout as JSON with `--json` (always printed, also when the run fails).
 
@@ -34,6 +36,9 @@ def register(subparsers) -> None:
     p.add_argument("-K", "--key-separator", metavar="SEP", help="split each line into KEY<SEP>VALUE")
     p.add_argument("-H", "--header", action="append", default=[], metavar="KEY=VALUE",
                    help="header on every record (repeatable)")
+    p.add_argument("-k", "--key", default=None, metavar="KEY", help="use this key for every record (kcat -k)")
+    p.add_argument("-Z", "--null-empty", action="store_true",
+                   help="send an empty value (and an empty -K key) as null: a tombstone (kcat -Z)")
     p.add_argument("-p", "--partition", type=int, default=None, help="send every record to this partition")
     p.add_argument("-z", "--compression", default=None, choices=("none", "gzip", "snappy", "lz4", "zstd"))
     p.add_argument("--acks", default=None, choices=("all", "-1", "0", "1"))
@@ -101,6 +106,10 @@ def cmd_produce(args) -> int:
     headers = list(parse_kv(args.header, "-H/--header").items()) or None
     headers = [(k, v.encode()) for k, v in headers] if headers else None
     sep = args.key_separator.encode() if args.key_separator else None
+    if sep is not None and args.key is not None:
+        raise KohortError("-k/--key and -K/--key-separator both set the key: use one")
+    fixed_key = args.key.encode() if args.key is not None else None
+    null_empty = args.null_empty
     src, _ = _lines(args)
     total = _count_lines(args.file) if args.file else None
     prog = Progress(total, args.topic, force=args.progress)
@@ -121,11 +130,16 @@ def cmd_produce(args) -> int:
                 line = line[:-1]
                 if line.endswith(b"\r"):
                     line = line[:-1]
-            key = None
+            key = fixed_key
             if sep is not None:
                 k, s, v = line.partition(sep)
                 if s:
                     key, line = k, v
+            if null_empty:
+                if not line:
+                    line = None
+                if key == b"":
+                    key = None
             n += 1
             try:
                 add(produce(topic, line, key=key, headers=headers, partition=part).batch)
