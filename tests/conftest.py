@@ -216,3 +216,12 @@ def spark():
     kohort.spark.register(s)
     yield s
     s.stop()
+
+
+def require_kcat() -> str:
+    """kcat's path; a missing kcat fails the test (make setup installs it from Debian's packages), it is
+    never a silent skip."""
+    import shutil
+    path = shutil.which("kcat")
+    assert path, "kcat is not installed: `make setup` installs it from Debian's packages (apt-get install kcat)"
+    return path

@@ -4,7 +4,6 @@ codec and consume by explicit partition assignment; contents, keys and headers a
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 import uuid
 
@@ -154,8 +153,9 @@ def test_aiokafka(broker):
     asyncio.run(main())
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
 def test_kcat(broker):
+    from tests.conftest import require_kcat
+    require_kcat()
     topic = _topic("kcat")   # created by the first produce (auto.create.topics.enable)
     for p, codec in enumerate(["none", "gzip", "snappy", "lz4", "zstd"]):
         lines = "".join(f"key{i}:{codec} line {i}\n" for i in range(N))

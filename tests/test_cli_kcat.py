@@ -7,7 +7,6 @@ values, %R (value length as a big-endian int32), produce -k KEY and -Z (empty â†
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -15,12 +14,16 @@ import uuid
 
 import pytest
 
+from tests.conftest import require_kcat
+
 from kohort.client.admin import Admin
 from kohort.client.producer import Producer
 from tests.brokers import kohort_broker  # noqa: F401  (fixture)
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-pytestmark = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (apt install kcat)")
+@pytest.fixture(autouse=True)
+def _kcat_installed():
+    require_kcat()
 T0 = 1_700_000_000_000
 
 

@@ -674,9 +674,8 @@ def test_kohort_users_online_through_the_scram_apis(secure):
 
 def _kcat_librdkafka() -> tuple[int, ...]:
     import re
-    import shutil
-    if shutil.which("kcat") is None:
-        pytest.skip("kcat is not installed")
+    from tests.conftest import require_kcat
+    require_kcat()
     out = subprocess.run(["kcat", "-V"], capture_output=True, text=True, timeout=10).stdout
     m = re.search(r"librdkafka (\d+)\.(\d+)\.(\d+)", out)
     return tuple(map(int, m.groups())) if m else (0, 0, 0)
