@@ -264,8 +264,7 @@ class KafkaCluster:
         self.nodes = [KafkaNode(self, i + 1, ports[2 * i], ports[2 * i + 1]) for i in range(nodes)]
         self.log4j = self.root / "log4j2.properties"
         self.log4j.write_text(LOG4J2)
-        self.tools_log4j = self.root / "tools-log4j2.properties"
-        self.tools_log4j.write_text(TOOLS_LOG4J2)
+        self.tools_log4j = _tools_log4j()
         self._admin = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -503,6 +502,27 @@ class JavaPeer:
 
     def of(self, kind: str) -> list[dict]:
         return [e for e in list(self.events) if e.get("event") == kind]
+
+    def owned(self) -> set[tuple[str, int]]:
+        """The partitions a consuming peer owns now, from its assigned/revoked/lost events."""
+        own: set = set()
+        for ev in list(self.events):
+            parts = {(t, int(p)) for t, p in (x.rsplit("-", 1) for x in ev.get("partitions", []))}
+            if ev.get("event") == "assigned":
+                own |= parts
+            elif ev.get("event") in ("revoked", "lost"):
+                own -= parts
+        return own
+
+    def seen(self) -> set[tuple[str, int, int]]:
+        """(topic, partition, offset) of every record a consuming peer reported (--offsets)."""
+        out = set()
+        for ev in self.of("records"):
+            for x in ev.get("offsets", []):
+                tp, off = x.rsplit("@", 1)
+                t, part = tp.rsplit("-", 1)
+                out.add((t, int(part), int(off)))
+        return out
 
     def send(self, line: str) -> None:
         self.proc.stdin.write(line + "\n")

@@ -39,28 +39,6 @@ def tool(main_class: str, *args: str, **kw):
     return run_tool(main_class, *args, **kw)
 
 
-def _java_owned(peer: JavaPeer) -> set:
-    own: set = set()
-    for ev in list(peer.events):
-        parts = {tuple(p.rsplit("-", 1)) for p in ev.get("partitions", [])}
-        parts = {(t, int(p)) for t, p in parts}
-        if ev["event"] == "assigned":
-            own |= parts
-        elif ev["event"] in ("revoked", "lost"):
-            own -= parts
-    return own
-
-
-def _java_seen(peer: JavaPeer) -> set:
-    out = set()
-    for ev in peer.of("records"):
-        for o in ev.get("offsets", []):
-            tp, off = o.rsplit("@", 1)
-            t, p = tp.rsplit("-", 1)
-            out.add((t, int(p), int(off)))
-    return out
-
-
 def test_java_idempotent_producer_on_kohort_broker(kb):
     topic = uniq("jprod")
     assert create_topic(kb.bootstrap, topic, 3) == 3
@@ -90,23 +68,23 @@ def test_java_group_of_three_with_a_member_sigkilled(kb):
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            owned = [_java_owned(p) for p in peers]
-            if all(owned) and sum(map(len, owned)) == 6 and len(set().union(*map(_java_seen, peers))) == 3000:
+            owned = [p.owned() for p in peers]
+            if all(owned) and sum(map(len, owned)) == 6 and len(set().union(*(p.seen() for p in peers))) == 3000:
                 break
             time.sleep(0.2)
-        owned = [_java_owned(p) for p in peers]
+        owned = [p.owned() for p in peers]
         assert all(owned) and sum(map(len, owned)) == 6, owned
         peers[0].kill()
         produce(kb.bootstrap, topic, 1000, partitions=6, start=3000)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            owned = [_java_owned(p) for p in peers[1:]]
-            if sum(map(len, owned)) == 6 and len(set().union(*map(_java_seen, peers))) == 4000:
+            owned = [p.owned() for p in peers[1:]]
+            if sum(map(len, owned)) == 6 and len(set().union(*(p.seen() for p in peers))) == 4000:
                 break
             time.sleep(0.2)
-        owned = [_java_owned(p) for p in peers[1:]]
+        owned = [p.owned() for p in peers[1:]]
         assert set().union(*owned) == {(topic, i) for i in range(6)} and sum(map(len, owned)) == 6
-        assert len(set().union(*map(_java_seen, peers))) == 4000
+        assert len(set().union(*(p.seen() for p in peers))) == 4000
     finally:
         for p in peers:
             p.stop()
@@ -128,27 +106,27 @@ def test_mixed_group_java_kohort_confluent_with_sigkill(kb, strategy):
     total = {(topic, i) for i in range(6)}
 
     def seen():
-        return {(t, p, o) for t, p, o in _java_seen(java)} | _records(kohort[1]) | _records(ck[1])
+        return java.seen() | _records(kohort[1]) | _records(ck[1])
 
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            o = [_java_owned(java), _owned(kohort[1]), _owned(ck[1])]
+            o = [java.owned(), _owned(kohort[1]), _owned(ck[1])]
             if all(o) and sum(map(len, o)) == 6 and set().union(*o) == total and len(seen()) == 3000:
                 break
             time.sleep(0.2)
-        o = [_java_owned(java), _owned(kohort[1]), _owned(ck[1])]
+        o = [java.owned(), _owned(kohort[1]), _owned(ck[1])]
         assert all(o) and set().union(*o) == total and sum(map(len, o)) == 6, o
         kohort[0].kill()
         kohort[0].wait(10)
         produce(kb.bootstrap, topic, 1000, partitions=6, start=3000)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            o = [_java_owned(java), _owned(ck[1])]
+            o = [java.owned(), _owned(ck[1])]
             if set().union(*o) == total and sum(map(len, o)) == 6 and len(seen()) == 4000:
                 break
             time.sleep(0.2)
-        o = [_java_owned(java), _owned(ck[1])]
+        o = [java.owned(), _owned(ck[1])]
         assert set().union(*o) == total and sum(map(len, o)) == 6, o
         assert len(seen()) == 4000, f"{4000 - len(seen())} records never consumed"
     finally:

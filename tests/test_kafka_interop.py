@@ -38,6 +38,17 @@ def kohort_cli(*args: str, timeout: float = 60, input: str | None = None) -> sub
     return r
 
 
+def produce_numbers(bs: str, topic: str, n: int, partitions: int) -> None:
+    """Records str(i) for i < n, round-robin over the partitions, all acknowledged."""
+    p = Producer({"bootstrap.servers": bs})
+    try:
+        for i in range(n):
+            p.produce(topic, str(i).encode(), partition=i % partitions)
+        assert p.flush(30) == 0
+    finally:
+        p.close()
+
+
 def read_all(bs: str, topic: str, partitions: int, expect: int, timeout: float = 30.0) -> list:
     got = []
     with Consumer({"bootstrap.servers": bs, "auto.offset.reset": "earliest"}) as c:
@@ -125,13 +136,7 @@ def _describe_group(kafka1, group: str, *extra: str) -> list[list[str]]:
 def test_group_of_three_kohort_members_on_kafka_seen_by_kafka_tools(kafka1):
     topic, group = uniq("g3"), uniq("g3")
     kafka1.create_topic(topic, 6)
-    p = Producer({"bootstrap.servers": kafka1.bootstrap})
-    try:
-        for i in range(3000):
-            p.produce(topic, str(i).encode(), partition=i % 6)
-        assert p.flush(30) == 0
-    finally:
-        p.close()
+    produce_numbers(kafka1.bootstrap, topic, 3000, 6)
     members = [_member(kafka1.bootstrap, group, topic, "range") for _ in range(3)]
     try:
         deadline = time.monotonic() + 60
@@ -201,13 +206,7 @@ def test_kohort_classic_member_beside_a_java_kip848_member_on_kafka(kafka1):
     Java member leaves the kohort member takes everything."""
     topic, group = uniq("mixp"), uniq("mixp")
     kafka1.create_topic(topic, 4)
-    p = Producer({"bootstrap.servers": kafka1.bootstrap})
-    try:
-        for i in range(2000):
-            p.produce(topic, str(i).encode(), partition=i % 4)
-        assert p.flush(30) == 0
-    finally:
-        p.close()
+    produce_numbers(kafka1.bootstrap, topic, 2000, 4)
     java = JavaPeer("consume", "--bootstrap", kafka1.bootstrap, "--topic", topic, "--group", group,
                     "--protocol", "consumer", "--offsets").start()
     kohort = None
@@ -215,31 +214,20 @@ def test_kohort_classic_member_beside_a_java_kip848_member_on_kafka(kafka1):
         java.wait_for(lambda e: e["event"] == "assigned" and e["partitions"], timeout=60)
         kohort = _member(kafka1.bootstrap, group, topic, "range")
 
-        def java_owned():
-            own = set()
-            for ev in list(java.events):
-                ps = {tuple(x.rsplit("-", 1)) for x in ev.get("partitions", [])}
-                if ev["event"] == "assigned":
-                    own |= ps
-                elif ev["event"] in ("revoked", "lost"):
-                    own -= ps
-            return {(t, int(p)) for t, p in own}
-
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            jo, ko = java_owned(), _owned(kohort[1])
+            jo, ko = java.owned(), _owned(kohort[1])
             if jo and ko and not (jo & ko) and len(jo | ko) == 4:
                 break
             time.sleep(0.2)
-        jo, ko = java_owned(), _owned(kohort[1])
+        jo, ko = java.owned(), _owned(kohort[1])
         assert jo and ko and not (jo & ko) and len(jo | ko) == 4, (jo, ko)
         java.stop()
         deadline = time.monotonic() + 60
         while len(_owned(kohort[1])) < 4 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert len(_owned(kohort[1])) == 4
-        java_seen = {(t, int(p), int(o)) for ev in java.of("records") for x in ev["offsets"]
-                     for tp, o in [x.rsplit("@", 1)] for t, p in [tp.rsplit("-", 1)]}
+        java_seen = java.seen()
         deadline = time.monotonic() + 30
         while len(java_seen | _records(kohort[1])) < 2000 and time.monotonic() < deadline:
             time.sleep(0.2)
