@@ -23,7 +23,6 @@ from tests.kafka_cluster import JavaPeer
 from tests.peers import create_topic, produce
 from tests.rawclient import RawClient
 from tests.test_client_group import _owned, _records
-from tests.test_java_on_kohort import _java_owned, _java_seen
 
 CK_MEMBER = Path(__file__).with_name("kip848_member.py")
 
@@ -76,26 +75,26 @@ def test_java_consumer_protocol_group_of_three_with_a_member_sigkilled(kb):
     live = list(peers)
 
     def sample():
-        _no_double_ownership([_java_owned(p) for p in live])
+        _no_double_ownership([p.owned() for p in live])
 
     def seen():
-        return set().union(*map(_java_seen, peers))
+        return set().union(*(p.seen() for p in peers))
 
     try:
-        ok = _wait(lambda: all(_java_owned(p) for p in live)
-                   and set().union(*(_java_owned(p) for p in live)) == total and len(seen()) == 3000,
+        ok = _wait(lambda: all(p.owned() for p in live)
+                   and set().union(*(p.owned() for p in live)) == total and len(seen()) == 3000,
                    60, sample)
         fatal = [e for p in peers for e in p.events if e["event"] in ("fatal", "error")]
-        assert ok, ([_java_owned(p) for p in live], len(seen()), fatal[:3])
+        assert ok, ([p.owned() for p in live], len(seen()), fatal[:3])
         d = _describe(kb.bootstrap, group)
         assert d.group_state == "Stable" and len(d.members) == 3, d
         assert {m.member_epoch for m in d.members} == {d.group_epoch} and d.assignor_name == "uniform"
         peers[0].kill()
         live = peers[1:]
         produce(kb.bootstrap, topic, 1000, partitions=n, start=3000)
-        ok = _wait(lambda: set().union(*(_java_owned(p) for p in live)) == total and len(seen()) == 4000,
+        ok = _wait(lambda: set().union(*(p.owned() for p in live)) == total and len(seen()) == 4000,
                    60, sample)
-        assert ok, ([_java_owned(p) for p in live], 4000 - len(seen()))
+        assert ok, ([p.owned() for p in live], 4000 - len(seen()))
     finally:
         for p in peers:
             p.stop()
@@ -240,13 +239,13 @@ def test_mixed_java_and_confluent_consumer_protocol_group_with_broker_sigkill_mi
         procs = [java] + cks
 
         def owned():
-            return [_java_owned(java)] + [_owned(ls) for _, ls in cks]
+            return [java.owned()] + [_owned(ls) for _, ls in cks]
 
         def sample():
             _no_double_ownership(owned())
 
         def seen():
-            return _java_seen(java) | set().union(*(_records(ls) for _, ls in cks))
+            return java.seen() | set().union(*(_records(ls) for _, ls in cks))
 
         try:
             ok = _wait(lambda: all(owned()) and set().union(*owned()) == total and len(seen()) == 2000,
@@ -312,19 +311,19 @@ def test_java_static_members_restart_gets_the_same_partitions_without_rebalance(
     p1, p2 = JavaPeer(*args, "i1").start(), JavaPeer(*args, "i2").start()
     p3 = None
     try:
-        assert _wait(lambda: _java_owned(p1) and _java_owned(p2)
-                     and _java_owned(p1) | _java_owned(p2) == total, 60,
-                     lambda: _no_double_ownership([_java_owned(p1), _java_owned(p2)]))
-        mine, epoch = _java_owned(p1), _describe(kb.bootstrap, group).group_epoch
+        assert _wait(lambda: p1.owned() and p2.owned()
+                     and p1.owned() | p2.owned() == total, 60,
+                     lambda: _no_double_ownership([p1.owned(), p2.owned()]))
+        mine, epoch = p1.owned(), _describe(kb.bootstrap, group).group_epoch
         revoked_before = len(p2.of("revoked"))
         p1.stop()
         d = _describe(kb.bootstrap, group)
         assert sorted(m.member_epoch for m in d.members)[0] == -2 and d.group_epoch == epoch
         p3 = JavaPeer(*args, "i1").start()
-        assert _wait(lambda: _java_owned(p3) == mine, 60, lambda: None), _java_owned(p3)
+        assert _wait(lambda: p3.owned() == mine, 60, lambda: None), p3.owned()
         d = _describe(kb.bootstrap, group)
         assert d.group_epoch == epoch and len(d.members) == 2 and {m.instance_id for m in d.members} == {"i1", "i2"}
-        assert len(p2.of("revoked")) == revoked_before and _java_owned(p2) == total - mine
+        assert len(p2.of("revoked")) == revoked_before and p2.owned() == total - mine
     finally:
         for p in (p1, p2, p3):
             if p is not None:
@@ -348,7 +347,7 @@ def test_classic_group_upgraded_online_by_consumer_protocol_members(kb):
     def owned():
         out = [_owned(ls) for _, ls in classic]
         if java is not None:
-            out.append(_java_owned(java))
+            out.append(java.owned())
         if ck is not None:
             out.append(_owned(ck[1]))
         return out
@@ -356,7 +355,7 @@ def test_classic_group_upgraded_online_by_consumer_protocol_members(kb):
     def seen():
         s = set().union(*(_records(ls) for _, ls in classic))
         if java is not None:
-            s |= _java_seen(java)
+            s |= java.seen()
         if ck is not None:
             s |= _records(ck[1])
         return s
