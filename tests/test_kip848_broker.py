@@ -378,8 +378,15 @@ def test_classic_group_upgraded_online_by_consumer_protocol_members(kb):
         produce(kb.bootstrap, topic, 1000, partitions=n, start=2000)
         assert _wait(lambda: all(owned()) and set().union(*owned()) == total and sum(map(len, owned())) == n
                      and len(seen()) == 3000, 60, sample), (owned(), 3000 - len(seen()))
-        d = _describe(kb.bootstrap, group)
-        assert d.group_state == "Stable" and sorted(m.member_type for m in d.members) == [0, 0, 1, 1], d
+        # Every partition owned once does not mean every member has acknowledged its epoch yet: the group
+        # reads Reconciling until the last heartbeat says so; wait for Stable rather than sample it once.
+        state = {}
+
+        def stable():
+            state["d"] = _describe(kb.bootstrap, group)
+            return state["d"].group_state == "Stable"
+        assert _wait(stable, 30, sample), state.get("d")
+        assert sorted(m.member_type for m in state["d"].members) == [0, 0, 1, 1], state["d"]
     finally:
         if java is not None:
             java.stop()
