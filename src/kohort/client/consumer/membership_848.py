@@ -256,8 +256,8 @@ class ConsumerMembership(Membership):
             return
         if self.state == RECONCILING and self._target is not None and not self._callbacks_pending:
             self._reconcile(now, out)
-        if not self._hb_inflight and now >= self._next_heartbeat:
-            self._heartbeat(now, out)
+        if not self._hb_inflight and now >= self._next_heartbeat and not self._callbacks_pending:
+            self._heartbeat(now, out)       # (with callbacks to run, the ack goes out on the next poll)
         if self._in_group() and self.cfg.auto_commit_interval_ms is not None and now >= self._next_auto_commit:
             self._next_auto_commit = now + self.cfg.auto_commit_interval_ms
             out.append(AutoCommit())
