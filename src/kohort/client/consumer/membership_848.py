@@ -243,6 +243,8 @@ class ConsumerMembership(Membership):
         if self._callbacks_pending:
             # the driver ran the Revoke/Assign of the last poll: acknowledge now
             self._callbacks_pending = False
+            if self._sent is not None:
+                self._sent["owned"] = None         # always acknowledged, even if it looks unchanged
             self.rebalance_count += 1
             if self.state == RECONCILING and self._target is None:
                 self.state = ACKNOWLEDGING
@@ -359,6 +361,8 @@ class ConsumerMembership(Membership):
             self._next_heartbeat = now + self._interval_ms
             self.last_heartbeat_ms = now
             if resp.assignment is not None:
+                if self._sent is not None:
+                    self._sent["owned"] = None     # the broker's view moved: the next ack lists them all
                 self._target = frozenset((tp.topic_id, p) for tp in resp.assignment.topic_partitions
                                          for p in tp.partitions)
                 self.state = RECONCILING
