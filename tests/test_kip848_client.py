@@ -8,7 +8,8 @@ partition is ever owned by two members, and every record is consumed.
 Subprocess members: tests/client_group_member.py with STRATEGY "consumer" (kohort), Peer.java
 (--protocol consumer), tests/kip848_member.py (confluent-kafka); in-process members: `Member` below.
 Helpers are the KIP-848 broker tests' (test_kip848_broker.py) and the group tests' (test_client_group.py).
-Apache Kafka's consumer heartbeat interval cannot go below 5 s, so its group tests are slow-marked."""
+The Kafka test bed runs consumer groups with a 1 s heartbeat interval and a 10 s session; its group
+tests take 10-20 s each and are slow-marked."""
 from __future__ import annotations
 
 import signal
@@ -302,7 +303,6 @@ def test_a_kohort_consumer_protocol_member_on_kafka(kafka1):
             (m.owned(), m.error)
         assert _wait(lambda: bad.error is not None, 30, lambda: None)
         assert isinstance(bad.error, for_code(ErrorCode.UNSUPPORTED_ASSIGNOR)), bad.error
-        committed = None
         for _ in range(50):
             d = _describe(kafka1.bootstrap, group)
             if d.group_state == "Stable":
@@ -343,7 +343,7 @@ def _group_on_kafka(cluster, kill: bool):
         victim.wait(10)
         live = members[1:]
         produce(cluster.bootstrap, topic, 1000, partitions=n, start=3000)
-        # Kafka's session timeout is at least 45 s: the dead member's partitions move after it
+        # the dead member's partitions move once its session (10 s on the test bed) expires
         ok = _wait(lambda: set().union(*(_owned(ls) for _, ls in live)) == total and len(seen()) == 4000,
                    150, sample)
         assert ok, ([_owned(ls) for _, ls in live], 4000 - len(seen()))
@@ -359,3 +359,19 @@ def test_kohort_consumer_protocol_group_on_kafka_one_node(kafka1):
 @pytest.mark.slow
 def test_kohort_consumer_protocol_group_on_kafka_three_nodes(kafka3):
     _group_on_kafka(kafka3, kill=True)
+
+
+# -- issue 12's Java-semantics scenarios, with group.protocol=consumer ---------------------------------
+@pytest.mark.parametrize("scenario", ["metadata_driven_rejoin", "commit_after_rebalance",
+                                      "poll_after_max_poll_interval"])
+def test_group_scenarios_with_the_consumer_protocol(kb, scenario):
+    from tests import group_scenarios as S
+    getattr(S, scenario)(kb.bootstrap, uniq("s848"), protocol="consumer")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["metadata_driven_rejoin", "commit_after_rebalance",
+                                      "poll_after_max_poll_interval"])
+def test_group_scenarios_with_the_consumer_protocol_on_kafka(kafka1, scenario):
+    from tests import group_scenarios as S
+    getattr(S, scenario)(kafka1.bootstrap, uniq("s848"), protocol="consumer")
