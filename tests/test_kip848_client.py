@@ -152,6 +152,49 @@ def test_kohort_java_and_confluent_consumer_protocol_members_in_one_group_kohort
         _kill(kohort + ck)
 
 
+@pytest.mark.slow
+def test_kohort_members_through_a_broker_sigkill_mid_rebalance():
+    """kohort broker is SIGKILLed right after a third kohort member joined (the others have yet to
+    revoke) and restarted on the same port and data: the members find the coordinator again, resend
+    full heartbeats with their epochs, the group replayed from __consumer_offsets converges, nothing
+    is lost and no partition is owned by two members at any sample."""
+    with KohortBroker(config=BROKER_CONFIG) as b:
+        topic, group = uniq("k848bk"), uniq("k848bk")
+        n = 6
+        total = {(topic, i) for i in range(n)}
+        assert create_topic(b.bootstrap, topic, n) == n
+        produce(b.bootstrap, topic, 2000, partitions=n)
+        members = [_member(b.bootstrap, group, topic, "consumer", seconds=150) for _ in range(2)]
+
+        def owned():
+            return [_owned(ls) for _, ls in members]
+
+        def sample():
+            _no_double_ownership(owned())
+
+        def seen():
+            return set().union(*(_records(ls) for _, ls in members))
+
+        try:
+            assert _wait(lambda: all(owned()) and set().union(*owned()) == total and len(seen()) == 2000,
+                         60, sample), (owned(), len(seen()))
+            epoch = _describe(b.bootstrap, group).group_epoch
+            members.append(_member(b.bootstrap, group, topic, "consumer", seconds=150))
+            states = []
+            assert _wait(lambda: states.append(_describe(b.bootstrap, group)) or states[-1].group_epoch > epoch,
+                         30, sample)
+            b.kill()
+            time.sleep(1)
+            b.start()
+            produce(b.bootstrap, topic, 1000, partitions=n, start=2000)
+            ok = _wait(lambda: all(owned()) and set().union(*owned()) == total and sum(map(len, owned())) == n
+                       and len(seen()) == 3000, 90, sample)
+            assert ok, (owned(), 3000 - len(seen()))
+            assert len(_describe(b.bootstrap, group).members) == 3
+        finally:
+            _kill(members)
+
+
 def test_a_broker_without_the_consumer_protocol_is_a_clear_error_from_poll(tansu):
     """Tansu serves no ConsumerGroupHeartbeat (API 68); kohort broker with the protocol disabled
     answers UNSUPPORTED_VERSION: both end in UnsupportedVersion from poll(), every time."""

@@ -13,7 +13,7 @@ from kohort.client.consumer.membership import (
     RequestFailed, RequestMetadata, Response, Revoke, Send, Subscribe, Tick, Unsubscribe, UseCoordinator,
 )
 from kohort.client.consumer.membership_848 import (
-    ACKNOWLEDGING, FATAL_STATE, FENCED, JOINING, RECONCILING, STABLE, STALE, UNSUBSCRIBED, ConsumerMembership,
+    FATAL_STATE, FENCED, JOINING, RECONCILING, STABLE, STALE, UNSUBSCRIBED, ConsumerMembership,
     heartbeat_error_action,
 )
 from kohort.errors import ConfigError, ErrorCode as E, IncompatibleBrokerVersionError, for_code

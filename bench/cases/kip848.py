@@ -132,7 +132,8 @@ def converge(addr: str, protocol: str, members: int) -> dict:
         leaver.close()
         leave = _wait_stable(group_members, partitions, timeout) - t1
         leaver.t.join(30)
-        return {"rows": {"member joins": join * 1000, "member leaves": leave * 1000}, "partitions": partitions}
+        return {"value": join * 1000, "rows": {"member joins": join * 1000, "member leaves": leave * 1000},
+                "partitions": partitions}
     finally:
         stop.set()
         for m in group_members:

@@ -97,7 +97,7 @@ class ConsumerMembership(Membership):
     Shares with the classic member its event/action types, the coordinator lookup (`_lookup`,
     `_find_response`, `_mark_coordinator_unknown`) and the dispatch (`handle`, `_on_Response`)."""
 
-    def __init__(self, config: MemberConfig, member_id: str, now_ms: int = 0):     # noqa: super not called
+    def __init__(self, config: MemberConfig, member_id: str, now_ms: int = 0):     # (its own state: no super())
         self.cfg = config
         self.state = UNSUBSCRIBED
         self._member_id = member_id
@@ -113,7 +113,6 @@ class ConsumerMembership(Membership):
         self._meta_version = 0
         self._meta_asked = -1                         # metadata version a refresh was requested after
         self._callbacks_pending = False
-        self._lost_pending = False
         self._sent: dict | None = None                # fields the broker has; None: next heartbeat is full
         self._interval_ms = config.heartbeat_interval_ms
         self._next_heartbeat = now_ms
