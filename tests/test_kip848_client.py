@@ -418,3 +418,29 @@ def test_group_scenarios_with_the_consumer_protocol(kb, scenario):
 def test_group_scenarios_with_the_consumer_protocol_on_kafka(kafka1, scenario):
     from tests import group_scenarios as S
     getattr(S, scenario)(kafka1.bootstrap, uniq("s848"), protocol="consumer")
+
+
+def test_commits_carry_the_member_epoch_and_a_stale_one_is_handled_as_java(kb):
+    """OffsetCommit v9 with the member epoch: the broker answers STALE_MEMBER_EPOCH for an older epoch;
+    the application's commit then fails with CommitFailedError, a commit made before revoking
+    partitions is retried with the member's current epoch (Java's CommitRequestManager)."""
+    from kohort.client.consumer.membership import CommitFailedError, Generation
+    from kohort.structs import OffsetAndMetadata, TopicPartition
+    topic, group = uniq("k848st"), uniq("k848st")
+    assert create_topic(kb.bootstrap, topic, 2) == 2
+    with Consumer({"bootstrap.servers": kb.bootstrap, "group.id": group, "group.protocol": "consumer",
+                   "auto.offset.reset": "earliest"}) as c:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while len(c.assignment()) < 2 and time.monotonic() < deadline:
+            c.poll(0.1)
+        g = c._group
+        epoch, mid = g.m.member_epoch, g.member_id
+        assert epoch >= 1 and c.health()["member_epoch"] == epoch
+        offs = {TopicPartition(topic, 0): OffsetAndMetadata(0)}
+        c.commit(offs)                                           # the current epoch: accepted
+        stale = Generation(epoch - 1, mid, None)
+        with pytest.raises(CommitFailedError, match="STALE_MEMBER_EPOCH"):
+            g._commit_sync(offs, 5, stale)
+        g._commit_sync(offs, 5, stale, retry_stale=True)         # retried with the current epoch
+        assert c.committed([TopicPartition(topic, 0)])[TopicPartition(topic, 0)].offset == 0

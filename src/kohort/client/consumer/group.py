@@ -564,7 +564,8 @@ class GroupMember:
     def close(self, autocommit: bool, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         try:
-            if autocommit and self.auto_commit and (self.m.state == STABLE or not self.subscribed):
+            in_group = self.m.in_group() if self.kip848 else self.m.state == STABLE
+            if autocommit and self.auto_commit and (in_group or not self.subscribed):
                 offs = self.subs.positions()
                 if offs:
                     try:

@@ -140,13 +140,13 @@ class ConsumerMembership(Membership):
     def subscribed(self) -> bool:
         return self.subscription is not None or self.regex is not None
 
-    def _in_group(self) -> bool:
+    def in_group(self) -> bool:
         return self.member_epoch > 0 and self.state in (RECONCILING, ACKNOWLEDGING, STABLE)
 
     def commit_generation(self) -> Generation:
         if not self.subscribed:
             return NO_GENERATION
-        if self._in_group():
+        if self.in_group():
             return self.generation
         raise CommitFailedError(
             f"offset commit cannot be completed: this consumer is not a member of group {self.cfg.group_id!r} "
@@ -159,7 +159,7 @@ class ConsumerMembership(Membership):
         if self.coordinator is None:
             return None if self._finding else self._find_not_before
         ds = []
-        if self._in_group():
+        if self.in_group():
             ds.append(self._poll_deadline)
         if not self._hb_inflight:
             ds.append(self._next_heartbeat)
@@ -259,7 +259,7 @@ class ConsumerMembership(Membership):
             self._reconcile(now, out)
         if not self._hb_inflight and now >= self._next_heartbeat and not self._callbacks_pending:
             self._heartbeat(now, out)       # (with callbacks to run, the ack goes out on the next poll)
-        if self._in_group() and self.cfg.auto_commit_interval_ms is not None and now >= self._next_auto_commit:
+        if self.in_group() and self.cfg.auto_commit_interval_ms is not None and now >= self._next_auto_commit:
             self._next_auto_commit = now + self.cfg.auto_commit_interval_ms
             out.append(AutoCommit())
 
@@ -295,7 +295,7 @@ class ConsumerMembership(Membership):
         if self.coordinator is None:
             self._lookup(now, out)
             return
-        if self._in_group() and now >= self._poll_deadline:
+        if self.in_group() and now >= self._poll_deadline:
             # Java: leave (the partitions are reported lost by the next poll), STALE until then
             reason = "consumer poll timeout has expired (max.poll.interval.ms)"
             out.append(Send(ConsumerGroupHeartbeatRequest(
@@ -440,7 +440,7 @@ class ConsumerMembership(Membership):
         if code in (E.COORDINATOR_LOAD_IN_PROGRESS, E.UNKNOWN_TOPIC_OR_PARTITION):
             return "retry", for_code(code)("OffsetCommit")
         if code in (E.STALE_MEMBER_EPOCH, E.UNKNOWN_MEMBER_ID):
-            verdict = "stale" if code == E.STALE_MEMBER_EPOCH and self._in_group() \
+            verdict = "stale" if code == E.STALE_MEMBER_EPOCH and self.in_group() \
                 and self.member_epoch != sent.generation_id else "raise"
             return verdict, CommitFailedError(
                 f"commit failed with {name}: it was made with member epoch {sent.generation_id} of group "
