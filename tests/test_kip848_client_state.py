@@ -525,3 +525,22 @@ def test_group_remote_assignor_belongs_to_the_consumer_protocol():
 def test_the_machine_imports_no_io():
     from tests.test_layering import closure
     assert closure("kohort.client.consumer.membership_848") == {}
+
+
+def test_the_ack_lists_the_partitions_even_when_they_look_unchanged():
+    """Joined owning nothing, told {t-3}, then (before the callbacks ran) told nothing: the member
+    takes t-3 and gives it back; the broker thinks it holds t-3 (it sent it), so the ack must say []
+    although [] is what the member last sent (found by test_kip848_client_property)."""
+    s = Sim()
+    s.feed(Subscribe(("t",)))
+    s.poll()
+    s.find()
+    s.poll()
+    s.answer(resp(epoch=2, assignment=[("t", 3)]))
+    assert isinstance(s.feed(Poll())[0], Assign)          # callbacks pending
+    s.tick(5000)
+    s.answer(resp(epoch=2, assignment=[]))
+    out = s.feed(Poll())                                  # the Assign ran; t-3 goes at once
+    assert out[0] == Revoke(frozenset({TP("t", 3)}), lost=False, commit=False)
+    s.feed(Poll())
+    assert s.last_hb().request.topic_partitions == [] and s.m.state == STABLE
