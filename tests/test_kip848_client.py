@@ -8,8 +8,9 @@ partition is ever owned by two members, and every record is consumed.
 Subprocess members: tests/client_group_member.py with STRATEGY "consumer" (kohort), Peer.java
 (--protocol consumer), tests/kip848_member.py (confluent-kafka); in-process members: `Member` below.
 Helpers are the KIP-848 broker tests' (test_kip848_broker.py) and the group tests' (test_client_group.py).
-The Kafka test bed runs consumer groups with a 1 s heartbeat interval and a 10 s session; its group
-tests take 10-20 s each and are slow-marked."""
+The Kafka test bed runs consumer groups with a 1 s heartbeat interval and a 10 s session. Tests of
+10-20 s (groups of members in processes of their own, except the kohort-broker SIGKILL one) are
+slow-marked."""
 from __future__ import annotations
 
 import signal
@@ -324,6 +325,7 @@ def _upgrade_online(bs, settle=60):
         _kill(classic + modern)
 
 
+@pytest.mark.slow
 def test_classic_kohort_group_upgraded_online_by_kohort_consumer_protocol_members(kb):
     _upgrade_online(kb.bootstrap)
 
@@ -412,7 +414,6 @@ def test_group_scenarios_with_the_consumer_protocol(kb, scenario):
     getattr(S, scenario)(kb.bootstrap, uniq("s848"), protocol="consumer")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["metadata_driven_rejoin", "commit_after_rebalance",
                                       "poll_after_max_poll_interval"])
 def test_group_scenarios_with_the_consumer_protocol_on_kafka(kafka1, scenario):
