@@ -1,7 +1,9 @@
-"""Spark streaming into Parquet (local[2]) next to the raw kohort consumer, same records, same run.
+"""Spark with format("kohort") next to Spark's own format("kafka") (spark-sql-kafka) and the raw kohort
+consumer, same broker, same records, same run.
 
     .venv/bin/python bench/bench_spark.py [--records 300000] [--size 100] [--partitions 3]
                                           [--broker kohort|tansu|HOST:PORT] [--rounds 2]
+                                          [--formats kohort,kafka]
 
 Starts the broker (kohort's own as a subprocess with a temp data dir, or Tansu), seeds one topic with
 `--records` values of `--size` bytes (round-robin over the partitions, big batches), then measures,
@@ -11,12 +13,16 @@ interleaved for `--rounds` rounds:
                    touched (the client a non-Spark application would use);
 * lean reader   -- kohort.spark.source.read_range over each partition in this process: the fetch ->
                    Arrow path a Spark task runs, without Spark;
-* Spark count   -- spark.read.format("kohort") ... .count(): the source feeding Spark, no sink;
-* Spark stream  -- readStream.format("kohort") from earliest -> writeStream Parquet with a checkpoint,
-                   trigger(availableNow=True), timed from start() to awaitTermination(); SparkSession
-                   start-up and a small warm-up query are not timed; rows read back must equal --records.
+* cached -> Parquet -- the rows cached in the JVM, then written to Parquet: the sink's own cost;
+* per format (kohort, and kafka when spark-sql-kafka is in .peers/spark-lib):
+  stream        -- readStream from earliest -> writeStream Parquet with a checkpoint,
+                   trigger(availableNow=True), timed from start() to awaitTermination(); rows read back
+                   must equal --records;
+  batch read    -- spark.read earliest..latest -> write.parquet;
+  sink          -- df.write of --records generated (cached) values into a fresh topic.
+SparkSession start-up (local[2]) and a small warm-up query per format are not timed.
 
-Prints rows/s and MB/s (values only) per path and the Spark / raw-consumer ratio.
+Prints rows/s and MB/s (values only) per path and the kohort / spark-sql-kafka and stream / raw ratios.
 """
 from __future__ import annotations
 
@@ -126,9 +132,25 @@ def lean_reader(addr: str, topic: str, ends: dict, size: int) -> float:
     return total / dt
 
 
-def spark_session():
+def kafka_connector_jars() -> str | None:
+    """Spark's own Kafka connector (spark-sql-kafka, `make peers` -> .peers/spark-lib) as a --jars list,
+    or None when the peers are not installed."""
+    lib = os.path.join(os.path.dirname(HERE), ".peers", "spark-lib")
+    if not os.path.isdir(lib):
+        return None
+    jars = sorted(os.path.join(lib, j) for j in os.listdir(lib) if j.endswith(".jar"))
+    return ",".join(jars) or None
+
+
+def spark_session(kafka_jars: bool = True):
+    """local[2] SparkSession with format("kohort") registered and, when the peers are installed,
+    spark-sql-kafka's format("kafka") on the classpath (the same PYSPARK_SUBMIT_ARGS as the tests'
+    `spark` fixture; must be set before the JVM starts)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    jars = kafka_connector_jars() if kafka_jars else None
+    if jars and "PYSPARK_SUBMIT_ARGS" not in os.environ:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {jars} pyspark-shell"
     from pyspark.sql import SparkSession
     s = (SparkSession.builder.master("local[2]").appName("kohort-bench-spark")
          .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
@@ -140,10 +162,16 @@ def spark_session():
     return s
 
 
-def spark_stream(spark, addr: str, topic: str, total: int, work: str, name: str) -> tuple[float, int]:
+def _reader(spark_reader, fmt: str, addr: str, topic: str):
+    return (spark_reader.format(fmt).option("kafka.bootstrap.servers", addr).option("subscribe", topic)
+            .option("startingOffsets", "earliest"))
+
+
+def spark_stream(spark, addr: str, topic: str, total: int, work: str, name: str,
+                 fmt: str = "kohort") -> tuple[float, int]:
+    """readStream.format(fmt) from earliest -> Parquet, trigger(availableNow); -> (rows/s, batches)."""
     out, ckpt = os.path.join(work, name), os.path.join(work, name + "-ckpt")
-    df = (spark.readStream.format("kohort").option("kafka.bootstrap.servers", addr)
-          .option("subscribe", topic).option("startingOffsets", "earliest").load())
+    df = _reader(spark.readStream, fmt, addr, topic).load()
     t = time.perf_counter()
     q = (df.writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
          .trigger(availableNow=True).start())
@@ -154,7 +182,77 @@ def spark_stream(spark, addr: str, topic: str, total: int, work: str, name: str)
     rows = spark.read.parquet(out).count()
     if rows != total:
         raise RuntimeError(f"Parquet holds {rows} rows, expected {total}")
+    STREAM_DURATIONS[name] = {"query_s": round(dt, 2), **_durations(q.recentProgress)}
     return total / dt, len(q.recentProgress)
+
+
+STREAM_DURATIONS: dict[str, dict] = {}    # spark_stream's name -> where the query's time went (s)
+
+
+def _durations(progress) -> dict:
+    """Sum of each durationMs phase over a query's micro-batches, in seconds (addBatch = running the
+    batch's tasks; latestOffset/queryPlanning/walCommit/commitOffsets = driver-side work)."""
+    out: dict[str, float] = {}
+    for p in progress:
+        for k, v in (p.get("durationMs") or {}).items():
+            out[k] = out.get(k, 0) + v / 1000.0
+    return {k: round(v, 2) for k, v in out.items()}
+
+
+def spark_batch_parquet(spark, addr: str, topic: str, total: int, work: str, name: str,
+                        fmt: str = "kohort") -> float:
+    """spark.read.format(fmt) earliest..latest -> write.parquet; -> rows/s (rows read back checked)."""
+    out = os.path.join(work, name)
+    t = time.perf_counter()
+    _reader(spark.read, fmt, addr, topic).load().write.parquet(out)
+    dt = time.perf_counter() - t
+    rows = spark.read.parquet(out).count()
+    if rows != total:
+        raise RuntimeError(f"Parquet holds {rows} rows, expected {total}")
+    return total / dt
+
+
+def spark_sink(spark, addr: str, topic: str, total: int, size: int, fmt: str = "kohort",
+               partitions: int = 1) -> float:
+    """df.write.format(fmt) of `total` rows (key null, `size`-byte binary values generated in the JVM
+    and cached first, so only the sink is timed) into the fresh topic `topic`; -> rows/s, checked
+    against the topic's end offsets."""
+    from pyspark.sql import functions as F
+    from kohort.spark.wire import Cluster
+    with Cluster({"bootstrap.servers": addr}) as c:
+        c.create_topics({topic: partitions})
+    reps = size // 32 + 1
+    df = (spark.range(total, numPartitions=2)
+          .select(F.substring(F.repeat(F.md5(F.col("id").cast("string")), reps), 1, size)
+                  .cast("binary").alias("value"))
+          .cache())
+    try:
+        df.count()
+        t = time.perf_counter()
+        df.write.format(fmt).mode("append").option("kafka.bootstrap.servers", addr).option("topic", topic).save()
+        dt = time.perf_counter() - t
+    finally:
+        df.unpersist()
+    with Cluster({"bootstrap.servers": addr}) as c:
+        tps = [(topic, p) for p in range(partitions)]
+        got = sum(b[1] - b[0] for b in c.offset_bounds(tps).values())
+    if got != total:
+        raise RuntimeError(f"{fmt} sink: topic holds {got} records, expected {total}")
+    return total / dt
+
+
+def parquet_floor(spark, addr: str, topic: str, total: int, work: str, name: str) -> float:
+    """The same rows (read once with format("kohort") and cached in the JVM) written to Parquet: what
+    the Parquet sink alone costs, a ceiling for any source feeding it on this machine; -> rows/s."""
+    df = _reader(spark.read, "kohort", addr, topic).load().cache()
+    try:
+        if df.count() != total:
+            raise RuntimeError("cached rows differ from the topic's")
+        t = time.perf_counter()
+        df.write.parquet(os.path.join(work, name))
+        return total / (time.perf_counter() - t)
+    finally:
+        df.unpersist()
 
 
 def spark_count(spark, addr: str, topic: str, total: int) -> float:
@@ -174,7 +272,9 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--broker", default="kohort", help="kohort, tansu or HOST:PORT of a running broker")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--formats", default="kohort,kafka", help="kohort and/or kafka (spark-sql-kafka)")
     a = ap.parse_args(argv)
+    fmts = [f.strip() for f in a.formats.split(",") if f.strip()]
     work = tempfile.mkdtemp(prefix="kohort-bench-spark-")
     addr, stop = start_broker(a.broker, work)
     spark = None
@@ -188,26 +288,40 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         spark = spark_session()
         print(f"  SparkSession local[2] up in {time.perf_counter() - t:.1f}s (not timed)", flush=True)
-        spark_stream(spark, addr, "bench-warm", 5000, work, "warm")
+        for fmt in fmts:
+            spark_stream(spark, addr, "bench-warm", 5000, work, f"warm-{fmt}", fmt)
         res: dict[str, list[float]] = {"raw kohort consumer": [], "lean reader (fetch -> Arrow)": [],
-                                       "Spark batch read, count()": [], "Spark stream -> Parquet": []}
+                                       "cached rows -> Parquet (no source)": []}
         batches = 0
         for r in range(a.rounds):
             res["raw kohort consumer"].append(raw_consumer(addr, "bench-spark", ends, a.size))
             res["lean reader (fetch -> Arrow)"].append(lean_reader(addr, "bench-spark", ends, a.size))
-            res["Spark batch read, count()"].append(spark_count(spark, addr, "bench-spark", a.records))
-            rate, batches = spark_stream(spark, addr, "bench-spark", a.records, work, f"out{r}")
-            res["Spark stream -> Parquet"].append(rate)
+            res["cached rows -> Parquet (no source)"].append(
+                parquet_floor(spark, addr, "bench-spark", a.records, work, f"floor{r}"))
+            for fmt in fmts:
+                rate, batches = spark_stream(spark, addr, "bench-spark", a.records, work, f"out{r}-{fmt}", fmt)
+                print(f"    {fmt} stream phases (s): {STREAM_DURATIONS[f'out{r}-{fmt}']}", flush=True)
+                res.setdefault(f"{fmt}: stream -> Parquet", []).append(rate)
+                res.setdefault(f"{fmt}: batch read -> Parquet", []).append(
+                    spark_batch_parquet(spark, addr, "bench-spark", a.records, work, f"batch{r}-{fmt}", fmt))
+                res.setdefault(f"{fmt}: sink (df.write)", []).append(
+                    spark_sink(spark, addr, f"bench-sink-{fmt}-{r}", a.records, a.size, fmt, a.partitions))
+                print(f"    {fmt}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in res.items() if k.startswith(fmt)),
+                      flush=True)
             print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in res.items()), flush=True)
         print()
-        print(f"{'path':<32} {'rows/s (median)':>16} {'MB/s':>8}")
-        for k, v in res.items():
-            m = statistics.median(v)
-            print(f"{k:<32} {m:>16,.0f} {m * a.size / 1e6:>8.1f}")
-        ratio = statistics.median(res["Spark stream -> Parquet"]) / statistics.median(res["raw kohort consumer"])
-        print(f"\nSpark stream / raw consumer: {ratio:.2f}x  ({a.records:,} records of {a.size} B, "
-              f"{a.partitions} partitions, {batches} micro-batch(es), broker {a.broker}, local[2], "
-              f"{os.cpu_count()} cores)")
+        print(f"{'path':<36} {'rows/s (median)':>16} {'MB/s':>8}")
+        med = {k: statistics.median(v) for k, v in res.items()}
+        for k, m in med.items():
+            print(f"{k:<36} {m:>16,.0f} {m * a.size / 1e6:>8.1f}")
+        raw = med["raw kohort consumer"]
+        print(f"\n({a.records:,} records of {a.size} B, {a.partitions} partitions, {batches} micro-batch(es), "
+              f"broker {a.broker}, local[2], {os.cpu_count()} cores)")
+        if "kohort: stream -> Parquet" in med:
+            print(f"kohort stream / raw consumer: {med['kohort: stream -> Parquet'] / raw:.2f}x")
+        if "kohort" in fmts and "kafka" in fmts:
+            for what in ("stream -> Parquet", "batch read -> Parquet", "sink (df.write)"):
+                print(f"kohort / spark-sql-kafka, {what}: {med['kohort: ' + what] / med['kafka: ' + what]:.2f}x")
     finally:
         if spark is not None:
             spark.stop()
