@@ -13,7 +13,6 @@ interleaved for `--rounds` rounds:
                    touched (the client a non-Spark application would use);
 * lean reader   -- kohort.spark.source.read_range over each partition in this process: the fetch ->
                    Arrow path a Spark task runs, without Spark;
-* cached -> Parquet -- the rows cached in the JVM, then written to Parquet: the sink's own cost;
 * per format (kohort, and kafka when spark-sql-kafka is in .peers/spark-lib):
   stream        -- readStream from earliest -> writeStream Parquet with a checkpoint,
                    trigger(availableNow=True), timed from start() to awaitTermination(); rows read back
@@ -241,20 +240,6 @@ def spark_sink(spark, addr: str, topic: str, total: int, size: int, fmt: str = "
     return total / dt
 
 
-def parquet_floor(spark, addr: str, topic: str, total: int, work: str, name: str) -> float:
-    """The same rows (read once with format("kohort") and cached in the JVM) written to Parquet: what
-    the Parquet sink alone costs, a ceiling for any source feeding it on this machine; -> rows/s."""
-    df = _reader(spark.read, "kohort", addr, topic).load().cache()
-    try:
-        if df.count() != total:
-            raise RuntimeError("cached rows differ from the topic's")
-        t = time.perf_counter()
-        df.write.parquet(os.path.join(work, name))
-        return total / (time.perf_counter() - t)
-    finally:
-        df.unpersist()
-
-
 def spark_count(spark, addr: str, topic: str, total: int) -> float:
     t = time.perf_counter()
     n = (spark.read.format("kohort").option("kafka.bootstrap.servers", addr).option("subscribe", topic)
@@ -290,14 +275,11 @@ def main(argv=None) -> int:
         print(f"  SparkSession local[2] up in {time.perf_counter() - t:.1f}s (not timed)", flush=True)
         for fmt in fmts:
             spark_stream(spark, addr, "bench-warm", 5000, work, f"warm-{fmt}", fmt)
-        res: dict[str, list[float]] = {"raw kohort consumer": [], "lean reader (fetch -> Arrow)": [],
-                                       "cached rows -> Parquet (no source)": []}
+        res: dict[str, list[float]] = {"raw kohort consumer": [], "lean reader (fetch -> Arrow)": []}
         batches = 0
         for r in range(a.rounds):
             res["raw kohort consumer"].append(raw_consumer(addr, "bench-spark", ends, a.size))
             res["lean reader (fetch -> Arrow)"].append(lean_reader(addr, "bench-spark", ends, a.size))
-            res["cached rows -> Parquet (no source)"].append(
-                parquet_floor(spark, addr, "bench-spark", a.records, work, f"floor{r}"))
             for fmt in fmts:
                 rate, batches = spark_stream(spark, addr, "bench-spark", a.records, work, f"out{r}-{fmt}", fmt)
                 print(f"    {fmt} stream phases (s): {STREAM_DURATIONS[f'out{r}-{fmt}']}", flush=True)
