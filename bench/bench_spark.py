@@ -161,16 +161,16 @@ def spark_session(kafka_jars: bool = True):
     return s
 
 
-def _reader(spark_reader, fmt: str, addr: str, topic: str):
+def _reader(spark_reader, fmt: str, addr: str, topic: str, options: dict | None = None):
     return (spark_reader.format(fmt).option("kafka.bootstrap.servers", addr).option("subscribe", topic)
-            .option("startingOffsets", "earliest"))
+            .option("startingOffsets", "earliest").options(**(options or {})))
 
 
 def spark_stream(spark, addr: str, topic: str, total: int, work: str, name: str,
-                 fmt: str = "kohort") -> tuple[float, int]:
+                 fmt: str = "kohort", options: dict | None = None) -> tuple[float, int]:
     """readStream.format(fmt) from earliest -> Parquet, trigger(availableNow); -> (rows/s, batches)."""
     out, ckpt = os.path.join(work, name), os.path.join(work, name + "-ckpt")
-    df = _reader(spark.readStream, fmt, addr, topic).load()
+    df = _reader(spark.readStream, fmt, addr, topic, options).load()
     t = time.perf_counter()
     q = (df.writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
          .trigger(availableNow=True).start())
@@ -199,11 +199,11 @@ def _durations(progress) -> dict:
 
 
 def spark_batch_parquet(spark, addr: str, topic: str, total: int, work: str, name: str,
-                        fmt: str = "kohort") -> float:
+                        fmt: str = "kohort", options: dict | None = None) -> float:
     """spark.read.format(fmt) earliest..latest -> write.parquet; -> rows/s (rows read back checked)."""
     out = os.path.join(work, name)
     t = time.perf_counter()
-    _reader(spark.read, fmt, addr, topic).load().write.parquet(out)
+    _reader(spark.read, fmt, addr, topic, options).load().write.parquet(out)
     dt = time.perf_counter() - t
     rows = spark.read.parquet(out).count()
     if rows != total:

@@ -8,11 +8,6 @@ Nothing here does I/O or reads a clock (time is an argument), so every rule is u
   minPartitions, ranges whose proportional share rounds to 1 stay whole and the others are divided
   into round(size / splitTotal * (minPartitions - #whole)) pieces by integer division (the last
   piece takes the remainder). Sizes are offset counts, an estimate under compaction/transactions.
-  `task_ranges(...)` is what the source plans with: that rule, except that with neither option set
-  kohort divides a range of more than DEFAULT_MAX_RECORDS_PER_TASK offsets into equal pieces of at
-  most that many (spark-sql-kafka keeps one task per Kafka partition; a Python task decodes and
-  ships Arrow batches at a rate well below a JVM core's, so one big partition would leave the other
-  cores idle). Rows are the same either way; only the task count differs.
 * `apportion(start, latest, max_offsets)` -- maxOffsetsPerTrigger split over partitions in
   proportion to their lag by largest remainder, so exactly min(limit, total lag) offsets are admitted.
 * `TriggerGate` -- minOffsetsPerTrigger held back until maxTriggerDelay passed since the last batch.
@@ -102,18 +97,6 @@ def split_ranges(ranges, min_partitions: int | None = None,
         else:
             out.extend(_divide(r, _part_count(r.size, split_total, split_min)))
     return out
-
-
-DEFAULT_MAX_RECORDS_PER_TASK = 500_000
-
-
-def task_ranges(ranges, min_partitions: int | None = None,
-                max_records_per_partition: int | None = None) -> list[OffsetRange]:
-    """The source's Spark partitions: split_ranges with the given options; with neither set, ranges
-    of more than DEFAULT_MAX_RECORDS_PER_TASK offsets are divided (see module docstring)."""
-    if min_partitions is None and max_records_per_partition is None:
-        max_records_per_partition = DEFAULT_MAX_RECORDS_PER_TASK
-    return split_ranges(ranges, min_partitions, max_records_per_partition)
 
 
 # -- admission control --------------------------------------------------------------------------------

@@ -2,8 +2,7 @@
 
 * `KohortDataSource` -- `format("kohort")`: schema, reader, streamReader, writer, streamWriter.
 * `KohortBatchReader` -- plans [startingOffsets, endingOffsets) on the driver (ListOffsets), splits by
-  minPartitions / maxRecordsPerPartition (neither set: ranges over 500,000 offsets are divided,
-  planning.task_ranges), reads ranges on executors.
+  minPartitions / maxRecordsPerPartition, reads ranges on executors.
 * `KohortStreamReader` -- offsets as ``{"offsets": {topic: {"p": n}}, "topic_ids": {...}}`` in the
   Spark checkpoint; admission control through `latestOffset(start, limit)` (maxOffsetsPerTrigger as
   `ReadMaxRows`, minOffsetsPerTrigger + maxTriggerDelay by our own gate), Trigger.AvailableNow, and
@@ -317,7 +316,7 @@ class KohortBatchReader(DataSourceReader):
                     raise DataLossError(msg + " (set failOnDataLoss=false to skip them)")
                 log.warning("kohort: %s; reading from %d", msg, lo)
                 start[tp] = lo
-        return P.task_ranges(P.plan_ranges(start, end), self.opts.min_partitions,
+        return P.split_ranges(P.plan_ranges(start, end), self.opts.min_partitions,
                               self.opts.max_records_per_partition)
 
     def partitions(self):
@@ -446,7 +445,7 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp in e:
             if s[tp] > e[tp]:          # the end was moved back past a loss we decided to skip
                 s[tp] = e[tp]
-        ranges = P.task_ranges(P.plan_ranges({tp: s[tp] for tp in e}, e), self.opts.min_partitions,
+        ranges = P.split_ranges(P.plan_ranges({tp: s[tp] for tp in e}, e), self.opts.min_partitions,
                                 self.opts.max_records_per_partition)
         return [RangePartition(r.topic, r.partition, r.from_offset, r.until_offset) for r in ranges]
 
