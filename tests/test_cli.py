@@ -180,8 +180,8 @@ def test_groups_reset_offsets_dry_run_then_execute(capsys, kb, tmp_path):
     assert rc == 0
     rc, out, _ = run(capsys, "groups", "lag", "cli-g2", "-b", kb)
     assert "TOTAL LAG cli-g2: 9" in out
-    rc, out, _ = run(capsys, "groups", "describe", "cli-g2", "-b", kb)
-    assert "has no active members" in out and "CURRENT-OFFSET" in out
+    rc, out, err = run(capsys, "groups", "describe", "cli-g2", "-b", kb)
+    assert "has no active members" in err and "CURRENT-OFFSET" in out
     rc, out, _ = run(capsys, "groups", "list", "-b", kb)
     assert any(line.split()[0] == "cli-g2" for line in out.splitlines()[1:])
     rc, _, err = run(capsys, "groups", "reset-offsets", "cli-g2", "--topic", "cli-rs", "--to-datetime",

@@ -13,9 +13,9 @@ The port is bound before the data directory is touched; a directory another brok
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 
+from kohort.cli.common import add_log_level
 from kohort.errors import KohortError
 
 DEFAULT_DATA_DIR = "~/.kohort/data"
@@ -31,8 +31,6 @@ def _hostport(s: str, what: str) -> tuple[str, int]:
 def run(args) -> int:
     from kohort.broker.config import BrokerConfig, load_properties
     from kohort.broker.server import run_broker
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.config and not os.path.isfile(args.config):
         raise KohortError(f"--config {args.config}: no such file")
     props = load_properties(args.config) if args.config else {}
@@ -72,5 +70,7 @@ def register(subparsers) -> None:
                    help="log directory (default: log.dirs from --config, else ~/.kohort/data)")
     p.add_argument("--config", metavar="FILE", help="Kafka .properties file (broker and topic defaults)")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on HOST:PORT")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_level(p, default="info")
+    p.add_argument("--log-format", default="text", choices=["text", "json"],
+                   help="log lines as text (default) or JSON lines (one object per line)")
     p.set_defaults(func=run)

@@ -36,11 +36,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
+    from kohort.errors import KohortError
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["groups"]:              # kafka-consumer-groups.sh's spelling (--describe --group G)
+        from kohort.cli.groups import kafka_style
+        try:
+            argv = argv[:1] + kafka_style(argv[1:])
+        except KohortError as e:
+            parser.error(str(e))
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    from kohort.errors import KohortError
+    if getattr(args, "log_level", None):
+        from kohort.cli.common import setup_logging
+        setup_logging(args.log_level, getattr(args, "log_format", "text"))
     try:
         rc = args.func(args) or 0
         sys.stdout.flush()            # a closed pipe shows up here rather than at interpreter exit

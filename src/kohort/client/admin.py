@@ -31,6 +31,7 @@ from kohort.client.config import load_config, parse_bootstrap
 from kohort.client.network import NetworkClient, Versioned, unreachable_message
 from kohort.errors import (
     ErrorCode,
+    IncompatibleBrokerVersionError,
     KafkaConnectionError,
     KafkaTimeoutError,
     KohortError,
@@ -56,7 +57,7 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3   # IncrementalAlterConfi
 _COORDINATOR_RETRY = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                       ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 INACTIVE_STATES = ("Empty", "Dead")
-RESET_TARGETS = ("earliest", "latest", "timestamp", "datetime", "offset", "shift-by", "current")
+RESET_TARGETS = ("earliest", "latest", "timestamp", "datetime", "offset", "shift-by", "current", "offsets")
 
 
 class PartitionInfo(NamedTuple):
@@ -91,6 +92,7 @@ class GroupListing(NamedTuple):
     group_id: str
     protocol_type: str
     state: str                # "" when the broker does not report states (ListGroups < v4)
+    group_type: str = ""      # "classic" / "consumer" (KIP-848); "" before ListGroups v5
 
 
 class MemberDescription(NamedTuple):
@@ -107,6 +109,31 @@ class GroupDescription(NamedTuple):
     protocol_type: str
     protocol: str
     members: list             # [MemberDescription]
+    coordinator: int
+
+
+class ConsumerGroupMember(NamedTuple):
+    """One member of a KIP-848 consumer group, as ConsumerGroupDescribe tells it."""
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    member_epoch: int
+    assignment: list          # [TopicPartition]
+    target_assignment: list   # [TopicPartition]
+    member_type: int          # -1 unknown, 0 classic (a classic member inside a consumer group), 1 consumer
+    subscribed_topics: list
+    subscribed_regex: str | None
+
+
+class ConsumerGroupDetail(NamedTuple):
+    """A KIP-848 consumer group (ConsumerGroupDescribe): epochs, assignor, members."""
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: list             # [ConsumerGroupMember]
     coordinator: int
 
 
@@ -321,18 +348,69 @@ class Admin:
                 raise for_code(r.error_code)(r.error_message or f"resource {r.resource_name!r}")
 
     # -- groups ----------------------------------------------------------------------------------------
-    def list_groups(self, timeout=None) -> list[GroupListing]:
-        """Every group on every broker (ListGroups goes to each broker, as Kafka's admin does)."""
+    def list_groups(self, timeout=None, states=(), types=()) -> list[GroupListing]:
+        """Every group on every broker (ListGroups goes to each broker, as Kafka's admin does);
+        `states` / `types` filter by state (KIP-518) and type (KIP-848) as the broker does."""
         md = self._metadata([], timeout)
         self._refresh_brokers(md)
         seen = {}
         for b in md.brokers:
-            resp = self._call(b.node_id, ListGroupsRequest(states_filter=[], types_filter=[]), timeout)
+            resp = self._call(b.node_id, ListGroupsRequest(states_filter=list(states), types_filter=list(types)),
+                              timeout)
             if resp.error_code and resp.error_code not in _COORDINATOR_RETRY:
                 raise for_code(resp.error_code)(f"ListGroups on broker {b.node_id}")
             for g in resp.groups:
-                seen[g.group_id] = GroupListing(g.group_id, g.protocol_type or "", g.group_state or "")
+                seen[g.group_id] = GroupListing(g.group_id, g.protocol_type or "", g.group_state or "",
+                                                g.group_type or "")
         return sorted(seen.values())
+
+    def describe_consumer_groups(self, groups, timeout=None) -> dict:
+        """{group: ConsumerGroupDetail, or None when it is not a KIP-848 consumer group (a classic group,
+        or a broker without ConsumerGroupDescribe)}, by ConsumerGroupDescribe (API 69)."""
+        from kohort.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
+        out = {}
+        for g in groups:
+            try:
+                node, resp = self._group_call(
+                    g, ConsumerGroupDescribeRequest(group_ids=[g], include_authorized_operations=False), timeout,
+                    check=lambda r: r.groups[0].error_code if r.groups else 0)
+            except IncompatibleBrokerVersionError:   # a broker without KIP-848 (Tansu, Kafka < 3.7)
+                out[g] = None
+                continue
+            d = resp.groups[0]
+            if d.error_code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
+                out[g] = None
+                continue
+            if d.error_code:
+                raise for_code(d.error_code)(d.error_message or f"group {g!r}")
+
+            def tps(a):
+                return sorted(TopicPartition(t.topic_name, p) for t in a.topic_partitions for p in t.partitions)
+            members = [ConsumerGroupMember(m.member_id, m.instance_id, m.client_id, m.client_host, m.member_epoch,
+                                           tps(m.assignment), tps(m.target_assignment), m.member_type,
+                                           list(m.subscribed_topic_names), m.subscribed_topic_regex)
+                       for m in d.members]
+            out[g] = ConsumerGroupDetail(d.group_id, d.group_state, d.group_epoch, d.assignment_epoch,
+                                         d.assignor_name, sorted(members), node)
+        return out
+
+    def delete_group_offsets(self, group: str, partitions, timeout=None) -> dict:
+        """OffsetDelete (KIP-496): {TopicPartition: None or the partition's error}. A group-level error
+        (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP...) raises."""
+        from kohort.protocol.messages.offset_delete import OffsetDeleteRequest
+        by_topic: dict = {}
+        for tp in partitions:
+            by_topic.setdefault(tp[0], []).append(tp[1])
+        T = OffsetDeleteRequest.Topic
+        req = OffsetDeleteRequest(group_id=group, topics=[
+            T(name=t, partitions=[T.Partition(partition_index=p) for p in sorted(ps)])
+            for t, ps in sorted(by_topic.items())])
+        _, resp = self._group_call(group, req, timeout, check=lambda r: r.error_code)
+        if resp.error_code:
+            raise for_code(resp.error_code)(f"OffsetDelete for group {group!r}")
+        return {TopicPartition(t.name, p.partition_index):
+                (for_code(p.error_code)(f"{t.name}[{p.partition_index}]") if p.error_code else None)
+                for t in resp.topics for p in t.partitions}
 
     def describe_groups(self, groups, timeout=None) -> list[GroupDescription]:
         out = []
@@ -340,6 +418,15 @@ class Admin:
             node, resp = self._group_call(g, DescribeGroupsRequest(groups=[g]), timeout,
                                           check=lambda r: r.groups[0].error_code if r.groups else 0)
             d = resp.groups[0]
+            if d.error_code == ErrorCode.GROUP_ID_NOT_FOUND or (not d.error_code and d.group_state == "Dead"):
+                # not a classic group: a KIP-848 consumer group answers ConsumerGroupDescribe (as Kafka's
+                # Admin.describeConsumerGroups does)
+                cg = self.describe_consumer_groups([g], timeout)[g]
+                if cg is not None:
+                    out.append(GroupDescription(g, cg.state, "consumer", cg.assignor, [
+                        MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host, m.assignment)
+                        for m in cg.members], cg.coordinator))
+                    continue
             if d.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
                 raise for_code(d.error_code)(f"group {g!r} does not exist (see: kohort groups list)")
             if d.error_code:
@@ -461,12 +548,15 @@ class Admin:
 
     def plan_reset_offsets(self, group: str, partitions, *, to: str, value=None, timeout=None) -> dict:
         """The new offset of each partition for a reset: to in ("earliest", "latest", "datetime"/"timestamp"
-        (value = ms), "offset" (value), "shift-by" (value, may be negative), "current"). Offsets are
+        (value = ms), "offset" (value), "shift-by" (value, may be negative), "current", "offsets" (value =
+        {partition: offset}, as --from-file)). Offsets are
         clamped into [log start, log end] as kafka-consumer-groups.sh does. Returns {tp: (old, new)}."""
         if to not in RESET_TARGETS:
             raise KohortError(f"unknown reset target {to!r}; one of {', '.join(RESET_TARGETS)}")
         if to in ("timestamp", "datetime", "offset", "shift-by") and not isinstance(value, int):
             raise KohortError(f"reset to {to} needs an integer value, got {value!r}")
+        if to == "offsets" and not isinstance(value, dict):
+            raise KohortError(f"reset to offsets needs {{partition: offset}}, got {value!r}")
         tps = sorted(TopicPartition(*tp) for tp in partitions)
         if not tps:
             raise KohortError(f"no partitions to reset for group {group!r}")
@@ -487,6 +577,8 @@ class Admin:
                 new = by_ts[tp] if by_ts[tp] >= 0 else hi
             elif to == "offset":
                 new = int(value)
+            elif to == "offsets":      # one offset per partition (kafka-consumer-groups --from-file)
+                new = int(value[tp])
             elif to == "shift-by":
                 new = (old if old is not None else hi) + int(value)
             elif to == "current":

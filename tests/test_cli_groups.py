@@ -1,0 +1,228 @@
+"""`kohort groups` against kafka-consumer-groups.sh (Kafka 4.3.1's ConsumerGroupCommand) on the same
+kohort broker and the same groups: --describe --offsets/--members/--state [--verbose] (classic groups and
+KIP-848 consumer groups), --all-groups, --list --type/--state, --delete-offsets, --reset-offsets
+--by-duration, --export and --from-file (each tool reads the other's CSV), and Kafka's own spelling
+(`kohort groups --describe --group G`)."""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+from kohort.cli.main import main
+from tests.brokers import KohortBroker
+from tests.kafka_cluster import CONSUMER_GROUPS, run_tool
+from tests.test_kip848_broker import BROKER_CONFIG, _ck_member, _owned, _wait
+
+
+@pytest.fixture(scope="module")
+def kb():
+    with KohortBroker(config=BROKER_CONFIG) as b:
+        yield b.bootstrap
+
+
+def uniq(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def kohort(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def rows(text: str) -> list[list[str]]:
+    return [ln.split() for ln in text.splitlines() if ln.strip()]
+
+
+def kafka(bs, *args, check=True) -> str:
+    return run_tool(CONSUMER_GROUPS, "--bootstrap-server", bs, *args, check=check).stdout
+
+
+def _topic(bs, name, partitions, counts=None, timestamps=None):
+    from kohort.client.admin import Admin
+    from kohort.client.producer import Producer
+    with Admin({"bootstrap.servers": bs}) as a:
+        a.create_topics({name: partitions})
+    with Producer({"bootstrap.servers": bs, "linger.ms": 0}) as p:
+        for part, n in (counts or {}).items():
+            for i in range(n):
+                ts = timestamps[i] if timestamps else None
+                p.produce(name, value=b"v%d" % i, partition=part, timestamp=ts)
+        p.flush()
+
+
+def _commit(bs, group, offsets: dict):
+    from kohort.client.admin import Admin
+    with Admin({"bootstrap.servers": bs}) as a:
+        a.alter_group_offsets(group, offsets)
+
+
+def test_kafka_spelling_is_translated():
+    from kohort.cli.groups import kafka_style
+    assert kafka_style(["--describe", "--group", "a", "--group=b", "--members", "--verbose", "--timeout", "5000"]) \
+        == ["describe", "a", "b", "--members", "--verbose", "--timeout", "5"]
+    assert kafka_style(["--list", "--state", "stable"]) == ["list", "--state", "stable"]
+    assert kafka_style(["--validate-regex", "t.*"]) == ["validate-regex", "t.*"]
+    assert kafka_style(["describe", "g"]) == ["describe", "g"]          # kohort's own spelling untouched
+    with pytest.raises(Exception, match="exactly one action"):
+        kafka_style(["--list", "--describe"])
+
+
+def test_classic_group_describe_matches_kafka_tool(capsys, kb):
+    """A live classic group of two confluent-kafka members: offsets (lag per partition), members and
+    state as kohort prints them equal what kafka-consumer-groups.sh prints for the same group."""
+    from confluent_kafka import Consumer, TopicPartition
+    topic, group = uniq("cg-live"), uniq("cg-live")
+    _topic(kb, topic, 4, {0: 3, 1: 4, 2: 5, 3: 6})
+    consumers = [Consumer({"bootstrap.servers": kb, "group.id": group, "client.id": f"cg-peer-{i}",
+                           "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                           "heartbeat.interval.ms": 500, "log_level": 0}) for i in range(2)]
+    try:
+        for c in consumers:
+            c.subscribe([topic])
+        deadline = time.time() + 60
+        while time.time() < deadline and not all(len(c.assignment()) == 2 for c in consumers):
+            for c in consumers:
+                c.poll(0.2)
+        for c in consumers:
+            c.commit(offsets=[TopicPartition(topic, tp.partition, 1) for tp in c.assignment()], asynchronous=False)
+        # --offsets (the default): the same lag per partition, the same owners
+        rc, out, _ = kohort(capsys, "groups", "--describe", "--group", group, "--bootstrap-server", kb)
+        assert rc == 0
+        ours = {(r[1], r[2]): (r[3], r[4], r[5], r[8]) for r in rows(out)[1:]}
+        theirs = {(r[1], r[2]): (r[3], r[4], r[5], r[8]) for r in rows(kafka(kb, "--describe", "--group", group))[1:]}
+        assert ours == theirs and len(ours) == 4
+        assert {v[2] for v in ours.values()} == {"2", "3", "4", "5"}
+        rc, out, _ = kohort(capsys, "groups", "describe", group, "--offsets", "--verbose", "-b", kb)
+        assert rows(out)[0][3] == "LEADER-EPOCH"
+        # --members --verbose: the same members and partition counts
+        rc, out, _ = kohort(capsys, "groups", "--describe", "--group", group, "--members", "--verbose",
+                            "--bootstrap-server", kb)
+        ours = rows(out)
+        theirs = rows(kafka(kb, "--describe", "--group", group, "--members", "--verbose"))
+        assert ours[0] == theirs[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+                                        "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+        assert sorted(ours[1:]) == sorted(theirs[1:]) and len(ours) == 3
+        # --state
+        rc, out, _ = kohort(capsys, "groups", "describe", group, "--state", "-b", kb)
+        ours, theirs = rows(out), rows(kafka(kb, "--describe", "--group", group, "--state"))
+        assert ours == theirs, (ours, theirs)
+        assert ours[1][-3:] == ["range", "Stable", "2"]
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def test_consumer_group_members_verbose_matches_kafka_tool(capsys, kb):
+    """A KIP-848 consumer group (confluent-kafka, group.protocol=consumer): member epochs, target
+    assignments, group and target-assignment epochs read by ConsumerGroupDescribe, as Kafka's tool shows."""
+    topic, group = uniq("cg848"), uniq("cg848")
+    _topic(kb, topic, 3, {0: 5, 1: 5, 2: 5})
+    p, lines = _ck_member(kb, group, topic, seconds=60)
+    try:
+        assert _wait(lambda: len(_owned(lines)) == 3, 40, lambda: None)
+
+        def stable():
+            rc, out, _ = kohort(capsys, "groups", "describe", group, "--state", "--json", "-b", kb)
+            return json.loads(out)[0]["state"] == "Stable"
+        assert _wait(stable, 20, lambda: None)
+        rc, out, _ = kohort(capsys, "groups", "describe", group, "--members", "--verbose", "-b", kb)
+        ours = rows(out)
+        theirs = rows(kafka(kb, "--describe", "--group", group, "--members", "--verbose"))
+        assert ours == theirs, (ours, theirs)
+        assert ours[1][4:] == ["3", ours[1][5], f"{topic}:0,1,2", ours[1][5], f"{topic}:0,1,2"]
+        rc, out, _ = kohort(capsys, "groups", "describe", group, "--state", "--verbose", "-b", kb)
+        ours, theirs = rows(out), rows(kafka(kb, "--describe", "--group", group, "--state", "--verbose"))
+        assert ours == theirs, (ours, theirs)
+        rc, out, _ = kohort(capsys, "groups", "describe", group, "--members", "--json", "-b", kb)
+        (v,) = json.loads(out)
+        assert v["type"] == "consumer" and v["members"][0]["member_type"] == "consumer"
+        assert v["members"][0]["member_epoch"] == v["group_epoch"] == v["target_assignment_epoch"]
+        # `lag` and reset's activity check read a consumer group too (Admin.describe_groups falls back to
+        # ConsumerGroupDescribe, as Kafka's Admin does; it was GROUP_ID_NOT_FOUND before)
+        rc, out, err = kohort(capsys, "groups", "lag", group, "--json", "-b", kb)
+        assert rc == 0, err
+        assert len(json.loads(out)[0]["partitions"]) == 3
+        rc, _, err = kohort(capsys, "groups", "reset-offsets", group, "--all-topics", "--to-earliest", "--execute",
+                            "-b", kb)
+        assert rc == 1 and "Stable" in err and "inactive" in err
+        # --list --type / --state, as Kafka's tool lists them
+        rc, out, _ = kohort(capsys, "groups", "--list", "--type", "consumer", "-b", kb)
+        assert [group, "Consumer", "Stable", "consumer"] in rows(out)
+        assert all(r[1] == "Consumer" for r in rows(out)[1:])
+        assert [group, "Consumer"] in rows(kafka(kb, "--list", "--type", "consumer"))
+        rc, out, _ = kohort(capsys, "groups", "list", "--state", "empty", "-b", kb)
+        assert group not in out
+        rc, _, err = kohort(capsys, "groups", "list", "--state", "sleepy", "-b", kb)
+        assert rc == 1 and "valid states are" in err
+        # --describe --all-groups includes it
+        rc, out, _ = kohort(capsys, "groups", "describe", "--all-groups", "--state", "--json", "-b", kb)
+        assert group in {v["group"] for v in json.loads(out)}
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)
+
+
+def test_delete_offsets(capsys, kb):
+    """--delete-offsets removes a topic's (or some partitions') offsets of an inactive group, like Kafka."""
+    t1, t2, group = uniq("do"), uniq("do"), uniq("do")
+    _topic(kb, t1, 2, {0: 2, 1: 2})
+    _topic(kb, t2, 1, {0: 2})
+    _commit(kb, group, {(t1, 0): 1, (t1, 1): 2, (t2, 0): 1})
+    rc, out, _ = kohort(capsys, "groups", "--delete-offsets", "--group", group, "--topic", f"{t1}:1",
+                        "--bootstrap-server", kb)
+    assert rc == 0 and f"Request succeeded for deleting offsets from group {group}." in out
+    assert [t1, "1", "Successful"] in rows(out)
+    from kohort.client.admin import Admin
+    with Admin({"bootstrap.servers": kb}) as a:
+        assert {(tp.topic, tp.partition) for tp in a.list_group_offsets(group)} == {(t1, 0), (t2, 0)}
+    out = kafka(kb, "--delete-offsets", "--group", group, "--topic", t2)     # Kafka's tool on the same group
+    assert "Request succeeded" in out
+    with Admin({"bootstrap.servers": kb}) as a:
+        assert {(tp.topic, tp.partition) for tp in a.list_group_offsets(group)} == {(t1, 0)}
+
+
+def test_reset_by_duration_export_and_from_file_match_kafka_tool(capsys, kb, tmp_path):
+    """--by-duration finds the first record at most that old; --export prints Kafka's CSV; each tool's
+    --from-file takes the other's CSV."""
+    topic, group = uniq("rs"), uniq("rs")
+    now = int(time.time() * 1000)
+    stamps = [now - 3 * 3600_000] * 4 + [now - 60_000] * 3      # 4 records 3 h old, 3 a minute old
+    _topic(kb, topic, 2, {0: 7, 1: 7}, timestamps=stamps)
+    _commit(kb, group, {(topic, 0): 0, (topic, 1): 0})
+    rc, out, _ = kohort(capsys, "groups", "--reset-offsets", "--group", group, "--topic", topic,
+                        "--by-duration", "PT1H", "--export", "--bootstrap-server", kb)
+    assert rc == 0
+    assert out == f"{topic},0,4\n{topic},1,4\n"
+    theirs = kafka(kb, "--reset-offsets", "--group", group, "--topic", topic, "--by-duration", "PT1H", "--export")
+    assert sorted(ln for ln in theirs.splitlines() if ln.strip()) == out.splitlines()
+    # Kafka's CSV (shifted by hand) → kohort --from-file --execute
+    csv = tmp_path / "plan.csv"
+    csv.write_text(f"{topic},0,2\n{topic},1,6\n")
+    rc, out, _ = kohort(capsys, "groups", "reset-offsets", group, "--from-file", str(csv), "--execute", "--json",
+                        "-b", kb)
+    assert rc == 0 and [p["new_offset"] for p in json.loads(out)["partitions"]] == [2, 6]
+    # kohort's multi-group export (group column) → Kafka's --from-file reads it
+    rc, out, _ = kohort(capsys, "groups", "reset-offsets", group, uniq("other"), "--topic", f"{topic}:0",
+                        "--to-earliest", "--export", "-b", kb)
+    assert out.splitlines()[0] == f"{group},{topic},0,0"
+    csv.write_text(out)
+    theirs = kafka(kb, "--reset-offsets", "--group", group, "--from-file", str(csv), "--dry-run")
+    assert [group, topic, "0", "0"] in rows(theirs)
+    rc, _, err = kohort(capsys, "groups", "reset-offsets", group, "--topic", topic, "--by-duration", "1h", "-b", kb)
+    assert rc == 1 and "ISO-8601" in err
+
+
+def test_duration_parsing_follows_java():
+    from kohort.cli.groups import parse_duration_ms
+    assert parse_duration_ms("PT1H30M") == 5_400_000
+    assert parse_duration_ms("P1DT2S") == 86_402_000
+    assert parse_duration_ms("PT0.5S") == 500
+    assert parse_duration_ms("-PT1M") == -60_000
+    for bad in ("P", "PT", "1h", "PT1X"):
+        with pytest.raises(Exception, match="ISO-8601"):
+            parse_duration_ms(bad)
