@@ -77,7 +77,8 @@ def test_topics_commands(capsys, kb):
     rc, out, _ = run(capsys, "topics", "config", "cli-b", "--set", "retention.ms=1234", "-b", kb)
     assert rc == 0
     rc, out, _ = run(capsys, "topics", "describe", "cli-b", "--configs", "--json", "-b", kb)
-    assert json.loads(out)[0]["configs"]["retention.ms"] == "1234"
+    assert json.loads(out)[0]["configs"]["retention.ms"] == {"value": "1234", "source": "DYNAMIC_TOPIC_CONFIG",
+                                                          "override": True, "read_only": False, "sensitive": False}
     rc, out, _ = run(capsys, "topics", "delete", "cli-b", "-b", kb)
     assert rc == 0 and "deleted" in out
     rc, out, err = run(capsys, "topics", "describe", "cli-b", "-b", kb)
