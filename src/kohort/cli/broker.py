@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 
 from kohort.cli.common import add_log_level
 from kohort.errors import KohortError
@@ -35,12 +36,23 @@ def run(args) -> int:
         raise KohortError(f"--config {args.config}: no such file")
     props = load_properties(args.config) if args.config else {}
     config = BrokerConfig.from_properties(props)
+    for line in config.notices:      # Kafka settings with no meaning for one node: one line each
+        print(f"kohort broker: {line}", file=sys.stderr, flush=True)
     listeners = None
     if "listeners" in props:
         if args.listen is not None:
             raise KohortError("--listen and `listeners` in --config both given; use one")
         from kohort.broker.security import build_listeners
         listeners = build_listeners(config)
+        controller = {n.strip().upper() for n in props.get("controller.listener.names", "").split(",") if n.strip()}
+        for lst in listeners:
+            if lst.name in controller:
+                print(f"kohort broker: listener {lst.name} ({lst.host}:{lst.port}) not opened: it is a "
+                      f"controller listener (controller.listener.names)", file=sys.stderr, flush=True)
+        listeners = [lst for lst in listeners if lst.name not in controller]
+        if not listeners:
+            raise KohortError("listeners: only controller listeners (controller.listener.names); "
+                              "add a client listener such as PLAINTEXT://:9092")
     host, port = _hostport(args.listen or "127.0.0.1:9092", "--listen")
     data_dir = args.data_dir
     if data_dir is None:   # Kafka's log.dirs (first entry) / log.dir from --config, else the default
