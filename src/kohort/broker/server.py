@@ -37,6 +37,7 @@ from kohort.protocol.messages import REQUESTS
 from kohort.protocol.primitives import Reader
 
 log = logging.getLogger("kohort.broker")
+conn_log = logging.getLogger("kohort.broker.connections")
 _conn_ids = itertools.count(1)
 WRITE_HIGH_WATER = 1 << 20     # unsent response bytes after which a connection is not read
 PIPELINE_YIELD = 8             # queued requests after which the reader lets the writer run
@@ -224,6 +225,12 @@ class Broker:
             principal = tls_principal(writer.get_extra_info("peercert"))
         auth = Authenticator(listener, self.scram) if listener.sasl else None
         sasl_max = min(self.max_request, self.config["sasl.server.max.receive.size"])
+        peer_text = f"{host}:{peer[1]}" if peer and len(peer) > 1 else host
+        t_open = loop.time()
+        ev = {"conn": conn_id, "peer": peer_text, "listener": listener.name, "client_id": None,
+              "principal": principal, "requests": 0}
+        conn_log.debug("connection %d accepted from %s on listener %s", conn_id, peer_text, listener.name,
+                       extra={"event": {"event": "connection-accepted", **ev}})
         try:
             while True:
                 # Back-pressure: a client that does not read its responses stops being read from
@@ -307,6 +314,14 @@ class Broker:
                     log.warning("closing connection %d from %s: api_key=%d version=%d not served",
                                 conn_id, host, api_key, version)
                     break
+                ev["requests"] += 1
+                if ev["requests"] == 1 or ev["principal"] != principal:
+                    ev["client_id"], ev["principal"] = header.client_id, principal
+                    conn_log.info("connection %d %s from %s on listener %s: client id %s, principal %s", conn_id,
+                                  "opened" if ev["requests"] == 1 else "authenticated", peer_text, listener.name,
+                                  header.client_id, principal,
+                                  extra={"event": {"event": "connection-opened" if ev["requests"] == 1
+                                                   else "connection-authenticated", **ev}})
                 ctx = RequestContext(self, api_key, version, header.correlation_id, header.client_id,
                                      host, conn_id, principal, listener)
                 try:
@@ -334,6 +349,12 @@ class Broker:
             self._conn_states.pop(conn_id, None)
             if m:
                 m.connection_closed()
+            conn_log.log(logging.INFO if ev["requests"] else logging.DEBUG,
+                         "connection %d closed from %s on listener %s: client id %s, principal %s, %d requests, "
+                         "open %.1f s", conn_id, peer_text, listener.name, ev["client_id"], principal,
+                         ev["requests"], loop.time() - t_open,
+                         extra={"event": {"event": "connection-closed", **ev, "principal": principal,
+                                          "seconds": round(loop.time() - t_open, 3)}})
 
     async def _write_loop(self, pending: asyncio.Queue, writer: asyncio.StreamWriter, conn_id: int,
                           host: str, writable: asyncio.Event, st: _ConnState) -> None:

@@ -1,0 +1,139 @@
+"""The broker's log (`--log-level info --log-format json`): connections (opened/closed with client id,
+listener, principal) and group events with Kafka's rebalance reasons, for kohort classic members and
+confluent-kafka KIP-848 members; member expiry and fencing (slow: they wait out a session timeout)."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kohort.client.consumer import Consumer
+from tests.brokers import KohortBroker
+from tests.test_kip848_broker import BROKER_CONFIG, _ck_member, _owned, _wait
+from tests.test_metrics_groups import _produce
+
+MEMBER = Path(__file__).with_name("client_group_member.py")
+
+
+def events(b) -> list[dict]:
+    out = []
+    for ln in list(b.log_lines):
+        if ln.startswith("{"):
+            try:
+                out.append(json.loads(ln))
+            except ValueError:
+                pass
+    return out
+
+
+def wait_event(b, timeout=30, **match) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        for e in events(b):
+            if all((v(e.get(k)) if callable(v) else e.get(k) == v) for k, v in match.items()):
+                return e
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no event {match} in:\n" + "\n".join(json.dumps(e) for e in events(b)[-40:]))
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def b():
+    with KohortBroker(config=BROKER_CONFIG, extra_args=["--log-level", "info", "--log-format", "json"]) as br:
+        yield br
+
+
+def _member(bs, group, topic, client_id):
+    c = Consumer({"bootstrap.servers": bs, "group.id": group, "client.id": client_id,
+                  "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    c.subscribe([topic])
+    return c
+
+
+def test_connections_and_classic_group_events(b):
+    topic, group = f"lg-{uuid.uuid4().hex[:6]}", f"lg-{uuid.uuid4().hex[:6]}"
+    _produce(b.bootstrap, topic, {0: 5, 1: 5})
+    c1 = _member(b.bootstrap, group, topic, "log-c1")
+    c2 = None
+    try:
+        _wait(lambda: len(c1.poll(0.2)) >= 0 and len(c1.assignment()) == 2, 30, lambda: None)
+        e = wait_event(b, event="connection-opened", client_id="log-c1")
+        assert e["listener"] == "PLAINTEXT" and e["principal"] == "User:ANONYMOUS" and e["level"] == "INFO"
+        assert e["logger"] == "kohort.broker.connections" and "log-c1" in e["msg"]
+        j1 = wait_event(b, event="member-joined", group=group, client_id="log-c1")
+        r1 = wait_event(b, event="rebalance", group=group)
+        assert r1["reason"].startswith(f"Adding new member {j1['member_id']} with group instance id None; "
+                                       f"client reason: ")
+        assert r1["msg"] == (f"Preparing to rebalance group {group} in state PreparingRebalance with old "
+                             f"generation 0 (reason: {r1['reason']}).")
+        wait_event(b, event="stabilized", group=group, members=1)
+        wait_event(b, event="assignment", group=group, leader=j1["member_id"])
+        c2 = _member(b.bootstrap, group, topic, "log-c2")
+        _wait(lambda: [c.poll(0.1) for c in (c1, c2)] and len(c1.assignment()) == len(c2.assignment()) == 1,
+              30, lambda: None)
+        j2 = wait_event(b, event="member-joined", group=group, client_id="log-c2")
+        wait_event(b, event="rebalance", group=group, reason=lambda r: r and j2["member_id"] in r)
+        wait_event(b, event="stabilized", group=group, members=2)
+        c2.close()
+        c2 = None
+        wait_event(b, event="member-left", group=group, member_id=j2["member_id"])
+        wait_event(b, event="rebalance", group=group,
+                   reason=lambda r: r and r.startswith(f"Removing member {j2['member_id']} on LeaveGroup; "
+                                                       f"client reason: "))
+    finally:
+        for c in (c1, c2):
+            if c is not None:
+                c.close()
+    wait_event(b, event="empty", group=group)
+    closed = wait_event(b, event="connection-closed", client_id="log-c1")
+    assert closed["requests"] > 0 and closed["listener"] == "PLAINTEXT"
+
+
+def test_consumer_group_events(b):
+    topic, group = f"lg8-{uuid.uuid4().hex[:6]}", f"lg8-{uuid.uuid4().hex[:6]}"
+    _produce(b.bootstrap, topic, {0: 5, 1: 5})
+    p, lines = _ck_member(b.bootstrap, group, topic, seconds=4)      # leaves by itself after 4 s
+    try:
+        j = wait_event(b, event="member-joined", group=group, protocol="consumer")
+        e = wait_event(b, event="epoch-bump", group=group)
+        assert e["msg"] == f"[GroupId {group}] Bumped group epoch to {e['group_epoch']}."
+        wait_event(b, event="target-assignment", group=group)
+        left = wait_event(b, event="member-left", group=group, member_id=j["member_id"])
+        assert left["msg"] == f"[GroupId {group}] Member {j['member_id']} left the consumer group."
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)
+
+
+@pytest.mark.slow
+def test_member_expiry_and_fencing_are_logged(b):
+    topic, group, cg = (f"lgx-{uuid.uuid4().hex[:6]}" for _ in range(3))
+    _produce(b.bootstrap, topic, {0: 5})
+    m = subprocess.Popen([sys.executable, str(MEMBER), b.bootstrap, group, topic, "range", "60"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p, lines = _ck_member(b.bootstrap, cg, topic, seconds=60)
+    try:
+        j = wait_event(b, event="member-joined", group=group)
+        wait_event(b, event="stabilized", group=group)
+        jc = wait_event(b, event="member-joined", group=cg)
+        assert _wait(lambda: len(_owned(lines)) == 1, 30, lambda: None)
+        m.send_signal(signal.SIGKILL)
+        p.send_signal(signal.SIGKILL)
+        e = wait_event(b, event="member-expired", group=group, member_id=j["member_id"])
+        assert e["msg"] == f"Member {j['member_id']} in group {group} has failed, removing it from the group."
+        wait_event(b, event="rebalance", group=group,
+                   reason=f"Removing member {j['member_id']} on heartbeat expiration.")
+        f = wait_event(b, event="member-fenced", group=cg, member_id=jc["member_id"])
+        assert f["reason"] == "its session expired"
+    finally:
+        for proc in (m, p):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
