@@ -199,6 +199,11 @@ class Admin:
         """Metadata for `topics` (None: every topic)."""
         return self._call(None, R.metadata_request(topics), timeout)
 
+    def metadata(self, topics=None, timeout=None):
+        """The cluster's Metadata answer as it is (brokers, controller, cluster id, topics with their
+        partitions, leaders, replicas, ISR and error codes) for `topics` (None: every topic)."""
+        return self._metadata(topics, timeout)
+
     def _controller(self, timeout=None) -> int:
         md = self._metadata([], timeout)
         self._refresh_brokers(md)

@@ -132,6 +132,11 @@ COMMON_KEYS = [
     _k("metadata.recovery.strategy", "choice", "rebootstrap", choices=("none", "rebootstrap")),
 ]
 
+# librdkafka's statistics (kohort.client.stats), for consumers and producers
+_STATS = [_k("statistics.interval.ms", "int", 0, lo=0, doc="how often stats_cb gets statistics; 0: never"),
+          _k("stats_cb", "callable", None, nullable=True,
+             doc="called with a dict of statistics (kohort.client.stats) every statistics.interval.ms")]
+
 CONSUMER_KEYS = [
     _k("group.id", "str", None, nullable=True),
     _k("group.instance.id", "str", None, nullable=True),
@@ -156,6 +161,7 @@ CONSUMER_KEYS = [
     _k("key.deserializer", "callable", None, nullable=True),
     _k("value.deserializer", "callable", None, nullable=True),
     _k("internal.leave.group.on.close", "bool", True),
+    *_STATS,
 ]
 
 PRODUCER_KEYS = [
@@ -180,6 +186,7 @@ PRODUCER_KEYS = [
     _k("partitioner.adaptive.partitioning.enable", "bool", True),
     _k("key.serializer", "callable", None, nullable=True),
     _k("value.serializer", "callable", None, nullable=True),
+    *_STATS,
 ]
 
 ADMIN_KEYS: list[Key] = []

@@ -177,6 +177,7 @@ class NetworkClient:
         self._submit: deque = deque()
         self._any_queue: deque[_Req] = deque()
         self._disconnect_listeners: list[Callable[[int, BaseException], None]] = []
+        self.stats = None        # kohort.client.stats.RequestStats when statistics.interval.ms is set
         self._closed = False
         self._shut = False
         self._ever_ready = False
@@ -699,6 +700,8 @@ class NetworkClient:
             _fail(req.future, e)
             return False
         conn.out.append(data)
+        if self.stats is not None:
+            self.stats.on_request(conn.node_id, corr, api_key, len(data), req.expect)
         req.version = v
         req.future.api_version = v
         if req.expect:
@@ -833,6 +836,8 @@ class NetworkClient:
         req = inflight[0]
         resp = _decode_lenient(payload, req)
         inflight.popleft()
+        if self.stats is not None:
+            self.stats.on_response(conn.node_id, req.corr, len(payload) + 4)
         fut = req.future
         fut.api_version = req.version
         if fut.set_running_or_notify_cancel():

@@ -30,6 +30,7 @@ import time
 from kohort.client.accumulator import DeliveryFuture, RecordAccumulator, RecordMetadata
 from kohort.client.cluster import Cluster
 from kohort.client.config import load_config, parse_bootstrap
+from kohort.client.stats import ClientStats
 from kohort.client.network import NetworkClient, Versioned, unreachable_message
 from kohort.client.partitioner import DefaultPartitioner, murmur2
 from kohort.errors import (
@@ -122,6 +123,7 @@ class Producer:
             max_block_ms=c["max.block.ms"], delivery_timeout_ms=c["delivery.timeout.ms"],
             retry_backoff_ms=c["retry.backoff.ms"], clock_ms=_now_ms, on_new_batch=self._on_batch_closed)
         self.sender = _Sender(self)
+        self.stats = ClientStats.from_config("producer", c, self.sender.net)    # stats_cb, or None
         self.acc.wakeup = self.sender.wakeup
         self.sender.thread.start()
 
@@ -190,6 +192,8 @@ class Producer:
             if sticky:     # KIP-480: the sticky partition's batch is full, stick to another one
                 self.partitioner.sticky.on_new_batch(topic, n, info.available, partition)
             self.sender.poke()
+        if self.stats is not None:
+            self.stats.maybe_emit(self._stats_extra)
         return fut
 
     send = produce
@@ -203,8 +207,23 @@ class Producer:
             raise RecordTooLargeError(f"a record of about {size} bytes is larger than buffer.memory="
                                       f"{self.config['buffer.memory']}")
 
+    def emit_statistics(self) -> None:
+        """Call stats_cb if statistics.interval.ms has passed (produce() and flush() do this too)."""
+        if self.stats is not None:
+            self.stats.maybe_emit(self._stats_extra)
+
+    def _stats_extra(self) -> dict:
+        with self.acc.lock:
+            queued = sum(b.count for b in self.acc.incomplete)
+        return {"addresses": dict(self.sender.nodes), "msg_cnt": queued}
+
+    def add_disconnect_listener(self, fn) -> None:
+        """fn(node_id, error) is called whenever a broker connection is lost."""
+        self.sender.net.add_disconnect_listener(fn)
+
     def flush(self, timeout: float | None = None) -> int:
         """Send everything queued and wait for the outcome; returns how many records are still pending."""
+        self.emit_statistics()
         acc = self.acc
         deadline = None if timeout is None else time.monotonic() + timeout
         with acc.lock:
@@ -641,6 +660,8 @@ class _Sender:
         self.acc.reenqueue(b, now)
 
     def _finish(self, b, base_offset: int, log_append_time: int, error) -> None:
+        if self.p.stats is not None:
+            self.p.stats.on_batch(b.topic, b.partition, b.count, len(b.buf or b.wire or b""), error)
         cbs = b.complete(base_offset, log_append_time, error)
         self.acc.release(b)
         for fut in cbs:
