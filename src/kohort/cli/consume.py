@@ -47,11 +47,12 @@ def register(subparsers) -> None:
                               description="Consume records and print them (like kcat -C).")
     p.add_argument("topic", metavar="TOPIC", nargs="+",
                    help="topic names; with --group also regexes starting with ^ (as kcat -G)")
-    p.add_argument("-g", "--group", default=None, help="join this consumer group (commits offsets)")
+    p.add_argument("-g", "-G", "--group", default=None, help="join this consumer group (commits offsets; kcat -G)")
     p.add_argument("-o", "--offset", action="append", default=[], metavar="OFFSET", type=parse_offset,
                    help="start: beginning | end | stored | N | -N | s@TS_MS; stop: e@TS_MS (kcat -o)")
     p.add_argument("--from-beginning", action="store_true", help="start at the earliest offset (-o beginning)")
-    p.add_argument("-c", "--count", type=positive_int, default=None, metavar="N", help="stop after N records")
+    p.add_argument("-c", "--count", "--max-messages", type=positive_int, default=None, metavar="N",
+                   help="stop after N records")
     p.add_argument("-p", "--partition", type=int, action="append", default=None,
                    help="only these partitions (repeatable; not with --group)")
     p.add_argument("-e", "--exit", action="store_true",
@@ -62,13 +63,19 @@ def register(subparsers) -> None:
                    help="value (default), kv, json, or a kcat-style format such as '%%k=%%s\\n'")
     p.add_argument("--progress", action="store_true", help="draw a progress line on stderr")
     add_connection_args(p)
+    # kafka-console-consumer's names for the same things
+    p.add_argument("--consumer-property", dest="config", action="append", metavar="KEY=VALUE",
+                   help="same as -X")
+    p.add_argument("--consumer.config", dest="command_config", metavar="FILE", help="same as --command-config")
     p.set_defaults(func=cmd_consume)
 
 
 def parse_offset(text: str):
-    """kcat's -o values -> ("beginning"|"end"|"stored", None) | ("abs"|"rel"|"ts"|"until", int)."""
+    """kcat's -o values (and kafka-console-consumer's earliest/latest) -> ("beginning"|"end"|"stored", None)
+    | ("abs"|"rel"|"ts"|"until", int)."""
     import argparse
     t = text.strip()
+    t = {"earliest": "beginning", "latest": "end"}.get(t, t)       # kafka-console-consumer --offset
     if t in ("beginning", "end", "stored"):
         return (t, None)
     kind, num = ("ts", t[2:]) if t.startswith("s@") else ("until", t[2:]) if t.startswith("e@") else (

@@ -34,17 +34,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
-    parser = build_parser()
+def parse(parser, argv=None) -> argparse.Namespace:
+    """argv → arguments; kafka-consumer-groups.sh's spelling (`groups --describe --group G`) is
+    turned into kohort's first (cli/groups.py kafka_style)."""
     from kohort.errors import KohortError
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["groups"]:              # kafka-consumer-groups.sh's spelling (--describe --group G)
+    if argv[:1] == ["groups"]:
         from kohort.cli.groups import kafka_style
         try:
             argv = argv[:1] + kafka_style(argv[1:])
         except KohortError as e:
             parser.error(str(e))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    from kohort.errors import KohortError
+    args = parse(parser, argv)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
