@@ -4,6 +4,7 @@ confluent-kafka KIP-848 members; member expiry and fencing (slow: they wait out 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -68,7 +69,7 @@ def test_connections_and_classic_group_events(b):
         assert e["logger"] == "kohort.broker.connections" and "log-c1" in e["msg"]
         j1 = wait_event(b, event="member-joined", group=group, client_id="log-c1")
         r1 = wait_event(b, event="rebalance", group=group)
-        assert r1["reason"].startswith(f"Adding new member {j1['member_id']} with group instance id None; "
+        assert r1["reason"].startswith(f"Adding new member {j1['member_id']} with group instance id null; "
                                        f"client reason: ")
         assert r1["msg"] == (f"Preparing to rebalance group {group} in state PreparingRebalance with old "
                              f"generation 0 (reason: {r1['reason']}).")
@@ -82,10 +83,11 @@ def test_connections_and_classic_group_events(b):
         wait_event(b, event="stabilized", group=group, members=2)
         c2.close()
         c2 = None
-        wait_event(b, event="member-left", group=group, member_id=j2["member_id"])
+        left = wait_event(b, event="member-left", group=group, member_id=j2["member_id"])
+        assert left["msg"].startswith(f"[Group {group}] Member {j2['member_id']} has left group through explicit "
+                                      f"`LeaveGroup` request; client reason: ")
         wait_event(b, event="rebalance", group=group,
-                   reason=lambda r: r and r.startswith(f"Removing member {j2['member_id']} on LeaveGroup; "
-                                                       f"client reason: "))
+                   reason=f"explicit `LeaveGroup` request for ({j2['member_id']}) members.")
     finally:
         for c in (c1, c2):
             if c is not None:
@@ -101,6 +103,7 @@ def test_consumer_group_events(b):
     p, lines = _ck_member(b.bootstrap, group, topic, seconds=4)      # leaves by itself after 4 s
     try:
         j = wait_event(b, event="member-joined", group=group, protocol="consumer")
+        assert j["msg"] == f"[GroupId {group}] Member {j['member_id']} joins the consumer group using the consumer protocol."
         e = wait_event(b, event="epoch-bump", group=group)
         assert e["msg"] == f"[GroupId {group}] Bumped group epoch to {e['group_epoch']}."
         wait_event(b, event="target-assignment", group=group)
@@ -129,11 +132,68 @@ def test_member_expiry_and_fencing_are_logged(b):
         e = wait_event(b, event="member-expired", group=group, member_id=j["member_id"])
         assert e["msg"] == f"Member {j['member_id']} in group {group} has failed, removing it from the group."
         wait_event(b, event="rebalance", group=group,
-                   reason=f"Removing member {j['member_id']} on heartbeat expiration.")
+                   reason=f"removing member {j['member_id']} on heartbeat expiration.")
         f = wait_event(b, event="member-fenced", group=cg, member_id=jc["member_id"])
-        assert f["reason"] == "its session expired"
+        assert f["msg"] == (f"[GroupId {cg}] Member {jc['member_id']} fenced from the group because the member "
+                            f"session expired.")
     finally:
         for proc in (m, p):
             if proc.poll() is None:
                 proc.kill()
             proc.wait(10)
+
+
+def _classic_scenario(bs, group, topic):
+    """c1 joins, c2 joins, c2 leaves, c1 leaves: each member a kohort Consumer."""
+    c1 = _member(bs, group, topic, "log-c1")
+    c2 = None
+    try:
+        assert _wait(lambda: c1.poll(0.1) is not None and len(c1.assignment()) == 2, 60, lambda: None)
+        c2 = _member(bs, group, topic, "log-c2")
+        assert _wait(lambda: [c.poll(0.1) for c in (c1, c2)] and len(c1.assignment()) == len(c2.assignment()) == 1,
+                     60, lambda: None)
+        c2.close()
+        c2 = None
+        assert _wait(lambda: c1.poll(0.1) is not None and len(c1.assignment()) == 2, 60, lambda: None)
+    finally:
+        for c in (c1, c2):
+            if c is not None:
+                c.close()
+
+
+def _norm(reason: str, ids: dict) -> str:
+    def sub(m):
+        return ids.setdefault(m.group(0), f"M{len(ids) + 1}")
+    return re.sub(r"[A-Za-z0-9_.-]+-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", sub, reason)
+
+
+@pytest.mark.slow
+def test_rebalance_reasons_match_apache_kafka(b):
+    """The same classic-group story told by Apache Kafka 4.3.1's group coordinator log and by kohort's:
+    the same rebalances with the same reasons (member ids aside)."""
+    from tests.kafka_cluster import KafkaCluster
+    topic, group = f"lgk-{uuid.uuid4().hex[:6]}", f"lgk-{uuid.uuid4().hex[:6]}"
+    kc = KafkaCluster(nodes=1)
+    kc.log4j.write_text(kc.log4j.read_text() + "logger.gc.name = org.apache.kafka.coordinator.group\n"
+                                                "logger.gc.level = INFO\n")
+    try:
+        kc.start()
+        kc.create_topic(topic, 2)
+        _classic_scenario(kc.bootstrap, group, topic)
+        deadline = time.monotonic() + 20
+        pat = re.compile(rf"Preparing to rebalance group {re.escape(group)} in state \w+ with old generation "
+                         rf"\d+ \(reason: (.*)\)\.")
+        while True:
+            theirs = [m.group(1) for m in pat.finditer(kc.nodes[0].log())]
+            if len(theirs) >= 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        kc.close()
+    _produce(b.bootstrap, topic, {0: 1, 1: 1})
+    _classic_scenario(b.bootstrap, group, topic)
+    wait_event(b, event="empty", group=group)
+    ours = [e["reason"] for e in events(b) if e.get("event") == "rebalance" and e.get("group") == group]
+    assert [_norm(r, {}) for r in ours] and len(ours) == len(theirs), (ours, theirs)
+    ids_o, ids_t = {}, {}
+    assert [_norm(r, ids_o) for r in ours] == [_norm(r, ids_t) for r in theirs], (ours, theirs)

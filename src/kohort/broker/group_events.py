@@ -5,17 +5,20 @@ cause)` after applying an operation, a timer or a completed append, and the obse
 group's state with its snapshot and turns the difference into events:
 
 classic groups (Kafka's GroupCoordinator log lines and rebalance reasons):
-  * `member-joined` / `member-left` / `member-expired` ("Member X in group G has failed, removing it
-    from the group."),
+  * `member-joined` / `member-left` ("[Group G] Member X has left group through explicit `LeaveGroup`
+    request; client reason: C") / `member-expired` ("Member X in group G has failed, removing it from
+    the group."),
   * `rebalance` "Preparing to rebalance group G in state S with old generation N (reason: R)." with
     Kafka's reasons: "Adding new member X with group instance id I; client reason: C", "Updating
     metadata for member X during S; client reason: C", "Leader X re-joining group during S; client
-    reason: C", "Removing member X on LeaveGroup; client reason: C", "Removing member X on heartbeat
+    reason: C", "explicit `LeaveGroup` request for (X) members.", "removing member X on heartbeat
     expiration." (client reason "not provided" when the client sent none),
   * `stabilized` "Stabilized group G generation N with M members.", `empty` "Group G with generation N
     is now empty.";
-KIP-848 consumer groups (Kafka's GroupMetadataManager lines): `member-joined`, `member-left`,
-  `member-fenced` (session or rebalance timeout), `epoch-bump` "[GroupId G] Bumped group epoch to N.",
+KIP-848 consumer groups (Kafka's GroupMetadataManager lines): `member-joined` "[GroupId G] Member X joins
+  the consumer group using the consumer protocol.", `member-left`, `member-fenced` "[GroupId G] Member X
+  fenced from the group because the member session expired." (or a rebalance, join or sync timeout),
+  `epoch-bump` "[GroupId G] Bumped group epoch to N.",
   `member-epoch` (DEBUG) "[GroupId G] Member X new assignment state: epoch=E, previousEpoch=P, ...".
 
 Each event is one log record on `kohort.broker.groups` with the fields under `extra={"event": ...}`
@@ -43,7 +46,8 @@ def consumer_snapshot(g) -> dict:
             "members": {m.member_id: (m.instance_id, m.client_id, m.client_host, m.member_epoch,
                                       m.previous_member_epoch, m.state.name,
                                       sum(len(ps) for ps in m.assigned.values()),
-                                      sum(len(ps) for ps in m.pending_revocation.values()))
+                                      sum(len(ps) for ps in m.pending_revocation.values()),
+                                      m.classic is not None)
                         for m in g.members.values()}}
 
 
@@ -114,7 +118,10 @@ class GroupObserver:
                            f"Member {m} in group {gid} has failed, removing it from the group.", gid,
                            member_id=m, client_id=cid, group_instance_id=inst, protocol="classic")
             else:
-                self._emit(logging.INFO, "member-left", f"Member {m} left group {gid} ({op}).", gid,
+                self._emit(logging.INFO, "member-left",
+                           f"[Group {gid}] Member {m} has left group through explicit `LeaveGroup` request; "
+                           f"client reason: {_reason(cause.get('reason'))}" if op == "leave_group" else
+                           f"[Group {gid}] Member {m} has left group ({op}).", gid,
                            member_id=m, client_id=cid, group_instance_id=inst, protocol="classic",
                            reason=_reason(cause.get("reason")))
         prep = "PreparingRebalance"
@@ -148,13 +155,13 @@ class GroupObserver:
         if joined:
             m = joined[0]
             inst = a_members[m][0]
-            return f"Adding new member {m} with group instance id {inst or 'None'}; client reason: {client}"
+            return f"Adding new member {m} with group instance id {inst or 'null'}; client reason: {client}"
         if left:
             if op == "timer":
-                return f"Removing member {left[0]} on heartbeat expiration."
+                return f"removing member {left[0]} on heartbeat expiration."
             if op == "leave_group":
-                return f"Removing member {left[0]} on LeaveGroup; client reason: {client}"
-            return f"Removing member {left[0]} ({op})"
+                return f"explicit `LeaveGroup` request for ({', '.join(left)}) members."
+            return f"removing member {left[0]} ({op})."
         m = cause.get("member_id")
         if op == "join_group" and m:
             if before is not None and before.get("leader") == m:
@@ -170,17 +177,20 @@ class GroupObserver:
             if m not in b_members:
                 inst, cid, host = a_members[m][:3]
                 self._emit(logging.INFO, "member-joined",
-                           f"[GroupId {gid}] Member {m} joined the consumer group (client id {cid}, host {host}, "
-                           f"instance id {inst}).", gid, member_id=m, client_id=cid, host=host,
-                           group_instance_id=inst, protocol="consumer")
+                           f"[GroupId {gid}] Member {m} joins the consumer group using the "
+                           f"{'classic' if a_members[m][8] else 'consumer'} protocol.", gid, member_id=m,
+                           client_id=cid, host=host, group_instance_id=inst,
+                           protocol="classic" if a_members[m][8] else "consumer")
         for m in b_members:
             if m not in a_members:
                 inst, cid = b_members[m][:2]
                 timer = cause.get("timer")
                 if timer:
-                    why = {"cg-session": "its session expired", "cg-rebalance": "it did not revoke partitions in "
-                           "time (rebalance timeout)", "cg-join": "its classic join timed out",
-                           "cg-sync": "its classic sync timed out"}.get(timer, timer)
+                    why = {"cg-session": "the member session expired",
+                           "cg-rebalance": f"it failed to transition from epoch {b_members[m][3]} within its "
+                                           f"rebalance timeout",
+                           "cg-join": "the classic member failed to join within the rebalance timeout",
+                           "cg-sync": "the member failed to sync within timeout"}.get(timer, timer)
                     self._emit(logging.INFO, "member-fenced",
                                f"[GroupId {gid}] Member {m} fenced from the group because {why}.", gid,
                                member_id=m, client_id=cid, group_instance_id=inst, reason=why, protocol="consumer")
@@ -197,8 +207,8 @@ class GroupObserver:
                        gid, assignment_epoch=after["assignment_epoch"])
         for m, st in a_members.items():
             old = b_members.get(m)
-            if old is None or old[3:] != st[3:]:
-                epoch, prev, state, assigned, revoking = st[3:]
+            if old is None or old[3:8] != st[3:8]:
+                epoch, prev, state, assigned, revoking = st[3:8]
                 self._emit(logging.DEBUG, "member-epoch",
                            f"[GroupId {gid}] Member {m} new assignment state: epoch={epoch}, previousEpoch={prev}, "
                            f"state={state}, assignedPartitions={assigned} and revokedPartitions={revoking}.",
