@@ -35,3 +35,30 @@ def test_config_sources_match_kafka_configs(capsys):
         lines = capsys.readouterr().out.split("\n\n")[1].splitlines()
         assert lines[0].split() == ["TOPIC", "CONFIG", "VALUE", "SOURCE"]
         assert [ln.split() for ln in lines[1:]] == [["tc", "cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG"]]
+
+
+def test_every_command_takes_log_level():
+    """`--log-level debug` on a client command shows kohort's client log on stderr (it was broker-only)."""
+    import argparse
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    from kohort.cli.main import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        leaves = list(subs[0].choices.values()) if subs else [p]
+        for leaf in leaves:
+            if leaf.prog.endswith("validate-regex"):
+                continue                    # no broker, no logging
+            assert "--log-level" in leaf._option_string_actions, leaf.prog
+    with KohortBroker() as b:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+        r = subprocess.run([sys.executable, "-m", "kohort.cli.main", "topics", "list", "-b", b.bootstrap,
+                            "--log-level", "debug"], capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 0 and " DEBUG kohort.client" in r.stderr, r.stderr[-2000:]
+        r = subprocess.run([sys.executable, "-m", "kohort.cli.main", "topics", "list", "-b", b.bootstrap],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 0 and "DEBUG" not in r.stderr

@@ -660,6 +660,7 @@ class NetworkClient:
         if not proto.ready:
             return
         conn.state = READY
+        log.debug("connected to broker %s (%s:%s)", conn.node_id, conn.host, conn.port)
         self._ever_ready = True
         b = self._backoffs.get(conn.node_id)
         if b is not None:
