@@ -255,18 +255,17 @@ def assignment_text(pairs) -> str:
     return ";".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(by.items())) or MISSING
 
 
-def _coordinator_text(a, node, timeout, cache={}) -> str:
-    key = id(a)
-    if key not in cache:
-        cache.clear()
-        cache[key] = {b.node_id: f"{b.host}:{b.port}" for b in a.describe_cluster(timeout).brokers}
-    addr = cache[key].get(node)
+def coordinator_text(addresses: dict, node) -> str:
+    """`host:port  (id)`, as kafka-consumer-groups.sh --state prints the coordinator."""
+    addr = addresses.get(node)
     return f"{addr}  ({node})" if addr else str(node)
 
 
 def cmd_describe(args) -> int:
     views, failed = [], 0
     with admin_client(args) as a:
+        addresses = {b.node_id: f"{b.host}:{b.port}" for b in a.describe_cluster(args.timeout).brokers} \
+            if args.state else {}
         for g in _group_names(a, args):
             try:
                 v = group_view(a, g, args.timeout)
@@ -275,7 +274,7 @@ def cmd_describe(args) -> int:
                 failed += 1
                 continue
             if args.state:
-                v["coordinator_address"] = _coordinator_text(a, v["coordinator"], args.timeout)
+                v["coordinator_address"] = coordinator_text(addresses, v["coordinator"])
             elif not args.members:
                 v["partitions"] = offset_rows(a, v, args.timeout)
             views.append(v)
@@ -484,17 +483,17 @@ def cmd_reset(args) -> int:
     with admin_client(args) as a:
         groups = _group_names(a, args)
         from_file = read_reset_csv(args.from_file, groups) if args.from_file else None
+        target = None if from_file is not None else _target(args)      # one "now" for --by-duration
         for g in groups:
-            if from_file is not None:
-                if g not in from_file:
-                    print(f"kohort groups: no reset plan for group {g} found in {args.from_file}", file=sys.stderr)
-                    failed += 1
-                    continue
-                to, value, tps = "offsets", from_file[g], sorted(from_file[g])
-            else:
-                to, value = _target(args)
-                tps = _partitions(a, args, g)
+            if from_file is not None and g not in from_file:
+                print(f"kohort groups: no reset plan for group {g} found in {args.from_file}", file=sys.stderr)
+                failed += 1
+                continue
             try:
+                if from_file is not None:
+                    to, value, tps = "offsets", from_file[g], sorted(from_file[g])
+                else:
+                    (to, value), tps = target, _partitions(a, args, g)
                 plans[g] = a.reset_group_offsets(g, tps, to=to, value=value, dry_run=not args.execute,
                                                  timeout=args.timeout)
             except KohortError as e:
@@ -505,13 +504,10 @@ def cmd_reset(args) -> int:
     if args.export:
         print(export_csv(plans, single=len(groups) == 1), end="")
     elif args.json:
-        print_json([{"group": g, "executed": bool(args.execute),
-                     "partitions": [{"topic": tp.topic, "partition": tp.partition, "old_offset": old,
-                                     "new_offset": new} for tp, (old, new) in sorted(plan.items())]}
-                    for g, plan in plans.items()] if len(groups) > 1 else
-                   {"group": groups[0], "executed": bool(args.execute),
-                    "partitions": [{"topic": tp.topic, "partition": tp.partition, "old_offset": old,
-                                    "new_offset": new} for tp, (old, new) in sorted(plans.get(groups[0], {}).items())]})
+        out = [{"group": g, "executed": bool(args.execute),
+                "partitions": [{"topic": tp.topic, "partition": tp.partition, "old_offset": old, "new_offset": new}
+                               for tp, (old, new) in sorted(plan.items())]} for g, plan in plans.items()]
+        print_json(out[0] if len(groups) == 1 and out else out)     # one group: one object, as before
     else:
         print(table(["GROUP", "TOPIC", "PARTITION", "OLD-OFFSET", "NEW-OFFSET"],
                     [(g, tp.topic, tp.partition, old, new) for g, plan in plans.items()
