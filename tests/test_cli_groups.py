@@ -134,6 +134,12 @@ def test_consumer_group_members_verbose_matches_kafka_tool(capsys, kb):
         theirs = rows(kafka(kb, "--describe", "--group", group, "--members", "--verbose"))
         assert ours == theirs, (ours, theirs)
         assert ours[1][4:] == ["3", ours[1][5], f"{topic}:0,1,2", ours[1][5], f"{topic}:0,1,2"]
+        # --offsets: the same partitions, offsets, lag and owner as Kafka's tool
+        rc, out, _ = kohort(capsys, "groups", "--describe", "--group", group, "--bootstrap-server", kb)
+        ours = {(r[1], r[2]): (r[3], r[4], r[5], r[6]) for r in rows(out)[1:]}
+        theirs = {(r[1], r[2]): (r[3], r[4], r[5], r[6])
+                  for r in rows(kafka(kb, "--describe", "--group", group))[1:]}
+        assert ours == theirs and len(ours) == 3, (ours, theirs)
         rc, out, _ = kohort(capsys, "groups", "describe", group, "--state", "--verbose", "-b", kb)
         ours, theirs = rows(out), rows(kafka(kb, "--describe", "--group", group, "--state", "--verbose"))
         assert ours == theirs, (ours, theirs)
