@@ -71,6 +71,7 @@ def test_kafka_spelling_is_translated():
         kafka_style(["--list", "--describe"])
 
 
+@pytest.mark.slow
 def test_classic_group_describe_matches_kafka_tool(capsys, kb):
     """A live classic group of two confluent-kafka members: offsets (lag per partition), members and
     state as kohort prints them equal what kafka-consumer-groups.sh prints for the same group."""
@@ -116,37 +117,40 @@ def test_classic_group_describe_matches_kafka_tool(capsys, kb):
             c.close()
 
 
-def test_consumer_group_members_verbose_matches_kafka_tool(capsys, kb):
-    """A KIP-848 consumer group (confluent-kafka, group.protocol=consumer): member epochs, target
-    assignments, group and target-assignment epochs read by ConsumerGroupDescribe, as Kafka's tool shows."""
-    topic, group = uniq("cg848"), uniq("cg848")
+def _consumer_group(capsys, kb, name):
+    """A KIP-848 consumer group of one confluent-kafka member (group.protocol=consumer), Stable, that
+    consumed and committed 3 partitions x 5 records. Returns (topic, group, process)."""
+    topic, group = uniq(name), uniq(name)
     _topic(kb, topic, 3, {0: 5, 1: 5, 2: 5})
     p, lines = _ck_member(kb, group, topic, seconds=60)
-    try:
-        assert _wait(lambda: len(_owned(lines)) == 3, 40, lambda: None)
+    assert _wait(lambda: len(_owned(lines)) == 3, 40, lambda: None)
 
-        def stable():
-            rc, out, _ = kohort(capsys, "groups", "describe", group, "--state", "--json", "-b", kb)
-            return json.loads(out)[0]["state"] == "Stable"
-        assert _wait(stable, 20, lambda: None)
+    def stable():
+        rc, out, _ = kohort(capsys, "groups", "describe", group, "--state", "--json", "-b", kb)
+        return rc == 0 and json.loads(out)[0]["state"] == "Stable"
+    assert _wait(stable, 20, lambda: None)
+    return topic, group, p
+
+
+def _stop(p):
+    if p.poll() is None:
+        p.kill()
+    p.wait(10)
+
+
+def test_consumer_group_describe_lag_and_list(capsys, kb):
+    """A KIP-848 consumer group: members with epochs and target assignments (ConsumerGroupDescribe),
+    lag, reset refused while active, --list --type/--state."""
+    topic, group, p = _consumer_group(capsys, kb, "cg848")
+    try:
         rc, out, _ = kohort(capsys, "groups", "describe", group, "--members", "--verbose", "-b", kb)
         ours = rows(out)
-        theirs = rows(kafka(kb, "--describe", "--group", group, "--members", "--verbose"))
-        assert ours == theirs, (ours, theirs)
+        assert ours[0][-4:] == ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
         assert ours[1][4:] == ["3", ours[1][5], f"{topic}:0,1,2", ours[1][5], f"{topic}:0,1,2"]
-        # --offsets: the same partitions, offsets, lag and owner as Kafka's tool
-        rc, out, _ = kohort(capsys, "groups", "--describe", "--group", group, "--bootstrap-server", kb)
-        ours = {(r[1], r[2]): (r[3], r[4], r[5], r[6]) for r in rows(out)[1:]}
-        theirs = {(r[1], r[2]): (r[3], r[4], r[5], r[6])
-                  for r in rows(kafka(kb, "--describe", "--group", group))[1:]}
-        assert ours == theirs and len(ours) == 3, (ours, theirs)
-        rc, out, _ = kohort(capsys, "groups", "describe", group, "--state", "--verbose", "-b", kb)
-        ours, theirs = rows(out), rows(kafka(kb, "--describe", "--group", group, "--state", "--verbose"))
-        assert ours == theirs, (ours, theirs)
         rc, out, _ = kohort(capsys, "groups", "describe", group, "--members", "--json", "-b", kb)
         (v,) = json.loads(out)
         assert v["type"] == "consumer" and v["members"][0]["member_type"] == "consumer"
-        assert v["members"][0]["member_epoch"] == v["group_epoch"] == v["target_assignment_epoch"]
+        assert v["members"][0]["member_epoch"] == v["group_epoch"] == v["target_assignment_epoch"] >= 1
         # `lag` and reset's activity check read a consumer group too (Admin.describe_groups falls back to
         # ConsumerGroupDescribe, as Kafka's Admin does; it was GROUP_ID_NOT_FOUND before)
         rc, out, err = kohort(capsys, "groups", "lag", group, "--json", "-b", kb)
@@ -155,22 +159,39 @@ def test_consumer_group_members_verbose_matches_kafka_tool(capsys, kb):
         rc, _, err = kohort(capsys, "groups", "reset-offsets", group, "--all-topics", "--to-earliest", "--execute",
                             "-b", kb)
         assert rc == 1 and "Stable" in err and "inactive" in err
-        # --list --type / --state, as Kafka's tool lists them
         rc, out, _ = kohort(capsys, "groups", "--list", "--type", "consumer", "-b", kb)
         assert [group, "Consumer", "Stable", "consumer"] in rows(out)
         assert all(r[1] == "Consumer" for r in rows(out)[1:])
-        assert [group, "Consumer"] in rows(kafka(kb, "--list", "--type", "consumer"))
         rc, out, _ = kohort(capsys, "groups", "list", "--state", "empty", "-b", kb)
         assert group not in out
         rc, _, err = kohort(capsys, "groups", "list", "--state", "sleepy", "-b", kb)
         assert rc == 1 and "valid states are" in err
-        # --describe --all-groups includes it
         rc, out, _ = kohort(capsys, "groups", "describe", "--all-groups", "--state", "--json", "-b", kb)
         assert group in {v["group"] for v in json.loads(out)}
     finally:
-        if p.poll() is None:
-            p.kill()
-        p.wait(10)
+        _stop(p)
+
+
+@pytest.mark.slow
+def test_consumer_group_describe_matches_kafka_tool(capsys, kb):
+    """The same KIP-848 group as Kafka's tool shows it: --members --verbose, --offsets, --state --verbose,
+    --list --type."""
+    topic, group, p = _consumer_group(capsys, kb, "cg848k")
+    try:
+        rc, out, _ = kohort(capsys, "groups", "describe", group, "--members", "--verbose", "-b", kb)
+        ours, theirs = rows(out), rows(kafka(kb, "--describe", "--group", group, "--members", "--verbose"))
+        assert ours == theirs, (ours, theirs)
+        rc, out, _ = kohort(capsys, "groups", "--describe", "--group", group, "--bootstrap-server", kb)
+        ours = {(r[1], r[2]): (r[3], r[4], r[5], r[6]) for r in rows(out)[1:]}
+        theirs = {(r[1], r[2]): (r[3], r[4], r[5], r[6])
+                  for r in rows(kafka(kb, "--describe", "--group", group))[1:]}
+        assert ours == theirs and len(ours) == 3, (ours, theirs)
+        rc, out, _ = kohort(capsys, "groups", "describe", group, "--state", "--verbose", "-b", kb)
+        ours, theirs = rows(out), rows(kafka(kb, "--describe", "--group", group, "--state", "--verbose"))
+        assert ours == theirs, (ours, theirs)
+        assert [group, "Consumer"] in rows(kafka(kb, "--list", "--type", "consumer"))
+    finally:
+        _stop(p)
 
 
 def test_delete_offsets(capsys, kb):
@@ -186,41 +207,69 @@ def test_delete_offsets(capsys, kb):
     from kohort.client.admin import Admin
     with Admin({"bootstrap.servers": kb}) as a:
         assert {(tp.topic, tp.partition) for tp in a.list_group_offsets(group)} == {(t1, 0), (t2, 0)}
-    out = kafka(kb, "--delete-offsets", "--group", group, "--topic", t2)     # Kafka's tool on the same group
-    assert "Request succeeded" in out
+    rc, out, err = kohort(capsys, "groups", "delete-offsets", group, "--topic", "nope", "-b", kb)
+    assert rc == 1 and "nope" in err
+
+
+@pytest.mark.slow
+def test_delete_offsets_kafka_tool_on_kohort(capsys, kb):
+    t1, group = uniq("dok"), uniq("dok")
+    _topic(kb, t1, 2, {0: 2, 1: 2})
+    _commit(kb, group, {(t1, 0): 1, (t1, 1): 2})
+    out = kafka(kb, "--delete-offsets", "--group", group, "--topic", f"{t1}:1")
+    assert "Request succeeded" in out and [t1, "1", "Successful"] in rows(out)
+    from kohort.client.admin import Admin
     with Admin({"bootstrap.servers": kb}) as a:
         assert {(tp.topic, tp.partition) for tp in a.list_group_offsets(group)} == {(t1, 0)}
 
 
-def test_reset_by_duration_export_and_from_file_match_kafka_tool(capsys, kb, tmp_path):
-    """--by-duration finds the first record at most that old; --export prints Kafka's CSV; each tool's
-    --from-file takes the other's CSV."""
-    topic, group = uniq("rs"), uniq("rs")
+def _aged_topic(kb, name):
+    topic, group = uniq(name), uniq(name)
     now = int(time.time() * 1000)
     stamps = [now - 3 * 3600_000] * 4 + [now - 60_000] * 3      # 4 records 3 h old, 3 a minute old
     _topic(kb, topic, 2, {0: 7, 1: 7}, timestamps=stamps)
     _commit(kb, group, {(topic, 0): 0, (topic, 1): 0})
+    return topic, group
+
+
+def test_reset_by_duration_export_and_from_file(capsys, kb, tmp_path):
+    """--by-duration finds the first record at most that old; --export prints Kafka's CSV; --from-file
+    reads it (one group: topic,partition,offset; several: group,topic,partition,offset)."""
+    topic, group = _aged_topic(kb, "rs")
     rc, out, _ = kohort(capsys, "groups", "--reset-offsets", "--group", group, "--topic", topic,
                         "--by-duration", "PT1H", "--export", "--bootstrap-server", kb)
-    assert rc == 0
-    assert out == f"{topic},0,4\n{topic},1,4\n"
-    theirs = kafka(kb, "--reset-offsets", "--group", group, "--topic", topic, "--by-duration", "PT1H", "--export")
-    assert sorted(ln for ln in theirs.splitlines() if ln.strip()) == out.splitlines()
-    # Kafka's CSV (shifted by hand) → kohort --from-file --execute
+    assert rc == 0 and out == f"{topic},0,4\n{topic},1,4\n"
     csv = tmp_path / "plan.csv"
     csv.write_text(f"{topic},0,2\n{topic},1,6\n")
     rc, out, _ = kohort(capsys, "groups", "reset-offsets", group, "--from-file", str(csv), "--execute", "--json",
                         "-b", kb)
     assert rc == 0 and [p["new_offset"] for p in json.loads(out)["partitions"]] == [2, 6]
-    # kohort's multi-group export (group column) → Kafka's --from-file reads it
+    other = uniq("other")
+    rc, out, _ = kohort(capsys, "groups", "reset-offsets", group, other, "--topic", f"{topic}:0",
+                        "--to-earliest", "--export", "-b", kb)
+    assert out.splitlines() == [f"{group},{topic},0,0", f"{other},{topic},0,0"]
+    csv.write_text(out)
+    rc, out, _ = kohort(capsys, "groups", "reset-offsets", group, other, "--from-file", str(csv), "--json", "-b", kb)
+    assert rc == 0 and [(g["group"], g["partitions"][0]["new_offset"]) for g in json.loads(out)] == \
+        [(group, 0), (other, 0)]
+    rc, _, err = kohort(capsys, "groups", "reset-offsets", group, "--topic", topic, "--by-duration", "1h", "-b", kb)
+    assert rc == 1 and "ISO-8601" in err
+
+
+@pytest.mark.slow
+def test_reset_csv_and_by_duration_match_kafka_tool(capsys, kb, tmp_path):
+    """Kafka's tool plans the same --by-duration reset and reads kohort's multi-group CSV."""
+    topic, group = _aged_topic(kb, "rsk")
+    rc, out, _ = kohort(capsys, "groups", "--reset-offsets", "--group", group, "--topic", topic,
+                        "--by-duration", "PT1H", "--export", "--bootstrap-server", kb)
+    theirs = kafka(kb, "--reset-offsets", "--group", group, "--topic", topic, "--by-duration", "PT1H", "--export")
+    assert sorted(ln for ln in theirs.splitlines() if ln.strip()) == out.splitlines() == [f"{topic},0,4", f"{topic},1,4"]
     rc, out, _ = kohort(capsys, "groups", "reset-offsets", group, uniq("other"), "--topic", f"{topic}:0",
                         "--to-earliest", "--export", "-b", kb)
-    assert out.splitlines()[0] == f"{group},{topic},0,0"
+    csv = tmp_path / "plan.csv"
     csv.write_text(out)
     theirs = kafka(kb, "--reset-offsets", "--group", group, "--from-file", str(csv), "--dry-run")
     assert [group, topic, "0", "0"] in rows(theirs)
-    rc, _, err = kohort(capsys, "groups", "reset-offsets", group, "--topic", topic, "--by-duration", "1h", "-b", kb)
-    assert rc == 1 and "ISO-8601" in err
 
 
 def test_duration_parsing_follows_java():

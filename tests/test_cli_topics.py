@@ -4,6 +4,8 @@ what the topic sets, STATIC_BROKER_CONFIG for the broker's --config, DEFAULT_CON
 import json
 import re
 
+import pytest
+
 from kohort.cli.main import main
 from tests.brokers import KohortBroker
 from tests.kafka_cluster import run_tool
@@ -11,16 +13,32 @@ from tests.kafka_cluster import run_tool
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 
 
+def _sources(capsys, b):
+    assert main(["topics", "create", "tc", "-c", "cleanup.policy=compact", "-b", b.bootstrap]) == 0
+    capsys.readouterr()
+    assert main(["topics", "describe", "tc", "--configs", "--json", "-b", b.bootstrap]) == 0
+    ours = json.loads(capsys.readouterr().out)[0]["configs"]
+    assert ours["cleanup.policy"]["source"] == "DYNAMIC_TOPIC_CONFIG" and ours["cleanup.policy"]["override"]
+    assert ours["retention.ms"] == {"value": "3600000", "source": "STATIC_BROKER_CONFIG", "override": False,
+                                    "read_only": False, "sensitive": False}
+    assert ours["segment.bytes"]["source"] == "DEFAULT_CONFIG"
+    # the table: a SOURCE column; --overrides keeps what the topic sets
+    assert main(["topics", "describe", "tc", "--configs", "--overrides", "-b", b.bootstrap]) == 0
+    lines = capsys.readouterr().out.split("\n\n")[1].splitlines()
+    assert lines[0].split() == ["TOPIC", "CONFIG", "VALUE", "SOURCE"]
+    assert [ln.split() for ln in lines[1:]] == [["tc", "cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG"]]
+    return ours
+
+
+def test_config_sources(capsys):
+    with KohortBroker(config={"log.retention.ms": 3600000}) as b:
+        _sources(capsys, b)
+
+
+@pytest.mark.slow
 def test_config_sources_match_kafka_configs(capsys):
     with KohortBroker(config={"log.retention.ms": 3600000}) as b:
-        assert main(["topics", "create", "tc", "-c", "cleanup.policy=compact", "-b", b.bootstrap]) == 0
-        capsys.readouterr()
-        assert main(["topics", "describe", "tc", "--configs", "--json", "-b", b.bootstrap]) == 0
-        ours = json.loads(capsys.readouterr().out)[0]["configs"]
-        assert ours["cleanup.policy"]["source"] == "DYNAMIC_TOPIC_CONFIG" and ours["cleanup.policy"]["override"]
-        assert ours["retention.ms"] == {"value": "3600000", "source": "STATIC_BROKER_CONFIG", "override": False,
-                                        "read_only": False, "sensitive": False}
-        assert ours["segment.bytes"]["source"] == "DEFAULT_CONFIG"
+        ours = _sources(capsys, b)
         out = run_tool(CONFIG_COMMAND, "--bootstrap-server", b.bootstrap, "--describe", "--all",
                        "--entity-type", "topics", "--entity-name", "tc").stdout
         theirs = {}
@@ -30,11 +48,6 @@ def test_config_sources_match_kafka_configs(capsys):
                 theirs[m.group(1)] = (m.group(2), m.group(3))
         assert len(theirs) > 10
         assert {k: (v["value"] if v["value"] is not None else "null", v["source"]) for k, v in ours.items()} == theirs
-        # the table: a SOURCE column; --overrides keeps what the topic sets
-        assert main(["topics", "describe", "tc", "--configs", "--overrides", "-b", b.bootstrap]) == 0
-        lines = capsys.readouterr().out.split("\n\n")[1].splitlines()
-        assert lines[0].split() == ["TOPIC", "CONFIG", "VALUE", "SOURCE"]
-        assert [ln.split() for ln in lines[1:]] == [["tc", "cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG"]]
 
 
 def test_every_command_takes_log_level():
