@@ -84,12 +84,28 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     log = logging.getLogger("kohort")
     for h in [h for h in log.handlers if getattr(h, "_kohort_cli", False)]:
         log.removeHandler(h)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler._kohort_cli = True
     handler.setFormatter(JsonLogFormatter() if fmt == "json" else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     log.addHandler(handler)
     log.setLevel(getattr(logging, level.upper(), logging.INFO))
+
+
+class _Stderr(logging.StreamHandler):
+    """A StreamHandler writing to whatever sys.stderr is at the time of the record (so a command run
+    in-process with stderr redirected, then restored, never writes to a closed stream)."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
 
 
 class JsonLogFormatter(logging.Formatter):
