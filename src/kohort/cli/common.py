@@ -88,8 +88,11 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     handler._kohort_cli = True
     handler.setFormatter(JsonLogFormatter() if fmt == "json" else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    lv = getattr(logging, level.upper(), logging.INFO)
+    handler.setLevel(lv)
     log.addHandler(handler)
-    log.setLevel(getattr(logging, level.upper(), logging.INFO))
+    if lv < log.getEffectiveLevel():      # let more through; never silence what others asked for
+        log.setLevel(lv)
 
 
 class _Stderr(logging.StreamHandler):
