@@ -1,5 +1,6 @@
 """`kohort groups` against kafka-consumer-groups.sh (Kafka 4.3.1's ConsumerGroupCommand) on the same
-kohort broker and the same groups: --describe --offsets/--members/--state [--verbose] (classic groups and
+groups, on kohort's broker and on Apache Kafka (those comparisons are slow tests; the default ones check
+kohort's side of the same features): --describe --offsets/--members/--state [--verbose] (classic groups and
 KIP-848 consumer groups), --all-groups, --list --type/--state, --delete-offsets, --reset-offsets
 --by-duration, --export and --from-file (each tool reads the other's CSV), and Kafka's own spelling
 (`kohort groups --describe --group G`)."""
@@ -21,6 +22,13 @@ from tests.test_kip848_broker import BROKER_CONFIG, _ck_member, _owned, _wait
 def kb():
     with KohortBroker(config=BROKER_CONFIG) as b:
         yield b.bootstrap
+
+
+@pytest.fixture(params=["kohort", "kafka"])
+def bs(request, kb):
+    """The slow comparisons run on kohort's broker and on Apache Kafka 4.3.1 (kohort's CLI against
+    Kafka's answers, too)."""
+    return kb if request.param == "kohort" else request.getfixturevalue("kafka1").bootstrap
 
 
 def uniq(prefix: str) -> str:
@@ -72,13 +80,13 @@ def test_kafka_spelling_is_translated():
 
 
 @pytest.mark.slow
-def test_classic_group_describe_matches_kafka_tool(capsys, kb):
+def test_classic_group_describe_matches_kafka_tool(capsys, bs):
     """A live classic group of two confluent-kafka members: offsets (lag per partition), members and
     state as kohort prints them equal what kafka-consumer-groups.sh prints for the same group."""
     from confluent_kafka import Consumer, TopicPartition
     topic, group = uniq("cg-live"), uniq("cg-live")
-    _topic(kb, topic, 4, {0: 3, 1: 4, 2: 5, 3: 6})
-    consumers = [Consumer({"bootstrap.servers": kb, "group.id": group, "client.id": f"cg-peer-{i}",
+    _topic(bs, topic, 4, {0: 3, 1: 4, 2: 5, 3: 6})
+    consumers = [Consumer({"bootstrap.servers": bs, "group.id": group, "client.id": f"cg-peer-{i}",
                            "auto.offset.reset": "earliest", "enable.auto.commit": False,
                            "heartbeat.interval.ms": 500, "log_level": 0}) for i in range(2)]
     try:
@@ -91,25 +99,25 @@ def test_classic_group_describe_matches_kafka_tool(capsys, kb):
         for c in consumers:
             c.commit(offsets=[TopicPartition(topic, tp.partition, 1) for tp in c.assignment()], asynchronous=False)
         # --offsets (the default): the same lag per partition, the same owners
-        rc, out, _ = kohort(capsys, "groups", "--describe", "--group", group, "--bootstrap-server", kb)
+        rc, out, _ = kohort(capsys, "groups", "--describe", "--group", group, "--bootstrap-server", bs)
         assert rc == 0
         ours = {(r[1], r[2]): (r[3], r[4], r[5], r[8]) for r in rows(out)[1:]}
-        theirs = {(r[1], r[2]): (r[3], r[4], r[5], r[8]) for r in rows(kafka(kb, "--describe", "--group", group))[1:]}
+        theirs = {(r[1], r[2]): (r[3], r[4], r[5], r[8]) for r in rows(kafka(bs, "--describe", "--group", group))[1:]}
         assert ours == theirs and len(ours) == 4
         assert {v[2] for v in ours.values()} == {"2", "3", "4", "5"}
-        rc, out, _ = kohort(capsys, "groups", "describe", group, "--offsets", "--verbose", "-b", kb)
+        rc, out, _ = kohort(capsys, "groups", "describe", group, "--offsets", "--verbose", "-b", bs)
         assert rows(out)[0][3] == "LEADER-EPOCH"
         # --members --verbose: the same members and partition counts
         rc, out, _ = kohort(capsys, "groups", "--describe", "--group", group, "--members", "--verbose",
-                            "--bootstrap-server", kb)
+                            "--bootstrap-server", bs)
         ours = rows(out)
-        theirs = rows(kafka(kb, "--describe", "--group", group, "--members", "--verbose"))
+        theirs = rows(kafka(bs, "--describe", "--group", group, "--members", "--verbose"))
         assert ours[0] == theirs[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
                                         "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
         assert sorted(ours[1:]) == sorted(theirs[1:]) and len(ours) == 3
         # --state
-        rc, out, _ = kohort(capsys, "groups", "describe", group, "--state", "-b", kb)
-        ours, theirs = rows(out), rows(kafka(kb, "--describe", "--group", group, "--state"))
+        rc, out, _ = kohort(capsys, "groups", "describe", group, "--state", "-b", bs)
+        ours, theirs = rows(out), rows(kafka(bs, "--describe", "--group", group, "--state"))
         assert ours == theirs, (ours, theirs)
         assert ours[1][-3:] == ["range", "Stable", "2"]
     finally:
@@ -173,23 +181,23 @@ def test_consumer_group_describe_lag_and_list(capsys, kb):
 
 
 @pytest.mark.slow
-def test_consumer_group_describe_matches_kafka_tool(capsys, kb):
+def test_consumer_group_describe_matches_kafka_tool(capsys, bs):
     """The same KIP-848 group as Kafka's tool shows it: --members --verbose, --offsets, --state --verbose,
     --list --type."""
-    topic, group, p = _consumer_group(capsys, kb, "cg848k")
+    topic, group, p = _consumer_group(capsys, bs, "cg848k")
     try:
-        rc, out, _ = kohort(capsys, "groups", "describe", group, "--members", "--verbose", "-b", kb)
-        ours, theirs = rows(out), rows(kafka(kb, "--describe", "--group", group, "--members", "--verbose"))
+        rc, out, _ = kohort(capsys, "groups", "describe", group, "--members", "--verbose", "-b", bs)
+        ours, theirs = rows(out), rows(kafka(bs, "--describe", "--group", group, "--members", "--verbose"))
         assert ours == theirs, (ours, theirs)
-        rc, out, _ = kohort(capsys, "groups", "--describe", "--group", group, "--bootstrap-server", kb)
+        rc, out, _ = kohort(capsys, "groups", "--describe", "--group", group, "--bootstrap-server", bs)
         ours = {(r[1], r[2]): (r[3], r[4], r[5], r[6]) for r in rows(out)[1:]}
         theirs = {(r[1], r[2]): (r[3], r[4], r[5], r[6])
-                  for r in rows(kafka(kb, "--describe", "--group", group))[1:]}
+                  for r in rows(kafka(bs, "--describe", "--group", group))[1:]}
         assert ours == theirs and len(ours) == 3, (ours, theirs)
-        rc, out, _ = kohort(capsys, "groups", "describe", group, "--state", "--verbose", "-b", kb)
-        ours, theirs = rows(out), rows(kafka(kb, "--describe", "--group", group, "--state", "--verbose"))
+        rc, out, _ = kohort(capsys, "groups", "describe", group, "--state", "--verbose", "-b", bs)
+        ours, theirs = rows(out), rows(kafka(bs, "--describe", "--group", group, "--state", "--verbose"))
         assert ours == theirs, (ours, theirs)
-        assert [group, "Consumer"] in rows(kafka(kb, "--list", "--type", "consumer"))
+        assert [group, "Consumer"] in rows(kafka(bs, "--list", "--type", "consumer"))
     finally:
         _stop(p)
 
@@ -212,14 +220,14 @@ def test_delete_offsets(capsys, kb):
 
 
 @pytest.mark.slow
-def test_delete_offsets_kafka_tool_on_kohort(capsys, kb):
+def test_delete_offsets_by_kafka_tool(capsys, bs):
     t1, group = uniq("dok"), uniq("dok")
-    _topic(kb, t1, 2, {0: 2, 1: 2})
-    _commit(kb, group, {(t1, 0): 1, (t1, 1): 2})
-    out = kafka(kb, "--delete-offsets", "--group", group, "--topic", f"{t1}:1")
+    _topic(bs, t1, 2, {0: 2, 1: 2})
+    _commit(bs, group, {(t1, 0): 1, (t1, 1): 2})
+    out = kafka(bs, "--delete-offsets", "--group", group, "--topic", f"{t1}:1")
     assert "Request succeeded" in out and [t1, "1", "Successful"] in rows(out)
     from kohort.client.admin import Admin
-    with Admin({"bootstrap.servers": kb}) as a:
+    with Admin({"bootstrap.servers": bs}) as a:
         assert {(tp.topic, tp.partition) for tp in a.list_group_offsets(group)} == {(t1, 0)}
 
 
@@ -257,18 +265,18 @@ def test_reset_by_duration_export_and_from_file(capsys, kb, tmp_path):
 
 
 @pytest.mark.slow
-def test_reset_csv_and_by_duration_match_kafka_tool(capsys, kb, tmp_path):
+def test_reset_csv_and_by_duration_match_kafka_tool(capsys, bs, tmp_path):
     """Kafka's tool plans the same --by-duration reset and reads kohort's multi-group CSV."""
-    topic, group = _aged_topic(kb, "rsk")
+    topic, group = _aged_topic(bs, "rsk")
     rc, out, _ = kohort(capsys, "groups", "--reset-offsets", "--group", group, "--topic", topic,
-                        "--by-duration", "PT1H", "--export", "--bootstrap-server", kb)
-    theirs = kafka(kb, "--reset-offsets", "--group", group, "--topic", topic, "--by-duration", "PT1H", "--export")
+                        "--by-duration", "PT1H", "--export", "--bootstrap-server", bs)
+    theirs = kafka(bs, "--reset-offsets", "--group", group, "--topic", topic, "--by-duration", "PT1H", "--export")
     assert sorted(ln for ln in theirs.splitlines() if ln.strip()) == out.splitlines() == [f"{topic},0,4", f"{topic},1,4"]
     rc, out, _ = kohort(capsys, "groups", "reset-offsets", group, uniq("other"), "--topic", f"{topic}:0",
-                        "--to-earliest", "--export", "-b", kb)
+                        "--to-earliest", "--export", "-b", bs)
     csv = tmp_path / "plan.csv"
     csv.write_text(out)
-    theirs = kafka(kb, "--reset-offsets", "--group", group, "--from-file", str(csv), "--dry-run")
+    theirs = kafka(bs, "--reset-offsets", "--group", group, "--from-file", str(csv), "--dry-run")
     assert [group, topic, "0", "0"] in rows(theirs)
 
 
