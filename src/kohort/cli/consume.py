@@ -61,6 +61,8 @@ def register(subparsers) -> None:
                    help="exit after this long without a record")
     p.add_argument("-f", "--format", default="value", metavar="FMT",
                    help="value (default), kv, json, or a kcat-style format such as '%%k=%%s\\n'")
+    p.add_argument("-J", dest="kcat_json", action="store_true",
+                   help="kcat's JSON envelope (topic, partition, offset, tstype, ts, broker, headers, key, payload)")
     p.add_argument("--progress", action="store_true", help="draw a progress line on stderr")
     add_connection_args(p)
     # kafka-console-consumer's names for the same things
@@ -97,6 +99,37 @@ def _json_bytes(b):
         return b.decode("utf-8")
     except UnicodeDecodeError:
         return {"base64": base64.b64encode(b).decode()}
+
+
+_JSON_ESC = {0x22: b'\\"', 0x5C: b"\\\\", 0x08: b"\\b", 0x0C: b"\\f", 0x0A: b"\\n", 0x0D: b"\\r",
+             0x09: b"\\t"}
+_JSON_BYTE = [_JSON_ESC.get(c, b"\\u%04X" % c if c < 0x20 else bytes([c])) for c in range(256)]
+
+
+def _jstr(b) -> bytes:
+    """A JSON string of raw bytes as kcat writes it: quotes, backslashes and control characters escaped,
+    every other byte (also bytes that are not UTF-8) as it is."""
+    if b is None:
+        return b"null"
+    if isinstance(b, str):
+        b = b.encode("utf-8")
+    return b'"' + b"".join(_JSON_BYTE[c] for c in b) + b'"'
+
+
+def kcat_json(leaders: dict):
+    """kcat -J's envelope: topic, partition, offset, tstype, ts, broker (the partition's leader),
+    headers (a flat [key, value, ...] list, only when there are some), key, payload."""
+    tstypes = {0: b"create", 1: b"logappend"}
+
+    def as_json(r) -> bytes:
+        out = [b'{"topic":', _jstr(r.topic), b',"partition":%d,"offset":%d,"tstype":"%s","ts":%d,"broker":%d'
+               % (r.partition, r.offset, tstypes.get(r.timestamp_type, b"unknown"), r.timestamp,
+                  leaders.get((r.topic, r.partition), -1))]
+        if r.headers:
+            out.append(b',"headers":[' + b",".join(_jstr(k) + b"," + _jstr(v) for k, v in r.headers) + b"]")
+        out.append(b',"key":' + _jstr(r.key) + b',"payload":' + _jstr(r.value) + b"}\n")
+        return b"".join(out)
+    return as_json
 
 
 def formatter(fmt: str):
@@ -286,9 +319,13 @@ def cmd_consume(args) -> int:
     from kohort.client.config import load_config
     loaded = load_config("consumer", cfg)        # a wrong -X key is reported before any connection
     named = [t for t in topics if not t.startswith("^")]
-    if named:
+    if named or args.kcat_json:
         with admin_client(args, admin_keys_only=True) as a:   # one clear line if the cluster or a topic is missing
-            a.describe_topics(named, timeout=args.timeout)
+            descs = a.describe_topics(named, timeout=args.timeout) if named else []
+            if args.kcat_json:           # -J names each partition's leader
+                if patterns:
+                    descs = a.describe_topics(None, timeout=args.timeout)
+                fmt = kcat_json({(d.name, p.partition): p.leader for d in descs for p in d.partitions})
     c = Consumer(cfg)
     out = sys.stdout.buffer
     n = 0
