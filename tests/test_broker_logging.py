@@ -197,3 +197,40 @@ def test_rebalance_reasons_match_apache_kafka(b):
     assert [_norm(r, {}) for r in ours] and len(ours) == len(theirs), (ours, theirs)
     ids_o, ids_t = {}, {}
     assert [_norm(r, ids_o) for r in ours] == [_norm(r, ids_t) for r in theirs], (ours, theirs)
+
+
+def test_observer_keeps_a_history_from_the_coordinator_state():
+    """The observer works on the pure coordinator's groups alone (fake clock, no broker): a join, the
+    join phase ending and a leave give these events, in order, with Kafka's wording, in `history`."""
+    from kohort.broker.group_events import GroupObserver
+    from kohort.broker.coordinator.model import LeaveMember
+    from tests.coordinator_harness import Harness
+    h = Harness()
+    obs = GroupObserver(clock=lambda: 0.0)
+
+    def seen(cause):
+        h.store_all()
+        obs.observe(h.c.groups, None, ["g"], cause)
+    r, mid = h.join_single("g", reason="initial join")
+    seen({"op": "join_group", "member_id": mid, "reason": "initial join"})
+    h.advance(5_000)                            # the initial rebalance delay ends the join phase
+    seen({"op": "timer", "timer": "join"})
+    h.sync("g", 1, mid, [(mid, b"")])
+    seen({"op": "sync_group", "member_id": mid})
+    h.leave("g", LeaveMember(mid, reason="closing"))
+    seen({"op": "leave_group", "member_id": mid, "reason": "closing"})
+    got = [(e["event"], e["msg"]) for e in obs.history]
+    assert got == [
+        ("member-joined", f"Member {mid} (client id c, host , group instance id None) joined group g."),
+        ("rebalance", f"Preparing to rebalance group g in state PreparingRebalance with old generation 0 "
+                      f"(reason: Adding new member {mid} with group instance id null; client reason: initial join)."),
+        ("stabilized", "Stabilized group g generation 1 with 1 members."),
+        ("assignment", f"Assignment received from leader {mid} for group g for generation 1. The group has 1 "
+                       f"members, 0 of which are static."),
+        ("member-left", f"[Group g] Member {mid} has left group through explicit `LeaveGroup` request; client "
+                        f"reason: closing"),
+        ("rebalance", f"Preparing to rebalance group g in state PreparingRebalance with old generation 1 "
+                      f"(reason: explicit `LeaveGroup` request for ({mid}) members.)."),
+        ("empty", "Group g with generation 2 is now empty."),
+    ], got
+    assert obs.rebalances == {"g": 2}

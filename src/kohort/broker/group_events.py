@@ -22,12 +22,16 @@ KIP-848 consumer groups (Kafka's GroupMetadataManager lines): `member-joined` "[
   `member-epoch` (DEBUG) "[GroupId G] Member X new assignment state: epoch=E, previousEpoch=P, ...".
 
 Each event is one log record on `kohort.broker.groups` with the fields under `extra={"event": ...}`
-(the JSON-lines log format prints them as they are), and counted in `rebalances` per group (classic:
-each PreparingRebalance; consumer groups: each group-epoch bump) for the Prometheus metrics.
+(the JSON-lines log format prints them as they are), kept in `history` (the last 1000 INFO events, as
+dicts with `ts` and `msg`: a rebalance history for whoever wants to show one), and counted in
+`rebalances` per group (classic: each PreparingRebalance; consumer groups: each group-epoch bump) for the
+Prometheus metrics.
 """
 from __future__ import annotations
 
+import collections
 import logging
+import time
 
 log = logging.getLogger("kohort.broker.groups")
 
@@ -54,9 +58,13 @@ def consumer_snapshot(g) -> dict:
 class GroupObserver:
     """Snapshots of the groups the runtime touched, and the events between two snapshots."""
 
-    def __init__(self) -> None:
+    HISTORY = 1000
+
+    def __init__(self, clock=time.time) -> None:
         self.snapshots: dict[tuple[str, str], dict] = {}
         self.rebalances: dict[str, int] = {}
+        self.history: collections.deque = collections.deque(maxlen=self.HISTORY)   # recent events, oldest first
+        self._clock = clock
 
     def prime(self, classic: dict, consumer: dict | None) -> None:
         """Take the groups as they are (after loading `__consumer_offsets`) without events."""
@@ -94,8 +102,11 @@ class GroupObserver:
     def _emit(self, level: int, event: str, msg: str, group: str, **fields) -> None:
         if event in ("rebalance", "epoch-bump"):
             self.rebalances[group] = self.rebalances.get(group, 0) + 1
+        ev = {"event": event, "group": group, **fields}
+        if level >= logging.INFO:
+            self.history.append({"ts": self._clock(), "msg": msg, **ev})
         if log.isEnabledFor(level):
-            log.log(level, msg, extra={"event": {"event": event, "group": group, **fields}})
+            log.log(level, msg, extra={"event": ev})
 
     # -- classic ------------------------------------------------------------------------------------
     def _classic(self, gid: str, before: dict | None, after: dict, cause: dict) -> None:
