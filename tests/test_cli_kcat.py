@@ -2,8 +2,8 @@
 prints the same bytes as kcat on the same topic of a kohort broker.
 
 Covered: -o beginning|end|N|-N|s@ts|e@ts, several topics and a ^regex with -g, -e with -g, raw binary
-values, %R (value length as a big-endian int32), -J (kcat's JSON envelope), produce -k KEY and -Z
-(empty → null).
+values, %R (value length as a big-endian int32), -J (kcat's JSON envelope), consume -K/-D delimiters,
+produce -k KEY and -Z (empty → null).
 """
 from __future__ import annotations
 
@@ -176,3 +176,12 @@ def test_json_envelope_matches_kcat(kohort_broker):
         ours = kohort("consume", topic, "-b", b.bootstrap, "-o", "beginning", "-e", "-J")
         theirs = kcat("-C", "-b", b.bootstrap, "-t", topic, "-o", "beginning", "-e", "-J", "-q")
         assert ours == theirs and ours.count(b"\n") == 4, (ours, theirs)
+
+
+@pytest.mark.parametrize("flags", [["-K", ":"], ["-K", "\\t", "-D", "\\x1e"]])
+def test_key_and_message_delimiters_match_kcat(filled, flags):
+    """kcat -K DELIM (key then DELIM before each value) and -D DELIM (after each record) on consume."""
+    b, t = filled
+    ours = kohort("consume", t, "-b", b.bootstrap, "-p", "0", "-o", "beginning", "-e", *flags)
+    theirs = kcat("-C", "-b", b.bootstrap, "-t", t, "-p", "0", "-o", "beginning", "-e", "-q", *flags)
+    assert ours == theirs and len(ours) > 20

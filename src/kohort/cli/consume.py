@@ -61,6 +61,10 @@ def register(subparsers) -> None:
                    help="exit after this long without a record")
     p.add_argument("-f", "--format", default="value", metavar="FMT",
                    help="value (default), kv, json, or a kcat-style format such as '%%k=%%s\\n'")
+    p.add_argument("-K", dest="key_delim", metavar="DELIM", default=None,
+                   help="print each key then DELIM before the value (kcat -K; -f takes precedence)")
+    p.add_argument("-D", dest="msg_delim", metavar="DELIM", default=None,
+                   help="write DELIM after each record instead of a newline (kcat -D: a-z, \\n, \\t, \\xNN...)")
     p.add_argument("-J", dest="kcat_json", action="store_true",
                    help="kcat's JSON envelope (topic, partition, offset, tstype, ts, broker, headers, key, payload)")
     p.add_argument("--progress", action="store_true", help="draw a progress line on stderr")
@@ -130,6 +134,33 @@ def kcat_json(leaders: dict):
         out.append(b',"key":' + _jstr(r.key) + b',"payload":' + _jstr(r.value) + b"}\n")
         return b"".join(out)
     return as_json
+
+
+def parse_delim(text: str) -> bytes:
+    """A kcat delimiter (-D, -K): text with \\n \\r \\t \\0 \\\\ and \\xNN escapes."""
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[i + 2:i + 4]):
+                out.append(int(text[i + 2:i + 4], 16))
+                i += 4
+                continue
+            out += {"n": b"\n", "r": b"\r", "t": b"\t", "0": b"\0", "\\": b"\\"}.get(nxt, ("\\" + nxt).encode())
+            i += 2
+        else:
+            out += ch.encode()
+            i += 1
+    return bytes(out)
+
+
+def delimited(key_delim: bytes | None, msg_delim: bytes):
+    """kcat's output without -f: [key KEY_DELIM] value MSG_DELIM (nulls print as nothing)."""
+    if key_delim is None:
+        return lambda r: _b(r.value) + msg_delim
+    return lambda r: _b(r.key) + key_delim + _b(r.value) + msg_delim
 
 
 def formatter(fmt: str):
@@ -296,6 +327,9 @@ def cmd_consume(args) -> int:
     from kohort.client.consumer import Consumer
     from kohort.structs import TopicPartition
     fmt = formatter(args.format)
+    if args.format == "value" and (args.key_delim is not None or args.msg_delim is not None):
+        fmt = delimited(None if args.key_delim is None else parse_delim(args.key_delim),
+                        b"\n" if args.msg_delim is None else parse_delim(args.msg_delim))
     if args.group and args.partition:
         raise KohortError("--partition cannot be combined with --group (the group assigns partitions)")
     topics = list(dict.fromkeys(args.topic))
