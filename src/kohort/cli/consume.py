@@ -11,7 +11,8 @@ group, once partitions are assigned and all of them have been read to their end 
 `--idle S` after S seconds without a record. Output is bytes: `%s`/`%k` write keys and values as they
 are (binary stays binary). `--format` takes kcat's tokens (%t topic, %p partition, %o offset, %k key,
 %s value, %T timestamp, %h headers, %K/%S key/value lengths, %R value length as a big-endian int32,
-\\n \\t) or one of: value, kv, json.
+\\n \\t) or one of: value, kv, json; `-J` prints kcat's JSON envelope and `-K DELIM` / `-D DELIM` kcat's
+key and record delimiters.
 
 Commits with `--group` (kcat -G semantics): a record counts as consumed once it has been written to
 stdout and flushed. The committed offset of a partition is always the offset after the last record
