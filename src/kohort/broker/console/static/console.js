@@ -3,7 +3,9 @@
 // (textContent), never as HTML. Views: #topics, #groups, #group=<id>.
 "use strict";
 
-const REFRESH_MS = Number(new URLSearchParams(location.search).get("refresh") || 2000);
+// ?refresh=MS sets the refresh period; ?refresh=0 renders once per navigation (no auto-refresh)
+const REFRESH_PARAM = new URLSearchParams(location.search).get("refresh");
+const REFRESH_MS = REFRESH_PARAM === null ? 2000 : Number(REFRESH_PARAM);
 const COLORS = ["#2456c8", "#d1495b", "#1f7a45", "#edae49", "#7b2cbf", "#00798c", "#a05a00", "#555"];
 let cluster = null;
 let timer = null;
@@ -268,10 +270,10 @@ async function refresh() {
     err.textContent = "cannot reach the broker's console API: " + e.message;
     err.hidden = false;
   }
-  timer = setTimeout(refresh, REFRESH_MS);
+  if (REFRESH_MS > 0) timer = setTimeout(refresh, REFRESH_MS);
 }
 
-document.getElementById("refresh-s").textContent = String(REFRESH_MS / 1000);
+document.getElementById("refresh-s").textContent = REFRESH_MS > 0 ? "every " + REFRESH_MS / 1000 + " s" : "on navigation";
 window.addEventListener("hashchange", refresh);
 document.getElementById("show-internal").addEventListener("change", refresh);
 document.getElementById("reset-earliest").addEventListener("click", () =>
