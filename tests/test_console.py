@@ -6,7 +6,8 @@ consumer; a second member joins and leaves) and a KIP-848 group (confluent-kafka
 group.protocol=consumer), both committed at 300, then 60 more records so each partition lags by 20.
 The JSON API and the page must show the topics with the broker's offsets, both groups with their
 states and members, the same lag as the admin client computes, a lag chart with points and a
-rebalance history with the join and the leave and their reasons. Screenshots go to docs/console-*.png.
+rebalance history with the join and the leave and their reasons. Screenshots of each view are taken
+(into docs/console-*.png, the README's, with KOHORT_CONSOLE_SCREENSHOTS=docs; else a temp folder).
 
 A missing chromium or chromedriver fails these tests (`make setup` installs both from Debian's
 packages); it is never a silent skip.
@@ -30,7 +31,10 @@ from tests.brokers import KohortBroker, free_port
 from tests.peers import create_topic, produce
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs"
+# where the screenshots go: a temp folder, or docs/ (the README's pictures) with
+# KOHORT_CONSOLE_SCREENSHOTS=docs, so an ordinary run does not rewrite tracked files
+_SHOTS = os.environ.get("KOHORT_CONSOLE_SCREENSHOTS")
+DOCS = (ROOT / _SHOTS) if _SHOTS else Path(tempfile.gettempdir()) / "kohort-console-screenshots"
 TOPIC = "orders"
 CLASSIC = "orders-classic"
 KIP848 = "orders-kip848"
@@ -296,7 +300,7 @@ def _texts(browser, css: str) -> list[str]:
 
 
 def _shot(browser, name: str) -> None:
-    DOCS.mkdir(exist_ok=True)
+    DOCS.mkdir(parents=True, exist_ok=True)
     height = 700
     for _ in range(5):       # grow the window until the whole page fits (the window has its own chrome)
         browser.set_window_size(1400, height)
