@@ -195,6 +195,7 @@ def browser():
               "--disable-dev-shm-usage", f"--user-data-dir={profile.name}", "--window-size=1400,1000",
               "--force-device-scale-factor=1"):
         opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})     # the page's console messages
     os.environ.setdefault("SE_OFFLINE", "true")      # Selenium Manager must not try to download drivers
     d = webdriver.Chrome(options=opts, service=Service(driver))
     try:
@@ -381,6 +382,8 @@ def test_page_group_members_lag_chart_and_history(env, browser, gid):
         assert any("joined the consumer group" in r for r in reasons)
     assert browser.find_element("id", "group-actions").get_attribute("hidden") is not None   # read-only
     _shot(browser, "group-classic" if gid == CLASSIC else "group-kip848")
+    # no script error, no resource refused (CSP) or missing, on any page so far
+    assert not [m for m in browser.get_log("browser") if m["level"] == "SEVERE"]
 
 
 def test_console_is_off_by_default_and_writes_need_the_console():
