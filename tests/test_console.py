@@ -156,9 +156,9 @@ def env():
             wait_for(lambda: c1.poll(0.05) is not None and len(c1.assignment()) == 3, 60,
                      "the remaining classic member to take all partitions")
 
-            ck = CkConsumer({"bootstrap.servers": b.bootstrap, "group.id": KIP848, "group.protocol": "consumer",
-                             "client.id": "orders-kip848", "auto.offset.reset": "earliest",
-                             "enable.auto.commit": False, "log_level": 0})
+            ckconf = {"bootstrap.servers": b.bootstrap, "group.id": KIP848, "group.protocol": "consumer",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 0}
+            ck = CkConsumer({**ckconf, "client.id": "orders-kip848"})
             clients.append(ck)
             ck.subscribe([TOPIC])
             n = [0]
@@ -168,6 +168,22 @@ def env():
                 return n[0] >= 300
             wait_for(ck_consumed_all, 60, "the KIP-848 member to read 300 records")
             ck.commit(asynchronous=False)
+            # a second KIP-848 member joins (epoch bump, partitions move), then leaves (epoch -1)
+            ck2 = CkConsumer({**ckconf, "client.id": "orders-kip848-2"})
+            clients.append(ck2)
+            ck2.subscribe([TOPIC])
+
+            def ck_both_assigned():
+                ck.consume(100, 0.05)
+                ck2.consume(100, 0.05)
+                a1, a2 = ck.assignment(), ck2.assignment()
+                return a1 and a2 and len({(p.topic, p.partition) for p in a1 + a2}) == 3
+            wait_for(ck_both_assigned, 60, "both KIP-848 members to be assigned")
+            ck2.close()
+            clients.remove(ck2)
+            wait_for(lambda: ck.consume(100, 0.05) is not None and len(ck.assignment()) == 3, 60,
+                     "the remaining KIP-848 member to take all partitions")
+            assert e.group(KIP848)["state"] == "Stable"
 
             produce(b.bootstrap, TOPIC, 60, partitions=3, start=300)      # 20 more per partition
 
@@ -234,7 +250,7 @@ def test_api_groups_states_members_and_lag_match_the_admin_client(env):
     assert (c["type"], c["protocol_type"], c["state"], c["members"], c["assignor"]) == (
         "classic", "consumer", "Stable", 1, "range")
     assert c["generation"] >= 3                      # joined, second member, its leave
-    assert (k["type"], k["state"], k["members"]) == ("consumer", "Stable", 1)
+    assert (k["type"], k["state"], k["members"], k["group_epoch"]) == ("consumer", "Stable", 1, 3)
     assert k["group_epoch"] >= 1 and k["assignment_epoch"] == k["group_epoch"]
     for gid in (CLASSIC, KIP848):
         d = env.group(gid)
@@ -269,8 +285,13 @@ def test_api_lag_history_and_rebalance_history_with_reasons(env):
     assert any(e["kind"] == "RebalanceStarted" and left["reason"] in e["reason"] for e in ev)
     k = env.group(KIP848)["events"]
     kk = [e["kind"] for e in k]
-    assert kk[:2] == ["GroupCreated", "MemberJoined"] and "GroupEpochBumped" in kk
-    assert "joined the consumer group" in k[1]["reason"] and "client id orders-kip848" in k[1]["reason"]
+    assert kk[:2] == ["GroupCreated", "MemberJoined"] and kk.count("MemberJoined") == 2
+    assert "joined the consumer group" in k[1]["reason"] and "client id orders-kip848," in k[1]["reason"]
+    left = next(e for e in k if e["kind"] == "MemberLeft")
+    assert left["reason"] == f"Member {left['member_id']} left the consumer group"
+    bumps = [e for e in k if e["kind"] == "GroupEpochBumped"]
+    assert [b["generation"] for b in bumps] == [1, 2, 3]
+    assert "client id orders-kip848-2" in bumps[1]["reason"] and left["reason"] in bumps[2]["reason"]
 
 
 def test_api_is_read_only_by_default_and_rejects_bad_requests(env):
@@ -378,8 +399,9 @@ def test_page_group_members_lag_chart_and_history(env, browser, gid):
         assert any(r.startswith("Adding new member ") and "client reason:" in r for r in reasons)
         assert any(" on LeaveGroup; client reason: " in r for r in reasons)
     else:
-        assert "GroupEpochBumped" in kinds
+        assert "GroupEpochBumped" in kinds and "MemberLeft" in kinds
         assert any("joined the consumer group" in r for r in reasons)
+        assert any(r.endswith(" left the consumer group") for r in reasons)
     assert browser.find_element("id", "group-actions").get_attribute("hidden") is not None   # read-only
     _shot(browser, "group-classic" if gid == CLASSIC else "group-kip848")
     # no script error, no resource refused (CSP) or missing, on any page so far
