@@ -93,6 +93,18 @@ def snapshot(rt, group_id: str) -> _Snap | None:
                  members)
 
 
+def _unchanged(rt, group_id: str, old: _Snap) -> bool:
+    """A cheap check that the group is as `old` saw it, without building a snapshot: the steady
+    heartbeat of a KIP-848 member (the most frequent step) changes nothing events are made of. A
+    member's metadata changes only with a join (new id) or an epoch bump (subscription), so epochs,
+    member ids and state suffice; classic groups are always snapshotted (their steps are rarer)."""
+    if old.type != "consumer" or rt.consumer is None:
+        return False
+    cg = rt.consumer.groups.get(group_id)
+    return (cg is not None and cg.group_epoch == old.generation and cg.assignment_epoch == old.assignment_epoch
+            and cg.members.keys() == old.members.keys() and cg.state.value == old.state)
+
+
 def _all_group_ids(rt) -> set[str]:
     ids = set(rt.coordinator.groups)
     if rt.consumer is not None:
@@ -157,8 +169,10 @@ class GroupEvents:
             return
         now = rt.clock() if self._clock is None else self._clock()
         for gid in sorted(gids):
-            new = snapshot(rt, gid)
             old = self._last.get(gid)
+            if old is not None and _unchanged(rt, gid, old):
+                continue
+            new = snapshot(rt, gid)
             if new is None:
                 self._last.pop(gid, None)
             else:
