@@ -310,6 +310,28 @@ def test_api_is_read_only_by_default_and_rejects_bad_requests(env):
     assert not [line for line in env.broker.log_lines if "Traceback" in line or " ERROR " in line], env.broker.log_lines
 
 
+def _raw(env, data: bytes) -> bytes:
+    import socket
+    port = int(env.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+def test_http_server_refuses_malformed_and_oversized_requests(env):
+    assert _raw(env, b"garbage\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert _raw(env, b"GET / HTTP/1.1\r\nno-colon-here\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    big = b"POST /api/group/delete?id=x HTTP/1.1\r\nContent-Length: 10000000\r\n\r\n"
+    assert _raw(env, big).startswith(b"HTTP/1.1 413 ")
+    assert _raw(env, b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert _raw(env, b"DELETE /api/groups HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405 ")
+    ok = _raw(env, b"GET /api/groups HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert ok.startswith(b"HTTP/1.1 200 ") and b"Content-Security-Policy: default-src 'self'" in ok
+
+
 # -- the page in Chromium ------------------------------------------------------------------------------
 def _open(browser, env, frag: str):
     from selenium.webdriver.support.ui import WebDriverWait
