@@ -300,7 +300,7 @@ def _ok(obj):
 
 async def serve_console(broker, host: str, port: int, *, allow_writes: bool = False,
                         lag_sample_ms: int = 5000) -> Console:
-    """Start the console on host:port (port 0: any free one, see `console.port`) for `broker`, which
+    """Start the console on host:port (port 0: any free one, then `broker.console.port`) for `broker`, which
     must be started; it stops with the broker."""
     c = Console(broker, allow_writes=allow_writes, lag_sample_ms=lag_sample_ms)
     await c.start(host, port)
