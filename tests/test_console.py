@@ -434,6 +434,9 @@ def test_console_is_off_by_default_and_writes_need_the_console():
     from kohort.broker.config import BrokerConfig
     assert BrokerConfig.from_properties()["console.listener"] == ""
     assert BrokerConfig.from_properties()["console.allow.writes"] is False
+    from kohort.broker.config import BrokerConfigError
+    with pytest.raises(BrokerConfigError, match="console.lag.sample.ms"):
+        BrokerConfig.from_properties({"console.lag.sample.ms": "0"})
     r = subprocess.run([sys.executable, "-m", "kohort.cli.main", "broker", "--console-allow-writes",
                         "--data-dir", tempfile.gettempdir() + "/kohort-console-unused"],
                        capture_output=True, text=True, timeout=60)
