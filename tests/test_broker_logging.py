@@ -57,6 +57,12 @@ def _member(bs, group, topic, client_id):
     return c
 
 
+def inner_reason(ev: dict) -> str:
+    """The reason inside a RebalanceStarted line: Preparing to rebalance group ... (reason: R)."""
+    return re.fullmatch(r"Preparing to rebalance group \S+ in state PreparingRebalance with old generation \d+ "
+                        r"\(reason: (.*)\)\.", ev["msg"]).group(1)
+
+
 def test_connections_and_classic_group_events(b):
     topic, group = f"lg-{uuid.uuid4().hex[:6]}", f"lg-{uuid.uuid4().hex[:6]}"
     _produce(b.bootstrap, topic, {0: 5, 1: 5})
@@ -67,32 +73,34 @@ def test_connections_and_classic_group_events(b):
         e = wait_event(b, event="connection-opened", client_id="log-c1")
         assert e["listener"] == "PLAINTEXT" and e["principal"] == "User:ANONYMOUS" and e["level"] == "INFO"
         assert e["logger"] == "kohort.broker.connections" and "log-c1" in e["msg"]
-        j1 = wait_event(b, event="member-joined", group=group, client_id="log-c1")
-        r1 = wait_event(b, event="rebalance", group=group)
-        assert r1["reason"].startswith(f"Adding new member {j1['member_id']} with group instance id null; "
-                                       f"client reason: ")
-        assert r1["msg"] == (f"Preparing to rebalance group {group} in state PreparingRebalance with old "
-                             f"generation 0 (reason: {r1['reason']}).")
-        wait_event(b, event="stabilized", group=group, members=1)
-        wait_event(b, event="assignment", group=group, leader=j1["member_id"])
+        j1 = wait_event(b, event="MemberJoined", group=group, member_id=lambda m: m and m.startswith("log-c1-"))
+        assert j1["logger"] == "kohort.broker.groups" and j1["type"] == "classic"
+        r1 = wait_event(b, event="RebalanceStarted", group=group)
+        assert inner_reason(r1).startswith(f"Adding new member {j1['member_id']} with group instance id null; "
+                                           f"client reason: ")
+        assert r1["msg"].startswith(f"Preparing to rebalance group {group} in state PreparingRebalance with old "
+                                    f"generation 0 (reason: ")
+        s1 = wait_event(b, event="GenerationStarted", group=group, members=1)
+        assert s1["msg"] == f"Stabilized group {group} generation {s1['generation']} with 1 members."
         c2 = _member(b.bootstrap, group, topic, "log-c2")
         _wait(lambda: [c.poll(0.1) for c in (c1, c2)] and len(c1.assignment()) == len(c2.assignment()) == 1,
               30, lambda: None)
-        j2 = wait_event(b, event="member-joined", group=group, client_id="log-c2")
-        wait_event(b, event="rebalance", group=group, reason=lambda r: r and j2["member_id"] in r)
-        wait_event(b, event="stabilized", group=group, members=2)
+        j2 = wait_event(b, event="MemberJoined", group=group, member_id=lambda m: m and m.startswith("log-c2-"))
+        wait_event(b, event="RebalanceStarted", group=group, msg=lambda r: j2["member_id"] in r)
+        wait_event(b, event="GenerationStarted", group=group, members=2)
         c2.close()
         c2 = None
-        left = wait_event(b, event="member-left", group=group, member_id=j2["member_id"])
+        left = wait_event(b, event="MemberLeft", group=group, member_id=j2["member_id"])
         assert left["msg"].startswith(f"[Group {group}] Member {j2['member_id']} has left group through explicit "
                                       f"`LeaveGroup` request; client reason: ")
-        wait_event(b, event="rebalance", group=group,
-                   reason=f"explicit `LeaveGroup` request for ({j2['member_id']}) members.")
+        r = wait_event(b, event="RebalanceStarted", group=group, msg=lambda m: "LeaveGroup" in m)
+        assert inner_reason(r) == f"explicit `LeaveGroup` request for ({j2['member_id']}) members."
     finally:
         for c in (c1, c2):
             if c is not None:
                 c.close()
-    wait_event(b, event="empty", group=group)
+    e = wait_event(b, event="GenerationStarted", group=group, state="Empty")
+    assert e["msg"] == f"Group {group} with generation {e['generation']} is now empty."
     closed = wait_event(b, event="connection-closed", client_id="log-c1")
     assert closed["requests"] > 0 and closed["listener"] == "PLAINTEXT"
 
@@ -102,12 +110,12 @@ def test_consumer_group_events(b):
     _produce(b.bootstrap, topic, {0: 5, 1: 5})
     p, lines = _ck_member(b.bootstrap, group, topic, seconds=4)      # leaves by itself after 4 s
     try:
-        j = wait_event(b, event="member-joined", group=group, protocol="consumer")
+        j = wait_event(b, event="MemberJoined", group=group, type="consumer")
         assert j["msg"] == f"[GroupId {group}] Member {j['member_id']} joins the consumer group using the consumer protocol."
-        e = wait_event(b, event="epoch-bump", group=group)
-        assert e["msg"] == f"[GroupId {group}] Bumped group epoch to {e['group_epoch']}."
-        wait_event(b, event="target-assignment", group=group)
-        left = wait_event(b, event="member-left", group=group, member_id=j["member_id"])
+        e = wait_event(b, event="GroupEpochBumped", group=group)
+        assert e["msg"] == f"[GroupId {group}] Bumped group epoch to {e['generation']}." and e["reason"]
+        wait_event(b, event="TargetAssignmentComputed", group=group)
+        left = wait_event(b, event="MemberLeft", group=group, member_id=j["member_id"])
         assert left["msg"] == f"[GroupId {group}] Member {j['member_id']} left the consumer group."
     finally:
         if p.poll() is None:
@@ -123,17 +131,17 @@ def test_member_expiry_and_fencing_are_logged(b):
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     p, lines = _ck_member(b.bootstrap, cg, topic, seconds=60)
     try:
-        j = wait_event(b, event="member-joined", group=group)
-        wait_event(b, event="stabilized", group=group)
-        jc = wait_event(b, event="member-joined", group=cg)
+        j = wait_event(b, event="MemberJoined", group=group)
+        wait_event(b, event="GenerationStarted", group=group)
+        jc = wait_event(b, event="MemberJoined", group=cg)
         assert _wait(lambda: len(_owned(lines)) == 1, 30, lambda: None)
         m.send_signal(signal.SIGKILL)
         p.send_signal(signal.SIGKILL)
-        e = wait_event(b, event="member-expired", group=group, member_id=j["member_id"])
+        e = wait_event(b, event="MemberExpired", group=group, member_id=j["member_id"])
         assert e["msg"] == f"Member {j['member_id']} in group {group} has failed, removing it from the group."
-        wait_event(b, event="rebalance", group=group,
-                   reason=f"removing member {j['member_id']} on heartbeat expiration.")
-        f = wait_event(b, event="member-fenced", group=cg, member_id=jc["member_id"])
+        r = wait_event(b, event="RebalanceStarted", group=group, msg=lambda m: "heartbeat expiration" in m)
+        assert inner_reason(r) == f"removing member {j['member_id']} on heartbeat expiration."
+        f = wait_event(b, event="MemberExpired", group=cg, member_id=jc["member_id"])
         assert f["msg"] == (f"[GroupId {cg}] Member {jc['member_id']} fenced from the group because the member "
                             f"session expired.")
     finally:
@@ -192,45 +200,8 @@ def test_rebalance_reasons_match_apache_kafka(b):
         kc.close()
     _produce(b.bootstrap, topic, {0: 1, 1: 1})
     _classic_scenario(b.bootstrap, group, topic)
-    wait_event(b, event="empty", group=group)
-    ours = [e["reason"] for e in events(b) if e.get("event") == "rebalance" and e.get("group") == group]
+    wait_event(b, event="GenerationStarted", group=group, state="Empty")
+    ours = [inner_reason(e) for e in events(b) if e.get("event") == "RebalanceStarted" and e.get("group") == group]
     assert [_norm(r, {}) for r in ours] and len(ours) == len(theirs), (ours, theirs)
     ids_o, ids_t = {}, {}
     assert [_norm(r, ids_o) for r in ours] == [_norm(r, ids_t) for r in theirs], (ours, theirs)
-
-
-def test_observer_keeps_a_history_from_the_coordinator_state():
-    """The observer works on the pure coordinator's groups alone (fake clock, no broker): a join, the
-    join phase ending and a leave give these events, in order, with Kafka's wording, in `history`."""
-    from kohort.broker.group_events import GroupObserver
-    from kohort.broker.coordinator.model import LeaveMember
-    from tests.coordinator_harness import Harness
-    h = Harness()
-    obs = GroupObserver(clock=lambda: 0.0)
-
-    def seen(cause):
-        h.store_all()
-        obs.observe(h.c.groups, None, ["g"], cause)
-    r, mid = h.join_single("g", reason="initial join")
-    seen({"op": "join_group", "member_id": mid, "reason": "initial join"})
-    h.advance(5_000)                            # the initial rebalance delay ends the join phase
-    seen({"op": "timer", "timer": "join"})
-    h.sync("g", 1, mid, [(mid, b"")])
-    seen({"op": "sync_group", "member_id": mid})
-    h.leave("g", LeaveMember(mid, reason="closing"))
-    seen({"op": "leave_group", "member_id": mid, "reason": "closing"})
-    got = [(e["event"], e["msg"]) for e in obs.history]
-    assert got == [
-        ("member-joined", f"Member {mid} (client id c, host , group instance id None) joined group g."),
-        ("rebalance", f"Preparing to rebalance group g in state PreparingRebalance with old generation 0 "
-                      f"(reason: Adding new member {mid} with group instance id null; client reason: initial join)."),
-        ("stabilized", "Stabilized group g generation 1 with 1 members."),
-        ("assignment", f"Assignment received from leader {mid} for group g for generation 1. The group has 1 "
-                       f"members, 0 of which are static."),
-        ("member-left", f"[Group g] Member {mid} has left group through explicit `LeaveGroup` request; client "
-                        f"reason: closing"),
-        ("rebalance", f"Preparing to rebalance group g in state PreparingRebalance with old generation 1 "
-                      f"(reason: explicit `LeaveGroup` request for ({mid}) members.)."),
-        ("empty", "Group g with generation 2 is now empty."),
-    ], got
-    assert obs.rebalances == {"g": 2}

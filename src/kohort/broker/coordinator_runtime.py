@@ -57,8 +57,8 @@ from kohort.broker.coordinator.consumer_group import (
 from kohort.protocol import consumer_group_records as CGR
 from kohort.protocol.consumer_offsets import key_version
 from kohort.broker.coordinator.coordinator import GroupCoordinator
-from kohort.broker.group_events import GroupObserver
 from kohort.broker.coordinator.group import GroupState
+from kohort.broker.group_events import GroupEvents, log_event
 from kohort.broker.coordinator.model import (
     CancelTimer, GroupRecord, MemberRecord, OffsetRecord, Outcome, SetTimer,
 )
@@ -196,17 +196,6 @@ def decode_consumer_group_record(key: bytes, value: bytes | None, topic_name) ->
 CONSUMER_GROUP_RECORD_TYPES = frozenset(CGR.KEYS)
 
 
-def _cause(op: str, args) -> dict:
-    """What an operation's parameters say about its group events: group, member, client reason."""
-    p = args[0] if args else None
-    cause = {"op": op, "group": getattr(p, "group_id", None), "member_id": getattr(p, "member_id", None),
-             "reason": getattr(p, "reason", None)}
-    members = getattr(p, "members", None)
-    if op == "leave_group" and members:
-        cause["member_id"], cause["reason"] = members[0].member_id, members[0].reason
-    return cause
-
-
 def _record_group(r) -> str:
     return r.group
 
@@ -240,8 +229,10 @@ class CoordinatorRuntime:
         self._completer: asyncio.Task | None = None
         self._closed = False
         self.loaded_records = 0       # records replayed (the last one of each key)
-        self.events = GroupObserver()  # group event log lines and rebalance counts
-        self._token_groups: dict = {}  # append token -> the groups its records belong to
+        # kohort.broker.group_events: the group event history (the console shows it), one log line per
+        # event (Kafka's wording) and the rebalance counts of the metrics
+        self.events = GroupEvents()
+        self.events.subscribe(log_event)
         self.load_ms = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -312,7 +303,7 @@ class CoordinatorRuntime:
         if self.consumer is not None:
             self.apply(self.consumer.on_loaded(
                 self.clock(), {t.name: t.num_partitions for t in storage.topics()}))
-        self.events.prime(c.groups, self.consumer.groups if self.consumer else None)
+        self.events.baseline(self)        # the loaded groups are known: no events for them
         log.info("group coordinator loaded %d records (%d groups) in %.1f ms", n, len(c.groups),
                  self.load_ms)
 
@@ -346,7 +337,7 @@ class CoordinatorRuntime:
             return fut
         out = getattr(self.coordinator, op)(*args, self.clock(), fut, **kwargs)
         self.apply(out)
-        self._observe(_cause(op, args))
+        self.events.observe(self, op, args, out)
         return fut
 
     def _topic_name(self, topic_id):
@@ -376,14 +367,10 @@ class CoordinatorRuntime:
         if self._closed or self.consumer is None:
             fut.set_exception(RuntimeError("consumer group coordinator not available"))
             return fut
-        self.apply(getattr(self.consumer, op)(*args, self.clock(), fut))
-        self._observe(_cause(op, args))
+        out = getattr(self.consumer, op)(*args, self.clock(), fut)
+        self.apply(out)
+        self.events.observe(self, op, args, out, consumer=True)
         return fut
-
-    def _observe(self, cause: dict, groups=None) -> None:
-        """Group events (log lines, rebalance counts) of what just ran: broker/group_events.py."""
-        gids = groups if groups is not None else (cause.get("group"),)
-        self.events.observe(self.coordinator.groups, self.consumer.groups if self.consumer else None, gids, cause)
 
     # -- outcome -----------------------------------------------------------------------------------
     def apply(self, out: Outcome) -> None:
@@ -434,10 +421,7 @@ class CoordinatorRuntime:
             log.exception("coordinator timer %r failed", key)
             return
         self.apply(out)
-        if len(key) >= 2 and isinstance(key[1], str):
-            self._observe({"op": "timer", "timer": key[0], "group": key[1]})
-        elif key == ("offsets-expiration",):
-            self._observe({"op": "offsets-expiration"}, groups=[g for k, g in list(self.events.snapshots)])
+        self.events.observe(self, "timer", (key,), out)
 
     # appends
     def _append(self, token: int, records) -> None:
@@ -446,7 +430,6 @@ class CoordinatorRuntime:
         by_partition: dict[int, list] = {}
         for r in records:
             by_partition.setdefault(self.partition_for(_record_group(r)), []).append(r)
-        self._token_groups[token] = {_record_group(r) for r in records}
         storage = self.broker.storage
         for p, recs in by_partition.items():
             try:
@@ -482,10 +465,11 @@ class CoordinatorRuntime:
                         error = C.KAFKA_STORAGE_ERROR
                 self._syncing.popleft()
                 if isinstance(token, tuple) and self.consumer is not None:
-                    self.apply(self.consumer.on_append_done(token, error, self.clock()))
+                    out = self.consumer.on_append_done(token, error, self.clock())
                 else:
-                    self.apply(self.coordinator.on_append_done(token, error, self.clock()))
-                self._observe({"op": "stored"}, groups=self._token_groups.pop(token, ()))
+                    out = self.coordinator.on_append_done(token, error, self.clock())
+                self.apply(out)
+                self.events.observe(self, "stored", (token,), out)
         finally:
             self._completer = None
 

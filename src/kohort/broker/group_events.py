@@ -1,231 +1,435 @@
-"""Group events for the broker's log and metrics, read off the coordinators' state (no coordinator change).
+"""Group event history (issue 18): per group, a bounded list of what happened to it -- members joining,
+leaving, expiring or being fenced, rebalances with Kafka's reason strings, classic generations, KIP-848
+group-epoch bumps and target assignments, state changes, creation, conversion and deletion.
 
-`GroupObserver` keeps a small snapshot per group; the coordinator runtime calls `observe(group_ids,
-cause)` after applying an operation, a timer or a completed append, and the observer compares the
-group's state with its snapshot and turns the difference into events:
+Read-only towards the coordinators: the runtime (broker/coordinator_runtime.py) calls
+`events.observe(rt, op, args, out)` once after each step it drives (an operation, a timer, a stored
+append); `observe` snapshots the groups that step touched and derives events from the difference with
+the previous snapshot and from the step's cause (the request's params, the timer's key). The
+coordinators stay pure and unaware of it. `NO_EVENTS` (the default) does nothing, so a broker without
+the console pays one no-op call per step.
 
-classic groups (Kafka's GroupCoordinator log lines and rebalance reasons):
-  * `member-joined` / `member-left` ("[Group G] Member X has left group through explicit `LeaveGroup`
-    request; client reason: C") / `member-expired` ("Member X in group G has failed, removing it from
-    the group."),
-  * `rebalance` "Preparing to rebalance group G in state S with old generation N (reason: R)." with
-    Kafka's reasons: "Adding new member X with group instance id I; client reason: C", "Updating
-    metadata for member X during S; client reason: C", "Leader X re-joining group during S; client
-    reason: C", "explicit `LeaveGroup` request for (X) members.", "removing member X on heartbeat
-    expiration." (client reason "not provided" when the client sent none),
-  * `stabilized` "Stabilized group G generation N with M members.", `empty` "Group G with generation N
-    is now empty.";
-KIP-848 consumer groups (Kafka's GroupMetadataManager lines): `member-joined` "[GroupId G] Member X joins
-  the consumer group using the consumer protocol.", `member-left`, `member-fenced` "[GroupId G] Member X
-  fenced from the group because the member session expired." (or a rebalance, join or sync timeout),
-  `epoch-bump` "[GroupId G] Bumped group epoch to N.",
-  `member-epoch` (DEBUG) "[GroupId G] Member X new assignment state: epoch=E, previousEpoch=P, ...".
+Reason strings follow Kafka 4.x's GroupMetadataManager where it has one ("Adding new member M with group
+instance id I; client reason: R" (I "null" for none, as Java prints it), "explicit `LeaveGroup` request
+for (M) members." (a rebalance's reason; the member's own: "Member M has left group through explicit
+`LeaveGroup` request; client reason: R"), "removing member M on heartbeat expiration.", "Updating
+metadata for member M during S; client reason: R", "Leader M re-joining group during Stable; client
+reason: R") and its KIP-848 messages ("Member M fenced from the group because the member session
+expired", ...); the classic ones are checked against Apache Kafka 4.3.1's own log.
 
-Each event is one log record on `kohort.broker.groups` with the fields under `extra={"event": ...}`
-(the JSON-lines log format prints them as they are), kept in `history` (the last 1000 INFO events, as
-dicts with `ts` and `msg`: a rebalance history for whoever wants to show one), and counted in
-`rebalances` per group (classic: each PreparingRebalance; consumer groups: each group-epoch bump) for the
-Prometheus metrics.
+Bounds: `per_group` events per group (oldest dropped), `max_groups` histories (the least recently
+changed dropped). `subscribe(fn)` lets other readers receive each event as it is made: the runtime
+subscribes `log_event` (one line per event on `kohort.broker.groups`, in Kafka 4.x's words where Kafka
+has a line); `rebalances` counts RebalanceStarted and GroupEpochBumped per group for the metrics.
 """
 from __future__ import annotations
 
 import collections
 import logging
-import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable
 
-log = logging.getLogger("kohort.broker.groups")
+from kohort.broker.coordinator.group import GroupState
 
+log = logging.getLogger("kohort.broker.coordinator")
 
-def _reason(r) -> str:
-    return r if r else "not provided"
+DEFAULT_PER_GROUP = 200
+DEFAULT_MAX_GROUPS = 1000
 
-
-def classic_snapshot(g) -> dict:
-    return {"type": "classic", "state": g.state.value, "generation": g.generation_id, "leader": g.leader_id,
-            "members": {m.member_id: (m.group_instance_id, m.client_id, m.client_host) for m in g.members.values()}}
-
-
-def consumer_snapshot(g) -> dict:
-    return {"type": "consumer", "state": g.state.value, "epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch,
-            "members": {m.member_id: (m.instance_id, m.client_id, m.client_host, m.member_epoch,
-                                      m.previous_member_epoch, m.state.name,
-                                      sum(len(ps) for ps in m.assigned.values()),
-                                      sum(len(ps) for ps in m.pending_revocation.values()),
-                                      m.classic is not None)
-                        for m in g.members.values()}}
+# classic operations whose params carry the group (args[0].group_id); reads are not observed
+_CLASSIC_PARAM_OPS = frozenset({"join_group", "sync_group", "leave_group", "heartbeat", "offset_commit",
+                                "offset_delete"})
+_CONSUMER_PARAM_OPS = frozenset({"heartbeat", "classic_join", "classic_sync", "classic_leave",
+                                 "classic_heartbeat"})
 
 
-class GroupObserver:
-    """Snapshots of the groups the runtime touched, and the events between two snapshots."""
+@dataclass(frozen=True)
+class GroupEvent:
+    ts_ms: int
+    group: str
+    kind: str               # GroupCreated, MemberJoined, MemberLeft, MemberExpired, MemberFenced,
+                            # MemberReplaced, RebalanceStarted, GenerationStarted, GroupEpochBumped,
+                            # TargetAssignmentComputed, StateChanged, GroupConverted, GroupDeleted
+    reason: str
+    member_id: str | None = None
+    generation: int = -1    # classic generation, or KIP-848 group epoch, after the event
+    state: str = ""         # the group's state after the event
+    type: str = ""          # "classic" | "consumer"
+    members: int = -1       # members after the event
 
-    HISTORY = 1000
+    def as_dict(self) -> dict:
+        return asdict(self)
 
-    def __init__(self, clock=time.time) -> None:
-        self.snapshots: dict[tuple[str, str], dict] = {}
-        self.rebalances: dict[str, int] = {}
-        self.history: collections.deque = collections.deque(maxlen=self.HISTORY)   # recent events, oldest first
+
+@dataclass(frozen=True)
+class _Member:
+    client_id: str
+    client_host: str
+    instance_id: str | None
+    subscription: Any = None      # KIP-848: (topic names, regex)
+
+
+@dataclass(frozen=True)
+class _Snap:
+    type: str                     # "classic" | "consumer"
+    state: str
+    generation: int               # classic generation / consumer group epoch
+    assignment_epoch: int
+    leader: str | None
+    protocol: str | None
+    members: dict
+
+
+def snapshot(rt, group_id: str) -> _Snap | None:
+    """What the events are derived from: the group as the runtime serves it now (a KIP-848 group
+    first; the classic coordinator's simple group holding its offsets is not a group of its own)."""
+    consumer = rt.consumer
+    if consumer is not None:
+        cg = consumer.groups.get(group_id)
+        if cg is not None:
+            members = {mid: _Member(m.client_id, m.client_host, m.instance_id,
+                                    (tuple(m.subscribed_topic_names), m.subscribed_topic_regex))
+                       for mid, m in cg.members.items()}
+            return _Snap("consumer", cg.state.value, cg.group_epoch, cg.assignment_epoch, None, None, members)
+    g = rt.coordinator.groups.get(group_id)
+    if g is None or g.is_(GroupState.DEAD):
+        return None
+    members = {mid: _Member(m.client_id, m.client_host, m.group_instance_id) for mid, m in g.members.items()}
+    return _Snap("classic", g.state.value, g.generation_id, g.generation_id, g.leader_id, g.protocol_name,
+                 members)
+
+
+def _unchanged(rt, group_id: str, old: _Snap) -> bool:
+    """A cheap check that the group is as `old` saw it, without building a snapshot: the steady
+    heartbeat of a KIP-848 member (the most frequent step) changes nothing events are made of. A
+    member's metadata changes only with a join (new id) or an epoch bump (subscription), so epochs,
+    member ids and state suffice; classic groups are always snapshotted (their steps are rarer)."""
+    if old.type != "consumer" or rt.consumer is None:
+        return False
+    cg = rt.consumer.groups.get(group_id)
+    return (cg is not None and cg.group_epoch == old.generation and cg.assignment_epoch == old.assignment_epoch
+            and cg.members.keys() == old.members.keys() and cg.state.value == old.state)
+
+
+def _all_group_ids(rt) -> set[str]:
+    ids = set(rt.coordinator.groups)
+    if rt.consumer is not None:
+        ids |= set(rt.consumer.groups)
+    return ids
+
+
+class _NoEvents:
+    """The runtime's default: observes nothing."""
+
+    def observe(self, rt, op: str, args: tuple, out: Any, consumer: bool = False) -> None:
+        return None
+
+
+NO_EVENTS = _NoEvents()
+
+
+class GroupEvents:
+    def __init__(self, per_group: int = DEFAULT_PER_GROUP, max_groups: int = DEFAULT_MAX_GROUPS,
+                 clock: Callable[[], int] | None = None) -> None:
+        self.per_group = per_group
+        self.max_groups = max_groups
         self._clock = clock
+        self._last: dict[str, _Snap] = {}
+        self._history: collections.OrderedDict[str, collections.deque] = collections.OrderedDict()
+        self._tokens: dict[Any, set[str]] = {}     # append token -> groups its records belong to
+        self._subscribers: list[Callable[[GroupEvent], None]] = []
+        self.rebalances: dict[str, int] = {}      # per group: RebalanceStarted + GroupEpochBumped (metrics)
 
-    def prime(self, classic: dict, consumer: dict | None) -> None:
-        """Take the groups as they are (after loading `__consumer_offsets`) without events."""
-        for gid, g in classic.items():
-            self.snapshots[("classic", gid)] = classic_snapshot(g)
-        for gid, g in (consumer or {}).items():
-            self.snapshots[("consumer", gid)] = consumer_snapshot(g)
+    # -- reading ---------------------------------------------------------------------------------
+    def history(self, group_id: str) -> list[GroupEvent]:
+        return list(self._history.get(group_id, ()))
 
-    def observe(self, classic: dict, consumer: dict, group_ids, cause: dict) -> None:
-        """classic/consumer: the coordinators' group tables; cause: {"op": ..., "member_id": ...,
-        "reason": ..., "timer": ...} of what just ran."""
-        for gid in group_ids:
-            if gid is None:
+    def groups(self) -> list[str]:
+        return list(self._history)
+
+    def subscribe(self, fn: Callable[[GroupEvent], None]) -> None:
+        self._subscribers.append(fn)
+
+    # -- feeding ---------------------------------------------------------------------------------
+    def baseline(self, rt) -> None:
+        """Take the current groups as known (no events): called when the recorder is attached."""
+        for gid in _all_group_ids(rt):
+            s = snapshot(rt, gid)
+            if s is not None:
+                self._last[gid] = s
+
+    def observe(self, rt, op: str, args: tuple, out: Any, consumer: bool = False) -> None:
+        """After the runtime applied the Outcome `out` of step `op` (a coordinator operation with its
+        args; "timer" with (key,); "stored" with (token,)); `consumer` for the KIP-848 coordinator's
+        operations. Never raises: a bug here is logged, the coordinator's step stands."""
+        try:
+            self._observe(rt, op, args, out, consumer)
+        except Exception:   # noqa: BLE001
+            log.exception("group events: observing %s failed", op)
+
+    def _observe(self, rt, op: str, args: tuple, out: Any, consumer: bool) -> None:
+        if out is not None:
+            for a in getattr(out, "appends", ()):
+                self._tokens[a.token] = {r.group for r in a.records}
+        gids = self._touched(rt, op, args, consumer)
+        if not gids:
+            return
+        now = rt.clock() if self._clock is None else self._clock()
+        for gid in sorted(gids):
+            old = self._last.get(gid)
+            if old is not None and _unchanged(rt, gid, old):
                 continue
-            for kind, table, snap in (("classic", classic, classic_snapshot), ("consumer", consumer, consumer_snapshot)):
-                g = table.get(gid) if table is not None else None
-                before = self.snapshots.get((kind, gid))
-                after = snap(g) if g is not None else None
-                if before == after:
-                    continue
-                if after is None:
-                    self.snapshots.pop((kind, gid), None)
-                    if before is not None and before["members"]:
-                        self._emit(logging.INFO, "group-removed", f"Group {gid} was removed.", gid)
-                    continue
-                self.snapshots[(kind, gid)] = after
-                try:
-                    if kind == "classic":
-                        self._classic(gid, before, after, cause)
-                    else:
-                        self._consumer(gid, before, after, cause)
-                except Exception:      # noqa: BLE001 - observing must never break the coordinator
-                    log.exception("group event for %s failed", gid)
-
-    def _emit(self, level: int, event: str, msg: str, group: str, **fields) -> None:
-        if event in ("rebalance", "epoch-bump"):
-            self.rebalances[group] = self.rebalances.get(group, 0) + 1
-        ev = {"event": event, "group": group, **fields}
-        if level >= logging.INFO:
-            self.history.append({"ts": self._clock(), "msg": msg, **ev})
-        if log.isEnabledFor(level):
-            log.log(level, msg, extra={"event": ev})
-
-    # -- classic ------------------------------------------------------------------------------------
-    def _classic(self, gid: str, before: dict | None, after: dict, cause: dict) -> None:
-        b_members = before["members"] if before else {}
-        b_state = before["state"] if before else "Empty"
-        b_gen = before["generation"] if before else 0
-        a_members = after["members"]
-        joined = [m for m in a_members if m not in b_members]
-        left = [m for m in b_members if m not in a_members]
-        op = cause.get("op")
-        for m in joined:
-            inst, cid, host = a_members[m]
-            self._emit(logging.INFO, "member-joined",
-                       f"Member {m} (client id {cid}, host {host}, group instance id {inst}) joined group {gid}.",
-                       gid, member_id=m, client_id=cid, host=host, group_instance_id=inst, protocol="classic")
-        for m in left:
-            inst, cid, host = b_members[m]
-            if op == "timer":
-                self._emit(logging.INFO, "member-expired",
-                           f"Member {m} in group {gid} has failed, removing it from the group.", gid,
-                           member_id=m, client_id=cid, group_instance_id=inst, protocol="classic")
+            new = snapshot(rt, gid)
+            if new is None:
+                self._last.pop(gid, None)
             else:
-                self._emit(logging.INFO, "member-left",
-                           f"[Group {gid}] Member {m} has left group through explicit `LeaveGroup` request; "
-                           f"client reason: {_reason(cause.get('reason'))}" if op == "leave_group" else
-                           f"[Group {gid}] Member {m} has left group ({op}).", gid,
-                           member_id=m, client_id=cid, group_instance_id=inst, protocol="classic",
-                           reason=_reason(cause.get("reason")))
-        prep = "PreparingRebalance"
-        entered = after["state"] == prep and b_state != prep
-        # a rebalance that went through PreparingRebalance within one operation (the last member left)
-        passed = after["generation"] > b_gen and prep not in (b_state, after["state"])
+                self._last[gid] = new
+            if old == new:
+                continue
+            for ev in derive(gid, old, new, op, args, consumer, now):
+                self._add(ev)
+
+    def _touched(self, rt, op: str, args: tuple, consumer: bool) -> set[str]:
+        if op == "stored":
+            return self._tokens.pop(args[0], set())
+        if op == "timer":
+            key = args[0]
+            if len(key) > 1 and isinstance(key[1], str):
+                return {key[1]}
+            return _all_group_ids(rt) | set(self._last)      # offsets expiration: any group
+        if consumer:
+            if op in _CONSUMER_PARAM_OPS:
+                return {args[0].group_id}
+            if op == "delete_group":
+                return {args[0]}
+            return set()
+        if op in _CLASSIC_PARAM_OPS:
+            return {args[0].group_id}
+        if op == "delete_groups":
+            return set(args[0])
+        return set()
+
+    def _add(self, ev: GroupEvent) -> None:
+        h = self._history.get(ev.group)
+        if h is None:
+            h = self._history[ev.group] = collections.deque(maxlen=self.per_group)
+            while len(self._history) > self.max_groups:
+                self._history.popitem(last=False)
+        else:
+            self._history.move_to_end(ev.group)
+        h.append(ev)
+        if ev.kind in ("RebalanceStarted", "GroupEpochBumped"):
+            self.rebalances[ev.group] = self.rebalances.get(ev.group, 0) + 1
+        for fn in self._subscribers:
+            try:
+                fn(ev)
+            except Exception:   # noqa: BLE001 - a reader's bug must not break the coordinator's step
+                pass
+
+
+# -- deriving events ---------------------------------------------------------------------------------
+def _reason_or_default(reason: str | None) -> str:
+    return reason if reason else "not provided"
+
+
+def _leave_reason(args: tuple, member_id: str) -> str | None:
+    p = args[0] if args else None
+    for lm in getattr(p, "members", ()):
+        if lm.member_id == member_id:
+            return _reason_or_default(lm.reason)
+    return None
+
+
+def _removed(gid: str, mid: str, old: _Snap, new: _Snap | None, op: str, args: tuple,
+             consumer: bool) -> tuple[str, str]:
+    """(kind, reason) of member `mid` no longer in the group."""
+    if op in ("leave_group", "classic_leave"):
+        r = _leave_reason(args, mid)
+        if r is not None:
+            return "MemberLeft", f"Member {mid} has left group through explicit `LeaveGroup` request; client reason: {r}"
+    if op == "timer":
+        kind = args[0][0]
+        if kind == "heartbeat":
+            return "MemberExpired", f"removing member {mid} on heartbeat expiration."
+        if kind == "join":
+            return "MemberExpired", f"removing member {mid}: it did not rejoin before the rebalance timeout"
+        if kind == "sync":
+            return "MemberExpired", f"removing member {mid} on pending sync request expiration"
+        if kind == "cg-session":
+            return "MemberExpired", f"Member {mid} fenced from the group because the member session expired"
+        if kind == "cg-rebalance":
+            return "MemberFenced", (f"Member {mid} fenced from the group because it did not revoke its "
+                                    f"partitions within the rebalance timeout")
+        if kind in ("cg-join", "cg-sync"):
+            return "MemberExpired", (f"Member {mid} (classic protocol) fenced from the group: its "
+                                     f"{'JoinGroup' if kind == 'cg-join' else 'SyncGroup'} did not arrive in time")
+    old_m = old.members[mid]
+    if old_m.instance_id is not None and new is not None:
+        for nid, m in new.members.items():
+            if m.instance_id == old_m.instance_id and nid not in old.members:
+                return "MemberReplaced", (f"Static member with group instance id {old_m.instance_id} "
+                                          f"rejoined as {nid}; member {mid} replaced")
+    if consumer and op == "heartbeat" and args and args[0].member_id == mid:
+        return "MemberLeft", f"Member {mid} left the consumer group"
+    if op in ("delete_groups", "delete_group"):
+        return "MemberLeft", f"member {mid} removed: group deleted"
+    return "MemberLeft", f"member {mid} removed by {op}"
+
+
+def _added(mid: str, m: _Member, op: str, args: tuple, consumer: bool) -> str:
+    if op in ("join_group", "classic_join"):
+        p = args[0]
+        inst = m.instance_id if m.instance_id is not None else "null"      # Java's string of null
+        return (f"Adding new member {mid} with group instance id {inst}; client reason: "
+                f"{_reason_or_default(getattr(p, 'reason', None))}")
+    if consumer and op == "heartbeat":
+        names, regex = m.subscription or ((), None)
+        sub = f"regex {regex!r}" if regex else ", ".join(names) or "nothing"
+        inst = f" with instance id {m.instance_id}" if m.instance_id else ""
+        return f"Member {mid} joined the consumer group{inst} (client id {m.client_id}, subscribed to {sub})"
+    return f"member {mid} added by {op}"
+
+
+def derive(gid: str, old: _Snap | None, new: _Snap | None, op: str, args: tuple, consumer: bool,
+           now: int) -> list[GroupEvent]:
+    """The events that take group `gid` from snapshot `old` to `new` in step `op`."""
+    evs: list[GroupEvent] = []
+
+    def ev(kind: str, reason: str, member: str | None = None) -> None:
+        s = new or old
+        evs.append(GroupEvent(now, gid, kind, reason, member, s.generation, s.state if new else "Dead", s.type,
+                              len(s.members) if new else 0))
+
+    if new is None:
+        if op in ("delete_groups", "delete_group"):
+            why = "deleted by DeleteGroups"
+        elif op == "timer" and args[0] and args[0][0] == "offsets-expiration":
+            why = "empty group removed: its last committed offsets expired (offsets.retention.minutes)"
+        else:
+            why = f"removed by {op}"
+        for mid in old.members:
+            kind, reason = _removed(gid, mid, old, None, op, args, consumer)
+            ev(kind, reason, mid)
+        ev("GroupDeleted", why)
+        return evs
+    if old is None:
+        ev("GroupCreated", f"{new.type} group created by {_op_name(op, consumer)}")
+        old = _Snap(new.type, GroupState.EMPTY.value, 0, 0, None, None, {})
+    elif old.type != new.type:
+        ev("GroupConverted", "online upgrade to a consumer group: a member joined with the consumer "
+                             "protocol (KIP-848)" if new.type == "consumer" else
+                             "downgrade to a classic group: no consumer-protocol member left (KIP-848)")
+    member_reasons: list[str] = []
+    left_by_request: list[str] = []
+    for mid in old.members:
+        if mid not in new.members:
+            kind, reason = _removed(gid, mid, old, new, op, args, consumer)
+            ev(kind, reason, mid)
+            if "explicit `LeaveGroup` request" in reason:
+                left_by_request.append(mid)
+            else:
+                member_reasons.append(reason)
+    for mid, m in new.members.items():
+        if mid not in old.members:
+            reason = _added(mid, m, op, args, consumer)
+            ev("MemberJoined", reason, mid)
+            member_reasons.append(reason)
+    if new.type == "classic":
+        prep = GroupState.PREPARING_REBALANCE.value
+        # Kafka 4.x's GroupMetadataManager: leaves give one reason naming every member that left
+        if left_by_request:
+            member_reasons.insert(0, f"explicit `LeaveGroup` request for ({', '.join(left_by_request)}) members.")
+        entered = new.state != old.state and new.state == prep
+        # a rebalance gone through PreparingRebalance within this one step (the last member left)
+        passed = new.generation > old.generation and prep not in (old.state, new.state)
         if entered or passed:
-            old_gen = b_gen if passed else after["generation"]
-            reason = self._classic_reason(cause, joined, left, a_members, before, b_state)
-            self._emit(logging.INFO, "rebalance",
-                       f"Preparing to rebalance group {gid} in state {prep} with old generation "
-                       f"{old_gen} (reason: {reason}).", gid, generation=old_gen,
-                       reason=reason, previous_state=b_state)
-        if after["state"] in ("CompletingRebalance", "Stable") and b_state == "PreparingRebalance":
-            self._emit(logging.INFO, "stabilized",
-                       f"Stabilized group {gid} generation {after['generation']} with {len(a_members)} members.",
-                       gid, generation=after["generation"], members=len(a_members), leader=after["leader"])
-        if after["state"] == "Stable" and b_state == "CompletingRebalance":
-            static = sum(1 for inst, _, _ in a_members.values() if inst)
-            self._emit(logging.INFO, "assignment",
-                       f"Assignment received from leader {after['leader']} for group {gid} for generation "
-                       f"{after['generation']}. The group has {len(a_members)} members, {static} of which are static.",
-                       gid, generation=after["generation"], members=len(a_members), leader=after["leader"])
-        if after["state"] == "Empty" and b_state != "Empty" and before is not None:
-            self._emit(logging.INFO, "empty", f"Group {gid} with generation {after['generation']} is now empty.",
-                       gid, generation=after["generation"])
+            reason = member_reasons[0] if member_reasons else _rejoin_reason(old, op, args)
+            ev("RebalanceStarted", f"Preparing to rebalance group {gid} in state PreparingRebalance with old "
+                                   f"generation {old.generation} (reason: {reason})")
+        if new.state != old.state and not entered:
+            ev("StateChanged", f"{old.state} -> {new.state}")
+        if new.generation != old.generation and new.generation > 0:
+            ev("GenerationStarted", f"generation {new.generation} with {len(new.members)} member(s), "
+                                    f"protocol {new.protocol}, leader {new.leader}")
+    else:
+        if new.generation != old.generation:
+            reason = "; ".join(member_reasons) or _epoch_reason(old, new, op, args)
+            ev("GroupEpochBumped", f"group epoch {old.generation} -> {new.generation}: {reason}")
+        if new.assignment_epoch != old.assignment_epoch:
+            ev("TargetAssignmentComputed", f"target assignment computed for group epoch {new.assignment_epoch}")
+        if new.state != old.state:
+            ev("StateChanged", f"{old.state} -> {new.state}")
+    return evs
 
-    @staticmethod
-    def _classic_reason(cause, joined, left, a_members, before, b_state) -> str:
-        op, client = cause.get("op"), _reason(cause.get("reason"))
-        if joined:
-            m = joined[0]
-            inst = a_members[m][0]
-            return f"Adding new member {m} with group instance id {inst or 'null'}; client reason: {client}"
-        if left:
-            if op == "timer":
-                return f"removing member {left[0]} on heartbeat expiration."
-            if op == "leave_group":
-                return f"explicit `LeaveGroup` request for ({', '.join(left)}) members."
-            return f"removing member {left[0]} ({op})."
-        m = cause.get("member_id")
-        if op == "join_group" and m:
-            if before is not None and before.get("leader") == m:
-                return f"Leader {m} re-joining group during {b_state}; client reason: {client}"
-            return f"Updating metadata for member {m} during {b_state}; client reason: {client}"
-        return str(op or "coordinator")
 
-    # -- KIP-848 consumer groups ----------------------------------------------------------------------
-    def _consumer(self, gid: str, before: dict | None, after: dict, cause: dict) -> None:
-        b_members = before["members"] if before else {}
-        a_members = after["members"]
-        for m in a_members:
-            if m not in b_members:
-                inst, cid, host = a_members[m][:3]
-                self._emit(logging.INFO, "member-joined",
-                           f"[GroupId {gid}] Member {m} joins the consumer group using the "
-                           f"{'classic' if a_members[m][8] else 'consumer'} protocol.", gid, member_id=m,
-                           client_id=cid, host=host, group_instance_id=inst,
-                           protocol="classic" if a_members[m][8] else "consumer")
-        for m in b_members:
-            if m not in a_members:
-                inst, cid = b_members[m][:2]
-                timer = cause.get("timer")
-                if timer:
-                    why = {"cg-session": "the member session expired",
-                           "cg-rebalance": f"it failed to transition from epoch {b_members[m][3]} within its "
-                                           f"rebalance timeout",
-                           "cg-join": "the classic member failed to join within the rebalance timeout",
-                           "cg-sync": "the member failed to sync within timeout"}.get(timer, timer)
-                    self._emit(logging.INFO, "member-fenced",
-                               f"[GroupId {gid}] Member {m} fenced from the group because {why}.", gid,
-                               member_id=m, client_id=cid, group_instance_id=inst, reason=why, protocol="consumer")
-                else:
-                    self._emit(logging.INFO, "member-left", f"[GroupId {gid}] Member {m} left the consumer group.",
-                               gid, member_id=m, client_id=cid, group_instance_id=inst, protocol="consumer")
-        b_epoch = before["epoch"] if before else 0
-        if after["epoch"] != b_epoch:
-            self._emit(logging.INFO, "epoch-bump", f"[GroupId {gid}] Bumped group epoch to {after['epoch']}.", gid,
-                       group_epoch=after["epoch"], previous_group_epoch=b_epoch, members=len(a_members))
-        if after["assignment_epoch"] != (before["assignment_epoch"] if before else 0):
-            self._emit(logging.INFO, "target-assignment",
-                       f"[GroupId {gid}] Computed a new target assignment for epoch {after['assignment_epoch']}.",
-                       gid, assignment_epoch=after["assignment_epoch"])
-        for m, st in a_members.items():
-            old = b_members.get(m)
-            if old is None or old[3:8] != st[3:8]:
-                epoch, prev, state, assigned, revoking = st[3:8]
-                self._emit(logging.DEBUG, "member-epoch",
-                           f"[GroupId {gid}] Member {m} new assignment state: epoch={epoch}, previousEpoch={prev}, "
-                           f"state={state}, assignedPartitions={assigned} and revokedPartitions={revoking}.",
-                           gid, member_id=m, member_epoch=epoch, previous_member_epoch=prev, member_state=state,
-                           assigned_partitions=assigned, revoking_partitions=revoking)
-        if before is not None and after["state"] != before["state"]:
-            self._emit(logging.DEBUG, "state", f"[GroupId {gid}] Transitioned from {before['state']} to "
-                                               f"{after['state']}.", gid, state=after["state"],
-                       previous_state=before["state"])
+def _op_name(op: str, consumer: bool) -> str:
+    names = {"join_group": "JoinGroup", "offset_commit": "OffsetCommit", "classic_join": "JoinGroup",
+             "heartbeat": "ConsumerGroupHeartbeat" if consumer else "Heartbeat", "stored": "a stored record"}
+    return names.get(op, op)
+
+
+def _rejoin_reason(old: _Snap, op: str, args: tuple) -> str:
+    if op == "join_group":
+        p = args[0]
+        r = _reason_or_default(getattr(p, "reason", None))
+        if old.leader == p.member_id and old.state == GroupState.STABLE.value:
+            return f"Leader {p.member_id} re-joining group during Stable; client reason: {r}"
+        return f"Updating metadata for member {p.member_id} during {old.state}; client reason: {r}"
+    if op == "timer" and args[0][0] == "sync":
+        return "pending sync request expired"
+    if op == "timer" and args[0][0] == "heartbeat":
+        return "a member's heartbeat expired"
+    if op == "stored":
+        return "a stored change (e.g. a static member's replacement)"
+    return f"{op}"
+
+
+def _epoch_reason(old: _Snap, new: _Snap, op: str, args: tuple) -> str:
+    changed = [mid for mid, m in new.members.items()
+               if mid in old.members and old.members[mid].subscription != m.subscription]
+    if changed:
+        return "; ".join(f"Member {mid} updated its subscription" for mid in changed)
+    return "the subscribed topics' metadata changed"
+
+
+def events_as_dicts(events: Iterable[GroupEvent]) -> list[dict]:
+    return [e.as_dict() for e in events]
+
+
+# -- the broker's log ---------------------------------------------------------------------------------
+event_log = logging.getLogger("kohort.broker.groups")
+
+
+def log_message(ev: GroupEvent) -> tuple[int, str]:
+    """(level, text) of one event in the words of Kafka 4.x's group coordinator log where it has a line
+    for it (checked against Apache Kafka 4.3.1's log by tests/test_broker_logging.py)."""
+    g, m = ev.group, ev.member_id
+    if ev.kind == "RebalanceStarted":
+        return logging.INFO, ev.reason + "."
+    if ev.kind == "GenerationStarted":
+        if ev.state == GroupState.EMPTY.value:
+            return logging.INFO, f"Group {g} with generation {ev.generation} is now empty."
+        return logging.INFO, f"Stabilized group {g} generation {ev.generation} with {ev.members} members."
+    if ev.kind == "StateChanged":
+        return logging.DEBUG, f"[Group {g}] {ev.reason}."
+    if ev.type == "consumer":
+        if ev.kind == "MemberJoined":
+            return logging.INFO, f"[GroupId {g}] Member {m} joins the consumer group using the consumer protocol."
+        if ev.kind == "GroupEpochBumped":
+            return logging.INFO, f"[GroupId {g}] Bumped group epoch to {ev.generation}."
+        if ev.kind == "MemberLeft" and ev.reason == f"Member {m} left the consumer group":
+            return logging.INFO, f"[GroupId {g}] Member {m} left the consumer group."
+        return logging.INFO, f"[GroupId {g}] {ev.reason}."
+    if ev.kind == "MemberExpired" and ev.reason == f"removing member {m} on heartbeat expiration.":
+        return logging.INFO, f"Member {m} in group {g} has failed, removing it from the group."
+    return logging.INFO, f"[Group {g}] {ev.reason}"
+
+
+def log_event(ev: GroupEvent) -> None:
+    """A subscriber: one log record per event on `kohort.broker.groups`, its fields under `event` (the
+    JSON-lines log format prints them: event = the kind, group, member_id, reason, generation, state)."""
+    level, msg = log_message(ev)
+    if event_log.isEnabledFor(level):
+        fields = ev.as_dict()
+        fields["event"] = fields.pop("kind")
+        event_log.log(level, msg, extra={"event": fields})
