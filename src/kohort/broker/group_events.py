@@ -6,8 +6,9 @@ Read-only towards the coordinators: the runtime (broker/coordinator_runtime.py) 
 `events.observe(rt, op, args, out)` once after each step it drives (an operation, a timer, a stored
 append); `observe` snapshots the groups that step touched and derives events from the difference with
 the previous snapshot and from the step's cause (the request's params, the timer's key). The
-coordinators stay pure and unaware of it. `NO_EVENTS` (the default) does nothing, so a broker without
-the console pays one no-op call per step.
+coordinators stay pure and unaware of it. The runtime always keeps one (the broker's log and metrics read
+it, the console shows it); a steady KIP-848 heartbeat is recognised without a snapshot. `NO_EVENTS`
+observes nothing (for a runtime built without events, e.g. in tests).
 
 Reason strings follow Kafka 4.x's GroupMetadataManager where it has one ("Adding new member M with group
 instance id I; client reason: R" (I "null" for none, as Java prints it), "explicit `LeaveGroup` request
