@@ -101,15 +101,19 @@ def snapshot(rt, group_id: str) -> _Snap | None:
 
 
 def _unchanged(rt, group_id: str, old: _Snap) -> bool:
-    """A cheap check that the group is as `old` saw it, without building a snapshot: the steady
-    heartbeat of a KIP-848 member (the most frequent step) changes nothing events are made of. A
-    member's metadata changes only with a join (new id) or an epoch bump (subscription), so epochs,
-    member ids and state suffice; classic groups are always snapshotted (their steps are rarer)."""
-    if old.type != "consumer" or rt.consumer is None:
-        return False
-    cg = rt.consumer.groups.get(group_id)
-    return (cg is not None and cg.group_epoch == old.generation and cg.assignment_epoch == old.assignment_epoch
-            and cg.members.keys() == old.members.keys() and cg.state.value == old.state)
+    """A cheap check that the group is as `old` saw it, without building a snapshot: steady heartbeats
+    (the most frequent steps) change nothing events are made of. A member's metadata changes only with a
+    join (a new id, or a rebalance: a new state and generation) or, KIP-848, an epoch bump
+    (subscription), so ids, epochs or generation, state and leader suffice."""
+    if old.type == "consumer":
+        cg = rt.consumer.groups.get(group_id) if rt.consumer is not None else None
+        return (cg is not None and cg.group_epoch == old.generation and cg.assignment_epoch == old.assignment_epoch
+                and cg.members.keys() == old.members.keys() and cg.state.value == old.state)
+    if rt.consumer is not None and group_id in rt.consumer.groups:
+        return False                       # converted to a consumer group
+    g = rt.coordinator.groups.get(group_id)
+    return (g is not None and g.generation_id == old.generation and g.state.value == old.state
+            and g.leader_id == old.leader and g.protocol_name == old.protocol and g.members.keys() == old.members.keys())
 
 
 def _all_group_ids(rt) -> set[str]:
