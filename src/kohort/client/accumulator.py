@@ -311,19 +311,27 @@ class RecordAccumulator:
                     next_ms = min(next_ms, self.linger_ms - waited)
         return nodes, max(0, next_ms), unknown
 
-    def drain(self, node_partitions, max_request_size: int, now_ms: int, can_send_partition) -> list:
+    def drain(self, node_partitions, max_request_size: int, now_ms: int, can_send_partition,
+              sendable_only: bool = False) -> list:
         """Take up to one ready batch per partition led by the node; returns the batches (closed).
 
-        `can_send_partition(tp, batch)` lets the idempotence logic hold a partition back (ordering)."""
+        `can_send_partition(tp, batch)` lets the idempotence logic hold a partition back (ordering).
+        The first request to a ready node takes every partition's first batch, as Java's drain does;
+        `sendable_only` (a further request in the same round) takes only batches that are full,
+        lingered long enough, or flushed, so a just-opened batch is not sent with one record."""
         out = []
         size = 0
         with self.lock:
+            hurry = self.flushing or self.closed or self.used > self.buffer_memory * 0.9
             for tp in node_partitions:
                 dq = self.batches.get(tp)
                 if not dq:
                     continue
                 b = dq[0]
                 if b.attempts and now_ms < b.last_attempt_ms + self.retry_backoff_ms:
+                    continue
+                if sendable_only and not (b.closed or len(dq) > 1 or hurry or b.attempts
+                                          or now_ms - b.created_ms >= self.linger_ms):
                     continue
                 if not can_send_partition(tp, b):
                     continue

@@ -335,6 +335,7 @@ class _Sender:
         self.pid_in_flight = False
         self.needs_bump = False
         self.parts: dict[tuple, _PartitionState] = {}
+        self.node_requests: dict[int, int] = {}          # Produce requests sent and not answered, per node
         self.lock = threading.Lock()
         self.io_lock = threading.Lock()          # whoever holds it drives the network client
         self.stats = {"requests": 0, "retries": 0, "disconnects": 0, "epoch_bumps": 0}
@@ -447,7 +448,9 @@ class _Sender:
         self.stats["disconnects"] += 1
 
     def _node_ready(self, node: int) -> bool:
-        return self.net.ready(node) and self.net.in_flight(node) < self.p.max_in_flight
+        # counted here, not by net.in_flight(): a request sent by this (polling) thread waits in the
+        # network client's queue until the next poll
+        return self.net.ready(node) and self.node_requests.get(node, 0) < self.p.max_in_flight
 
     def _total_in_flight(self) -> int:
         return sum(s.in_flight for s in self.parts.values())
@@ -545,10 +548,19 @@ class _Sender:
         return st is None or st.in_flight < 5
 
     def _send_to(self, node: int, now: int) -> None:
+        """Send requests to `node` while it has sendable batches and room in flight (Java's Sender
+        loops the same way: with one busy partition, one request per round trip would leave the
+        connection idle while the broker works)."""
         tps = [tp for tp in self.acc.partitions() if self._leader_of(*tp) == node]
-        batches = self.acc.drain(tps, self.p.max_request_size, now, self._can_send)
-        if not batches:
-            return
+        first = True
+        while self.node_requests.get(node, 0) < self.p.max_in_flight:
+            batches = self.acc.drain(tps, self.p.max_request_size, now, self._can_send, sendable_only=not first)
+            if not batches:
+                return
+            first = False
+            self._send_batches(node, batches)
+
+    def _send_batches(self, node: int, batches: list) -> None:
         p = self.p
         by_topic: dict[str, list] = {}
         for b in batches:
@@ -577,7 +589,12 @@ class _Sender:
                 b.in_flight = False
                 self._finish(b, -1, -1, None)
         else:
-            _on_done(fut, lambda resp, err: self._on_produce(batches, resp, err))
+            self.node_requests[node] = self.node_requests.get(node, 0) + 1
+
+            def done(resp, err):
+                self.node_requests[node] -= 1
+                self._on_produce(batches, resp, err)
+            _on_done(fut, done)
 
     def _on_produce(self, batches, resp, err) -> None:
         now = _now_ms()
