@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 
 from kohort.client.accumulator import DeliveryFuture, RecordAccumulator, RecordMetadata
 from kohort.client.cluster import Cluster
@@ -51,6 +52,7 @@ from kohort.protocol.compression import (
 )
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
 from kohort.protocol.messages.produce import ProduceRequest
+from kohort.protocol.records import producer_twin
 
 _CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
            "lz4": COMPRESSION_LZ4, "zstd": COMPRESSION_ZSTD}
@@ -123,6 +125,14 @@ class Producer:
             retry_backoff_ms=c["retry.backoff.ms"], clock_ms=_now_ms, on_new_batch=self._on_batch_closed)
         self.sender = _Sender(self)
         self.acc.wakeup = self.sender.wakeup
+        twin = producer_twin()
+        if twin is not None and type(self).produce is Producer.produce:
+            # the common case of produce() in C (records.producer_twin); it hands every other case
+            # to the Python produce below, which stays the reference
+            self.produce = self.send = twin.FastProduce(
+                self, self.sender, self.sender.net, self.acc.batches, self.acc.lock, self._sticky_now,
+                DeliveryFuture, types.MethodType(Producer.produce, self), self._batch_full,
+                -1 if custom is not None else 0 if self._ignore_keys else 1, self._max_record)
         self.sender.thread.start()
 
     # -- public API -----------------------------------------------------------------------------------
@@ -187,12 +197,18 @@ class Producer:
         if on_delivery is not None:
             fut.add_done_callback(_delivery_adapter(on_delivery))
         if wake:
-            if sticky:     # KIP-480: the sticky partition's batch is full, stick to another one
-                self.partitioner.sticky.on_new_batch(topic, n, info.available, partition)
-            self.sender.poke()
+            self._batch_full(topic, partition, sticky)
         return fut
 
     send = produce
+
+    def _batch_full(self, topic: str, partition: int, sticky: bool) -> None:
+        """A record filled its batch: stick to another partition (KIP-480) and send it now."""
+        if sticky:
+            info = self._topics.get(topic)
+            if info is not None:
+                self.partitioner.sticky.on_new_batch(topic, info.num_partitions, info.available, partition)
+        self.sender.poke()
 
     def _check_record_size(self, size: int, headers) -> None:
         size += 90 + sum(len(k) + (len(v) if v is not None else 0) for k, v in (headers or ()))

@@ -14,7 +14,8 @@ What lives here:
 * The compiled twin: when the C extension `kohort.protocol._crecords` was built and the environment
   variable KOHORT_NO_EXT is unset or empty, the three functions above run in C (`HAVE_EXTENSION`,
   `extension_enabled()`, `use_extension()`); the pure-Python decoders (`_py_*`) stay the reference
-  and produce identical results. Legacy entries and decompression call back into Python.
+  and produce identical results. Legacy entries and decompression call back into Python. The same
+  extension carries the producer's per-record path (`producer_twin()`, see client/accumulator.py).
 * Encoding, once: `append_record` (one record), `encode_headers`, `write_batch` (header, compression,
   CRC); `BatchBuilder` / `build_batch` build on them, and so does the producer's ProducerBatch.
 * `patch_base_offset`, `patch_leader_epoch` (in place, CRC unaffected because the CRC starts at
@@ -526,6 +527,13 @@ def use_extension(enabled: bool) -> bool:
         raise RuntimeError("kohort.protocol._crecords is not built (no C compiler at install time?)")
     old, _use_ext = _use_ext, bool(enabled)
     return old
+
+
+def producer_twin():
+    """The compiled twin of the producer's per-record path (`_crecords`: RecordBuffer, RecordFuture,
+    FastProduce, murmur2) when the extension is enabled, else None (client/accumulator.py and
+    client/producer.py hold the Python reference)."""
+    return _ext if _use_ext else None
 
 
 def iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE):
