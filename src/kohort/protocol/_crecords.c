@@ -428,7 +428,7 @@ static int emit(sink_t *s, rec_t *r)
     if (s->mode == MODE_TUPLES || s->factory_direct) {
         /* Untracked while the call runs: a collection triggered by our own allocations then has
          * nothing of ours to scan (it would rescan the growing output again and again).
-         * retrack() restores tracking before the list is handed out. */
+         * retrack() tracks again those with headers before the list is handed out. */
         PyObject_GC_UnTrack(item);
         PyObject_GC_UnTrack(h);
     }
@@ -836,13 +836,20 @@ static int run(sink_t *s, PyObject *buf)
     return rc;
 }
 
-/* Track again what emit() untracked: each record (a tuple or tuple subclass) and its headers
- * list at index `hi`. */
+/* Track again what emit() untracked, for the records that have headers: the record (a tuple or
+ * tuple subclass) and its headers list at index `hi`. A record without headers holds only atomic
+ * values and an empty list, and stays untracked with its list (issue 17): tracked, the records of
+ * every fetch went through the collector's young generations (each scanned two or three times,
+ * then by every full collection while the application held them), which cost more than decoding
+ * them. The price: a cycle made by putting a record inside its own (empty) headers list is never
+ * collected, as for any untracked container (CPython untracks atomic tuples the same way). */
 static void retrack(PyObject *out, Py_ssize_t hi)
 {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(out); i++) {
         PyObject *item = PyList_GET_ITEM(out, i);
         PyObject *h = PyTuple_GET_ITEM(item, hi);
+        if (PyList_CheckExact(h) && PyList_GET_SIZE(h) == 0)
+            continue;
         if (!PyObject_GC_IsTracked(h))
             PyObject_GC_Track(h);
         if (!PyObject_GC_IsTracked(item))
