@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kohort.client import accumulator
 from kohort.client.partitioner import partition_for_key
 from kohort.client.producer import Producer
 from kohort.errors import KohortError
@@ -50,7 +51,7 @@ def test_backlog_of_one_partition_goes_out_max_in_flight_at_a_time(cluster):
 
 
 # -- the compiled twin of produce() (issue 17) -----------------------------------------------------------
-needs_ext = pytest.mark.skipif(not R.HAVE_EXTENSION, reason="C extension not built")
+needs_ext = pytest.mark.skipif(not accumulator.COMPILED, reason="C extension not built or KOHORT_NO_EXT set")
 
 
 def _make(cluster, c_twin: bool, batch_size: int, **extra):

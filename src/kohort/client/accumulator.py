@@ -51,9 +51,10 @@ class _PyBatchRecords:
     __slots__ = ("buf", "count", "base_ts", "max_ts", "size_limit", "closed", "ts_list")
 
 
-_twin = producer_twin()
-_FutureFields = _twin.RecordFuture if _twin is not None else _PyFutureFields
-_BatchRecords = _twin.RecordBuffer if _twin is not None else _PyBatchRecords
+_twin = producer_twin()          # decided once, at import (KOHORT_NO_EXT=1: the Python classes)
+COMPILED = _twin is not None     # batches and futures have the C fields FastProduce needs
+_FutureFields = _twin.RecordFuture if COMPILED else _PyFutureFields
+_BatchRecords = _twin.RecordBuffer if COMPILED else _PyBatchRecords
 
 
 class DeliveryFuture(_FutureFields):

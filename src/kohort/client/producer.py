@@ -28,6 +28,7 @@ import threading
 import time
 import types
 
+from kohort.client import accumulator
 from kohort.client.accumulator import DeliveryFuture, RecordAccumulator, RecordMetadata
 from kohort.client.cluster import Cluster
 from kohort.client.config import load_config, parse_bootstrap
@@ -125,7 +126,7 @@ class Producer:
             retry_backoff_ms=c["retry.backoff.ms"], clock_ms=_now_ms, on_new_batch=self._on_batch_closed)
         self.sender = _Sender(self)
         self.acc.wakeup = self.sender.wakeup
-        twin = producer_twin()
+        twin = producer_twin() if accumulator.COMPILED else None
         if twin is not None and type(self).produce is Producer.produce:
             # the common case of produce() in C (records.producer_twin); it hands every other case
             # to the Python produce below, which stays the reference
