@@ -127,9 +127,10 @@ class Producer:
         self.sender = _Sender(self)
         self.acc.wakeup = self.sender.wakeup
         twin = producer_twin() if accumulator.COMPILED else None
-        if twin is not None and type(self).produce is Producer.produce:
+        if twin is not None and type(self).produce is Producer.produce and c["transactional.id"] is None:
             # the common case of produce() in C (records.producer_twin); it hands every other case
-            # to the Python produce below, which stays the reference
+            # to the Python produce below, which stays the reference. Not for a transactional
+            # producer: per-record checks of its state would live only in the Python produce.
             self.produce = self.send = twin.FastProduce(
                 self, self.sender, self.sender.net, self.acc.batches, self.acc.lock, self._sticky_now,
                 DeliveryFuture, types.MethodType(Producer.produce, self), self._batch_full,
