@@ -81,3 +81,51 @@ def test_a_slice_outlives_its_file(tmp_path):
     assert len(s) == 30 and s.read() == (b"0123456789" * 10)[20:50]
     s.close()
     s.close()                                            # idempotent
+
+
+def test_a_slice_that_comes_up_short_ends_the_connection(tmp_path):
+    """The frame's size prefix already counted the slice: if its file shrank, the writer must not
+    send a frame of the wrong length -- it raises ConnectionError (the connection is closed)."""
+    from kohort.broker.server import _send_spliced
+    from kohort.protocol.records import SpliceBuffer
+
+    fs = OsFileSystem()
+    path = str(tmp_path / "seg.log")
+    h = fs.open(path)
+    h.append(b"r" * 100_000)
+    whole = FileSlice(h.dup(), 0, 100_000)
+    short = FileSlice(h.dup(), 0, 100_000)
+
+    async def main():
+        outcome = {}
+        got = asyncio.get_running_loop().create_future()
+
+        async def serve(reader, writer):
+            for name, recs in (("whole", whole), ("short", short)):
+                data = SpliceBuffer(b"head")
+                data.splices.append((4, recs))
+                data += b"tail"
+                if name == "short":
+                    h.truncate(50_000)
+                try:
+                    await _send_spliced(asyncio.get_running_loop(), writer, data)
+                    outcome[name] = "sent"
+                except ConnectionError:
+                    outcome[name] = "ConnectionError"
+                    writer.close()
+            got.set_result(None)
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.wait_for(got, 10)
+        first = await asyncio.wait_for(reader.readexactly(100_008), 10)
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return outcome, first
+
+    outcome, first = asyncio.run(main())
+    h.close()
+    assert outcome == {"whole": "sent", "short": "ConnectionError"}
+    assert first == b"head" + b"r" * 100_000 + b"tail"
