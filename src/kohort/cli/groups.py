@@ -449,6 +449,14 @@ def _partitions(a, args, group: str):
     if args.all_topics:
         tps = sorted(a.list_group_offsets(group, timeout=args.timeout))
         if not tps:
+            from kohort.client.admin import INACTIVE_STATES
+            try:
+                state = a.describe_groups([group], timeout=args.timeout)[0].state
+            except KohortError:
+                state = "Dead"
+            if state not in INACTIVE_STATES and args.execute:     # as Kafka's tool: the state comes first
+                raise KohortError(f"group {group!r} is {state}: offsets can only be reset while the group is "
+                                  f"inactive (no members); stop its consumers first")
             raise KohortError(f"group {group!r} has no committed offsets; name topics with --topic")
         return tps
     return topic_partitions(a, args.topic, args.timeout)
