@@ -117,6 +117,7 @@ SECURITY_KEYS: dict[str, tuple] = {
     "listener.security.protocol.map": (str, ""),
     "sasl.enabled.mechanisms": (str, "GSSAPI"),
     "sasl.jaas.config": (str, ""),
+    "sasl.server.callback.handler.class": (str, ""),
     "ssl.keystore.type": (str, "JKS"),
     "ssl.keystore.location": (str, ""),
     "ssl.keystore.key": (str, ""),
@@ -130,7 +131,8 @@ SECURITY_KEYS: dict[str, tuple] = {
     "sasl.server.max.receive.size": (int, 524288),
 }
 SPEC.update(SECURITY_KEYS)
-_MECH_JAAS = re.compile(r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\.jaas\.config")
+_MECH_JAAS = re.compile(r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\."
+                        r"(jaas\.config|server\.callback\.handler\.class)")
 
 
 def _spec_for(key: str):

@@ -6,6 +6,13 @@ Configured by Kafka's names: `listeners` (NAME://HOST:PORT,...), `listener.secur
 `ssl.keystore.type=PEM` with `ssl.keystore.location` (key + chain in one PEM) or
 `ssl.keystore.key` + `ssl.keystore.certificate.chain`, `ssl.truststore.*` (PEM), `ssl.client.auth`.
 Any ssl.*/sasl.* key may be prefixed `listener.name.<l>.` for one listener (KIP-103).
+OAUTHBEARER (KIP-255) validates unsecured JWTs (alg=none) as Kafka's default
+OAuthBearerUnsecuredValidatorCallbackHandler, configured by the `unsecuredValidator*` options of
+`[listener.name.<l>.]oauthbearer.sasl.jaas.config` (OAuthBearerLoginModule); the principal is the
+token's `sub` claim (or unsecuredValidatorPrincipalClaimName). Tests only: a production validator (JWKS,
+KIP-768) is not implemented, and `oauthbearer.sasl.server.callback.handler.class` naming any other class
+is refused. No re-authentication (KIP-368): a connection stays authenticated after its token expires, as
+Kafka with connections.max.reauth.ms=0 (its default).
 
 SCRAM credentials (salt, StoredKey, ServerKey, iterations; never a password) live in
 `<data dir>/scram-credentials.json`, written atomically (temp file, fsync, rename); the broker rereads
@@ -24,13 +31,15 @@ import re
 import ssl
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 
 from kohort.errors import ErrorCode, KohortError
 from kohort.protocol.messages.sasl_authenticate import SaslAuthenticateResponse
 from kohort.protocol.messages.sasl_handshake import SaslHandshakeResponse
 from kohort.protocol.sasl import (
-    MECHANISMS, SCRAM_MECHANISMS, PlainServer, SaslFailure, ScramCredential, ScramServer, parse_jaas,
+    MECHANISMS, SCRAM_MECHANISMS, UNSECURED_VALIDATOR, OAuthBearerServer, PlainServer, SaslFailure,
+    ScramCredential, ScramServer, UnsecuredValidator, parse_jaas,
 )
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -51,6 +60,7 @@ class Listener:
     ssl_context: ssl.SSLContext | None = None
     mechanisms: tuple[str, ...] = ()
     plain_users: dict = field(default_factory=dict)
+    oauth: UnsecuredValidator | None = None
     advertised: tuple[str, int] | None = None   # set once bound
 
     @property
@@ -106,6 +116,26 @@ def _plain_users(config, listener: str) -> dict[str, str]:
     if not module.endswith("PlainLoginModule"):
         raise SecurityConfigError(f"listener {listener}: PLAIN needs PlainLoginModule, got {module}")
     return {k[5:]: v for k, v in opts.items() if k.startswith("user_")}
+
+
+def _oauth_validator(config, listener: str) -> UnsecuredValidator:
+    handler = setting(config, listener, "oauthbearer.sasl.server.callback.handler.class") or \
+        setting(config, listener, "sasl.server.callback.handler.class")
+    if handler and handler != UNSECURED_VALIDATOR:
+        raise SecurityConfigError(f"listener {listener}: OAUTHBEARER validation by {handler} is not supported; "
+                                  f"kohort validates unsecured JWTs only ({UNSECURED_VALIDATOR}, the default)")
+    jaas = setting(config, listener, "oauthbearer.sasl.jaas.config") or setting(config, listener, "sasl.jaas.config")
+    if not jaas:
+        raise SecurityConfigError(f"listener {listener}: OAUTHBEARER is enabled but there is no sasl.jaas.config "
+                                  f"(listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config="
+                                  "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;)")
+    try:
+        module, opts = parse_jaas(jaas)
+        if not module.endswith("OAuthBearerLoginModule"):
+            raise KohortError(f"OAUTHBEARER needs OAuthBearerLoginModule, got {module}")
+        return UnsecuredValidator.from_jaas(opts)
+    except KohortError as e:
+        raise SecurityConfigError(f"listener {listener}: {e}") from None
 
 
 def _ssl_context(config, listener: str) -> ssl.SSLContext:
@@ -165,6 +195,8 @@ def build_listeners(config) -> list[Listener]:
             lst.mechanisms = tuple(mechs)
             if "PLAIN" in mechs:
                 lst.plain_users = _plain_users(config, name)
+            if "OAUTHBEARER" in mechs:
+                lst.oauth = _oauth_validator(config, name)
         out.append(lst)
     return out
 
@@ -289,8 +321,8 @@ class Authenticator:
     `on_raw_token(bytes)` return (verdict, response, reason): RESPOND the response; FAIL = respond,
     then close after connection.failed.authentication.delay.ms; CLOSE = close without an answer."""
 
-    def __init__(self, listener: Listener, scram: ScramStore):
-        self.listener, self.scram = listener, scram
+    def __init__(self, listener: Listener, scram: ScramStore, clock=time.time):
+        self.listener, self.scram, self.clock = listener, scram, clock
         self.state = START
         self.principal: str | None = None
         self.mechanism: str | None = None
@@ -321,6 +353,8 @@ class Authenticator:
             self.mechanism = mech
             if mech == "PLAIN":
                 self._server = PlainServer(self.listener.plain_users)
+            elif mech == "OAUTHBEARER":
+                self._server = OAuthBearerServer(self.listener.oauth, lambda: int(self.clock() * 1000))
             else:
                 self._server = ScramServer(mech, lambda user: self.scram.get(user, mech))
             self.state = RAW if version == 0 else AUTHENTICATE

@@ -52,7 +52,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable
 
-from kohort.client.config import Config, load_config, parse_bootstrap
+from kohort.client.config import Config, load_config, parse_bootstrap, sasl_settings
 from kohort.errors import (
     ConfigError, DecodeError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError, KohortError,
     SslAuthenticationError, is_authentication_error,
@@ -166,8 +166,7 @@ class NetworkClient:
         self._sndbuf = c["send.buffer.bytes"]
         proto = c["security.protocol"]
         self._tls = tls_context(c) if proto in ("ssl", "sasl_ssl") else None
-        self._sasl = ((c["sasl.mechanism"].upper(), c["sasl.username"], c["sasl.password"])
-                      if proto.startswith("sasl_") else None)
+        self._sasl = sasl_settings(c)    # (mechanism, user, password, OAUTHBEARER token source) or None
         self.fatal: BaseException | None = None   # an authentication failure: every request fails with it
         self._bootstrap = {-(i + 1): hp for i, hp in enumerate(parse_bootstrap(c["bootstrap.servers"]))}
         self._brokers: dict[int, tuple[str, int]] = {}

@@ -237,7 +237,7 @@ class ClientProtocol:
     flexible SyncGroup) gets only the versions before each API's first flexible one, since KIP-482's
     flexible versions shipped with ApiVersions v3.
 
-    SASL (KIP-43, KIP-152), when `sasl=(mechanism, username, password)` is given: after ApiVersions,
+    SASL (KIP-43, KIP-152), when `sasl=(mechanism, username, password[, oauth token source])` is given: after ApiVersions,
     SaslHandshake v1, then SaslAuthenticate rounds (highest common version <= 2) until the mechanism
     is done; only then READY. A refusal raises the broker's KafkaError (UNSUPPORTED_SASL_MECHANISM,
     SASL_AUTHENTICATION_FAILED with the broker's message, ILLEGAL_SASL_STATE); a SCRAM server whose
@@ -253,7 +253,7 @@ class ClientProtocol:
 
     def __init__(self, client_id: str | None = "kohort", max_frame: int = DEFAULT_MAX_FRAME,
                  software_name: str = "kohort", software_version: str = "0",
-                 sasl: tuple[str, str, str] | None = None):
+                 sasl: tuple | None = None):
         self.client_id = client_id
         self.sasl = sasl
         self._sasl_client = None
@@ -333,9 +333,8 @@ class ClientProtocol:
     # -- SASL ----------------------------------------------------------------------------------------
     def _start_sasl(self) -> None:
         from kohort.protocol.sasl import SaslClient
-        mech, user, password = self.sasl
         self.state = SASL
-        self._sasl_client = SaslClient(mech, user, password)
+        self._sasl_client = SaslClient(*self.sasl)
         try:
             hv = self.pick(SASL_HANDSHAKE_KEY, floor=1)
             self._sasl_auth_version = self.pick(SASL_AUTHENTICATE_KEY, cap=2)

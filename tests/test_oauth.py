@@ -1,0 +1,369 @@
+"""SASL/OAUTHBEARER (RFC 7628, KIP-255) with unsecured JWTs (issue 16).
+
+The validator sans I/O against a fake clock (every check of Kafka's
+OAuthBearerUnsecuredValidatorCallbackHandler and its JSON error statuses), then one kohort broker whose
+SASL_PLAINTEXT listener enables OAUTHBEARER with `unsecuredValidatorRequiredScope="kafka"` (and PLAIN, to
+show mechanisms side by side), reached by kohort's client (librdkafka's unsecured JWT settings, an
+`oauth_cb` callback, Java's OAuthBearerLoginModule options), confluent-kafka's `oauth_cb` and the Java
+console tools (OAuthBearerUnsecuredLoginCallbackHandler); and kohort's client against Apache Kafka 4.3.1
+configured the same way. Rejected tokens (expired, missing scope) fail fast with the server's JSON
+status.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tests.brokers import KohortBroker, free_port
+
+from kohort.errors import ErrorCode, KafkaError
+from kohort.protocol.sasl import (
+    OAuthBearerServer, OAuthTokenSource, SaslClient, SaslFailure, UnsecuredTokenSpec, UnsecuredValidator,
+    oauth_initial, OAuthToken,
+)
+
+PY = sys.executable
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+VALIDATOR_JAAS = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                  'unsecuredValidatorRequiredScope="kafka";')
+NOW = 1_800_000_000.0
+
+
+def _b64(obj) -> str:
+    return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+
+def jwt(claims: dict, header=None, signature="") -> str:
+    return f"{_b64({'alg': 'none'} if header is None else header)}.{_b64(claims)}.{signature}"
+
+
+def good_claims(**kw) -> dict:
+    c = {"sub": "alice", "iat": NOW - 10, "exp": NOW + 600, "scope": ["kafka", "other"]}
+    c.update(kw)
+    return {k: v for k, v in c.items() if v is not None}
+
+
+# -- sans I/O ------------------------------------------------------------------------------------------
+def _exchange(token: str, validator=UnsecuredValidator(required_scope=("kafka",)), now=NOW):
+    server = OAuthBearerServer(validator, lambda: int(now * 1000))
+    reply, done = server.step(oauth_initial(OAuthToken(token, now + 1)))
+    return server, reply, done
+
+
+def test_a_good_token_authenticates_its_sub_claim_with_extensions():
+    server = OAuthBearerServer(UnsecuredValidator(), lambda: int(NOW * 1000))
+    tok = OAuthToken(jwt(good_claims()), NOW + 600, "alice", (("traceId", "t-1"), ("logicalCluster", "lkc")))
+    assert server.step(oauth_initial(tok)) == (b"", True)
+    assert server.principal == "alice" and server.extensions == {"traceId": "t-1", "logicalCluster": "lkc"}
+    # the principal claim can be renamed
+    v = UnsecuredValidator(principal_claim="client_id")
+    s, reply, done = _exchange(jwt(good_claims(sub=None, client_id="svc")), v)
+    assert done and s.principal == "svc"
+
+
+@pytest.mark.parametrize("token,why", [
+    (jwt(good_claims(exp=NOW - 1)), "expired"),
+    (jwt(good_claims(exp=NOW)), "expires exactly now"),
+    (jwt(good_claims(exp=None)), "no exp"),
+    (jwt(good_claims(exp="soon")), "exp not a number"),
+    (jwt(good_claims(sub=None)), "no sub"),
+    (jwt(good_claims(sub="  ")), "blank sub"),
+    (jwt(good_claims(sub=7)), "sub not a string"),
+    (jwt(good_claims(iat=NOW + 5)), "issued in the future"),
+    (jwt(good_claims(iat=NOW + 700, exp=NOW + 600)), "exp before iat"),
+    (jwt(good_claims(), header={"alg": "HS256"}), "alg is not none"),
+    (jwt(good_claims(), header={}), "no alg"),
+    (jwt(good_claims(), signature="c2ln"), "signed"),
+    (jwt(good_claims()) + ".x", "four parts"),
+    ("a..b", "empty part"),
+    ("notbase64!.x.", "bad base64"),
+    (base64.urlsafe_b64encode(b"[1]").decode() + "." + _b64(good_claims()) + ".", "header not an object"),
+])
+def test_invalid_tokens_get_invalid_token_then_fail_on_the_clients_0x01(token, why):
+    try:
+        s, reply, done = _exchange(token)
+    except SaslFailure:
+        # not even a well-formed client message ("a..b" passes; "notbase64!" has a '!' the token
+        # grammar of RFC 7628 refuses): failed at once
+        assert why == "bad base64"
+        return
+    assert not done and reply == b'{"status":"invalid_token"}', why
+    with pytest.raises(SaslFailure) as e:
+        s.step(b"\x01")
+    assert str(e.value) == '{"status":"invalid_token"}'
+
+
+def test_scope_and_clock_skew_as_kafka():
+    v = UnsecuredValidator(required_scope=("kafka", "admin"))
+    s, reply, done = _exchange(jwt(good_claims()), v)
+    assert reply == b'{"status":"insufficient_scope", "scope":"[kafka, admin]"}' and not done
+    # a string scope claim is one element, as Kafka's OAuthBearerUnsecuredJws (not split on spaces)
+    assert not _exchange(jwt(good_claims(scope="kafka admin")), v)[2]
+    assert _exchange(jwt(good_claims(scope="kafka")))[2]
+    # clock skew: expired 1 s ago but 2 s are allowed
+    skew = UnsecuredValidator(clock_skew_ms=2000)
+    assert _exchange(jwt(good_claims(exp=NOW - 1)), skew)[2]
+    assert not _exchange(jwt(good_claims(exp=NOW - 3)), skew)[2]
+    with pytest.raises(Exception, match="negative"):
+        UnsecuredValidator.from_jaas({"unsecuredValidatorAllowableClockSkewMs": "-1"})
+
+
+def test_malformed_client_messages_fail_at_once():
+    v = UnsecuredValidator()
+    for msg in (b"", b"\xff\xfe", b"n,,auth=Bearer x", b"n,,\x01auth=Basic abc\x01\x01", b"y,,\x01auth=Bearer a\x01\x01",
+                b"n,,\x01\x01", b"n,,\x01auth=Bearer a\x01bad key=1\x01\x01",
+                b"n,a=bob,\x01auth=Bearer " + jwt(good_claims()).encode() + b"\x01\x01"):
+        with pytest.raises(SaslFailure):
+            OAuthBearerServer(v, lambda: int(NOW * 1000)).step(msg)
+
+
+def test_client_side_token_sources():
+    clock = [NOW]
+    spec = UnsecuredTokenSpec.from_librdkafka("principal=bob scope=kafka,x lifeSeconds=100 extension_traceId=abc")
+    src = OAuthTokenSource.unsecured(spec, lambda: clock[0])
+    t1 = src.current()
+    s, reply, done = _exchange(t1.value)
+    assert done and s.principal == "bob" and t1.extensions == (("traceId", "abc"),)
+    assert src.current() is t1
+    clock[0] += 81                  # past 80 % of the lifetime: a new token for the next connection
+    assert src.current() is not t1
+    calls = []
+
+    def cb(config):
+        calls.append(config)
+        return jwt(good_claims(exp=NOW - 5)), NOW - 5       # already expired
+    c = SaslClient("OAUTHBEARER", oauth=OAuthTokenSource.from_callback(cb, "cfg", lambda: NOW))
+    with pytest.raises(KafkaError) as e:
+        c.initial()
+    assert e.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED and "expired" in str(e.value) and calls == ["cfg"]
+    with pytest.raises(KafkaError, match="callback failed: RuntimeError: no idp"):
+        SaslClient("OAUTHBEARER", oauth=OAuthTokenSource.from_callback(
+            lambda _c: (_ for _ in ()).throw(RuntimeError("no idp")), None, lambda: NOW)).initial()
+    jspec = UnsecuredTokenSpec.from_jaas({"unsecuredLoginStringClaim_sub": "carol",
+                                          "unsecuredLoginListClaim_scope": "|kafka|x",
+                                          "unsecuredLoginNumberClaim_n": "7", "unsecuredLoginExtension_e": "v"})
+    tok = jspec.make(NOW)
+    claims = json.loads(base64.urlsafe_b64decode(tok.value.split(".")[1] + "=="))
+    assert claims == {"sub": "carol", "iat": int(NOW), "exp": int(NOW) + 3600, "scope": ["kafka", "x"], "n": 7}
+    with pytest.raises(Exception, match="StringClaim_sub"):
+        UnsecuredTokenSpec.from_jaas({})
+
+
+# -- a kohort broker with OAUTHBEARER --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def oauth_broker(tmp_path_factory):
+    ports = {"PLAINTEXT": free_port(), "SASL_PLAINTEXT": free_port()}
+    config = {
+        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+        "sasl.enabled.mechanisms": "OAUTHBEARER,PLAIN",
+        "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": VALIDATOR_JAAS,
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            'org.apache.kafka.common.security.plain.PlainLoginModule required user_pat="pat-pw";',
+        "connection.failed.authentication.delay.ms": "20",
+    }
+    b = KohortBroker(str(tmp_path_factory.mktemp("oauth-data")), port=ports["PLAINTEXT"], config=config,
+                     extra_args=["--log-level", "debug"])
+    with b:
+        b.sasl = f"127.0.0.1:{ports['SASL_PLAINTEXT']}"
+        yield b
+
+
+def _kohort(*args, input=None, timeout=60):
+    env = dict(os.environ, PYTHONPATH=SRC)
+    return subprocess.run([PY, "-m", "kohort.cli.main", *args], input=input, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _x(settings: dict) -> list[str]:
+    return [a for k, v in settings.items() for a in ("-X", f"{k}={v}")]
+
+
+UNSECURED = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+             "enable.sasl.oauthbearer.unsecure.jwt": "true"}
+
+
+def test_kohort_cli_with_librdkafkas_unsecured_jwt(oauth_broker):
+    x = _x({**UNSECURED, "sasl.oauthbearer.config": "principal=alice scope=kafka"})
+    bs = oauth_broker.sasl
+    assert _kohort("topics", "create", "oauth-cli", "-b", bs, *x).returncode == 0
+    r = _kohort("produce", "oauth-cli", "-b", bs, *x, input="o1\no2\n")
+    assert r.returncode == 0, r.stderr
+    r = _kohort("consume", "oauth-cli", "-g", "g-oauth-cli", "--from-beginning", "--count", "2", "-b", bs, *x)
+    assert r.returncode == 0 and r.stdout.split() == ["o1", "o2"], r.stderr
+    # no "kafka" scope: refused at once with the broker's JSON status, not retried
+    t0 = time.monotonic()
+    r = _kohort("topics", "list", "-b", bs, *_x({**UNSECURED, "sasl.oauthbearer.config": "principal=alice"}))
+    assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr, r.stderr
+    assert '{"status":"insufficient_scope", "scope":"[kafka]"}' in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 30
+    # PLAIN still works beside it on the same listener
+    r = _kohort("topics", "list", "-b", bs, *_x({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                                 "sasl.username": "pat", "sasl.password": "pat-pw"}))
+    assert r.returncode == 0, r.stderr
+    # tokens are never logged by the broker (it logs at debug here)
+    assert not any("eyJ" in line for line in oauth_broker.log_lines)
+
+
+def test_kohort_client_oauth_cb_and_java_style_jaas(oauth_broker):
+    from kohort import Consumer, Producer
+    from kohort.client.admin import Admin
+    calls = []
+
+    def oauth_cb(config):
+        calls.append(config)
+        now = time.time()
+        return jwt({"sub": "svc-1", "iat": int(now), "exp": int(now) + 60, "scope": "kafka"}), now + 60
+
+    cb_conf = {"bootstrap.servers": oauth_broker.sasl, "security.protocol": "SASL_PLAINTEXT",
+               "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb, "sasl.oauthbearer.config": "idp=test"}
+    with Admin(cb_conf) as admin:
+        admin.create_topics(["oauth-api"])
+    with Producer(cb_conf) as p:
+        for i in range(5):
+            p.produce("oauth-api", value=b"v%d" % i)
+        p.flush()
+    jaas = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            'unsecuredLoginStringClaim_sub="svc-2" unsecuredLoginListClaim_scope=",kafka";')
+    conf2 = {"bootstrap.servers": oauth_broker.sasl, "security.protocol": "SASL_PLAINTEXT",
+             "sasl.mechanism": "OAUTHBEARER", "sasl.jaas.config": jaas, "group.id": "g-oauth-api",
+             "auto.offset.reset": "earliest"}
+    got = []
+    with Consumer(conf2) as c:
+        c.subscribe(["oauth-api"])
+        deadline = time.monotonic() + 60
+        while len(got) < 5 and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(0.5)]
+        c.commit()
+    assert sorted(got) == [b"v%d" % i for i in range(5)]
+    assert calls and set(calls) == {"idp=test"}
+
+    def expired_cb(config):
+        return jwt({"sub": "svc-1", "exp": int(time.time()) - 1, "scope": "kafka"}), time.time() + 60
+    t0 = time.monotonic()
+    with pytest.raises(KafkaError) as e:
+        with Admin({**cb_conf, "oauth_cb": expired_cb}) as admin:
+            admin.list_topics(timeout=20)
+    assert e.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED and '{"status":"invalid_token"}' in str(e.value)
+    assert time.monotonic() - t0 < 15
+
+
+CK_OAUTH = textwrap.dedent("""
+    import base64, json, sys, time, confluent_kafka as ck
+    bs, topic, scope = sys.argv[1], sys.argv[2], sys.argv[3]
+    seen = []
+    def b64(o):
+        return base64.urlsafe_b64encode(json.dumps(o).encode()).rstrip(b"=").decode()
+    def oauth_cb(config):
+        seen.append(config)
+        now = time.time()
+        claims = {"sub": "ck-user", "iat": int(now), "exp": int(now) + 300, "scope": [scope]}
+        return b64({"alg": "none"}) + "." + b64(claims) + ".", now + 300
+    errors = []
+    conf = {"bootstrap.servers": bs, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+            "sasl.oauthbearer.config": "from-test", "oauth_cb": oauth_cb,
+            "error_cb": lambda e: errors.append(e.name())}
+    p = ck.Producer(conf)
+    for i in range(3):
+        p.produce(topic, b"ck-%d" % i)
+    for _ in range(100):
+        if p.flush(0.1) == 0 or errors:
+            break
+    left = len(p)
+    got = []
+    if not left and not errors:
+        c = ck.Consumer({**conf, "group.id": "ck-" + topic, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+        c.subscribe([topic])
+        for _ in range(60):
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value().decode())
+                if len(got) == 3:
+                    c.commit(asynchronous=False)
+                    break
+        committed = [tp.offset for tp in c.committed([ck.TopicPartition(topic, 0)], 10)]
+        c.close()
+    else:
+        committed = []
+    print(json.dumps({"unflushed": left, "got": got, "errors": sorted(set(errors)), "committed": committed,
+                      "cb_config": sorted(set(seen))}))
+""")
+
+
+def _ck_oauth(bs, topic, scope):
+    pytest.importorskip("confluent_kafka")
+    r = subprocess.run([PY, "-c", CK_OAUTH, bs, topic, scope], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_confluent_kafka_oauth_cb_produces_consumes_and_commits(oauth_broker):
+    out = _ck_oauth(oauth_broker.sasl, "ck-oauth", "kafka")
+    assert out == {"unflushed": 0, "got": ["ck-0", "ck-1", "ck-2"], "errors": [], "committed": [3],
+                   "cb_config": ["from-test"]}
+    bad = _ck_oauth(oauth_broker.sasl, "ck-oauth", "not-kafka")
+    assert bad["unflushed"] == 3 and "_AUTHENTICATION" in bad["errors"], bad
+
+
+@pytest.mark.slow
+def test_java_console_tools_with_the_unsecured_login_handler(oauth_broker, tmp_path):
+    from tests.kafka_cluster import CONSOLE_CONSUMER, CONSOLE_PRODUCER, require_peers, run_tool
+    require_peers()
+
+    def props(scope):
+        path = tmp_path / f"oauth-{scope}.properties"
+        path.write_text("\n".join([
+            "security.protocol=SASL_PLAINTEXT", "sasl.mechanism=OAUTHBEARER",
+            "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            f'unsecuredLoginStringClaim_sub="java-user" unsecuredLoginListClaim_scope=",{scope}";', ""]))
+        return str(path)
+
+    good = props("kafka")
+    bs = oauth_broker.sasl
+    run_tool(CONSOLE_PRODUCER, "--bootstrap-server", bs, "--topic", "java-oauth", "--command-config", good,
+             input="j1\nj2\n", timeout=90)
+    r = run_tool(CONSOLE_CONSUMER, "--bootstrap-server", bs, "--topic", "java-oauth", "--group", "java-oauth-g",
+                 "--from-beginning", "--max-messages", "2", "--command-config", good, "--timeout-ms", "20000",
+                 timeout=90)
+    assert r.stdout.split() == ["j1", "j2"]
+    r = run_tool(CONSOLE_CONSUMER, "--bootstrap-server", bs, "--topic", "java-oauth", "--from-beginning",
+                 "--max-messages", "1", "--command-config", props("other"), "--timeout-ms", "10000",
+                 timeout=90, check=False)
+    out = r.stdout + r.stderr
+    assert "SaslAuthenticationException" in out and "insufficient_scope" in out, out[-3000:]
+
+
+@pytest.mark.slow
+def test_kohort_client_against_apache_kafka_oauthbearer_unsecured():
+    from tests.kafka_cluster import KafkaCluster
+    cfg = {"sasl.enabled.mechanisms": "OAUTHBEARER",
+           "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": VALIDATOR_JAAS}
+    with KafkaCluster(1, extra_config=cfg, extra_listeners=[("SASL_PLAINTEXT", "SASL_PLAINTEXT")]) as kc:
+        bs = kc.nodes[0].listener_address("SASL_PLAINTEXT")
+        x = _x({**UNSECURED, "sasl.oauthbearer.config": "principal=alice scope=kafka"})
+        r = _kohort("topics", "create", "ak-oauth", "-b", bs, *x)
+        assert r.returncode == 0, r.stderr
+        r = _kohort("produce", "ak-oauth", "-b", bs, *x, input="a\nb\n")
+        assert r.returncode == 0, r.stderr
+        r = _kohort("consume", "ak-oauth", "-g", "g-ak-oauth", "--from-beginning", "--count", "2", "-b", bs, *x)
+        assert r.returncode == 0 and r.stdout.split() == ["a", "b"], r.stderr
+        r = _kohort("groups", "describe", "g-ak-oauth", "-b", bs, *x)
+        assert r.returncode == 0 and "ak-oauth" in r.stdout, r.stderr
+        # Kafka's own answer to a token without the required scope, and to an expired one
+        r = _kohort("topics", "list", "-b", bs, *_x({**UNSECURED, "sasl.oauthbearer.config": "principal=alice"}))
+        assert r.returncode == 1 and '{"status":"insufficient_scope", "scope":"[kafka]"}' in r.stderr, r.stderr
+        from kohort.client.admin import Admin
+        conf = {"bootstrap.servers": bs, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+                "oauth_cb": lambda _c: (jwt({"sub": "a", "exp": int(time.time()) - 5, "scope": "kafka"}),
+                                        time.time() + 60)}
+        with pytest.raises(KafkaError) as e:
+            with Admin(conf) as admin:
+                admin.list_topics(timeout=20)
+        assert e.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED and '{"status":"invalid_token"}' in str(e.value)
