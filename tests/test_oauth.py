@@ -31,8 +31,9 @@ from kohort.protocol.sasl import (
 
 PY = sys.executable
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+# unsecuredLoginStringClaim_sub: Apache Kafka logs itself in at start (kohort's broker ignores it)
 VALIDATOR_JAAS = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
-                  'unsecuredValidatorRequiredScope="kafka";')
+                  'unsecuredValidatorRequiredScope="kafka" unsecuredLoginStringClaim_sub="broker";')
 NOW = 1_800_000_000.0
 
 

@@ -138,6 +138,9 @@ COMMON_KEYS = [
     _k("ssl.certificate.location", "str", None, nullable=True, doc="PEM client certificate (mutual TLS)"),
     _k("ssl.key.location", "str", None, nullable=True, doc="PEM private key of ssl.certificate.location"),
     _k("ssl.key.password", "str", None, nullable=True),
+    _k("ssl.ca.pem", "str", None, nullable=True, doc="the CA certificate(s) as a PEM string"),
+    _k("ssl.certificate.pem", "str", None, nullable=True, doc="the client certificate (chain) as a PEM string"),
+    _k("ssl.key.pem", "str", None, nullable=True, doc="the client private key as a PEM string"),
     _k("ssl.endpoint.identification.algorithm", "choice", "https", choices=("https", "none", "")),
     _k("client.dns.lookup", "choice", "use_all_dns_ips", choices=("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")),
     _k("metadata.recovery.strategy", "choice", "rebootstrap", choices=("none", "rebootstrap")),
@@ -222,7 +225,7 @@ class Config(Mapping):
         return len(self._values)
 
     def __repr__(self) -> str:
-        shown = {k: ("[hidden]" if "password" in k or k.endswith("jaas.config") else v) for k, v in self._values.items() if k in self.given}
+        shown = {k: ("[hidden]" if "password" in k or k.endswith(("jaas.config", "key.pem")) else v) for k, v in self._values.items() if k in self.given}
         return f"Config({self.role}, {shown})"
 
     def with_overrides(self, **by_name) -> "Config":
@@ -364,8 +367,11 @@ def _check(role: str, v: dict[str, Any], given: frozenset) -> None:
             _check_oauth(v)
         elif not v["sasl.username"] or v["sasl.password"] is None:
             raise ConfigError(f"sasl.mechanism={m1.upper()} needs sasl.username and sasl.password")
-    if bool(v["ssl.certificate.location"]) != bool(v["ssl.key.location"]):
-        raise ConfigError("ssl.certificate.location and ssl.key.location go together (mutual TLS)")
+    if bool(v["ssl.certificate.location"] or v["ssl.certificate.pem"]) != bool(v["ssl.key.location"] or v["ssl.key.pem"]):
+        raise ConfigError("ssl.certificate.location (or .pem) and ssl.key.location (or .pem) go together (mutual TLS)")
+    for what in ("ca", "certificate", "key"):
+        if v[f"ssl.{what}.location"] and v[f"ssl.{what}.pem"]:
+            raise ConfigError(f"give ssl.{what}.location or ssl.{what}.pem, not both")
     if v["reconnect.backoff.max.ms"] < v["reconnect.backoff.ms"] and "reconnect.backoff.max.ms" in given:
         raise ConfigError("reconnect.backoff.max.ms must be >= reconnect.backoff.ms")
     if role == "consumer":

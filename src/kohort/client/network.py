@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import random
 import selectors
 import socket
@@ -138,15 +139,24 @@ def _new_protocol(client_id, sasl=None) -> ClientProtocol:
 
 
 def tls_context(c: Config) -> ssl.SSLContext:
-    """The client TLS context from librdkafka's ssl.* names (PEM files)."""
+    """The client TLS context from librdkafka's ssl.* names (PEM files, or PEM strings in ssl.*.pem)."""
     try:
-        ctx = ssl.create_default_context(cafile=c["ssl.ca.location"])
+        ctx = ssl.create_default_context(cafile=c["ssl.ca.location"], cadata=c["ssl.ca.pem"])
         if c["ssl.endpoint.identification.algorithm"] in ("none", ""):
             ctx.check_hostname = False
         if c["ssl.certificate.location"]:
             ctx.load_cert_chain(c["ssl.certificate.location"], c["ssl.key.location"], c["ssl.key.password"])
-    except (OSError, ssl.SSLError) as e:
-        raise ConfigError(f"TLS settings (ssl.ca.location / ssl.certificate.location / ssl.key.location): {e}") from None
+        elif c["ssl.certificate.pem"]:
+            # ssl's only way in is a file: a private one that lives only while it is read
+            import tempfile
+            with tempfile.TemporaryDirectory(prefix="kohort-pem-") as d:
+                path = os.path.join(d, "client.pem")
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(c["ssl.key.pem"].strip() + "\n" + c["ssl.certificate.pem"].strip() + "\n")
+                ctx.load_cert_chain(path, password=c["ssl.key.password"])
+    except (OSError, ssl.SSLError, ValueError) as e:
+        raise ConfigError(f"TLS settings (ssl.ca.* / ssl.certificate.* / ssl.key.*): {e}") from None
     return ctx
 
 
