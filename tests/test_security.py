@@ -365,6 +365,63 @@ def test_kafka_python_wrong_password(secure):
     assert "SaslAuthenticationFailedError" in err and "invalid credentials" in err, err[-2000:]
 
 
+AIO_SCRIPT = textwrap.dedent("""
+    import asyncio, json, logging, sys
+    logging.basicConfig(level=logging.ERROR)
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.helpers import create_ssl_context
+    kw, cafile, topic = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+    async def main():
+        kw["ssl_context"] = create_ssl_context(cafile=cafile)
+        p = AIOKafkaProducer(request_timeout_ms=8000, **kw)
+        try:
+            await p.start()
+            for i in range(3):
+                await p.send_and_wait(topic, b"aio-%d" % i)
+        except Exception as e:
+            return {"error": type(e).__name__, "text": str(e)}
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(topic, group_id="aio-" + topic, auto_offset_reset="earliest",
+                             enable_auto_commit=False, **kw)
+        await c.start()
+        got = []
+        try:
+            async def take():
+                async for m in c:
+                    got.append(m.value.decode())
+                    if len(got) == 3:
+                        return
+            await asyncio.wait_for(take(), 40)
+            await c.commit()
+            committed = await c.committed(TopicPartition(topic, 0))
+        finally:
+            await c.stop()
+        return {"got": got, "committed": committed}
+    print(json.dumps(asyncio.run(main())))
+""")
+
+
+@pytest.mark.parametrize("mech,password", [("SCRAM-SHA-256", None), ("SCRAM-SHA-512", None),
+                                           ("SCRAM-SHA-256", "wrong")])
+def test_aiokafka_over_sasl_ssl_scram_produces_consumes_in_a_group_and_commits(secure, mech, password):
+    pytest.importorskip("aiokafka")
+    bs, s = _settings(secure, f"SASL_SSL/{mech}", password=password)
+    kw = {"bootstrap_servers": bs, "security_protocol": "SASL_SSL", "sasl_mechanism": mech,
+          "sasl_plain_username": s["sasl.username"], "sasl_plain_password": s["sasl.password"]}
+    topic = "aio-" + mech.lower() + ("-bad" if password else "")
+    r = subprocess.run([PY, "-c", AIO_SCRIPT, json.dumps(kw), s["ssl.ca.location"], topic], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    if password:
+        # aiokafka logs the broker's SASL_AUTHENTICATION_FAILED and start() fails to bootstrap
+        assert out["error"] == "KafkaConnectionError", out
+        assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in r.stderr, r.stderr[-2000:]
+        return
+    assert out == {"got": ["aio-0", "aio-1", "aio-2"], "committed": 3}
+
+
 @pytest.mark.slow
 def test_java_console_tools_over_sasl_ssl_scram(secure, tmp_path):
     from tests.kafka_cluster import CONSOLE_CONSUMER, CONSOLE_PRODUCER, require_peers, run_tool
@@ -546,7 +603,9 @@ def test_sasl_fuzz_random_tokens(secure):
 
 # -- kohort's client against Apache Kafka -----------------------------------------------------------
 @pytest.mark.slow
-def test_kohort_client_against_apache_kafka_sasl_plain_and_scram():
+def test_kohort_client_against_apache_kafka_sasl_plain_and_scram(pki):
+    """SASL_PLAINTEXT with PLAIN and SCRAM (CLI), then SASL_SSL with SCRAM-SHA-512 and a PEM keystore on
+    Kafka's side: kohort's admin, producer, consumer group (commits) and CLI `-X`."""
     from tests.kafka_cluster import KafkaCluster
     plain = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
              'user_carol="carol-Secret-3";')
@@ -556,11 +615,18 @@ def test_kohort_client_against_apache_kafka_sasl_plain_and_scram():
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain,
         "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": scram,
         "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram,
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": scram,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain,
+        "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": scram,
+        "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+        "listener.name.sasl_ssl.ssl.keystore.location": str(pki / "server-keystore.pem"),
     }
     fmt = ["--add-scram", f"SCRAM-SHA-256=[name=alice,password={PASSWORDS['alice']}]",
            "--add-scram", f"SCRAM-SHA-512=[name=alice,password={PASSWORDS['alice']}]"]
-    with KafkaCluster(1, extra_config=cfg, extra_listeners=[("SASL_PLAINTEXT", "SASL_PLAINTEXT")],
+    with KafkaCluster(1, extra_config=cfg, extra_listeners=[("SASL_PLAINTEXT", "SASL_PLAINTEXT"),
+                                                            ("SASL_SSL", "SASL_SSL")],
                       format_args=fmt) as kc:
+        _kohort_api_over_sasl_ssl_scram(kc.nodes[0].listener_address("SASL_SSL"), str(pki / "ca.pem"))
         bs = kc.nodes[0].listener_address("SASL_PLAINTEXT")
         for user, mech in (("alice", "SCRAM-SHA-256"), ("alice", "SCRAM-SHA-512"), ("carol", "PLAIN")):
             x = _x({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mech, "sasl.username": user,
@@ -586,6 +652,40 @@ def test_kohort_client_against_apache_kafka_sasl_plain_and_scram():
                    "sasl.password": "hank-pw"})
         r = _kohort("topics", "list", "-b", bs, *hank)
         assert r.returncode == 0, r.stderr
+
+
+def _kohort_api_over_sasl_ssl_scram(bs: str, ca: str) -> None:
+    import time
+    from kohort import Consumer, Producer
+    from kohort.client.admin import Admin
+    conf = {"bootstrap.servers": bs, "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "alice", "sasl.password": PASSWORDS["alice"], "ssl.ca.location": ca}
+    with Admin(conf) as admin:
+        admin.create_topics(["ak-ssl"], num_partitions=3)
+    with Producer(conf) as p:
+        for i in range(300):
+            p.produce("ak-ssl", key=b"k%d" % i, value=b"v%d" % i)
+        p.flush()
+    got = []
+    with Consumer({**conf, "group.id": "g-ak-ssl", "auto.offset.reset": "earliest",
+                   "enable.auto.commit": False}) as c:
+        c.subscribe(["ak-ssl"])
+        deadline = time.monotonic() + 90
+        while len(got) < 300 and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(0.5)]
+        c.commit()
+    assert sorted(got) == sorted(b"v%d" % i for i in range(300))
+    with Admin(conf) as admin:
+        offsets = admin.list_group_offsets("g-ak-ssl")
+    assert sum(o.offset for o in offsets.values()) == 300, offsets
+    x = _x({k: v for k, v in conf.items() if k != "bootstrap.servers"})
+    r = _kohort("groups", "describe", "g-ak-ssl", "-b", bs, *x)
+    assert r.returncode == 0 and "ak-ssl" in r.stdout, r.stderr
+    r = _kohort("consume", "ak-ssl", "-g", "g-ak-ssl-cli", "--from-beginning", "--count", "300", "-b", bs, *x)
+    assert r.returncode == 0 and len(r.stdout.split()) == 300, r.stderr
+    r = _kohort("topics", "list", "-b", bs, *_x({**{k: v for k, v in conf.items() if k != "bootstrap.servers"},
+                                                 "sasl.password": "wrong"}))
+    assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr, r.stderr
 
 
 def test_tls_principal_is_the_subject_dn_most_specific_first(pki):
