@@ -368,3 +368,72 @@ def test_kohort_client_against_apache_kafka_oauthbearer_unsecured():
             with Admin(conf) as admin:
                 admin.list_topics(timeout=20)
         assert e.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED and '{"status":"invalid_token"}' in str(e.value)
+
+
+def test_oauthbearer_fuzz_keeps_the_broker_serving(oauth_broker):
+    """Random and mutated OAUTHBEARER messages over SaslHandshake v0 and v1, something other than %x01
+    after the JSON error, a token above sasl.server.max.receive.size: each connection ends with an
+    answer or a close; the broker keeps serving a good client."""
+    import random
+    import socket
+    import struct
+    from kohort.protocol.framing import decode_response, encode_request
+    from kohort.protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+    from kohort.protocol.messages.sasl_handshake import SaslHandshakeRequest
+
+    host, port = oauth_broker.sasl.rsplit(":", 1)
+    rnd = random.Random(255)
+
+    def recv_frame(s):
+        head = b""
+        while len(head) < 4:
+            chunk = s.recv(4 - len(head))
+            if not chunk:
+                return None
+            head += chunk
+        n, body = struct.unpack(">i", head)[0], b""
+        while len(body) < n:
+            chunk = s.recv(n - len(body))
+            if not chunk:
+                return None
+            body += chunk
+        return body
+
+    def session(first: bytes, then: bytes | None = None, version: int = 1):
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(encode_request(SaslHandshakeRequest(mechanism="OAUTHBEARER"), version, 1, "fuzz"))
+            assert decode_response(recv_frame(s), 17, version)[1].error_code == 0
+            for i, tok in enumerate(t for t in (first, then) if t is not None):
+                if version:
+                    s.sendall(encode_request(SaslAuthenticateRequest(auth_bytes=tok), 1, 2 + i, "fuzz"))
+                else:
+                    s.sendall(struct.pack(">i", len(tok)) + tok)
+                if recv_frame(s) is None:
+                    return
+
+    good = jwt({"sub": "f", "exp": int(time.time()) + 60, "scope": "kafka"})
+    for _ in range(40):
+        kind = rnd.choice(["bytes", "mutated", "jwt"])
+        if kind == "bytes":
+            msg = bytes(rnd.getrandbits(8) for _ in range(rnd.choice([0, 1, 5, 80])))
+        elif kind == "mutated":
+            msg = bytearray(oauth_initial(OAuthToken(good, 0)))
+            for i in rnd.sample(range(len(msg)), 3):
+                msg[i] = rnd.getrandbits(8)
+            msg = bytes(msg)
+        else:
+            msg = oauth_initial(OAuthToken(jwt({"sub": rnd.choice(["x", 5, ""]),
+                                                "exp": rnd.choice([1, "x", time.time() + 60])}), 0))
+        session(msg, rnd.choice([None, b"\x01", b"\x02", msg]), rnd.choice([0, 1]))
+    # a JSON error then not %x01 but another (good) token: still refused, as the exchange has failed
+    session(oauth_initial(OAuthToken(jwt({"sub": "f", "exp": 1}), 0)), oauth_initial(OAuthToken(good, 0)))
+    # a token above sasl.server.max.receive.size (524288): closed before it is read
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(encode_request(SaslHandshakeRequest(mechanism="OAUTHBEARER"), 1, 1, "fuzz"))
+        recv_frame(s)
+        s.sendall(struct.pack(">i", 600_000) + b"n,,\x01auth=Bearer " + b"a" * 1000)
+        assert recv_frame(s) is None
+    assert oauth_broker.proc.poll() is None
+    r = _kohort("topics", "list", "-b", oauth_broker.sasl,
+                *_x({**UNSECURED, "sasl.oauthbearer.config": "principal=alice scope=kafka"}))
+    assert r.returncode == 0, r.stderr

@@ -88,7 +88,8 @@ def secure(pki, tmp_path_factory):
         "listener.name.ssl.ssl.truststore.location": str(pki / "ca.pem"),
         "connection.failed.authentication.delay.ms": "20",
     }
-    b = KohortBroker(str(data), port=ports["PLAINTEXT"], config=config, extra_args=["--log-level", "info"])
+    # debug: the test that no password is ever logged looks at everything the broker can say
+    b = KohortBroker(str(data), port=ports["PLAINTEXT"], config=config, extra_args=["--log-level", "debug"])
     with b:
         b.ports = ports
         b.pki = pki
@@ -599,6 +600,118 @@ def test_sasl_fuzz_random_tokens(secure):
             s.sendall(_req(SaslAuthenticateRequest(auth_bytes=token), 1, 2) if version else _frame(token))
             _recv_frame(s)          # an error answer, a SCRAM server-first, or a close
     assert secure.proc.poll() is None and _login_ok(secure)
+
+
+def test_wrong_order_and_oversize_raw_tokens(secure):
+    # a second SaslHandshake instead of SaslAuthenticate: ILLEGAL_SASL_STATE, then closed (as Kafka)
+    with _connect(secure) as s:
+        assert _handshake(s).error_code == 0
+        assert _handshake(s, "SCRAM-SHA-256").error_code == 34
+        assert _closed(s)
+    # SaslHandshake v0 then a raw token whose size is above sasl.server.max.receive.size: closed unread
+    with _connect(secure) as s:
+        assert _handshake(s, "PLAIN", version=0).error_code == 0
+        s.sendall(struct.pack(">i", 10_000_000) + b"\0" * 100)
+        assert _closed(s)
+    # a negative size
+    with _connect(secure) as s:
+        s.sendall(struct.pack(">i", -5))
+        assert _closed(s)
+    # SaslAuthenticate v0..v2 each before any handshake: closed without an answer
+    for v in (0, 1, 2):
+        with _connect(secure) as s:
+            s.sendall(_req(SaslAuthenticateRequest(auth_bytes=b"n,,n=alice,r=abc"), v))
+            assert _closed(s)
+    assert secure.proc.poll() is None and _login_ok(secure)
+
+
+def _client_hello() -> bytes:
+    """The first flight of a real TLS client (its ClientHello records)."""
+    ctx = ssl.create_default_context()
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out, server_hostname="localhost")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
+
+
+def test_garbage_instead_of_a_tls_client_hello(secure):
+    """On the TLS listeners: random bytes, a Kafka request, a ClientHello cut short, a TLS record header
+    announcing 16 MB, a ClientHello with flipped bytes. Each connection is closed (or left to time out on
+    the client side, never holding the broker); good TLS clients are served afterwards."""
+    import random
+    rnd = random.Random(1616)
+    hello = _client_hello()
+    assert hello[:1] == b"\x16"      # a TLS handshake record
+    flipped = bytearray(hello)
+    for i in rnd.sample(range(5, len(flipped)), 12):
+        flipped[i] ^= 0xFF
+    payloads = [os.urandom(300), _req(ApiVersionsRequest(client_software_name="f", client_software_version="0"), 3),
+                hello[: len(hello) // 2], b"\x16\x03\x01\xff\xff" + os.urandom(64), bytes(flipped),
+                b"\x16\x03\x03\x00\x05\x01\x00\x00\x01\x00", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"]
+    for listener in ("SASL_SSL", "SSL"):
+        for data in payloads:
+            with socket.create_connection(("127.0.0.1", secure.ports[listener]), timeout=3) as s:
+                s.sendall(data)
+                if data is not payloads[2]:   # a half ClientHello: the server waits for the rest
+                    try:
+                        while s.recv(4096):   # a TLS alert may come first, then the close
+                            pass
+                    except (ConnectionResetError, socket.timeout):
+                        pass
+    assert secure.proc.poll() is None
+    assert _login_ok(secure, "SASL_SSL")
+    bs, s = _settings(secure, "SSL")
+    assert _kohort("topics", "list", "-b", bs, *_x(s)).returncode == 0
+
+
+def test_passwords_are_compared_in_constant_time_and_never_logged(secure, monkeypatch):
+    """Every secret comparison goes through hmac.compare_digest (PLAIN's password, SCRAM's nonce and
+    StoredKey); failed logins over every mechanism and handshake version leave no password in the broker's
+    debug log."""
+    import hmac
+    from kohort.protocol import sasl as sasl_mod
+    from kohort.protocol.sasl import PlainServer
+    seen = []
+    real = hmac.compare_digest
+
+    def spy(a, b):
+        seen.append((bytes(a), bytes(b)))
+        return real(a, b)
+    monkeypatch.setattr(sasl_mod.hmac, "compare_digest", spy)
+    with pytest.raises(SaslFailure):
+        PlainServer({"carol": "right-pw"}).step(b"\0carol\0wrong-pw")
+    assert (b"wrong-pw", b"right-pw") in seen
+    seen.clear()
+    with pytest.raises(SaslFailure):        # an unknown user is compared too (no timing oracle)
+        PlainServer({"carol": "right-pw"}).step(b"\0nobody\0wrong-pw")
+    assert seen and seen[0][0] == b"wrong-pw"
+    cred = make_credential("SCRAM-SHA-256", "right-pw")
+    c, srv = ScramClient("SCRAM-SHA-256", "u", "wrong-pw"), ScramServer("SCRAM-SHA-256", {"u": cred}.get)
+    seen.clear()
+    with pytest.raises(SaslFailure):
+        srv.step(c.final(srv.step(c.first())[0]))
+    assert len(seen) == 2 and seen[1][1] == cred.stored_key     # the nonce, then the StoredKey
+
+    wrong = "Wr0ng-But-Distinctive-Pa55"
+    logged_before = len(secure.log_lines)
+    for how in ("SASL_PLAINTEXT/PLAIN", "SASL_SSL/SCRAM-SHA-256", "SASL_SSL/SCRAM-SHA-512"):
+        bs, st = _settings(secure, how, password=wrong)
+        assert _kohort("topics", "list", "-b", bs, *_x(st)).returncode == 1
+    with _connect(secure) as s:               # PLAIN over SaslHandshake v0 (raw token)
+        assert _handshake(s, "PLAIN", version=0).error_code == 0
+        s.sendall(_frame(b"\0carol\0" + wrong.encode()))
+        assert _closed(s)
+    import time
+    deadline = time.monotonic() + 10
+    while len(secure.log_lines) < logged_before + 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    new = secure.log_lines[logged_before:]
+    assert len(new) >= 4 and any("authentication failed" in line.lower() for line in new), new
+    secrets_ = [wrong, *PASSWORDS.values()]
+    assert not [line for line in secure.log_lines for pw in secrets_ if pw in line]
 
 
 # -- kohort's client against Apache Kafka -----------------------------------------------------------

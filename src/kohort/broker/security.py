@@ -359,6 +359,11 @@ class Authenticator:
                 self._server = ScramServer(mech, lambda user: self.scram.get(user, mech))
             self.state = RAW if version == 0 else AUTHENTICATE
             return RESPOND, SaslHandshakeResponse(error_code=0, mechanisms=enabled), None
+        if api_key == 17 and self.state == AUTHENTICATE:
+            # a second handshake in the middle of an exchange: Kafka answers ILLEGAL_SASL_STATE, then closes
+            return (FAIL, SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE,
+                                                mechanisms=list(self.listener.mechanisms)),
+                    "SaslHandshake during SASL authentication")
         if api_key == 36 and self.state == AUTHENTICATE:
             try:
                 reply, done = self._server.step(req.auth_bytes)
