@@ -437,3 +437,21 @@ def test_oauthbearer_fuzz_keeps_the_broker_serving(oauth_broker):
     r = _kohort("topics", "list", "-b", oauth_broker.sasl,
                 *_x({**UNSECURED, "sasl.oauthbearer.config": "principal=alice scope=kafka"}))
     assert r.returncode == 0, r.stderr
+
+
+def test_librdkafkas_own_unsecured_jwt_through_kcat(oauth_broker):
+    """librdkafka's built-in unsecured JWT (kcat -X enable.sasl.oauthbearer.unsecure.jwt=true) is
+    accepted by kohort broker's validator; without the required scope it is refused."""
+    from tests.conftest import require_kcat
+    require_kcat()
+    x = _x({**UNSECURED, "sasl.oauthbearer.config": "principal=kcat-user scope=kafka,extra"})
+    bs = oauth_broker.sasl
+    r = subprocess.run(["kcat", "-b", bs, *x, "-P", "-t", "kcat-oauth"], input="k1\nk2\n", capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["kcat", "-b", bs, *x, "-C", "-t", "kcat-oauth", "-o", "beginning", "-c", "2", "-e"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["k1", "k2"], r.stderr
+    bad = _x({**UNSECURED, "sasl.oauthbearer.config": "principal=kcat-user scope=other"})
+    r = subprocess.run(["kcat", "-b", bs, *bad, "-L", "-m", "5"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "insufficient_scope" in r.stderr, r.stderr
