@@ -7,7 +7,8 @@ show mechanisms side by side), reached by kohort's client (librdkafka's unsecure
 `oauth_cb` callback, Java's OAuthBearerLoginModule options), confluent-kafka's `oauth_cb` and the Java
 console tools (OAuthBearerUnsecuredLoginCallbackHandler); and kohort's client against Apache Kafka 4.3.1
 configured the same way. Rejected tokens (expired, missing scope) fail fast with the server's JSON
-status.
+status. Re-authentication (KIP-368): the broker's rules sans I/O, sessions ended at token expiry
+(kohort's client reconnects), librdkafka and the Java client re-authenticating on the same connection.
 """
 from __future__ import annotations
 
@@ -455,3 +456,166 @@ def test_librdkafkas_own_unsecured_jwt_through_kcat(oauth_broker):
     bad = _x({**UNSECURED, "sasl.oauthbearer.config": "principal=kcat-user scope=other"})
     r = subprocess.run(["kcat", "-b", bs, *bad, "-L", "-m", "5"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "insufficient_scope" in r.stderr, r.stderr
+
+
+# -- re-authentication (KIP-368) ---------------------------------------------------------------------
+def test_session_lifetime_and_reauthentication_rules_sans_io():
+    """The broker's Authenticator on a fake clock: the lifetime sent in SaslAuthenticate v1+ is
+    min(connections.max.reauth.ms, token life) as Kafka's SaslServerAuthenticator (the token's life
+    even when connections.max.reauth.ms is 0); re-authentication keeps mechanism and principal, at most
+    once a second; without a lifetime a late handshake is not a re-authentication."""
+    from kohort.broker.security import DONE, FAIL, RESPOND, Authenticator, Listener
+    from kohort.protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+    from kohort.protocol.messages.sasl_handshake import SaslHandshakeRequest
+    clock = [NOW]
+    lst = Listener("SASL_PLAINTEXT", "SASL_PLAINTEXT", "127.0.0.1", 0, mechanisms=("OAUTHBEARER", "PLAIN"),
+                   plain_users={"pat": "pw"}, oauth=UnsecuredValidator(), max_reauth_ms={"PLAIN": 5000})
+
+    def login(a, mech, token, version=2):
+        assert a.on_request(17, 1, SaslHandshakeRequest(mechanism=mech))[0] == RESPOND
+        return a.on_request(36, version, SaslAuthenticateRequest(auth_bytes=token))
+
+    def bearer(sub, life):
+        return oauth_initial(OAuthToken(jwt({"sub": sub, "exp": clock[0] + life}), 0))
+
+    a = Authenticator(lst, None, clock=lambda: clock[0])
+    verdict, resp, _ = login(a, "OAUTHBEARER", bearer("alice", 60))
+    assert verdict == RESPOND and a.state == DONE and resp.session_lifetime_ms == 60_000
+    assert not a.session_expired()
+    clock[0] += 30
+    assert a.begin_reauthentication()
+    assert login(a, "OAUTHBEARER", bearer("alice", 120))[1].session_lifetime_ms == 120_000
+    clock[0] += 0.5                      # a second re-authentication within 1 s: not one
+    assert not a.begin_reauthentication() and a.state == DONE
+    clock[0] += 1
+    assert a.begin_reauthentication()    # another principal: refused
+    verdict, resp, _ = login(a, "OAUTHBEARER", bearer("mallory", 60))
+    assert verdict == FAIL and resp.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    b = Authenticator(lst, None, clock=lambda: clock[0])
+    login(b, "OAUTHBEARER", bearer("alice", 10))
+    clock[0] += 2
+    assert b.begin_reauthentication()    # another mechanism: refused
+    verdict, resp, _ = b.on_request(17, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+    assert verdict == FAIL and resp.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    c = Authenticator(lst, None, clock=lambda: clock[0])
+    login(c, "OAUTHBEARER", bearer("alice", 10))
+    clock[0] += 10
+    assert c.session_expired()
+    # PLAIN: no credential expiry, connections.max.reauth.ms=5000 for it on this listener
+    d = Authenticator(lst, None, clock=lambda: clock[0])
+    assert login(d, "PLAIN", b"\0pat\0pw")[1].session_lifetime_ms == 5000
+    assert login(Authenticator(lst, None, clock=lambda: clock[0]), "PLAIN", b"\0pat\0pw", version=0)[1] \
+        .session_lifetime_ms == 0          # v0 has no such field
+    lst0 = Listener("L", "SASL_PLAINTEXT", "127.0.0.1", 0, mechanisms=("PLAIN",), plain_users={"pat": "pw"})
+    e = Authenticator(lst0, None, clock=lambda: clock[0])
+    assert login(e, "PLAIN", b"\0pat\0pw")[1].session_lifetime_ms == 0
+    assert not e.begin_reauthentication() and not e.session_expired()
+
+
+@pytest.mark.slow
+def test_expired_oauth_sessions_are_closed_and_kohorts_client_reconnects_with_a_new_token(oauth_broker):
+    """Tokens of 3 s: the broker ends each session at its token's expiry (as Kafka); kohort's client does
+    not re-authenticate (KIP-368 client side is not implemented) but reconnects with a fresh token and
+    loses nothing."""
+    from kohort import Consumer, Producer
+    from kohort.client.admin import Admin
+    calls = []
+
+    def oauth_cb(_config):
+        now = time.time()
+        calls.append(now)
+        return jwt({"sub": "short", "exp": now + 3, "scope": "kafka"}), now + 3
+
+    conf = {"bootstrap.servers": oauth_broker.sasl, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb}
+    with Admin(conf) as admin:
+        admin.create_topics(["oauth-short"])
+    plain = {"bootstrap.servers": oauth_broker.sasl, "security.protocol": "SASL_PLAINTEXT",
+             "sasl.mechanism": "PLAIN", "sasl.username": "pat", "sasl.password": "pat-pw"}
+    before = len(oauth_broker.log_lines)
+    got, sent = [], 0
+    with Producer(plain) as p, Consumer({**conf, "group.id": "g-oauth-short", "auto.offset.reset": "earliest",
+                                         "fetch.max.wait.ms": 200}) as c:
+        c.subscribe(["oauth-short"])
+        t_end = time.monotonic() + 8
+        while time.monotonic() < t_end:
+            p.produce("oauth-short", value=b"r%d" % sent)
+            p.flush()
+            sent += 1
+            got += [r.value for r in c.poll(0.2)]
+        deadline = time.monotonic() + 30
+        while len(got) < sent and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(0.5)]
+        c.commit()
+    assert sorted(got, key=lambda v: int(v[1:])) == [b"r%d" % i for i in range(sent)]
+    assert len(calls) >= 3, calls
+    assert any("SASL session expired" in line for line in oauth_broker.log_lines[before:])
+
+
+@pytest.mark.slow
+def test_confluent_kafka_reauthenticates_when_its_token_expires(oauth_broker):
+    """librdkafka (>= 2.2) re-authenticates on the same connection (KIP-368) before the session the
+    broker announced ends: a producer with 10 s tokens keeps delivering for 14 s without an error.
+    (With 4 s tokens librdkafka re-authenticates with its old token, then again 0.3 s later, which
+    the broker refuses as Kafka does: at most one re-authentication per second.)"""
+    pytest.importorskip("confluent_kafka")
+    script = textwrap.dedent("""
+        import base64, json, sys, time, confluent_kafka as ck
+        def b64(o):
+            return base64.urlsafe_b64encode(json.dumps(o).encode()).rstrip(b"=").decode()
+        calls = []
+        def oauth_cb(_c):
+            now = time.time()
+            calls.append(now)
+            return b64({"alg": "none"}) + "." + b64({"sub": "ck", "exp": now + 10, "scope": "kafka"}) + ".", now + 10
+        errors = []
+        p = ck.Producer({"bootstrap.servers": sys.argv[1], "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb,
+                         "error_cb": lambda e: errors.append(str(e))})
+        delivered = []
+        t_end = time.time() + 14
+        i = 0
+        while time.time() < t_end:
+            p.produce("ck-reauth", b"%d" % i, on_delivery=lambda e, m: delivered.append(e is None))
+            i += 1
+            p.poll(0.1)
+        p.flush(20)
+        print(json.dumps({"sent": i, "ok": sum(delivered), "errors": errors, "tokens": len(calls)}))
+    """)
+    before = len(oauth_broker.log_lines)
+    r = subprocess.run([PY, "-c", script, oauth_broker.sasl], capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["ok"] == out["sent"] and out["errors"] == [] and out["tokens"] >= 2, out
+    assert "SASL session expired" not in "\n".join(oauth_broker.log_lines[before:])
+
+
+@pytest.mark.slow
+def test_java_client_reauthenticates_under_connections_max_reauth_ms(tmp_path):
+    """connections.max.reauth.ms=2000 on a PLAIN listener: Kafka's console consumer (Java client)
+    re-authenticates every ~2 s while it polls for 9 s and is never disconnected."""
+    from tests.kafka_cluster import CONSOLE_CONSUMER, require_peers, run_tool
+    require_peers()
+    ports = {"PLAINTEXT": free_port(), "SASL_PLAINTEXT": free_port()}
+    config = {"listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+              "sasl.enabled.mechanisms": "PLAIN", "connections.max.reauth.ms": "2000",
+              "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                  'org.apache.kafka.common.security.plain.PlainLoginModule required user_jo="jo-pw";'}
+    props = tmp_path / "plain.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                     'username="jo" password="jo-pw";\n')
+    with KohortBroker(str(tmp_path / "data"), port=ports["PLAINTEXT"], config=config,
+                      extra_args=["--log-level", "info"]) as b:
+        bs = f"127.0.0.1:{ports['SASL_PLAINTEXT']}"
+        r = _kohort("produce", "java-reauth", "-b", b.bootstrap, input="a\nb\nc\n")
+        assert r.returncode == 0, r.stderr
+        t0 = time.monotonic()
+        r = run_tool(CONSOLE_CONSUMER, "--bootstrap-server", bs, "--topic", "java-reauth", "--from-beginning",
+                     "--max-messages", "4", "--command-config", str(props), "--timeout-ms", "9000",
+                     timeout=90, check=False)
+        out = r.stdout + r.stderr
+        assert r.stdout.splitlines()[:3] == ["a", "b", "c"] and "Processed a total of 3 messages" in out, out[-3000:]
+        assert time.monotonic() - t0 > 9
+        assert "Exception" not in out.replace("TimeoutException", ""), out[-3000:]
+        assert not any("SASL session expired" in line for line in b.log_lines), b.log_lines[-20:]

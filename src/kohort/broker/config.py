@@ -118,6 +118,7 @@ SECURITY_KEYS: dict[str, tuple] = {
     "sasl.enabled.mechanisms": (str, "GSSAPI"),
     "sasl.jaas.config": (str, ""),
     "sasl.server.callback.handler.class": (str, ""),
+    "connections.max.reauth.ms": (int, 0),
     "ssl.keystore.type": (str, "JKS"),
     "ssl.keystore.location": (str, ""),
     "ssl.keystore.key": (str, ""),
@@ -132,7 +133,8 @@ SECURITY_KEYS: dict[str, tuple] = {
 }
 SPEC.update(SECURITY_KEYS)
 _MECH_JAAS = re.compile(r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\."
-                        r"(jaas\.config|server\.callback\.handler\.class)")
+                        r"(jaas\.config|server\.callback\.handler\.class)|"
+                        r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.connections\.max\.reauth\.ms")
 
 
 def _spec_for(key: str):

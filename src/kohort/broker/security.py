@@ -11,8 +11,14 @@ OAuthBearerUnsecuredValidatorCallbackHandler, configured by the `unsecuredValida
 `[listener.name.<l>.]oauthbearer.sasl.jaas.config` (OAuthBearerLoginModule); the principal is the
 token's `sub` claim (or unsecuredValidatorPrincipalClaimName). Tests only: a production validator (JWKS,
 KIP-768) is not implemented, and `oauthbearer.sasl.server.callback.handler.class` naming any other class
-is refused. No re-authentication (KIP-368): a connection stays authenticated after its token expires, as
-Kafka with connections.max.reauth.ms=0 (its default).
+is refused.
+
+Re-authentication (KIP-368): a session's lifetime is the smaller of `connections.max.reauth.ms` (if > 0;
+also `listener.name.<l>.[<mech>.]connections.max.reauth.ms`) and an OAUTHBEARER token's remaining life
+(as Kafka, which ends OAUTHBEARER sessions at token expiry even with connections.max.reauth.ms=0), sent
+in SaslAuthenticate v1+. A SaslHandshake on an authenticated connection with a lifetime starts a
+re-authentication (same mechanism, same principal, at most one per second); once the session is over,
+any other request closes the connection.
 
 SCRAM credentials (salt, StoredKey, ServerKey, iterations; never a password) live in
 `<data dir>/scram-credentials.json`, written atomically (temp file, fsync, rename); the broker rereads
@@ -61,6 +67,7 @@ class Listener:
     mechanisms: tuple[str, ...] = ()
     plain_users: dict = field(default_factory=dict)
     oauth: UnsecuredValidator | None = None
+    max_reauth_ms: dict = field(default_factory=dict)    # mechanism -> connections.max.reauth.ms (KIP-368)
     advertised: tuple[str, int] | None = None   # set once bound
 
     @property
@@ -197,6 +204,14 @@ def build_listeners(config) -> list[Listener]:
                 lst.plain_users = _plain_users(config, name)
             if "OAUTHBEARER" in mechs:
                 lst.oauth = _oauth_validator(config, name)
+            for m in mechs:
+                v = setting(config, name, f"{m.lower()}.connections.max.reauth.ms") or \
+                    setting(config, name, "connections.max.reauth.ms") or 0
+                try:
+                    lst.max_reauth_ms[m] = int(v)
+                except ValueError:
+                    raise SecurityConfigError(f"listener {name}: connections.max.reauth.ms must be an integer "
+                                              f"(milliseconds), got {v!r}") from None
         out.append(lst)
     return out
 
@@ -327,6 +342,11 @@ class Authenticator:
         self.principal: str | None = None
         self.mechanism: str | None = None
         self._server = None
+        # KIP-368: when the session ends (clock seconds; None = never), whether this is a
+        # re-authentication, and when the last one began
+        self.session_expiry: float | None = None
+        self._reauth: tuple[str, str] | None = None      # (mechanism, principal) being re-proven
+        self._last_reauth = None
 
     @property
     def complete(self) -> bool:
@@ -342,10 +362,32 @@ class Authenticator:
     def on_api_versions(self) -> None:
         self.state = HANDSHAKE_ONLY
 
+    def session_expired(self) -> bool:
+        """KIP-368: the session has a lifetime and it is over (only re-authentication may follow)."""
+        return self.session_expiry is not None and self.clock() >= self.session_expiry
+
+    def begin_reauthentication(self) -> bool:
+        """A SaslHandshake on an authenticated connection (KIP-368): start re-authenticating if the
+        session has a lifetime and the last re-authentication began at least 1 s ago, as Kafka's
+        KafkaChannel; else False (the handshake is then answered ILLEGAL_SASL_STATE like any late one)."""
+        now = self.clock()
+        if self.state != DONE or self.session_expiry is None or \
+                (self._last_reauth is not None and now - self._last_reauth < 1.0):
+            return False
+        self._last_reauth = now
+        self._reauth = (self.mechanism, self.principal)
+        self.state = HANDSHAKE_ONLY
+        return True
+
     def on_request(self, api_key: int, version: int, req):
         if api_key == 17 and self.state in (START, HANDSHAKE_ONLY):
             mech = req.mechanism
             enabled = list(self.listener.mechanisms)
+            if self._reauth is not None and (mech != self._reauth[0] or version == 0):
+                return (FAIL, SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                                                    mechanisms=enabled),
+                        f"re-authentication with SASL mechanism {mech!r} v{version} on a connection "
+                        f"authenticated with {self._reauth[0]}")
             if mech not in enabled:
                 return (FAIL, SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                                                     mechanisms=enabled),
@@ -371,10 +413,16 @@ class Authenticator:
                 return (FAIL, SaslAuthenticateResponse(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
                                                        error_message=str(e), auth_bytes=b"",
                                                        session_lifetime_ms=0), str(e))
+            lifetime = 0
             if done:
-                self._finish()
+                if self._reauth is not None and "User:" + self._server.principal != self._reauth[1]:
+                    msg = "Cannot change principals during re-authentication"
+                    return (FAIL, SaslAuthenticateResponse(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                                           error_message=msg, auth_bytes=b"",
+                                                           session_lifetime_ms=0), msg)
+                lifetime = self._finish()
             return RESPOND, SaslAuthenticateResponse(error_code=0, error_message=None, auth_bytes=reply,
-                                                     session_lifetime_ms=0), None
+                                                     session_lifetime_ms=lifetime if version >= 1 else 0), None
         return CLOSE, None, f"api_key {api_key} not allowed in SASL state {self.state}"
 
     def on_raw_token(self, token: bytes):
@@ -387,7 +435,22 @@ class Authenticator:
             self._finish()
         return RESPOND, len(reply).to_bytes(4, "big") + reply, None
 
-    def _finish(self) -> None:
+    def _finish(self) -> int:
+        """Authenticated: record the principal and the session's lifetime (KIP-368, as Kafka's
+        SaslServerAuthenticator): the smaller of connections.max.reauth.ms (when > 0, per listener and
+        mechanism) and the credential's remaining life (OAUTHBEARER: the token's expiry, which Kafka
+        enforces even without connections.max.reauth.ms); -> the lifetime in ms (0 = unlimited)."""
+        now = self.clock()
+        max_reauth = self.listener.max_reauth_ms.get(self.mechanism, 0)
+        expiry_ms = getattr(self._server, "expiry_ms", None)
+        lifetime = None
+        if expiry_ms is not None:
+            lifetime = max(0, int(expiry_ms - now * 1000))
+        if max_reauth > 0:
+            lifetime = max_reauth if lifetime is None else min(lifetime, max_reauth)
+        self.session_expiry = None if lifetime is None else now + lifetime / 1000
         self.principal = "User:" + self._server.principal
         self.state = DONE
         self._server = None
+        self._reauth = None
+        return lifetime or 0

@@ -276,6 +276,15 @@ class Broker:
                     break
                 api_key = header.request_api_key
                 version = header.request_api_version
+                if auth is not None and auth.complete:         # KIP-368 (broker/security.py)
+                    if api_key == 17 and auth.begin_reauthentication():
+                        pass                                   # the SASL exchange below, again
+                    elif api_key != 17 and auth.session_expired():
+                        log.info("closing connection %d from %s: SASL session expired (KIP-368)",
+                                 conn_id, host)
+                        await pending.put(None)                # answers already due still go out first
+                        await asyncio.wait({wtask}, timeout=5)
+                        break
                 if auth is not None and not auth.complete:
                     if api_key == 18 and auth.allows_api_versions():
                         auth.on_api_versions()           # answered below like any ApiVersions
