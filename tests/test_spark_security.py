@@ -1,7 +1,7 @@
 """The Spark source and sink over TLS and SASL (issue 16), with spark-sql-kafka's option names.
 
-One kohort broker with a SASL_SSL listener (SCRAM-SHA-256) and an SSL listener requiring a client
-certificate. The same `kafka.*` options are given to `format("kohort")` and to Spark's own connector
+One kohort broker with a SASL_SSL listener (SCRAM-SHA-256, and OAUTHBEARER with unsecured JWTs) and an
+SSL listener requiring a client certificate. The same `kafka.*` options are given to `format("kohort")` and to Spark's own connector
 `format("kafka")` (spark-sql-kafka 4.2.0, Kafka's Java client): both write and read the same rows, which
 proves the option names and their meaning match. Certificates come from test_security's `pki` fixture.
 """
@@ -36,7 +36,10 @@ def sb(pki, tmp_path_factory):  # noqa: F811
     ports = {"PLAINTEXT": free_port(), "SASL_SSL": free_port(), "SSL": free_port()}
     config = {
         "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
-        "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256,OAUTHBEARER",
+        "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            'unsecuredValidatorRequiredScope="spark";',
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(pki / "server-keystore.pem"),
         "listener.name.ssl.ssl.client.auth": "required",
@@ -53,6 +56,14 @@ def _scram_opts(b) -> dict:
             "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-256",
             "kafka.sasl.jaas.config": SCRAM_JAAS,
             "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": str(b.pki / "ca.pem")}
+
+
+def _oauth_opts(b) -> dict:
+    """Java's unsecured OAUTHBEARER login (OAuthBearerUnsecuredLoginCallbackHandler's options)."""
+    return {**_scram_opts(b), "kafka.sasl.mechanism": "OAUTHBEARER",
+            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+                                      'required unsecuredLoginStringClaim_sub="spark-job" '
+                                      'unsecuredLoginListClaim_scope=",spark";'}
 
 
 def _mtls_opts(b) -> dict:
@@ -72,10 +83,10 @@ def _read(spark, fmt, opts, topic):
     return sorted((bytes(r.key).decode(), bytes(r.value).decode(), r.offset) for r in df.collect())
 
 
-@pytest.mark.parametrize("how", ["SASL_SSL/SCRAM", "SSL/mTLS"])
+@pytest.mark.parametrize("how", ["SASL_SSL/SCRAM", "SSL/mTLS", "SASL_SSL/OAUTHBEARER"])
 def test_kohort_and_spark_kafka_formats_share_security_options(spark, sb, how):
-    opts = _scram_opts(sb) if how.startswith("SASL") else _mtls_opts(sb)
-    topic = f"sec-{how.split('/')[0].lower()}-{uuid.uuid4().hex[:6]}"
+    opts = {"SASL_SSL/SCRAM": _scram_opts, "SSL/mTLS": _mtls_opts, "SASL_SSL/OAUTHBEARER": _oauth_opts}[how](sb)
+    topic = f"sec-{how.replace('/', '-').lower()}-{uuid.uuid4().hex[:6]}"
     from kohort.client.admin import Admin
     with Admin({"bootstrap.servers": sb.bootstrap}) as admin:
         admin.create_topics([topic], num_partitions=2)
