@@ -131,3 +131,26 @@ def test_inline_pem_options_and_clear_errors(spark, sb):
             parse_source_options({**base, **bad})
         with pytest.raises(ConfigError):
             parse_sink_options({**{k: v for k, v in base.items() if k != "subscribe"}, **bad})
+
+
+@pytest.mark.slow
+def test_spark_source_and_sink_against_apache_kafka_sasl_ssl_scram(spark, pki):  # noqa: F811
+    """The same spark-sql-kafka options against Apache Kafka 4.3.1 (SASL_SSL, SCRAM-SHA-256 user made by
+    kafka-storage --add-scram, PEM keystore): format("kohort") writes and reads, format("kafka") reads
+    the same rows."""
+    from tests.kafka_cluster import KafkaCluster
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    cfg = {"sasl.enabled.mechanisms": "SCRAM-SHA-256",
+           "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": scram,
+           "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+           "listener.name.sasl_ssl.ssl.keystore.location": str(pki / "server-keystore.pem")}
+    with KafkaCluster(1, extra_config=cfg, extra_listeners=[("SASL_SSL", "SASL_SSL")],
+                      format_args=["--add-scram", "SCRAM-SHA-256=[name=spark,password=spark-Secret-9]"]) as kc:
+        kc.create_topic("ak-spark-sec", 2)
+        opts = {"kafka.bootstrap.servers": kc.nodes[0].listener_address("SASL_SSL"),
+                "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-256",
+                "kafka.sasl.jaas.config": SCRAM_JAAS, "kafka.ssl.truststore.type": "PEM",
+                "kafka.ssl.truststore.location": str(pki / "ca.pem")}
+        _write(spark, "kohort", opts, "ak-spark-sec", "ak", 30)
+        ours, theirs = _read(spark, "kohort", opts, "ak-spark-sec"), _read(spark, "kafka", opts, "ak-spark-sec")
+        assert len(ours) == 30 and ours == theirs
