@@ -1,9 +1,9 @@
 """The Spark source and sink over TLS and SASL (issue 16), with spark-sql-kafka's option names.
 
 One kohort broker with a SASL_SSL listener (SCRAM-SHA-256, and OAUTHBEARER with unsecured JWTs) and an
-SSL listener requiring a client certificate. The same `kafka.*` options are given to `format("kohort")` and to Spark's own connector
-`format("kafka")` (spark-sql-kafka 4.2.0, Kafka's Java client): both write and read the same rows, which
-proves the option names and their meaning match. Certificates come from test_security's `pki` fixture.
+SSL listener requiring a client certificate. The same `kafka.*` options are given to `format("kohort")`
+and to Spark's own connector `format("kafka")` (spark-sql-kafka 4.2.0, Kafka's Java client): both write
+and read the same rows, which proves the option names and their meaning match. Certificates come from test_security's `pki` fixture.
 """
 from __future__ import annotations
 

@@ -237,9 +237,9 @@ class ClientProtocol:
     flexible SyncGroup) gets only the versions before each API's first flexible one, since KIP-482's
     flexible versions shipped with ApiVersions v3.
 
-    SASL (KIP-43, KIP-152), when `sasl=(mechanism, username, password[, oauth token source])` is given: after ApiVersions,
-    SaslHandshake v1, then SaslAuthenticate rounds (highest common version <= 2) until the mechanism
-    is done; only then READY. A refusal raises the broker's KafkaError (UNSUPPORTED_SASL_MECHANISM,
+    SASL (KIP-43, KIP-152), when `sasl=(mechanism, username, password[, OAUTHBEARER token source])` is
+    given: after ApiVersions, SaslHandshake v1, then SaslAuthenticate rounds (highest common version
+    <= 2) until the mechanism is done; only then READY. A refusal raises the broker's KafkaError (UNSUPPORTED_SASL_MECHANISM,
     SASL_AUTHENTICATION_FAILED with the broker's message, ILLEGAL_SASL_STATE); a SCRAM server whose
     nonce or signature does not verify raises SASL_AUTHENTICATION_FAILED too. These are fatal: the
     driver must not retry them as connection errors.

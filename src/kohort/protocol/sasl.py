@@ -3,8 +3,8 @@ OAUTHBEARER (RFC 7628, KIP-255, extensions KIP-342).
 
 Both sides live here so the client and the broker share one implementation of the message formats
 and the key derivation: `PlainServer`/`ScramServer`/`OAuthBearerServer` (broker) and
-`plain_initial`/`ScramClient`/`OAuthTokenSource` (client). No sockets, no clocks, no logging of secrets. As Kafka: no SASLprep, only gs2 `n` (no
-channel binding), the authzid must be empty or equal the user, SCRAM iterations 4096-16384, names
+`plain_initial`/`ScramClient`/`OAuthTokenSource` (client). No sockets, no clocks (the callers pass
+theirs), no logging of secrets or tokens. As Kafka: no SASLprep, only gs2 `n` (no channel binding), the authzid must be empty or equal the user, SCRAM iterations 4096-16384, names
 escaped `,`->`=2C` and `=`->`=3D`; every secret comparison is constant time (hmac.compare_digest).
 Failures raise SaslFailure with a message that names no secret; SCRAM's messages do not tell a
 wrong password from an unknown user.
