@@ -615,3 +615,77 @@ def test_java_client_reauthenticates_under_connections_max_reauth_ms(tmp_path):
         assert time.monotonic() - t0 > 9
         assert "Exception" not in out.replace("TimeoutException", ""), out[-3000:]
         assert not any("SASL session expired" in line for line in b.log_lines), b.log_lines[-20:]
+
+
+PY_OAUTH = textwrap.dedent("""
+    import asyncio, base64, json, sys, time
+    which, bs, topic, scope = sys.argv[1:5]
+    def b64(o):
+        return base64.urlsafe_b64encode(json.dumps(o).encode()).rstrip(b"=").decode()
+    def make():
+        now = int(time.time())
+        return b64({"alg": "none"}) + "." + b64({"sub": which, "iat": now, "exp": now + 300, "scope": [scope]}) + "."
+    kw = dict(bootstrap_servers=bs, security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER")
+    if which == "kafka-python":
+        import kafka
+        from kafka.net.sasl.oauth import AbstractTokenProvider
+        class P(AbstractTokenProvider):
+            def token(self):
+                return make()
+        kw["sasl_oauth_token_provider"] = P()
+        try:
+            p = kafka.KafkaProducer(max_block_ms=8000, request_timeout_ms=6000, **kw)
+            p.send(topic, b"kp-1").get(15)
+            p.close()
+            c = kafka.KafkaConsumer(topic, group_id="g-" + topic, auto_offset_reset="earliest",
+                                    enable_auto_commit=False, consumer_timeout_ms=4000, **kw)
+            got = [m.value.decode() for m in c]
+            c.commit()
+            c.close()
+            out = {"got": got}
+        except Exception as e:
+            out = {"error": type(e).__name__}
+    else:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+        from aiokafka.abc import AbstractTokenProvider
+        class P(AbstractTokenProvider):
+            async def token(self):
+                return make()
+        kw["sasl_oauth_token_provider"] = P()
+        async def main():
+            p = AIOKafkaProducer(request_timeout_ms=6000, **kw)
+            try:
+                await p.start()
+                await p.send_and_wait(topic, b"aio-1")
+            except Exception as e:
+                return {"error": type(e).__name__}
+            finally:
+                await p.stop()
+            c = AIOKafkaConsumer(topic, group_id="g-" + topic, auto_offset_reset="earliest",
+                                 enable_auto_commit=False, **kw)
+            await c.start()
+            try:
+                m = await asyncio.wait_for(c.getone(), 30)
+                await c.commit()
+            finally:
+                await c.stop()
+            return {"got": [m.value.decode()]}
+        out = asyncio.run(main())
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.parametrize("which", [pytest.param("kafka-python", marks=pytest.mark.slow), "aiokafka"])
+def test_python_clients_token_providers(oauth_broker, which):
+    """kafka-python's and aiokafka's OAUTHBEARER (sasl_oauth_token_provider): produce, consume in a group,
+    commit; a token without the required scope is refused."""
+    pytest.importorskip("kafka" if which == "kafka-python" else "aiokafka")
+    topic = f"py-oauth-{which}"
+    r = subprocess.run([PY, "-c", PY_OAUTH, which, oauth_broker.sasl, topic, "kafka"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"got": ["kp-1" if which == "kafka-python" else "aio-1"]}
+    r = subprocess.run([PY, "-c", PY_OAUTH, which, oauth_broker.sasl, topic, "nope"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "error" in json.loads(r.stdout.strip().splitlines()[-1])
