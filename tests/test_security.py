@@ -801,6 +801,44 @@ def _kohort_api_over_sasl_ssl_scram(bs: str, ca: str) -> None:
     assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr, r.stderr
 
 
+def test_ssl_principal_mapping_rules_as_kafka():
+    """KIP-371 rules, with the examples of Kafka's documentation and SslPrincipalMapperTest."""
+    from kohort.broker.security import PrincipalMapper, SecurityConfigError
+    rules = ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/, RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L,"
+             "RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/L, DEFAULT")
+    m = PrincipalMapper(rules)
+    assert m.name("CN=kafka-server1,OU=ServiceUsers,O=Unknown,L=Unknown,ST=Unknown,C=Unknown") == "kafka-server1"
+    assert m.name("CN=adminUser,OU=Admin,O=Unknown,L=Unknown,ST=Unknown,C=Unknown") == "adminuser@admin"
+    assert m.name("CN=Dummy.Name,O=x") == "dummy.name"
+    assert m.name("OU=no-cn") == "OU=no-cn"                    # DEFAULT
+    assert PrincipalMapper("RULE:^CN=(.*)$/$1@$2/U").name("CN=ab") == "AB@$2"   # $2: no such group, literal
+    assert PrincipalMapper("RULE:^CN=(.*?),O=.*$/$1/").name("O=x,CN=y") is None  # no rule applies
+    assert PrincipalMapper(None).name("CN=z") == PrincipalMapper("DEFAULT").name("CN=z") == "CN=z"
+    for bad in ("RULE:abc", "RULE:a(/b/", "NOTARULE"):
+        with pytest.raises(SecurityConfigError):
+            PrincipalMapper(bad)
+
+
+def test_ssl_principal_mapping_rules_on_a_listener(pki, tmp_path):
+    """A client certificate no rule applies to is refused (as Kafka); one that a rule maps is served."""
+    ports = {"PLAINTEXT": free_port(), "SSL": free_port()}
+    base = {"listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki / "server-keystore.pem"),
+            "ssl.client.auth": "required", "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(pki / "ca.pem")}
+    x = _x({"security.protocol": "SSL", "ssl.ca.location": str(pki / "ca.pem"),
+            "ssl.certificate.location": str(pki / "client.pem"), "ssl.key.location": str(pki / "client.key")})
+    bs = f"127.0.0.1:{ports['SSL']}"
+    for rules, served in (("RULE:^CN=(.*?),O=kohort,C=DE$/$1/U", True), ("RULE:^CN=nobody,.*$/$0/", False)):
+        cfg = {**base, "listener.name.ssl.ssl.principal.mapping.rules": rules}
+        with KohortBroker(str(tmp_path / f"d{served}"), port=ports["PLAINTEXT"], config=cfg,
+                          extra_args=["--log-level", "info"]) as b:
+            r = _kohort("topics", "list", "-b", bs, "--timeout", "3", *x)
+            assert (r.returncode == 0) == served, r.stderr
+            refused = any("no ssl.principal.mapping.rules rule applies" in line for line in b.log_lines)
+            assert refused == (not served)
+
+
 def test_tls_principal_is_the_subject_dn_most_specific_first(pki):
     from kohort.broker.security import ANONYMOUS, tls_principal
     decoded = ssl._ssl._test_decode_cert(str(pki / "client.pem"))

@@ -128,6 +128,7 @@ SECURITY_KEYS: dict[str, tuple] = {
     "ssl.truststore.location": (str, ""),
     "ssl.truststore.certificates": (str, ""),
     "ssl.client.auth": (str, "none"),
+    "ssl.principal.mapping.rules": (str, "DEFAULT"),
     "connection.failed.authentication.delay.ms": (int, 100),
     "sasl.server.max.receive.size": (int, 524288),
 }

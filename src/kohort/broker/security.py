@@ -4,7 +4,8 @@ Configured by Kafka's names: `listeners` (NAME://HOST:PORT,...), `listener.secur
 (NAME:PROTOCOL; a listener named after its protocol needs no entry), `sasl.enabled.mechanisms`,
 `[listener.name.<l>.][<mech>.]sasl.jaas.config` (PlainLoginModule `user_NAME="pw"` options),
 `ssl.keystore.type=PEM` with `ssl.keystore.location` (key + chain in one PEM) or
-`ssl.keystore.key` + `ssl.keystore.certificate.chain`, `ssl.truststore.*` (PEM), `ssl.client.auth`.
+`ssl.keystore.key` + `ssl.keystore.certificate.chain`, `ssl.truststore.*` (PEM), `ssl.client.auth`,
+`ssl.principal.mapping.rules` (KIP-371: an SSL client certificate's DN -> principal name).
 Any ssl.*/sasl.* key may be prefixed `listener.name.<l>.` for one listener (KIP-103).
 OAUTHBEARER (KIP-255) validates unsecured JWTs (alg=none) as Kafka's default
 OAuthBearerUnsecuredValidatorCallbackHandler, configured by the `unsecuredValidator*` options of
@@ -67,6 +68,7 @@ class Listener:
     mechanisms: tuple[str, ...] = ()
     plain_users: dict = field(default_factory=dict)
     oauth: UnsecuredValidator | None = None
+    principal_mapper: PrincipalMapper | None = None      # ssl.principal.mapping.rules (SSL listeners)
     max_reauth_ms: dict = field(default_factory=dict)    # mechanism -> connections.max.reauth.ms (KIP-368)
     advertised: tuple[str, int] | None = None   # set once bound
 
@@ -192,6 +194,7 @@ def build_listeners(config) -> list[Listener]:
         lst = Listener(name, proto, host, port)
         if proto in ("SSL", "SASL_SSL"):
             lst.ssl_context = _ssl_context(config, name)
+            lst.principal_mapper = PrincipalMapper(setting(config, name, "ssl.principal.mapping.rules"))
         if lst.sasl:
             mechs = [m.strip().upper() for m in
                      str(setting(config, name, "sasl.enabled.mechanisms", "GSSAPI")).split(",") if m.strip()]
@@ -216,9 +219,75 @@ def build_listeners(config) -> list[Listener]:
     return out
 
 
-def tls_principal(peercert: dict | None) -> str:
-    """`User:<RFC 2253 DN>` of a verified client certificate (most specific RDN first, as Java's
-    X500Principal.getName()), else User:ANONYMOUS."""
+class PrincipalMapper:
+    """`ssl.principal.mapping.rules` (KIP-371), as Kafka's SslPrincipalMapper: a comma-separated list of
+    `RULE:<regex>/<replacement>/[L|U]` and `DEFAULT`; the first rule whose regex matches the whole DN
+    gives the name (Java's `$1` back references; L/U lower/upper-cases it); DEFAULT keeps the DN; no
+    matching rule fails the connection's authentication."""
+
+    _RULE = r"(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+    _SPLIT = re.compile(r"\s*(" + _RULE + r")\s*(,\s*|$)")
+
+    def __init__(self, rules: str | None):
+        self.text = rules if rules is not None and rules.strip() else "DEFAULT"
+        self.rules = []          # None = DEFAULT, else (compiled regex, replacement, case)
+        parts = [m.group(1) for m in self._SPLIT.finditer(self.text.strip()) if m.group(1) or m.group(0)]
+        for rule in parts:
+            m = re.match(self._RULE, rule)
+            if m is None or m.end() != len(rule):
+                raise SecurityConfigError(f"ssl.principal.mapping.rules: invalid rule {rule!r}")
+            if m.group(1):
+                self.rules.append(None)
+            elif m.group(2) is not None:
+                try:
+                    rx = re.compile(m.group(2))
+                except re.error as e:
+                    raise SecurityConfigError(f"ssl.principal.mapping.rules: bad regex in {rule!r}: {e}") from None
+                self.rules.append((rx, m.group(3), m.group(4)))
+            elif rule.strip():
+                raise SecurityConfigError(f"ssl.principal.mapping.rules: invalid rule {rule!r}")
+
+    @staticmethod
+    def _expand(replacement: str, m: re.Match) -> str:
+        out, i, groups = [], 0, m.re.groups
+        while i < len(replacement):
+            c = replacement[i]
+            if c == "\\" and i + 1 < len(replacement):
+                out.append(replacement[i + 1])
+                i += 2
+            elif c == "$" and i + 1 < len(replacement) and replacement[i + 1].isdigit():
+                j = i + 1
+                n = int(replacement[j])
+                if n > groups:                # not a group: a literal "$n", as Kafka escapes it
+                    out.append(replacement[i:j + 1])
+                    i = j + 1
+                    continue
+                j += 1
+                while j < len(replacement) and replacement[j].isdigit() and n * 10 + int(replacement[j]) <= groups:
+                    n = n * 10 + int(replacement[j])
+                    j += 1
+                out.append(m.group(n) or "")
+                i = j
+            else:
+                out.append(c)
+                i += 1
+        return "".join(out)
+
+    def name(self, dn: str) -> str | None:
+        for rule in self.rules:
+            if rule is None:
+                return dn
+            rx, repl, case = rule
+            if rx.fullmatch(dn):
+                result = rx.sub(lambda m: self._expand(repl, m), dn)
+                return result.lower() if case == "L" else result.upper() if case == "U" else result
+        return None
+
+
+def tls_principal(peercert: dict | None, mapper: PrincipalMapper | None = None) -> str | None:
+    """`User:<name>` of a verified client certificate: its RFC 2253 DN (most specific RDN first, as
+    Java's X500Principal.getName()) through `mapper` (ssl.principal.mapping.rules); User:ANONYMOUS
+    without a certificate; None when no mapping rule applies (the connection must be refused)."""
     if not peercert or not peercert.get("subject"):
         return ANONYMOUS
     short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU", "countryName": "C",
@@ -230,7 +299,9 @@ def tls_principal(peercert: dict | None) -> str:
         return ("\\" + v if v[:1] in "# " and v else v)
 
     rdns = ["+".join(f"{short.get(k, k)}={esc(v)}" for k, v in rdn) for rdn in peercert["subject"]]
-    return "User:" + ",".join(reversed(rdns))
+    dn = ",".join(reversed(rdns))
+    name = mapper.name(dn) if mapper is not None else dn
+    return None if name is None else "User:" + name
 
 
 # -- SCRAM credential store ----------------------------------------------------------------------

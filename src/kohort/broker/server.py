@@ -221,10 +221,14 @@ class Broker:
             m.connection_opened()
         principal = ANONYMOUS
         if listener.protocol == "SSL":
-            principal = tls_principal(writer.get_extra_info("peercert"))
+            principal = tls_principal(writer.get_extra_info("peercert"), listener.principal_mapper)
         auth = Authenticator(listener, self.scram) if listener.sasl else None
         sasl_max = min(self.max_request, self.config["sasl.server.max.receive.size"])
         try:
+            if principal is None:       # no ssl.principal.mapping.rules rule applies: Kafka fails it too
+                log.warning("closing connection %d from %s: no ssl.principal.mapping.rules rule applies to "
+                            "its client certificate", conn_id, host)
+                return
             while True:
                 # Back-pressure: a client that does not read its responses stops being read from
                 # (Kafka mutes such channels), so unread answers cannot pile up in memory.
