@@ -820,23 +820,26 @@ def test_ssl_principal_mapping_rules_as_kafka():
 
 
 def test_ssl_principal_mapping_rules_on_a_listener(pki, tmp_path):
-    """A client certificate no rule applies to is refused (as Kafka); one that a rule maps is served."""
-    ports = {"PLAINTEXT": free_port(), "SSL": free_port()}
-    base = {"listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
-            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki / "server-keystore.pem"),
-            "ssl.client.auth": "required", "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(pki / "ca.pem")}
+    """A client certificate no rule applies to is refused (as Kafka); one that a rule maps is served.
+    Two SSL listeners of one broker: MAPPED's rule matches the client's DN, STRICT's does not."""
+    ports = {"PLAINTEXT": free_port(), "MAPPED": free_port(), "STRICT": free_port()}
+    cfg = {"listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+           "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,MAPPED:SSL,STRICT:SSL",
+           "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki / "server-keystore.pem"),
+           "ssl.client.auth": "required", "ssl.truststore.type": "PEM",
+           "ssl.truststore.location": str(pki / "ca.pem"),
+           "listener.name.mapped.ssl.principal.mapping.rules": "RULE:^CN=(.*?),O=kohort,C=DE$/$1/U",
+           "listener.name.strict.ssl.principal.mapping.rules": "RULE:^CN=nobody,.*$/$0/"}
     x = _x({"security.protocol": "SSL", "ssl.ca.location": str(pki / "ca.pem"),
             "ssl.certificate.location": str(pki / "client.pem"), "ssl.key.location": str(pki / "client.key")})
-    bs = f"127.0.0.1:{ports['SSL']}"
-    for rules, served in (("RULE:^CN=(.*?),O=kohort,C=DE$/$1/U", True), ("RULE:^CN=nobody,.*$/$0/", False)):
-        cfg = {**base, "listener.name.ssl.ssl.principal.mapping.rules": rules}
-        with KohortBroker(str(tmp_path / f"d{served}"), port=ports["PLAINTEXT"], config=cfg,
-                          extra_args=["--log-level", "info"]) as b:
-            r = _kohort("topics", "list", "-b", bs, "--timeout", "3", *x)
-            assert (r.returncode == 0) == served, r.stderr
-            refused = any("no ssl.principal.mapping.rules rule applies" in line for line in b.log_lines)
-            assert refused == (not served)
+    with KohortBroker(str(tmp_path / "d"), port=ports["PLAINTEXT"], config=cfg,
+                      extra_args=["--log-level", "info"]) as b:
+        r = _kohort("topics", "list", "-b", f"127.0.0.1:{ports['MAPPED']}", *x)
+        assert r.returncode == 0, r.stderr
+        assert not any("no ssl.principal.mapping.rules rule applies" in line for line in b.log_lines)
+        r = _kohort("topics", "list", "-b", f"127.0.0.1:{ports['STRICT']}", "--timeout", "2", *x)
+        assert r.returncode == 1, r.stderr
+        assert any("no ssl.principal.mapping.rules rule applies" in line for line in b.log_lines)
 
 
 def test_tls_principal_is_the_subject_dn_most_specific_first(pki):
