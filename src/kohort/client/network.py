@@ -29,7 +29,9 @@ connected (non-blocking handshake in the selector loop; PEM files; host name che
 ssl.endpoint.identification.algorithm=none); SASL_* add the SASL exchange to ClientProtocol's
 handshake. An authentication failure (TLS verification, SASL_AUTHENTICATION_FAILED,
 UNSUPPORTED_SASL_MECHANISM) is fatal: every queued and later request fails with it at once, nothing
-is retried.
+is retried. Re-authentication (KIP-368): when the broker gives the session a lifetime, at a random
+85-95 % of it the connection holds new requests (REAUTH) until nothing is in flight, runs the SASL
+exchange again through the handshake path (HANDSHAKE), then sends what it held (READY).
 
 Speed: requests are encoded on the I/O thread and all requests queued for a connection go out in
 one send(); reads use recv_into on one big buffer, from which complete small frames are copied
@@ -73,6 +75,7 @@ except ImportError:  # pragma: no cover
 
 # connection states
 DISCONNECTED, CONNECTING, TLS, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "TLS", "HANDSHAKE", "READY"
+REAUTH = "REAUTH"      # KIP-368: new requests wait while what is in flight drains, then SASL runs again
 
 _RECV_BUF = 4 * 1024 * 1024
 _MAX_FRAME = 100 * 1024 * 1024
@@ -108,7 +111,7 @@ class _Req:
 
 class _Conn:
     __slots__ = ("node_id", "host", "port", "sock", "state", "proto", "out", "inflight", "pending",
-                 "connect_deadline", "want_write", "events", "rframe", "rfill", "rhead")
+                 "connect_deadline", "want_write", "events", "rframe", "rfill", "rhead", "reauth_at")
 
     def __init__(self, node_id, host, port, client_id, max_frame, sasl=None):
         self.node_id, self.host, self.port = node_id, host, port
@@ -124,6 +127,7 @@ class _Conn:
         self.rframe: bytearray | None = None   # READY: the frame being received into, sized from its prefix
         self.rfill = 0                          # bytes of rframe received so far
         self.rhead = b""                        # READY: a size prefix split across reads
+        self.reauth_at = 0.0                    # KIP-368: when to re-authenticate (monotonic; 0 = never)
 
 
 class _Backoff:
@@ -510,7 +514,7 @@ class NetworkClient:
                     conn.pending.append(req)
         self._any_queue = keep
         if any(r.any for r in keep) and not any(
-                c.state in (CONNECTING, HANDSHAKE) for c in self._conns.values()):
+                c.state in (CONNECTING, HANDSHAKE, REAUTH) for c in self._conns.values()):
             self._connect_any(now)
 
     def _connect_any(self, now: float) -> None:
@@ -668,6 +672,9 @@ class NetworkClient:
         if not proto.ready:
             return
         conn.state = READY
+        # KIP-368: re-authenticate at a random 85-95 % of the session lifetime, as Java's client
+        lt = proto.session_lifetime_ms
+        conn.reauth_at = time.monotonic() + lt / 1000 * random.uniform(0.85, 0.95) if lt > 0 else 0.0
         self._ever_ready = True
         b = self._backoffs.get(conn.node_id)
         if b is not None:
@@ -847,8 +854,30 @@ class NetworkClient:
         if fut.set_running_or_notify_cancel():
             fut.set_result(resp)
 
+    def _maybe_reauthenticate(self, conn: _Conn, now: float) -> None:
+        """KIP-368: once due, hold new requests (REAUTH) until nothing is in flight, then run the SASL
+        exchange again through the handshake path (HANDSHAKE, then READY with the held requests)."""
+        if conn.state == READY:
+            conn.state = REAUTH
+        if conn.inflight:
+            return
+        try:
+            conn.proto.start_reauthentication()
+        except KohortError as e:           # the token callback failed: as any authentication failure
+            if is_authentication_error(e):
+                self._fatal_error(conn, e)
+                return
+            raise
+        log.debug("re-authenticating with broker %s (%s:%s) (KIP-368)", conn.node_id, conn.host, conn.port)
+        conn.state = HANDSHAKE
+        conn.connect_deadline = now + self._setup_timeout
+        conn.out.append(conn.proto.data_to_send())
+        self._flush(conn)
+
     def _check_timeouts(self, now: float) -> None:
         for conn in list(self._conns.values()):
+            if conn.reauth_at and now >= conn.reauth_at and conn.state in (READY, REAUTH):
+                self._maybe_reauthenticate(conn, now)
             if conn.state in (CONNECTING, HANDSHAKE) and now > conn.connect_deadline:
                 self._disconnect(conn, KafkaConnectionError(
                     f"connection setup to broker {conn.node_id} ({conn.host}:{conn.port}) timed out"))

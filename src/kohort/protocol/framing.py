@@ -256,6 +256,7 @@ class ClientProtocol:
                  sasl: tuple | None = None):
         self.client_id = client_id
         self.sasl = sasl
+        self.session_lifetime_ms = 0        # KIP-368: from the last SaslAuthenticate (0 = unlimited)
         self._sasl_client = None
         self._sasl_key = SASL_HANDSHAKE_KEY
         self._sasl_version = 1
@@ -342,6 +343,14 @@ class ClientProtocol:
             raise HandshakeError(f"the broker does not serve SASL (SaslHandshake v1/SaslAuthenticate): {e}") from None
         self._sasl_send(SASL_HANDSHAKE_KEY, hv, SaslHandshakeRequest(mechanism=self._sasl_client.mechanism))
 
+    def start_reauthentication(self) -> None:
+        """KIP-368: run the SASL exchange again on this READY connection (nothing may be in flight);
+        its requests are in `data_to_send()`, its answers go to `receive_data` as during the handshake,
+        and the state is READY again once it is done (session_lifetime_ms renewed)."""
+        if self.state != READY or self._in_flight or self.sasl is None:
+            raise HandshakeError("re-authentication needs a READY SASL connection with nothing in flight")
+        self._start_sasl()
+
     def _sasl_send(self, key: int, version: int, request) -> None:
         self._sasl_key, self._sasl_version = key, version
         corr = self._take_corr()
@@ -369,6 +378,7 @@ class ClientProtocol:
                 raise for_code(ErrorCode.SASL_AUTHENTICATION_FAILED)(f"{mech}: {e}") from None
             if token is None:
                 self._sasl_client = None
+                self.session_lifetime_ms = getattr(resp, "session_lifetime_ms", 0) or 0
                 self.state = READY
                 return
         self._sasl_send(SASL_AUTHENTICATE_KEY, self._sasl_auth_version, SaslAuthenticateRequest(auth_bytes=token))
