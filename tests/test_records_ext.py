@@ -535,3 +535,13 @@ def test_use_extension_switch():
 def test_extension_module_is_the_in_tree_build():
     # the editable install (make setup) builds it next to its sources
     assert os.path.dirname(R._ext.__file__) == os.path.dirname(R.__file__)
+
+
+def test_the_extension_is_built_unless_turned_off():
+    """`make setup` builds the compiled twin; the tests above skip only when KOHORT_NO_EXT=1 turns it off,
+    so a missing build fails here instead of hiding behind those skips."""
+    from kohort.client import accumulator
+    if os.environ.get("KOHORT_NO_EXT") == "1":
+        assert not R.extension_enabled() and not accumulator.COMPILED
+    else:
+        assert R.HAVE_EXTENSION and R.extension_enabled() and accumulator.COMPILED
