@@ -17,8 +17,11 @@ the abort timer and the marker writes. `open_txn(broker)` attaches `broker.txn` 
   then persist Complete*. The EndTxn answer is sent after Prepare* is durable and the markers are
   written (Kafka answers before the markers; a request arriving meanwhile sees Prepare* and gets
   CONCURRENT_TRANSACTIONS either way).
-* Markers are not written to `__consumer_offsets` partitions (added by AddOffsetsToTxn): kohort does
-  not serve TxnOffsetCommit yet, so no transactional offsets are pending there.
+* A `__consumer_offsets` partition (added by AddOffsetsToTxn) gets its marker through the group
+  coordinator (`CoordinatorRuntime.write_txn_marker`), which materialises or drops the producer's
+  pending transactional offsets there before the marker counts as written (Kafka: KAFKA-17507).
+  Before the group coordinator is attached (the recovery at start runs first) the marker is appended
+  to the log directly and the group coordinator's load replays it.
 * Every transaction.abort.timed.out.transaction.cleanup.interval.ms, `expire_timed_out(now)`, the
   expiry of ids idle past transactional.id.expiration.ms (a tombstone each), and
   every Prepare* transaction not being driven right now (its marker writes failed) is driven again;
@@ -112,6 +115,23 @@ class TxnRuntime:
             storage.log(TRANSACTION_STATE_TOPIC, txn_partition(tid, self.num_partitions)).append(
                 batch, leader_epoch=self.broker.leader_epoch, now_ms=now)
 
+    async def write_marker_async(self, topic: str, partition: int, w: WriteMarkers) -> int:
+        """`write_marker`, through the group coordinator for `__consumer_offsets`. A group coordinator
+        that cannot take it (closing; storage failure) raises StorageError: the transaction stays
+        Prepare* and is driven again (by the abort scan, or at the next start)."""
+        gc = self.broker.coordinator
+        if topic != OFFSETS_TOPIC or gc is None:
+            return self.write_marker(topic, partition, w)
+        try:
+            err = await gc.write_txn_marker(partition, w.producer_id, w.producer_epoch, w.commit,
+                                            self.coordinator_epoch)
+        except RuntimeError as e:           # the group coordinator is closed
+            raise StorageError(str(e)) from e
+        if err not in (ErrorCode.NONE, ErrorCode.INVALID_PRODUCER_EPOCH,
+                       ErrorCode.TRANSACTION_COORDINATOR_FENCED):
+            raise StorageError(f"marker on {topic}-{partition}: {ErrorCode(err).name}")
+        return err
+
     def write_marker(self, topic: str, partition: int, w: WriteMarkers) -> int:
         """Append one marker to a partition like a replicated append; -> error code."""
         broker, now = self.broker, self.clock()
@@ -144,9 +164,7 @@ class TxnRuntime:
             self.driving.add(w.transactional_id)
             try:
                 for topic, p in w.partitions:
-                    if topic == OFFSETS_TOPIC:
-                        continue
-                    err = self.write_marker(topic, p, w)
+                    err = await self.write_marker_async(topic, p, w)
                     if err:
                         # Kafka drops the marker on IPE / coordinator fenced / a deleted partition
                         log.warning("marker for %s (pid %d epoch %d) on %s-%d not written: %s",
