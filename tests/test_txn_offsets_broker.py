@@ -1,0 +1,255 @@
+"""Transactional offset commits over the wire: one scripted raw-protocol conversation
+(InitProducerId, AddOffsetsToTxn, TxnOffsetCommit, OffsetCommit, OffsetFetch with and without
+require_stable, EndTxn, fencing) answered alike -- error codes and offsets -- by kohort broker and
+Apache Kafka 4.3.1; and on kohort broker the pending offsets across a restart (live state = replay of
+`__consumer_offsets`)."""
+from __future__ import annotations
+
+import asyncio
+import time
+import types
+import uuid
+
+from kohort.errors import ErrorCode as E
+from kohort.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
+from kohort.protocol.messages.end_txn import EndTxnRequest
+from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest
+from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
+from kohort.protocol.messages.offset_commit import OffsetCommitRequest
+from kohort.protocol.messages.offset_fetch import OffsetFetchRequest
+from kohort.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
+from tests.broker_wire import Wire, running_broker
+from tests.test_broker_protocol import create
+
+RETRY = {E.COORDINATOR_NOT_AVAILABLE, E.COORDINATOR_LOAD_IN_PROGRESS, E.NOT_COORDINATOR,
+         E.CONCURRENT_TRANSACTIONS}
+
+
+async def retrying(call, deadline_s: float = 30):
+    """Run `call()` (-> (code, ...)) until its code is not a transient coordinator one."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        r = await call()
+        code = r[0] if isinstance(r, tuple) else r
+        if code not in RETRY or time.monotonic() > deadline:
+            return r
+        await asyncio.sleep(0.1)
+
+
+class Txn:
+    """A raw transactional producer + group client over one connection (a one-node cluster)."""
+
+    def __init__(self, w: Wire, tid: str, group: str, topic: str) -> None:
+        self.w, self.tid, self.group, self.topic = w, tid, group, topic
+        self.pid, self.epoch = -1, -1
+
+    async def find(self, key: str, key_type: int) -> int:
+        async def once():
+            r = await self.w.call(FindCoordinatorRequest(key=key, key_type=key_type), 3)
+            return r.error_code
+        return await retrying(once, 60)
+
+    async def init(self) -> int:
+        async def once():
+            r = await self.w.call(InitProducerIdRequest(transactional_id=self.tid, transaction_timeout_ms=60_000), 4)
+            if r.error_code == 0:
+                self.pid, self.epoch = r.producer_id, r.producer_epoch
+            return r.error_code
+        return await retrying(once)
+
+    async def add_offsets(self, group=None) -> int:
+        async def once():
+            return (await self.w.call(AddOffsetsToTxnRequest(
+                transactional_id=self.tid, producer_id=self.pid, producer_epoch=self.epoch,
+                group_id=group or self.group), 3)).error_code
+        return await retrying(once)
+
+    async def txn_commit(self, offset: int, *, version=3, epoch=None, group=None, generation=-1, member="",
+                         partition=0) -> int:
+        T = TxnOffsetCommitRequest.Topic
+        r = await self.w.call(TxnOffsetCommitRequest(
+            transactional_id=self.tid, group_id=group or self.group, producer_id=self.pid,
+            producer_epoch=self.epoch if epoch is None else epoch, generation_id=generation, member_id=member,
+            group_instance_id=None, topics=[T(name=self.topic, partitions=[T.Partition(
+                partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
+                committed_metadata="")])]), version)
+        return r.topics[0].partitions[0].error_code
+
+    async def end(self, commit: bool) -> int:
+        async def once():
+            return (await self.w.call(EndTxnRequest(transactional_id=self.tid, producer_id=self.pid,
+                                                    producer_epoch=self.epoch, committed=commit), 3)).error_code
+        return await retrying(once)
+
+    async def commit(self, offset: int) -> int:
+        T = OffsetCommitRequest.Topic
+        r = await self.w.call(OffsetCommitRequest(group_id=self.group, generation_id_or_member_epoch=-1, member_id="",
+                                                  topics=[T(name=self.topic, partitions=[T.Partition(
+                                                      partition_index=0, committed_offset=offset,
+                                                      committed_metadata="")])]), 8)
+        return r.topics[0].partitions[0].error_code
+
+    async def fetch(self, stable: bool, version=7):
+        """(error code, offset) of partition 0, as OffsetFetch v7 (one group) or v8 (groups)."""
+        if version >= 8:
+            G = OffsetFetchRequest.Group
+            r = await self.w.call(OffsetFetchRequest(groups=[G(group_id=self.group, topics=[G.Topics(
+                name=self.topic, partition_indexes=[0])])], require_stable=stable), version)
+            p = r.groups[0].topics[0].partitions[0]
+        else:
+            T = OffsetFetchRequest.Topic
+            r = await self.w.call(OffsetFetchRequest(group_id=self.group, topics=[T(name=self.topic,
+                                                                                     partition_indexes=[0])],
+                                                     require_stable=stable), version)
+            p = r.topics[0].partitions[0]
+        return p.error_code, p.committed_offset
+
+    async def settled(self):
+        """OffsetFetch(require_stable) once the markers are written (Kafka writes them after EndTxn's
+        answer): the first answer that is not UNSTABLE_OFFSET_COMMIT."""
+        deadline = time.monotonic() + 30
+        while True:
+            r = await self.fetch(True)
+            if r[0] != E.UNSTABLE_OFFSET_COMMIT or time.monotonic() > deadline:
+                return r
+            await asyncio.sleep(0.1)
+
+
+async def conversation(w: Wire, topic: str) -> list:
+    """The scripted sequence; returns what each step answered (codes by name, offsets)."""
+    tag = uuid.uuid4().hex[:8]
+    t = Txn(w, f"tx-{tag}", f"g-{tag}", topic)
+    out = []
+
+    def note(step, value):
+        out.append((step, E(value).name if isinstance(value, int) and not isinstance(value, bool) else
+                    (E(value[0]).name, value[1]) if isinstance(value, tuple) else value))
+    await t.find(t.tid, 1)
+    await t.find(t.group, 0)
+    note("init", await t.init())
+    note("plain commit 5", await t.commit(5))
+    note("txn commit before AddOffsets v3", await t.txn_commit(9, version=3))
+    note("txn commit before AddOffsets v4", await t.txn_commit(9, version=4))
+    note("add offsets", await t.add_offsets())
+    note("txn commit, unknown member on an existing group", await t.txn_commit(9, generation=3, member="m"))
+    note("txn commit 10", await t.txn_commit(10))
+    note("fetch stable v7", await t.fetch(True))
+    note("fetch v7", await t.fetch(False))
+    note("fetch stable v8", await t.fetch(True, version=8))
+    note("commit", await t.end(True))
+    note("after commit", await t.settled())
+    note("add offsets 2", await t.add_offsets())
+    note("txn commit 20 v4", await t.txn_commit(20, version=4))
+    note("fetch stable", await t.fetch(True))
+    note("abort", await t.end(False))
+    note("after abort", await t.settled())
+    # a plain commit written after the transactional one wins at COMMIT
+    note("add offsets 3", await t.add_offsets())
+    note("txn commit 30", await t.txn_commit(30))
+    note("plain commit 31", await t.commit(31))
+    note("commit 3", await t.end(True))
+    note("after commit 3", await t.settled())
+    # fencing: a new InitProducerId aborts the open transaction; the old epoch is fenced
+    old = t.epoch
+    note("add offsets 4", await t.add_offsets())
+    note("txn commit 40", await t.txn_commit(40))
+    note("re-init", await t.init())
+    note("after fence", await t.settled())
+    note("txn commit, old epoch", await t.txn_commit(41, epoch=old))
+    note("txn commit, new epoch, not added v4", await t.txn_commit(41, version=4))
+    note("epoch bumped", t.epoch > old)
+    return out
+
+
+EXPECTED = [
+    ("init", "NONE"), ("plain commit 5", "NONE"),
+    ("txn commit before AddOffsets v3", "INVALID_TXN_STATE"),
+    ("txn commit before AddOffsets v4", "TRANSACTION_ABORTABLE"),
+    ("add offsets", "NONE"),
+    ("txn commit, unknown member on an existing group", "UNKNOWN_MEMBER_ID"),
+    ("txn commit 10", "NONE"),
+    ("fetch stable v7", ("UNSTABLE_OFFSET_COMMIT", -1)), ("fetch v7", ("NONE", 5)),
+    ("fetch stable v8", ("UNSTABLE_OFFSET_COMMIT", -1)),
+    ("commit", "NONE"), ("after commit", ("NONE", 10)),
+    ("add offsets 2", "NONE"), ("txn commit 20 v4", "NONE"), ("fetch stable", ("UNSTABLE_OFFSET_COMMIT", -1)),
+    ("abort", "NONE"), ("after abort", ("NONE", 10)),
+    ("add offsets 3", "NONE"), ("txn commit 30", "NONE"), ("plain commit 31", "NONE"), ("commit 3", "NONE"),
+    ("after commit 3", ("NONE", 31)),
+    ("add offsets 4", "NONE"), ("txn commit 40", "NONE"), ("re-init", "NONE"), ("after fence", ("NONE", 31)),
+    ("txn commit, old epoch", "INVALID_PRODUCER_EPOCH"),
+    ("txn commit, new epoch, not added v4", "TRANSACTION_ABORTABLE"),
+    ("epoch bumped", True),
+]
+
+
+def test_conversation_on_kohort_broker(tmp_path):
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            assert (await create(w, "in")).error_code == 0
+            got = await conversation(w, "in")
+            await w.close()
+            return got
+    got = asyncio.run(main())
+    assert got == EXPECTED
+
+
+def test_conversation_on_apache_kafka(kafka1):
+    kafka1.create_topic("txo-in", 1)
+    host, port = kafka1.bootstrap.split(",")[0].rsplit(":", 1)
+
+    async def main():
+        w = await Wire.connect(types.SimpleNamespace(host=host, port=int(port)))
+        try:
+            return await conversation(w, "txo-in")
+        finally:
+            await w.close()
+    got = asyncio.run(main())
+    assert got == EXPECTED
+
+
+def test_pending_offsets_survive_restart(tmp_path):
+    """An open transaction's offset stays pending across a restart and its COMMIT afterwards
+    materialises it; a committed one is there at once; live state equals the replayed state."""
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await create(w, "in")
+            t = Txn(w, "tx", "g", "in")
+            assert await t.init() == 0
+            assert await t.commit(5) == 0
+            assert await t.add_offsets() == 0 and await t.txn_commit(10) == 0
+            assert await t.end(True) == 0
+            assert await t.add_offsets() == 0 and await t.txn_commit(20) == 0
+            u = Txn(w, "tx2", "g", "in")                 # a second producer, aborted before the restart
+            assert await u.init() == 0
+            assert await u.add_offsets() == 0 and await u.txn_commit(99) == 0
+            assert await u.end(False) == 0
+            live = b.coordinator.coordinator
+            before = ({g: dict(x.offsets) for g, x in live.groups.items()}, dict(live.pending_txn.by_producer))
+            assert await t.fetch(True) == (E.UNSTABLE_OFFSET_COMMIT, -1)
+            pid, epoch = t.pid, t.epoch
+            await w.close()
+        async with running_broker(tmp_path) as b:
+            c = b.coordinator.coordinator
+            after = ({g: dict(x.offsets) for g, x in c.groups.items()}, dict(c.pending_txn.by_producer))
+
+            def strip(state):      # record_seq is the write order: same order, other numbers
+                groups, pending = state
+                return ({g: {k: (co.offset, co.metadata) for k, co in o.items()} for g, o in groups.items()},
+                        {p: {k: co.offset for k, co in o.items()} for p, o in pending.items()})
+            assert strip(after) == strip(before) == ({"g": {("in", 0): (10, "")}}, {pid: {("g", "in", 0): 20}})
+            w = await Wire.connect(b)
+            t = Txn(w, "tx", "g", "in")
+            t.pid, t.epoch = pid, epoch
+            assert await t.fetch(True) == (E.UNSTABLE_OFFSET_COMMIT, -1)
+            assert await t.fetch(False) == (0, 10)
+            assert await t.end(True) == 0
+            assert await t.fetch(True) == (0, 20)
+            await w.close()
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            t = Txn(w, "tx", "g", "in")
+            assert await t.fetch(True) == (0, 20)
+            await w.close()
+    asyncio.run(main())
