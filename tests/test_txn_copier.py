@@ -1,0 +1,149 @@
+"""Consume-transform-produce with transactional offsets on kohort broker, real clients:
+confluent-kafka's send_offsets_to_transaction (tests/txn_ck_client.py `copy`, a subprocess) and
+Apache Kafka's own TransactionalMessageCopier (kafka-tools 4.3.1, Java client). The group's committed
+offset moves only when a transaction commits, an abort leaves it where it was, and the output read
+with read_committed holds every input record exactly once -- also after the broker is SIGKILLed
+between TxnOffsetCommit and EndTxn."""
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import types
+import uuid
+
+import pytest
+
+from kohort.errors import ErrorCode as E
+from tests.brokers import KohortBroker
+from tests.test_txn_clients import SCRIPT, ck, create
+from tests.test_txn_offsets_broker import Txn
+from tests.broker_wire import Wire
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with KohortBroker(config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": 500}) as b:
+        yield b
+
+
+def fill(broker, topic: str, n: int) -> list[str]:
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    values = [f"v-{i}" for i in range(n)]
+    for v in values:
+        p.produce(topic, value=v.encode(), partition=0)
+    assert p.flush(30) == 0
+    return values
+
+
+def offset_fetch(broker, group: str, topic: str, stable: bool):
+    """(error code, committed offset) of partition 0, OffsetFetch v7 on the raw protocol."""
+    async def main():
+        w = await Wire.connect(types.SimpleNamespace(host="127.0.0.1", port=broker.port))
+        try:
+            return await Txn(w, "-", group, topic).fetch(stable)
+        finally:
+            await w.close()
+    return asyncio.run(main())
+
+
+def copier(broker, src, dst, tid, group, size=10, abort_every=0, pause_at=-1):
+    return subprocess.Popen([sys.executable, SCRIPT, broker.bootstrap, "copy", src, tid, group, dst, str(size),
+                             str(abort_every), str(pause_at)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def finish(p, timeout=120) -> list[dict]:
+    try:
+        out, err = p.communicate(timeout=timeout)
+    finally:
+        p.kill()
+        p.wait(10)
+    lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    assert p.returncode == 0 and lines and lines[-1] == {"done": "copied"}, (out[-2000:], err[-3000:])
+    return lines
+
+
+def test_confluent_copier_with_aborts(broker):
+    """librdkafka's send_offsets_to_transaction (TxnOffsetCommit v3), every third transaction
+    aborted and rewound: the output is the input exactly once, in order."""
+    tag = uuid.uuid4().hex[:8]
+    src, dst, group = f"cin-{tag}", f"cout-{tag}", f"cg-{tag}"
+    create(broker, src)
+    create(broker, dst)
+    values = fill(broker, src, 60)
+    lines = finish(copier(broker, src, dst, "ctx-" + tag, group, size=10, abort_every=3))
+    assert any("aborted" in x for x in lines)
+    assert ck(broker, "consume", dst, "read_committed")[-1]["done"] == values
+    assert offset_fetch(broker, group, src, True) == (0, 60)
+
+
+@pytest.mark.slow
+def test_confluent_copier_broker_sigkill_between_offsets_and_end_txn(tmp_path):
+    """The copier has committed two transactions (offset 20) and sent the offsets of the third (30)
+    when the broker is SIGKILLed (the copier dies too): 30 was never visible, it is still pending
+    after the restart, the transaction timeout aborts it (offset back to a stable 20, its output
+    hidden), and a new copier finishes with every input record exactly once."""
+    tag = uuid.uuid4().hex[:8]
+    src, dst, group, tid = "kin", "kout", "kg", "ktx"
+    with KohortBroker(str(tmp_path), config={
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500}) as b:
+        create(b, src)
+        create(b, dst)
+        values = fill(b, src, 50)
+        p = copier(b, src, dst, tid, group, size=10, pause_at=2)
+        try:
+            events = []
+            while not events or "paused" not in events[-1]:
+                line = p.stdout.readline()
+                assert line, (events, p.stderr.read()[-3000:])
+                events.append(json.loads(line))
+            assert [e.get("committed") for e in events[:2]] == [[0, 9], [10, 19]]
+            # TxnOffsetCommit done, EndTxn not sent: the offset is not visible, and unstable
+            assert offset_fetch(b, group, src, False) == (0, 20)
+            assert offset_fetch(b, group, src, True) == (E.UNSTABLE_OFFSET_COMMIT, -1)
+            b.kill()
+        finally:
+            p.kill()
+            p.wait(10)
+        b.start()
+        assert offset_fetch(b, group, src, False) == (0, 20)
+        deadline = time.monotonic() + 60
+        while True:          # pending until the 10 s transaction timeout aborts it
+            got = offset_fetch(b, group, src, True)
+            if got[0] != E.UNSTABLE_OFFSET_COMMIT or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert got == (0, 20)
+        assert ck(b, "consume", dst, "read_committed")[-1]["done"] == values[:20]
+        finish(copier(b, src, dst, tid, group, size=10))
+        assert ck(b, "consume", dst, "read_committed")[-1]["done"] == values
+        assert offset_fetch(b, group, src, True) == (0, 50)
+
+
+@pytest.mark.parametrize("mode", [pytest.param("assign", marks=pytest.mark.slow), "group"])
+def test_java_transactional_message_copier(broker, mode):
+    """Kafka's TransactionalMessageCopier (Java client 4.3.1: AddOffsetsToTxn + TxnOffsetCommit v4 under
+    transactions v1) with random aborts, by assignment or as a group member with group metadata
+    (KIP-447 generation/member checks): output read_committed = input, exactly once, and the group's
+    stable committed offset is the input's end."""
+    from tests.kafka_cluster import run_tool
+    tag = uuid.uuid4().hex[:8]
+    src, dst, group = f"jin-{tag}", f"jout-{tag}", f"jg-{tag}"
+    create(broker, src)
+    create(broker, dst)
+    values = fill(broker, src, 500)
+    args = ["--broker-list", broker.bootstrap, "--input-topic", src, "--input-partition", "0", "--output-topic", dst,
+            "--consumer-group", group, "--transactional-id", "jtx-" + tag, "--transaction-size", "50",
+            "--enable-random-aborts", "--max-messages", "500"]
+    if mode == "group":
+        args += ["--group-mode", "--use-group-metadata"]
+    r = run_tool("org.apache.kafka.tools.TransactionalMessageCopier", *args, check=False, timeout=150)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert '"shutdown_complete"' in r.stdout or "ShutdownComplete" in r.stdout, r.stdout[-2000:]
+    got = ck(broker, "consume", dst, "read_committed")[-1]["done"]
+    assert sorted(got) == sorted(values) and len(got) == len(set(got))
+    assert offset_fetch(broker, group, src, True) == (0, 500)
