@@ -199,11 +199,11 @@ def test_failed_marker_write_is_driven_again(tmp_path):
             real = b.txn.write_marker
             failures = []
 
-            def failing(topic, p, m):        # the disk fails for the first marker write only
+            def failing(topic, p, m, *rest):     # the disk fails for the first marker write only
                 if not failures:
                     failures.append(1)
                     raise StorageError("injected write failure")
-                return real(topic, p, m)
+                return real(topic, p, m, *rest)
             b.txn.write_marker = failing
             assert await end(w, pid, ep, True) == E.COORDINATOR_NOT_AVAILABLE
             for _ in range(100):

@@ -115,16 +115,17 @@ class TxnRuntime:
             storage.log(TRANSACTION_STATE_TOPIC, txn_partition(tid, self.num_partitions)).append(
                 batch, leader_epoch=self.broker.leader_epoch, now_ms=now)
 
-    async def write_marker_async(self, topic: str, partition: int, w: WriteMarkers) -> int:
+    async def write_marker_async(self, topic: str, partition: int, w: WriteMarkers,
+                                 coordinator_epoch: int | None = None) -> int:
         """`write_marker`, through the group coordinator for `__consumer_offsets`. A group coordinator
         that cannot take it (closing; storage failure) raises StorageError: the transaction stays
         Prepare* and is driven again (by the abort scan, or at the next start)."""
         gc = self.broker.coordinator
+        cepoch = self.coordinator_epoch if coordinator_epoch is None else coordinator_epoch
         if topic != OFFSETS_TOPIC or gc is None:
-            return self.write_marker(topic, partition, w)
+            return self.write_marker(topic, partition, w, cepoch)
         try:
-            err = await gc.write_txn_marker(partition, w.producer_id, w.producer_epoch, w.commit,
-                                            self.coordinator_epoch)
+            err = await gc.write_txn_marker(partition, w.producer_id, w.producer_epoch, w.commit, cepoch)
         except RuntimeError as e:           # the group coordinator is closed
             raise StorageError(str(e)) from e
         if err not in (ErrorCode.NONE, ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -132,22 +133,23 @@ class TxnRuntime:
             raise StorageError(f"marker on {topic}-{partition}: {ErrorCode(err).name}")
         return err
 
-    def write_marker(self, topic: str, partition: int, w: WriteMarkers) -> int:
+    def write_marker(self, topic: str, partition: int, w: WriteMarkers, coordinator_epoch: int | None = None) -> int:
         """Append one marker to a partition like a replicated append; -> error code."""
         broker, now = self.broker, self.clock()
+        cepoch = self.coordinator_epoch if coordinator_epoch is None else coordinator_epoch
         try:
             lg = broker.storage.log(topic, partition)
         except StorageError:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         pstate = broker.producers.partition(topic, partition, lg)
-        err = pstate.check_marker(w.producer_id, w.producer_epoch, self.coordinator_epoch)
+        err = pstate.check_marker(w.producer_id, w.producer_epoch, cepoch)
         if err:
             return err
-        batch = build_batch([(marker_key(w.commit), marker_value(self.coordinator_epoch), [], now)],
+        batch = build_batch([(marker_key(w.commit), marker_value(cepoch), [], now)],
                             producer_id=w.producer_id, producer_epoch=w.producer_epoch, transactional=True,
                             is_control=True)
         res = lg.append(batch, leader_epoch=broker.leader_epoch, now_ms=now)
-        pstate.complete(w.producer_id, w.producer_epoch, w.commit, res.base_offset, self.coordinator_epoch, now)
+        pstate.complete(w.producer_id, w.producer_epoch, w.commit, res.base_offset, cepoch, now)
         broker.waiters.notify(topic, partition)
         return ErrorCode.NONE
 
