@@ -25,8 +25,21 @@ from tests.broker_wire import Wire
 
 @pytest.fixture(scope="module")
 def broker():
-    with KohortBroker(config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": 500}) as b:
+    from tests.brokers import free_port
+    with KohortBroker(config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": 500},
+                      metrics_port=free_port()) as b:
         yield b
+
+
+def versions_seen(broker) -> dict[str, set[int]]:
+    """{api name: versions} the broker has served (its Prometheus metrics)."""
+    import re
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+    out: dict[str, set[int]] = {}
+    for api, ver in re.findall(r'kohort_requests_by_version_total\{api="(\w+)",version="(\d+)"\}', text):
+        out.setdefault(api, set()).add(int(ver))
+    return out
 
 
 def fill(broker, topic: str, n: int) -> list[str]:
@@ -50,10 +63,10 @@ def offset_fetch(broker, group: str, topic: str, stable: bool):
     return asyncio.run(main())
 
 
-def copier(broker, src, dst, tid, group, size=10, abort_every=0, pause_at=-1):
+def copier(broker, src, dst, tid, group, size=10, abort_every=0, pause_at=-1, protocol="classic"):
     return subprocess.Popen([sys.executable, SCRIPT, broker.bootstrap, "copy", src, tid, group, dst, str(size),
-                             str(abort_every), str(pause_at)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                             str(abort_every), str(pause_at), protocol], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def finish(p, timeout=120) -> list[dict]:
@@ -67,15 +80,17 @@ def finish(p, timeout=120) -> list[dict]:
     return lines
 
 
-def test_confluent_copier_with_aborts(broker):
-    """librdkafka's send_offsets_to_transaction (TxnOffsetCommit v3), every third transaction
-    aborted and rewound: the output is the input exactly once, in order."""
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_confluent_copier_with_aborts(broker, protocol):
+    """librdkafka's send_offsets_to_transaction (TxnOffsetCommit v3 with the group metadata: the
+    generation, or the member epoch of a KIP-848 consumer group), every third transaction aborted and
+    rewound: the output is the input exactly once, in order."""
     tag = uuid.uuid4().hex[:8]
     src, dst, group = f"cin-{tag}", f"cout-{tag}", f"cg-{tag}"
     create(broker, src)
     create(broker, dst)
     values = fill(broker, src, 60)
-    lines = finish(copier(broker, src, dst, "ctx-" + tag, group, size=10, abort_every=3))
+    lines = finish(copier(broker, src, dst, "ctx-" + tag, group, size=10, abort_every=3, protocol=protocol))
     assert any("aborted" in x for x in lines)
     assert ck(broker, "consume", dst, "read_committed")[-1]["done"] == values
     assert offset_fetch(broker, group, src, True) == (0, 60)
@@ -147,3 +162,8 @@ def test_java_transactional_message_copier(broker, mode):
     got = ck(broker, "consume", dst, "read_committed")[-1]["done"]
     assert sorted(got) == sorted(values) and len(got) == len(set(got))
     assert offset_fetch(broker, group, src, True) == (0, 500)
+    # transactions v1: kohort broker advertises no transaction.version feature, so the Java client
+    # adds partitions and offsets explicitly and ends with EndTxn v4 (v5 / Produce v12 would be v2)
+    seen = versions_seen(broker)
+    assert 4 in seen["TxnOffsetCommit"] and 4 in seen["EndTxn"] and 3 in seen["AddPartitionsToTxn"], seen
+    assert max(seen["EndTxn"]) <= 4 and max(seen["Produce"]) <= 11 and seen["AddOffsetsToTxn"], seen

@@ -253,3 +253,51 @@ def test_pending_offsets_survive_restart(tmp_path):
             assert await t.fetch(True) == (0, 20)
             await w.close()
     asyncio.run(main())
+
+
+def test_prepare_commit_with_offsets_completed_at_restart(tmp_path):
+    """PrepareCommit of a transaction holding the group's `__consumer_offsets` partition is on disk but
+    no marker was written (a crash there): the restart writes the marker before the group coordinator
+    loads, and the load materialises the offset; a marker write the group coordinator fails leaves
+    the transaction in PrepareCommit, driven again by the abort scan."""
+    from kohort.storage import StorageError
+
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await create(w, "in")
+            t = Txn(w, "tx", "g", "in")
+            assert await t.init() == 0
+            assert await t.add_offsets() == 0 and await t.txn_commit(10) == 0
+            r = b.txn.coordinator.end_txn("tx", t.pid, t.epoch, True, int(time.time() * 1000))
+            b.txn._persist(r.records)            # PrepareCommit on disk, no marker written
+            await b.sync.wait_synced()
+            assert await t.fetch(True) == (E.UNSTABLE_OFFSET_COMMIT, -1)
+            pid, epoch = t.pid, t.epoch
+            await w.close()
+        props = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 50}
+        async with running_broker(tmp_path, props) as b:
+            assert b.txn.coordinator.txns["tx"].state.name == "COMPLETE_COMMIT"
+            w = await Wire.connect(b)
+            t = Txn(w, "tx", "g", "in")
+            t.pid, t.epoch = pid, epoch
+            assert await t.fetch(True) == (0, 10)
+            # the next transaction's marker fails once in the group coordinator
+            assert await t.add_offsets() == 0 and await t.txn_commit(20) == 0
+            gc = b.coordinator
+            real, failures = gc.write_txn_marker, []
+
+            async def failing(*a):
+                if not failures:
+                    failures.append(1)
+                    raise RuntimeError("group coordinator closed")
+                return await real(*a)
+            gc.write_txn_marker = failing
+            r = await w.call(EndTxnRequest(transactional_id="tx", producer_id=pid, producer_epoch=epoch,
+                                           committed=True), 3)
+            assert r.error_code == E.COORDINATOR_NOT_AVAILABLE
+            assert b.txn.coordinator.txns["tx"].state.name == "PREPARE_COMMIT"
+            assert await t.settled() == (0, 20)        # the abort scan drove it again
+            assert b.txn.coordinator.txns["tx"].state.name == "COMPLETE_COMMIT"
+            await w.close()
+    asyncio.run(main())

@@ -18,6 +18,7 @@ usage: txn_ck_client.py BOOTSTRAP MODE TOPIC [TXN_ID]
            rewound to the committed offsets; transaction number PAUSE_AT (-1: none) stops after its
            offsets were sent, prints {"paused": [first, last]} and waits to be killed. Prints
            {"committed"|"aborted": [first, last]}; done once the group's committed offset is TOPIC's end.
+           An optional last argument "consumer" makes the group a KIP-848 consumer group.
 Prints one JSON object per line; the last is {"done": ...}.
 """
 import json
@@ -156,13 +157,16 @@ def main():
             c.close()
 
 
-def copy(bs, topic, tid, group, out_topic, size, abort_every, pause_at):
+def copy(bs, topic, tid, group, out_topic, size, abort_every, pause_at, protocol="classic"):
     import time
     from confluent_kafka import Consumer, TopicPartition
     size, abort_every, pause_at = int(size), int(abort_every), int(pause_at)
-    c = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False,
-                  "isolation.level": "read_committed", "auto.offset.reset": "earliest", "log_level": 0,
-                  "session.timeout.ms": 6000, "fetch.wait.max.ms": 100})
+    cfg = {"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False,
+           "isolation.level": "read_committed", "auto.offset.reset": "earliest", "log_level": 0,
+           "fetch.wait.max.ms": 100, "group.protocol": protocol}
+    if protocol == "classic":
+        cfg["session.timeout.ms"] = 6000
+    c = Consumer(cfg)
     p = producer(bs, tid, 10000)
     try:
         p.init_transactions(30)
