@@ -167,3 +167,84 @@ def test_java_transactional_message_copier(broker, mode):
     seen = versions_seen(broker)
     assert 4 in seen["TxnOffsetCommit"] and 4 in seen["EndTxn"] and 3 in seen["AddPartitionsToTxn"], seen
     assert max(seen["EndTxn"]) <= 4 and max(seen["Produce"]) <= 11 and seen["AddOffsetsToTxn"], seen
+
+
+def _output_end(bootstrap: str, topic: str) -> int:
+    from kohort.client.admin import LATEST, Admin
+    try:
+        with Admin({"bootstrap.servers": bootstrap, "default.api.timeout.ms": 5000}) as a:
+            return a.list_offsets({(topic, 0): LATEST})[(topic, 0)]
+    except Exception:   # noqa: BLE001 - the broker may be restarting
+        return -1
+
+
+def soak(b, start, dst, copier_kills=5, broker_kills=(1, 3), seed=7):
+    """Run copiers from `start()` (a Popen), SIGKILLing each once the output has grown (plus a random
+    moment), `copier_kills` times; the broker is SIGKILLed and restarted mid-run during the copier runs
+    numbered in `broker_kills`. Then one copier runs to its end. -> its Popen, finished."""
+    import random
+    from tests.kafka_cluster import kill_tree
+    rnd = random.Random(seed)
+    for k in range(copier_kills):
+        before = _output_end(b.bootstrap, dst)
+        p = start()
+        try:
+            deadline = time.monotonic() + 60
+            while _output_end(b.bootstrap, dst) <= before and p.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(rnd.uniform(0, 1.0))
+            if k in broker_kills:
+                b.kill()
+                time.sleep(0.3)
+                b.start()
+                time.sleep(rnd.uniform(0.5, 2.0))
+        finally:
+            kill_tree(p)
+    return start()
+
+
+def _check_exactly_once(b, dst, values):
+    got = ck(b, "consume", dst, "read_committed", timeout=180)[-1]["done"]
+    dupes = len(got) - len(set(got))
+    missing = set(values) - set(got)
+    print(f"soak: {len(got)} records read_committed, {dupes} duplicates, {len(missing)} missing")
+    assert dupes == 0 and not missing and set(got) == set(values)
+
+
+@pytest.mark.slow
+def test_confluent_copier_soak_with_sigkills(tmp_path):
+    """confluent-kafka copiers SIGKILLed 5 times mid-run and kohort broker SIGKILLed twice: the output
+    read_committed holds every input record exactly once, and the group's offset is the input's end."""
+    with KohortBroker(str(tmp_path), config={
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500}) as b:
+        create(b, "sin")
+        create(b, "sout")
+        values = fill(b, "sin", 3000)
+        last = soak(b, lambda: copier(b, "sin", "sout", "stx", "sg", size=50), "sout")
+        finish(last, timeout=240)
+        _check_exactly_once(b, "sout", values)
+        assert offset_fetch(b, "sg", "sin", True) == (0, 3000)
+
+
+@pytest.mark.slow
+def test_java_copier_soak_with_sigkills(tmp_path):
+    """Kafka's TransactionalMessageCopier (Java 4.3.1, group metadata) SIGKILLed 5 times mid-run and
+    kohort broker SIGKILLed twice: read_committed output = input, exactly once."""
+    from tests.kafka_cluster import KAFKA_CP, TOOL_JVM, spawn
+    with KohortBroker(str(tmp_path), config={
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500}) as b:
+        create(b, "jin")
+        create(b, "jout")
+        values = fill(b, "jin", 3000)
+
+        def start():
+            return spawn(["java", *TOOL_JVM, "-cp", KAFKA_CP, "org.apache.kafka.tools.TransactionalMessageCopier",
+                          "--broker-list", b.bootstrap, "--input-topic", "jin", "--input-partition", "0",
+                          "--output-topic", "jout", "--consumer-group", "jg", "--transactional-id", "jtx",
+                          "--transaction-size", "50", "--transaction-timeout", "10000", "--group-mode",
+                          "--use-group-metadata"], stdout=subprocess.PIPE)
+        last = soak(b, start, "jout")
+        out, err = last.communicate(timeout=240)
+        assert last.returncode == 0, (out[-3000:], err[-3000:])
+        _check_exactly_once(b, "jout", values)
+        assert offset_fetch(b, "jg", "jin", True) == (0, 3000)
