@@ -104,6 +104,12 @@ class Txn:
             p = r.topics[0].partitions[0]
         return p.error_code, p.committed_offset
 
+    async def fetch_all(self, stable: bool):
+        """(error code, offset) of partition 0 in OffsetFetch v7 for every committed offset (no topics)."""
+        r = await self.w.call(OffsetFetchRequest(group_id=self.group, topics=None, require_stable=stable), 7)
+        p = next(p for t in r.topics if t.name == self.topic for p in t.partitions if p.partition_index == 0)
+        return p.error_code, p.committed_offset
+
     async def settled(self):
         """OffsetFetch(require_stable) once the markers are written (Kafka writes them after EndTxn's
         answer): the first answer that is not UNSTABLE_OFFSET_COMMIT."""
@@ -132,14 +138,19 @@ async def conversation(w: Wire, topic: str) -> list:
     note("txn commit before AddOffsets v4", await t.txn_commit(9, version=4))
     note("add offsets", await t.add_offsets())
     note("txn commit, unknown member on an existing group", await t.txn_commit(9, generation=3, member="m"))
+    note("add offsets, unknown group", await t.add_offsets(group=f"nog-{tag}"))
+    note("txn commit, unknown group, generation 3", await t.txn_commit(9, group=f"nog-{tag}", generation=3,
+                                                                       member="m"))
+    note("txn commit, unknown partition", await t.txn_commit(9, partition=7))
     note("txn commit 10", await t.txn_commit(10))
     note("fetch stable v7", await t.fetch(True))
+    note("fetch all stable v7", await t.fetch_all(True))
     note("fetch v7", await t.fetch(False))
     note("fetch stable v8", await t.fetch(True, version=8))
     note("commit", await t.end(True))
     note("after commit", await t.settled())
     note("add offsets 2", await t.add_offsets())
-    note("txn commit 20 v4", await t.txn_commit(20, version=4))
+    note("txn commit 20 v2", await t.txn_commit(20, version=2))
     note("fetch stable", await t.fetch(True))
     note("abort", await t.end(False))
     note("after abort", await t.settled())
@@ -167,11 +178,15 @@ EXPECTED = [
     ("txn commit before AddOffsets v4", "TRANSACTION_ABORTABLE"),
     ("add offsets", "NONE"),
     ("txn commit, unknown member on an existing group", "UNKNOWN_MEMBER_ID"),
+    ("add offsets, unknown group", "NONE"),
+    ("txn commit, unknown group, generation 3", "ILLEGAL_GENERATION"),
+    ("txn commit, unknown partition", "UNKNOWN_TOPIC_OR_PARTITION"),
     ("txn commit 10", "NONE"),
-    ("fetch stable v7", ("UNSTABLE_OFFSET_COMMIT", -1)), ("fetch v7", ("NONE", 5)),
+    ("fetch stable v7", ("UNSTABLE_OFFSET_COMMIT", -1)),
+    ("fetch all stable v7", ("UNSTABLE_OFFSET_COMMIT", -1)), ("fetch v7", ("NONE", 5)),
     ("fetch stable v8", ("UNSTABLE_OFFSET_COMMIT", -1)),
     ("commit", "NONE"), ("after commit", ("NONE", 10)),
-    ("add offsets 2", "NONE"), ("txn commit 20 v4", "NONE"), ("fetch stable", ("UNSTABLE_OFFSET_COMMIT", -1)),
+    ("add offsets 2", "NONE"), ("txn commit 20 v2", "NONE"), ("fetch stable", ("UNSTABLE_OFFSET_COMMIT", -1)),
     ("abort", "NONE"), ("after abort", ("NONE", 10)),
     ("add offsets 3", "NONE"), ("txn commit 30", "NONE"), ("plain commit 31", "NONE"), ("commit 3", "NONE"),
     ("after commit 3", ("NONE", 31)),
