@@ -276,3 +276,29 @@ def test_prepare_commit_without_markers_is_completed_at_restart(tmp_path):
             assert await end(w, pid, ep, True) == E.NONE      # the client's retry
             await w.close()
     run(main())
+
+
+def test_abort_scan_does_not_drive_a_transaction_being_ended(tmp_path):
+    """EndTxn's PrepareCommit is waiting for its fsync when the abort scan runs: the scan must not
+    write the markers too (twice-written markers, the second one closing the producer's next
+    transaction early, and an EndTxn failing on Complete -> Complete)."""
+    async def main():
+        props = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 20}
+        async with running_broker(tmp_path, props) as b:
+            w = await Wire.connect(b)
+            await create(w, "t")
+            _, pid, ep = await init(w)
+            assert await add(w, pid, ep) == {E.NONE}
+            assert (await produce(w, "t", tx_batch(pid, ep, 0))).base_offset == 0
+            real = b.sync.wait_synced
+
+            async def slow_sync():             # a slow disk: the scan gets several turns meanwhile
+                await asyncio.sleep(0.2)
+                await real()
+            b.sync.wait_synced = slow_sync
+            assert await end(w, pid, ep, True) == E.NONE
+            b.sync.wait_synced = real
+            assert await fetch(w) == (3, 3, [(0, False), (2, True)], [])      # one marker
+            assert b.txn.coordinator.txns["tx"].state.name == "COMPLETE_COMMIT"
+            await w.close()
+    run(main())

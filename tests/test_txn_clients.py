@@ -123,7 +123,7 @@ def test_kafka_transactions_command(broker):
     from tests.kafka_cluster import run_tool
     topic = f"tc-{uuid.uuid4().hex[:8]}"
     create(broker, topic)
-    p = subprocess.Popen([sys.executable, SCRIPT, broker.bootstrap, "hang", topic, "tc-" + topic],
+    p = subprocess.Popen([sys.executable, SCRIPT, broker.bootstrap, "hang", topic, "tc-" + topic, "60000"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert json.loads(p.stdout.readline()) == {"open": True}

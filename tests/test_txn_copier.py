@@ -139,13 +139,34 @@ def test_confluent_copier_broker_sigkill_between_offsets_and_end_txn(tmp_path):
         assert offset_fetch(b, group, src, True) == (0, 50)
 
 
-@pytest.mark.parametrize("mode", [pytest.param("assign", marks=pytest.mark.slow), "group"])
-def test_java_transactional_message_copier(broker, mode):
-    """Kafka's TransactionalMessageCopier (Java client 4.3.1: AddOffsetsToTxn + TxnOffsetCommit v4 under
-    transactions v1) with random aborts, by assignment or as a group member with group metadata
-    (KIP-447 generation/member checks): output read_committed = input, exactly once, and the group's
-    stable committed offset is the input's end."""
+@pytest.fixture(scope="module")
+def tv_brokers():
+    """Brokers by transaction.version (1: Java stays on transactions v1; 2: it switches to v2)."""
+    from tests.brokers import free_port
+    made = {}
+
+    def get(tv):
+        if tv not in made:
+            made[tv] = KohortBroker(config={"transaction.version": tv}, metrics_port=free_port()).start()
+        return made[tv]
+    try:
+        yield get
+    finally:
+        for b in made.values():
+            b.stop()
+
+
+@pytest.mark.parametrize("mode,tv", [("group", 2), ("group", 1), pytest.param("assign", 2, marks=pytest.mark.slow),
+                                     pytest.param("assign", 1, marks=pytest.mark.slow)])
+def test_java_transactional_message_copier(tv_brokers, mode, tv):
+    """Kafka's TransactionalMessageCopier (Java client 4.3.1) with random aborts, by assignment or as a
+    group member with group metadata (KIP-447 generation/member checks), on a broker advertising
+    transaction.version 1 (AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit v4, EndTxn v4) or 2
+    (KIP-890 part 2: Produce v12 and TxnOffsetCommit v5 add the partitions, EndTxn v5 bumps the epoch):
+    output read_committed = input, exactly once, and the group's stable committed offset is the input's
+    end."""
     from tests.kafka_cluster import run_tool
+    broker = tv_brokers(tv)
     tag = uuid.uuid4().hex[:8]
     src, dst, group = f"jin-{tag}", f"jout-{tag}", f"jg-{tag}"
     create(broker, src)
@@ -162,11 +183,13 @@ def test_java_transactional_message_copier(broker, mode):
     got = ck(broker, "consume", dst, "read_committed")[-1]["done"]
     assert sorted(got) == sorted(values) and len(got) == len(set(got))
     assert offset_fetch(broker, group, src, True) == (0, 500)
-    # transactions v1: kohort broker advertises no transaction.version feature, so the Java client
-    # adds partitions and offsets explicitly and ends with EndTxn v4 (v5 / Produce v12 would be v2)
     seen = versions_seen(broker)
-    assert 4 in seen["TxnOffsetCommit"] and 4 in seen["EndTxn"] and 3 in seen["AddPartitionsToTxn"], seen
-    assert max(seen["EndTxn"]) <= 4 and max(seen["Produce"]) <= 11 and seen["AddOffsetsToTxn"], seen
+    if tv == 1:     # partitions and offsets added explicitly, EndTxn v4
+        assert seen["TxnOffsetCommit"] == {4} and seen["EndTxn"] == {4} and seen["AddPartitionsToTxn"] == {3}, seen
+        assert max(seen["Produce"]) <= 11 and seen["AddOffsetsToTxn"], seen
+    else:           # transactions v2: no AddPartitionsToTxn / AddOffsetsToTxn at all
+        assert seen["TxnOffsetCommit"] == {5} and seen["EndTxn"] == {5} and 12 in seen["Produce"], seen
+        assert "AddPartitionsToTxn" not in seen and "AddOffsetsToTxn" not in seen, seen
 
 
 def _output_end(bootstrap: str, topic: str) -> int:

@@ -75,10 +75,14 @@ class Txn:
                 committed_metadata="")])]), version)
         return r.topics[0].partitions[0].error_code
 
-    async def end(self, commit: bool) -> int:
+    async def end(self, commit: bool, version: int = 3) -> int:
+        """EndTxn; v5 (transactions v2) takes the producer id/epoch it answers."""
         async def once():
-            return (await self.w.call(EndTxnRequest(transactional_id=self.tid, producer_id=self.pid,
-                                                    producer_epoch=self.epoch, committed=commit), 3)).error_code
+            r = await self.w.call(EndTxnRequest(transactional_id=self.tid, producer_id=self.pid,
+                                                producer_epoch=self.epoch, committed=commit), version)
+            if version >= 5 and r.error_code == 0:
+                self.pid, self.epoch = r.producer_id, r.producer_epoch
+            return r.error_code
         return await retrying(once)
 
     async def commit(self, offset: int) -> int:
@@ -172,6 +176,42 @@ async def conversation(w: Wire, topic: str) -> list:
     return out
 
 
+async def conversation_v2(w: Wire, topic: str) -> list:
+    """Transactions v2 (KIP-890 part 2): TxnOffsetCommit v5 adds the offsets partition itself, EndTxn
+    v5 bumps the epoch each time; the previous epoch is then fenced."""
+    tag = uuid.uuid4().hex[:8]
+    t = Txn(w, f"tx2-{tag}", f"g2-{tag}", topic)
+    out = []
+
+    def note(step, value):
+        out.append((step, E(value).name if isinstance(value, int) and not isinstance(value, bool) else
+                    (E(value[0]).name, value[1]) if isinstance(value, tuple) else value))
+    await t.find(t.tid, 1)
+    await t.find(t.group, 0)
+    note("init", await t.init())
+    e0 = t.epoch
+    note("txn commit v5, no AddOffsets", await t.txn_commit(10, version=5))
+    note("fetch stable", await t.fetch(True))
+    note("commit v5", await t.end(True, version=5))
+    note("epoch bumped by commit", f"+{t.epoch - e0}")
+    note("after commit", await t.settled())
+    note("txn commit v5, old epoch", await t.txn_commit(11, version=5, epoch=e0))
+    note("txn commit v5 20", await t.txn_commit(20, version=5))
+    note("abort v5", await t.end(False, version=5))
+    note("epoch bumped by abort", f"+{t.epoch - e0}")
+    note("after abort", await t.settled())
+    note("commit v5 with nothing open", await t.end(True, version=5))
+    return out
+
+
+EXPECTED_V2 = [
+    ("init", "NONE"), ("txn commit v5, no AddOffsets", "NONE"), ("fetch stable", ("UNSTABLE_OFFSET_COMMIT", -1)),
+    ("commit v5", "NONE"), ("epoch bumped by commit", "+1"), ("after commit", ("NONE", 10)),
+    ("txn commit v5, old epoch", "INVALID_PRODUCER_EPOCH"), ("txn commit v5 20", "NONE"),
+    ("abort v5", "NONE"), ("epoch bumped by abort", "+2"), ("after abort", ("NONE", 10)),
+    ("commit v5 with nothing open", "INVALID_TXN_STATE"),
+]
+
 EXPECTED = [
     ("init", "NONE"), ("plain commit 5", "NONE"),
     ("txn commit before AddOffsets v3", "INVALID_TXN_STATE"),
@@ -202,11 +242,12 @@ def test_conversation_on_kohort_broker(tmp_path):
         async with running_broker(tmp_path) as b:
             w = await Wire.connect(b)
             assert (await create(w, "in")).error_code == 0
-            got = await conversation(w, "in")
+            got = await conversation(w, "in"), await conversation_v2(w, "in")
             await w.close()
             return got
-    got = asyncio.run(main())
+    got, got2 = asyncio.run(main())
     assert got == EXPECTED
+    assert got2 == EXPECTED_V2
 
 
 def test_conversation_on_apache_kafka(kafka1):
@@ -216,11 +257,12 @@ def test_conversation_on_apache_kafka(kafka1):
     async def main():
         w = await Wire.connect(types.SimpleNamespace(host=host, port=int(port)))
         try:
-            return await conversation(w, "txo-in")
+            return await conversation(w, "txo-in"), await conversation_v2(w, "txo-in")
         finally:
             await w.close()
-    got = asyncio.run(main())
+    got, got2 = asyncio.run(main())
     assert got == EXPECTED
+    assert got2 == EXPECTED_V2
 
 
 def test_pending_offsets_survive_restart(tmp_path):

@@ -5,8 +5,8 @@ usage: txn_ck_client.py BOOTSTRAP MODE TOPIC [TXN_ID]
   produce  TXN_ID: commit 10 "c1-i", abort 10 "a-i", commit 10 "c2-i" (one transaction each)
   fence    TXN_ID: producer A opens a transaction and produces; producer B (same id) initialises;
            A's commit must fail fatally (fenced); B commits 5 "b-i"
-  hang     TXN_ID: commit 10 "c1-i", abort 10 "a-i", then open a transaction with 5 "open-i",
-           flush, print {"open": true} and wait to be killed (transaction.timeout.ms 5000)
+  hang     TXN_ID [TIMEOUT_MS]: commit 10 "c1-i", abort 10 "a-i", then open a transaction with 5
+           "open-i", flush, print {"open": true} and wait to be killed (transaction.timeout.ms 5000)
   soak     TXN_ID N: transactions 0..N-1 of 10 records "i-attempt-j", every 4th aborted on purpose;
            a failed attempt is aborted (or the producer recreated) and retried as attempt+1. Prints
            {"committed"|"aborted"|"unknown": [i, attempt]} per attempt (unknown: commit raised)
@@ -59,7 +59,7 @@ def main():
         out({"done": "produced"})
     elif mode == "hang":
         import time
-        p = producer(bs, arg, 5000)
+        p = producer(bs, arg, int(sys.argv[5]) if len(sys.argv) > 5 else 5000)
         p.init_transactions(20)
         txn(p, topic, "c1", 10, True)
         txn(p, topic, "a", 10, False)

@@ -1,5 +1,5 @@
 """Committed offsets, answered by the group coordinator runtime: OffsetCommit (8) v2-v9, OffsetFetch
-(9) v1-v9, OffsetDelete (47) v0, TxnOffsetCommit (28) v0-v4.
+(9) v1-v9, OffsetDelete (47) v0, TxnOffsetCommit (28) v0-v5.
 
 OffsetCommit: Kafka 4 serves v2-v9 (KIP-896 dropped v0/v1); retention_time_ms only in v2-v4;
 partitions of topics this broker does not have get UNKNOWN_TOPIC_OR_PARTITION (as Kafka's request
@@ -8,12 +8,13 @@ OffsetFetch: v1-v7 ask for one group (a null topic list, v2+, means every commit
 for several groups at once (KIP-709); v1 has no top-level error, so a group error is reported on every
 requested partition. With require_stable (v7+) a partition with pending transactional offsets answers
 UNSTABLE_OFFSET_COMMIT (KIP-447).
-TxnOffsetCommit (transactions v1: v0-v4; v5 implies AddOffsetsToTxn under transactions v2, not
-served): unknown partitions get UNKNOWN_TOPIC_OR_PARTITION; then the transaction coordinator verifies
-that the group's `__consumer_offsets` partition is in the producer's Ongoing transaction at its epoch
-(KIP-890 part 1 as Kafka's verification: INVALID_TXN_STATE, TRANSACTION_ABORTABLE from v4, or
-INVALID_PRODUCER_EPOCH for a fenced producer), so no offset of a finished or fenced transaction is
-ever held pending; then the group checks (KIP-447, v3+ carry generation/member/instance; a KIP-848
+TxnOffsetCommit (v0-v5; v5 is transactions v2 and adds the group's `__consumer_offsets` partition to
+the transaction itself, as AddOffsetsToTxn would): unknown partitions get UNKNOWN_TOPIC_OR_PARTITION;
+then the transaction coordinator verifies that the group's `__consumer_offsets` partition is in the
+producer's Ongoing transaction at its epoch (KIP-890 part 1 as Kafka's verification:
+INVALID_TXN_STATE, TRANSACTION_ABORTABLE from v4, or INVALID_PRODUCER_EPOCH for a fenced producer;
+CONCURRENT_TRANSACTIONS while the previous transaction completes), so no offset of a finished or
+fenced transaction is ever held pending; then the group checks (KIP-447, v3+ carry generation/member/instance; a KIP-848
 consumer group checks member and epoch, a stale epoch being ILLEGAL_GENERATION) and the offsets are
 held pending until the transaction's marker.
 """
@@ -191,7 +192,7 @@ async def handle_offset_delete(ctx, req: OffsetDeleteRequest) -> OffsetDeleteRes
 
 
 # -- TxnOffsetCommit -----------------------------------------------------------------------------
-@handles(TxnOffsetCommitRequest, "0-4")
+@handles(TxnOffsetCommitRequest, "0-5")
 async def handle_txn_offset_commit(ctx, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     v, b = ctx.api_version, ctx.broker
     rt = runtime(ctx)
@@ -215,8 +216,10 @@ async def handle_txn_offset_commit(ctx, req: TxnOffsetCommitRequest) -> TxnOffse
     elif not req.group_id:
         all_known(ErrorCode.INVALID_GROUP_ID)
     else:
-        code = b.txn.coordinator.verify(req.producer_id, req.producer_epoch, "__consumer_offsets",
-                                        rt.partition_for(req.group_id))
+        tp = ("__consumer_offsets", rt.partition_for(req.group_id))
+        code = b.txn.coordinator.verify(req.producer_id, req.producer_epoch, *tp)
+        if code == ErrorCode.INVALID_TXN_STATE and v >= 5:         # transactions v2: add it
+            code = await b.txn.implicit_add(req.transactional_id, req.producer_id, req.producer_epoch, [tp])
         if code == ErrorCode.INVALID_TXN_STATE and v >= 4:
             code = ErrorCode.TRANSACTION_ABORTABLE
         cerr = None

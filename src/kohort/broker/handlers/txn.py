@@ -1,8 +1,8 @@
-"""The client side of transactions v1 (KIP-98): AddPartitionsToTxn (key 24) v0-v3, AddOffsetsToTxn
-(key 25) v0-v4 and EndTxn (key 26) v0-v4, answered by the transaction coordinator
-(kohort.broker.txn). AddPartitionsToTxn v4+ (brokers' verification, KIP-890) and EndTxn v5
-(transactions v2) are not served: kohort's broker verifies transactional produce with its local
-coordinator directly and does not advertise transaction.version 2.
+"""The client side of transactions (KIP-98): AddPartitionsToTxn (key 24) v0-v3, AddOffsetsToTxn
+(key 25) v0-v4 and EndTxn (key 26) v0-v5, answered by the transaction coordinator (kohort.broker.txn).
+EndTxn v5 is transactions v2 (KIP-890 part 2: the epoch is bumped on every commit/abort and the answer
+carries the producer id/epoch to use next). AddPartitionsToTxn v4+ (brokers' verification) is not
+served: kohort's broker verifies transactional produce with its local coordinator directly.
 
 AddPartitionsToTxn answers one code for every partition; a partition of an unknown topic gets
 UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as Kafka. AddOffsetsToTxn adds the
@@ -83,11 +83,14 @@ async def handle_add_offsets_to_txn(ctx, req):
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=r.error)
 
 
-@handles(EndTxnRequest, "0-4")
+@handles(EndTxnRequest, "0-5")
 async def handle_end_txn(ctx, req):
     r = await ctx.broker.txn.call("end_txn", req.transactional_id, req.producer_id, req.producer_epoch,
                                   req.committed, version=ctx.api_version)
-    return EndTxnResponse(throttle_time_ms=0, error_code=r.error)
+    if r.error:
+        return EndTxnResponse(throttle_time_ms=0, error_code=r.error)
+    return EndTxnResponse(throttle_time_ms=0, error_code=0, producer_id=r.producer_id,
+                          producer_epoch=r.producer_epoch)
 
 
 # -- admin (KIP-664) -------------------------------------------------------------------------------

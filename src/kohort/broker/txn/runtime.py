@@ -34,7 +34,7 @@ import logging
 import time
 
 from kohort.broker.producer_state import marker_key, marker_value
-from kohort.broker.txn.coordinator import Result, TxnCoordinator, WriteMarkers
+from kohort.broker.txn.coordinator import PREPARE, Result, TxnCoordinator, WriteMarkers
 from kohort.broker.txn.log_format import (
     TRANSACTION_STATE_TOPIC, decode_key, decode_value, encode_key, encode_value, txn_partition,
 )
@@ -60,6 +60,9 @@ class TxnRuntime:
         self.coordinator_epoch = broker.leader_epoch
         self.coordinator = TxnCoordinator(broker.producer_ids.allocate, cfg["transaction.max.timeout.ms"])
         self.driving: set[str] = set()      # transactional ids whose markers are being written now
+        # transactions v2: implicit adds being persisted, by (producer id, topic, partition); a later
+        # produce to that partition waits for it, so batches are appended in the order they came
+        self.adding: dict[tuple[int, str, int], asyncio.Future] = {}
 
     # -- start ---------------------------------------------------------------------------------------
     def ensure_topic(self) -> None:
@@ -154,17 +157,23 @@ class TxnRuntime:
         return ErrorCode.NONE
 
     async def run(self, result: Result) -> Result:
-        """Persist `result`'s records, write its markers and complete those transactions."""
+        """Persist `result`'s records, write its markers and complete those transactions. A transaction
+        is claimed (`driving`) before its Prepare* record is even written, so the abort scan's re-drive
+        of Prepare* transactions never writes the markers of one a request is completing (which would
+        write them twice and could close the producer's next transaction early)."""
         sync = self.broker.sync
-        if result.records:
-            self._persist(result.records)
-            if sync.enabled:
-                await sync.wait_synced()
-        for w in result.markers:
-            if w.transactional_id in self.driving:
-                continue
-            self.driving.add(w.transactional_id)
-            try:
+        mine = [w for w in result.markers if w.transactional_id not in self.driving]
+        claimed = {w.transactional_id for w in mine}
+        self.driving |= claimed
+        try:
+            if result.records:
+                self._persist(result.records)
+                if sync.enabled:
+                    await sync.wait_synced()
+            for w in mine:
+                m = self.coordinator.txns.get(w.transactional_id)
+                if m is None or m.state not in PREPARE or m.producer_epoch != w.producer_epoch:
+                    continue                    # completed meanwhile
                 for topic, p in w.partitions:
                     err = await self.write_marker_async(topic, p, w)
                     if err:
@@ -178,8 +187,8 @@ class TxnRuntime:
                 self._persist(done.records)
                 if sync.enabled:
                     await sync.wait_synced()
-            finally:
-                self.driving.discard(w.transactional_id)
+        finally:
+            self.driving -= claimed
         return result
 
     async def call(self, op: str, *args, **kwargs) -> Result:
@@ -191,6 +200,39 @@ class TxnRuntime:
             log.error("transaction state write failed: %s", e)
             result.error = ErrorCode.COORDINATOR_NOT_AVAILABLE
             return result
+
+    async def implicit_add(self, tid: str | None, pid: int, epoch: int, partitions) -> int:
+        """Transactions v2 (Produce v12, TxnOffsetCommit v5): add `partitions` to the producer's
+        transaction (persisted and fsynced) -> the error for the request: NONE,
+        CONCURRENT_TRANSACTIONS (the previous transaction is still completing), INVALID_PRODUCER_EPOCH
+        (fenced) or INVALID_TXN_STATE (no such transaction: the caller maps it by version)."""
+        if not tid:
+            return ErrorCode.INVALID_TXN_STATE
+        keys = [(pid, t, p) for t, p in partitions]
+        earlier = [self.adding[k] for k in keys if k in self.adding]
+        new = [k for k in keys if k not in self.adding]
+        fut = asyncio.get_running_loop().create_future()
+        for k in new:
+            self.adding[k] = fut
+        code = ErrorCode.NONE
+        try:
+            if new:
+                r = await self.call("add_partitions", tid, pid, epoch, [(t, p) for _, t, p in new], tv2=True)
+                code = r.error
+                if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+                    code = ErrorCode.INVALID_PRODUCER_EPOCH
+                elif code not in (ErrorCode.NONE, ErrorCode.CONCURRENT_TRANSACTIONS,
+                                  ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                    code = ErrorCode.INVALID_TXN_STATE
+            for f in earlier:
+                code = code or await asyncio.shield(f)
+        finally:
+            for k in new:
+                if self.adding.get(k) is fut:
+                    del self.adding[k]
+            if not fut.done():
+                fut.set_result(code)
+        return code
 
     async def _abort_scan(self) -> None:
         interval = self.broker.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
