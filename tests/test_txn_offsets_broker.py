@@ -358,3 +358,61 @@ def test_prepare_commit_with_offsets_completed_at_restart(tmp_path):
             assert b.txn.coordinator.txns["tx"].state.name == "COMPLETE_COMMIT"
             await w.close()
     asyncio.run(main())
+
+
+def test_kohort_transactions_cli_on_apache_kafka(kafka1):
+    """`kohort transactions list / describe / describe-producers` read Apache Kafka 4.3.1's transaction
+    state like kafka-transactions.sh: an open transaction holding a data partition and the group's
+    `__consumer_offsets` partition."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from kohort.protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
+    from kohort.protocol.messages.produce import ProduceRequest
+    from kohort.protocol.records import build_batch
+
+    kafka1.create_topic("txcli", 1)
+    host, port = kafka1.bootstrap.split(",")[0].rsplit(":", 1)
+    tag = uuid.uuid4().hex[:8]
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+
+    def cli(*args):
+        r = subprocess.run([sys.executable, "-m", "kohort.cli.main", "transactions", *args, "-b", kafka1.bootstrap,
+                            "--json"], capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=src))
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+        return json.loads(r.stdout)
+
+    async def main():
+        w = await Wire.connect(types.SimpleNamespace(host=host, port=int(port)))
+        t = Txn(w, f"cli-{tag}", f"cg-{tag}", "txcli")
+        try:
+            await t.find(t.tid, 1)
+            await t.find(t.group, 0)
+            assert await t.init() == 0
+            T = AddPartitionsToTxnRequest.Topic
+            r = await w.call(AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=t.tid, v3_and_below_producer_id=t.pid,
+                v3_and_below_producer_epoch=t.epoch, v3_and_below_topics=[T(name="txcli", partitions=[0])]), 3)
+            assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+            PT = ProduceRequest.TopicProduceData
+            batch = build_batch([(b"k", b"v", [], int(time.time() * 1000))], producer_id=t.pid,
+                                producer_epoch=t.epoch, base_sequence=0, transactional=True)
+            pr = await w.call(ProduceRequest(transactional_id=t.tid, acks=-1, timeout_ms=5000, topic_data=[
+                PT(name="txcli", partition_data=[PT.PartitionProduceData(index=0, records=batch)])]), 9)
+            assert pr.responses[0].partition_responses[0].error_code == 0
+            assert await t.add_offsets() == 0
+            listed = await asyncio.to_thread(cli, "list", "--pattern", f"cli-{tag}")
+            assert [(x["transactional_id"], x["producer_id"], x["state"]) for x in listed] == \
+                [(t.tid, t.pid, "Ongoing")]
+            d = await asyncio.to_thread(cli, "describe", "--transactional-id", t.tid)
+            assert d["state"] == "Ongoing" and d["producer_epoch"] == t.epoch
+            assert "txcli-0" in d["partitions"] and any(p.startswith("__consumer_offsets-") for p in d["partitions"])
+            prods = await asyncio.to_thread(cli, "describe-producers", "--topic", "txcli", "--partition", "0")
+            start = pr.responses[0].partition_responses[0].base_offset
+            assert [(p["producer_id"], p["txn_start_offset"]) for p in prods if p["producer_id"] == t.pid] == \
+                [(t.pid, start)]
+        finally:
+            await t.end(False)
+            await w.close()
+    asyncio.run(main())
