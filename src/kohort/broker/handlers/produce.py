@@ -169,6 +169,8 @@ async def _produce_after_add(ctx, req: ProduceRequest, adds: list):
         code = await ctx.broker.txn.implicit_add(req.transactional_id, pid, epoch, tps)
         if code == ErrorCode.INVALID_TXN_STATE:
             code = ErrorCode.TRANSACTION_ABORTABLE
+        elif code == ErrorCode.COORDINATOR_NOT_AVAILABLE:      # as Kafka maps coordinator errors on Produce
+            code = ErrorCode.NOT_ENOUGH_REPLICAS
         if code:
             errors.update({tp: code for tp in tps})
     r = _produce(ctx, req, errors)
