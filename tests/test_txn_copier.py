@@ -156,7 +156,8 @@ def tv_brokers():
             b.stop()
 
 
-@pytest.mark.parametrize("mode,tv", [("group", 2), ("group", 1), pytest.param("assign", 2, marks=pytest.mark.slow),
+@pytest.mark.parametrize("mode,tv", [("group", 2), pytest.param("group", 1, marks=pytest.mark.slow),
+                                     pytest.param("assign", 2, marks=pytest.mark.slow),
                                      pytest.param("assign", 1, marks=pytest.mark.slow)])
 def test_java_transactional_message_copier(tv_brokers, mode, tv):
     """Kafka's TransactionalMessageCopier (Java client 4.3.1) with random aborts, by assignment or as a

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from kohort.broker.producer_state import PartitionProducers
 from kohort.errors import ErrorCode as E
 from kohort.protocol.records import build_batch
@@ -93,6 +95,7 @@ def test_open_transactions_never_expire():
     assert set(ps.entries) == {7} and ps.ongoing == {7: 10}
 
 
+@pytest.mark.slow
 def test_hanging_transaction_found_and_aborted(tmp_path):
     from tests.kafka_cluster import run_tool
 
