@@ -416,3 +416,26 @@ def test_kohort_transactions_cli_on_apache_kafka(kafka1):
             await t.end(False)
             await w.close()
     asyncio.run(main())
+
+
+def test_console_group_events_follow_transactional_offsets(tmp_path, caplog):
+    """With the console's group event recorder attached, TxnOffsetCommit and the markers written
+    through the group coordinator are observed without errors (a marker belongs to no group)."""
+    from kohort.broker.group_events import GroupEvents
+
+    async def main():
+        async with running_broker(tmp_path) as b:
+            ev = GroupEvents()
+            ev.baseline(b.coordinator)
+            b.coordinator.events = ev
+            w = await Wire.connect(b)
+            await create(w, "in")
+            t = Txn(w, "tx", "g", "in")
+            assert await t.init() == 0
+            assert await t.add_offsets() == 0 and await t.txn_commit(10) == 0
+            assert await t.end(True) == 0
+            assert await t.fetch(True) == (0, 10)
+            await w.close()
+    with caplog.at_level("ERROR", logger="kohort"):
+        asyncio.run(main())
+    assert not [r for r in caplog.records if "group events" in r.getMessage()], caplog.text
