@@ -102,6 +102,9 @@ SPEC: dict[str, tuple] = {
     "transaction.state.log.num.partitions": (int, 50),
     "transaction.state.log.segment.bytes": (int, 100 * 1024 * 1024),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int, 10000),
+    # the finalized transaction.version feature advertised in ApiVersions (Kafka sets it with
+    # kafka-storage format --feature): 2 makes Java 4.x clients use transactions v2 (KIP-890 part 2)
+    "transaction.version": (int, 2),
 }
 SPEC.update({
     # kohort: the adaptive initial-rebalance quiet window (see broker/coordinator). A new group's first
@@ -131,6 +134,8 @@ SECURITY_KEYS: dict[str, tuple] = {
     "listener.security.protocol.map": (str, ""),
     "sasl.enabled.mechanisms": (str, "GSSAPI"),
     "sasl.jaas.config": (str, ""),
+    "sasl.server.callback.handler.class": (str, ""),
+    "connections.max.reauth.ms": (int, 0),
     "ssl.keystore.type": (str, "JKS"),
     "ssl.keystore.location": (str, ""),
     "ssl.keystore.key": (str, ""),
@@ -140,11 +145,14 @@ SECURITY_KEYS: dict[str, tuple] = {
     "ssl.truststore.location": (str, ""),
     "ssl.truststore.certificates": (str, ""),
     "ssl.client.auth": (str, "none"),
+    "ssl.principal.mapping.rules": (str, "DEFAULT"),
     "connection.failed.authentication.delay.ms": (int, 100),
     "sasl.server.max.receive.size": (int, 524288),
 }
 SPEC.update(SECURITY_KEYS)
-_MECH_JAAS = re.compile(r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\.jaas\.config")
+_MECH_JAAS = re.compile(r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\."
+                        r"(jaas\.config|server\.callback\.handler\.class)|"
+                        r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.connections\.max\.reauth\.ms")
 
 
 # Kafka broker configs that have no meaning for one kohort node: accepted (a stock Kafka server.properties
