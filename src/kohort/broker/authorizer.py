@@ -1,0 +1,314 @@
+"""Kafka's ACL model and its authorizer, pure (no I/O, no clock): what StandardAuthorizer decides.
+
+Vocabulary and codes are Kafka's (clients' `resource/` and `acl/` packages): ResourceType,
+PatternType, AclOperation, AclPermissionType; an `AclBinding` is a resource pattern (type, name,
+LITERAL/PREFIXED) plus an access-control entry (principal `Type:name`, host, operation, permission).
+`AclBindingFilter` selects bindings for DescribeAcls/DeleteAcls (None and ANY match anything; pattern
+MATCH = the literal name, the literal `*` and prefixes of the name).
+
+`Authorizer.authorize(principal, host, op, rtype, name)` follows StandardAuthorizerData:
+1. a principal in `super.users` is allowed everything;
+2. candidate ACLs: same resource type and LITERAL exact name, LITERAL `*`, or PREFIXED a prefix of it;
+3. an ACL applies when its principal is the session's or `User:*`, its host `*` or the client's IP,
+   and its operation matches: ALL matches everything; an ALLOW on READ/WRITE/DELETE/ALTER also grants
+   DESCRIBE and an ALLOW on ALTER_CONFIGS also grants DESCRIBE_CONFIGS (DENY implies nothing);
+4. any applicable DENY denies; else any applicable ALLOW allows;
+5. no candidate ACL at all -> `allow.everyone.if.no.acl.found`; otherwise deny.
+`authorize_by_resource_type` is KIP-679's "op on any resource of the type" (idempotent producers);
+`authorized_operations` the KIP-430 bitfield. ACLs are consulted on every call (no per-connection
+cache): a change applies at the next request of every connection.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Iterable
+
+WILDCARD = "*"
+WILDCARD_PRINCIPAL = "User:*"
+CLUSTER_NAME = "kafka-cluster"
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648     # INT32_MIN: "not requested" (KIP-430)
+
+# `authorizer.class.name` values that turn the authorizer on (KRaft's and the removed ZooKeeper one)
+AUTHORIZER_CLASSES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                      "kafka.security.authorizer.AclAuthorizer")
+
+
+class ResourceType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+class PatternType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclOperation(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+
+
+class AclPermissionType(IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+
+Op = AclOperation
+IMPLIES_DESCRIBE = frozenset({Op.DESCRIBE, Op.READ, Op.WRITE, Op.DELETE, Op.ALTER})
+IMPLIES_DESCRIBE_CONFIGS = frozenset({Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS})
+
+# the operations each resource type supports (KIP-430's bitfield ranges over these; AclEntry.java)
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    ResourceType.TOPIC: (Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER,
+                         Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
+    ResourceType.GROUP: (Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
+    ResourceType.CLUSTER: (Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS,
+                           Op.IDEMPOTENT_WRITE, Op.ALTER, Op.DESCRIBE),
+    ResourceType.TRANSACTIONAL_ID: (Op.DESCRIBE, Op.WRITE),
+    ResourceType.DELEGATION_TOKEN: (Op.DESCRIBE,),
+    ResourceType.USER: (Op.CREATE_TOKENS, Op.DESCRIBE_TOKENS),
+}
+
+
+class InvalidAclError(ValueError):
+    """A binding or filter Kafka refuses (INVALID_REQUEST per entry)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    resource_type: ResourceType
+    name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission: AclPermissionType
+
+    def validate(self) -> None:
+        """Kafka's checks for CreateAcls (AclControlManager.validateNewAcl)."""
+        if self.resource_type in (ResourceType.ANY, ResourceType.UNKNOWN):
+            raise InvalidAclError(f"Invalid resourceType {self.resource_type.name}")
+        if self.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+            raise InvalidAclError(f"Invalid patternType {self.pattern_type.name}")
+        if self.operation in (Op.ANY, Op.UNKNOWN):
+            raise InvalidAclError(f"Invalid operation {self.operation.name}")
+        if self.permission not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
+            raise InvalidAclError(f"Invalid permissionType {self.permission.name}")
+        if not self.name:
+            raise InvalidAclError("Resource name should not be empty")
+        if self.resource_type == ResourceType.CLUSTER and self.name != CLUSTER_NAME:
+            raise InvalidAclError(f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}")
+        ptype, sep, pname = (self.principal or "").partition(":")
+        if not sep or not ptype or not pname:
+            raise InvalidAclError(f"Could not parse principal from `{self.principal}` (no colon is present "
+                                  f"separating the principal type from the principal name)")
+        if not self.host:
+            raise InvalidAclError("Invalid host: it must be an IP address or '*'")
+
+    def to_json(self) -> dict:
+        return {"resource_type": self.resource_type.name, "name": self.name,
+                "pattern_type": self.pattern_type.name, "principal": self.principal, "host": self.host,
+                "operation": self.operation.name, "permission": self.permission.name}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "AclBinding":
+        return cls(ResourceType[d["resource_type"]], d["name"], PatternType[d["pattern_type"]], d["principal"],
+                   d["host"], AclOperation[d["operation"]], AclPermissionType[d["permission"]])
+
+
+@dataclass(frozen=True, slots=True)
+class AclBindingFilter:
+    """None (or ANY) matches anything in that field."""
+    resource_type: ResourceType = ResourceType.ANY
+    name: str | None = None
+    pattern_type: PatternType = PatternType.ANY
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperation = Op.ANY
+    permission: AclPermissionType = AclPermissionType.ANY
+
+    def validate(self) -> None:
+        for what, v in (("resourceType", self.resource_type), ("patternType", self.pattern_type),
+                        ("operation", self.operation), ("permissionType", self.permission)):
+            if v == 0:
+                raise InvalidAclError(f"Invalid {what} UNKNOWN in the filter")
+
+    def matches(self, b: AclBinding) -> bool:
+        if self.resource_type != ResourceType.ANY and self.resource_type != b.resource_type:
+            return False
+        pt = self.pattern_type
+        if pt == PatternType.MATCH:
+            if self.name is not None and not (
+                    (b.pattern_type == PatternType.LITERAL and b.name in (self.name, WILDCARD))
+                    or (b.pattern_type == PatternType.PREFIXED and self.name.startswith(b.name))):
+                return False
+            if self.name is None and b.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+                return False
+        else:
+            if pt != PatternType.ANY and pt != b.pattern_type:
+                return False
+            if self.name is not None and self.name != b.name:
+                return False
+        if self.principal is not None and self.principal != b.principal:
+            return False
+        if self.host is not None and self.host != b.host:
+            return False
+        if self.operation != Op.ANY and self.operation != b.operation:
+            return False
+        if self.permission != AclPermissionType.ANY and self.permission != b.permission:
+            return False
+        return True
+
+
+def parse_super_users(value: str) -> frozenset[str]:
+    """`super.users`: principals separated by ';' (Kafka's format), e.g. `User:admin;User:ops`."""
+    return frozenset(p.strip() for p in (value or "").split(";") if p.strip())
+
+
+def _host_matches(acl_host: str, host: str) -> bool:
+    if acl_host == WILDCARD or acl_host == host:
+        return True
+    try:        # Java compares getHostAddress() strings; normalise so ::1 and 0:0:0:0:0:0:0:1 agree
+        return ipaddress.ip_address(acl_host) == ipaddress.ip_address(host)
+    except ValueError:
+        return False
+
+
+def _applies(b: AclBinding, principal: str, host: str, op: AclOperation) -> bool:
+    if b.principal != principal and b.principal != WILDCARD_PRINCIPAL:
+        return False
+    if not _host_matches(b.host, host):
+        return False
+    if b.operation == Op.ALL:
+        return True
+    if b.permission == AclPermissionType.ALLOW:
+        if op == Op.DESCRIBE:
+            return b.operation in IMPLIES_DESCRIBE
+        if op == Op.DESCRIBE_CONFIGS:
+            return b.operation in IMPLIES_DESCRIBE_CONFIGS
+    return b.operation == op
+
+
+def _pattern_covers(b: AclBinding, name: str) -> bool:
+    if b.pattern_type == PatternType.LITERAL:
+        return b.name == name or b.name == WILDCARD
+    return b.pattern_type == PatternType.PREFIXED and name.startswith(b.name)
+
+
+class Authorizer:
+    """The ACLs in memory and the decision rules. `bindings` changes only through add/remove."""
+
+    def __init__(self, bindings: Iterable[AclBinding] = (), super_users: Iterable[str] = (),
+                 allow_if_no_acl: bool = False):
+        self.super_users = frozenset(super_users)
+        self.allow_if_no_acl = allow_if_no_acl
+        self._by_type: dict[ResourceType, set[AclBinding]] = {}
+        for b in bindings:
+            self._by_type.setdefault(b.resource_type, set()).add(b)
+
+    # -- decisions -------------------------------------------------------------------------------
+    def authorize(self, principal: str, host: str, op: AclOperation, rtype: ResourceType, name: str) -> bool:
+        if principal in self.super_users:
+            return True
+        found_any = allowed = False
+        for b in self._by_type.get(rtype, ()):
+            if not _pattern_covers(b, name):
+                continue
+            found_any = True
+            if _applies(b, principal, host, op):
+                if b.permission == AclPermissionType.DENY:
+                    return False
+                allowed = True
+        if allowed:
+            return True
+        return self.allow_if_no_acl and not found_any
+
+    def authorize_by_resource_type(self, principal: str, host: str, op: AclOperation,
+                                   rtype: ResourceType) -> bool:
+        """KIP-679: may `principal` do `op` on at least one resource of `rtype`? An ALLOW on any pattern
+        that no DENY covers (a DENY on the literal name, a prefix of it, or `*`)."""
+        if principal in self.super_users:
+            return True
+        acls = [b for b in self._by_type.get(rtype, ()) if b.principal in (principal, WILDCARD_PRINCIPAL)
+                and _host_matches(b.host, host) and b.operation in (op, Op.ALL)]
+        denies = [b for b in acls if b.permission == AclPermissionType.DENY]
+        if any(d.pattern_type == PatternType.LITERAL and d.name == WILDCARD for d in denies):
+            return False
+        for a in acls:
+            if a.permission != AclPermissionType.ALLOW:
+                continue
+            if a.pattern_type == PatternType.LITERAL and a.name == WILDCARD:
+                return True
+            if not any(d.pattern_type == PatternType.PREFIXED and a.name.startswith(d.name)
+                       or d.pattern_type == PatternType.LITERAL and d.name == a.name
+                       and a.pattern_type == PatternType.LITERAL
+                       for d in denies):
+                return True
+        # no ACL of this type at all: the no-ACL default, as a resource without ACLs would get
+        return self.allow_if_no_acl and not self._by_type.get(rtype)
+
+    def authorized_operations(self, principal: str, host: str, rtype: ResourceType, name: str) -> int:
+        """KIP-430: bit `1 << op` for each supported operation allowed on the resource."""
+        bits = 0
+        for op in SUPPORTED_OPERATIONS[rtype]:
+            if self.authorize(principal, host, op, rtype, name):
+                bits |= 1 << int(op)
+        return bits
+
+    # -- the ACLs themselves ---------------------------------------------------------------------
+    def bindings(self) -> list[AclBinding]:
+        return sorted((b for bs in self._by_type.values() for b in bs),
+                      key=lambda b: (b.resource_type, b.name, b.pattern_type, b.principal, b.host,
+                                     b.operation, b.permission))
+
+    def describe(self, flt: AclBindingFilter) -> list[AclBinding]:
+        return [b for b in self.bindings() if flt.matches(b)]
+
+    def add(self, b: AclBinding) -> bool:
+        """Add one binding (validated by the caller); False when it was already there."""
+        s = self._by_type.setdefault(b.resource_type, set())
+        if b in s:
+            return False
+        s.add(b)
+        return True
+
+    def remove(self, flt: AclBindingFilter) -> list[AclBinding]:
+        gone = self.describe(flt)
+        for b in gone:
+            self._by_type[b.resource_type].discard(b)
+        return gone
+
+
+def all_operations(rtype: ResourceType) -> int:
+    """The bitfield of every operation a resource type supports (what Kafka answers without an
+    authorizer)."""
+    bits = 0
+    for op in SUPPORTED_OPERATIONS[rtype]:
+        bits |= 1 << int(op)
+    return bits
