@@ -40,7 +40,8 @@ async def handle_describe_groups(ctx, req: DescribeGroupsRequest) -> DescribeGro
     res = await rt.call("describe_groups", [g for g in req.groups if g in allowed], api_version=v)
     described = {g.group_id: g for g in res.groups}
     groups = []
-    for g in (described.get(gid) for gid in req.groups):
+    for gid in req.groups:
+        g = described.get(gid)
         if g is None:       # not authorized (in the request's order, like the others)
             groups.append(DG(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=gid, group_state="",
                              protocol_type="", protocol_data="", members=[]))

@@ -1,0 +1,378 @@
+"""Authorization (issue 16): the authorizer's rules (pure), kohort broker with ACLs over SASL_SSL/SCRAM
+against kohort's client and CLI, confluent-kafka, kafka-python, kcat and Kafka's Java client and
+kafka-acls (AclCommand); kohort's client against Apache Kafka 4.3.1 with StandardAuthorizer (slow).
+
+One broker for the module (fixture `acl_broker`): a SASL_SSL listener with SCRAM-SHA-256 and PLAIN
+(kcat 1.7.1 cannot do SCRAM), `authorizer.class.name=StandardAuthorizer`, `super.users=User:admin`.
+Principals: admin (super user), alice (producer + consumer on topic `paid`, group `paid-g` and on the
+prefix `alice-` for topics and groups), bob (READ on topic `paid` only: no group), mallory (nothing).
+The ACLs are added with `kohort acls add` as admin.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from tests.brokers import KohortBroker, free_port
+from tests.test_security import PY, _kohort, _x, pki  # noqa: F401 - pki is a fixture used here
+
+from kohort.broker.authorizer import Authorizer, all_operations, parse_super_users
+from kohort.errors import ErrorCode as E
+from kohort.protocol.acl import (
+    AclBinding, AclBindingFilter, AclOperation as Op, AclPermissionType as Perm, InvalidAclError,
+    PatternType as Pat, ResourceType as RT,
+)
+
+ALLOW, DENY = Perm.ALLOW, Perm.DENY
+PASSWORDS = {"admin": "admin-Secret-0", "alice": "alice-Secret-1", "bob": "bob-Secret-2",
+             "mallory": "mallory-Secret-3"}
+STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def acl(rtype, name, op, perm=ALLOW, principal="User:alice", host="*", pattern=Pat.LITERAL) -> AclBinding:
+    return AclBinding(rtype, name, pattern, principal, host, op, perm)
+
+
+# -- the rules, pure ------------------------------------------------------------------------------------
+def test_literal_prefixed_and_wildcard_resources():
+    a = Authorizer([acl(RT.TOPIC, "orders", Op.READ), acl(RT.TOPIC, "pay-", Op.WRITE, pattern=Pat.PREFIXED),
+                    acl(RT.GROUP, "*", Op.READ)])
+    ok = lambda op, rt, name: a.authorize("User:alice", "10.0.0.1", op, rt, name)  # noqa: E731
+    assert ok(Op.READ, RT.TOPIC, "orders") and not ok(Op.READ, RT.TOPIC, "orders2")
+    assert ok(Op.WRITE, RT.TOPIC, "pay-eu") and ok(Op.WRITE, RT.TOPIC, "pay-")
+    assert not ok(Op.WRITE, RT.TOPIC, "pay") and not ok(Op.WRITE, RT.TOPIC, "orders")
+    assert ok(Op.READ, RT.GROUP, "anything") and not ok(Op.READ, RT.TRANSACTIONAL_ID, "anything")
+    # "*" is a wildcard only as a LITERAL name; a PREFIXED "*" matches names starting with "*"
+    b = Authorizer([acl(RT.TOPIC, "*", Op.READ, pattern=Pat.PREFIXED)])
+    assert not b.authorize("User:alice", "h", Op.READ, RT.TOPIC, "x")
+    assert b.authorize("User:alice", "h", Op.READ, RT.TOPIC, "*x")
+    # other principals: only the session's and User:*
+    assert not a.authorize("User:bob", "h", Op.READ, RT.TOPIC, "orders")
+    assert not a.authorize("User:Alice", "h", Op.READ, RT.TOPIC, "orders")       # case-sensitive
+    c = Authorizer([acl(RT.TOPIC, "t", Op.READ, principal="User:*")])
+    assert c.authorize("User:bob", "h", Op.READ, RT.TOPIC, "t")
+    assert c.authorize("User:ANONYMOUS", "h", Op.READ, RT.TOPIC, "t")
+
+
+def test_implied_operations_only_from_allow():
+    for op in (Op.READ, Op.WRITE, Op.DELETE, Op.ALTER):
+        a = Authorizer([acl(RT.TOPIC, "t", op)])
+        assert a.authorize("User:alice", "h", Op.DESCRIBE, RT.TOPIC, "t"), op
+        assert not a.authorize("User:alice", "h", Op.DESCRIBE_CONFIGS, RT.TOPIC, "t")
+    for op in (Op.CREATE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS):
+        a = Authorizer([acl(RT.TOPIC, "t", op)])
+        assert a.authorize("User:alice", "h", Op.DESCRIBE, RT.TOPIC, "t") is False, op
+    a = Authorizer([acl(RT.TOPIC, "t", Op.ALTER_CONFIGS)])
+    assert a.authorize("User:alice", "h", Op.DESCRIBE_CONFIGS, RT.TOPIC, "t")
+    a = Authorizer([acl(RT.TOPIC, "t", Op.ALL)])
+    assert all(a.authorize("User:alice", "h", op, RT.TOPIC, "t") for op in Op if op > Op.ALL)
+    # DENY READ does not deny DESCRIBE (implied by an ALLOW WRITE); DENY ALL denies everything
+    a = Authorizer([acl(RT.TOPIC, "t", Op.WRITE), acl(RT.TOPIC, "t", Op.READ, DENY)])
+    assert a.authorize("User:alice", "h", Op.DESCRIBE, RT.TOPIC, "t")
+    assert not a.authorize("User:alice", "h", Op.READ, RT.TOPIC, "t")
+    a = Authorizer([acl(RT.TOPIC, "t", Op.WRITE), acl(RT.TOPIC, "*", Op.ALL, DENY)])
+    assert not a.authorize("User:alice", "h", Op.DESCRIBE, RT.TOPIC, "t")
+
+
+def test_deny_wins_hosts_super_users_and_the_no_acl_default():
+    a = Authorizer([acl(RT.TOPIC, "t", Op.READ), acl(RT.TOPIC, "t", Op.READ, DENY, principal="User:*",
+                                                     host="10.0.0.9"),
+                    acl(RT.TOPIC, "p-", Op.READ, DENY, pattern=Pat.PREFIXED), acl(RT.TOPIC, "p-x", Op.READ)],
+                   super_users=parse_super_users(" User:root ; User:ops"))
+    assert a.authorize("User:alice", "10.0.0.1", Op.READ, RT.TOPIC, "t")
+    assert not a.authorize("User:alice", "10.0.0.9", Op.READ, RT.TOPIC, "t")      # denied from that host
+    assert not a.authorize("User:alice", "h", Op.READ, RT.TOPIC, "p-x")           # prefixed DENY wins
+    assert a.authorize("User:root", "10.0.0.9", Op.READ, RT.TOPIC, "p-x")         # super user
+    assert a.authorize("User:ops", "h", Op.ALTER, RT.CLUSTER, "kafka-cluster")
+    # host ACLs match the address whatever its spelling
+    b = Authorizer([acl(RT.TOPIC, "t", Op.READ, host="0:0:0:0:0:0:0:1")])
+    assert b.authorize("User:alice", "::1", Op.READ, RT.TOPIC, "t")
+    # allow.everyone.if.no.acl.found: only for resources without any ACL
+    c = Authorizer([acl(RT.TOPIC, "t", Op.READ, principal="User:bob")], allow_if_no_acl=True)
+    assert c.authorize("User:alice", "h", Op.WRITE, RT.TOPIC, "other")
+    assert not c.authorize("User:alice", "h", Op.READ, RT.TOPIC, "t")
+    assert not Authorizer([]).authorize("User:alice", "h", Op.READ, RT.TOPIC, "t")
+
+
+def test_authorize_by_resource_type_kip679():
+    any_write = lambda *bs: Authorizer(bs).authorize_by_resource_type(  # noqa: E731
+        "User:alice", "h", Op.WRITE, RT.TOPIC)
+    assert not any_write()
+    assert any_write(acl(RT.TOPIC, "t", Op.WRITE))
+    assert any_write(acl(RT.TOPIC, "t", Op.ALL))
+    assert not any_write(acl(RT.TOPIC, "t", Op.READ))
+    assert not any_write(acl(RT.TOPIC, "t", Op.WRITE), acl(RT.TOPIC, "t", Op.WRITE, DENY))
+    assert not any_write(acl(RT.TOPIC, "tx", Op.WRITE), acl(RT.TOPIC, "t", Op.WRITE, DENY, pattern=Pat.PREFIXED))
+    assert any_write(acl(RT.TOPIC, "a", Op.WRITE), acl(RT.TOPIC, "t", Op.WRITE, DENY, pattern=Pat.PREFIXED))
+    assert not any_write(acl(RT.TOPIC, "*", Op.WRITE), acl(RT.TOPIC, "*", Op.WRITE, DENY))
+
+
+def test_authorized_operations_bitfield():
+    a = Authorizer([acl(RT.TOPIC, "t", Op.READ), acl(RT.GROUP, "g", Op.ALL)])
+    assert a.authorized_operations("User:alice", "h", RT.TOPIC, "t") == (1 << Op.READ) | (1 << Op.DESCRIBE)
+    assert a.authorized_operations("User:alice", "h", RT.GROUP, "g") == all_operations(RT.GROUP)
+    assert all_operations(RT.GROUP) == sum(1 << o for o in (Op.READ, Op.DESCRIBE, Op.DELETE,
+                                                              Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS))
+    assert a.authorized_operations("User:bob", "h", RT.CLUSTER, "kafka-cluster") == 0
+
+
+def test_filters_match_any_and_validation():
+    lit, pre, star = acl(RT.TOPIC, "foo", Op.READ), acl(RT.TOPIC, "fo", Op.READ, pattern=Pat.PREFIXED), \
+        acl(RT.TOPIC, "*", Op.READ)
+    other = acl(RT.GROUP, "foo", Op.READ, DENY, principal="User:bob")
+    a = Authorizer([lit, pre, star, other])
+    assert set(a.describe(AclBindingFilter())) == {lit, pre, star, other}
+    assert set(a.describe(AclBindingFilter(RT.TOPIC, "foo", Pat.MATCH))) == {lit, pre, star}
+    assert set(a.describe(AclBindingFilter(RT.TOPIC, "foo", Pat.ANY))) == {lit}
+    assert set(a.describe(AclBindingFilter(RT.TOPIC, "fo", Pat.PREFIXED))) == {pre}
+    assert set(a.describe(AclBindingFilter(principal="User:bob", permission=DENY))) == {other}
+    assert a.remove(AclBindingFilter(RT.TOPIC, "foo", Pat.MATCH)) and set(a.bindings()) == {other}
+    for bad in (acl(RT.ANY, "t", Op.READ), acl(RT.TOPIC, "t", Op.ANY), acl(RT.TOPIC, "", Op.READ),
+                acl(RT.TOPIC, "t", Op.READ, pattern=Pat.MATCH), acl(RT.TOPIC, "t", Op.READ, Perm.ANY),
+                acl(RT.CLUSTER, "my-cluster", Op.ALTER), acl(RT.TOPIC, "t", Op.READ, principal="alice")):
+        with pytest.raises(InvalidAclError):
+            bad.validate()
+    acl(RT.CLUSTER, "kafka-cluster", Op.ALTER).validate()
+    with pytest.raises(InvalidAclError):
+        AclBindingFilter(RT.UNKNOWN).validate()
+
+
+def test_authorizer_config_names():
+    from kohort.broker.config import BrokerConfig, BrokerConfigError
+    cfg = BrokerConfig.from_properties({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                                        "super.users": "User:a;User:b", "allow.everyone.if.no.acl.found": "true"})
+    assert cfg["allow.everyone.if.no.acl.found"] is True
+    with pytest.raises(BrokerConfigError, match="StandardAuthorizer"):
+        BrokerConfig.from_properties({"authorizer.class.name": "com.example.MyAuthorizer"})
+
+
+# -- kohort broker with ACLs over SASL_SSL ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def acl_broker(pki, tmp_path_factory):  # noqa: F811
+    data = tmp_path_factory.mktemp("acl-data")
+    for user in PASSWORDS:
+        r = _kohort("users", "add", "--data-dir", str(data), "--user", user, input=PASSWORDS[user] + "\n")
+        assert r.returncode == 0, r.stderr
+    port = free_port()
+    plain = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+             + " ".join(f'user_{u}="{p}"' for u, p in PASSWORDS.items()) + ";")
+    config = {
+        "listeners": f"SASL_SSL://127.0.0.1:{port}",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain,
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(pki / "server-keystore.pem"),
+        "authorizer.class.name": STANDARD,
+        "super.users": "User:admin",
+        "connection.failed.authentication.delay.ms": "20",
+        "group.initial.rebalance.delay.ms": "300",
+    }
+    b = KohortBroker(str(data), port=port, config=config)
+    with b:
+        b.pki = pki
+        b.bs = f"127.0.0.1:{port}"
+        admin = _x(settings(b, "admin"))
+        for topic in ("paid", "secret", "alice-ck", "alice-kp", "alice-kcat", "alice-java", "alice-kohort"):
+            r = _kohort("topics", "create", topic, "-b", b.bs, "--partitions", "2", *admin)
+            assert r.returncode == 0, r.stderr
+        for args in (["--allow-principal", "User:alice", "--producer", "--consumer", "--topic", "paid",
+                      "--group", "paid-g"],
+                     ["--allow-principal", "User:alice", "--producer", "--consumer", "--topic", "alice-",
+                      "--group", "alice-", "--resource-pattern-type", "prefixed"],
+                     ["--allow-principal", "User:bob", "--operation", "Read", "--topic", "paid"]):
+            r = _kohort("acls", "add", "-b", b.bs, *admin, *args)
+            assert r.returncode == 0, r.stderr
+        yield b
+
+
+def settings(b, user: str, mech: str = "SCRAM-SHA-256") -> dict:
+    """librdkafka-named client settings for `user` on the SASL_SSL listener."""
+    return {"security.protocol": "SASL_SSL", "sasl.mechanism": mech, "sasl.username": user,
+            "sasl.password": PASSWORDS[user], "ssl.ca.location": str(b.pki / "ca.pem")}
+
+
+def kohort_conf(b, user: str, **extra) -> dict:
+    return {"bootstrap.servers": b.bs, **settings(b, user), **extra}
+
+
+def test_kohort_acls_cli_lists_adds_and_removes(acl_broker):
+    b = acl_broker
+    admin = _x(settings(b, "admin"))
+    r = _kohort("acls", "list", "-b", b.bs, *admin, "--topic", "paid")
+    assert r.returncode == 0, r.stderr
+    assert "ResourcePattern(resourceType=TOPIC, name=paid, patternType=LITERAL)" in r.stdout
+    assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)" in r.stdout
+    assert "(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)" in r.stdout
+    r = _kohort("acls", "list", "-b", b.bs, *admin, "--json", "--principal", "User:alice",
+                "--group", "alice-x", "--resource-pattern-type", "match")
+    assert json.loads(r.stdout) == [{"resource_type": "GROUP", "name": "alice-", "pattern_type": "PREFIXED",
+                                     "principal": "User:alice", "host": "*", "operation": "READ",
+                                     "permission": "ALLOW"}]
+    # add and remove a DENY; a bad cluster name and a non-admin are refused with Kafka's codes
+    deny = ["--deny-principal", "User:carl", "--operation", "Describe", "--topic", "tmp-t",
+            "--deny-host", "10.1.2.3"]
+    assert _kohort("acls", "add", "-b", b.bs, *admin, *deny).returncode == 0
+    r = _kohort("acls", "remove", "-b", b.bs, *admin, "--json", "--topic", "tmp-t")
+    assert r.returncode == 0 and [x["host"] for x in json.loads(r.stdout)] == ["10.1.2.3"], r.stdout + r.stderr
+    r = _kohort("acls", "list", "-b", b.bs, *_x(settings(b, "alice")))
+    assert r.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr, r.stderr
+    r = _kohort("acls", "add", "-b", b.bs, *_x(settings(b, "alice")), "--allow-principal", "User:alice",
+                "--operation", "All", "--cluster")
+    assert r.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr, r.stderr
+    r = _kohort("acls", "add", "-b", b.bs, *admin, "--allow-principal", "alice", "--operation", "Read",
+                "--topic", "x")
+    assert r.returncode == 1 and "TYPE:NAME" in r.stderr
+
+
+# -- every API, by the codes Kafka answers ---------------------------------------------------------------
+def _call(b, user: str, request, max_version=None):
+    from kohort.client.admin import Admin
+    with Admin(kohort_conf(b, user)) as a:
+        return a._call(None, request, 20, max_version=max_version)
+
+
+def test_unauthorized_principal_gets_kafkas_codes_from_each_api(acl_broker):
+    from kohort.protocol.messages import REQUESTS
+    b = acl_broker
+    M = {k: REQUESTS[k] for k in REQUESTS}
+    Metadata, Produce, Fetch, ListOffsets = M[3], M[0], M[1], M[2]
+    # Metadata: all topics hides what mallory may not describe; named -> 29 (existing or not)
+    md = _call(b, "mallory", Metadata(topics=None, allow_auto_topic_creation=False))
+    assert md.topics == []
+    md = _call(b, "alice", Metadata(topics=None, allow_auto_topic_creation=False))
+    assert {t.name for t in md.topics} == {"paid", "alice-ck", "alice-kp", "alice-kcat", "alice-java",
+                                          "alice-kohort"}
+    T = Metadata.MetadataRequestTopic
+    md = _call(b, "mallory", Metadata(topics=[T(name="paid"), T(name="nope")], allow_auto_topic_creation=True,
+                                      include_topic_authorized_operations=True))
+    assert [(t.name, t.error_code, t.partitions) for t in md.topics] == [
+        ("paid", E.TOPIC_AUTHORIZATION_FAILED, []), ("nope", E.TOPIC_AUTHORIZATION_FAILED, [])]
+    md = _call(b, "alice", Metadata(topics=[T(name="paid")], include_topic_authorized_operations=True,
+                                    include_cluster_authorized_operations=True, allow_auto_topic_creation=False),
+               max_version=10)
+    assert md.topics[0].topic_authorized_operations == sum(1 << o for o in (Op.READ, Op.WRITE, Op.CREATE,
+                                                                            Op.DESCRIBE))
+    assert md.cluster_authorized_operations == 0
+    # alice may DESCRIBE alice-new (prefixed READ/WRITE) and CREATE it: auto-created; bob may not create
+    md = _call(b, "alice", Metadata(topics=[T(name="alice-auto")], allow_auto_topic_creation=True))
+    assert md.topics[0].error_code == E.NONE
+    # Produce: WRITE per topic
+    from kohort.protocol.records import build_batch
+    batch = build_batch([(b"k", b"v", [], int(time.time() * 1000))])
+    PT = Produce.TopicProduceData
+    resp = _call(b, "mallory", Produce(acks=-1, timeout_ms=5000, topic_data=[
+        PT(name="paid", partition_data=[PT.PartitionProduceData(index=0, records=batch)])]))
+    assert resp.responses[0].partition_responses[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+    resp = _call(b, "bob", Produce(acks=-1, timeout_ms=5000, topic_data=[
+        PT(name="paid", partition_data=[PT.PartitionProduceData(index=0, records=batch)])]))
+    assert resp.responses[0].partition_responses[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+    # Fetch: READ per topic (nothing read); ListOffsets: DESCRIBE
+    FT = Fetch.FetchTopic
+    fetch = Fetch(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, topics=[
+        FT(topic="paid", partitions=[FT.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])],
+        forgotten_topics_data=[], session_id=0, session_epoch=-1)
+    resp = _call(b, "mallory", fetch, max_version=12)
+    p = resp.responses[0].partitions[0]
+    assert (p.error_code, p.records) in ((E.TOPIC_AUTHORIZATION_FAILED, b""), (E.TOPIC_AUTHORIZATION_FAILED, None))
+    assert _call(b, "bob", fetch, max_version=12).responses[0].partitions[0].error_code == E.NONE
+    LT = ListOffsets.ListOffsetsTopic
+    resp = _call(b, "mallory", ListOffsets(replica_id=-1, isolation_level=0, topics=[
+        LT(name="paid", partitions=[LT.ListOffsetsPartition(partition_index=0, timestamp=-1)])]))
+    assert resp.topics[0].partitions[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+    # CreateTopics (CREATE), DeleteTopics (DELETE), DescribeConfigs (DESCRIBE_CONFIGS), CreatePartitions
+    CT = M[19]
+    resp = _call(b, "mallory", CT(topics=[CT.CreatableTopic(name="m-new", num_partitions=1, replication_factor=1,
+                                                             assignments=[], configs=[])], timeout_ms=5000))
+    assert resp.topics[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+    resp = _call(b, "mallory", M[20](topic_names=["paid"], timeout_ms=5000), max_version=5)
+    assert resp.responses[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+    DC = M[32]
+    resp = _call(b, "mallory", DC(resources=[DC.DescribeConfigsResource(resource_type=2, resource_name="paid",
+                                                                         configuration_keys=None),
+                                             DC.DescribeConfigsResource(resource_type=4, resource_name="",
+                                                                         configuration_keys=None)]))
+    assert [r.error_code for r in resp.results] == [E.TOPIC_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED]
+    # groups: FindCoordinator (DESCRIBE group / txn id), JoinGroup, OffsetCommit, OffsetFetch, DescribeGroups,
+    # DeleteGroups; InitProducerId (idempotent: 31; transactional: 53); CreateAcls / DescribeAcls (31)
+    FC = M[10]
+    resp = _call(b, "mallory", FC(key_type=0, coordinator_keys=["paid-g"]))
+    assert resp.coordinators[0].error_code == E.GROUP_AUTHORIZATION_FAILED
+    resp = _call(b, "mallory", FC(key_type=1, coordinator_keys=["tx"]))
+    assert resp.coordinators[0].error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert _join(b, "mallory", "paid-g") == E.GROUP_AUTHORIZATION_FAILED
+    assert _commit(b, "mallory", "paid-g", "paid") == E.GROUP_AUTHORIZATION_FAILED
+    OF = M[9]
+    resp = _call(b, "mallory", OF(group_id="paid-g", topics=None, require_stable=False), max_version=7)
+    assert resp.error_code == E.GROUP_AUTHORIZATION_FAILED
+    DG = M[15]
+    resp = _call(b, "mallory", DG(groups=["paid-g"], include_authorized_operations=True))
+    assert resp.groups[0].error_code == E.GROUP_AUTHORIZATION_FAILED
+    resp = _call(b, "mallory", M[42](groups_names=["paid-g"]))
+    assert resp.results[0].error_code == E.GROUP_AUTHORIZATION_FAILED
+    IP = M[22]
+    resp = _call(b, "mallory", IP(transactional_id=None, transaction_timeout_ms=60000))
+    assert resp.error_code == E.CLUSTER_AUTHORIZATION_FAILED
+    resp = _call(b, "bob", IP(transactional_id=None, transaction_timeout_ms=60000))
+    assert resp.error_code == E.CLUSTER_AUTHORIZATION_FAILED         # READ is not WRITE on any topic
+    resp = _call(b, "alice", IP(transactional_id=None, transaction_timeout_ms=60000))
+    assert resp.error_code == E.NONE                                   # WRITE on some topic (KIP-679)
+    resp = _call(b, "alice", IP(transactional_id="tx", transaction_timeout_ms=60000))
+    assert resp.error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    CA = M[30]
+    resp = _call(b, "alice", CA(creations=[CA.AclCreation(resource_type=2, resource_name="paid",
+                                                          resource_pattern_type=3, principal="User:alice",
+                                                          host="*", operation=Op.ALL, permission_type=ALLOW)]))
+    assert resp.results[0].error_code == E.CLUSTER_AUTHORIZATION_FAILED
+    resp = _call(b, "alice", M[29](resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                                   principal_filter=None, host_filter=None, operation=1, permission_type=1))
+    assert resp.error_code == E.CLUSTER_AUTHORIZATION_FAILED
+    # ListGroups never fails: only the groups one may describe
+    _commit(b, "admin", "secret-g", "secret")
+    assert "secret-g" not in {g.group_id for g in _call(b, "alice", M[16](states_filter=[])).groups}
+    assert "secret-g" in {g.group_id for g in _call(b, "admin", M[16](states_filter=[])).groups}
+
+
+def _join(b, user, group) -> int:
+    from kohort.protocol.messages import REQUESTS
+    JG = REQUESTS[11]
+    resp = _call(b, user, JG(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
+                             group_instance_id=None, protocol_type="consumer",
+                             protocols=[JG.Protocol(name="range", metadata=b"")]))
+    return resp.error_code
+
+
+def _commit(b, user, group, topic) -> int:
+    from kohort.protocol.messages import REQUESTS
+    OC = REQUESTS[8]
+    resp = _call(b, user, OC(group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                             group_instance_id=None, retention_time_ms=-1, topics=[OC.Topic(
+                                 name=topic, partitions=[OC.Topic.Partition(
+                                     partition_index=0, committed_offset=0, committed_leader_epoch=-1,
+                                     committed_metadata="")])]), max_version=9)
+    return resp.topics[0].partitions[0].error_code
+
+
+def test_a_principal_without_read_on_the_group_gets_group_authorization_failed(acl_broker):
+    """bob may READ topic `paid` but has no ACL on any group: JoinGroup and OffsetCommit answer 30,
+    and kohort's consumer raises GroupAuthorizationFailedError from poll() and commit()."""
+    from kohort.client.consumer import Consumer
+    from kohort.errors import GroupAuthorizationFailedError
+    b = acl_broker
+    assert _join(b, "bob", "paid-g") == E.GROUP_AUTHORIZATION_FAILED
+    assert _commit(b, "bob", "paid-g", "paid") == E.GROUP_AUTHORIZATION_FAILED
+    assert _join(b, "alice", "paid-g") == E.MEMBER_ID_REQUIRED            # authorized: the normal first answer
+    c = Consumer(kohort_conf(b, "bob", **{"group.id": "paid-g", "auto.offset.reset": "earliest"}))
+    try:
+        c.subscribe(["paid"])
+        with pytest.raises(GroupAuthorizationFailedError):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                c.poll(0.5)
+    finally:
+        c.close()
