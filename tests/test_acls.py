@@ -376,3 +376,72 @@ def test_a_principal_without_read_on_the_group_gets_group_authorization_failed(a
                 c.poll(0.5)
     finally:
         c.close()
+
+
+# -- kohort's client: authorized and not ------------------------------------------------------------------
+def test_kohort_client_authorized_produces_consumes_in_a_group_and_commits(acl_broker):
+    from kohort.client.consumer import Consumer
+    from kohort.client.producer import Producer
+    from kohort.structs import TopicPartition
+    b = acl_broker
+    p = Producer(kohort_conf(b, "alice"))
+    try:
+        for i in range(4):
+            p.send("alice-kohort", value=b"v%d" % i, partition=i % 2)
+        p.flush(30)
+    finally:
+        p.close()
+    c = Consumer(kohort_conf(b, "alice", **{"group.id": "alice-g1", "auto.offset.reset": "earliest",
+                                            "enable.auto.commit": False}))
+    try:
+        c.subscribe(["alice-kohort"])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 4 and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(0.5)]
+        c.commit()
+        committed = c.committed([TopicPartition("alice-kohort", 0), TopicPartition("alice-kohort", 1)])
+    finally:
+        c.close()
+    assert sorted(got) == [b"v0", b"v1", b"v2", b"v3"]
+    assert sorted(o.offset for o in committed.values()) == [2, 2]
+
+
+def test_kohort_client_unauthorized_fails_fast_with_kafkas_errors(acl_broker):
+    """mallory: the producer's send fails with TopicAuthorizationFailedError at once (Java's
+    Metadata.maybeThrowExceptionForTopic; not retried until max.block.ms); a consumer raises
+    TopicAuthorizationFailedError from poll() for a topic it may not describe and
+    GroupAuthorizationFailedError for a group it may not read (bob), also from commit()."""
+    from kohort.client.consumer import Consumer
+    from kohort.client.producer import Producer
+    from kohort.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+    from kohort.structs import TopicPartition
+    b = acl_broker
+    p = Producer(kohort_conf(b, "mallory", **{"max.block.ms": 60000, "enable.idempotence": False}))
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(TopicAuthorizationFailedError):
+            p.send("paid", value=b"x").get(60)
+        assert time.monotonic() - t0 < 30
+    finally:
+        p.close()
+
+    def poll_raises(user, group, topic, exc, match):
+        c = Consumer(kohort_conf(b, user, **{"group.id": group, "auto.offset.reset": "earliest"}))
+        try:
+            c.subscribe([topic])
+            with pytest.raises(exc, match=match):
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    assert c.poll(0.5) == []
+        finally:
+            c.close()
+    poll_raises("alice", "alice-g2", "secret", TopicAuthorizationFailedError, "secret")
+    poll_raises("bob", "paid-g", "paid", GroupAuthorizationFailedError, "paid-g")
+    c = Consumer(kohort_conf(b, "bob", **{"group.id": "paid-g", "auto.offset.reset": "earliest"}))
+    try:
+        c.assign([TopicPartition("paid", 0)])
+        with pytest.raises(GroupAuthorizationFailedError):
+            c.commit({TopicPartition("paid", 0): 0})
+    finally:
+        c.close()
