@@ -445,3 +445,204 @@ def test_kohort_client_unauthorized_fails_fast_with_kafkas_errors(acl_broker):
             c.commit({TopicPartition("paid", 0): 0})
     finally:
         c.close()
+
+
+# -- peers: librdkafka (confluent-kafka), kafka-python, kcat, Java ---------------------------------------
+CK_SCRIPT = textwrap.dedent("""
+    import json, sys, time, confluent_kafka as ck
+    conf, topic, group = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+    out = {"delivered": 0, "delivery_errors": [], "got": [], "consumer_errors": [], "committed": []}
+    def report(err, msg):
+        if err is None:
+            out["delivered"] += 1
+        else:
+            out["delivery_errors"].append(err.name())
+    p = ck.Producer({**conf, "message.timeout.ms": 20000})
+    for i in range(3):
+        p.produce(topic, b"ck-%d" % i, on_delivery=report)
+    p.flush(30)
+    c = ck.Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(out["got"]) < 3:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            out["consumer_errors"].append(m.error().name())
+            if "AUTHORIZATION" in m.error().name():
+                break
+            continue
+        out["got"].append(m.value().decode())
+    if len(out["got"]) == 3:
+        c.commit(asynchronous=False)
+        out["committed"] = sorted(tp.offset for tp in c.committed(c.assignment(), timeout=10))
+    c.close()
+    print(json.dumps(out))
+""")
+
+
+def test_confluent_kafka_authorized_and_unauthorized(acl_broker):
+    pytest.importorskip("confluent_kafka")
+    b = acl_broker
+
+    def run(user, topic, group):
+        conf = {"bootstrap.servers": b.bs, **settings(b, user)}
+        r = subprocess.run([PY, "-c", CK_SCRIPT, json.dumps(conf), topic, group], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    ok = run("alice", "alice-ck", "alice-ck-g")
+    assert ok["delivered"] == 3 and sorted(ok["got"]) == ["ck-0", "ck-1", "ck-2"], ok
+    assert sum(ok["committed"]) == 3 and not ok["delivery_errors"] and not ok["consumer_errors"], ok
+    denied = run("mallory", "paid", "paid-g")
+    assert denied["delivered"] == 0 and set(denied["delivery_errors"]) == {"TOPIC_AUTHORIZATION_FAILED"}, denied
+    assert denied["got"] == [] and denied["consumer_errors"], denied
+    assert set(denied["consumer_errors"]) <= {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED"}, denied
+    bob = run("bob", "paid", "paid-g")        # may read the topic, not use the group
+    assert bob["got"] == [] and "GROUP_AUTHORIZATION_FAILED" in bob["consumer_errors"], bob
+
+
+KP_SCRIPT = textwrap.dedent("""
+    import json, sys, kafka
+    kw, topic, group = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+    out = {}
+    try:
+        p = kafka.KafkaProducer(max_block_ms=10000, **kw)
+        p.send(topic, b"kp-1").get(20)
+        p.close()
+        out["produced"] = True
+    except Exception as e:
+        out["produce_error"] = type(e).__name__
+    try:
+        c = kafka.KafkaConsumer(topic, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+                                consumer_timeout_ms=5000, **kw)
+        out["got"] = [m.value.decode() for m in c]
+        c.commit()
+        c.close()
+    except Exception as e:
+        out["consume_error"] = type(e).__name__
+    print(json.dumps(out))
+""")
+
+
+def test_kafka_python_authorized_and_unauthorized(acl_broker):
+    pytest.importorskip("kafka")
+    b = acl_broker
+
+    def run(user, topic, group):
+        kw = {"bootstrap_servers": b.bs, "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256",
+              "sasl_plain_username": user, "sasl_plain_password": PASSWORDS[user], "request_timeout_ms": 8000,
+              "ssl_cafile": str(b.pki / "ca.pem")}
+        r = subprocess.run([PY, "-c", KP_SCRIPT, json.dumps(kw), topic, group], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    assert run("alice", "alice-kp", "alice-kp-g") == {"produced": True, "got": ["kp-1"]}
+    denied = run("mallory", "paid", "paid-g")
+    assert denied["produce_error"] == "TopicAuthorizationFailedError", denied
+    assert denied.get("consume_error") in ("TopicAuthorizationFailedError", "GroupAuthorizationFailedError"), denied
+    assert run("bob", "paid", "paid-g").get("consume_error") == "GroupAuthorizationFailedError"
+
+
+def test_kcat_authorized_and_unauthorized(acl_broker):
+    """kcat 1.7.1 (librdkafka 2.0.2) cannot do SCRAM with a CVE-2024-56128-fixed broker: PLAIN here."""
+    from tests.conftest import require_kcat
+    require_kcat()
+    b = acl_broker
+
+    def kcat(user, *args, input=None):
+        x = _x(settings(b, user, "PLAIN"))
+        return subprocess.run(["kcat", "-b", b.bs, *[a.replace("sasl.mechanism=", "sasl.mechanisms=") for a in x],
+                               *args], input=input, capture_output=True, text=True, timeout=60)
+    r = kcat("alice", "-P", "-t", "alice-kcat", "-p", "0", input="k1\nk2\n")
+    assert r.returncode == 0, r.stderr
+    r = kcat("alice", "-C", "-t", "alice-kcat", "-p", "0", "-o", "beginning", "-c", "2", "-e")
+    assert r.returncode == 0 and r.stdout.split() == ["k1", "k2"], r.stderr
+    r = kcat("alice", "-G", "alice-kcat-g", "-o", "beginning", "-c", "2", "-e", "alice-kcat")
+    assert r.stdout.split() == ["k1", "k2"], r.stderr
+    r = kcat("mallory", "-C", "-t", "paid", "-p", "0", "-o", "beginning", "-e")
+    assert r.returncode != 0 and r.stdout == "" and "authorization failed" in r.stderr.lower(), r.stderr
+    r = kcat("mallory", "-P", "-t", "paid", "-p", "0", input="m\n")
+    assert r.returncode != 0 and "authorization failed" in r.stderr.lower(), r.stderr
+    r = kcat("mallory", "-L")
+    assert r.returncode == 0 and "paid" not in r.stdout and "secret" not in r.stdout, r.stdout + r.stderr
+
+
+def _java_props(b, tmp_path, user: str) -> str:
+    path = tmp_path / f"{user}.properties"
+    path.write_text("\n".join([
+        "security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-256",
+        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
+        f'username="{user}" password="{PASSWORDS[user]}";',
+        "ssl.truststore.type=PEM", f"ssl.truststore.location={b.pki / 'ca.pem'}", ""]))
+    return str(path)
+
+
+@pytest.mark.slow
+def test_java_client_authorized_and_unauthorized(acl_broker, tmp_path):
+    """Kafka's console producer/consumer (Java client 4.3.1): alice produces, consumes in a group and
+    commits; mallory's consumer ends on TopicAuthorizationException / GroupAuthorizationException with
+    nothing read."""
+    from tests.kafka_cluster import CONSOLE_CONSUMER, CONSOLE_PRODUCER, CONSUMER_GROUPS, require_peers, run_tool
+    require_peers()
+    b = acl_broker
+    alice = _java_props(b, tmp_path, "alice")
+    run_tool(CONSOLE_PRODUCER, "--bootstrap-server", b.bs, "--topic", "alice-java", "--command-config", alice,
+             input="j1\nj2\n", timeout=90)
+    r = run_tool(CONSOLE_CONSUMER, "--bootstrap-server", b.bs, "--topic", "alice-java", "--group", "alice-java-g",
+                 "--from-beginning", "--max-messages", "2", "--command-config", alice, "--timeout-ms", "20000",
+                 timeout=90)
+    assert sorted(r.stdout.split()) == ["j1", "j2"]
+    r = run_tool(CONSUMER_GROUPS, "--bootstrap-server", b.bs, "--describe", "--group", "alice-java-g",
+                 "--command-config", _java_props(b, tmp_path, "admin"), timeout=90)
+    assert sum(int(line.split()[3]) for line in r.stdout.splitlines() if "alice-java " in line + " ") == 2, r.stdout
+    r = run_tool(CONSOLE_CONSUMER, "--bootstrap-server", b.bs, "--topic", "paid", "--group", "paid-g",
+                 "--from-beginning", "--max-messages", "1", "--command-config", _java_props(b, tmp_path, "mallory"),
+                 "--timeout-ms", "15000", timeout=90, check=False)
+    out = r.stdout + r.stderr
+    assert ("TopicAuthorizationException" in out or "GroupAuthorizationException" in out), out[-3000:]
+    assert "Processed a total of 0 messages" in out, out[-3000:]
+    r = run_tool(CONSOLE_PRODUCER, "--bootstrap-server", b.bs, "--topic", "paid", "--command-config",
+                 _java_props(b, tmp_path, "mallory"), input="m\n", timeout=90, check=False)
+    assert "TopicAuthorizationException" in r.stdout + r.stderr or "TOPIC_AUTHORIZATION_FAILED" in r.stdout + r.stderr, \
+        (r.stdout + r.stderr)[-3000:]
+
+
+ACL_COMMAND = "org.apache.kafka.tools.AclCommand"
+
+
+@pytest.mark.slow
+def test_kafka_acls_tool_adds_lists_and_removes_acls_on_kohort_broker(acl_broker, tmp_path):
+    """Kafka 4.3.1's kafka-acls (org.apache.kafka.tools.AclCommand) against kohort broker; what it adds
+    takes effect at the next request (carl may then describe the topic)."""
+    from tests.kafka_cluster import require_peers, run_tool
+    require_peers()
+    b = acl_broker
+    admin = _java_props(b, tmp_path, "admin")
+    common = ["--bootstrap-server", b.bs, "--command-config", admin]
+    assert _call(b, "mallory", _metadata_all()).topics == []
+    run_tool(ACL_COMMAND, *common, "--add", "--allow-principal", "User:mallory", "--operation", "Describe",
+             "--topic", "pa", "--resource-pattern-type", "prefixed", timeout=90)
+    run_tool(ACL_COMMAND, *common, "--add", "--deny-principal", "User:mallory", "--operation", "Read",
+             "--topic", "paid", timeout=90)
+    r = run_tool(ACL_COMMAND, *common, "--list", "--topic", "paid", "--resource-pattern-type", "match", timeout=90)
+    assert "name=pa, patternType=PREFIXED" in r.stdout and "operation=DESCRIBE, permissionType=ALLOW" in r.stdout
+    assert "principal=User:mallory, host=*, operation=READ, permissionType=DENY" in r.stdout, r.stdout
+    assert [t.name for t in _call(b, "mallory", _metadata_all()).topics] == ["paid"]
+    run_tool(ACL_COMMAND, *common, "--remove", "--force", "--topic", "pa", "--resource-pattern-type", "prefixed",
+             timeout=90)
+    run_tool(ACL_COMMAND, *common, "--remove", "--force", "--deny-principal", "User:mallory", "--operation", "Read",
+             "--topic", "paid", timeout=90)
+    r = run_tool(ACL_COMMAND, *common, "--list", "--principal", "User:mallory", timeout=90)
+    assert "principal=User:mallory" not in r.stdout, r.stdout
+    assert _call(b, "mallory", _metadata_all()).topics == []
+    # a non-admin is refused
+    r = run_tool(ACL_COMMAND, "--bootstrap-server", b.bs, "--command-config", _java_props(b, tmp_path, "alice"),
+                 "--list", timeout=90, check=False)
+    assert "ClusterAuthorizationException" in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
+
+
+def _metadata_all():
+    from kohort.protocol.messages.metadata import MetadataRequest
+    return MetadataRequest(topics=None, allow_auto_topic_creation=False)
