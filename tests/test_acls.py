@@ -375,6 +375,13 @@ def test_unauthorized_principal_gets_kafkas_codes_from_each_api(cluster):
     assert resp.error_code == E.CLUSTER_AUTHORIZATION_FAILED
     # ListGroups never fails: only the groups one may describe
     _commit(b, "admin", "secret-g", "secret")
+    # authorized_operations (KIP-430): DescribeGroups, DescribeCluster
+    resp = _call(b, "admin", DG(groups=["secret-g"], include_authorized_operations=True))
+    assert resp.groups[0].authorized_operations == all_operations(RT.GROUP)
+    DCL = M[60]
+    assert _call(b, "admin", DCL(include_cluster_authorized_operations=True)).cluster_authorized_operations == \
+        all_operations(RT.CLUSTER)
+    assert _call(b, "alice", DCL(include_cluster_authorized_operations=True)).cluster_authorized_operations == 0
     assert "secret-g" not in {g.group_id for g in _call(b, "alice", M[16](states_filter=[])).groups}
     assert "secret-g" in {g.group_id for g in _call(b, "admin", M[16](states_filter=[])).groups}
 
@@ -696,3 +703,51 @@ def test_kafka_acls_tool_adds_lists_and_removes_acls_on_kohort_broker(acl_broker
 def _metadata_all():
     from kohort.protocol.messages.metadata import MetadataRequest
     return MetadataRequest(topics=None, allow_auto_topic_creation=False)
+
+
+# -- durability ------------------------------------------------------------------------------------------
+def test_acls_survive_a_kill_and_a_damaged_file_stops_the_broker(tmp_path):
+    """CreateAcls answers after acls.json is written and fsynced: the ACLs are back after SIGKILL +
+    restart and decide at once; an unreadable file refuses to start (no ACLs would deny or, with
+    allow.everyone.if.no.acl.found, allow everything)."""
+    from kohort.client.admin import Admin
+    from kohort.errors import SecurityDisabledError
+    plain = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+             'user_admin="a-pw" user_dora="d-pw";')
+    port = free_port()
+    config = {"listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}", "sasl.enabled.mechanisms": "PLAIN",
+              "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain, "authorizer.class.name": STANDARD,
+              "super.users": "User:admin"}
+
+    def conf(user, pw):
+        return {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": pw}
+    topic_read = acl(RT.TOPIC, "d-", Op.READ, principal="User:dora", pattern=Pat.PREFIXED)
+    deny = acl(RT.GROUP, "*", Op.ALL, DENY, principal="User:dora", host="127.0.0.1")
+    b = KohortBroker(str(tmp_path / "data"), port=port, config=config)
+    with b:
+        with Admin(conf("admin", "a-pw")) as a:
+            a.create_topics(["d-one"])
+            a.create_acls([topic_read, deny, topic_read])      # a duplicate is a no-op
+            assert set(a.describe_acls()) == {topic_read, deny}
+        b.kill()
+        b.start()
+        with Admin(conf("admin", "a-pw")) as a:
+            assert set(a.describe_acls()) == {topic_read, deny}
+            assert a.describe_acls(AclBindingFilter(RT.GROUP, "g", Pat.MATCH)) == [deny]
+        with Admin(conf("dora", "d-pw")) as a:
+            assert a.list_topics() == ["d-one"]
+        with Admin(conf("admin", "a-pw")) as a:
+            assert a.delete_acls([AclBindingFilter(RT.TOPIC)]) == [topic_read]
+        with Admin(conf("dora", "d-pw")) as a:
+            assert a.list_topics() == []
+    (tmp_path / "data" / "acls.json").write_text("{not json")
+    with pytest.raises(RuntimeError, match="acls.json"):
+        KohortBroker(str(tmp_path / "data"), port=port, config=config).start(timeout=20)
+    # without an authorizer the ACL APIs answer SECURITY_DISABLED
+    with KohortBroker() as plain_broker:
+        with Admin({"bootstrap.servers": plain_broker.bootstrap}) as a:
+            with pytest.raises(SecurityDisabledError):
+                a.describe_acls()
+            with pytest.raises(SecurityDisabledError):
+                a.create_acls([topic_read])
