@@ -470,15 +470,29 @@ def test_kohort_client_unauthorized_fails_fast_with_kafkas_errors(cluster):
     GroupAuthorizationFailedError for a group it may not read (bob), also from commit()."""
     from kohort.client.consumer import Consumer
     from kohort.client.producer import Producer
-    from kohort.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+    from kohort.errors import (
+        ClusterAuthorizationFailedError, GroupAuthorizationFailedError, TopicAuthorizationFailedError,
+    )
     from kohort.structs import TopicPartition
     b = cluster
     p = Producer(kohort_conf(b, "mallory", **{"max.block.ms": 60000, "enable.idempotence": False}))
     try:
         t0 = time.monotonic()
-        with pytest.raises(TopicAuthorizationFailedError):
-            p.send("paid", value=b"x").get(60)
+        with pytest.raises(TopicAuthorizationFailedError):      # may not even describe it: at send()
+            p.send("paid", value=b"x")
         assert time.monotonic() - t0 < 30
+    finally:
+        p.close()
+    p = Producer(kohort_conf(b, "bob", **{"enable.idempotence": False}))     # may describe, not write
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            p.send("paid", value=b"x").result(30)
+    finally:
+        p.close()
+    p = Producer(kohort_conf(b, "bob", **{"enable.idempotence": True}))      # InitProducerId: 31, fatal
+    try:
+        with pytest.raises(ClusterAuthorizationFailedError):
+            p.send("paid", value=b"x").result(30)
     finally:
         p.close()
 
