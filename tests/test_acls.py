@@ -156,9 +156,11 @@ def test_authorizer_config_names():
 @pytest.fixture(scope="module")
 def acl_broker(pki, tmp_path_factory):  # noqa: F811
     data = tmp_path_factory.mktemp("acl-data")
-    for user in PASSWORDS:
-        r = _kohort("users", "add", "--data-dir", str(data), "--user", user, input=PASSWORDS[user] + "\n")
-        assert r.returncode == 0, r.stderr
+    from kohort.broker.security import ScramStore
+    from kohort.protocol.sasl import make_credential
+    store = ScramStore(str(data))          # what `kohort users add --data-dir` writes
+    for user, pw in PASSWORDS.items():
+        store.upsert(user, "SCRAM-SHA-256", make_credential("SCRAM-SHA-256", pw, 4096))
     port = free_port()
     plain = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
              + " ".join(f'user_{u}="{p}"' for u, p in PASSWORDS.items()) + ";")
@@ -183,15 +185,18 @@ def acl_broker(pki, tmp_path_factory):  # noqa: F811
 
 def _set_up_acls(b) -> None:
     """The topics and ACLs every test here starts from, made as admin with kohort's CLI."""
+    from kohort.client.admin import Admin
     admin = _x(settings(b, "admin"))
-    for topic in ("paid", "secret", "alice-ck", "alice-kp", "alice-kcat", "alice-java", "alice-kohort"):
-        r = _kohort("topics", "create", topic, "-b", b.bs, "--partitions", "2", *admin)
-        assert r.returncode == 0, r.stderr
+    with Admin(kohort_conf(b, "admin")) as a:
+        made = a.create_topics({t: 2 for t in ("paid", "secret", "alice-ck", "alice-kp", "alice-kcat",
+                                               "alice-java", "alice-kohort")})
+        assert not any(made.values()), made
     for args in (["--allow-principal", "User:alice", "--producer", "--consumer", "--topic", "paid",
                   "--group", "paid-g"],
                  ["--allow-principal", "User:alice", "--producer", "--consumer", "--topic", "alice-",
                   "--group", "alice-", "--resource-pattern-type", "prefixed"],
-                 ["--allow-principal", "User:bob", "--operation", "Read", "--topic", "paid"]):
+                 ["--allow-principal", "User:bob", "--operation", "Read", "--topic", "paid"],
+                 ["--allow-principal", "User:bob", "--operation", "Describe", "--topic", "bob-new"]):
         r = _kohort("acls", "add", "-b", b.bs, *admin, *args)
         assert r.returncode == 0, r.stderr
 
@@ -300,6 +305,11 @@ def test_unauthorized_principal_gets_kafkas_codes_from_each_api(cluster):
     # (kohort creates it; Apache Kafka 4.3.1 answered UNKNOWN_TOPIC_OR_PARTITION here, also with
     # auto.create.topics.enable=true: not an authorization error either way)
     assert md.topics[0].error_code in (E.NONE, E.LEADER_NOT_AVAILABLE, E.UNKNOWN_TOPIC_OR_PARTITION)
+    # bob may describe bob-new (missing) but not create it: auto-creation needs CREATE -> 29
+    md = _call(b, "bob", Metadata(topics=[T(name="bob-new")], allow_auto_topic_creation=True))
+    assert md.topics[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+    md = _call(b, "bob", Metadata(topics=[T(name="bob-new")], allow_auto_topic_creation=False))
+    assert md.topics[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
     # Produce: WRITE per topic
     from kohort.protocol.records import build_batch
     batch = build_batch([(b"k", b"v", [], int(time.time() * 1000))])
