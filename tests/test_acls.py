@@ -817,3 +817,39 @@ def test_acls_survive_a_kill_and_a_damaged_file_stops_the_broker(tmp_path):
                 a.describe_acls()
             with pytest.raises(SecurityDisabledError):
                 a.create_acls([topic_read])
+
+
+def test_kip848_consumer_authorization_errors(cluster):
+    """group.protocol=consumer: ConsumerGroupHeartbeat's GROUP_AUTHORIZATION_FAILED is fatal (poll()
+    raises it), a subscribed topic the member may not describe raises TopicAuthorizationFailedError;
+    an authorized member consumes."""
+    from kohort.client.consumer import Consumer
+    from kohort.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+    b = cluster
+
+    def run(user, group, topic, want=None):
+        c = Consumer(kohort_conf(b, user, **{"group.id": group, "group.protocol": "consumer",
+                                             "auto.offset.reset": "earliest"}))
+        try:
+            c.subscribe([topic])
+            deadline = time.monotonic() + 30
+            if want is not None:
+                with pytest.raises(want):
+                    while time.monotonic() < deadline:
+                        assert c.poll(0.5) == []
+                return None
+            got = []
+            while not got and time.monotonic() < deadline:
+                got = c.poll(0.5)
+            return got
+        finally:
+            c.close()
+    run("bob", "paid-g", "paid", GroupAuthorizationFailedError)
+    run("alice", "alice-848b", "secret", TopicAuthorizationFailedError)
+    from kohort.client.producer import Producer
+    p = Producer(kohort_conf(b, "alice"))
+    try:
+        p.send("alice-kohort", value=b"848", partition=0).result(30)
+    finally:
+        p.close()
+    assert run("alice", "alice-848c", "alice-kohort")

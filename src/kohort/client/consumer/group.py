@@ -427,9 +427,8 @@ class GroupMember:
             co = self.m.coordinator
             if co is not None:
                 return co.conn_id
-            take_fatal = getattr(self.m, "take_fatal", None)      # the classic member's (KIP-848: not yet)
             with self._lock:
-                fatal = take_fatal() if take_fatal is not None else None
+                fatal = self.m.take_fatal()
             if fatal is not None:       # e.g. GROUP_AUTHORIZATION_FAILED: no coordinator will come
                 raise fatal
             if time.monotonic() >= deadline:
