@@ -853,3 +853,20 @@ def test_kip848_consumer_authorization_errors(cluster):
     finally:
         p.close()
     assert run("alice", "alice-848c", "alice-kohort")
+
+
+def test_kohort_cli_names_the_authorization_error(acl_broker):
+    b = acl_broker
+    mallory = _x(settings(b, "mallory"))
+    t0 = time.monotonic()
+    r = _kohort("produce", "paid", "-b", b.bs, *mallory, input="x\n")     # idempotent: InitProducerId's 31 first
+    assert r.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in r.stderr, r.stderr
+    r = _kohort("produce", "paid", "-b", b.bs, *mallory, "-X", "enable.idempotence=false", input="x\n")
+    assert r.returncode == 1 and "TOPIC_AUTHORIZATION_FAILED" in r.stderr, r.stderr
+    r = _kohort("consume", "paid", "-g", "paid-g", "--from-beginning", "-b", b.bs, *mallory)
+    assert r.returncode == 1 and "AUTHORIZATION_FAILED" in r.stderr and r.stdout == "", r.stderr
+    r = _kohort("groups", "describe", "paid-g", "-b", b.bs, *_x(settings(b, "bob")))
+    assert r.returncode == 1 and "GROUP_AUTHORIZATION_FAILED" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 30          # none of them waits for a timeout
+    r = _kohort("topics", "list", "-b", b.bs, *mallory)
+    assert r.returncode == 0 and r.stdout.strip() == "", r.stdout + r.stderr
