@@ -11,7 +11,6 @@ The ACLs are added with `kohort acls add` as admin.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import textwrap
 import time
@@ -870,3 +869,19 @@ def test_kohort_cli_names_the_authorization_error(acl_broker):
     assert time.monotonic() - t0 < 30          # none of them waits for a timeout
     r = _kohort("topics", "list", "-b", b.bs, *mallory)
     assert r.returncode == 0 and r.stdout.strip() == "", r.stdout + r.stderr
+
+
+def test_an_acl_change_applies_to_open_connections_at_their_next_request(acl_broker):
+    """No per-connection cache (pitfall 8): mallory's open connection sees a new ACL, and its removal,
+    at the next request; DENY beats the ALLOW of `User:*`."""
+    from kohort.client.admin import Admin
+    b = acl_broker
+    grant = acl(RT.TOPIC, "secret", Op.DESCRIBE, principal="User:mallory")
+    with Admin(kohort_conf(b, "mallory")) as m, Admin(kohort_conf(b, "admin")) as a:
+        assert m.list_topics() == []
+        a.create_acls([grant])
+        assert m.list_topics() == ["secret"]
+        a.create_acls([acl(RT.TOPIC, "secret", Op.ALL, DENY, principal="User:*")])
+        assert m.list_topics() == []
+        gone = a.delete_acls([AclBindingFilter(RT.TOPIC, "secret", Pat.LITERAL)])
+        assert len(gone) == 2 and m.list_topics() == []
