@@ -99,6 +99,53 @@ def test_deny_wins_hosts_super_users_and_the_no_acl_default():
     assert not Authorizer([]).authorize("User:alice", "h", Op.READ, RT.TOPIC, "t")
 
 
+def _reference_decision(bindings, supers, allow_if_none, principal, host, op, rtype, name) -> bool:
+    """StandardAuthorizerData's rules written out as a scan of every ACL (the oracle for the index)."""
+    if principal in supers:
+        return True
+    cands = [b for b in bindings if b.resource_type == rtype and (
+        (b.pattern_type == Pat.LITERAL and b.name in (name, "*"))
+        or (b.pattern_type == Pat.PREFIXED and name.startswith(b.name)))]
+    implied = {Op.DESCRIBE: {Op.DESCRIBE, Op.READ, Op.WRITE, Op.DELETE, Op.ALTER},
+               Op.DESCRIBE_CONFIGS: {Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}}
+
+    def applies(b):
+        if b.principal not in (principal, "User:*") or b.host not in ("*", host):
+            return False
+        if b.operation == Op.ALL:
+            return True
+        if b.permission == ALLOW and op in implied:
+            return b.operation in implied[op]
+        return b.operation == op
+    hits = [b for b in cands if applies(b)]
+    if any(b.permission == DENY for b in hits):
+        return False
+    return bool(hits) or (allow_if_none and not cands)
+
+
+def test_indexed_decisions_equal_a_scan_of_every_acl():
+    import random
+    rnd = random.Random(16)
+    names = ["a", "ab", "abc", "abd", "b", "ba", "*", "x-1", "x-12"]
+    ops = [o for o in Op if o >= Op.ALL]
+    for round_ in range(200):
+        bindings = {AclBinding(rnd.choice([RT.TOPIC, RT.GROUP]), rnd.choice(names),
+                               rnd.choice([Pat.LITERAL, Pat.PREFIXED]), rnd.choice(["User:a", "User:b", "User:*"]),
+                               rnd.choice(["*", "10.0.0.1"]), rnd.choice(ops), rnd.choice([ALLOW, DENY]))
+                    for _ in range(rnd.randrange(0, 12))}
+        allow_if_none = rnd.random() < 0.5
+        a = Authorizer(bindings, {"User:root"}, allow_if_none)
+        if bindings and rnd.random() < 0.5:      # the index must also follow removals
+            victim = rnd.choice(sorted(bindings, key=str))
+            a.remove(AclBindingFilter(victim.resource_type, victim.name, victim.pattern_type, victim.principal,
+                                      victim.host, victim.operation, victim.permission))
+            bindings.discard(victim)
+        for _ in range(30):
+            q = (rnd.choice(["User:a", "User:b", "User:root"]), rnd.choice(["10.0.0.1", "10.0.0.2"]),
+                 rnd.choice(ops[1:]), rnd.choice([RT.TOPIC, RT.GROUP]), rnd.choice(names + ["abcd", "c"]))
+            assert a.authorize(*q) == _reference_decision(bindings, {"User:root"}, allow_if_none, *q), (round_, q)
+
+
 def test_authorize_by_resource_type_kip679():
     any_write = lambda *bs: Authorizer(bs).authorize_by_resource_type(  # noqa: E731
         "User:alice", "h", Op.WRITE, RT.TOPIC)

@@ -77,31 +77,41 @@ def _applies(b: AclBinding, principal: str, host: str, op: AclOperation) -> bool
     return b.operation == op
 
 
-def _pattern_covers(b: AclBinding, name: str) -> bool:
-    if b.pattern_type == PatternType.LITERAL:
-        return b.name == name or b.name == WILDCARD
-    return b.pattern_type == PatternType.PREFIXED and name.startswith(b.name)
-
-
 class Authorizer:
-    """The ACLs in memory and the decision rules. `bindings` changes only through add/remove."""
+    """The ACLs in memory and the decision rules. The bindings change only through add/remove.
+
+    Indexed as Kafka's sorted ACL cache is, so one decision costs O(len(name)) dict lookups plus the
+    ACLs of its candidate patterns, not a scan of every ACL: LITERAL ACLs by (type, name), PREFIXED
+    ones by (type, prefix); a name's candidates are its literal entry, the literal `*` and each of its
+    prefixes."""
 
     def __init__(self, bindings: Iterable[AclBinding] = (), super_users: Iterable[str] = (),
                  allow_if_no_acl: bool = False):
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
         self._by_type: dict[ResourceType, set[AclBinding]] = {}
+        self._literal: dict[tuple[ResourceType, str], set[AclBinding]] = {}
+        self._prefixed: dict[tuple[ResourceType, str], set[AclBinding]] = {}
+        self._prefix_lengths: dict[ResourceType, dict[int, int]] = {}     # length -> how many patterns
         for b in bindings:
-            self._by_type.setdefault(b.resource_type, set()).add(b)
+            self.add(b)
+
+    def _candidates(self, rtype: ResourceType, name: str):
+        lit = self._literal
+        yield from lit.get((rtype, name), ())
+        if name != WILDCARD:
+            yield from lit.get((rtype, WILDCARD), ())
+        pre = self._prefixed
+        for n in self._prefix_lengths.get(rtype, ()):
+            if n <= len(name):
+                yield from pre.get((rtype, name[:n]), ())
 
     # -- decisions -------------------------------------------------------------------------------
     def authorize(self, principal: str, host: str, op: AclOperation, rtype: ResourceType, name: str) -> bool:
         if principal in self.super_users:
             return True
         found_any = allowed = False
-        for b in self._by_type.get(rtype, ()):
-            if not _pattern_covers(b, name):
-                continue
+        for b in self._candidates(rtype, name):
             found_any = True
             if _applies(b, principal, host, op):
                 if b.permission == AclPermissionType.DENY:
@@ -158,12 +168,28 @@ class Authorizer:
         if b in s:
             return False
         s.add(b)
+        if b.pattern_type == PatternType.PREFIXED:
+            self._prefixed.setdefault((b.resource_type, b.name), set()).add(b)
+            lengths = self._prefix_lengths.setdefault(b.resource_type, {})
+            lengths[len(b.name)] = lengths.get(len(b.name), 0) + 1
+        else:
+            self._literal.setdefault((b.resource_type, b.name), set()).add(b)
         return True
 
     def remove(self, flt: AclBindingFilter) -> list[AclBinding]:
         gone = self.describe(flt)
         for b in gone:
             self._by_type[b.resource_type].discard(b)
+            key = (b.resource_type, b.name)
+            index = self._prefixed if b.pattern_type == PatternType.PREFIXED else self._literal
+            index[key].discard(b)
+            if not index[key]:
+                del index[key]
+            if b.pattern_type == PatternType.PREFIXED:
+                lengths = self._prefix_lengths[b.resource_type]
+                lengths[len(b.name)] -= 1
+                if not lengths[len(b.name)]:
+                    del lengths[len(b.name)]
         return gone
 
 
