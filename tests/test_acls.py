@@ -932,3 +932,38 @@ def test_an_acl_change_applies_to_open_connections_at_their_next_request(acl_bro
         assert m.list_topics() == []
         gone = a.delete_acls([AclBindingFilter(RT.TOPIC, "secret", Pat.LITERAL)])
         assert len(gone) == 2 and m.list_topics() == []
+
+
+CK_ADMIN_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from confluent_kafka import admin as A
+    conf = json.loads(sys.argv[1])
+    a = A.AdminClient(conf)
+    b = A.AclBinding(A.ResourceType.TOPIC, "ck-acl-", A.ResourcePatternType.PREFIXED, "User:erin", "*",
+                     A.AclOperation.READ, A.AclPermissionType.ALLOW)
+    out = {}
+    a.create_acls([b])[b].result(20)
+    f = A.AclBindingFilter(A.ResourceType.TOPIC, "ck-acl-x", A.ResourcePatternType.MATCH, None, None,
+                           A.AclOperation.ANY, A.AclPermissionType.ANY)
+    out["described"] = sorted(f"{x.name}/{x.resource_pattern_type.name}/{x.principal}/{x.operation.name}"
+                              for x in a.describe_acls(f).result(20))
+    out["deleted"] = [x.principal for x in a.delete_acls([f])[f].result(20)]
+    bad = A.AclBinding(A.ResourceType.BROKER, "not-kafka-cluster", A.ResourcePatternType.LITERAL, "User:erin",
+                       "*", A.AclOperation.ALTER, A.AclPermissionType.ALLOW)
+    try:
+        a.create_acls([bad])[bad].result(20)
+    except Exception as e:
+        out["invalid"] = e.args[0].name()
+    print(json.dumps(out))
+""")
+
+
+def test_confluent_kafka_admin_manages_acls_on_kohort_broker(acl_broker):
+    """librdkafka's CreateAcls/DescribeAcls/DeleteAcls (MATCH filter, a refused binding)."""
+    pytest.importorskip("confluent_kafka")
+    b = acl_broker
+    conf = {"bootstrap.servers": b.bs, **settings(b, "admin")}
+    r = subprocess.run([PY, "-c", CK_ADMIN_SCRIPT, json.dumps(conf)], capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {
+        "described": ["ck-acl-/PREFIXED/User:erin/READ"], "deleted": ["User:erin"], "invalid": "INVALID_REQUEST"}
