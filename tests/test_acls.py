@@ -899,6 +899,10 @@ def test_kip848_consumer_authorization_errors(cluster):
     finally:
         p.close()
     assert run("alice", "alice-848c", "alice-kohort")
+    from kohort.protocol.messages import REQUESTS
+    resp = _call(b, "alice", REQUESTS[69](group_ids=["alice-848c"], include_authorized_operations=True))
+    g = resp.groups[0]
+    assert (g.error_code, g.authorized_operations) == (E.NONE, (1 << Op.READ) | (1 << Op.DESCRIBE))
 
 
 def test_kohort_cli_names_the_authorization_error(acl_broker):
