@@ -417,9 +417,10 @@ class Broker:
 
 async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
                      metrics_addr: str | None = None, ready_line: bool = True,
-                     listeners: list[Listener] | None = None) -> None:
+                     listeners: list[Listener] | None = None, console_addr: str | None = None,
+                     console_writes: bool = False) -> None:
     """Run until SIGTERM/SIGINT; print the ready line once connections are accepted (with `listeners`
-    configured, one line per listener before it)."""
+    configured, one line per listener before it; with the console, its line before it)."""
     broker = Broker(config, host, port, data_dir, listeners)
     await broker.start()
     if metrics_addr:
@@ -430,6 +431,17 @@ async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
         except OSError:
             await broker.stop()           # close storage cleanly before reporting the error
             raise
+    console = console_addr or config["console.listener"]
+    if console:
+        from kohort.broker.console import serve_console
+        ch, _, cp = console.rpartition(":")
+        try:
+            await serve_console(broker, ch.strip("[]") or "127.0.0.1", int(cp),
+                                allow_writes=config["console.allow.writes"] or console_writes,
+                                lag_sample_ms=config["console.lag.sample.ms"])
+        except OSError:
+            await broker.stop()
+            raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -437,6 +449,10 @@ async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
     if ready_line:
         for lst in (broker.listeners if listeners else ()):     # `listeners` configured: name each
             print(f"kohort broker listener {lst.name} ({lst.protocol}) on {lst.host}:{lst.port}", flush=True)
+        if getattr(broker, "console", None) is not None:
+            c = broker.console
+            print(f"kohort console on http://{c.host}:{c.port}/ ({'read-write' if c.allow_writes else 'read-only'})",
+                  flush=True)
         print(f"kohort broker ready on {broker.listen_host}:{broker.listen_port}", flush=True)
     await stop.wait()
     await broker.stop()
