@@ -767,7 +767,8 @@ def test_java_client_authorized_and_unauthorized(acl_broker, tmp_path):
     assert sorted(r.stdout.split()) == ["j1", "j2"]
     r = run_tool(CONSUMER_GROUPS, "--bootstrap-server", b.bs, "--describe", "--group", "alice-java-g",
                  "--command-config", _java_props(b, tmp_path, "admin"), timeout=90)
-    assert sum(int(line.split()[3]) for line in r.stdout.splitlines() if "alice-java " in line + " ") == 2, r.stdout
+    rows = [line.split() for line in r.stdout.splitlines() if line.split()[1:2] == ["alice-java"]]
+    assert sum(int(row[3]) for row in rows if row[3].isdigit()) == 2, r.stdout
     r = run_tool(CONSOLE_CONSUMER, "--bootstrap-server", b.bs, "--topic", "paid", "--group", "paid-g",
                  "--from-beginning", "--max-messages", "1", "--command-config", _java_props(b, tmp_path, "mallory"),
                  "--timeout-ms", "15000", timeout=90, check=False)
