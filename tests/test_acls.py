@@ -908,6 +908,19 @@ def test_kip848_consumer_authorization_errors(cluster):
     resp = _call(b, "alice", REQUESTS[69](group_ids=["alice-848c"], include_authorized_operations=True))
     g = resp.groups[0]
     assert (g.error_code, g.authorized_operations) == (E.NONE, (1 << Op.READ) | (1 << Op.DESCRIBE))
+    # KAFKA-18813: a group whose assignments name a topic the describer may not DESCRIBE: 29, no details
+    c = Consumer(kohort_conf(b, "admin", **{"group.id": "alice-adm", "group.protocol": "consumer"}))
+    try:
+        c.subscribe(["secret"])
+        deadline = time.monotonic() + 30
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(0.2)
+        assert c.assignment()
+        for user, code in (("alice", E.TOPIC_AUTHORIZATION_FAILED), ("admin", E.NONE)):
+            g = _call(b, user, REQUESTS[69](group_ids=["alice-adm"], include_authorized_operations=False)).groups[0]
+            assert (g.error_code, bool(g.members)) == (code, code == E.NONE), (user, g)
+    finally:
+        c.close()
 
 
 def test_kohort_cli_names_the_authorization_error(acl_broker):

@@ -9,7 +9,9 @@ Kafka does (they stay advertised). ConsumerGroupDescribe reports groups that are
 (unknown or classic) as GROUP_ID_NOT_FOUND per entry; authorized_operations (KIP-430) when asked.
 Authorization (Kafka 4's): the heartbeat needs READ on the group (GROUP_AUTHORIZATION_FAILED) and
 DESCRIBE on every subscribed topic name (TOPIC_AUTHORIZATION_FAILED); a regex subscription is not
-filtered by ACLs (Kafka 4 filters it). ConsumerGroupDescribe needs DESCRIBE on each group.
+filtered by ACLs (Kafka 4 filters it). ConsumerGroupDescribe needs DESCRIBE on each group, and a group
+whose members' (target) assignments name a topic the principal may not DESCRIBE is answered
+TOPIC_AUTHORIZATION_FAILED without its details (KAFKA-18813, Kafka 4.0).
 """
 from __future__ import annotations
 
@@ -140,6 +142,14 @@ async def handle_consumer_group_describe(ctx, req: ConsumerGroupDescribeRequest)
                              subscribed_topic_names=list(m.subscribed_topic_names),
                              subscribed_topic_regex=m.subscribed_topic_regex, assignment=asg,
                              target_assignment=tgt, member_type=0 if m.classic is not None else 1))
+        topics = {tp.topic_name for m in members for a in (m.assignment, m.target_assignment)
+                  for tp in a.topic_partitions}
+        hidden = topics - ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, topics)
+        if hidden:
+            groups.append(DG(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=(
+                f"The described group uses topics that the client is not authorized to describe: "
+                f"{sorted(hidden)}"), **base))
+            continue
         groups.append(DG(error_code=ErrorCode.NONE, error_message=None, group_id=gid,
                          group_state=g.state.value, group_epoch=g.group_epoch,
                          assignment_epoch=g.assignment_epoch,
