@@ -5,7 +5,8 @@ socket.request.max.bytes before the body is read. Each request is dispatched at 
 wait, e.g. fetch long polls or JoinGroup), but responses are written strictly in request order. A
 malformed frame closes that connection only, with one log line. An unknown API key or version closes
 the connection as Kafka does, except ApiVersions, which is answered with UNSUPPORTED_VERSION and the
-supported ranges (KIP-511).
+supported ranges (KIP-511). Fetch answers on connections without TLS carry their large record sets as
+FileSlices, written with sendfile between the encoded parts of the frame (`_send_spliced`, issue 17).
 
 Listeners (broker/security.py): one server socket per entry of `listeners` (PLAINTEXT, SSL,
 SASL_PLAINTEXT, SASL_SSL); TLS is done by asyncio before the first byte is read. On a SASL listener a
@@ -31,7 +32,8 @@ from kohort.broker.handlers import HANDLERS, NO_RESPONSE, load_all
 from kohort.broker.security import ANONYMOUS, CLOSE, FAIL, Authenticator, Listener, ScramStore, tls_principal
 from kohort.errors import DecodeError, KohortError
 from kohort.protocol.framing import (
-    FrameTooLargeError, UnsupportedRequestError, encode_response_buffer, frame_size, peek_request_header,
+    FrameTooLargeError, UnsupportedRequestError, encode_response_buffer, encode_response_spliced, frame_size,
+    peek_request_header,
 )
 from kohort.protocol.headers import RequestHeader, request_header_version
 from kohort.protocol.messages import REQUESTS
@@ -42,6 +44,7 @@ _conn_ids = itertools.count(1)
 WRITE_HIGH_WATER = 1 << 20     # unsent response bytes after which a connection is not read
 PIPELINE_YIELD = 8             # queued requests after which the reader lets the writer run
 COALESCE_BYTES = 64 * 1024     # ready answers joined into one write up to this size
+FETCH = 1                      # the API whose record sets may be FileSlices (sent with sendfile)
 
 
 def decode_request(payload):
@@ -348,6 +351,8 @@ class Broker:
         transport = writer.transport
         loop = asyncio.get_running_loop()
         out = bytearray()
+        # record bytes of Fetch answers go out with sendfile where the OS can send them (no TLS)
+        splice = transport.get_extra_info("sslcontext") is None and transport.get_extra_info("socket") is not None
 
         def send_out() -> None:
             nonlocal out
@@ -387,7 +392,16 @@ class Broker:
                     if m:
                         m.observe(api_key, time.perf_counter() - t0, in_bytes, 0, version)
                     continue
-                data = encode_response_buffer(result, version, corr)
+                if splice and api_key == FETCH:
+                    data = encode_response_spliced(result, version, corr)
+                    if data.splices:
+                        send_out()
+                        if m:
+                            m.observe(api_key, time.perf_counter() - t0, in_bytes, data.frame_size, version)
+                        await _send_spliced(loop, writer, data)
+                        continue
+                else:
+                    data = encode_response_buffer(result, version, corr)
                 if m:
                     m.observe(api_key, time.perf_counter() - t0, in_bytes, len(data), version)
                 if len(data) >= COALESCE_BYTES:
@@ -413,6 +427,31 @@ class Broker:
                 item = pending.get_nowait()
                 if item and isinstance(item[0], asyncio.Future):
                     item[0].cancel()
+
+
+async def _send_spliced(loop, writer: asyncio.StreamWriter, data) -> None:
+    """One frame whose record sets are FileSlices (issue 17): the encoded parts are written, each
+    slice is sent by the OS (loop.sendfile: os.sendfile once the transport's buffer is empty). A
+    slice that cannot be sent whole (its file shrank) ends the connection: the frame's size prefix
+    already promised those bytes."""
+    view = memoryview(data)
+    prev = 0
+    try:
+        for pos, recs in data.splices:
+            writer.write(view[prev:pos])
+            prev = pos
+            try:
+                recs.fileno()
+            except (AttributeError, OSError):       # not a file descriptor (in-memory storage)
+                writer.write(recs.read())
+                continue
+            sent = await loop.sendfile(writer.transport, recs, recs.position, recs.size, fallback=False)
+            if sent != recs.size:
+                raise ConnectionError(f"sent {sent} of {recs.size} record bytes: the segment shrank")
+        writer.write(view[prev:])
+    finally:
+        for _, recs in data.splices:
+            recs.close()
 
 
 async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
