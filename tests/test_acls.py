@@ -989,3 +989,25 @@ def test_confluent_kafka_admin_manages_acls_on_kohort_broker(acl_broker):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {
         "described": ["ck-acl-/PREFIXED/User:erin/READ"], "deleted": ["User:erin"], "invalid": "INVALID_REQUEST"}
+
+
+def test_mutual_tls_principal_is_what_acls_name(pki, tmp_path):  # noqa: F811
+    """A client certificate's subject DN (Kafka's order) is the principal ACLs match; without a grant
+    it sees nothing. The PLAINTEXT listener's ANONYMOUS is the super user that sets things up."""
+    from kohort.client.admin import Admin
+    plain, tls = free_port(), free_port()
+    config = {"listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls}",
+              "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki / "server-keystore.pem"),
+              "ssl.client.auth": "required", "ssl.truststore.type": "PEM",
+              "ssl.truststore.location": str(pki / "ca.pem"),
+              "authorizer.class.name": STANDARD, "super.users": "User:ANONYMOUS"}
+    me = "User:CN=client-one,O=kohort,C=DE"
+    with KohortBroker(str(tmp_path / "data"), port=plain, config=config):
+        tls_conf = {"bootstrap.servers": f"127.0.0.1:{tls}", "security.protocol": "SSL",
+                    "ssl.ca.location": str(pki / "ca.pem"), "ssl.certificate.location": str(pki / "client.pem"),
+                    "ssl.key.location": str(pki / "client.key")}
+        with Admin({"bootstrap.servers": f"127.0.0.1:{plain}"}) as su, Admin(tls_conf) as client:
+            su.create_topics(["mtls-t", "other"])
+            assert client.list_topics() == []
+            su.create_acls([acl(RT.TOPIC, "mtls-", Op.READ, principal=me, pattern=Pat.PREFIXED)])
+            assert client.list_topics() == ["mtls-t"]
