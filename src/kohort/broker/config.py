@@ -128,6 +128,8 @@ SECURITY_KEYS: dict[str, tuple] = {
     "listener.security.protocol.map": (str, ""),
     "sasl.enabled.mechanisms": (str, "GSSAPI"),
     "sasl.jaas.config": (str, ""),
+    "sasl.server.callback.handler.class": (str, ""),
+    "connections.max.reauth.ms": (int, 0),
     "ssl.keystore.type": (str, "JKS"),
     "ssl.keystore.location": (str, ""),
     "ssl.keystore.key": (str, ""),
@@ -137,6 +139,7 @@ SECURITY_KEYS: dict[str, tuple] = {
     "ssl.truststore.location": (str, ""),
     "ssl.truststore.certificates": (str, ""),
     "ssl.client.auth": (str, "none"),
+    "ssl.principal.mapping.rules": (str, "DEFAULT"),
     "connection.failed.authentication.delay.ms": (int, 100),
     "sasl.server.max.receive.size": (int, 524288),
 }
@@ -157,7 +160,9 @@ SPEC.update({
     "super.users": (str, ""),
     "allow.everyone.if.no.acl.found": (_b, False),
 })
-_MECH_JAAS = re.compile(r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\.jaas\.config")
+_MECH_JAAS = re.compile(r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\."
+                        r"(jaas\.config|server\.callback\.handler\.class)|"
+                        r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.connections\.max\.reauth\.ms")
 
 
 def _spec_for(key: str):

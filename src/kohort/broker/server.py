@@ -226,10 +226,14 @@ class Broker:
             m.connection_opened()
         principal = ANONYMOUS
         if listener.protocol == "SSL":
-            principal = tls_principal(writer.get_extra_info("peercert"))
+            principal = tls_principal(writer.get_extra_info("peercert"), listener.principal_mapper)
         auth = Authenticator(listener, self.scram) if listener.sasl else None
         sasl_max = min(self.max_request, self.config["sasl.server.max.receive.size"])
         try:
+            if principal is None:       # no ssl.principal.mapping.rules rule applies: Kafka fails it too
+                log.warning("closing connection %d from %s: no ssl.principal.mapping.rules rule applies to "
+                            "its client certificate", conn_id, host)
+                return
             while True:
                 # Back-pressure: a client that does not read its responses stops being read from
                 # (Kafka mutes such channels), so unread answers cannot pile up in memory.
@@ -281,6 +285,15 @@ class Broker:
                     break
                 api_key = header.request_api_key
                 version = header.request_api_version
+                if auth is not None and auth.complete:         # KIP-368 (broker/security.py)
+                    if api_key == 17 and auth.begin_reauthentication():
+                        pass                                   # the SASL exchange below, again
+                    elif api_key != 17 and auth.session_expired():
+                        log.info("closing connection %d from %s: SASL session expired (KIP-368)",
+                                 conn_id, host)
+                        await pending.put(None)                # answers already due still go out first
+                        await asyncio.wait({wtask}, timeout=5)
+                        break
                 if auth is not None and not auth.complete:
                     if api_key == 18 and auth.allows_api_versions():
                         auth.on_api_versions()           # answered below like any ApiVersions
