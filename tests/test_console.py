@@ -392,8 +392,12 @@ def test_page_groups(env, browser):
 def test_page_group_members_lag_chart_and_history(env, browser, gid):
     from selenium.webdriver.support.ui import WebDriverWait
     _open(browser, env, "groups")
+    before = browser.find_element("tag name", "body").get_attribute("data-loaded")
     browser.find_element("link text", gid).click()            # navigate as a user does
-    WebDriverWait(browser, 30).until(lambda d: d.find_element("id", "group-id").text == gid
+    # the group page is complete once its render finished (data-loaded moves on); reading rows while the
+    # render is still replacing tables gave StaleElementReferenceException on a busy machine
+    WebDriverWait(browser, 30).until(lambda d: d.find_element("tag name", "body").get_attribute("data-loaded")
+                                     != before and d.find_element("id", "group-id").text == gid
                                      and d.find_elements("css selector", "#members-table tbody tr"))
     assert browser.find_element("id", "group-state").text == "Stable"
     admin = _lag_by_admin(env.bootstrap, gid)

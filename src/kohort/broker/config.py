@@ -99,6 +99,9 @@ SPEC: dict[str, tuple] = {
     "transaction.state.log.num.partitions": (int, 50),
     "transaction.state.log.segment.bytes": (int, 100 * 1024 * 1024),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int, 10000),
+    # the finalized transaction.version feature advertised in ApiVersions (Kafka sets it with
+    # kafka-storage format --feature): 2 makes Java 4.x clients use transactions v2 (KIP-890 part 2)
+    "transaction.version": (int, 2),
 }
 SPEC.update({
     # kohort: the adaptive initial-rebalance quiet window (see broker/coordinator). A new group's first

@@ -163,7 +163,7 @@ class GroupEvents:
     def _observe(self, rt, op: str, args: tuple, out: Any, consumer: bool) -> None:
         if out is not None:
             for a in getattr(out, "appends", ()):
-                self._tokens[a.token] = {r.group for r in a.records}
+                self._tokens[a.token] = {r.group for r in a.records if hasattr(r, "group")}   # not markers
         gids = self._touched(rt, op, args, consumer)
         if not gids:
             return

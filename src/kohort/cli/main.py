@@ -16,7 +16,7 @@ import sys
 
 from kohort import __version__
 
-ORDER = ["broker", "produce", "consume", "topics", "groups", "pipeline", "demo"]
+ORDER = ["broker", "produce", "consume", "topics", "groups", "transactions", "pipeline", "demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,10 @@ What lives here: `Admin(config)` (role "admin" of `kohort.client.config`), block
 * ACLs (KIP-140): `create_acls`, `describe_acls`, `delete_acls` with kohort.protocol.acl's AclBinding and
   AclBindingFilter (CreateAcls/DescribeAcls/DeleteAcls v1-v3; an error raises the broker's
   ErrorCode, e.g. ClusterAuthorizationFailed, SecurityDisabled, InvalidRequest with its message).
+* transactions (KIP-664, as kafka-transactions.sh): `list_transactions` (ListTransactions on every
+  broker), `describe_transactions` (DescribeTransactions at each id's transaction coordinator),
+  `describe_producers` (DescribeProducers at the partition leader), `abort_transaction` (WriteTxnMarkers
+  ABORT to the partition leader: closes a hanging transaction).
 
 Group requests go to the group's coordinator (FindCoordinator), retried on NOT_COORDINATOR /
 COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE. Every wait is bounded by
@@ -25,6 +29,7 @@ COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE. Every wait is bounded 
 """
 from __future__ import annotations
 
+import re
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import NamedTuple
@@ -46,6 +51,10 @@ from kohort.protocol.messages.delete_groups import DeleteGroupsRequest
 from kohort.protocol.messages.delete_topics import DeleteTopicsRequest
 from kohort.protocol.messages.describe_configs import DescribeConfigsRequest
 from kohort.protocol.messages.describe_groups import DescribeGroupsRequest
+from kohort.protocol.messages.describe_producers import DescribeProducersRequest
+from kohort.protocol.messages.describe_transactions import DescribeTransactionsRequest
+from kohort.protocol.messages.list_transactions import ListTransactionsRequest
+from kohort.protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from kohort.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from kohort.protocol.messages.list_groups import ListGroupsRequest
 from kohort.client.consumer.offsets import OFFSETS_BY_NAME_MAX_VERSION
@@ -126,6 +135,33 @@ class LagRow(NamedTuple):
     client_id: str | None
 
 
+class TransactionListing(NamedTuple):
+    transactional_id: str
+    producer_id: int
+    state: str
+    node: int
+
+
+class TransactionDescription(NamedTuple):
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int              # -1: no transaction started
+    partitions: list                # [TopicPartition]
+    coordinator: int
+
+
+class ProducerState(NamedTuple):
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    txn_start_offset: int           # -1: no open transaction
+
+
 class Admin:
     """Blocking admin operations against a Kafka(-compatible) cluster."""
 
@@ -181,11 +217,11 @@ class Admin:
         cid = md.controller_id
         return cid if cid is not None and cid >= 0 and any(b.node_id == cid for b in md.brokers) else None
 
-    def _coordinator(self, group: str, timeout=None) -> int:
+    def _coordinator(self, group: str, timeout=None, key_type: int = R.COORDINATOR_GROUP) -> int:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             code, node, host, port, _ = R.read_find_coordinator(
-                self._call(None, R.find_coordinator_request(group), timeout))
+                self._call(None, R.find_coordinator_request(group, key_type), timeout))
             if code == 0:
                 brokers = self.nc.brokers
                 if brokers.get(node) != (host, port):
@@ -195,7 +231,8 @@ class Admin:
             if code in _COORDINATOR_RETRY and time.monotonic() < deadline:
                 time.sleep(0.1)
                 continue
-            raise for_code(code)(f"FindCoordinator for group {group!r}")
+            raise for_code(code)(f"FindCoordinator for {'group' if key_type == R.COORDINATOR_GROUP else 'transactional id'}"
+                                 f" {group!r}")
 
     def _refresh_brokers(self, md) -> None:
         brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
@@ -440,6 +477,91 @@ class Admin:
                 out[tp] = off
         return out
 
+    # -- transactions (KIP-664) ----------------------------------------------------------------------
+    def list_transactions(self, states=(), producer_ids=(), pattern: str | None = None,
+                          min_duration_ms: int = -1, timeout=None) -> list[TransactionListing]:
+        """Transactional ids on every broker (ListTransactions; `states` by Kafka's names such as
+        Ongoing, `pattern` a regular expression the whole id must match (v2), `min_duration_ms`
+        transactions running at least that long (v1)). An unknown state name is an error."""
+        md = self._metadata([], timeout)
+        self._refresh_brokers(md)
+        out = []
+        for b in md.brokers:
+            req = ListTransactionsRequest(state_filters=list(states), producer_id_filters=list(producer_ids),
+                                          duration_filter=min_duration_ms, transactional_id_pattern=pattern)
+            max_v = 0 if pattern is None and min_duration_ms < 0 else None
+            resp = self._call(b.node_id, req, timeout, max_version=max_v)
+            if resp.error_code:
+                raise for_code(resp.error_code)(f"ListTransactions on broker {b.node_id}")
+            if resp.unknown_state_filters:
+                raise KohortError(f"unknown transaction state(s): {', '.join(resp.unknown_state_filters)} "
+                                  "(Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, "
+                                  "CompleteAbort, PrepareEpochFence)")
+            out += [TransactionListing(t.transactional_id, t.producer_id, t.transaction_state, b.node_id)
+                    for t in resp.transaction_states]
+        if pattern is not None:         # also where the broker is older than ListTransactions v2
+            rx = re.compile(pattern)
+            out = [t for t in out if rx.fullmatch(t.transactional_id)]
+        return sorted(out)
+
+    def describe_transactions(self, transactional_ids, timeout=None) -> list[TransactionDescription]:
+        """Each id's state at its transaction coordinator; an unknown id raises
+        TransactionalIdNotFound."""
+        out = []
+        for tid in transactional_ids:
+            deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+            while True:
+                node = self._coordinator(tid, timeout, key_type=R.COORDINATOR_TRANSACTION)
+                d = self._call(node, DescribeTransactionsRequest(transactional_ids=[tid]), timeout).transaction_states[0]
+                if d.error_code in _COORDINATOR_RETRY and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
+                break
+            if d.error_code:
+                raise for_code(d.error_code)(f"transactional id {tid!r}")
+            parts = sorted(TopicPartition(t.name, p) for t in d.topics for p in t.partition_indexes)
+            out.append(TransactionDescription(tid, d.transaction_state, d.producer_id, d.producer_epoch,
+                                              d.transaction_timeout_ms, d.transaction_start_time_ms, parts, node))
+        return out
+
+    def _leader(self, topic: str, partition: int, timeout=None) -> int:
+        md = self._metadata([topic], timeout)
+        self._refresh_brokers(md)
+        for t in md.topics:
+            if t.error_code:
+                raise for_code(t.error_code)(f"topic {topic!r}")
+            for p in t.partitions:
+                if p.partition_index == partition:
+                    if p.error_code:
+                        raise for_code(p.error_code)(f"{topic}[{partition}]")
+                    return p.leader_id
+        raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{topic}[{partition}]")
+
+    def describe_producers(self, topic: str, partition: int, timeout=None) -> list[ProducerState]:
+        """The active producers of a partition (DescribeProducers at its leader)."""
+        T = DescribeProducersRequest.TopicRequest
+        resp = self._call(self._leader(topic, partition, timeout),
+                          DescribeProducersRequest(topics=[T(name=topic, partition_indexes=[partition])]), timeout)
+        p = resp.topics[0].partitions[0]
+        if p.error_code:
+            raise for_code(p.error_code)(p.error_message or f"{topic}[{partition}]")
+        return [ProducerState(s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp,
+                              s.coordinator_epoch, s.current_txn_start_offset) for s in p.active_producers]
+
+    def abort_transaction(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                          coordinator_epoch: int, timeout=None) -> None:
+        """Write an ABORT marker for the producer's open transaction on one partition (WriteTxnMarkers
+        at its leader, as Kafka's Admin.abortTransaction); for hanging transactions (KIP-664)."""
+        M = WriteTxnMarkersRequest.WritableTxnMarker
+        req = WriteTxnMarkersRequest(markers=[M(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=False,
+            topics=[M.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
+            coordinator_epoch=coordinator_epoch, transaction_version=0)])
+        resp = self._call(self._leader(topic, partition, timeout), req, timeout, max_version=1)
+        code = resp.markers[0].topics[0].partitions[0].error_code
+        if code:
+            raise for_code(code)(f"abort of producer {producer_id} on {topic}[{partition}]")
+
     def group_lag(self, group: str, timeout=None) -> list[LagRow]:
         """Per partition: committed offset, log end offset, lag and the owning member (if any)."""
         desc = self.describe_groups([group], timeout)[0]
@@ -637,5 +759,5 @@ def _rtype(rt) -> int:
     return m[rt]
 
 
-__all__ = ["Admin", "BrokerInfo", "ClusterDescription", "ConfigEntry", "EARLIEST", "GroupDescription",
+__all__ = ["Admin", "ProducerState", "TransactionDescription", "TransactionListing", "BrokerInfo", "ClusterDescription", "ConfigEntry", "EARLIEST", "GroupDescription",
            "GroupListing", "LATEST", "LagRow", "MemberDescription", "PartitionInfo", "TopicDescription"]

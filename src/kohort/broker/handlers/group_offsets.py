@@ -1,18 +1,30 @@
 """Committed offsets, answered by the group coordinator runtime: OffsetCommit (8) v2-v9, OffsetFetch
-(9) v1-v9, OffsetDelete (47) v0.
+(9) v1-v9, OffsetDelete (47) v0, TxnOffsetCommit (28) v0-v5.
 
 OffsetCommit: Kafka 4 serves v2-v9 (KIP-896 dropped v0/v1); retention_time_ms only in v2-v4;
 partitions of topics this broker does not have get UNKNOWN_TOPIC_OR_PARTITION (as Kafka's request
 layer does), the rest go to the coordinator and are answered once stored and fsynced.
 OffsetFetch: v1-v7 ask for one group (a null topic list, v2+, means every committed offset); v8+ ask
 for several groups at once (KIP-709); v1 has no top-level error, so a group error is reported on every
-requested partition.
+requested partition. With require_stable (v7+) a partition with pending transactional offsets answers
+UNSTABLE_OFFSET_COMMIT (KIP-447).
+TxnOffsetCommit (v0-v5; v5 is transactions v2 and adds the group's `__consumer_offsets` partition to
+the transaction itself, as AddOffsetsToTxn would): unknown partitions get UNKNOWN_TOPIC_OR_PARTITION;
+then the transaction coordinator verifies that the group's `__consumer_offsets` partition is in the
+producer's Ongoing transaction at its epoch (KIP-890 part 1 as Kafka's verification:
+INVALID_TXN_STATE, TRANSACTION_ABORTABLE from v4, or INVALID_PRODUCER_EPOCH for a fenced producer;
+CONCURRENT_TRANSACTIONS while the previous transaction completes), so no offset of a finished or
+fenced transaction is ever held pending; then the group checks (KIP-447, v3+ carry generation/member/instance; a KIP-848
+consumer group checks member and epoch, a stale epoch being ILLEGAL_GENERATION) and the offsets are
+held pending until the transaction's marker.
 
 Authorization (Kafka's): OffsetCommit needs READ on the group (else GROUP_AUTHORIZATION_FAILED on every
 partition) and READ on each topic (else TOPIC_AUTHORIZATION_FAILED, checked before existence);
 OffsetFetch DESCRIBE on the group (group-level GROUP_AUTHORIZATION_FAILED) and on each named topic
 (TOPIC_AUTHORIZATION_FAILED, offset -1; an all-topics fetch leaves such topics out); OffsetDelete DELETE
-on the group and READ on each topic.
+on the group and READ on each topic; TxnOffsetCommit WRITE on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ on the group (GROUP_AUTHORIZATION_FAILED) and READ on each
+topic (TOPIC_AUTHORIZATION_FAILED), on every partition / per topic as Kafka.
 """
 from __future__ import annotations
 
@@ -21,7 +33,7 @@ import dataclasses
 
 from kohort.broker.coordinator.model import (
     CommitPartition, FetchedPartition, OffsetCommitParams, OffsetCommitResult, PartitionResult, OffsetDeleteParams,
-    OffsetFetchParams, OffsetFetchResult,
+    OffsetFetchParams, OffsetFetchResult, TxnOffsetCommitParams,
 )
 from kohort.broker.handlers import handles
 from kohort.broker.authorizer import AclOperation, ResourceType
@@ -30,6 +42,7 @@ from kohort.errors import ErrorCode
 from kohort.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 from kohort.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from kohort.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+from kohort.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
 CTopic = OffsetCommitResponse.Topic
 CPart = CTopic.Partition
@@ -225,3 +238,61 @@ async def handle_offset_delete(ctx, req: OffsetDeleteRequest) -> OffsetDeleteRes
     _add_unknown(results, denied, P, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     return OffsetDeleteResponse(error_code=ErrorCode.NONE, throttle_time_ms=0,
                                 topics=[T(name=n, partitions=ps) for n, ps in results.items()])
+
+
+# -- TxnOffsetCommit -----------------------------------------------------------------------------
+@handles(TxnOffsetCommitRequest, "0-5")
+async def handle_txn_offset_commit(ctx, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    v, b = ctx.api_version, ctx.broker
+    rt = runtime(ctx)
+    TT = TxnOffsetCommitResponse.Topic
+    TP = TT.Partition
+    denied_all = (ErrorCode.NONE if ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                  req.transactional_id)
+                  else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) or group_denied(ctx, req.group_id)
+    if denied_all:
+        return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[TT(name=t.name, partitions=[
+            TP(partition_index=p.partition_index, error_code=denied_all) for p in t.partitions]) for t in req.topics])
+    topics, denied = _split_authorized(ctx, AclOperation.READ, req.topics)
+    known, unknown = _split_known(b, topics, lambda p: CommitPartition(
+        p.partition_index, p.committed_offset, p.committed_leader_epoch if v >= 2 else -1, p.committed_metadata))
+    results: dict[str, list] = {}
+
+    def all_known(code: int) -> None:
+        for name, parts in known:
+            results.setdefault(name, []).extend(TP(partition_index=p.partition_index, error_code=code)
+                                                for p in parts)
+    generation = req.generation_id if v >= 3 else -1
+    member = req.member_id if v >= 3 else ""
+    instance = req.group_instance_id if v >= 3 else None
+    if not known:
+        pass
+    elif rt is None:
+        all_known(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    elif not req.group_id:
+        all_known(ErrorCode.INVALID_GROUP_ID)
+    else:
+        tp = ("__consumer_offsets", rt.partition_for(req.group_id))
+        code = b.txn.coordinator.verify(req.producer_id, req.producer_epoch, *tp)
+        if code == ErrorCode.INVALID_TXN_STATE and v >= 5:         # transactions v2: add it
+            code = await b.txn.implicit_add(req.transactional_id, req.producer_id, req.producer_epoch, [tp])
+        if code == ErrorCode.INVALID_TXN_STATE and v >= 4:
+            code = ErrorCode.TRANSACTION_ABORTABLE
+        cerr = None
+        if not code and rt.consumer is not None and rt.coordinator.phase == "active":
+            cerr = rt.consumer.validate_offset_commit(req.group_id, member, generation, 9)
+            if cerr == ErrorCode.STALE_MEMBER_EPOCH:
+                cerr = ErrorCode.ILLEGAL_GENERATION
+        if code or cerr:
+            all_known(code or cerr)
+        else:
+            if cerr is not None:     # a consumer-protocol group: offsets kept as a simple group's
+                generation, member, instance = -1, "", None
+            res: OffsetCommitResult = await rt.call("txn_offset_commit", TxnOffsetCommitParams(
+                req.group_id, req.producer_id, req.producer_epoch, tuple(known), generation, member, instance))
+            for name, prs in res.topics:
+                results.setdefault(name, []).extend(
+                    TP(partition_index=pr.partition_index, error_code=pr.error_code) for pr in prs)
+    _add_unknown(results, unknown, TP)
+    _add_unknown(results, denied, TP, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[TT(name=n, partitions=ps) for n, ps in results.items()])

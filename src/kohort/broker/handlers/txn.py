@@ -1,21 +1,27 @@
-"""The client side of transactions v1 (KIP-98): AddPartitionsToTxn (key 24) v0-v3, AddOffsetsToTxn
-(key 25) v0-v4 and EndTxn (key 26) v0-v4, answered by the transaction coordinator
-(kohort.broker.txn). AddPartitionsToTxn v4+ (brokers' verification, KIP-890) and EndTxn v5
-(transactions v2) are not served: kohort's broker verifies transactional produce with its local
-coordinator directly and does not advertise transaction.version 2.
+"""The client side of transactions (KIP-98): AddPartitionsToTxn (key 24) v0-v3, AddOffsetsToTxn
+(key 25) v0-v4 and EndTxn (key 26) v0-v5, answered by the transaction coordinator (kohort.broker.txn).
+EndTxn v5 is transactions v2 (KIP-890 part 2: the epoch is bumped on every commit/abort and the answer
+carries the producer id/epoch to use next). AddPartitionsToTxn v4+ (brokers' verification) is not
+served: kohort's broker verifies transactional produce with its local coordinator directly.
 
 AddPartitionsToTxn answers one code for every partition; a partition of an unknown topic gets
 UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as Kafka. AddOffsetsToTxn adds the
 group's `__consumer_offsets` partition (abs(hash(group)) % its partition count).
 
 Admin (KIP-664): DescribeTransactions (key 65) v0, ListTransactions (key 66) v0-v2 from the
-coordinator's state; DescribeProducers (key 61) v0 from the partitions' producer state.
+coordinator's state; DescribeProducers (key 61) v0 from the partitions' producer state;
+WriteTxnMarkers (key 27) v1 -- what Kafka's Admin.abortTransaction sends to a partition's leader to
+close a hanging transaction (kafka-transactions.sh abort): each marker is appended with the same checks
+as the coordinator's own (an epoch below the producer's is INVALID_PRODUCER_EPOCH, a coordinator
+epoch below its last marker's TRANSACTION_COORDINATOR_FENCED; `__consumer_offsets` through the group
+coordinator) and answered once fsynced.
 
 Authorization (Kafka's): WRITE on the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 (AddPartitionsToTxn: on every partition; then WRITE on each topic, else TOPIC_AUTHORIZATION_FAILED
 and OPERATION_NOT_ATTEMPTED for the rest); AddOffsetsToTxn also READ on the group, else
 GROUP_AUTHORIZATION_FAILED. DescribeTransactions/ListTransactions need DESCRIBE on the id (the list is
-filtered), DescribeProducers READ on the topic.
+filtered), DescribeProducers READ on the topic; WriteTxnMarkers (a broker's or an admin's
+request) CLUSTER_ACTION on the cluster, else CLUSTER_AUTHORIZATION_FAILED for every marker.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ import re
 from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import handles
 from kohort.broker.handlers._util import now_ms
-from kohort.broker.txn.coordinator import STATE_NAMES, TxnState
+from kohort.broker.txn.coordinator import STATE_NAMES, TxnState, WriteMarkers
 from kohort.errors import ErrorCode
 from kohort.protocol.consumer_offsets import group_partition
 from kohort.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
@@ -35,6 +41,7 @@ from kohort.protocol.messages.describe_transactions import (
 )
 from kohort.protocol.messages.end_txn import EndTxnRequest, EndTxnResponse
 from kohort.protocol.messages.list_transactions import ListTransactionsRequest, ListTransactionsResponse
+from kohort.protocol.messages.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from kohort.storage import StorageError
 
 TopicResult = AddPartitionsToTxnResponse.TopicResult
@@ -108,14 +115,17 @@ async def handle_add_offsets_to_txn(ctx, req):
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=r.error)
 
 
-@handles(EndTxnRequest, "0-4")
+@handles(EndTxnRequest, "0-5")
 async def handle_end_txn(ctx, req):
     denied = _txn_denied(ctx, req.transactional_id)
     if denied:
         return EndTxnResponse(throttle_time_ms=0, error_code=denied)
     r = await ctx.broker.txn.call("end_txn", req.transactional_id, req.producer_id, req.producer_epoch,
                                   req.committed, version=ctx.api_version)
-    return EndTxnResponse(throttle_time_ms=0, error_code=r.error)
+    if r.error:
+        return EndTxnResponse(throttle_time_ms=0, error_code=r.error)
+    return EndTxnResponse(throttle_time_ms=0, error_code=0, producer_id=r.producer_id,
+                          producer_epoch=r.producer_epoch)
 
 
 # -- admin (KIP-664) -------------------------------------------------------------------------------
@@ -215,3 +225,41 @@ def handle_describe_producers(ctx, req):
             parts.append(P(partition_index=idx, error_code=0, active_producers=active))
         topics.append(R(name=t.name, partitions=parts))
     return DescribeProducersResponse(throttle_time_ms=0, topics=topics)
+
+
+@handles(WriteTxnMarkersRequest, "1")
+async def handle_write_txn_markers(ctx, req):
+    txn = ctx.broker.txn
+    MR = WriteTxnMarkersResponse.WritableTxnMarkerResult
+    TR = MR.WritableTxnMarkerTopicResult
+    PR = TR.WritableTxnMarkerPartitionResult
+    if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
+        return WriteTxnMarkersResponse(markers=[MR(producer_id=m.producer_id, topics=[
+            TR(name=t.name, partitions=[PR(partition_index=p, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                                        for p in t.partition_indexes]) for t in m.topics]) for m in req.markers])
+    results = []
+    for m in req.markers:
+        w = WriteMarkers("", m.producer_id, m.producer_epoch, m.transaction_result, [])
+        topics = []
+        for t in m.topics:
+            parts = []
+            for p in t.partition_indexes:
+                try:
+                    code = await txn.write_marker_async(t.name, p, w, m.coordinator_epoch)
+                except StorageError as e:
+                    code = e.error_code if e.error_code != ErrorCode.UNKNOWN_SERVER_ERROR \
+                        else ErrorCode.KAFKA_STORAGE_ERROR
+                parts.append(PR(partition_index=p, error_code=code))
+            topics.append(TR(name=t.name, partitions=parts))
+        results.append(MR(producer_id=m.producer_id, topics=topics))
+    sync = ctx.broker.sync
+    if sync.enabled:
+        try:
+            await sync.wait_synced()
+        except StorageError as e:
+            for r in results:
+                for t in r.topics:
+                    for p in t.partitions:
+                        if p.error_code == 0:
+                            p.error_code = e.error_code
+    return WriteTxnMarkersResponse(markers=results)
