@@ -242,7 +242,8 @@ def _set_up_acls(b) -> None:
                  ["--allow-principal", "User:alice", "--producer", "--consumer", "--topic", "alice-",
                   "--group", "alice-", "--resource-pattern-type", "prefixed"],
                  ["--allow-principal", "User:bob", "--operation", "Read", "--topic", "paid"],
-                 ["--allow-principal", "User:bob", "--operation", "Describe", "--topic", "bob-new"]):
+                 ["--allow-principal", "User:bob", "--operation", "Describe", "--topic", "bob-new"],
+                 ["--allow-principal", "User:alice", "--operation", "Write", "--transactional-id", "alice-tx"]):
         r = _kohort("acls", "add", "-b", b.bs, *admin, *args)
         assert r.returncode == 0, r.stderr
 
@@ -421,6 +422,24 @@ def test_unauthorized_principal_gets_kafkas_codes_from_each_api(cluster):
     assert init_pid("bob", None) == E.CLUSTER_AUTHORIZATION_FAILED       # READ is not WRITE on any topic
     assert init_pid("alice", None) == E.NONE                             # WRITE on some topic (KIP-679)
     assert init_pid("alice", "tx") == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    # TxnOffsetCommit: WRITE on the transactional id (53), READ on the group (30), READ on each topic (29);
+    # WriteTxnMarkers: CLUSTER_ACTION (31)
+    TO = M[28]
+
+    def txn_commit(tid, group, topic):
+        resp = _call(b, "alice", TO(transactional_id=tid, group_id=group, producer_id=1, producer_epoch=0,
+                                    member_id="", topics=[TO.Topic(name=topic, partitions=[TO.Topic.Partition(
+                                        partition_index=0, committed_offset=0, committed_metadata="")])]),
+                     max_version=3)
+        return {t.name: t.partitions[0].error_code for t in resp.topics}
+    assert txn_commit("tx", "alice-g", "alice-kohort") == {"alice-kohort": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+    assert txn_commit("alice-tx", "secret-g", "alice-kohort") == {"alice-kohort": E.GROUP_AUTHORIZATION_FAILED}
+    assert txn_commit("alice-tx", "alice-g", "secret") == {"secret": E.TOPIC_AUTHORIZATION_FAILED}
+    WM = M[27]
+    resp = _call(b, "alice", WM(markers=[WM.WritableTxnMarker(
+        producer_id=1, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+        topics=[WM.WritableTxnMarker.WritableTxnMarkerTopic(name="alice-kohort", partition_indexes=[0])])]))
+    assert resp.markers[0].topics[0].partitions[0].error_code == E.CLUSTER_AUTHORIZATION_FAILED
     CA = M[30]
     resp = _call(b, "alice", CA(creations=[CA.AclCreation(resource_type=2, resource_name="paid",
                                                           resource_pattern_type=3, principal="User:alice",
