@@ -150,6 +150,22 @@ SECURITY_KEYS: dict[str, tuple] = {
     "sasl.server.max.receive.size": (int, 524288),
 }
 SPEC.update(SECURITY_KEYS)
+
+
+def _authorizer_class(v) -> str:
+    from kohort.broker.authorizer import AUTHORIZER_CLASSES
+    s = str(v).strip()
+    if s and s not in AUTHORIZER_CLASSES:
+        raise ValueError(f"unsupported authorizer; use {AUTHORIZER_CLASSES[0]} (or leave empty for none)")
+    return s
+
+
+# authorization (broker/authorizer.py, acl_store.py): Kafka's names; an empty class name = no authorizer
+SPEC.update({
+    "authorizer.class.name": (_authorizer_class, ""),
+    "super.users": (str, ""),
+    "allow.everyone.if.no.acl.found": (_b, False),
+})
 _MECH_JAAS = re.compile(r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\."
                         r"(jaas\.config|server\.callback\.handler\.class)|"
                         r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.connections\.max\.reauth\.ms")

@@ -25,6 +25,7 @@ import signal
 import socket
 import time
 
+from kohort.broker.acl_store import open_acl_store
 from kohort.broker.config import BrokerConfig
 from kohort.broker.context import RequestContext
 from kohort.broker.handlers import HANDLERS, NO_RESPONSE, load_all
@@ -99,6 +100,7 @@ class Broker:
         self.listeners = listeners or [Listener("PLAINTEXT", "PLAINTEXT", host, port)]
         host, port = self.listeners[0].host, self.listeners[0].port
         self.scram = ScramStore(data_dir)
+        self.acls = open_acl_store(self.config, data_dir)      # None: no authorizer configured
         self._servers: list = []
         # host/port: what clients are told (Metadata, FindCoordinator, DescribeCluster); after
         # start() they are the advertised address, listen_host/port what the socket is bound to

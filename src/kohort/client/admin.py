@@ -15,6 +15,9 @@ What lives here: `Admin(config)` (role "admin" of `kohort.client.config`), block
   groups, as kafka-consumer-groups.sh --reset-offsets of KIP-122), `group_lag` (committed vs log-end
   offset per partition);
 * `list_offsets` (earliest / latest / by timestamp (KIP-79) per partition, to each partition's leader);
+* ACLs (KIP-140): `create_acls`, `describe_acls`, `delete_acls` with kohort.protocol.acl's AclBinding and
+  AclBindingFilter (CreateAcls/DescribeAcls/DeleteAcls v1-v3; an error raises the broker's
+  ErrorCode, e.g. ClusterAuthorizationFailed, SecurityDisabled, InvalidRequest with its message).
 * transactions (KIP-664, as kafka-transactions.sh): `list_transactions` (ListTransactions on every
   broker), `describe_transactions` (DescribeTransactions at each id's transaction coordinator),
   `describe_producers` (DescribeProducers at the partition leader), `abort_transaction` (WriteTxnMarkers
@@ -769,6 +772,72 @@ class Admin:
         for r in resp.results:
             if r.error_code:
                 raise for_code(r.error_code)(r.error_message or f"user {r.user!r}")
+
+    # -- ACLs (KIP-140) ------------------------------------------------------------------------------
+    def create_acls(self, bindings, timeout=None) -> None:
+        """Add AclBindings; the first refused one raises with the broker's message (the others in the
+        same request are still added, as Kafka does)."""
+        from kohort.protocol.messages.create_acls import CreateAclsRequest
+        C = CreateAclsRequest.AclCreation
+        bindings = list(bindings)
+        resp = self._call(None, CreateAclsRequest(creations=[
+            C(resource_type=b.resource_type, resource_name=b.name, resource_pattern_type=b.pattern_type,
+              principal=b.principal, host=b.host, operation=b.operation, permission_type=b.permission)
+            for b in bindings]), timeout)
+        for b, r in zip(bindings, resp.results):
+            if r.error_code:
+                raise for_code(r.error_code)(f"{r.error_message or 'CreateAcls failed'} ({_acl_text(b)})")
+
+    def describe_acls(self, acl_filter=None, timeout=None) -> list:
+        """The AclBindings matching `acl_filter` (default: every ACL)."""
+        from kohort.protocol.acl import AclBinding, AclBindingFilter
+        from kohort.protocol.messages.describe_acls import DescribeAclsRequest
+        f = acl_filter or AclBindingFilter()
+        resp = self._call(None, DescribeAclsRequest(
+            resource_type_filter=f.resource_type, resource_name_filter=f.name, pattern_type_filter=f.pattern_type,
+            principal_filter=f.principal, host_filter=f.host, operation=f.operation,
+            permission_type=f.permission), timeout)
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message or "DescribeAcls failed")
+        return [_binding(AclBinding, r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host,
+                         a.operation, a.permission_type) for r in resp.resources for a in r.acls]
+
+    def delete_acls(self, filters, timeout=None) -> list:
+        """Remove every ACL matching any of `filters` (AclBindingFilters); the removed AclBindings."""
+        from kohort.protocol.acl import AclBinding
+        from kohort.protocol.messages.delete_acls import DeleteAclsRequest
+        F = DeleteAclsRequest.DeleteAclsFilter
+        resp = self._call(None, DeleteAclsRequest(filters=[
+            F(resource_type_filter=f.resource_type, resource_name_filter=f.name, pattern_type_filter=f.pattern_type,
+              principal_filter=f.principal, host_filter=f.host, operation=f.operation, permission_type=f.permission)
+            for f in filters]), timeout)
+        out = []
+        for r in resp.filter_results:
+            if r.error_code:
+                raise for_code(r.error_code)(r.error_message or "DeleteAcls failed")
+            for m in r.matching_acls:
+                if m.error_code:
+                    raise for_code(m.error_code)(m.error_message or "DeleteAcls failed")
+                out.append(_binding(AclBinding, m.resource_type, m.resource_name, m.pattern_type, m.principal,
+                                    m.host, m.operation, m.permission_type))
+        return out
+
+
+def _binding(cls, rtype, name, pattern, principal, host, op, perm):
+    from kohort.protocol.acl import AclOperation, AclPermissionType, PatternType, ResourceType
+
+    def enum(e, v):
+        try:
+            return e(v)
+        except ValueError:
+            return e(0)
+    return cls(enum(ResourceType, rtype), name, enum(PatternType, pattern), principal, host,
+               enum(AclOperation, op), enum(AclPermissionType, perm))
+
+
+def _acl_text(b) -> str:
+    return (f"{b.permission.name} {b.principal} {b.operation.name} from {b.host} on "
+            f"{b.resource_type.name} {b.pattern_type.name} {b.name!r}")
 
 
 class ConfigEntry(NamedTuple):

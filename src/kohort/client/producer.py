@@ -300,6 +300,10 @@ class Producer:
                 info = self._topics.get(topic)
                 if info is not None and not info.error:
                     return info
+                if info is not None and info.error == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                    # fatal for this topic, as Java's Metadata.maybeThrowExceptionForTopic: no waiting
+                    self.sender.forget_topic(topic)
+                    raise for_code(info.error)(f"topic {topic!r}: the principal may not describe or write it")
                 fatal = self.sender.fatal or self.sender.net.fatal
                 if fatal is not None:
                     raise fatal

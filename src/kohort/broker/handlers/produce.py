@@ -19,16 +19,23 @@ get MaxTimestamp and a new CRC).
 
 acks=0 gets no response. acks=1/all (one replica, so the same) are answered after the group-commit
 fsync (kohort.broker.durability) under log.flush.policy=fsync-before-ack.
+
+Authorization: WRITE on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions; a request
+carrying transactional batches needs WRITE on its transactional id, else every partition is
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED (Kafka's error response). No IDEMPOTENT_WRITE check (Kafka 2.8+).
 """
 from __future__ import annotations
 
 from kohort.broker.handlers.metadata import INTERNAL_TOPICS
+from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import NO_RESPONSE, handles
 from kohort.broker.handlers._util import error_of, now_ms
 from kohort.errors import DecodeError, ErrorCode
 from kohort.protocol.compression import CODEC_IDS, COMPRESSION_ZSTD
 from kohort.protocol.messages.produce import ProduceRequest, ProduceResponse
-from kohort.protocol.records import MAGIC_OFFSET, build_batch, decode_batch, read_batch_header, validate_batch
+from kohort.protocol.records import (
+    ATTR_TRANSACTIONAL, ATTRIBUTES_OFFSET, MAGIC_OFFSET, build_batch, decode_batch, read_batch_header, validate_batch,
+)
 from kohort.storage import StorageError
 
 # topic compression.type -> codec the stored batch must use ("producer": keep the producer's)
@@ -151,8 +158,10 @@ def _needs_implicit_add(broker, req: ProduceRequest) -> list:
 
 @handles(ProduceRequest, "3-12", advertised_min=0)
 def handle_produce(ctx, req: ProduceRequest):
-    if ctx.api_version >= 12 and req.transactional_id and req.acks in (-1, 0, 1):
-        adds = _needs_implicit_add(ctx.broker, req)
+    if ctx.api_version >= 12 and req.transactional_id and req.acks in (-1, 0, 1) \
+            and not _transactional_denied(ctx, req):
+        writable = ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in req.topic_data))
+        adds = [a for a in _needs_implicit_add(ctx.broker, req) if a[0] in writable]   # authorized first
         if adds:
             return _produce_after_add(ctx, req, adds)
     return _produce(ctx, req, {})
@@ -184,11 +193,17 @@ def _produce(ctx, req: ProduceRequest, pre_errors: dict):
     metrics = broker.metrics
     responses = []
     wrote = False
+    writable = ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in req.topic_data))
+    txn_denied = _transactional_denied(ctx, req)
     for t in req.topic_data:
         parts = []
         for pd in t.partition_data:
             if acks not in (-1, 0, 1):
                 parts.append(_err(pd.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}"))
+                continue
+            if txn_denied or t.name not in writable:
+                parts.append(_err(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied
+                                  else ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             if (t.name, pd.index) in pre_errors:
                 code = pre_errors[(t.name, pd.index)]
@@ -216,6 +231,23 @@ def _produce(ctx, req: ProduceRequest, pre_errors: dict):
     if not (wrote and broker.sync.enabled):
         return resp
     return _after_sync(broker, resp)
+
+
+def _transactional_denied(ctx, req) -> bool:
+    """A request with a transactional batch whose principal may not WRITE its transactional id (with an
+    authorizer only: kohort's broker otherwise takes transactional batches without the id, as before)."""
+    tid = req.transactional_id
+    if ctx.broker.acls is None:
+        return False
+    if tid is not None and ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        return False
+    for t in req.topic_data:
+        for pd in t.partition_data:
+            r = pd.records
+            if r is not None and len(r) > ATTRIBUTES_OFFSET + 1 and \
+                    int.from_bytes(r[ATTRIBUTES_OFFSET:ATTRIBUTES_OFFSET + 2], "big") & ATTR_TRANSACTIONAL:
+                return True
+    return False
 
 
 async def _after_sync(broker, resp: ProduceResponse) -> ProduceResponse:
