@@ -266,8 +266,9 @@ def test_scram_user_added_while_the_broker_runs_can_log_in(secure):
 
 # -- peers: librdkafka (confluent-kafka), kafka-python, Java ---------------------------------------
 CK_SCRIPT = textwrap.dedent("""
-    import json, sys, confluent_kafka as ck
+    import json, sys, importlib
     conf, topic = json.loads(sys.argv[1]), sys.argv[2]
+    ck = importlib.import_module(sys.argv[3] if len(sys.argv) > 3 else "confluent_kafka")
     errors = []
     conf["error_cb"] = lambda e: errors.append(e.name())
     p = ck.Producer(conf)
@@ -294,8 +295,9 @@ CK_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _ck(conf: dict, topic: str) -> dict:
-    r = subprocess.run([PY, "-c", CK_SCRIPT, json.dumps(conf), topic], capture_output=True, text=True, timeout=90)
+def _ck(conf: dict, topic: str, module: str = "confluent_kafka") -> dict:
+    r = subprocess.run([PY, "-c", CK_SCRIPT, json.dumps(conf), topic, module], capture_output=True, text=True,
+                       timeout=90, env=dict(os.environ, PYTHONPATH=SRC))
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -306,6 +308,16 @@ def test_confluent_kafka_produces_and_consumes_in_a_group(secure, how):
     bs, s = _settings(secure, how)
     topic = "ck-" + how.replace("/", "-").lower()
     out = _ck({"bootstrap.servers": bs, **s}, topic)
+    assert out == {"unflushed": 0, "got": ["ck-0", "ck-1", "ck-2"], "errors": []}
+
+
+@pytest.mark.parametrize("how", ["SASL_SSL/SCRAM-SHA-512", "SSL"])
+def test_the_confluent_kafka_compat_module_runs_the_same_program_over_tls_and_sasl(secure, how):
+    """The same confluent-kafka program through `kohort.compat.confluent_kafka`: librdkafka's security
+    settings pass through to kohort's client unchanged."""
+    bs, s = _settings(secure, how)
+    topic = "ckcompat-" + how.replace("/", "-").lower()
+    out = _ck({"bootstrap.servers": bs, **s}, topic, "kohort.compat.confluent_kafka")
     assert out == {"unflushed": 0, "got": ["ck-0", "ck-1", "ck-2"], "errors": []}
 
 
