@@ -5,7 +5,8 @@ socket.request.max.bytes before the body is read. Each request is dispatched at 
 wait, e.g. fetch long polls or JoinGroup), but responses are written strictly in request order. A
 malformed frame closes that connection only, with one log line. An unknown API key or version closes
 the connection as Kafka does, except ApiVersions, which is answered with UNSUPPORTED_VERSION and the
-supported ranges (KIP-511).
+supported ranges (KIP-511). Fetch answers on connections without TLS carry their large record sets as
+FileSlices, written with sendfile between the encoded parts of the frame (`_send_spliced`, issue 17).
 
 Listeners (broker/security.py): one server socket per entry of `listeners` (PLAINTEXT, SSL,
 SASL_PLAINTEXT, SASL_SSL); TLS is done by asyncio before the first byte is read. On a SASL listener a
@@ -24,23 +25,27 @@ import signal
 import socket
 import time
 
+from kohort.broker.acl_store import open_acl_store
 from kohort.broker.config import BrokerConfig
 from kohort.broker.context import RequestContext
 from kohort.broker.handlers import HANDLERS, NO_RESPONSE, load_all
 from kohort.broker.security import ANONYMOUS, CLOSE, FAIL, Authenticator, Listener, ScramStore, tls_principal
 from kohort.errors import DecodeError, KohortError
 from kohort.protocol.framing import (
-    FrameTooLargeError, UnsupportedRequestError, encode_response_buffer, frame_size, peek_request_header,
+    FrameTooLargeError, UnsupportedRequestError, encode_response_buffer, encode_response_spliced, frame_size,
+    peek_request_header,
 )
 from kohort.protocol.headers import RequestHeader, request_header_version
 from kohort.protocol.messages import REQUESTS
 from kohort.protocol.primitives import Reader
 
 log = logging.getLogger("kohort.broker")
+conn_log = logging.getLogger("kohort.broker.connections")
 _conn_ids = itertools.count(1)
 WRITE_HIGH_WATER = 1 << 20     # unsent response bytes after which a connection is not read
 PIPELINE_YIELD = 8             # queued requests after which the reader lets the writer run
 COALESCE_BYTES = 64 * 1024     # ready answers joined into one write up to this size
+FETCH = 1                      # the API whose record sets may be FileSlices (sent with sendfile)
 
 
 def decode_request(payload):
@@ -95,6 +100,7 @@ class Broker:
         self.listeners = listeners or [Listener("PLAINTEXT", "PLAINTEXT", host, port)]
         host, port = self.listeners[0].host, self.listeners[0].port
         self.scram = ScramStore(data_dir)
+        self.acls = open_acl_store(self.config, data_dir)      # None: no authorizer configured
         self._servers: list = []
         # host/port: what clients are told (Metadata, FindCoordinator, DescribeCluster); after
         # start() they are the advertised address, listen_host/port what the socket is bound to
@@ -221,10 +227,20 @@ class Broker:
             m.connection_opened()
         principal = ANONYMOUS
         if listener.protocol == "SSL":
-            principal = tls_principal(writer.get_extra_info("peercert"))
+            principal = tls_principal(writer.get_extra_info("peercert"), listener.principal_mapper)
         auth = Authenticator(listener, self.scram) if listener.sasl else None
         sasl_max = min(self.max_request, self.config["sasl.server.max.receive.size"])
+        peer_text = f"{host}:{peer[1]}" if peer and len(peer) > 1 else host
+        t_open = loop.time()
+        ev = {"conn": conn_id, "peer": peer_text, "listener": listener.name, "client_id": None,
+              "principal": principal, "requests": 0}
+        conn_log.debug("connection %d accepted from %s on listener %s", conn_id, peer_text, listener.name,
+                       extra={"event": {"event": "connection-accepted", **ev}})
         try:
+            if principal is None:       # no ssl.principal.mapping.rules rule applies: Kafka fails it too
+                log.warning("closing connection %d from %s: no ssl.principal.mapping.rules rule applies to "
+                            "its client certificate", conn_id, host)
+                return
             while True:
                 # Back-pressure: a client that does not read its responses stops being read from
                 # (Kafka mutes such channels), so unread answers cannot pile up in memory.
@@ -276,6 +292,15 @@ class Broker:
                     break
                 api_key = header.request_api_key
                 version = header.request_api_version
+                if auth is not None and auth.complete:         # KIP-368 (broker/security.py)
+                    if api_key == 17 and auth.begin_reauthentication():
+                        pass                                   # the SASL exchange below, again
+                    elif api_key != 17 and auth.session_expired():
+                        log.info("closing connection %d from %s: SASL session expired (KIP-368)",
+                                 conn_id, host)
+                        await pending.put(None)                # answers already due still go out first
+                        await asyncio.wait({wtask}, timeout=5)
+                        break
                 if auth is not None and not auth.complete:
                     if api_key == 18 and auth.allows_api_versions():
                         auth.on_api_versions()           # answered below like any ApiVersions
@@ -307,6 +332,14 @@ class Broker:
                     log.warning("closing connection %d from %s: api_key=%d version=%d not served",
                                 conn_id, host, api_key, version)
                     break
+                ev["requests"] += 1
+                if ev["requests"] == 1 or ev["principal"] != principal:
+                    ev["client_id"], ev["principal"] = header.client_id, principal
+                    conn_log.info("connection %d %s from %s on listener %s: client id %s, principal %s", conn_id,
+                                  "opened" if ev["requests"] == 1 else "authenticated", peer_text, listener.name,
+                                  header.client_id, principal,
+                                  extra={"event": {"event": "connection-opened" if ev["requests"] == 1
+                                                   else "connection-authenticated", **ev}})
                 ctx = RequestContext(self, api_key, version, header.correlation_id, header.client_id,
                                      host, conn_id, principal, listener)
                 try:
@@ -334,6 +367,12 @@ class Broker:
             self._conn_states.pop(conn_id, None)
             if m:
                 m.connection_closed()
+            conn_log.log(logging.INFO if ev["requests"] else logging.DEBUG,
+                         "connection %d closed from %s on listener %s: client id %s, principal %s, %d requests, "
+                         "open %.1f s", conn_id, peer_text, listener.name, ev["client_id"], principal,
+                         ev["requests"], loop.time() - t_open,
+                         extra={"event": {"event": "connection-closed", **ev, "principal": principal,
+                                          "seconds": round(loop.time() - t_open, 3)}})
 
     async def _write_loop(self, pending: asyncio.Queue, writer: asyncio.StreamWriter, conn_id: int,
                           host: str, writable: asyncio.Event, st: _ConnState) -> None:
@@ -346,6 +385,8 @@ class Broker:
         transport = writer.transport
         loop = asyncio.get_running_loop()
         out = bytearray()
+        # record bytes of Fetch answers go out with sendfile where the OS can send them (no TLS)
+        splice = transport.get_extra_info("sslcontext") is None and transport.get_extra_info("socket") is not None
 
         def send_out() -> None:
             nonlocal out
@@ -385,7 +426,16 @@ class Broker:
                     if m:
                         m.observe(api_key, time.perf_counter() - t0, in_bytes, 0, version)
                     continue
-                data = encode_response_buffer(result, version, corr)
+                if splice and api_key == FETCH:
+                    data = encode_response_spliced(result, version, corr)
+                    if data.splices:
+                        send_out()
+                        if m:
+                            m.observe(api_key, time.perf_counter() - t0, in_bytes, data.frame_size, version)
+                        await _send_spliced(loop, writer, data)
+                        continue
+                else:
+                    data = encode_response_buffer(result, version, corr)
                 if m:
                     m.observe(api_key, time.perf_counter() - t0, in_bytes, len(data), version)
                 if len(data) >= COALESCE_BYTES:
@@ -413,11 +463,37 @@ class Broker:
                     item[0].cancel()
 
 
+async def _send_spliced(loop, writer: asyncio.StreamWriter, data) -> None:
+    """One frame whose record sets are FileSlices (issue 17): the encoded parts are written, each
+    slice is sent by the OS (loop.sendfile: os.sendfile once the transport's buffer is empty). A
+    slice that cannot be sent whole (its file shrank) ends the connection: the frame's size prefix
+    already promised those bytes."""
+    view = memoryview(data)
+    prev = 0
+    try:
+        for pos, recs in data.splices:
+            writer.write(view[prev:pos])
+            prev = pos
+            try:
+                recs.fileno()
+            except (AttributeError, OSError):       # not a file descriptor (in-memory storage)
+                writer.write(recs.read())
+                continue
+            sent = await loop.sendfile(writer.transport, recs, recs.position, recs.size, fallback=False)
+            if sent != recs.size:
+                raise ConnectionError(f"sent {sent} of {recs.size} record bytes: the segment shrank")
+        writer.write(view[prev:])
+    finally:
+        for _, recs in data.splices:
+            recs.close()
+
+
 async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
                      metrics_addr: str | None = None, ready_line: bool = True,
-                     listeners: list[Listener] | None = None) -> None:
+                     listeners: list[Listener] | None = None, console_addr: str | None = None,
+                     console_writes: bool = False) -> None:
     """Run until SIGTERM/SIGINT; print the ready line once connections are accepted (with `listeners`
-    configured, one line per listener before it)."""
+    configured, one line per listener before it; with the console, its line before it)."""
     broker = Broker(config, host, port, data_dir, listeners)
     await broker.start()
     if metrics_addr:
@@ -428,6 +504,17 @@ async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
         except OSError:
             await broker.stop()           # close storage cleanly before reporting the error
             raise
+    console = console_addr or config["console.listener"]
+    if console:
+        from kohort.broker.console import serve_console
+        ch, _, cp = console.rpartition(":")
+        try:
+            await serve_console(broker, ch.strip("[]") or "127.0.0.1", int(cp),
+                                allow_writes=config["console.allow.writes"] or console_writes,
+                                lag_sample_ms=config["console.lag.sample.ms"])
+        except OSError:
+            await broker.stop()
+            raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -435,6 +522,10 @@ async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
     if ready_line:
         for lst in (broker.listeners if listeners else ()):     # `listeners` configured: name each
             print(f"kohort broker listener {lst.name} ({lst.protocol}) on {lst.host}:{lst.port}", flush=True)
+        if getattr(broker, "console", None) is not None:
+            c = broker.console
+            print(f"kohort console on http://{c.host}:{c.port}/ ({'read-write' if c.allow_writes else 'read-only'})",
+                  flush=True)
         print(f"kohort broker ready on {broker.listen_host}:{broker.listen_port}", flush=True)
     await stop.wait()
     await broker.stop()
