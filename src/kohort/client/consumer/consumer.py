@@ -27,7 +27,7 @@ from kohort.client.consumer.offsets import (
 )
 from kohort.client.network import NetworkClient
 from kohort.errors import KohortError
-from kohort.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from kohort.structs import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 log = logging.getLogger("kohort.client.consumer")
 
@@ -202,6 +202,15 @@ class Consumer:
                 from kohort.errors import KafkaTimeoutError
                 raise KafkaTimeoutError(f"position of {tp} not known within the timeout")
             time.sleep(0.01)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group, generation, member id and group.instance.id to pass to a transactional producer's
+        send_offsets_to_transaction (Java's groupMetadata()); generation -1 and "" before joining."""
+        self._check_open()
+        if self._group is None:
+            raise KohortError("group_metadata() needs group.id")
+        g = self._group
+        return ConsumerGroupMetadata(g.group_id, g.generation_id, g.member_id, self.config["group.instance.id"])
 
     def committed(self, partitions: Iterable, timeout: float | None = None) -> dict:
         """{tp: OffsetAndMetadata or None} as committed in the group (an OffsetFetch round trip)."""
