@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.brokers import KohortBroker
-from tests.kafka_cluster import kill_tree, spawn
+from tests.kafka_cluster import _LIVE, kill_tree
 
 COPIER = str(Path(__file__).with_name("txn_copier.py"))
 KAFKA_LIB = "/work/main/.peers/kafka-lib/*"
@@ -105,8 +105,12 @@ def read_all(bootstrap: str, topic: str, partitions: int, isolation: str) -> lis
 class Copier:
     """One copier process; its stdout is collected by a thread."""
 
-    def __init__(self, args: list[str], log: list[str]):
-        self.proc = spawn(args, stdout=subprocess.PIPE, env=_env())
+    def __init__(self, args: list[str], log: list[str], stderr_path: str | None = None):
+        err = open(stderr_path or os.devnull, "ab")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                     text=True, start_new_session=True, env=_env())
+        err.close()
+        _LIVE.add(self.proc.pid)
         self.log = log
         self.t = threading.Thread(target=self._pump, daemon=True)
         self.t.start()
@@ -132,38 +136,89 @@ class Copier:
 def copy_with_kills(bootstrap_of, make_args, *, n: int, in_parts: int, out_parts: int, input_topic: str,
                     output_topic: str, kills: int = 5, broker: KohortBroker | None = None,
                     broker_kills_at=(), progress: int = 150, final_timeout: float = 120.0,
-                    transformed: bool = True) -> dict:
+                    transformed: bool = True, logdir: Path | None = None, stall_restart: float | None = None) -> dict:
     """Run the copier, SIGKILL it `kills` times after it has moved at least `progress` more records
     (output high watermark, aborted copies included) plus a random moment, restart it; at kill numbers
     in `broker_kills_at` the broker is SIGKILLed (and restarted) while the copier runs. Then a last
-    copier runs to the end. Returns what was read back."""
+    copier runs to the end. Returns what was read back.
+
+    `stall_restart`: a copier whose output has not grown for that many seconds is SIGKILLed and
+    restarted too, as a supervisor would (librdkafka 2.16 can hang in send_offsets_to_transaction
+    after its group coordinator's broker restarted: librdkafka#5511, seen on Apache Kafka too)."""
     rng = random.Random(15)
     log: list[str] = []
-    copier = None
+    state = {"copier": None, "runs": 0, "stalls": 0}
+
+    def start(final=False):
+        state["runs"] += 1
+        name = "final" if final else str(state["runs"])
+        state["copier"] = Copier(make_args(final=final), log, logdir and str(logdir / f"copier-{name}.err"))
+
+    def out_end():
+        return end_offsets(bootstrap_of(), output_topic, out_parts)
+
+    def wait_progress(amount, what):
+        base = last = out_end()
+        grew = time.monotonic()
+        deadline = time.monotonic() + 120
+        while True:
+            c = state["copier"]
+            if c.proc.poll() is not None:
+                return
+            now_end = out_end()
+            if now_end >= base + amount:
+                return
+            if now_end > last:
+                last, grew = now_end, time.monotonic()
+            elif stall_restart and time.monotonic() - grew > stall_restart:
+                c.kill()
+                state["stalls"] += 1
+                log.append(f"# copier stalled for {stall_restart}s: killed and restarted")
+                start()
+                grew = time.monotonic()
+            if time.monotonic() > deadline:
+                c = state["copier"]
+                err = Path(c.proc.args[0]).name if not logdir else ""
+                raise AssertionError(f"no copier progress ({what}): " + "\n".join(log[-10:]) + err)
+            time.sleep(0.2)
+
     try:
         for k in range(kills):
-            base = end_offsets(bootstrap_of(), output_topic, out_parts)
-            copier = Copier(make_args(final=False), log)
+            start()
             if k in broker_kills_at and broker is not None:
-                wait_for(lambda: end_offsets(bootstrap_of(), output_topic, out_parts) >= base + progress // 2,
-                         90, f"copier progress before broker kill {k}")
+                wait_progress(progress // 2, f"before broker kill {k}")
                 broker.kill()
                 time.sleep(rng.uniform(0.1, 0.5))
                 broker.start()
-                base = end_offsets(bootstrap_of(), output_topic, out_parts)
-            wait_for(lambda: copier.proc.poll() is not None or
-                     end_offsets(bootstrap_of(), output_topic, out_parts) >= base + progress, 90,
-                     f"copier progress before kill {k}: " + "\n".join(log[-10:]))
+            wait_progress(progress, f"before kill {k}")
             time.sleep(rng.uniform(0.0, 0.3))
-            copier.kill()
-            copier = None
-        copier = Copier(make_args(final=True), log)
-        rc = copier.wait(final_timeout)
-        copier = None
-        assert rc == 0, "the last copier failed:\n" + "\n".join(log[-30:])
+            c = state["copier"]
+            assert c.proc.poll() in (None, 1, 3), (
+                f"copier {k} finished before it could be killed: give it more input\n" + "\n".join(log[-10:]))
+            c.kill()
+            state["copier"] = None
+        start(final=True)
+        c = state["copier"]
+        deadline = time.monotonic() + final_timeout
+        while c.proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise AssertionError("the last copier did not finish in time:\n" + "\n".join(log[-30:]))
+            if stall_restart:
+                before = out_end()
+                time.sleep(stall_restart)
+                if c.proc.poll() is None and out_end() == before and not log[-1].startswith('{"done"'):
+                    c.kill()
+                    state["stalls"] += 1
+                    start(final=True)
+                    c = state["copier"]
+            else:
+                time.sleep(0.2)
+        c.t.join(5)
+        state["copier"] = None
+        assert c.proc.returncode == 0, "the last copier failed:\n" + "\n".join(log[-30:])
     finally:
-        if copier is not None:
-            copier.kill()
+        if state["copier"] is not None:
+            state["copier"].kill()
     committed = read_all(bootstrap_of(), output_topic, out_parts, "read_committed")
     uncommitted = read_all(bootstrap_of(), output_topic, out_parts, "read_uncommitted")
     counts = collections.Counter(committed)
@@ -176,15 +231,17 @@ def copy_with_kills(bootstrap_of, make_args, *, n: int, in_parts: int, out_parts
         f"(e.g. {list(dups.items())[:5]}), {len(extra)} unexpected")
     assert len(committed) == n
     result = {"records": n, "read_committed": len(committed), "read_uncommitted": len(uncommitted),
-              "aborted_copies": len(uncommitted) - len(committed)}
+              "aborted_copies": len(uncommitted) - len(committed), "kills": kills,
+              "broker_kills": len(broker_kills_at) if broker is not None else 0,
+              "stalled_copiers_restarted": state["stalls"]}
     print("copier run:", json.dumps(result))
     return result
 
 
-def python_copier(client: str, bootstrap_of, input_topic, output_topic, group, txn_id):
+def python_copier(client: str, bootstrap_of, input_topic, output_topic, group, txn_id, pause=0.0):
     def make(final: bool):
         args = [sys.executable, COPIER, client, bootstrap_of(), input_topic, output_topic, group, txn_id,
-                "--per-txn", "50", "--instance-id", group + "-0"]
+                "--per-txn", "50", "--instance-id", group + "-0", "--pause", str(pause)]
         if final:
             args += ["--exit-when-idle", "3"]
         return args
@@ -197,7 +254,7 @@ def java_copier(bootstrap_of, input_topic, output_topic, group, txn_id):
                 "-Dlog4j2.level=warn", "org.apache.kafka.tools.TransactionalMessageCopier",
                 "--broker-list", bootstrap_of(), "--input-topic", input_topic, "--input-partition", "0",
                 "--output-topic", output_topic, "--consumer-group", group, "--transactional-id", txn_id,
-                "--transaction-size", "50", "--transaction-timeout", "10000", "--use-group-metadata"]
+                "--transaction-size", "20", "--transaction-timeout", "10000", "--use-group-metadata"]
     return make
 
 
@@ -207,7 +264,7 @@ def _names(tag):
 
 
 # -- kohort's client on Apache Kafka 4.3.1 -------------------------------------------------------------
-def test_kohort_copier_on_kafka_sigkilled_5_times(kafka1):
+def test_kohort_copier_on_kafka_sigkilled_5_times(kafka1, tmp_path):
     bs = kafka1.bootstrap
     inp, outp, group, tid = _names("kafka")
     create_topic(bs, inp, 2)
@@ -215,7 +272,8 @@ def test_kohort_copier_on_kafka_sigkilled_5_times(kafka1):
     n = 1500
     produce_input(bs, inp, n, 2)
     r = copy_with_kills(lambda: bs, python_copier("kohort", lambda: bs, inp, outp, group, tid), n=n,
-                        in_parts=2, out_parts=3, input_topic=inp, output_topic=outp, progress=100)
+                        in_parts=2, out_parts=3, input_topic=inp, output_topic=outp, progress=100,
+                        logdir=tmp_path)
     assert r["read_committed"] == n
 
 
@@ -224,6 +282,7 @@ def test_kohort_copier_on_kafka_sigkilled_5_times(kafka1):
 def kbroker(tmp_path):
     b = KohortBroker(data_dir=str(tmp_path / "data"),
                      config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000})
+    b.logdir = tmp_path
     b.start()
     try:
         yield b
@@ -235,6 +294,7 @@ def kbroker(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("client", ["kohort", "confluent"])
 def test_python_copier_on_kohort_broker_sigkilled(kbroker, client):
     bs = kbroker.bootstrap
@@ -244,19 +304,22 @@ def test_python_copier_on_kohort_broker_sigkilled(kbroker, client):
     n = 3000
     produce_input(bs, inp, n, 2)
     copy_with_kills(lambda: kbroker.bootstrap, python_copier(client, lambda: kbroker.bootstrap, inp, outp, group,
-                                                             tid),
+                                                             tid, pause=0.05),
                     n=n, in_parts=2, out_parts=3, input_topic=inp, output_topic=outp, broker=kbroker,
-                    broker_kills_at=(1, 3), progress=200)
+                    broker_kills_at=(1, 3), progress=200, logdir=kbroker.logdir,
+                    stall_restart=15.0 if client == "confluent" else None)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_java_copier_on_kohort_broker_sigkilled(kbroker):
     bs = kbroker.bootstrap
     inp, outp, group, tid = _names("kb-java")
     create_topic(bs, inp, 1)
     create_topic(bs, outp, 3)
-    n = 3000
+    n = 20000
     produce_input(bs, inp, n, 1)
     copy_with_kills(lambda: kbroker.bootstrap, java_copier(lambda: kbroker.bootstrap, inp, outp, group, tid),
                     n=n, in_parts=1, out_parts=3, input_topic=inp, output_topic=outp, broker=kbroker,
-                    broker_kills_at=(1, 3), progress=200, final_timeout=180, transformed=False)
+                    broker_kills_at=(1, 3), progress=200, final_timeout=180, transformed=False,
+                    logdir=kbroker.logdir)

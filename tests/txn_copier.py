@@ -2,7 +2,7 @@
 tests/test_txn_copier*.py so it can be SIGKILLed mid-transaction.
 
 usage: txn_copier.py CLIENT BOOTSTRAP INPUT OUTPUT GROUP TXN_ID [--per-txn N] [--exit-when-idle S]
-                     [--instance-id ID]
+                     [--instance-id ID] [--pause S]
   CLIENT: kohort (kohort's Producer/Consumer) or confluent (confluent-kafka), the same program shape
   as Kafka's TransactionalMessageCopier: a read_committed group member with auto commit off polls,
   begins a transaction, produces each record's key and value (upper-cased: the "transform") to OUTPUT,
@@ -10,7 +10,8 @@ usage: txn_copier.py CLIENT BOOTSTRAP INPUT OUTPUT GROUP TXN_ID [--per-txn N] [-
   rewinds to the committed offsets; a fatal one (fenced) ends the program with status 3.
   --exit-when-idle S: exit 0 once every assigned partition has been copied to its end and nothing
   arrived for S seconds. --instance-id: a static member (KIP-345), so a restarted copier takes its
-  predecessor's place at once instead of after the session timeout.
+  predecessor's place at once instead of after the session timeout. --pause S: sleep S seconds inside
+  each transaction, after its records are sent (so that a kill lands inside a transaction).
 Prints one JSON line per committed transaction: {"committed": records copied by this process}.
 """
 from __future__ import annotations
@@ -90,14 +91,17 @@ class KohortSide:
 
 class ConfluentSide(KohortSide):
     def __init__(self, a):
+        import os
+
         from confluent_kafka import Consumer, Producer
+        dbg = {"debug": "cgrp,eos,fetch,protocol,broker", "log_level": 7} if os.environ.get("CK_DEBUG") else {}
         self.consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group,
                                   "isolation.level": "read_committed", "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
                                   "heartbeat.interval.ms": 500, "log_level": 0,
-                                  **({"group.instance.id": a.instance_id} if a.instance_id else {})})
+                                  **({"group.instance.id": a.instance_id} if a.instance_id else {}), **dbg})
         self.producer = Producer({"bootstrap.servers": a.bootstrap, "transactional.id": a.txn_id,
-                                  "transaction.timeout.ms": 10000, "linger.ms": 5, "log_level": 0})
+                                  "transaction.timeout.ms": 10000, "linger.ms": 5, "log_level": 0, **dbg})
         self.consumer.subscribe([a.input])
 
     def poll(self, n):
@@ -133,9 +137,12 @@ class ConfluentSide(KohortSide):
         parts = self.consumer.assignment()
         if not parts:
             return False
+        committed = {(t.topic, t.partition): t.offset for t in self.consumer.committed(parts, 30)}
         for tp in self.consumer.position(parts):
             lo, hi = self.consumer.get_watermark_offsets(tp, 30)
-            if tp.offset < 0 and hi > lo or tp.offset >= 0 and tp.offset < hi:
+            # no position until a record is consumed: then the committed offset is where it stands
+            off = tp.offset if tp.offset >= 0 else committed.get((tp.topic, tp.partition), -1)
+            if off < 0 and hi > lo or off >= 0 and off < hi:
                 return False
         return True
 
@@ -167,6 +174,7 @@ def main(argv=None) -> int:
     ap.add_argument("--per-txn", type=int, default=50)
     ap.add_argument("--exit-when-idle", type=float, default=0.0)
     ap.add_argument("--instance-id", default=None)
+    ap.add_argument("--pause", type=float, default=0.0)
     a = ap.parse_args(argv)
     side = (KohortSide if a.client == "kohort" else ConfluentSide)(a)
     side.init()
@@ -184,6 +192,8 @@ def main(argv=None) -> int:
             side.producer.begin_transaction()
             for _t, _p, _o, key, value in recs:
                 side.produce(a.output, key, transform(value))
+            if a.pause:
+                time.sleep(a.pause)
             side.send_offsets()
             side.producer.commit_transaction(60)
         except Exception as e:  # noqa: BLE001 - classified below, as Kafka's copier does
