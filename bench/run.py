@@ -29,7 +29,7 @@ for p in (HERE, ROOT, os.path.join(ROOT, "src")):
 
 import harness  # noqa: E402
 
-CASES = ["consumer", "producer", "broker", "groups", "spark", "scaling"]
+CASES = ["consumer", "producer", "broker", "groups", "spark", "scaling", "txn"]
 
 
 class Env:

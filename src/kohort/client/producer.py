@@ -18,6 +18,11 @@ What lives here:
   batch, and UNKNOWN_PRODUCER_ID, the producer waits until nothing is in flight, takes a new producer
   id/epoch and renumbers every unacknowledged batch from 0 in order (KIP-360's epoch bump, simplified).
   DUPLICATE_SEQUENCE_NUMBER counts as success.
+* Transactions (KIP-98, `transactional.id`): `init_transactions`, `begin_transaction`,
+  `send_offsets_to_transaction`, `commit_transaction`, `abort_transaction`. The state machine is
+  client/txn_manager.py (Java's TransactionManager); here `_Sender._txn_step` sends its requests, holds
+  a partition's batches back until AddPartitionsToTxn added it, seals them with the transactional flag,
+  drops unsent batches of an aborted transaction, and the application's calls wait on `_txn_cond`.
 
 Connection errors become one clear line naming the addresses tried and what to do
 (`network.unreachable_message`, shared by every client).
