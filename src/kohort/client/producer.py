@@ -619,7 +619,7 @@ class _Sender:
                 if self.nodes.get(node) != (host, port):
                     self.net.set_node_address(node, host, port)
             fut = self.net.send(node, Versioned(req.api_key, req.build, req.max_version))
-            _on_done(fut, lambda resp, err, req=req: self._on_txn_answer(req, resp, err))
+            _on_done(fut, lambda resp, err, req=req, fut=fut: self._on_txn_answer(req, resp, err, fut))
         return wait
 
     def _take_unsent_batches(self) -> list:
@@ -635,10 +635,14 @@ class _Sender:
                     dq.extend(keep)
         return out
 
-    def _on_txn_answer(self, req, resp, err) -> None:
+    def _on_txn_answer(self, req, resp, err, fut) -> None:
         now = _now_ms()
         with self.p._txn_cond:
             try:
+                if req.api == "InitProducerId" and err is None:
+                    # KIP-360: a coordinator speaking InitProducerId v3+ can bump an epoch (Java's
+                    # coordinatorSupportsBumpingEpoch); otherwise those errors are fatal
+                    self.txn.coordinator_supports_bump = getattr(fut, "api_version", 3) >= 3
                 if err is not None:
                     self.txn.handle_failure(req, err, now)
                 else:
