@@ -14,6 +14,7 @@ import collections
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -152,7 +153,22 @@ def copy_with_kills(bootstrap_of, make_args, *, n: int, in_parts: int, out_parts
     def start(final=False):
         state["runs"] += 1
         name = "final" if final else str(state["runs"])
-        state["copier"] = Copier(make_args(final=final), log, logdir and str(logdir / f"copier-{name}.err"))
+        state["err"] = logdir and logdir / f"copier-{name}.err"
+        state["copier"] = Copier(make_args(final=final), log, state["err"] and str(state["err"]))
+
+    def stderr_tail():
+        c = state["copier"]
+        if c is None or state.get("err") is None:
+            return ""
+        try:
+            os.kill(c.proc.pid, signal.SIGUSR1)        # the Python copiers dump their threads' stacks
+            time.sleep(1)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            return "\n--- copier stderr ---\n" + state["err"].read_text()[-6000:]
+        except OSError:
+            return ""
 
     def out_end():
         return end_offsets(bootstrap_of(), output_topic, out_parts)
@@ -177,9 +193,7 @@ def copy_with_kills(bootstrap_of, make_args, *, n: int, in_parts: int, out_parts
                 start()
                 grew = time.monotonic()
             if time.monotonic() > deadline:
-                c = state["copier"]
-                err = Path(c.proc.args[0]).name if not logdir else ""
-                raise AssertionError(f"no copier progress ({what}): " + "\n".join(log[-10:]) + err)
+                raise AssertionError(f"no copier progress ({what}): " + "\n".join(log[-10:]) + stderr_tail())
             time.sleep(0.2)
 
     try:
@@ -269,9 +283,9 @@ def test_kohort_copier_on_kafka_sigkilled_5_times(kafka1, tmp_path):
     inp, outp, group, tid = _names("kafka")
     create_topic(bs, inp, 2)
     create_topic(bs, outp, 3)
-    n = 1500
+    n = 3000
     produce_input(bs, inp, n, 2)
-    r = copy_with_kills(lambda: bs, python_copier("kohort", lambda: bs, inp, outp, group, tid), n=n,
+    r = copy_with_kills(lambda: bs, python_copier("kohort", lambda: bs, inp, outp, group, tid, pause=0.05), n=n,
                         in_parts=2, out_parts=3, input_topic=inp, output_topic=outp, progress=100,
                         logdir=tmp_path)
     assert r["read_committed"] == n

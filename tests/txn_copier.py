@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -91,8 +92,6 @@ class KohortSide:
 
 class ConfluentSide(KohortSide):
     def __init__(self, a):
-        import os
-
         from confluent_kafka import Consumer, Producer
         dbg = {"debug": "cgrp,eos,fetch,protocol,broker", "log_level": 7} if os.environ.get("CK_DEBUG") else {}
         self.consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group,
@@ -164,6 +163,12 @@ class ConfluentSide(KohortSide):
 
 
 def main(argv=None) -> int:
+    import faulthandler
+    import signal
+    faulthandler.register(signal.SIGUSR1)          # the test asks for stacks of a stalled copier
+    if os.environ.get("KOHORT_COPIER_DEBUG"):
+        import logging
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
     ap = argparse.ArgumentParser()
     ap.add_argument("client", choices=("kohort", "confluent"))
     ap.add_argument("bootstrap")
