@@ -47,6 +47,9 @@ $(VENV)/.installed: pyproject.toml setup.py src/kohort/protocol/_crecords.c
 	@# kcat is a real peer the tests run against; it comes from Debian's packages when we may install them
 	@command -v kcat >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 	  (apt-get install -y -q kcat >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q kcat >/dev/null 2>&1)) ) || true
+	@# Debian's chromium and chromedriver: the console's browser tests drive them with Selenium (tests/test_console.py)
+	@(command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1) || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  (apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1)) ) || true
 	touch $@
 
 demo: setup

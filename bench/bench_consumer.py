@@ -139,8 +139,31 @@ def run_aiokafka(bootstrap, topic, ends, total):
     return asyncio.run(main())
 
 
+def run_java(bootstrap, topic, ends, total):
+    """Apache Kafka's Java KafkaConsumer (bench/java/ConsumeBench.java, compiled on first use into
+    bench/out/java against .peers/kafka-lib): the JVM starts before its clock does."""
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+    lib = root / ".peers" / "kafka-lib"
+    if not lib.is_dir():
+        raise RuntimeError(f"{lib} is missing: run make peers")
+    out = root / "bench" / "out" / "java"
+    src = root / "bench" / "java" / "ConsumeBench.java"
+    cls = out / "ConsumeBench.class"
+    if not cls.exists() or cls.stat().st_mtime < src.stat().st_mtime:
+        out.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["javac", "-nowarn", "-cp", f"{lib}/*", "-d", str(out), str(src)], check=True)
+    parts = max(ends) + 1 if ends else 1
+    p = subprocess.run(["java", "-Xmx1g", "-cp", f"{lib}/*:{out}", "ConsumeBench", bootstrap, topic,
+                        str(parts), str(total)], capture_output=True, text=True, timeout=300)
+    for line in p.stdout.splitlines():
+        if line.startswith("RATE "):
+            return float(line.split()[1])
+    raise RuntimeError(f"ConsumeBench failed: {(p.stderr or p.stdout).strip()[-300:]}")
+
+
 CLIENTS = {"kohort": run_kohort, "confluent": run_confluent, "kafka-python": run_kafka_python,
-           "aiokafka": run_aiokafka}
+           "aiokafka": run_aiokafka, "java": run_java}
 
 
 def main(argv=None):

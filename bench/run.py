@@ -8,7 +8,9 @@
 Sections (bench/cases/): consumer and producer throughput (kohort vs confluent-kafka, kafka-python,
 aiokafka on a kohort broker and on Tansu), broker end-to-end with confluent-kafka clients (kohort
 broker vs Tansu), group latencies (subscribe -> first record, clean-leave and SIGKILL handovers),
-Spark streaming into Parquet vs the raw consumer, and consumer scaling with partitions and record size.
+Spark streaming into Parquet vs the raw consumer, consumer scaling with partitions and record size, and
+group convergence after a member joins or leaves, classic vs KIP-848 consumer protocol, kohort broker vs
+Apache Kafka 4.3.1 with kohort's consumers (kip848).
 Prints the tables and writes bench/out/bench-<time>.jsonl (one line per measurement, with machine
 info), bench/out/bench-<time>.md, and latest.jsonl / latest.md copies.
 """
@@ -29,7 +31,7 @@ for p in (HERE, ROOT, os.path.join(ROOT, "src")):
 
 import harness  # noqa: E402
 
-CASES = ["consumer", "producer", "broker", "groups", "spark", "scaling", "txn"]
+CASES = ["consumer", "producer", "broker", "groups", "spark", "scaling", "kip848", "txn"]
 
 
 class Env:

@@ -1,6 +1,8 @@
 """A kohort group member run as a subprocess by tests/test_client_group.py.
 
 usage: client_group_member.py BOOTSTRAP GROUP TOPICS STRATEGY [SECONDS] [CLIENT]
+STRATEGY "consumer" (or "consumer:ASSIGNOR") makes a kohort member use group.protocol=consumer
+(KIP-848; the broker assigns, with ASSIGNOR as group.remote.assignor).
 CLIENT is kohort (default) or confluent-kafka (librdkafka, in a process of its own so a hang in its
 destroy can be killed: issue 11).
 Prints one JSON object per line: {"assigned": [[t, p], ...]}, {"revoked": ...} and
@@ -66,9 +68,16 @@ def main():
     seconds = float(sys.argv[5]) if len(sys.argv) > 5 else 3600
     if len(sys.argv) > 6 and sys.argv[6] == "confluent-kafka":
         return main_confluent(bs, group, topics, strategy, seconds)
-    c = Consumer({"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False, "partition.assignment.strategy": strategy,
-                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "max.poll.records": 200})
+    conf = {"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "max.poll.records": 200}
+    if strategy.startswith("consumer"):
+        conf["group.protocol"] = "consumer"
+        if ":" in strategy:
+            conf["group.remote.assignor"] = strategy.split(":", 1)[1]
+    else:
+        conf.update({"partition.assignment.strategy": strategy, "session.timeout.ms": 6000,
+                     "heartbeat.interval.ms": 500})
+    c = Consumer(conf)
     c.subscribe(topics.split(","),
                 on_assign=lambda c, tps: out({"assigned": [list(tp) for tp in tps]}),
                 on_revoke=lambda c, tps: out({"revoked": [list(tp) for tp in tps]}),

@@ -3,6 +3,8 @@ bootstrap string (plus a restart callable where the broker must bounce) so the s
 kohort broker (tests/test_group_divergences.py) and on Apache Kafka (the main session's test bed).
 
 Each returns nothing and raises AssertionError when kohort's consumer behaves unlike Java's.
+Those taking `protocol` also run with group.protocol=consumer (KIP-848, issue 14:
+tests/test_kip848_client.py), where Java's AsyncKafkaConsumer behaves the same way.
 """
 from __future__ import annotations
 
@@ -16,6 +18,15 @@ from tests.peers import create_topic, produce
 
 BASE = {"auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
         "enable.auto.commit": False}
+
+
+def _conf(bs: str, group: str, protocol: str, **extra) -> dict:
+    """BASE for a classic member; for a KIP-848 member the broker times the group (no session or
+    heartbeat keys, which Java refuses with group.protocol=consumer)."""
+    if protocol == "classic":
+        return {"bootstrap.servers": bs, "group.id": group, **BASE, **extra}
+    base = {k: v for k, v in BASE.items() if k not in ("session.timeout.ms", "heartbeat.interval.ms")}
+    return {"bootstrap.servers": bs, "group.id": group, **base, "group.protocol": protocol, **extra}
 
 
 def _poll_until(c, cond, timeout=15.0, what="condition"):
@@ -33,14 +44,13 @@ def _tps(topic, n):
     return {TopicPartition(topic, p) for p in range(n)}
 
 
-def metadata_driven_rejoin(bs: str, tag: str) -> None:
+def metadata_driven_rejoin(bs: str, tag: str, protocol: str = "classic") -> None:
     """(1) A subscribed topic that does not exist yet does not hold the group up: the leader assigns
     from the metadata it has at once; once the topic is created (and later grown) the leader's
     metadata changes and the group rebalances to take its partitions."""
     have, later = f"md-{tag}-have", f"md-{tag}-later"
     assert create_topic(bs, have, 2) == 2
-    conf = {"bootstrap.servers": bs, "group.id": f"md-{tag}", **BASE, "metadata.max.age.ms": 500,
-            "allow.auto.create.topics": False}
+    conf = _conf(bs, f"md-{tag}", protocol, **{"metadata.max.age.ms": 500, "allow.auto.create.topics": False})
     with Consumer(conf) as c, Admin({"bootstrap.servers": bs}) as admin:
         c.subscribe([have, later])
         # Java: assigned from what it has within the initial rebalance (kohort before: 10 s wait per
@@ -76,14 +86,14 @@ def coordinator_restart_during_processing(bs: str, restart, tag: str) -> None:
         assert after["generation_id"] == before["generation_id"], (before, after)
 
 
-def commit_after_rebalance(bs: str, tag: str) -> None:
+def commit_after_rebalance(bs: str, tag: str, protocol: str = "classic") -> None:
     """(3) After a rebalance completes, commit() succeeds (Java checks only that the generation is
     stable), even though no records were handed out in the new generation."""
     topic = f"car-{tag}"
     assert create_topic(bs, topic, 2) == 2
     produce(bs, topic, 20, partitions=2)
     group = f"car-{tag}"
-    conf = {"bootstrap.servers": bs, "group.id": group, **BASE}
+    conf = _conf(bs, group, protocol)
     with Consumer(conf) as a:
         a.subscribe([topic])
         _poll_until(a, lambda g: len(g) >= 20)
@@ -140,14 +150,14 @@ def join_retried_after_fatal_error(bs: str, tag: str) -> None:
         a.close()
 
 
-def poll_after_max_poll_interval(bs: str, tag: str) -> None:
+def poll_after_max_poll_interval(bs: str, tag: str, protocol: str = "classic") -> None:
     """(5) After max.poll.interval.ms without poll(): commit() fails (the lost generation), the next
     poll() does not raise but calls on_partitions_lost and rejoins; commits work again afterwards."""
     from kohort.client.consumer.group import CommitFailedError
     topic = f"mpi-{tag}"
     assert create_topic(bs, topic, 2) == 2
     produce(bs, topic, 20, partitions=2)
-    conf = {"bootstrap.servers": bs, "group.id": f"mpi-{tag}", **BASE, "max.poll.interval.ms": 1500}
+    conf = _conf(bs, f"mpi-{tag}", protocol, **{"max.poll.interval.ms": 1500})
     lost = []
     with Consumer(conf) as c:
         c.subscribe([topic], on_lost=lambda cons, tps: lost.extend(tps))

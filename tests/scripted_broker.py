@@ -49,6 +49,7 @@ class ScriptedCluster:
         self.versions = dict(VERSIONS)           # what ApiVersions advertises (tests may remove APIs)
         self.delay = 0.0                          # seconds before answering each Produce
         self.gather = 0                           # requests to collect before answering (see above)
+        self.most_gathered = 0                    # the most requests that were waiting at once
         self.next_pid = 1000
         self.produce_requests = 0
         self.conns: list[socket.socket] = []
@@ -123,6 +124,7 @@ class ScriptedCluster:
                             break
                         pending.extend(frames.feed(more))
                     c.settimeout(None)
+                self.most_gathered = max(self.most_gathered, len(pending))
                 for payload in pending:
                     header, req = decode_request(payload)
                     resp, drop = self._handle(node, header.request_api_key, req)

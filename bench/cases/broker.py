@@ -1,11 +1,15 @@
-"""Broker: produce then consume with confluent-kafka (librdkafka) clients, kohort broker vs Tansu.
+"""Broker: produce then consume with confluent-kafka (librdkafka) clients, kohort broker vs Apache Kafka
+4.3.1 (and Tansu).
 
 The worker calls bench/bench_broker.py's `run_one(port, n, size, partitions)` (acks=all, idempotent,
 linger 5 ms, batch.size 1 MB, then an assign()-from-0 consumer) in its own process and reports
 produce, consume (steady state: first record to last, as bench_broker measures it) and end-to-end
 (n / (produce + consumer start-up + consume time)) records/s. Columns: the run's kohort
 broker (default log.flush.policy=fsync-before-ack), a second kohort broker with log.flush.policy=os
-(no fsync before acks, like Kafka's default), and Tansu (memory storage).
+(no fsync before acks, like Kafka's default), Apache Kafka 4.3.1 (one KRaft node from
+tests/kafka_cluster.py, with the JVM options of Kafka's own kafka-server-start.sh: 1 GB heap, G1,
+C2) and Tansu (memory storage). The ratio compares kohort at Kafka's durability (flush=os) with
+Apache Kafka; the fsync-before-ack column is reported beside it.
 """
 from __future__ import annotations
 
@@ -13,6 +17,12 @@ from cases.common import KOHORT_BROKER, TANSU
 from cases.consumer import size_label
 
 KOHORT_OS = "kohort broker (flush=os)"
+KAFKA = "Apache Kafka 4.3.1"
+# kafka-server-start.sh's defaults (KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS), not the test bed's
+# small C1-only JVM: Kafka as its users run it
+KAFKA_JVM = ["-Xms1g", "-Xmx1g", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+             "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+             "-Djava.awt.headless=true"]
 _extra = []
 
 
@@ -40,15 +50,29 @@ def build(env, mode: str, profile: set[str]):
         brokers[KOHORT_OS] = b.bootstrap
     except Exception as e:
         errors[KOHORT_OS] = f"{type(e).__name__}: {e}"
-    sec = Section("broker", "broker, confluent-kafka clients", "records/s", ours=KOHORT_BROKER,
-                  peers=[TANSU],
+    try:
+        from tests import kafka_cluster
+        kafka_cluster.BROKER_JVM = KAFKA_JVM
+        kc = kafka_cluster.KafkaCluster(nodes=1)
+        _extra.append(kc)
+        kc.start()
+        brokers[KAFKA] = kc.bootstrap
+        import bench_broker              # a long-running Kafka is JIT-compiled: warm it up first
+        for _ in range(2):
+            bench_broker.run_one(int(kc.bootstrap.rsplit(":", 1)[1]), 100_000, 100, 1)
+    except Exception as e:
+        errors[KAFKA] = f"{type(e).__name__}: {e}"
+    sec = Section("broker", "broker, confluent-kafka clients", "records/s", ours=KOHORT_OS,
+                  peers=[KAFKA],
                   notes=["bench_broker.run_one: acks=all idempotent producer (linger 5 ms, batch.size 1 MB), "
                          "then an assign()-from-0 consumer (consume: first record to last); end-to-end = n / (produce + consumer "
                          "start-up + consume time). "
-                         "Ratio: the default kohort broker vs Tansu."])
+                         "Ratio: kohort broker with log.flush.policy=os (page-cache durability, as Kafka's "
+                         "default) vs Apache Kafka 4.3.1 (kafka-server-start.sh's JVM options); kohort's "
+                         "default fsync-before-ack and Tansu beside."])
     jobs = []
     for size, n in sizes.items():
-        for name in (KOHORT_BROKER, KOHORT_OS, TANSU):
+        for name in (KOHORT_BROKER, KOHORT_OS, KAFKA, TANSU):
             addr = brokers.get(name)
             port = int(addr.rsplit(":", 1)[1]) if addr else 0
             before = None
@@ -65,4 +89,8 @@ def build(env, mode: str, profile: set[str]):
 
 def finish(env) -> None:
     while _extra:
-        _extra.pop().__exit__(None, None, None)
+        b = _extra.pop()
+        if hasattr(b, "__exit__"):
+            b.__exit__(None, None, None)
+        else:
+            b.close()

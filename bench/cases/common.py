@@ -17,6 +17,11 @@ ROOT = os.path.dirname(HERE)
 for p in (os.path.join(ROOT, "src"), ROOT):
     if p not in sys.path:
         sys.path.insert(0, p)
+# the brokers this run starts (`kohort broker` subprocesses) run this tree's kohort, not whichever
+# one the virtualenv has installed (a git worktree shares the main checkout's venv)
+_pp = os.environ.get("PYTHONPATH", "")
+if os.path.join(ROOT, "src") not in _pp.split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (os.path.join(ROOT, "src"), _pp) if x)
 
 KOHORT_BROKER = "kohort broker"
 TANSU = "Tansu"

@@ -1,4 +1,5 @@
-"""Consumer throughput: kohort vs confluent-kafka, kafka-python and aiokafka on the same records.
+"""Consumer throughput: kohort vs confluent-kafka, kafka-python, aiokafka and the Java KafkaConsumer on
+the same records.
 
 The client functions are bench/bench_consumer.py's (`CLIENTS[name](bootstrap, topic, ends, total)`
 -> records/s): explicit assignment of every partition, no group, read from offset 0 until every record
@@ -15,7 +16,8 @@ from cases.common import CLIENTS, KOHORT_BROKER, TANSU, seed
 TIMEOUT_S = 150.0
 # our column names -> bench_consumer's client names
 _NAMES = {"kohort": "kohort", "confluent-kafka": "confluent", "kafka-python": "kafka-python",
-          "aiokafka": "aiokafka"}
+          "aiokafka": "aiokafka", "java": "java"}
+COLUMNS = CLIENTS + ["java"]          # Apache Kafka's Java KafkaConsumer too (bench/java/ConsumeBench.java)
 
 
 def consume(client: str, addr: str, topic: str, partitions: int, n: int, size: int,
@@ -131,7 +133,7 @@ def build(env, mode: str, profile: set[str]):
                         seed(addr, topic, n, size, codec)
                     except Exception as e:
                         setup_err = f"seeding: {type(e).__name__}: {e}"
-                for client in CLIENTS:
+                for client in COLUMNS:
                     jobs.append(Job("consumer", row, client, "cases.consumer:consume",
                                     {"client": client, "addr": addr, "topic": topic, "partitions": 1, "n": n,
                                      "size": size},

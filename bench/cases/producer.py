@@ -28,7 +28,7 @@ def produce(client: str, addr: str, topic: str, n: int, size: int, compression: 
 def build(env, mode: str, profile: set[str]):
     from harness import Job, Section
     quick = mode == "quick"
-    sizes = {100: 20_000} if quick else {100: 100_000, 1024: 20_000}
+    sizes = {100: 100_000} if quick else {100: 300_000, 1024: 100_000}
     sec = Section("producer", "producer throughput", "records/s",
                   notes=["acks=all, linger.ms=5, each client's default batch size (librdkafka 1 MB, the "
                          "others 16 KiB) unless the row says batch.size 1 MB (then all four); fresh "
@@ -37,8 +37,8 @@ def build(env, mode: str, profile: set[str]):
     for broker in (KOHORT_BROKER, TANSU):
         addr = env.brokers.addr.get(broker)
         variants = [(size, n, codec, None) for size, n in sizes.items() for codec in ("none", "lz4")]
-        if not quick:   # the same batch size for all: librdkafka's default is 1 MB, the others' 16 KiB
-            variants += [(size, n, "none", 1_000_000) for size, n in sizes.items()]
+        # the same batch size for all: librdkafka's default is 1 MB, the others' 16 KiB
+        variants += [(size, n, "none", 1_000_000) for size, n in sizes.items()]
         for size, n, codec, batch in variants:
             row = f"{broker} · {size_label(size)} · {codec}" + (" · batch.size 1 MB" if batch else "")
             for client in CLIENTS:

@@ -6,8 +6,8 @@ the n records are spread round-robin over the partitions.
 """
 from __future__ import annotations
 
-from cases.common import CLIENTS, KOHORT_BROKER, seed
-from cases.consumer import size_label
+from cases.common import KOHORT_BROKER, seed
+from cases.consumer import COLUMNS, size_label
 
 
 def build(env, mode: str, profile: set[str]):
@@ -38,7 +38,7 @@ def build(env, mode: str, profile: set[str]):
         if err is not None:
             def before(job, round_no, err=err):
                 raise RuntimeError(err)
-        for client in CLIENTS:
+        for client in COLUMNS:
             jobs.append(Job(section, row, client, "cases.consumer:consume",
                             {"client": client, "addr": addr, "topic": topic, "partitions": p, "n": n,
                              "size": size, "unit": unit}, timeout=200, before=before,

@@ -110,6 +110,17 @@ SPEC.update({
     # partition directories.
     "kohort.topic.max.partitions": (int, 10000),
 })
+# kohort: the web console (broker/console/), off unless console.listener=HOST:PORT (or --console);
+# read-only unless console.allow.writes; lag sampled every console.lag.sample.ms
+def _positive_int(v) -> int:
+    n = int(v)
+    if n <= 0:
+        raise ValueError("must be > 0")
+    return n
+
+
+SPEC.update({"console.listener": (str, ""), "console.allow.writes": (_b, False),
+             "console.lag.sample.ms": (_positive_int, 5000)})
 # security (broker/security.py): listeners and their protocols, TLS with PEM files, SASL. Each of these
 # may also be given for one listener as listener.name.<listener>.<key>; SASL's JAAS config also as
 # [listener.name.<listener>.]<mechanism>.sasl.jaas.config.

@@ -58,6 +58,7 @@ from kohort.protocol import consumer_group_records as CGR
 from kohort.protocol.consumer_offsets import key_version
 from kohort.broker.coordinator.coordinator import GroupCoordinator
 from kohort.broker.coordinator.group import GroupState
+from kohort.broker.group_events import NO_EVENTS
 from kohort.broker.coordinator.model import (
     CancelTimer, GroupRecord, MemberRecord, OffsetRecord, Outcome, SetTimer,
 )
@@ -228,6 +229,7 @@ class CoordinatorRuntime:
         self._completer: asyncio.Task | None = None
         self._closed = False
         self.loaded_records = 0       # records replayed (the last one of each key)
+        self.events = NO_EVENTS       # kohort.broker.group_events: the console attaches a GroupEvents
         self.load_ms = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -331,6 +333,7 @@ class CoordinatorRuntime:
             return fut
         out = getattr(self.coordinator, op)(*args, self.clock(), fut, **kwargs)
         self.apply(out)
+        self.events.observe(self, op, args, out)
         return fut
 
     def _topic_name(self, topic_id):
@@ -360,7 +363,9 @@ class CoordinatorRuntime:
         if self._closed or self.consumer is None:
             fut.set_exception(RuntimeError("consumer group coordinator not available"))
             return fut
-        self.apply(getattr(self.consumer, op)(*args, self.clock(), fut))
+        out = getattr(self.consumer, op)(*args, self.clock(), fut)
+        self.apply(out)
+        self.events.observe(self, op, args, out, consumer=True)
         return fut
 
     # -- outcome -----------------------------------------------------------------------------------
@@ -412,6 +417,7 @@ class CoordinatorRuntime:
             log.exception("coordinator timer %r failed", key)
             return
         self.apply(out)
+        self.events.observe(self, "timer", (key,), out)
 
     # appends
     def _append(self, token: int, records) -> None:
@@ -455,9 +461,11 @@ class CoordinatorRuntime:
                         error = C.KAFKA_STORAGE_ERROR
                 self._syncing.popleft()
                 if isinstance(token, tuple) and self.consumer is not None:
-                    self.apply(self.consumer.on_append_done(token, error, self.clock()))
+                    out = self.consumer.on_append_done(token, error, self.clock())
                 else:
-                    self.apply(self.coordinator.on_append_done(token, error, self.clock()))
+                    out = self.coordinator.on_append_done(token, error, self.clock())
+                self.apply(out)
+                self.events.observe(self, "stored", (token,), out)
         finally:
             self._completer = None
 

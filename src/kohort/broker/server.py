@@ -5,7 +5,8 @@ socket.request.max.bytes before the body is read. Each request is dispatched at 
 wait, e.g. fetch long polls or JoinGroup), but responses are written strictly in request order. A
 malformed frame closes that connection only, with one log line. An unknown API key or version closes
 the connection as Kafka does, except ApiVersions, which is answered with UNSUPPORTED_VERSION and the
-supported ranges (KIP-511).
+supported ranges (KIP-511). Fetch answers on connections without TLS carry their large record sets as
+FileSlices, written with sendfile between the encoded parts of the frame (`_send_spliced`, issue 17).
 
 Listeners (broker/security.py): one server socket per entry of `listeners` (PLAINTEXT, SSL,
 SASL_PLAINTEXT, SASL_SSL); TLS is done by asyncio before the first byte is read. On a SASL listener a
@@ -30,7 +31,8 @@ from kohort.broker.handlers import HANDLERS, NO_RESPONSE, load_all
 from kohort.broker.security import ANONYMOUS, CLOSE, FAIL, Authenticator, Listener, ScramStore, tls_principal
 from kohort.errors import DecodeError, KohortError
 from kohort.protocol.framing import (
-    FrameTooLargeError, UnsupportedRequestError, encode_response_buffer, frame_size, peek_request_header,
+    FrameTooLargeError, UnsupportedRequestError, encode_response_buffer, encode_response_spliced, frame_size,
+    peek_request_header,
 )
 from kohort.protocol.headers import RequestHeader, request_header_version
 from kohort.protocol.messages import REQUESTS
@@ -41,6 +43,7 @@ _conn_ids = itertools.count(1)
 WRITE_HIGH_WATER = 1 << 20     # unsent response bytes after which a connection is not read
 PIPELINE_YIELD = 8             # queued requests after which the reader lets the writer run
 COALESCE_BYTES = 64 * 1024     # ready answers joined into one write up to this size
+FETCH = 1                      # the API whose record sets may be FileSlices (sent with sendfile)
 
 
 def decode_request(payload):
@@ -346,6 +349,8 @@ class Broker:
         transport = writer.transport
         loop = asyncio.get_running_loop()
         out = bytearray()
+        # record bytes of Fetch answers go out with sendfile where the OS can send them (no TLS)
+        splice = transport.get_extra_info("sslcontext") is None and transport.get_extra_info("socket") is not None
 
         def send_out() -> None:
             nonlocal out
@@ -385,7 +390,16 @@ class Broker:
                     if m:
                         m.observe(api_key, time.perf_counter() - t0, in_bytes, 0, version)
                     continue
-                data = encode_response_buffer(result, version, corr)
+                if splice and api_key == FETCH:
+                    data = encode_response_spliced(result, version, corr)
+                    if data.splices:
+                        send_out()
+                        if m:
+                            m.observe(api_key, time.perf_counter() - t0, in_bytes, data.frame_size, version)
+                        await _send_spliced(loop, writer, data)
+                        continue
+                else:
+                    data = encode_response_buffer(result, version, corr)
                 if m:
                     m.observe(api_key, time.perf_counter() - t0, in_bytes, len(data), version)
                 if len(data) >= COALESCE_BYTES:
@@ -413,11 +427,37 @@ class Broker:
                     item[0].cancel()
 
 
+async def _send_spliced(loop, writer: asyncio.StreamWriter, data) -> None:
+    """One frame whose record sets are FileSlices (issue 17): the encoded parts are written, each
+    slice is sent by the OS (loop.sendfile: os.sendfile once the transport's buffer is empty). A
+    slice that cannot be sent whole (its file shrank) ends the connection: the frame's size prefix
+    already promised those bytes."""
+    view = memoryview(data)
+    prev = 0
+    try:
+        for pos, recs in data.splices:
+            writer.write(view[prev:pos])
+            prev = pos
+            try:
+                recs.fileno()
+            except (AttributeError, OSError):       # not a file descriptor (in-memory storage)
+                writer.write(recs.read())
+                continue
+            sent = await loop.sendfile(writer.transport, recs, recs.position, recs.size, fallback=False)
+            if sent != recs.size:
+                raise ConnectionError(f"sent {sent} of {recs.size} record bytes: the segment shrank")
+        writer.write(view[prev:])
+    finally:
+        for _, recs in data.splices:
+            recs.close()
+
+
 async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
                      metrics_addr: str | None = None, ready_line: bool = True,
-                     listeners: list[Listener] | None = None) -> None:
+                     listeners: list[Listener] | None = None, console_addr: str | None = None,
+                     console_writes: bool = False) -> None:
     """Run until SIGTERM/SIGINT; print the ready line once connections are accepted (with `listeners`
-    configured, one line per listener before it)."""
+    configured, one line per listener before it; with the console, its line before it)."""
     broker = Broker(config, host, port, data_dir, listeners)
     await broker.start()
     if metrics_addr:
@@ -428,6 +468,17 @@ async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
         except OSError:
             await broker.stop()           # close storage cleanly before reporting the error
             raise
+    console = console_addr or config["console.listener"]
+    if console:
+        from kohort.broker.console import serve_console
+        ch, _, cp = console.rpartition(":")
+        try:
+            await serve_console(broker, ch.strip("[]") or "127.0.0.1", int(cp),
+                                allow_writes=config["console.allow.writes"] or console_writes,
+                                lag_sample_ms=config["console.lag.sample.ms"])
+        except OSError:
+            await broker.stop()
+            raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -435,6 +486,10 @@ async def run_broker(host: str, port: int, data_dir: str, config: BrokerConfig,
     if ready_line:
         for lst in (broker.listeners if listeners else ()):     # `listeners` configured: name each
             print(f"kohort broker listener {lst.name} ({lst.protocol}) on {lst.host}:{lst.port}", flush=True)
+        if getattr(broker, "console", None) is not None:
+            c = broker.console
+            print(f"kohort console on http://{c.host}:{c.port}/ ({'read-write' if c.allow_writes else 'read-only'})",
+                  flush=True)
         print(f"kohort broker ready on {broker.listen_host}:{broker.listen_port}", flush=True)
     await stop.wait()
     await broker.stop()

@@ -1,6 +1,7 @@
 """`kohort broker`: run the embedded single-node Kafka-compatible broker.
 
     kohort broker [--listen HOST:PORT] [--data-dir DIR] [--config FILE] [--metrics HOST:PORT]
+                  [--console HOST:PORT [--console-allow-writes]]
 
 --config is a Kafka .properties file with broker settings and topic defaults by Kafka's names
 (num.partitions, log.retention.ms, ...). Its `listeners` (PLAINTEXT/SSL/SASL_PLAINTEXT/SASL_SSL, with
@@ -53,8 +54,14 @@ def run(args) -> int:
         raise KohortError(f"--data-dir {data_dir}: exists and is not a directory")
     if args.metrics:
         _hostport(args.metrics, "--metrics")
+    for name, addr in (("--console", args.console), ("console.listener", config["console.listener"])):
+        if addr:
+            _hostport(addr, name)
+    if args.console_allow_writes and not (args.console or config["console.listener"]):
+        raise KohortError("--console-allow-writes needs --console HOST:PORT")
     try:
-        asyncio.run(run_broker(host, port, data_dir, config, metrics_addr=args.metrics, listeners=listeners))
+        asyncio.run(run_broker(host, port, data_dir, config, metrics_addr=args.metrics, listeners=listeners,
+                               console_addr=args.console, console_writes=args.console_allow_writes))
     except OSError as e:
         if e.filename:             # the data directory (or a file in it), not the socket
             raise KohortError(f"cannot start: {e.filename}: {e.strerror}") from None
@@ -72,5 +79,9 @@ def register(subparsers) -> None:
                    help="log directory (default: log.dirs from --config, else ~/.kohort/data)")
     p.add_argument("--config", metavar="FILE", help="Kafka .properties file (broker and topic defaults)")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on HOST:PORT")
+    p.add_argument("--console", metavar="HOST:PORT",
+                   help="serve the web console on HOST:PORT (off by default; read-only)")
+    p.add_argument("--console-allow-writes", action="store_true",
+                   help="let the console reset offsets of empty groups and delete groups")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run)

@@ -6,8 +6,13 @@ What lives here:
   batch is acknowledged (`result(timeout)` → `RecordMetadata`, or raises the delivery error).
 * `ProducerBatch`: one RecordBatch v2 being filled (records encoded straight into a bytearray by
   protocol/records.py's encoder; only the commonest shape -- no key, no headers, same millisecond --
-  is inlined here for speed), then sealed into wire bytes (records.write_batch) carrying the producer id, epoch and base sequence (KIP-98). A retried batch is
-  re-sent with the very same bytes, so its sequence numbers never change on retry.
+  is inlined here for speed), then sealed into wire bytes (records.write_batch) carrying the
+  producer id, epoch and base sequence (KIP-98). A retried batch is re-sent with the very same
+  bytes, so its sequence numbers never change on retry.
+* The compiled twin (issue 17): with the C extension enabled (`records.producer_twin()`), the
+  fields a batch fills (`_BatchRecords`) and a future's fields (`_FutureFields`) live in C types of
+  `_crecords`, so that its `FastProduce` (Producer.produce's common case) appends records in C;
+  ProducerBatch.try_append below stays the reference encoder it must match byte for byte.
 * `RecordAccumulator`: batching by `batch.size` and `linger.ms`, `buffer.memory` back-pressure
   (blocking up to `max.block.ms`, then a clear KafkaTimeoutError), readiness per partition, draining
   one batch per partition into a request per leader, re-enqueueing retries in sequence order, expiry at
@@ -21,7 +26,9 @@ import threading
 from collections import deque, namedtuple
 
 from kohort.errors import EncodeError, KafkaTimeoutError
-from kohort.protocol.records import BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, append_record, write_batch
+from kohort.protocol.records import (
+    BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, append_record, producer_twin, write_batch,
+)
 
 RecordMetadata = namedtuple("RecordMetadata", "topic partition offset timestamp")
 RecordMetadata.__doc__ = "Where an acknowledged record landed (offset -1 when acks=0)."
@@ -31,15 +38,30 @@ _ZZN = ZZ_TABLE_SIZE
 _ZZ = ZZ
 
 
-class DeliveryFuture:
-    """The outcome of one produced record. Resolved by the producer's I/O thread."""
-
+class _PyFutureFields:
     __slots__ = ("batch", "delta", "callbacks")
 
     def __init__(self, batch, delta):
         self.batch = batch
         self.delta = delta
         self.callbacks = None
+
+
+class _PyBatchRecords:
+    __slots__ = ("buf", "count", "base_ts", "max_ts", "size_limit", "closed", "ts_list")
+
+
+_twin = producer_twin()          # decided once, at import (KOHORT_NO_EXT=1: the Python classes)
+COMPILED = _twin is not None     # batches and futures have the C fields FastProduce needs
+_FutureFields = _twin.RecordFuture if COMPILED else _PyFutureFields
+_BatchRecords = _twin.RecordBuffer if COMPILED else _PyBatchRecords
+
+
+class DeliveryFuture(_FutureFields):
+    """The outcome of one produced record. Resolved by the producer's I/O thread.
+    Fields (from its base): batch, delta (offset delta in the batch), callbacks."""
+
+    __slots__ = ()
 
     def done(self) -> bool:
         return self.batch.done
@@ -79,13 +101,14 @@ class DeliveryFuture:
         fn(self)
 
 
-class ProducerBatch:
-    """Records for one partition, encoded as they arrive; sealed once into the wire bytes."""
+class ProducerBatch(_BatchRecords):
+    """Records for one partition, encoded as they arrive; sealed once into the wire bytes.
+    Fields filled by appends (from its base): buf, count, base_ts, max_ts, size_limit, closed,
+    ts_list."""
 
-    __slots__ = ("topic", "partition", "buf", "count", "base_ts", "max_ts", "created_ms", "size_limit",
-                 "callback_futures", "on_delivery", "attempts", "base_sequence", "producer_id",
-                 "producer_epoch", "wire", "done", "error", "base_offset", "log_append_time", "lock",
-                 "_event", "last_attempt_ms", "reserved", "ts_list", "closed", "in_flight")
+    __slots__ = ("topic", "partition", "created_ms", "callback_futures", "on_delivery", "attempts",
+                 "base_sequence", "producer_id", "producer_epoch", "wire", "done", "error", "base_offset",
+                 "log_append_time", "lock", "_event", "last_attempt_ms", "reserved", "in_flight")
 
     def __init__(self, topic: str, partition: int, now_ms: int, size_limit: int, reserved: int):
         self.topic = topic
@@ -148,7 +171,7 @@ class ProducerBatch:
             if vl < 8000:
                 offv = zz[n]
                 blen = 6 + len(offv) + vl - (vl < 64)      # attrs, ts, key, hdrs + offset, vlen, value
-                if n and 64 + len(buf) + blen > self.size_limit:
+                if n and _BATCH_HEADER_SIZE + len(buf) + len(zz[blen]) + blen > self.size_limit:
                     return None
                 buf += b"".join((zz[blen], b"\x00\x00", offv, b"\x01", zz[vl], value, b"\x00"))
                 if self.ts_list is not None:
@@ -314,19 +337,27 @@ class RecordAccumulator:
                     next_ms = min(next_ms, self.linger_ms - waited)
         return nodes, max(0, next_ms), unknown
 
-    def drain(self, node_partitions, max_request_size: int, now_ms: int, can_send_partition) -> list:
+    def drain(self, node_partitions, max_request_size: int, now_ms: int, can_send_partition,
+              sendable_only: bool = False) -> list:
         """Take up to one ready batch per partition led by the node; returns the batches (closed).
 
-        `can_send_partition(tp, batch)` lets the idempotence logic hold a partition back (ordering)."""
+        `can_send_partition(tp, batch)` lets the idempotence logic hold a partition back (ordering).
+        The first request to a ready node takes every partition's first batch, as Java's drain does;
+        `sendable_only` (a further request in the same round) takes only batches that are full,
+        lingered long enough, or flushed, so a just-opened batch is not sent with one record."""
         out = []
         size = 0
         with self.lock:
+            hurry = self.flushing or self.closed or self.used > self.buffer_memory * 0.9
             for tp in node_partitions:
                 dq = self.batches.get(tp)
                 if not dq:
                     continue
                 b = dq[0]
                 if b.attempts and now_ms < b.last_attempt_ms + self.retry_backoff_ms:
+                    continue
+                if sendable_only and not (b.closed or len(dq) > 1 or hurry or b.attempts
+                                          or now_ms - b.created_ms >= self.linger_ms):
                     continue
                 if not can_send_partition(tp, b):
                     continue

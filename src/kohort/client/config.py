@@ -135,7 +135,10 @@ COMMON_KEYS = [
 CONSUMER_KEYS = [
     _k("group.id", "str", None, nullable=True),
     _k("group.instance.id", "str", None, nullable=True),
-    _k("group.protocol", "choice", "classic", choices=("classic",)),
+    _k("group.protocol", "choice", "classic", choices=("classic", "consumer"),
+       doc="consumer: the KIP-848 protocol (ConsumerGroupHeartbeat, broker-side assignment)"),
+    _k("group.remote.assignor", "str", None, nullable=True,
+       doc="group.protocol=consumer: the broker-side assignor to ask for (uniform, range); default: the broker's"),
     _k("session.timeout.ms", "int", 45000, lo=1, hi=_I32),
     _k("heartbeat.interval.ms", "int", 3000, lo=1, hi=_I32),
     _k("max.poll.interval.ms", "int", 300000, lo=1, hi=_I32),
@@ -303,7 +306,7 @@ def _check(role: str, v: dict[str, Any], given: frozenset) -> None:
     if v["reconnect.backoff.max.ms"] < v["reconnect.backoff.ms"] and "reconnect.backoff.max.ms" in given:
         raise ConfigError("reconnect.backoff.max.ms must be >= reconnect.backoff.ms")
     if role == "consumer":
-        if v["heartbeat.interval.ms"] >= v["session.timeout.ms"]:
+        if v["heartbeat.interval.ms"] >= v["session.timeout.ms"] and v["group.protocol"] == "classic":
             raise ConfigError(f"heartbeat.interval.ms ({v['heartbeat.interval.ms']}) must be lower than "
                               f"session.timeout.ms ({v['session.timeout.ms']})")
         if v["group.instance.id"] is not None and not v["group.instance.id"]:
@@ -314,6 +317,7 @@ def _check(role: str, v: dict[str, Any], given: frozenset) -> None:
             raise ConfigError("partition.assignment.strategy must name at least one assignor")
         if v["group.id"] is not None and not v["group.id"].strip():
             raise ConfigError("group.id must not be empty or blank (leave it unset for no group)")
+        _check_group_protocol(v, given)
     if role == "producer":
         acks = v["acks"]
         v["acks"] = -1 if acks in ("all", "-1", -1) else int(acks)
@@ -322,6 +326,26 @@ def _check(role: str, v: dict[str, Any], given: frozenset) -> None:
         if v["enable.idempotence"] and v["max.in.flight.requests.per.connection"] > 5 \
                 and "enable.idempotence" in given:
             raise ConfigError("enable.idempotence=true needs max.in.flight.requests.per.connection <= 5")
+
+
+# Java's ConsumerConfig: with a group.id, keys of the other protocol are a ConfigException
+CONSUMER_PROTOCOL_UNSUPPORTED = ("partition.assignment.strategy", "heartbeat.interval.ms", "session.timeout.ms")
+CLASSIC_PROTOCOL_UNSUPPORTED = ("group.remote.assignor",)
+
+
+def _check_group_protocol(v: dict[str, Any], given: frozenset) -> None:
+    if v["group.id"] is None:
+        return
+    proto = v["group.protocol"]
+    banned = CONSUMER_PROTOCOL_UNSUPPORTED if proto == "consumer" else CLASSIC_PROTOCOL_UNSUPPORTED
+    bad = [k for k in banned if k in given and v[k] not in (None, "", [])]
+    if bad:
+        why = ("the broker assigns and times the group (KIP-848); choose a broker-side assignor with "
+               "group.remote.assignor" if proto == "consumer" else "it is a group.protocol=consumer setting")
+        raise ConfigError(f"{', '.join(bad)} cannot be set when group.protocol={proto.upper()}: {why}")
+    ra = v["group.remote.assignor"]
+    if ra is not None and not ra.strip():
+        raise ConfigError("group.remote.assignor must not be blank (leave it unset for the broker's default)")
 
 
 __all__ = ["Config", "ConfigError", "Key", "ROLES", "load_config", "parse_bootstrap"]

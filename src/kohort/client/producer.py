@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 
+from kohort.client import accumulator
 from kohort.client.accumulator import DeliveryFuture, RecordAccumulator, RecordMetadata
 from kohort.client.cluster import Cluster
 from kohort.client.config import load_config, parse_bootstrap
@@ -60,7 +62,7 @@ from kohort.protocol.compression import (
 )
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
 from kohort.protocol.messages.produce import ProduceRequest
-from kohort.protocol.records import ATTR_TRANSACTIONAL
+from kohort.protocol.records import ATTR_TRANSACTIONAL, producer_twin
 
 _CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
            "lz4": COMPRESSION_LZ4, "zstd": COMPRESSION_ZSTD}
@@ -135,6 +137,15 @@ class Producer:
             retry_backoff_ms=c["retry.backoff.ms"], clock_ms=_now_ms, on_new_batch=self._on_batch_closed)
         self.sender = _Sender(self)
         self.acc.wakeup = self.sender.wakeup
+        twin = producer_twin() if accumulator.COMPILED else None
+        if twin is not None and type(self).produce is Producer.produce and c["transactional.id"] is None:
+            # the common case of produce() in C (records.producer_twin); it hands every other case
+            # to the Python produce below, which stays the reference. Not for a transactional
+            # producer: per-record checks of its state would live only in the Python produce.
+            self.produce = self.send = twin.FastProduce(
+                self, self.sender, self.sender.net, self.acc.batches, self.acc.lock, self._sticky_now,
+                DeliveryFuture, types.MethodType(Producer.produce, self), self._batch_full,
+                -1 if custom is not None else 0 if self._ignore_keys else 1, self._max_record)
         self.sender.thread.start()
 
     # -- public API -----------------------------------------------------------------------------------
@@ -201,12 +212,18 @@ class Producer:
         if on_delivery is not None:
             fut.add_done_callback(_delivery_adapter(on_delivery))
         if wake:
-            if sticky:     # KIP-480: the sticky partition's batch is full, stick to another one
-                self.partitioner.sticky.on_new_batch(topic, n, info.available, partition)
-            self.sender.poke()
+            self._batch_full(topic, partition, sticky)
         return fut
 
     send = produce
+
+    def _batch_full(self, topic: str, partition: int, sticky: bool) -> None:
+        """A record filled its batch: stick to another partition (KIP-480) and send it now."""
+        if sticky:
+            info = self._topics.get(topic)
+            if info is not None:
+                self.partitioner.sticky.on_new_batch(topic, info.num_partitions, info.available, partition)
+        self.sender.poke()
 
     def _check_record_size(self, size: int, headers) -> None:
         size += 90 + sum(len(k) + (len(v) if v is not None else 0) for k, v in (headers or ()))
@@ -468,6 +485,7 @@ class _Sender:
         self.pid_in_flight = False
         self.needs_bump = False
         self.parts: dict[tuple, _PartitionState] = {}
+        self.node_requests: dict[int, int] = {}          # Produce requests sent and not answered, per node
         self.lock = threading.Lock()
         self.io_lock = threading.Lock()          # whoever holds it drives the network client
         self.stats = {"requests": 0, "retries": 0, "disconnects": 0, "epoch_bumps": 0}
@@ -659,7 +677,9 @@ class _Sender:
         self.stats["disconnects"] += 1
 
     def _node_ready(self, node: int) -> bool:
-        return self.net.ready(node) and self.net.in_flight(node) < self.p.max_in_flight
+        # counted here, not by net.in_flight(): a request sent by this (polling) thread waits in the
+        # network client's queue until the next poll
+        return self.net.ready(node) and self.node_requests.get(node, 0) < self.p.max_in_flight
 
     def _total_in_flight(self) -> int:
         return sum(s.in_flight for s in self.parts.values())
@@ -759,10 +779,19 @@ class _Sender:
         return st is None or st.in_flight < 5
 
     def _send_to(self, node: int, now: int) -> None:
+        """Send requests to `node` while it has sendable batches and room in flight (Java's Sender
+        loops the same way: with one busy partition, one request per round trip would leave the
+        connection idle while the broker works)."""
         tps = [tp for tp in self.acc.partitions() if self._leader_of(*tp) == node]
-        batches = self.acc.drain(tps, self.p.max_request_size, now, self._can_send)
-        if not batches:
-            return
+        first = True
+        while self.node_requests.get(node, 0) < self.p.max_in_flight:
+            batches = self.acc.drain(tps, self.p.max_request_size, now, self._can_send, sendable_only=not first)
+            if not batches:
+                return
+            first = False
+            self._send_batches(node, batches)
+
+    def _send_batches(self, node: int, batches: list) -> None:
         p = self.p
         by_topic: dict[str, list] = {}
         for b in batches:
@@ -796,7 +825,12 @@ class _Sender:
                 b.in_flight = False
                 self._finish(b, -1, -1, None)
         else:
-            _on_done(fut, lambda resp, err: self._on_produce(batches, resp, err))
+            self.node_requests[node] = self.node_requests.get(node, 0) + 1
+
+            def done(resp, err):
+                self.node_requests[node] -= 1
+                self._on_produce(batches, resp, err)
+            _on_done(fut, done)
 
     def _on_produce(self, batches, resp, err) -> None:
         now = _now_ms()

@@ -32,7 +32,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
+#include <time.h>
 #include <string.h>
 
 /* -- module state (set by configure) ------------------------------------------------------------ */
@@ -426,7 +428,7 @@ static int emit(sink_t *s, rec_t *r)
     if (s->mode == MODE_TUPLES || s->factory_direct) {
         /* Untracked while the call runs: a collection triggered by our own allocations then has
          * nothing of ours to scan (it would rescan the growing output again and again).
-         * retrack() restores tracking before the list is handed out. */
+         * retrack() tracks again those with headers before the list is handed out. */
         PyObject_GC_UnTrack(item);
         PyObject_GC_UnTrack(h);
     }
@@ -834,13 +836,20 @@ static int run(sink_t *s, PyObject *buf)
     return rc;
 }
 
-/* Track again what emit() untracked: each record (a tuple or tuple subclass) and its headers
- * list at index `hi`. */
+/* Track again what emit() untracked, for the records that have headers: the record (a tuple or
+ * tuple subclass) and its headers list at index `hi`. A record without headers holds only atomic
+ * values and an empty list, and stays untracked with its list (issue 17): tracked, the records of
+ * every fetch went through the collector's young generations (each scanned two or three times,
+ * then by every full collection while the application held them), which cost more than decoding
+ * them. The price: a cycle made by putting a record inside its own (empty) headers list is never
+ * collected, as for any untracked container (CPython untracks atomic tuples the same way). */
 static void retrack(PyObject *out, Py_ssize_t hi)
 {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(out); i++) {
         PyObject *item = PyList_GET_ITEM(out, i);
         PyObject *h = PyTuple_GET_ITEM(item, hi);
+        if (PyList_CheckExact(h) && PyList_GET_SIZE(h) == 0)
+            continue;
         if (!PyObject_GC_IsTracked(h))
             PyObject_GC_Track(h);
         if (!PyObject_GC_IsTracked(item))
@@ -1023,6 +1032,598 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw)
     Py_RETURN_NONE;
 }
 
+/* == the producer's per-record hot path ========================================================== */
+/* RecordBuffer: what a batch being filled holds (base of accumulator.ProducerBatch); RecordFuture:
+ * one record's place in it (base of accumulator.DeliveryFuture); FastProduce: Producer.produce's
+ * common case. The Python classes in accumulator.py / producer.py are the reference; these must
+ * encode byte for byte what ProducerBatch.try_append encodes, and fall back to Python for every
+ * case they do not handle. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *buf;              /* bytearray: the encoded records (None once done) */
+    Py_ssize_t count;
+    long long base_ts, max_ts;
+    Py_ssize_t size_limit;
+    char closed;
+    PyObject *ts_list;          /* per-record timestamps once they differ from base_ts, else None */
+} RecordBuffer;
+
+static int rb_traverse(RecordBuffer *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->buf);
+    Py_VISIT(self->ts_list);
+    return 0;
+}
+
+static int rb_clear(RecordBuffer *self)
+{
+    Py_CLEAR(self->buf);
+    Py_CLEAR(self->ts_list);
+    return 0;
+}
+
+static void rb_dealloc(RecordBuffer *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    rb_clear(self);
+    tp->tp_free((PyObject *)self);
+}
+
+static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    RecordBuffer *self = (RecordBuffer *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->buf = Py_NewRef(Py_None);
+    self->ts_list = Py_NewRef(Py_None);
+    self->base_ts = self->max_ts = -1;
+    return (PyObject *)self;
+}
+
+static PyMemberDef rb_members[] = {
+    {"buf", T_OBJECT, offsetof(RecordBuffer, buf), 0, "the encoded records (bytearray)"},
+    {"count", T_PYSSIZET, offsetof(RecordBuffer, count), 0, "records appended"},
+    {"base_ts", T_LONGLONG, offsetof(RecordBuffer, base_ts), 0, "the first record's timestamp"},
+    {"max_ts", T_LONGLONG, offsetof(RecordBuffer, max_ts), 0, "the largest timestamp"},
+    {"size_limit", T_PYSSIZET, offsetof(RecordBuffer, size_limit), 0, "batch.size"},
+    {"closed", T_BOOL, offsetof(RecordBuffer, closed), 0, "no more records go in"},
+    {"ts_list", T_OBJECT, offsetof(RecordBuffer, ts_list), 0, "per-record timestamps or None"},
+    {NULL},
+};
+
+static PyTypeObject RecordBuffer_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kohort.protocol._crecords.RecordBuffer",
+    .tp_basicsize = sizeof(RecordBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The records of a producer batch being filled (base of accumulator.ProducerBatch).",
+    .tp_traverse = (traverseproc)rb_traverse,
+    .tp_clear = (inquiry)rb_clear,
+    .tp_dealloc = (destructor)rb_dealloc,
+    .tp_new = rb_new,
+    .tp_members = rb_members,
+};
+
+static inline int zz_len(uint64_t v)
+{
+    int n = 1;
+    while (v > 0x7F) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint64_t zz64(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+
+static inline char *put_varint(char *p, uint64_t v)
+{
+    while (v > 0x7F) {
+        *p++ = (char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    *p++ = (char)v;
+    return p;
+}
+
+/* Append one record without headers (key/value: bytes or NULL for null) as ProducerBatch.try_append
+ * does: 1 appended (*delta set), 0 no room (nothing changed), -1 error. */
+static int rb_append(RecordBuffer *rb, PyObject *key, PyObject *value, long long ts, Py_ssize_t *delta)
+{
+    if (!PyByteArray_CheckExact(rb->buf))
+        return 0;                               /* done or odd: Python handles it */
+    Py_ssize_t n = rb->count;
+    long long tsd = n == 0 ? 0 : ts - rb->base_ts;
+    if (n && (tsd > INT64_MAX / 4 || tsd < INT64_MIN / 4))
+        return 0;                               /* huge deltas: Python's unbounded ints */
+    Py_ssize_t kl = key ? PyBytes_GET_SIZE(key) : 0, vl = value ? PyBytes_GET_SIZE(value) : 0;
+    uint64_t zts = zz64(tsd), zoff = zz64(n);
+    Py_ssize_t body = 1 + zz_len(zts) + zz_len(zoff) + (key ? zz_len(zz64(kl)) + kl : 1)
+                      + (value ? zz_len(zz64(vl)) + vl : 1) + 1;
+    if (body > INT32_MAX)
+        return 0;                               /* Python raises its EncodeError */
+    Py_ssize_t total = zz_len(zz64(body)) + body;
+    Py_ssize_t used = PyByteArray_GET_SIZE(rb->buf);
+    if (n && BATCH_HEADER_SIZE + used + total > rb->size_limit)
+        return 0;
+    if (tsd != 0 && rb->ts_list == Py_None) {   /* timestamps differ from now on: keep them all */
+        PyObject *tl = PyList_New(n);
+        if (!tl)
+            return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *t = PyLong_FromLongLong(rb->base_ts);
+            if (!t) {
+                Py_DECREF(tl);
+                return -1;
+            }
+            PyList_SET_ITEM(tl, i, t);
+        }
+        Py_SETREF(rb->ts_list, tl);
+    }
+    if (rb->ts_list != Py_None) {
+        PyObject *t = PyLong_FromLongLong(ts);
+        if (!t)
+            return -1;
+        int rc = PyList_Append(rb->ts_list, t);
+        Py_DECREF(t);
+        if (rc < 0)
+            return -1;
+    }
+    if (PyByteArray_Resize(rb->buf, used + total) < 0) {
+        if (rb->ts_list != Py_None)
+            PyList_SetSlice(rb->ts_list, n, n + 1, NULL);
+        return -1;
+    }
+    char *p = PyByteArray_AS_STRING(rb->buf) + used;
+    p = put_varint(p, zz64(body));
+    *p++ = 0;                                   /* attributes */
+    p = put_varint(p, zts);
+    p = put_varint(p, zoff);
+    if (key) {
+        p = put_varint(p, zz64(kl));
+        memcpy(p, PyBytes_AS_STRING(key), (size_t)kl);
+        p += kl;
+    } else {
+        *p++ = 1;                               /* -1: null */
+    }
+    if (value) {
+        p = put_varint(p, zz64(vl));
+        memcpy(p, PyBytes_AS_STRING(value), (size_t)vl);
+        p += vl;
+    } else {
+        *p++ = 1;
+    }
+    *p++ = 0;                                   /* no headers */
+    if (n == 0)
+        rb->base_ts = rb->max_ts = ts;
+    else if (ts > rb->max_ts)
+        rb->max_ts = ts;
+    rb->count = n + 1;
+    if (used + total + 64 >= rb->size_limit)
+        rb->closed = 1;
+    *delta = n;
+    return 1;
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *batch;
+    Py_ssize_t delta;
+    PyObject *callbacks;        /* list of fn(future) or None */
+} RecordFuture;
+
+static int rf_traverse(RecordFuture *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->batch);
+    Py_VISIT(self->callbacks);
+    return 0;
+}
+
+static int rf_clear(RecordFuture *self)
+{
+    Py_CLEAR(self->batch);
+    Py_CLEAR(self->callbacks);
+    return 0;
+}
+
+static void rf_dealloc(RecordFuture *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    rf_clear(self);
+    tp->tp_free((PyObject *)self);
+}
+
+static int rf_init(RecordFuture *self, PyObject *args, PyObject *kw)
+{
+    PyObject *batch;
+    Py_ssize_t delta;
+    static char *kwlist[] = {"batch", "delta", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "On", kwlist, &batch, &delta))
+        return -1;
+    Py_XSETREF(self->batch, Py_NewRef(batch));
+    self->delta = delta;
+    Py_XSETREF(self->callbacks, Py_NewRef(Py_None));
+    return 0;
+}
+
+static PyMemberDef rf_members[] = {
+    {"batch", T_OBJECT, offsetof(RecordFuture, batch), 0, "the record's batch"},
+    {"delta", T_PYSSIZET, offsetof(RecordFuture, delta), 0, "the record's offset delta"},
+    {"callbacks", T_OBJECT, offsetof(RecordFuture, callbacks), 0, "done callbacks or None"},
+    {NULL},
+};
+
+static PyTypeObject RecordFuture_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kohort.protocol._crecords.RecordFuture",
+    .tp_basicsize = sizeof(RecordFuture),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "One produced record's place in its batch (base of accumulator.DeliveryFuture).",
+    .tp_traverse = (traverseproc)rf_traverse,
+    .tp_clear = (inquiry)rf_clear,
+    .tp_dealloc = (destructor)rf_dealloc,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)rf_init,
+    .tp_members = rf_members,
+};
+
+/* Kafka's murmur2 (Utils.murmur2), as partitioner.murmur2 computes it, as unsigned bits. */
+static uint32_t murmur2(const uint8_t *d, Py_ssize_t len)
+{
+    const uint32_t m = 0x5BD1E995u;
+    uint32_t h = 0x9747B28Cu ^ (uint32_t)len;
+    Py_ssize_t n4 = len >> 2;
+    for (Py_ssize_t i = 0; i < n4; i++) {
+        uint32_t k = (uint32_t)d[4 * i] | ((uint32_t)d[4 * i + 1] << 8) | ((uint32_t)d[4 * i + 2] << 16) |
+                     ((uint32_t)d[4 * i + 3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h = (h * m) ^ k;
+    }
+    const uint8_t *t = d + (n4 << 2);
+    switch (len & 3) {
+    case 3: h ^= (uint32_t)t[2] << 16; /* fall through */
+    case 2: h ^= (uint32_t)t[1] << 8;  /* fall through */
+    case 1: h ^= t[0]; h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
+static PyObject *py_murmur2(PyObject *self, PyObject *arg)
+{
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t h = murmur2(b.buf, b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromLong((long)(int32_t)h);
+}
+
+enum { A_TOPIC, A_VALUE, A_KEY, A_HEADERS, A_PARTITION, A_TIMESTAMP, A_ON_DELIVERY, N_ARGS };
+static const char *arg_names[N_ARGS] = {"topic", "value", "key", "headers", "partition", "timestamp",
+                                        "on_delivery"};
+static PyObject *arg_strs[N_ARGS];
+static PyObject *s_closed, *s_fatal, *s_topics, *s_error, *s_num_partitions;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *producer, *sender, *net;          /* checked each call: _closed, fatal, fatal */
+    PyObject *batches;                          /* acc.batches: (topic, partition) -> deque */
+    PyObject *acquire, *release;                /* acc.lock's bound methods */
+    PyObject *sticky;                           /* topic -> current sticky partition */
+    PyObject *future_type;                      /* DeliveryFuture */
+    PyObject *fallback;                         /* the Python produce (bound) */
+    PyObject *on_full;                          /* fn(topic, partition, sticky) once a batch fills */
+    int hash_keys;                              /* 1: keyed records go by murmur2; 0: every record is
+                                                   sticky (partitioner.ignore.keys); -1: a custom
+                                                   partitioner (always Python) */
+    Py_ssize_t max_record;
+} FastProduce;
+
+static int fp_traverse(FastProduce *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->producer);
+    Py_VISIT(self->sender);
+    Py_VISIT(self->net);
+    Py_VISIT(self->batches);
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->release);
+    Py_VISIT(self->sticky);
+    Py_VISIT(self->future_type);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->on_full);
+    return 0;
+}
+
+static int fp_clear(FastProduce *self)
+{
+    Py_CLEAR(self->producer);
+    Py_CLEAR(self->sender);
+    Py_CLEAR(self->net);
+    Py_CLEAR(self->batches);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
+    Py_CLEAR(self->sticky);
+    Py_CLEAR(self->future_type);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->on_full);
+    return 0;
+}
+
+static void fp_dealloc(FastProduce *self)
+{
+    PyObject_GC_UnTrack(self);
+    fp_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* 1 when attribute `name` of `o` is set (not None / truthy), 0 when not, -1 on error */
+static int attr_truthy(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v)
+        return -1;
+    int r = v == Py_None ? 0 : PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *fp_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    FastProduce *self = (FastProduce *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *a[N_ARGS] = {NULL};
+    if (nargs > N_ARGS)
+        goto fallback;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        a[i] = args[i];
+    if (kwnames) {
+        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t j = 0; j < nk; j++) {
+            PyObject *k = PyTuple_GET_ITEM(kwnames, j);
+            int found = -1;
+            for (int i = 0; i < N_ARGS && found < 0; i++)
+                if (k == arg_strs[i])
+                    found = i;
+            for (int i = 0; i < N_ARGS && found < 0; i++)
+                if (PyUnicode_Compare(k, arg_strs[i]) == 0)
+                    found = i;
+            if (found < 0 || a[found])
+                goto fallback;              /* Python reports the TypeError */
+            a[found] = args[nargs + j];
+        }
+    }
+    for (int i = 0; i < N_ARGS; i++)
+        if (a[i] == Py_None)
+            a[i] = NULL;
+    PyObject *topic = a[A_TOPIC], *value = a[A_VALUE], *key = a[A_KEY];
+    if (!topic || !PyUnicode_CheckExact(topic) || a[A_HEADERS] || a[A_ON_DELIVERY] ||
+        (value && !PyBytes_CheckExact(value)) || (key && !PyBytes_CheckExact(key)))
+        goto fallback;
+    if ((value ? PyBytes_GET_SIZE(value) : 0) + (key ? PyBytes_GET_SIZE(key) : 0) > self->max_record)
+        goto fallback;
+    int r;
+    if ((r = attr_truthy(self->producer, s_closed)) != 0 || (r = attr_truthy(self->sender, s_fatal)) != 0 ||
+        (r = attr_truthy(self->net, s_fatal)) != 0) {
+        if (r < 0)
+            return NULL;
+        goto fallback;
+    }
+    PyObject *topics = PyObject_GetAttr(self->producer, s_topics);
+    if (!topics)
+        return NULL;
+    PyObject *info = PyDict_Check(topics) ? PyDict_GetItemWithError(topics, topic) : NULL;
+    Py_XINCREF(info);
+    Py_DECREF(topics);
+    if (!info) {
+        if (PyErr_Occurred())
+            return NULL;
+        goto fallback;
+    }
+    Py_ssize_t n = -1;
+    if ((r = attr_truthy(info, s_error)) == 0) {
+        PyObject *np = PyObject_GetAttr(info, s_num_partitions);
+        n = np ? PyLong_AsSsize_t(np) : -1;
+        Py_XDECREF(np);
+    }
+    Py_DECREF(info);
+    if (r < 0 || PyErr_Occurred())
+        return NULL;
+    if (r > 0 || n <= 0)
+        goto fallback;
+    Py_ssize_t partition;
+    int sticky = 0;
+    if (a[A_PARTITION]) {
+        if (!PyLong_CheckExact(a[A_PARTITION]))
+            goto fallback;
+        partition = PyLong_AsSsize_t(a[A_PARTITION]);
+        if (partition == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto fallback;
+        }
+        if (partition < 0 || partition >= n)
+            goto fallback;                  /* Python raises the clear error */
+    } else if (self->hash_keys < 0) {
+        goto fallback;                      /* a custom partitioner */
+    } else if (key && self->hash_keys) {
+        partition = (Py_ssize_t)(murmur2((const uint8_t *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
+                                 & 0x7FFFFFFFu) % n;
+    } else {                                /* null key, or partitioner.ignore.keys: sticky (KIP-480) */
+        PyObject *sp = PyDict_GetItemWithError(self->sticky, topic);
+        if (!sp) {
+            if (PyErr_Occurred())
+                return NULL;
+            goto fallback;
+        }
+        partition = PyLong_AsSsize_t(sp);
+        if (partition == -1 && PyErr_Occurred())
+            return NULL;
+        if (partition < 0 || partition >= n)
+            goto fallback;
+        sticky = 1;
+    }
+    long long ts;
+    if (a[A_TIMESTAMP]) {
+        if (!PyLong_CheckExact(a[A_TIMESTAMP]))
+            goto fallback;
+        int overflow;
+        ts = PyLong_AsLongLongAndOverflow(a[A_TIMESTAMP], &overflow);
+        if (overflow || (ts == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            goto fallback;
+        }
+    } else {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        ts = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    }
+    PyObject *pp = PyLong_FromSsize_t(partition);
+    if (!pp)
+        return NULL;
+    PyObject *tp = PyTuple_Pack(2, topic, pp);
+    Py_DECREF(pp);
+    if (!tp)
+        return NULL;
+    PyObject *got = PyObject_CallOneArg(self->acquire, Py_False);
+    if (!got) {
+        Py_DECREF(tp);
+        return NULL;
+    }
+    int locked = got == Py_True;
+    Py_DECREF(got);
+    if (!locked) {                          /* the I/O side holds it: Python waits for it */
+        Py_DECREF(tp);
+        goto fallback;
+    }
+    PyObject *last = NULL;
+    Py_ssize_t delta = -1;
+    int appended = 0;
+    PyObject *dq = PyDict_GetItemWithError(self->batches, tp);
+    Py_DECREF(tp);
+    if (dq) {
+        Py_ssize_t len = PyObject_Length(dq);
+        if (len > 0)
+            last = PySequence_GetItem(dq, len - 1);
+        if (last && PyObject_TypeCheck(last, &RecordBuffer_Type) && !((RecordBuffer *)last)->closed)
+            appended = rb_append((RecordBuffer *)last, key, value, ts, &delta);
+    }
+    int failed = PyErr_Occurred() != NULL || appended < 0;
+    PyObject *rel = PyObject_CallNoArgs(self->release);
+    if (!rel || failed) {
+        Py_XDECREF(rel);
+        Py_XDECREF(last);
+        return NULL;
+    }
+    Py_DECREF(rel);
+    if (!appended) {                        /* no open batch with room: Python opens one */
+        Py_XDECREF(last);
+        goto fallback;
+    }
+    PyTypeObject *ft = (PyTypeObject *)self->future_type;
+    RecordFuture *fut = (RecordFuture *)ft->tp_alloc(ft, 0);
+    if (!fut) {
+        Py_DECREF(last);
+        return NULL;
+    }
+    fut->batch = last;                      /* the reference taken by PySequence_GetItem */
+    fut->delta = delta;
+    fut->callbacks = Py_NewRef(Py_None);
+    if (((RecordBuffer *)last)->closed) {   /* the batch is full: stick elsewhere (KIP-480), send */
+        PyObject *r2 = PyObject_CallFunction(self->on_full, "Onn", topic, partition, (Py_ssize_t)sticky);
+        if (!r2) {
+            Py_DECREF(fut);
+            return NULL;
+        }
+        Py_DECREF(r2);
+    }
+    return (PyObject *)fut;
+
+fallback:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *fp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"producer", "sender", "net", "batches", "lock", "sticky", "future_type",
+                             "fallback", "on_full", "hash_keys", "max_record", NULL};
+    PyObject *producer, *sender, *net, *batches, *lock, *sticky, *ft, *fallback, *on_full;
+    int hash_keys;
+    Py_ssize_t max_record;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO!OO!OOOin:FastProduce", kwlist, &producer, &sender, &net,
+                                     &PyDict_Type, &batches, &lock, &PyDict_Type, &sticky, &ft, &fallback,
+                                     &on_full, &hash_keys, &max_record))
+        return NULL;
+    if (!PyType_Check(ft) || !PyType_IsSubtype((PyTypeObject *)ft, &RecordFuture_Type) ||
+        ((PyTypeObject *)ft)->tp_basicsize != RecordFuture_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "future_type: a RecordFuture subclass without extra fields");
+        return NULL;
+    }
+    FastProduce *self = (FastProduce *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->vectorcall = fp_call;
+    self->acquire = PyObject_GetAttrString(lock, "acquire");
+    self->release = PyObject_GetAttrString(lock, "release");
+    if (!self->acquire || !self->release) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->producer = Py_NewRef(producer);
+    self->sender = Py_NewRef(sender);
+    self->net = Py_NewRef(net);
+    self->batches = Py_NewRef(batches);
+    self->sticky = Py_NewRef(sticky);
+    self->future_type = Py_NewRef(ft);
+    self->fallback = Py_NewRef(fallback);
+    self->on_full = Py_NewRef(on_full);
+    self->hash_keys = hash_keys;
+    self->max_record = max_record;
+    return (PyObject *)self;
+}
+
+static PyTypeObject FastProduce_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kohort.protocol._crecords.FastProduce",
+    .tp_basicsize = sizeof(FastProduce),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Producer.produce's common case in C; every other case goes to the Python produce.",
+    .tp_traverse = (traverseproc)fp_traverse,
+    .tp_clear = (inquiry)fp_clear,
+    .tp_dealloc = (destructor)fp_dealloc,
+    .tp_new = fp_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(FastProduce, vectorcall),
+};
+
+static int producer_types_init(PyObject *m)
+{
+    for (int i = 0; i < N_ARGS; i++)
+        if (!arg_strs[i] && !(arg_strs[i] = PyUnicode_InternFromString(arg_names[i])))
+            return -1;
+    if ((!s_closed && !(s_closed = PyUnicode_InternFromString("_closed"))) ||
+        (!s_fatal && !(s_fatal = PyUnicode_InternFromString("fatal"))) ||
+        (!s_topics && !(s_topics = PyUnicode_InternFromString("_topics"))) ||
+        (!s_error && !(s_error = PyUnicode_InternFromString("error"))) ||
+        (!s_num_partitions && !(s_num_partitions = PyUnicode_InternFromString("num_partitions"))))
+        return -1;
+    if (PyType_Ready(&RecordBuffer_Type) < 0 || PyType_Ready(&RecordFuture_Type) < 0 ||
+        PyType_Ready(&FastProduce_Type) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(m, "RecordBuffer", (PyObject *)&RecordBuffer_Type) < 0 ||
+        PyModule_AddObjectRef(m, "RecordFuture", (PyObject *)&RecordFuture_Type) < 0 ||
+        PyModule_AddObjectRef(m, "FastProduce", (PyObject *)&FastProduce_Type) < 0)
+        return -1;
+    return 0;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
      "configure(decode_error, corrupt_error, decompress, legacy): wire in records.py's pieces."},
@@ -1037,6 +1638,7 @@ static PyMethodDef methods[] = {
      "tuples from entry position `start`, stopping at the first entry boundary once max_records "
      "are out; next is where to resume, -1 when the payload is done."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0) -> CRC-32C (Castagnoli) of data."},
+    {"murmur2", py_murmur2, METH_O, "murmur2(data) -> Kafka's murmur2 of data as a signed int32."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1067,7 +1669,8 @@ PyMODINIT_FUNC PyInit__crecords(void)
         }
     }
     if (PyModule_AddObjectRef(m, "NeedsPython", g_needs_python) < 0 ||
-        PyModule_AddIntConstant(m, "HW_CRC32C", HAVE_HW_CRC ? g_hw_crc : 0) < 0) {
+        PyModule_AddIntConstant(m, "HW_CRC32C", HAVE_HW_CRC ? g_hw_crc : 0) < 0 ||
+        producer_types_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -14,7 +14,8 @@ What lives here:
 * The compiled twin: when the C extension `kohort.protocol._crecords` was built and the environment
   variable KOHORT_NO_EXT is unset or empty, the three functions above run in C (`HAVE_EXTENSION`,
   `extension_enabled()`, `use_extension()`); the pure-Python decoders (`_py_*`) stay the reference
-  and produce identical results. Legacy entries and decompression call back into Python.
+  and produce identical results. Legacy entries and decompression call back into Python. The same
+  extension carries the producer's per-record path (`producer_twin()`, see client/accumulator.py).
 * Encoding, once: `append_record` (one record), `encode_headers`, `write_batch` (header, compression,
   CRC); `BatchBuilder` / `build_batch` build on them, and so does the producer's ProducerBatch.
 * `patch_base_offset`, `patch_leader_epoch` (in place, CRC unaffected because the CRC starts at
@@ -23,6 +24,8 @@ What lives here:
 * Reading fetched bytes, shared by the consumer and the Spark source: `scan_batches` (next fetch
   offset, last leader epoch, CRC check, from headers only) and `AbortedTransactions`, the one
   read_committed filter (KIP-98).
+* `ExternalRecords` / `SpliceBuffer`: record bytes a message refers to rather than holds (a
+  broker's Fetch answer served with sendfile), and the buffer that encodes around them.
 * Legacy MessageSet v0/v1 (KIP-32 added the v1 timestamp; KIP-31 relative offsets in compressed
   wrappers): `iter_legacy_messages`, and `iter_any_records` for payloads mixing magic 0/1/2.
 
@@ -52,6 +55,38 @@ from kohort.protocol.compression import (  # noqa: F401  (re-exported codec ids)
     compress,
     decompress,
 )
+
+
+class ExternalRecords:
+    """Record bytes that stay where they are until they are sent (a byte range of a log segment):
+    a broker's Fetch answer carries them so its writer can hand them to the OS (sendfile) instead of
+    copying them through Python (issue 17). The RECORDS field writes `len()` as the length and, into
+    a `SpliceBuffer`, only notes where the bytes go; into any other buffer, the bytes of `read()`.
+    Subclasses (storage) say where the bytes are; this module does no I/O."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self) -> bytes:
+        raise NotImplementedError
+
+
+class SpliceBuffer(bytearray):
+    """An encoding buffer that leaves ExternalRecords out: `splices` lists (position in the
+    buffer, records) in order; the frame is the buffer with each one's bytes inserted there."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.splices: list = []
+
+    @property
+    def frame_size(self) -> int:
+        return len(self) + sum(r.size for _, r in self.splices)
 
 
 class CorruptRecordError(DecodeError):
@@ -526,6 +561,13 @@ def use_extension(enabled: bool) -> bool:
         raise RuntimeError("kohort.protocol._crecords is not built (no C compiler at install time?)")
     old, _use_ext = _use_ext, bool(enabled)
     return old
+
+
+def producer_twin():
+    """The compiled twin of the producer's per-record path (`_crecords`: RecordBuffer, RecordFuture,
+    FastProduce, murmur2) when the extension is enabled, else None (client/accumulator.py and
+    client/producer.py hold the Python reference)."""
+    return _ext if _use_ext else None
 
 
 def iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE):

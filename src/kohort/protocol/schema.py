@@ -20,6 +20,7 @@ from typing import Any, Callable
 from kohort.errors import DecodeError, EncodeError
 from kohort.protocol import primitives as P
 from kohort.protocol.primitives import Reader
+from kohort.protocol.records import ExternalRecords, SpliceBuffer
 
 MISSING = object()
 _NEW_STRUCT = object()   # default of a non-nullable nested struct field: a fresh default instance
@@ -124,8 +125,26 @@ class _Records(Type):
         if flexible:
             def dec(r):
                 return _read_records(r, r.uvarint() - 1)
-            return dec, P.w_compact_nullable_bytes
-        return (lambda r: _read_records(r, r.int32())), P.w_nullable_bytes
+            return dec, _records_writer(P.w_compact_nullable_bytes, lambda out, n: P.w_uvarint(out, n + 1))
+        return (lambda r: _read_records(r, r.int32())), _records_writer(P.w_nullable_bytes, _w_len32)
+
+
+def _w_len32(out: bytearray, n: int) -> None:
+    out += n.to_bytes(4, "big", signed=True)
+
+
+def _records_writer(write, write_len):
+    """Records given as ExternalRecords (issue 17): into a SpliceBuffer only the length is written
+    and the place noted; into any other buffer their bytes are read and written as usual."""
+    def w(out, v):
+        if isinstance(v, ExternalRecords):
+            if type(out) is SpliceBuffer:
+                write_len(out, v.size)
+                out.splices.append((len(out), v))
+                return
+            v = v.read()
+        write(out, v)
+    return w
 
 
 STRING = _Str()

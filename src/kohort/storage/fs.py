@@ -8,6 +8,8 @@ Two implementations live here:
   `fsync` (`durable`), so `crash()` can simulate a machine crash that loses everything not yet
   fsynced, while a process kill (just dropping the Storage object) loses nothing.
 
+`FileSlice` is a byte range of a file read only when sent (Fetch answers served with sendfile).
+
 Tests subclass either one to inject faults (torn writes, failing fsyncs). Paths are plain `str`s,
 joined with `join()`; a FileSystem never interprets file contents.
 """
@@ -16,6 +18,8 @@ from __future__ import annotations
 import os
 import posixpath
 import threading
+
+from kohort.protocol.records import ExternalRecords
 
 
 class FileHandle:
@@ -50,6 +54,37 @@ class FileHandle:
 
     def close(self) -> None:
         raise NotImplementedError
+
+
+class FileSlice(ExternalRecords):
+    """`size` bytes at `position` of a file, read only when sent (issue 17): the broker's writer
+    hands them to sendfile when the handle has a file descriptor (`fileno()`), else calls `read()`.
+    It holds a handle of its own (FileHandle.dup), so its bytes stay readable after the segment is
+    closed or deleted; `close()` (or garbage collection) lets the handle go."""
+
+    __slots__ = ("handle", "position")
+
+    def __init__(self, handle: FileHandle, position: int, size: int):
+        super().__init__(size)
+        self.handle = handle
+        self.position = position
+
+    def read(self) -> bytes:
+        return self.handle.pread(self.position, self.size)
+
+    def fileno(self) -> int:
+        fd = getattr(self.handle, "fd", None)
+        if fd is None or fd < 0:
+            raise OSError("no file descriptor (in-memory file or closed)")
+        return fd
+
+    def close(self) -> None:
+        h, self.handle = self.handle, None
+        if h is not None:
+            h.close()
+
+    def __del__(self):
+        self.close()
 
 
 class FileSystem:

@@ -313,10 +313,11 @@ class Log:
     # =========================================================================================
     # read
 
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, as_slice: bool = False):
         """Whole batches from the one containing `offset`, as stored, up to `max_bytes` (the first
         batch is returned even if larger) and not starting at or beyond `max_offset` (the high
-        watermark or last stable offset). Reads stop at a segment end. b"" at the log end."""
+        watermark or last stable offset). Reads stop at a segment end. b"" at the log end.
+        `as_slice`: a large answer comes as a FileSlice (read when sent; Segment.read_batches)."""
         self._check_usable()
         leo = self.log_end_offset
         if offset < self.log_start_offset or offset > leo:
@@ -327,7 +328,7 @@ class Log:
         if offset >= limit:
             return b""
         for seg in self.segments[self._segment_for(offset):]:
-            data = seg.read_batches(offset, max_bytes, limit)
+            data = seg.read_batches(offset, max_bytes, limit, as_slice)
             if data is not None:
                 return data
         return b""

@@ -19,7 +19,7 @@ from kohort.protocol.records import (
     read_batch_header,
     validate_batch,
 )
-from kohort.storage.fs import FileSystem
+from kohort.storage.fs import FileSlice, FileSystem
 from kohort.storage.index import OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -30,6 +30,7 @@ SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
 
 _SCAN_CHUNK = 16 * 1024
+SLICE_MIN = 64 * 1024      # smaller answers are read: one pread costs less than a sendfile round
 _RECOVER_CHUNK = 1024 * 1024
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 
@@ -120,7 +121,7 @@ class Segment:
             yield pos, h
             pos += h.total_size
 
-    def read_batches(self, offset: int, max_bytes: int, limit: int) -> bytes | None:
+    def read_batches(self, offset: int, max_bytes: int, limit: int, as_slice: bool = False):
         """Whole batches as stored, from the one holding `offset` (or the first after it, if
         compaction removed it): at most `max_bytes`, except that the first batch is whole even if
         larger, and none starting at or beyond offset `limit`. None if no batch here holds `offset`
@@ -130,7 +131,8 @@ class Segment:
         found by a header walk from the offset index entry at or below `offset`, its end from the
         last index entry inside the byte budget (index entries are batch starts) plus a header
         walk of what follows it -- small reads of at most one scan chunk each, instead of reading
-        the answer twice or reading more and copying out a slice."""
+        the answer twice or reading more and copying out a slice. With `as_slice`, an answer of
+        at least SLICE_MIN bytes is not read at all: a FileSlice says where it is (sendfile)."""
         found = self.find_position(offset)
         if found is None:
             return None
@@ -149,6 +151,8 @@ class Segment:
             if h.base_offset >= limit or p + h.total_size > stop:
                 break
             pos = p + h.total_size
+        if as_slice and pos - start >= SLICE_MIN:
+            return FileSlice(self.log.dup(), start, pos - start)
         return self.log.pread(start, pos - start)
 
     def find_position(self, offset: int) -> tuple[int, BatchHeader] | None:

@@ -12,6 +12,8 @@
 * Incremental fetch sessions from v7 (KIP-227, kohort.broker.fetch_sessions); topic ids from v13
   (KIP-516): an unknown id is UNKNOWN_TOPIC_ID.
 * An offset outside [log start offset, log end offset] is OFFSET_OUT_OF_RANGE.
+* Without TLS, large record sets are answered as FileSlices (storage), which the server's writer
+  sends with sendfile: their bytes never pass through Python (issue 17).
 * last_fetched_epoch (v12+, KIP-320/595), checked first as Kafka's Partition.fetchRecords does: when
   that epoch ends before the fetch offset in our log, or our log has only an older epoch, the
   partition is answered at once with no records and `diverging_epoch` = (epoch, its end offset), so
@@ -27,7 +29,7 @@ from kohort.broker.handlers import handles
 from kohort.broker.handlers._util import check_leader_epoch, now_ms
 from kohort.errors import ErrorCode
 from kohort.protocol.messages.fetch import FetchRequest, FetchResponse
-from kohort.protocol.records import iter_batches
+from kohort.protocol.records import ExternalRecords, iter_batches
 from kohort.storage import StorageError
 
 READ_COMMITTED = 1
@@ -56,7 +58,7 @@ class _Result:
 
 
 def _read(broker, wants: list[_Want], max_bytes: int, by_id: bool,
-          read_committed: bool = False) -> tuple[list[_Result], int, bool]:
+          read_committed: bool = False, as_slice: bool = False) -> tuple[list[_Result], int, bool]:
     storage = broker.storage
     out = []
     total = 0
@@ -110,7 +112,7 @@ def _read(broker, wants: list[_Want], max_bytes: int, by_id: bool,
             limit = min(w.max_bytes, max_bytes - total)
             if total == 0 or limit > 0:
                 try:
-                    data = log.read(off, max(limit, 1), max_offset=upto)
+                    data = log.read(off, max(limit, 1), max_offset=upto, as_slice=as_slice)
                 except StorageError as e:
                     out.append(_Result(w, e.error_code, hwm, lso, start))
                     errors = True
@@ -118,6 +120,8 @@ def _read(broker, wants: list[_Want], max_bytes: int, by_id: bool,
                 if total and len(data) > limit:
                     data = b""          # only the first partition may exceed the limits
         if data and read_committed and pstate.aborted:
+            if isinstance(data, ExternalRecords):
+                data = data.read()
             # Kafka's upper bound: just past the returned batches
             end = off
             for _, bh in iter_batches(data):
@@ -207,13 +211,15 @@ def handle_fetch(ctx, req: FetchRequest):
         return FetchResponse(throttle_time_ms=0, error_code=e.code, session_id=0, responses=[])
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
     rc = req.isolation_level == READ_COMMITTED
-    results, total, errors = _read(broker, wants, max_bytes, v >= 13, rc)
+    # record bytes go out with sendfile on connections without TLS (the server's writer)
+    sl = ctx.listener is not None and ctx.listener.protocol in ("PLAINTEXT", "SASL_PLAINTEXT")
+    results, total, errors = _read(broker, wants, max_bytes, v >= 13, rc, sl)
     if total >= req.min_bytes or req.max_wait_ms <= 0 or errors or not wants:
         return _response(broker, v, req, sess, full, results)
-    return _long_poll(broker, v, req, sess, full, wants, max_bytes, results)
+    return _long_poll(broker, v, req, sess, full, wants, max_bytes, results, sl)
 
 
-async def _long_poll(broker, v, req, sess, full, wants, max_bytes, results):
+async def _long_poll(broker, v, req, sess, full, wants, max_bytes, results, sl):
     deadline = time.monotonic() + req.max_wait_ms / 1000
     by_id = v >= 13
     rc = req.isolation_level == READ_COMMITTED
@@ -233,8 +239,8 @@ async def _long_poll(broker, v, req, sess, full, wants, max_bytes, results):
             break
         if not await broker.waiters.wait(keys, left):
             break
-        results, total, errors = _read(broker, wants, max_bytes, by_id, rc)
+        results, total, errors = _read(broker, wants, max_bytes, by_id, rc, sl)
         if total >= req.min_bytes or errors:
             return _response(broker, v, req, sess, full, results)
-    results, _, _ = _read(broker, wants, max_bytes, by_id, rc)
+    results, _, _ = _read(broker, wants, max_bytes, by_id, rc, sl)
     return _response(broker, v, req, sess, full, results)

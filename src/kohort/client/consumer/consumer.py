@@ -61,9 +61,12 @@ class Consumer:
             self._group = GroupMember(self._network, self._cluster, self._subs, self._fetcher, c)
 
     # -- subscription / assignment ----------------------------------------------------------------
-    def subscribe(self, topics: Iterable[str] | str, on_assign: Callable | None = None,
-                  on_revoke: Callable | None = None, on_lost: Callable | None = None) -> None:
-        """Join the consumer group for `topics` (a list, or a regex string starting with ^).
+    def subscribe(self, topics: Iterable[str] | str | None = None, on_assign: Callable | None = None,
+                  on_revoke: Callable | None = None, on_lost: Callable | None = None, *,
+                  pattern: str | None = None) -> None:
+        """Join the consumer group for `topics` (a list, or a regex string starting with ^), or for
+        the topics matching `pattern` (a regex; with group.protocol=consumer the broker resolves it,
+        KIP-848's SubscribedTopicRegex, full match).
 
         Callbacks take (consumer, [TopicPartition]) and run inside poll()."""
         self._check_open()
@@ -71,16 +74,22 @@ class Consumer:
             raise KohortError("subscribe() needs group.id; use assign() without a group")
         if self._manual:
             raise KohortError("subscribe() after assign(): call unsubscribe() first")
-        if isinstance(topics, str):
-            if not topics.startswith("^"):
-                topics = [topics]
+        if (topics is None) == (pattern is None):
+            raise KohortError("subscribe() needs either topics or pattern=")
+        if pattern is None and isinstance(topics, str):
+            if topics.startswith("^"):
+                pattern = topics
             else:
-                try:
-                    pattern = re.compile(topics)
-                except re.error as e:
-                    raise KohortError(f"invalid topic pattern {topics!r}: {e}") from None
-                self._group.subscribe(None, pattern, self, on_assign, on_revoke, on_lost)
-                return
+                topics = [topics]
+        if pattern is not None:
+            if not isinstance(pattern, str) or not pattern:
+                raise KohortError(f"subscribe(pattern=...) needs a non-empty regex string, got {pattern!r}")
+            try:
+                compiled = re.compile(pattern)
+            except re.error as e:
+                raise KohortError(f"invalid topic pattern {pattern!r}: {e}") from None
+            self._group.subscribe(None, compiled, self, on_assign, on_revoke, on_lost)
+            return
         topics = list(topics)
         if not topics or not all(isinstance(t, str) and t for t in topics):
             raise KohortError(f"subscribe() needs a non-empty list of topic names, got {topics!r}")

@@ -14,6 +14,10 @@ Every event goes through `_handle` under one lock; requests are sent there. Call
 (`Revoke`, `Assign`, `AutoCommit`, `Raise`) only come from application events and run on the
 application thread, outside the lock, so heartbeats go on during a long callback.
 
+With group.protocol=consumer the machine is `membership_848.ConsumerMembership` (KIP-848): the same
+events and actions, ConsumerGroupHeartbeat instead of JoinGroup/SyncGroup/Heartbeat; its member id
+is made here (a random Kafka Uuid string, KIP-1082) and a v0 broker is sent "" to join instead.
+
 Offsets: OffsetFetch for partitions without a position (seeking to the committed offset *unvalidated*
 when it carries a leader epoch, so the fetcher checks it with OffsetForLeaderEpoch first, KIP-320);
 auto commit every auto.commit.interval.ms, before revocation and on close; commit_sync retries
@@ -21,8 +25,11 @@ retriable errors; async commits go out one at a time so they land in order.
 """
 from __future__ import annotations
 
+import base64
+import copy
 import logging
 import threading
+import uuid
 import time
 from collections import deque
 from concurrent.futures import Future
@@ -37,14 +44,17 @@ from kohort.client.consumer.offsets import (
     OFFSETS_BY_NAME_MAX_VERSION, SubscriptionState, offset_commit_request, offset_fetch_request, parse_offset_fetch,
 )
 from kohort.client.network import Versioned
-from kohort.errors import ErrorCode, KafkaConnectionError, KafkaError, KafkaTimeoutError, KohortError, for_code
+from kohort.errors import (
+    ErrorCode, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaError, KafkaTimeoutError, KohortError,
+    for_code,
+)
 from kohort.protocol.messages.sync_group import SyncGroupResponse
 from kohort.protocol.schema import BYTES, Message, f
 from kohort.structs import TopicPartition
 
 log = logging.getLogger("kohort.client.group")
 
-OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH = 8, 9, 23
+OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, CONSUMER_GROUP_HEARTBEAT = 8, 9, 23, 68
 # kohort's older names for the member states (health()["member_state"] shows Java's)
 JOINING, SYNCING = PREPARING_REBALANCE, COMPLETING_REBALANCE
 _API_OF_TAG = {"find": FIND_COORDINATOR, "join": JOIN_GROUP, "sync": SYNC_GROUP, "heartbeat": HEARTBEAT}
@@ -82,7 +92,12 @@ class GroupMember:
         self.leave_on_close = c["internal.leave.group.on.close"]
         self.exclude_internal = c["exclude.internal.topics"]
         self.rebalance_timeout_ms = c["max.poll.interval.ms"]
-        self.m = Membership(self.cfg, _now_ms())
+        self.kip848 = c["group.protocol"] == "consumer"
+        if self.kip848:
+            from kohort.client.consumer.membership_848 import ConsumerMembership
+            self.m = ConsumerMembership(self.cfg, new_member_id(), _now_ms())
+        else:
+            self.m = Membership(self.cfg, _now_ms())
         self._lock = threading.RLock()
         self.topics: list[str] = []
         self.pattern = None
@@ -136,7 +151,7 @@ class GroupMember:
             if snap.version != self._meta_version and snap.updated_at:
                 self._meta_version = snap.version
                 acts += self.m.handle(MetadataUpdate(snap.version, {t: len(ps) for t, ps in snap.topics.items()
-                                                                   if ps}), _now_ms())
+                                                                   if ps}, dict(snap.topic_ids)), _now_ms())
             acts += self.m.handle(event, _now_ms())
             app = []
             for a in acts:
@@ -158,7 +173,10 @@ class GroupMember:
     def _send(self, a: Send) -> None:
         kind = a.tag[0]
         api = _API_OF_TAG.get(kind)
-        fut = self.network.send(a.to, a.request, timeout_ms=a.timeout_ms,
+        request = a.request
+        if request.API_KEY == CONSUMER_GROUP_HEARTBEAT:
+            request = Versioned(CONSUMER_GROUP_HEARTBEAT, lambda v, r=request: _heartbeat_for_version(r, v))
+        fut = self.network.send(a.to, request, timeout_ms=a.timeout_ms,
                                 max_version=self._caps.get(api) if api is not None else None,
                                 response_class=LenientSyncGroupResponse if kind == "sync" else None)
         fut.add_done_callback(lambda f, tag=a.tag, api=api: self._on_answer(tag, api, f))
@@ -171,7 +189,7 @@ class GroupMember:
         except BaseException as e:
             if api is not None:
                 self._downgrade(api, fut, e)
-            ev = RequestFailed(tag, str(e))
+            ev = RequestFailed(tag, str(e), unsupported=isinstance(e, IncompatibleBrokerVersionError))
         else:
             ev = Response(tag, resp)
         try:
@@ -181,7 +199,7 @@ class GroupMember:
             return
         if rest:
             log.error("group %s: actions %s from an I/O event dropped", self.group_id, rest)
-        if tag[0] in ("join", "sync", "find"):
+        if tag[0] in ("join", "sync", "find", "heartbeat848"):
             self.fetcher.wakeup()      # poll() waiting for data goes on with the group at once
 
     def _downgrade(self, api_key: int, fut: Future, err: BaseException) -> None:
@@ -213,6 +231,13 @@ class GroupMember:
         self._consumer = consumer
         self.on_assign, self.on_revoke, self.on_lost = on_assign, on_revoke, on_lost
         self.pattern = pattern
+        if pattern is not None and self.kip848:
+            # KIP-848: the broker resolves the regex (SubscribedTopicRegex); all topics' metadata
+            # turns the topic ids of its assignments into names
+            self.cluster.set_all_topics(True)
+            self.topics = []
+            self._run(self._handle(Subscribe((), regex=pattern.pattern)))
+            return
         if pattern is not None:
             self.cluster.set_all_topics(True)
             self.topics = self._matching_topics()
@@ -234,7 +259,7 @@ class GroupMember:
     def poll_hook(self, allow_callbacks: bool = True) -> None:
         self._run_callbacks()
         self._drive_async_commits()
-        if self.pattern is not None:
+        if self.pattern is not None and not self.kip848:
             if not self.cluster.snapshot.updated_at:
                 return      # Java: match the pattern against fresh metadata before joining
             topics = self._matching_topics()
@@ -243,8 +268,10 @@ class GroupMember:
                 self._handle(Subscribe(tuple(topics)))
         acts = self._handle(Poll())
         self._run(acts)
-        if any(isinstance(a, Revoke) for a in acts):
-            self._run(self._handle(Poll()))     # partitions revoked before joining: now join
+        if any(isinstance(a, Revoke) or (self.kip848 and isinstance(a, Assign)) for a in acts):
+            # classic: partitions revoked before joining, now join; KIP-848: the callbacks ran,
+            # now acknowledge (or rejoin after partitions were lost)
+            self._run(self._handle(Poll()))
 
     def _revoke(self, a: Revoke) -> None:
         tps = set(a.partitions)
@@ -252,7 +279,8 @@ class GroupMember:
             offs = {tp: o for tp, o in self.subs.positions().items() if tp in tps}
             if offs:
                 try:
-                    self._commit_sync(offs, min(5.0, self.rebalance_timeout_ms / 1000), self.m.generation)
+                    self._commit_sync(offs, min(5.0, self.rebalance_timeout_ms / 1000), self.m.generation,
+                                      retry_stale=True)
                 except KohortError as e:
                     log.warning("group %s: commit before revoking %d partitions failed: %s", self.group_id,
                                 len(offs), e)
@@ -409,7 +437,7 @@ class GroupMember:
                 self.m.generation if self.subscribed else NO_GENERATION)
         self._commit_sync(offsets, timeout, gen)
 
-    def _commit_sync(self, offsets: dict, timeout: float, gen) -> None:
+    def _commit_sync(self, offsets: dict, timeout: float, gen, retry_stale: bool = False) -> None:
         deadline = time.monotonic() + timeout
         while True:
             conn = self._ensure_coordinator(deadline)
@@ -428,7 +456,11 @@ class GroupMember:
             if verdict == "ok":
                 self._mark_committed(offsets)
                 return
-            if verdict == "raise":
+            if verdict == "stale" and retry_stale:
+                with self._lock:
+                    gen = self.m.generation     # KIP-848: retry with the member's newer epoch (Java)
+                continue
+            if verdict in ("raise", "stale"):
                 raise error
             if time.monotonic() >= deadline:
                 raise KafkaTimeoutError(f"commit did not succeed within {timeout:.1f}s (last error "
@@ -522,7 +554,9 @@ class GroupMember:
         co = m.coordinator
         return {"group_id": self.group_id, "member_id": m.member_id, "generation_id": m.generation.generation_id,
                 "member_state": m.state, "leader": m.is_leader and bool(m.member_id),
-                "protocol": m.generation.protocol_name, "coordinator": co.node_id if co is not None else None,
+                "protocol": m.generation.protocol_name, "group_protocol": "consumer" if self.kip848 else "classic",
+                "member_epoch": m.generation.generation_id if self.kip848 else None,
+                "coordinator": co.node_id if co is not None else None,
                 "last_heartbeat": None if last is None else last / 1000,
                 "seconds_since_heartbeat": None if last is None else (_now_ms() - last) / 1000,
                 "rebalance_count": m.rebalance_count, "last_rebalance_reason": m.last_rebalance_reason}
@@ -530,7 +564,8 @@ class GroupMember:
     def close(self, autocommit: bool, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         try:
-            if autocommit and self.auto_commit and (self.m.state == STABLE or not self.subscribed):
+            in_group = self.m.in_group() if self.kip848 else self.m.state == STABLE
+            if autocommit and self.auto_commit and (in_group or not self.subscribed):
                 offs = self.subs.positions()
                 if offs:
                     try:
@@ -539,7 +574,9 @@ class GroupMember:
                         log.warning("group %s: commit on close failed: %s", self.group_id, e)
             self.flush_async(max(0.0, deadline - time.monotonic()))
             if self.subscribed:
-                self._run(self._handle(Close(leave=self.leave_on_close and self.group_instance_id is None)))
+                # classic static members never leave on close; KIP-848 static members leave with epoch -2
+                leave = self.leave_on_close and (self.group_instance_id is None or self.kip848)
+                self._run(self._handle(Close(leave=leave)))
                 self._wait_for_leave(deadline)
         finally:
             self._closing = True
@@ -555,6 +592,23 @@ class GroupMember:
             fut.result(max(0.0, min(deadline - time.monotonic(), 5.0)))
         except Exception as e:
             log.debug("group %s: LeaveGroup got no answer: %s", self.group_id, e)
+
+
+def new_member_id() -> str:
+    """A KIP-848 member id as Java makes it (Uuid.randomUuid().toString(): URL-safe base64, no padding)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def _heartbeat_for_version(req, version: int):
+    """ConsumerGroupHeartbeat v0 has no regex and the broker makes the member id: join with ""."""
+    if version >= 1:
+        return req
+    if req.subscribed_topic_regex:
+        raise IncompatibleBrokerVersionError("ConsumerGroupHeartbeat", (1, 1), (0, 0))
+    if req.member_epoch == 0:
+        req = copy.copy(req)
+        req.member_id = ""
+    return req
 
 
 def _first_commit_error(resp) -> int:

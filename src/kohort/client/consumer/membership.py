@@ -133,6 +133,7 @@ class GroupError(KohortError):
 @dataclass(frozen=True)
 class Subscribe:
     topics: tuple[str, ...]
+    regex: str | None = None      # KIP-848: SubscribedTopicRegex, resolved by the broker (consumer protocol)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,7 @@ class MetadataUpdate:
     """A metadata view: version (increasing) and partition count of every topic it knows."""
     version: int
     partitions: dict
+    topic_ids: dict = field(default_factory=dict)     # name -> topic id (KIP-848 assignments name ids)
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ class RequestFailed:
     """A `Send` got no answer (connection lost, timed out)."""
     tag: Any
     error: str
+    unsupported: bool = False     # the broker does not serve that API (version) at all
 
 
 @dataclass(frozen=True)
@@ -247,6 +250,7 @@ class MemberConfig:
     auto_commit_interval_ms: int | None = None  # None: enable.auto.commit=false
     assignors: list = field(default_factory=list)
     rack_id: str | None = None
+    remote_assignor: str | None = None          # KIP-848 group.remote.assignor (ServerAssignor)
 
     @classmethod
     def from_consumer_config(cls, c) -> "MemberConfig":
@@ -257,7 +261,7 @@ class MemberConfig:
                    request_timeout_ms=c["request.timeout.ms"],
                    auto_commit_interval_ms=c["auto.commit.interval.ms"] if c["enable.auto.commit"] else None,
                    assignors=[get_assignor(n) for n in c["partition.assignment.strategy"]],
-                   rack_id=c["client.rack"] or None)
+                   rack_id=c["client.rack"] or None, remote_assignor=c["group.remote.assignor"])
 
 
 class Membership:

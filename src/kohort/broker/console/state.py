@@ -1,0 +1,223 @@
+"""What the console's JSON API answers, read directly from the broker's state (no requests, no copies):
+storage (topics, partitions, log start / end offsets, high watermark, last stable offset, size) and
+the group coordinator runtime (classic groups from `rt.coordinator`, KIP-848 consumer groups from
+`rt.consumer`; the classic coordinator's memberless group holding a consumer group's offsets is part of
+that consumer group, as ListGroups shows it).
+
+Lag is computed as kohort's Admin.group_lag and kafka-consumer-groups.sh --describe do: per partition
+that has a committed offset or an owner, lag = max(0, high watermark - committed offset), no lag
+without a committed offset. Every function here is synchronous and runs on the broker's event loop
+between two coordinator steps, so it sees one consistent state.
+"""
+from __future__ import annotations
+
+import time
+
+from kohort.broker.coordinator.group import GroupState
+from kohort.errors import DecodeError
+from kohort.protocol.consumer_offsets import OFFSETS_TOPIC
+from kohort.protocol.consumer_protocol import decode_assignment, decode_subscription
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+
+
+def _tp_list(assignment) -> list[dict]:
+    """{topic: partitions} -> [{"topic", "partitions"}] sorted."""
+    return [{"topic": t, "partitions": sorted(ps)} for t, ps in sorted(assignment.items()) if ps]
+
+
+# -- broker and topics -------------------------------------------------------------------------------
+def cluster(broker, console) -> dict:
+    from kohort import __version__
+    rt = getattr(broker, "coordinator", None)
+    return {
+        "version": __version__,
+        "cluster_id": getattr(broker, "cluster_id", None),
+        "node_id": broker.node_id,
+        "listeners": [{"name": lst.name, "protocol": lst.protocol,
+                       "host": (lst.advertised or (lst.host, lst.port))[0],
+                       "port": (lst.advertised or (lst.host, lst.port))[1]}
+                      for lst in broker.listeners],
+        "started_ms": broker.started_ms,
+        "now_ms": int(time.time() * 1000),
+        "data_dir": broker.data_dir,
+        "coordinator": None if rt is None else rt.coordinator.phase,
+        "console": {"allow_writes": console.allow_writes, "lag_sample_ms": console.lag.interval_ms,
+                    "lag_points": console.lag.points},
+    }
+
+
+def partition_offsets(broker, topic: str, partition: int) -> dict:
+    lg = broker.storage.log(topic, partition)
+    hw = lg.high_watermark
+    lso = broker.producers.partition(topic, partition, lg).last_stable_offset(hw)
+    return {"partition": partition, "log_start_offset": lg.log_start_offset, "log_end_offset": lg.log_end_offset,
+            "high_watermark": hw, "last_stable_offset": lso, "size_bytes": lg.size_in_bytes,
+            "leader": broker.node_id, "leader_epoch": broker.leader_epoch}
+
+
+def topics(broker) -> list[dict]:
+    out = []
+    for t in sorted(broker.storage.topics(), key=lambda t: t.name):
+        parts = [partition_offsets(broker, t.name, p) for p in range(t.num_partitions)]
+        out.append({"name": t.name, "topic_id": str(t.topic_id), "internal": t.name in INTERNAL_TOPICS,
+                    "partitions": parts,
+                    "messages": sum(p["high_watermark"] - p["log_start_offset"] for p in parts),
+                    "size_bytes": sum(p["size_bytes"] for p in parts)})
+    return out
+
+
+# -- groups ------------------------------------------------------------------------------------------
+def group_ids(rt) -> list[str]:
+    ids = {gid for gid, g in rt.coordinator.groups.items() if not g.is_(GroupState.DEAD)}
+    if rt.consumer is not None:
+        ids |= set(rt.consumer.groups)
+    return sorted(ids)
+
+
+def _classic_assignment(group, member) -> dict:
+    """A classic member's assignment, decoded when the group speaks the consumer protocol."""
+    if group.protocol_type != "consumer" or not member.assignment:
+        return {}
+    try:
+        a = decode_assignment(member.assignment)
+    except DecodeError:
+        return {}
+    out: dict[str, set] = {}
+    for tp in a.assigned_partitions:
+        out.setdefault(tp.topic, set()).update(tp.partitions)
+    return out
+
+
+def _classic_subscription(group, member) -> list[str]:
+    if group.protocol_type != "consumer":
+        return []
+    meta = member.metadata(group.protocol_name) if group.protocol_name else (
+        member.protocols[0][1] if member.protocols else b"")
+    try:
+        return sorted(decode_subscription(meta).topics) if meta else []
+    except DecodeError:
+        return []
+
+
+def owners(rt, group_id: str) -> dict[tuple[str, int], dict]:
+    """(topic, partition) -> the member holding it: {member_id, client_id, client_host}."""
+    own = {}
+    cg = rt.consumer.groups.get(group_id) if rt.consumer is not None else None
+    if cg is not None:
+        for m in cg.members.values():
+            for t, ps in m.assigned.items():
+                for p in ps:
+                    own[(t, p)] = {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host}
+        return own
+    g = rt.coordinator.groups.get(group_id)
+    if g is None:
+        return own
+    for m in g.members.values():
+        for t, ps in _classic_assignment(g, m).items():
+            for p in ps:
+                own[(t, p)] = {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host}
+    return own
+
+
+def group_offsets(broker, group_id: str) -> list[dict]:
+    """Per partition with a committed offset or an owner: committed offset, log end, lag, owner."""
+    rt = broker.coordinator
+    g = rt.coordinator.groups.get(group_id)
+    committed = dict(g.offsets) if g is not None else {}
+    own = owners(rt, group_id)
+    storage = broker.storage
+    rows = []
+    for (t, p) in sorted(set(committed) | set(own)):
+        c = committed.get((t, p))
+        end = storage.log(t, p).high_watermark if storage.has_topic(t) and p < storage.topic(t).num_partitions else -1
+        cur = c.offset if c is not None else None
+        m = own.get((t, p))
+        rows.append({"topic": t, "partition": p, "committed_offset": cur, "log_end_offset": end,
+                     "lag": None if cur is None or end < 0 else max(0, end - cur),
+                     "metadata": c.metadata if c is not None else None,
+                     "commit_timestamp": c.commit_timestamp if c is not None else None,
+                     "member_id": m["member_id"] if m else None, "client_id": m["client_id"] if m else None,
+                     "client_host": m["client_host"] if m else None})
+    return rows
+
+
+def _summary(rt, gid: str) -> dict:
+    cg = rt.consumer.groups.get(gid) if rt.consumer is not None else None
+    if cg is not None:
+        return {"group_id": gid, "type": "consumer", "protocol_type": "consumer", "state": cg.state.value,
+                "group_epoch": cg.group_epoch, "assignment_epoch": cg.assignment_epoch,
+                "generation": cg.group_epoch, "members": len(cg.members),
+                "assignor": rt.consumer._preferred_assignor(cg) if cg.members else None}
+    g = rt.coordinator.groups[gid]
+    return {"group_id": gid, "type": "classic", "protocol_type": g.protocol_type or "", "state": g.state.value,
+            "generation": g.generation_id, "members": len(g.members), "assignor": g.protocol_name,
+            "leader": g.leader_id}
+
+
+def groups(broker, console=None) -> list[dict]:
+    rt = broker.coordinator
+    if rt is None:
+        return []
+    out = []
+    for gid in group_ids(rt):
+        s = _summary(rt, gid)
+        rows = group_offsets(broker, gid)
+        lags = [r["lag"] for r in rows if r["lag"] is not None]
+        s["total_lag"] = sum(lags) if lags else None
+        s["partitions"] = len(rows)
+        out.append(s)
+    return out
+
+
+def group(broker, group_id: str, console=None) -> dict | None:
+    """Everything about one group; None when there is no such group (and no history of one)."""
+    rt = broker.coordinator
+    events = console.events.history(group_id) if console is not None else []
+    lag = console.lag.series(group_id) if console is not None else []
+    if rt is None or group_id not in group_ids(rt):
+        if not events:
+            return None
+        return {"group_id": group_id, "type": None, "state": "Dead", "members": [], "offsets": [],
+                "total_lag": None, "lag_history": lag, "events": [e.as_dict() for e in events]}
+    d = _summary(rt, group_id)
+    cg = rt.consumer.groups.get(group_id) if rt.consumer is not None else None
+    members = []
+    if cg is not None:
+        for m in sorted(cg.members.values(), key=lambda m: m.member_id):
+            members.append({
+                "member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                "client_host": m.client_host, "rack_id": m.rack_id, "member_epoch": m.member_epoch,
+                "previous_member_epoch": m.previous_member_epoch, "member_state": m.state.name,
+                "subscribed_topics": sorted(m.subscribed_topic_names), "subscribed_regex": m.subscribed_topic_regex,
+                "server_assignor": m.server_assignor, "protocol": "classic" if m.classic is not None else "consumer",
+                "assignment": _tp_list(m.assigned), "pending_revocation": _tp_list(m.pending_revocation),
+                "target_assignment": _tp_list(cg.target.get(m.member_id, {})),
+            })
+    else:
+        g = rt.coordinator.groups[group_id]
+        for m in sorted(g.members.values(), key=lambda m: m.member_id):
+            members.append({
+                "member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                "client_host": m.client_host, "session_timeout_ms": m.session_timeout_ms,
+                "rebalance_timeout_ms": m.rebalance_timeout_ms, "leader": m.member_id == g.leader_id,
+                "subscribed_topics": _classic_subscription(g, m),
+                "protocols": [n for n, _ in m.protocols],
+                "assignment": _tp_list(_classic_assignment(g, m)),
+            })
+    d["members"] = members
+    d["offsets"] = group_offsets(broker, group_id)
+    lags = [r["lag"] for r in d["offsets"] if r["lag"] is not None]
+    d["total_lag"] = sum(lags) if lags else None
+    d["lag_history"] = lag
+    d["events"] = [e.as_dict() for e in events]
+    return d
+
+
+def group_state(broker, group_id: str) -> str | None:
+    """The group's state as ListGroups reports it, None if there is no such group."""
+    rt = broker.coordinator
+    if rt is None or group_id not in group_ids(rt):
+        return None
+    return _summary(rt, group_id)["state"]

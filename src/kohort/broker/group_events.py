@@ -1,0 +1,374 @@
+"""Group event history (issue 18): per group, a bounded list of what happened to it -- members joining,
+leaving, expiring or being fenced, rebalances with Kafka's reason strings, classic generations, KIP-848
+group-epoch bumps and target assignments, state changes, creation, conversion and deletion.
+
+Read-only towards the coordinators: the runtime (broker/coordinator_runtime.py) calls
+`events.observe(rt, op, args, out)` once after each step it drives (an operation, a timer, a stored
+append); `observe` snapshots the groups that step touched and derives events from the difference with
+the previous snapshot and from the step's cause (the request's params, the timer's key). The
+coordinators stay pure and unaware of it. `NO_EVENTS` (the default) does nothing, so a broker without
+the console pays one no-op call per step.
+
+Reason strings follow Kafka's GroupCoordinator where it has one ("Adding new member M with group
+instance id I; client reason: R", "Removing member M on LeaveGroup; client reason: R", "removing
+member M on heartbeat expiration", "Updating metadata for member M during S; client reason: R",
+"Leader M re-joining group during Stable; client reason: R") and its GroupMetadataManager's KIP-848
+messages ("Member M fenced from the group because its session expired", ...).
+
+Bounds: `per_group` events per group (oldest dropped), `max_groups` histories (the least recently
+changed dropped). `subscribe(fn)` lets other readers (logs, metrics) receive each event as it is made.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable
+
+from kohort.broker.coordinator.group import GroupState
+
+log = logging.getLogger("kohort.broker.coordinator")
+
+DEFAULT_PER_GROUP = 200
+DEFAULT_MAX_GROUPS = 1000
+
+# classic operations whose params carry the group (args[0].group_id); reads are not observed
+_CLASSIC_PARAM_OPS = frozenset({"join_group", "sync_group", "leave_group", "heartbeat", "offset_commit",
+                                "offset_delete"})
+_CONSUMER_PARAM_OPS = frozenset({"heartbeat", "classic_join", "classic_sync", "classic_leave",
+                                 "classic_heartbeat"})
+
+
+@dataclass(frozen=True)
+class GroupEvent:
+    ts_ms: int
+    group: str
+    kind: str               # GroupCreated, MemberJoined, MemberLeft, MemberExpired, MemberFenced,
+                            # MemberReplaced, RebalanceStarted, GenerationStarted, GroupEpochBumped,
+                            # TargetAssignmentComputed, StateChanged, GroupConverted, GroupDeleted
+    reason: str
+    member_id: str | None = None
+    generation: int = -1    # classic generation, or KIP-848 group epoch, after the event
+    state: str = ""         # the group's state after the event
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Member:
+    client_id: str
+    client_host: str
+    instance_id: str | None
+    subscription: Any = None      # KIP-848: (topic names, regex)
+
+
+@dataclass(frozen=True)
+class _Snap:
+    type: str                     # "classic" | "consumer"
+    state: str
+    generation: int               # classic generation / consumer group epoch
+    assignment_epoch: int
+    leader: str | None
+    protocol: str | None
+    members: dict
+
+
+def snapshot(rt, group_id: str) -> _Snap | None:
+    """What the events are derived from: the group as the runtime serves it now (a KIP-848 group
+    first; the classic coordinator's simple group holding its offsets is not a group of its own)."""
+    consumer = rt.consumer
+    if consumer is not None:
+        cg = consumer.groups.get(group_id)
+        if cg is not None:
+            members = {mid: _Member(m.client_id, m.client_host, m.instance_id,
+                                    (tuple(m.subscribed_topic_names), m.subscribed_topic_regex))
+                       for mid, m in cg.members.items()}
+            return _Snap("consumer", cg.state.value, cg.group_epoch, cg.assignment_epoch, None, None, members)
+    g = rt.coordinator.groups.get(group_id)
+    if g is None or g.is_(GroupState.DEAD):
+        return None
+    members = {mid: _Member(m.client_id, m.client_host, m.group_instance_id) for mid, m in g.members.items()}
+    return _Snap("classic", g.state.value, g.generation_id, g.generation_id, g.leader_id, g.protocol_name,
+                 members)
+
+
+def _unchanged(rt, group_id: str, old: _Snap) -> bool:
+    """A cheap check that the group is as `old` saw it, without building a snapshot: the steady
+    heartbeat of a KIP-848 member (the most frequent step) changes nothing events are made of. A
+    member's metadata changes only with a join (new id) or an epoch bump (subscription), so epochs,
+    member ids and state suffice; classic groups are always snapshotted (their steps are rarer)."""
+    if old.type != "consumer" or rt.consumer is None:
+        return False
+    cg = rt.consumer.groups.get(group_id)
+    return (cg is not None and cg.group_epoch == old.generation and cg.assignment_epoch == old.assignment_epoch
+            and cg.members.keys() == old.members.keys() and cg.state.value == old.state)
+
+
+def _all_group_ids(rt) -> set[str]:
+    ids = set(rt.coordinator.groups)
+    if rt.consumer is not None:
+        ids |= set(rt.consumer.groups)
+    return ids
+
+
+class _NoEvents:
+    """The runtime's default: observes nothing."""
+
+    def observe(self, rt, op: str, args: tuple, out: Any, consumer: bool = False) -> None:
+        return None
+
+
+NO_EVENTS = _NoEvents()
+
+
+class GroupEvents:
+    def __init__(self, per_group: int = DEFAULT_PER_GROUP, max_groups: int = DEFAULT_MAX_GROUPS,
+                 clock: Callable[[], int] | None = None) -> None:
+        self.per_group = per_group
+        self.max_groups = max_groups
+        self._clock = clock
+        self._last: dict[str, _Snap] = {}
+        self._history: collections.OrderedDict[str, collections.deque] = collections.OrderedDict()
+        self._tokens: dict[Any, set[str]] = {}     # append token -> groups its records belong to
+        self._subscribers: list[Callable[[GroupEvent], None]] = []
+
+    # -- reading ---------------------------------------------------------------------------------
+    def history(self, group_id: str) -> list[GroupEvent]:
+        return list(self._history.get(group_id, ()))
+
+    def groups(self) -> list[str]:
+        return list(self._history)
+
+    def subscribe(self, fn: Callable[[GroupEvent], None]) -> None:
+        self._subscribers.append(fn)
+
+    # -- feeding ---------------------------------------------------------------------------------
+    def baseline(self, rt) -> None:
+        """Take the current groups as known (no events): called when the recorder is attached."""
+        for gid in _all_group_ids(rt):
+            s = snapshot(rt, gid)
+            if s is not None:
+                self._last[gid] = s
+
+    def observe(self, rt, op: str, args: tuple, out: Any, consumer: bool = False) -> None:
+        """After the runtime applied the Outcome `out` of step `op` (a coordinator operation with its
+        args; "timer" with (key,); "stored" with (token,)); `consumer` for the KIP-848 coordinator's
+        operations. Never raises: a bug here is logged, the coordinator's step stands."""
+        try:
+            self._observe(rt, op, args, out, consumer)
+        except Exception:   # noqa: BLE001
+            log.exception("group events: observing %s failed", op)
+
+    def _observe(self, rt, op: str, args: tuple, out: Any, consumer: bool) -> None:
+        if out is not None:
+            for a in getattr(out, "appends", ()):
+                self._tokens[a.token] = {r.group for r in a.records}
+        gids = self._touched(rt, op, args, consumer)
+        if not gids:
+            return
+        now = rt.clock() if self._clock is None else self._clock()
+        for gid in sorted(gids):
+            old = self._last.get(gid)
+            if old is not None and _unchanged(rt, gid, old):
+                continue
+            new = snapshot(rt, gid)
+            if new is None:
+                self._last.pop(gid, None)
+            else:
+                self._last[gid] = new
+            if old == new:
+                continue
+            for ev in derive(gid, old, new, op, args, consumer, now):
+                self._add(ev)
+
+    def _touched(self, rt, op: str, args: tuple, consumer: bool) -> set[str]:
+        if op == "stored":
+            return self._tokens.pop(args[0], set())
+        if op == "timer":
+            key = args[0]
+            if len(key) > 1 and isinstance(key[1], str):
+                return {key[1]}
+            return _all_group_ids(rt) | set(self._last)      # offsets expiration: any group
+        if consumer:
+            if op in _CONSUMER_PARAM_OPS:
+                return {args[0].group_id}
+            if op == "delete_group":
+                return {args[0]}
+            return set()
+        if op in _CLASSIC_PARAM_OPS:
+            return {args[0].group_id}
+        if op == "delete_groups":
+            return set(args[0])
+        return set()
+
+    def _add(self, ev: GroupEvent) -> None:
+        h = self._history.get(ev.group)
+        if h is None:
+            h = self._history[ev.group] = collections.deque(maxlen=self.per_group)
+            while len(self._history) > self.max_groups:
+                self._history.popitem(last=False)
+        else:
+            self._history.move_to_end(ev.group)
+        h.append(ev)
+        for fn in self._subscribers:
+            try:
+                fn(ev)
+            except Exception:   # noqa: BLE001 - a reader's bug must not break the coordinator's step
+                pass
+
+
+# -- deriving events ---------------------------------------------------------------------------------
+def _reason_or_default(reason: str | None) -> str:
+    return reason if reason else "not provided"
+
+
+def _leave_reason(args: tuple, member_id: str) -> str | None:
+    p = args[0] if args else None
+    for lm in getattr(p, "members", ()):
+        if lm.member_id == member_id:
+            return _reason_or_default(lm.reason)
+    return None
+
+
+def _removed(gid: str, mid: str, old: _Snap, new: _Snap | None, op: str, args: tuple,
+             consumer: bool) -> tuple[str, str]:
+    """(kind, reason) of member `mid` no longer in the group."""
+    if op in ("leave_group", "classic_leave"):
+        r = _leave_reason(args, mid)
+        if r is not None:
+            return "MemberLeft", f"Removing member {mid} on LeaveGroup; client reason: {r}"
+    if op == "timer":
+        kind = args[0][0]
+        if kind == "heartbeat":
+            return "MemberExpired", f"removing member {mid} on heartbeat expiration"
+        if kind == "join":
+            return "MemberExpired", f"removing member {mid}: it did not rejoin before the rebalance timeout"
+        if kind == "sync":
+            return "MemberExpired", f"removing member {mid} on pending sync request expiration"
+        if kind == "cg-session":
+            return "MemberExpired", f"Member {mid} fenced from the group because its session expired"
+        if kind == "cg-rebalance":
+            return "MemberFenced", (f"Member {mid} fenced from the group because it did not revoke its "
+                                    f"partitions within the rebalance timeout")
+        if kind in ("cg-join", "cg-sync"):
+            return "MemberExpired", (f"Member {mid} (classic protocol) fenced from the group: its "
+                                     f"{'JoinGroup' if kind == 'cg-join' else 'SyncGroup'} did not arrive in time")
+    old_m = old.members[mid]
+    if old_m.instance_id is not None and new is not None:
+        for nid, m in new.members.items():
+            if m.instance_id == old_m.instance_id and nid not in old.members:
+                return "MemberReplaced", (f"Static member with group instance id {old_m.instance_id} "
+                                          f"rejoined as {nid}; member {mid} replaced")
+    if consumer and op == "heartbeat" and args and args[0].member_id == mid:
+        return "MemberLeft", f"Member {mid} left the consumer group"
+    if op in ("delete_groups", "delete_group"):
+        return "MemberLeft", f"member {mid} removed: group deleted"
+    return "MemberLeft", f"member {mid} removed by {op}"
+
+
+def _added(mid: str, m: _Member, op: str, args: tuple, consumer: bool) -> str:
+    if op in ("join_group", "classic_join"):
+        p = args[0]
+        return (f"Adding new member {mid} with group instance id {m.instance_id}; client reason: "
+                f"{_reason_or_default(getattr(p, 'reason', None))}")
+    if consumer and op == "heartbeat":
+        names, regex = m.subscription or ((), None)
+        sub = f"regex {regex!r}" if regex else ", ".join(names) or "nothing"
+        inst = f" with instance id {m.instance_id}" if m.instance_id else ""
+        return f"Member {mid} joined the consumer group{inst} (client id {m.client_id}, subscribed to {sub})"
+    return f"member {mid} added by {op}"
+
+
+def derive(gid: str, old: _Snap | None, new: _Snap | None, op: str, args: tuple, consumer: bool,
+           now: int) -> list[GroupEvent]:
+    """The events that take group `gid` from snapshot `old` to `new` in step `op`."""
+    evs: list[GroupEvent] = []
+
+    def ev(kind: str, reason: str, member: str | None = None) -> None:
+        s = new or old
+        evs.append(GroupEvent(now, gid, kind, reason, member, s.generation, s.state if new else "Dead"))
+
+    if new is None:
+        if op in ("delete_groups", "delete_group"):
+            why = "deleted by DeleteGroups"
+        elif op == "timer" and args[0] and args[0][0] == "offsets-expiration":
+            why = "empty group removed: its last committed offsets expired (offsets.retention.minutes)"
+        else:
+            why = f"removed by {op}"
+        for mid in old.members:
+            kind, reason = _removed(gid, mid, old, None, op, args, consumer)
+            ev(kind, reason, mid)
+        ev("GroupDeleted", why)
+        return evs
+    if old is None:
+        ev("GroupCreated", f"{new.type} group created by {_op_name(op, consumer)}")
+        old = _Snap(new.type, GroupState.EMPTY.value, 0, 0, None, None, {})
+    elif old.type != new.type:
+        ev("GroupConverted", "online upgrade to a consumer group: a member joined with the consumer "
+                             "protocol (KIP-848)" if new.type == "consumer" else
+                             "downgrade to a classic group: no consumer-protocol member left (KIP-848)")
+    member_reasons: list[str] = []
+    for mid in old.members:
+        if mid not in new.members:
+            kind, reason = _removed(gid, mid, old, new, op, args, consumer)
+            ev(kind, reason, mid)
+            member_reasons.append(reason)
+    for mid, m in new.members.items():
+        if mid not in old.members:
+            reason = _added(mid, m, op, args, consumer)
+            ev("MemberJoined", reason, mid)
+            member_reasons.append(reason)
+    if new.type == "classic":
+        if new.state != old.state and new.state == GroupState.PREPARING_REBALANCE.value:
+            reason = member_reasons[0] if member_reasons else _rejoin_reason(old, op, args)
+            ev("RebalanceStarted", f"Preparing to rebalance group {gid} in state PreparingRebalance with old "
+                                   f"generation {old.generation} (reason: {reason})")
+        elif new.state != old.state:
+            ev("StateChanged", f"{old.state} -> {new.state}")
+        if new.generation != old.generation and new.generation > 0:
+            ev("GenerationStarted", f"generation {new.generation} with {len(new.members)} member(s), "
+                                    f"protocol {new.protocol}, leader {new.leader}")
+    else:
+        if new.generation != old.generation:
+            reason = "; ".join(member_reasons) or _epoch_reason(old, new, op, args)
+            ev("GroupEpochBumped", f"group epoch {old.generation} -> {new.generation}: {reason}")
+        if new.assignment_epoch != old.assignment_epoch:
+            ev("TargetAssignmentComputed", f"target assignment computed for group epoch {new.assignment_epoch}")
+        if new.state != old.state:
+            ev("StateChanged", f"{old.state} -> {new.state}")
+    return evs
+
+
+def _op_name(op: str, consumer: bool) -> str:
+    names = {"join_group": "JoinGroup", "offset_commit": "OffsetCommit", "classic_join": "JoinGroup",
+             "heartbeat": "ConsumerGroupHeartbeat" if consumer else "Heartbeat", "stored": "a stored record"}
+    return names.get(op, op)
+
+
+def _rejoin_reason(old: _Snap, op: str, args: tuple) -> str:
+    if op == "join_group":
+        p = args[0]
+        r = _reason_or_default(getattr(p, "reason", None))
+        if old.leader == p.member_id and old.state == GroupState.STABLE.value:
+            return f"Leader {p.member_id} re-joining group during Stable; client reason: {r}"
+        return f"Updating metadata for member {p.member_id} during {old.state}; client reason: {r}"
+    if op == "timer" and args[0][0] == "sync":
+        return "pending sync request expired"
+    if op == "timer" and args[0][0] == "heartbeat":
+        return "a member's heartbeat expired"
+    if op == "stored":
+        return "a stored change (e.g. a static member's replacement)"
+    return f"{op}"
+
+
+def _epoch_reason(old: _Snap, new: _Snap, op: str, args: tuple) -> str:
+    changed = [mid for mid, m in new.members.items()
+               if mid in old.members and old.members[mid].subscription != m.subscription]
+    if changed:
+        return "; ".join(f"Member {mid} updated its subscription" for mid in changed)
+    return "the subscribed topics' metadata changed"
+
+
+def events_as_dicts(events: Iterable[GroupEvent]) -> list[dict]:
+    return [e.as_dict() for e in events]
