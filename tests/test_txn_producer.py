@@ -461,3 +461,8 @@ def test_abort_clears_partitions_not_yet_added():
     a = d.m.begin_abort()
     assert d.next() is None                                 # nothing was added: no EndTxn either
     assert a.done and a.error is None and d.m.state == tm.READY
+
+
+def test_the_state_machine_imports_no_io():
+    from tests.test_layering import closure
+    assert closure("kohort.client.txn_manager") == {}

@@ -29,12 +29,18 @@ from __future__ import annotations
 
 from kohort.errors import (
     AbortableTransactionError,
+    ClusterAuthorizationFailedError,
     ErrorCode,
     FatalTransactionError,
     IllegalTransactionStateError,
+    IncompatibleBrokerVersionError,
+    InvalidProducerIdMappingError,
     KohortError,
     ProducerFencedError,
+    TransactionalIdAuthorizationFailedError,
+    UnsupportedVersionError,
     for_code,
+    is_authentication_error,
 )
 from kohort.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
 from kohort.protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
@@ -310,7 +316,6 @@ class TransactionManager:
     def _begin_completing(self, commit: bool) -> TxnResult:
         if self.new_partitions:
             self._enqueue(self._add_partitions_request())
-        from kohort.errors import InvalidProducerIdMappingError
         if not isinstance(self._cause(self.last_error), InvalidProducerIdMappingError):
             result = TxnResult("commit_transaction" if commit else "abort_transaction")
             self._enqueue(TxnRequest("EndTxn", _P_END, result, COORDINATOR_TRANSACTION, self.transactional_id,
@@ -323,8 +328,6 @@ class TransactionManager:
     # -- batches (the driver tells) ---------------------------------------------------------------------
     def handle_failed_batch(self, err: BaseException) -> None:
         """A batch of this transaction failed for good (Java's maybeTransitionToErrorState)."""
-        from kohort.errors import (ClusterAuthorizationFailedError, TransactionalIdAuthorizationFailedError,
-                                   UnsupportedVersionError)
         if isinstance(err, (ClusterAuthorizationFailedError, TransactionalIdAuthorizationFailedError,
                             ProducerFencedError, UnsupportedVersionError)):
             self._to_fatal(err)
@@ -378,7 +381,6 @@ class TransactionManager:
     def handle_failure(self, req: TxnRequest, err: BaseException, now_ms: int) -> None:
         """No answer (disconnected, timed out): find the coordinator again and retry; a version the
         broker cannot speak is fatal."""
-        from kohort.errors import IncompatibleBrokerVersionError, is_authentication_error
         self.in_flight = None
         if isinstance(err, IncompatibleBrokerVersionError) or is_authentication_error(err):
             self._fatal(req, err)
