@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.kafka_cluster import _LIVE, kill_tree
-from tests.test_txn_copier import create_topic, produce_input, read_all
+from tests.test_txn_copier_eos import create_topic, produce_input, read_all
 
 QUERY = str(Path(__file__).with_name("spark_eos_query.py"))
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,5 +1,5 @@
 """A consume-transform-produce copier (exactly-once, KIP-98 + KIP-447), run as a subprocess by
-tests/test_txn_copier*.py so it can be SIGKILLed mid-transaction.
+tests/test_txn_copier_eos.py so it can be SIGKILLed mid-transaction.
 
 usage: txn_copier.py CLIENT BOOTSTRAP INPUT OUTPUT GROUP TXN_ID [--per-txn N] [--exit-when-idle S]
                      [--instance-id ID] [--pause S]
