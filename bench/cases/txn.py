@@ -115,7 +115,7 @@ def finish(env) -> None:
 def build(env, mode: str, profile: set[str]):
     from harness import Job, Section
     quick = mode == "quick"
-    n, size = (10_000, 100) if quick else (100_000, 100)
+    n, size = (30_000, 100) if quick else (100_000, 100)
     txn_sizes = (1000,) if quick else (100, 1000, 10_000)
     sec = Section("txn", "produce throughput, transactions vs none", "records/s",
                   notes=[f"{n:,} records x {size} B, acks=all, linger.ms=5, fresh 1-partition topic; "
