@@ -466,3 +466,12 @@ def test_abort_clears_partitions_not_yet_added():
 def test_the_state_machine_imports_no_io():
     from tests.test_layering import closure
     assert closure("kohort.client.txn_manager") == {}
+
+
+def test_end_txn_waiting_for_batches_sets_no_timer():
+    # the driver's poll must not spin while EndTxn waits for produce answers (they wake it)
+    d = Driver().in_txn_with_partition()
+    d.m.begin_commit()
+    d.incomplete = True
+    assert d.next() is None
+    assert d.m.next_wakeup_ms(d.now) == 100

@@ -373,10 +373,13 @@ class TransactionManager:
         return None
 
     def next_wakeup_ms(self, now_ms: int) -> int:
-        """How long until a queued request becomes due (for the driver's poll timeout)."""
-        if self.in_flight is not None or not self._queue:
+        """How long until a request backing off becomes due (for the driver's poll timeout; call it
+        after next_request). A request already due but held back -- EndTxn waiting for batches -- needs
+        no timer: the answers it waits for wake the driver."""
+        later = [r.not_before_ms for r in self._queue if r.not_before_ms > now_ms]
+        if self.in_flight is not None or not later:
             return 100
-        return max(0, min(min(r.not_before_ms for r in self._queue) - now_ms, 100))
+        return max(0, min(min(later) - now_ms, 100))
 
     def handle_failure(self, req: TxnRequest, err: BaseException, now_ms: int) -> None:
         """No answer (disconnected, timed out): find the coordinator again and retry; a version the
