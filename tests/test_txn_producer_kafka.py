@@ -177,9 +177,10 @@ def test_call_order_and_config_errors(bootstrap):
         p.commit_transaction(30)                         # an empty transaction is fine
 
 
-def _group_member(bs, topic, group):
+def _group_member(bs, topic, group, protocol="classic"):
     c = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                  "group.protocol": protocol})
     c.subscribe([topic])
     deadline = time.monotonic() + 60
     while not c.assignment():
@@ -243,6 +244,35 @@ def test_stale_group_metadata_is_abortable(bootstrap_offsets):
             p.begin_transaction()
             p.send_offsets_to_transaction({TopicPartition(src, 0): OffsetAndMetadata(1)}, c.group_metadata(), 30)
             p.commit_transaction(30)
+    finally:
+        c.close()
+
+
+def test_send_offsets_with_a_kip848_member_on_kafka(kafka1):
+    # under KIP-848 the generation sent is the member epoch (Java's groupMetadata()); Kafka checks it
+    bs = kafka1.bootstrap
+    src, tid = names("k848")
+    create(bs, src)
+    group = "g-" + src
+    c = _group_member(bs, src, group, "consumer")
+    try:
+        meta = c.group_metadata()
+        assert meta.generation_id >= 1 and meta.member_id
+        tp = TopicPartition(src, 0)
+        with producer(bs, tid) as p:
+            p.init_transactions(30)
+            p.begin_transaction()
+            with pytest.raises(AbortableTransactionError):     # a stale member epoch is fenced
+                p.send_offsets_to_transaction({tp: OffsetAndMetadata(1)},
+                                              ConsumerGroupMetadata(group, meta.generation_id + 3, meta.member_id), 30)
+            p.abort_transaction(30)
+            p.begin_transaction()
+            p.send_offsets_to_transaction({tp: OffsetAndMetadata(3)}, c.group_metadata(), 30)
+            p.commit_transaction(30)
+        deadline = time.monotonic() + 30
+        while (c.committed([tp], 30).get(tp) is None) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert c.committed([tp], 30)[tp].offset == 3
     finally:
         c.close()
 
