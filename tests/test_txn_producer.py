@@ -68,12 +68,20 @@ class Driver:
         self.now = 1000
         self.incomplete = False
         self.sent = []
+        self.auto_ack = True
 
     def next(self):
         req = self.m.next_request(self.now, self.incomplete)
         if req is not None:
             self.sent.append(req.api)
+        self._ack()
         return req
+
+    def _ack(self):
+        """The producer returns each finished operation's outcome to the application (acked)."""
+        p = self.m._pending
+        if self.auto_ack and p is not None and p.result.done:
+            p.result.acked = True
 
     def expect(self, api):
         req = self.next()
@@ -83,6 +91,7 @@ class Driver:
 
     def answer(self, api, resp):
         self.m.handle_response(self.expect(api), resp, self.now)
+        self._ack()
 
     def ready(self):
         r = self.m.init_transactions()
@@ -387,6 +396,7 @@ def test_error_classes(api, code, kind):
         bump = d.expect("InitProducerId")                   # KIP-360: same id, next epoch
         assert (bump.fields["producer_id"], bump.fields["producer_epoch"]) == (7, 0)
         d.m.handle_response(bump, init_resp(pid=7, epoch=1), d.now)
+        d._ack()
         assert (d.m.producer_id, d.m.producer_epoch) == (7, 1)
     assert a.done and a.error is None and d.m.state == tm.READY
     d.m.begin_transaction()                                 # and the producer goes on
@@ -423,15 +433,18 @@ def test_fenced_batch_is_fatal():
 
 def test_timed_out_commit_is_retried_not_restarted():
     d = Driver().in_txn_with_partition()
+    d.auto_ack = False                                      # the application's wait timed out
     r1 = d.m.begin_commit()
     assert d.m.begin_commit() is r1                         # the app called commit again after a timeout
     with pytest.raises(IllegalTransactionStateError):
         d.m.begin_abort()                                   # another operation must wait
-    with pytest.raises(IllegalTransactionStateError):
-        d.m.begin_transaction()
-    d.answer("EndTxn", end())
+    d.answer("EndTxn", end())                               # it completes in the background
     assert r1.done and r1.error is None
-    d.m.begin_transaction()                                 # done: free again
+    with pytest.raises(IllegalTransactionStateError):
+        d.m.begin_transaction()                             # the app has not seen the outcome yet
+    assert d.m.begin_commit() is r1                         # calling commit again gets it
+    r1.acked = True                                         # (the producer marks what it returned)
+    d.m.begin_transaction()                                 # seen: free again
 
 
 def test_disconnect_finds_the_coordinator_again_and_retries():

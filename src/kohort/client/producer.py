@@ -357,6 +357,7 @@ class Producer:
             if flush:
                 with acc.lock:
                     acc.flushing -= 1
+        result.acked = True               # seen: the next operation may start (Java's isAcked)
         if result.error is not None:
             with self._txn_cond:
                 raise self._txn.wrap(result.error) from result.error

@@ -87,12 +87,13 @@ NO_PRODUCER_ID = -1
 class TxnResult:
     """The outcome of one transactional operation; the driver waits until `done`."""
 
-    __slots__ = ("operation", "done", "error")
+    __slots__ = ("operation", "done", "error", "acked")
 
     def __init__(self, operation: str):
         self.operation = operation
         self.done = False
         self.error: BaseException | None = None
+        self.acked = False          # the application has seen the outcome (Java's isAcked)
 
     def succeed(self) -> None:
         if not self.done:
@@ -681,7 +682,7 @@ class TransactionManager:
     def _throw_if_pending(self, operation: str) -> None:
         p = self._pending
         if p is not None:
-            if p.result.done:
+            if p.result.acked:
                 self._pending = None
             else:
                 raise IllegalTransactionStateError(
@@ -690,13 +691,13 @@ class TransactionManager:
     def _cached(self, start, state: str, operation: str) -> TxnResult:
         p = self._pending
         if p is not None:
-            if p.result.done:
+            if p.result.acked:
                 self._pending = None
             elif p.state != state:
                 raise IllegalTransactionStateError(
                     f"cannot {operation}: the previous {p.operation}() timed out and must be called again")
             else:
-                return p.result                     # a retry after a timeout waits for the same outcome
+                return p.result                     # a retry after a timeout gets the same outcome
         result = start()
         self._pending = _Pending(result, state, operation)
         return result
