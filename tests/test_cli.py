@@ -77,7 +77,8 @@ def test_topics_commands(capsys, kb):
     rc, out, _ = run(capsys, "topics", "config", "cli-b", "--set", "retention.ms=1234", "-b", kb)
     assert rc == 0
     rc, out, _ = run(capsys, "topics", "describe", "cli-b", "--configs", "--json", "-b", kb)
-    assert json.loads(out)[0]["configs"]["retention.ms"] == "1234"
+    assert json.loads(out)[0]["configs"]["retention.ms"] == {"value": "1234", "source": "DYNAMIC_TOPIC_CONFIG",
+                                                          "override": True, "read_only": False, "sensitive": False}
     rc, out, _ = run(capsys, "topics", "delete", "cli-b", "-b", kb)
     assert rc == 0 and "deleted" in out
     rc, out, err = run(capsys, "topics", "describe", "cli-b", "-b", kb)
@@ -133,8 +134,8 @@ def test_produce_rate_limit_and_json_summary(capsys, kb, tmp_path):
     (["topics", "list", "--timeout=inf"],
      "kohort topics list: error: argument --timeout: expected a number, got 'inf'"),
     (["consume", "t", "--idle=-1"], "kohort consume: error: argument --idle: must be at least 0, got -1"),
-    (["consume", "t", "-c", "0"], "kohort consume: error: argument -c/--count: must be at least 1, got 0"),
-    (["consume", "t", "-c", "1.5"], "kohort consume: error: argument -c/--count: expected a whole number, got '1.5'"),
+    (["consume", "t", "-c", "0"], "kohort consume: error: argument -c/--count/--max-messages: must be at least 1, got 0"),
+    (["consume", "t", "-c", "1.5"], "kohort consume: error: argument -c/--count/--max-messages: expected a whole number, got '1.5'"),
     (["pipeline", "--config", "x.toml", "--duration=-1"],
      "kohort pipeline: error: argument --duration: must be above 0, got -1"),
     (["demo", "--rate=0"], "kohort demo: error: argument --rate: must be at least 1, got 0"),
@@ -180,8 +181,8 @@ def test_groups_reset_offsets_dry_run_then_execute(capsys, kb, tmp_path):
     assert rc == 0
     rc, out, _ = run(capsys, "groups", "lag", "cli-g2", "-b", kb)
     assert "TOTAL LAG cli-g2: 9" in out
-    rc, out, _ = run(capsys, "groups", "describe", "cli-g2", "-b", kb)
-    assert "has no active members" in out and "CURRENT-OFFSET" in out
+    rc, out, err = run(capsys, "groups", "describe", "cli-g2", "-b", kb)
+    assert "has no active members" in err and "CURRENT-OFFSET" in out
     rc, out, _ = run(capsys, "groups", "list", "-b", kb)
     assert any(line.split()[0] == "cli-g2" for line in out.splitlines()[1:])
     rc, _, err = run(capsys, "groups", "reset-offsets", "cli-g2", "--topic", "cli-rs", "--to-datetime",

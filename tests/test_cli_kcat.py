@@ -2,7 +2,8 @@
 prints the same bytes as kcat on the same topic of a kohort broker.
 
 Covered: -o beginning|end|N|-N|s@ts|e@ts, several topics and a ^regex with -g, -e with -g, raw binary
-values, %R (value length as a big-endian int32), produce -k KEY and -Z (empty → null).
+values, %R (value length as a big-endian int32), -J (kcat's JSON envelope), consume -K/-D delimiters,
+produce -k KEY and -Z (empty → null).
 """
 from __future__ import annotations
 
@@ -155,3 +156,32 @@ def test_offset_argument_errors():
                         "127.0.0.1:1"], input="x\n", capture_output=True, text=True, timeout=30,
                        env=dict(os.environ, PYTHONPATH=SRC))
     assert r.returncode != 0 and "-k/--key and -K/--key-separator" in r.stderr
+
+
+def test_json_envelope_matches_kcat(kohort_broker):
+    """-J: kcat's JSON envelope, byte for byte (headers, null key/value, binary as U+FFFD, non-ASCII,
+    escapes, CreateTime and LogAppendTime)."""
+    b = kohort_broker
+    t = _topic(b, f"kj-{uuid.uuid4().hex[:6]}", 1)
+    la = f"kjl-{uuid.uuid4().hex[:6]}"
+    with Admin({"bootstrap.servers": b.bootstrap}) as a:
+        assert a.create_topics({la: {"num_partitions": 1, "configs": {"message.timestamp.type": "LogAppendTime"}}})[la] is None
+    with Producer({"bootstrap.servers": b.bootstrap}) as p:
+        for topic in (t, la):
+            p.produce(topic, b"v1", key=b"k1", partition=0, timestamp=T0, headers=[("h", b"x"), ("n", None)])
+            p.produce(topic, None, key=None, partition=0, timestamp=T0 + 1)
+            p.produce(topic, bytes([0, 255, 10, 34, 31, 127, 8, 12, 13, 47]), key=b"\xff", partition=0, timestamp=T0 + 2)
+            p.produce(topic, 'é"\\\t'.encode(), key=b"", partition=0, timestamp=T0 + 3)
+    for topic in (t, la):
+        ours = kohort("consume", topic, "-b", b.bootstrap, "-o", "beginning", "-e", "-J")
+        theirs = kcat("-C", "-b", b.bootstrap, "-t", topic, "-o", "beginning", "-e", "-J", "-q")
+        assert ours == theirs and ours.count(b"\n") == 4, (ours, theirs)
+
+
+@pytest.mark.parametrize("flags", [["-K", ":"], ["-K", "\\t", "-D", "\\x1e"]])
+def test_key_and_message_delimiters_match_kcat(filled, flags):
+    """kcat -K DELIM (key then DELIM before each value) and -D DELIM (after each record) on consume."""
+    b, t = filled
+    ours = kohort("consume", t, "-b", b.bootstrap, "-p", "0", "-o", "beginning", "-e", *flags)
+    theirs = kcat("-C", "-b", b.bootstrap, "-t", t, "-p", "0", "-o", "beginning", "-e", "-q", *flags)
+    assert ours == theirs and len(ours) > 20

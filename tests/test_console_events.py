@@ -68,7 +68,7 @@ def test_classic_join_sync_leave_with_kafkas_reasons():
     assert kinds(ev)[:3] == ["GroupCreated", "MemberJoined", "RebalanceStarted"]
     joined = [e for e in hist if e.kind == "MemberJoined"]
     assert [e.member_id for e in joined] == [a, b]
-    assert joined[0].reason == f"Adding new member {a} with group instance id None; client reason: initial join"
+    assert joined[0].reason == f"Adding new member {a} with group instance id null; client reason: initial join"
     assert joined[1].reason.endswith("client reason: not provided")
     started = [e for e in hist if e.kind == "RebalanceStarted"][0]
     assert started.reason == (f"Preparing to rebalance group g in state PreparingRebalance with old generation 0 "
@@ -83,8 +83,9 @@ def test_classic_join_sync_leave_with_kafkas_reasons():
     new = ev.history("g")[n:]
     assert [e.kind for e in new] == ["MemberLeft", "RebalanceStarted"]
     assert new[0].member_id == b
-    assert new[0].reason == f"Removing member {b} on LeaveGroup; client reason: the consumer is being closed"
-    assert new[1].reason.endswith(f"(reason: {new[0].reason})")
+    assert new[0].reason == (f"Member {b} has left group through explicit `LeaveGroup` request; client reason: "
+                             f"the consumer is being closed")
+    assert new[1].reason.endswith(f"(reason: explicit `LeaveGroup` request for ({b}) members.)")
     assert new[1].generation == 1 and new[1].state == "PreparingRebalance"
 
 
@@ -96,7 +97,7 @@ def test_classic_heartbeat_expiry_and_leader_rejoin():
     new = ev.history("g")[n:]
     expired = [e for e in new if e.kind == "MemberExpired"]
     assert {e.member_id for e in expired} == {a, b}
-    assert all(e.reason == f"removing member {e.member_id} on heartbeat expiration" for e in expired)
+    assert all(e.reason == f"removing member {e.member_id} on heartbeat expiration." for e in expired)
     assert any(e.kind == "RebalanceStarted" and "on heartbeat expiration" in e.reason for e in new)
     assert ev.history("g")[-1].state == "Empty"
 
@@ -163,7 +164,7 @@ def test_consumer_group_join_leave_fence_and_epoch_bumps():
             ev.observe(rt, "timer", (key,), out, consumer=True)
     new = ev.history("g")[n:]
     assert new[0].kind == "MemberExpired" and new[0].member_id == "A"
-    assert new[0].reason == "Member A fenced from the group because its session expired"
+    assert new[0].reason == "Member A fenced from the group because the member session expired"
     assert ev.history("g")[-1].state == "Empty"
 
 

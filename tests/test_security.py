@@ -88,7 +88,8 @@ def secure(pki, tmp_path_factory):
         "listener.name.ssl.ssl.truststore.location": str(pki / "ca.pem"),
         "connection.failed.authentication.delay.ms": "20",
     }
-    b = KohortBroker(str(data), port=ports["PLAINTEXT"], config=config, extra_args=["--log-level", "info"])
+    # debug: the test that no password is ever logged looks at everything the broker can say
+    b = KohortBroker(str(data), port=ports["PLAINTEXT"], config=config, extra_args=["--log-level", "debug"])
     with b:
         b.ports = ports
         b.pki = pki
@@ -265,8 +266,9 @@ def test_scram_user_added_while_the_broker_runs_can_log_in(secure):
 
 # -- peers: librdkafka (confluent-kafka), kafka-python, Java ---------------------------------------
 CK_SCRIPT = textwrap.dedent("""
-    import json, sys, confluent_kafka as ck
+    import json, sys, importlib
     conf, topic = json.loads(sys.argv[1]), sys.argv[2]
+    ck = importlib.import_module(sys.argv[3] if len(sys.argv) > 3 else "confluent_kafka")
     errors = []
     conf["error_cb"] = lambda e: errors.append(e.name())
     p = ck.Producer(conf)
@@ -293,8 +295,9 @@ CK_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _ck(conf: dict, topic: str) -> dict:
-    r = subprocess.run([PY, "-c", CK_SCRIPT, json.dumps(conf), topic], capture_output=True, text=True, timeout=90)
+def _ck(conf: dict, topic: str, module: str = "confluent_kafka") -> dict:
+    r = subprocess.run([PY, "-c", CK_SCRIPT, json.dumps(conf), topic, module], capture_output=True, text=True,
+                       timeout=90, env=dict(os.environ, PYTHONPATH=SRC))
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -305,6 +308,16 @@ def test_confluent_kafka_produces_and_consumes_in_a_group(secure, how):
     bs, s = _settings(secure, how)
     topic = "ck-" + how.replace("/", "-").lower()
     out = _ck({"bootstrap.servers": bs, **s}, topic)
+    assert out == {"unflushed": 0, "got": ["ck-0", "ck-1", "ck-2"], "errors": []}
+
+
+@pytest.mark.parametrize("how", ["SASL_SSL/SCRAM-SHA-512", "SSL"])
+def test_the_confluent_kafka_compat_module_runs_the_same_program_over_tls_and_sasl(secure, how):
+    """The same confluent-kafka program through `kohort.compat.confluent_kafka`: librdkafka's security
+    settings pass through to kohort's client unchanged."""
+    bs, s = _settings(secure, how)
+    topic = "ckcompat-" + how.replace("/", "-").lower()
+    out = _ck({"bootstrap.servers": bs, **s}, topic, "kohort.compat.confluent_kafka")
     assert out == {"unflushed": 0, "got": ["ck-0", "ck-1", "ck-2"], "errors": []}
 
 
@@ -363,6 +376,63 @@ def test_kafka_python_wrong_password(secure):
     assert "error" in out
     assert out["error"] == "KafkaTimeoutError"
     assert "SaslAuthenticationFailedError" in err and "invalid credentials" in err, err[-2000:]
+
+
+AIO_SCRIPT = textwrap.dedent("""
+    import asyncio, json, logging, sys
+    logging.basicConfig(level=logging.ERROR)
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.helpers import create_ssl_context
+    kw, cafile, topic = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+    async def main():
+        kw["ssl_context"] = create_ssl_context(cafile=cafile)
+        p = AIOKafkaProducer(request_timeout_ms=8000, **kw)
+        try:
+            await p.start()
+            for i in range(3):
+                await p.send_and_wait(topic, b"aio-%d" % i)
+        except Exception as e:
+            return {"error": type(e).__name__, "text": str(e)}
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(topic, group_id="aio-" + topic, auto_offset_reset="earliest",
+                             enable_auto_commit=False, **kw)
+        await c.start()
+        got = []
+        try:
+            async def take():
+                async for m in c:
+                    got.append(m.value.decode())
+                    if len(got) == 3:
+                        return
+            await asyncio.wait_for(take(), 40)
+            await c.commit()
+            committed = await c.committed(TopicPartition(topic, 0))
+        finally:
+            await c.stop()
+        return {"got": got, "committed": committed}
+    print(json.dumps(asyncio.run(main())))
+""")
+
+
+@pytest.mark.parametrize("mech,password", [("SCRAM-SHA-256", None), ("SCRAM-SHA-512", None),
+                                           ("SCRAM-SHA-256", "wrong")])
+def test_aiokafka_over_sasl_ssl_scram_produces_consumes_in_a_group_and_commits(secure, mech, password):
+    pytest.importorskip("aiokafka")
+    bs, s = _settings(secure, f"SASL_SSL/{mech}", password=password)
+    kw = {"bootstrap_servers": bs, "security_protocol": "SASL_SSL", "sasl_mechanism": mech,
+          "sasl_plain_username": s["sasl.username"], "sasl_plain_password": s["sasl.password"]}
+    topic = "aio-" + mech.lower() + ("-bad" if password else "")
+    r = subprocess.run([PY, "-c", AIO_SCRIPT, json.dumps(kw), s["ssl.ca.location"], topic], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    if password:
+        # aiokafka logs the broker's SASL_AUTHENTICATION_FAILED and start() fails to bootstrap
+        assert out["error"] == "KafkaConnectionError", out
+        assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in r.stderr, r.stderr[-2000:]
+        return
+    assert out == {"got": ["aio-0", "aio-1", "aio-2"], "committed": 3}
 
 
 @pytest.mark.slow
@@ -544,9 +614,123 @@ def test_sasl_fuzz_random_tokens(secure):
     assert secure.proc.poll() is None and _login_ok(secure)
 
 
+def test_wrong_order_and_oversize_raw_tokens(secure):
+    # a second SaslHandshake instead of SaslAuthenticate: ILLEGAL_SASL_STATE, then closed (as Kafka)
+    with _connect(secure) as s:
+        assert _handshake(s).error_code == 0
+        assert _handshake(s, "SCRAM-SHA-256").error_code == 34
+        assert _closed(s)
+    # SaslHandshake v0 then a raw token whose size is above sasl.server.max.receive.size: closed unread
+    with _connect(secure) as s:
+        assert _handshake(s, "PLAIN", version=0).error_code == 0
+        s.sendall(struct.pack(">i", 10_000_000) + b"\0" * 100)
+        assert _closed(s)
+    # a negative size
+    with _connect(secure) as s:
+        s.sendall(struct.pack(">i", -5))
+        assert _closed(s)
+    # SaslAuthenticate v0..v2 each before any handshake: closed without an answer
+    for v in (0, 1, 2):
+        with _connect(secure) as s:
+            s.sendall(_req(SaslAuthenticateRequest(auth_bytes=b"n,,n=alice,r=abc"), v))
+            assert _closed(s)
+    assert secure.proc.poll() is None and _login_ok(secure)
+
+
+def _client_hello() -> bytes:
+    """The first flight of a real TLS client (its ClientHello records)."""
+    ctx = ssl.create_default_context()
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out, server_hostname="localhost")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
+
+
+def test_garbage_instead_of_a_tls_client_hello(secure):
+    """On the TLS listeners: random bytes, a Kafka request, a ClientHello cut short, a TLS record header
+    announcing 16 MB, a ClientHello with flipped bytes. Each connection is closed (or left to time out on
+    the client side, never holding the broker); good TLS clients are served afterwards."""
+    import random
+    rnd = random.Random(1616)
+    hello = _client_hello()
+    assert hello[:1] == b"\x16"      # a TLS handshake record
+    flipped = bytearray(hello)
+    for i in rnd.sample(range(5, len(flipped)), 12):
+        flipped[i] ^= 0xFF
+    payloads = [os.urandom(300), _req(ApiVersionsRequest(client_software_name="f", client_software_version="0"), 3),
+                hello[: len(hello) // 2], b"\x16\x03\x01\xff\xff" + os.urandom(64), bytes(flipped),
+                b"\x16\x03\x03\x00\x05\x01\x00\x00\x01\x00", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"]
+    for listener in ("SASL_SSL", "SSL"):
+        for data in payloads:
+            with socket.create_connection(("127.0.0.1", secure.ports[listener]), timeout=3) as s:
+                s.sendall(data)
+                if data is not payloads[2]:   # a half ClientHello: the server waits for the rest
+                    try:
+                        while s.recv(4096):   # a TLS alert may come first, then the close
+                            pass
+                    except (ConnectionResetError, socket.timeout):
+                        pass
+    assert secure.proc.poll() is None
+    assert _login_ok(secure, "SASL_SSL")
+    bs, s = _settings(secure, "SSL")
+    assert _kohort("topics", "list", "-b", bs, *_x(s)).returncode == 0
+
+
+def test_passwords_are_compared_in_constant_time_and_never_logged(secure, monkeypatch):
+    """Every secret comparison goes through hmac.compare_digest (PLAIN's password, SCRAM's nonce and
+    StoredKey); failed logins over every mechanism and handshake version leave no password in the broker's
+    debug log."""
+    import hmac
+    from kohort.protocol import sasl as sasl_mod
+    from kohort.protocol.sasl import PlainServer
+    seen = []
+    real = hmac.compare_digest
+
+    def spy(a, b):
+        seen.append((bytes(a), bytes(b)))
+        return real(a, b)
+    monkeypatch.setattr(sasl_mod.hmac, "compare_digest", spy)
+    with pytest.raises(SaslFailure):
+        PlainServer({"carol": "right-pw"}).step(b"\0carol\0wrong-pw")
+    assert (b"wrong-pw", b"right-pw") in seen
+    seen.clear()
+    with pytest.raises(SaslFailure):        # an unknown user is compared too (no timing oracle)
+        PlainServer({"carol": "right-pw"}).step(b"\0nobody\0wrong-pw")
+    assert seen and seen[0][0] == b"wrong-pw"
+    cred = make_credential("SCRAM-SHA-256", "right-pw")
+    c, srv = ScramClient("SCRAM-SHA-256", "u", "wrong-pw"), ScramServer("SCRAM-SHA-256", {"u": cred}.get)
+    seen.clear()
+    with pytest.raises(SaslFailure):
+        srv.step(c.final(srv.step(c.first())[0]))
+    assert len(seen) == 2 and seen[1][1] == cred.stored_key     # the nonce, then the StoredKey
+
+    wrong = "Wr0ng-But-Distinctive-Pa55"
+    logged_before = len(secure.log_lines)
+    for how in ("SASL_PLAINTEXT/PLAIN", "SASL_SSL/SCRAM-SHA-256", "SASL_SSL/SCRAM-SHA-512"):
+        bs, st = _settings(secure, how, password=wrong)
+        assert _kohort("topics", "list", "-b", bs, *_x(st)).returncode == 1
+    with _connect(secure) as s:               # PLAIN over SaslHandshake v0 (raw token)
+        assert _handshake(s, "PLAIN", version=0).error_code == 0
+        s.sendall(_frame(b"\0carol\0" + wrong.encode()))
+        assert _closed(s)
+    import time
+    deadline = time.monotonic() + 10
+    while len(secure.log_lines) < logged_before + 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    new = secure.log_lines[logged_before:]
+    assert len(new) >= 4 and any("authentication failed" in line.lower() for line in new), new
+    secrets_ = [wrong, *PASSWORDS.values()]
+    assert not [line for line in secure.log_lines for pw in secrets_ if pw in line]
+
+
 # -- kohort's client against Apache Kafka -----------------------------------------------------------
 @pytest.mark.slow
-def test_kohort_client_against_apache_kafka_sasl_plain_and_scram():
+def test_kohort_client_against_apache_kafka_sasl_plain_and_scram(pki):
+    """SASL_PLAINTEXT with PLAIN and SCRAM (CLI), then SASL_SSL with SCRAM-SHA-512 and a PEM keystore on
+    Kafka's side: kohort's admin, producer, consumer group (commits) and CLI `-X`."""
     from tests.kafka_cluster import KafkaCluster
     plain = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
              'user_carol="carol-Secret-3";')
@@ -556,11 +740,18 @@ def test_kohort_client_against_apache_kafka_sasl_plain_and_scram():
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain,
         "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": scram,
         "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram,
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": scram,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain,
+        "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": scram,
+        "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+        "listener.name.sasl_ssl.ssl.keystore.location": str(pki / "server-keystore.pem"),
     }
     fmt = ["--add-scram", f"SCRAM-SHA-256=[name=alice,password={PASSWORDS['alice']}]",
            "--add-scram", f"SCRAM-SHA-512=[name=alice,password={PASSWORDS['alice']}]"]
-    with KafkaCluster(1, extra_config=cfg, extra_listeners=[("SASL_PLAINTEXT", "SASL_PLAINTEXT")],
+    with KafkaCluster(1, extra_config=cfg, extra_listeners=[("SASL_PLAINTEXT", "SASL_PLAINTEXT"),
+                                                            ("SASL_SSL", "SASL_SSL")],
                       format_args=fmt) as kc:
+        _kohort_api_over_sasl_ssl_scram(kc.nodes[0].listener_address("SASL_SSL"), str(pki / "ca.pem"))
         bs = kc.nodes[0].listener_address("SASL_PLAINTEXT")
         for user, mech in (("alice", "SCRAM-SHA-256"), ("alice", "SCRAM-SHA-512"), ("carol", "PLAIN")):
             x = _x({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mech, "sasl.username": user,
@@ -586,6 +777,81 @@ def test_kohort_client_against_apache_kafka_sasl_plain_and_scram():
                    "sasl.password": "hank-pw"})
         r = _kohort("topics", "list", "-b", bs, *hank)
         assert r.returncode == 0, r.stderr
+
+
+def _kohort_api_over_sasl_ssl_scram(bs: str, ca: str) -> None:
+    import time
+    from kohort import Consumer, Producer
+    from kohort.client.admin import Admin
+    conf = {"bootstrap.servers": bs, "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "alice", "sasl.password": PASSWORDS["alice"], "ssl.ca.location": ca}
+    with Admin(conf) as admin:
+        admin.create_topics(["ak-ssl"], num_partitions=3)
+    with Producer(conf) as p:
+        for i in range(300):
+            p.produce("ak-ssl", key=b"k%d" % i, value=b"v%d" % i)
+        p.flush()
+    got = []
+    with Consumer({**conf, "group.id": "g-ak-ssl", "auto.offset.reset": "earliest",
+                   "enable.auto.commit": False}) as c:
+        c.subscribe(["ak-ssl"])
+        deadline = time.monotonic() + 90
+        while len(got) < 300 and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(0.5)]
+        c.commit()
+    assert sorted(got) == sorted(b"v%d" % i for i in range(300))
+    with Admin(conf) as admin:
+        offsets = admin.list_group_offsets("g-ak-ssl")
+    assert sum(o.offset for o in offsets.values()) == 300, offsets
+    x = _x({k: v for k, v in conf.items() if k != "bootstrap.servers"})
+    r = _kohort("groups", "describe", "g-ak-ssl", "-b", bs, *x)
+    assert r.returncode == 0 and "ak-ssl" in r.stdout, r.stderr
+    r = _kohort("consume", "ak-ssl", "-g", "g-ak-ssl-cli", "--from-beginning", "--count", "300", "-b", bs, *x)
+    assert r.returncode == 0 and len(r.stdout.split()) == 300, r.stderr
+    r = _kohort("topics", "list", "-b", bs, *_x({**{k: v for k, v in conf.items() if k != "bootstrap.servers"},
+                                                 "sasl.password": "wrong"}))
+    assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr, r.stderr
+
+
+def test_ssl_principal_mapping_rules_as_kafka():
+    """KIP-371 rules, with the examples of Kafka's documentation and SslPrincipalMapperTest."""
+    from kohort.broker.security import PrincipalMapper, SecurityConfigError
+    rules = ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/, RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L,"
+             "RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/L, DEFAULT")
+    m = PrincipalMapper(rules)
+    assert m.name("CN=kafka-server1,OU=ServiceUsers,O=Unknown,L=Unknown,ST=Unknown,C=Unknown") == "kafka-server1"
+    assert m.name("CN=adminUser,OU=Admin,O=Unknown,L=Unknown,ST=Unknown,C=Unknown") == "adminuser@admin"
+    assert m.name("CN=Dummy.Name,O=x") == "dummy.name"
+    assert m.name("OU=no-cn") == "OU=no-cn"                    # DEFAULT
+    assert PrincipalMapper("RULE:^CN=(.*)$/$1@$2/U").name("CN=ab") == "AB@$2"   # $2: no such group, literal
+    assert PrincipalMapper("RULE:^CN=(.*?),O=.*$/$1/").name("O=x,CN=y") is None  # no rule applies
+    assert PrincipalMapper(None).name("CN=z") == PrincipalMapper("DEFAULT").name("CN=z") == "CN=z"
+    for bad in ("RULE:abc", "RULE:a(/b/", "NOTARULE"):
+        with pytest.raises(SecurityConfigError):
+            PrincipalMapper(bad)
+
+
+def test_ssl_principal_mapping_rules_on_a_listener(pki, tmp_path):
+    """A client certificate no rule applies to is refused (as Kafka); one that a rule maps is served.
+    Two SSL listeners of one broker: MAPPED's rule matches the client's DN, STRICT's does not."""
+    ports = {"PLAINTEXT": free_port(), "MAPPED": free_port(), "STRICT": free_port()}
+    cfg = {"listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+           "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,MAPPED:SSL,STRICT:SSL",
+           "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki / "server-keystore.pem"),
+           "ssl.client.auth": "required", "ssl.truststore.type": "PEM",
+           "ssl.truststore.location": str(pki / "ca.pem"),
+           "listener.name.mapped.ssl.principal.mapping.rules": "RULE:^CN=(.*?),O=kohort,C=DE$/$1/U",
+           "listener.name.strict.ssl.principal.mapping.rules": "RULE:^CN=nobody,.*$/$0/"}
+    x = _x({"security.protocol": "SSL", "ssl.ca.location": str(pki / "ca.pem"),
+            "ssl.certificate.location": str(pki / "client.pem"), "ssl.key.location": str(pki / "client.key")})
+    with KohortBroker(str(tmp_path / "d"), port=ports["PLAINTEXT"], config=cfg,
+                      extra_args=["--log-level", "info"]) as b:
+        r = _kohort("topics", "list", "-b", f"127.0.0.1:{ports['MAPPED']}", *x)
+        assert r.returncode == 0, r.stderr
+        assert not any("no ssl.principal.mapping.rules rule applies" in line for line in b.log_lines)
+        r = _kohort("topics", "list", "-b", f"127.0.0.1:{ports['STRICT']}", "--timeout", "2", *x)
+        assert r.returncode == 1, r.stderr
+        assert any("no ssl.principal.mapping.rules rule applies" in line for line in b.log_lines)
 
 
 def test_tls_principal_is_the_subject_dn_most_specific_first(pki):

@@ -73,13 +73,9 @@ def run_with_driver_kills(bootstrap, tmp: Path, semantic: str, n: int = 1000, ki
             "duplicates": sum(c - 1 for c in counts.values()), "driver_killed_while_committing": killed_in}
 
 
-NO_TXN_OFFSET_COMMIT = pytest.mark.xfail(
-    strict=True, reason="kohort broker does not serve TxnOffsetCommit yet (the i15-broker branch adds it)")
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("broker", ["kafka", pytest.param("kohort", marks=NO_TXN_OFFSET_COMMIT)])
+@pytest.mark.parametrize("broker", ["kafka", "kohort"])
 def test_exactly_once_sink_survives_driver_sigkill(broker, tmp_path, request):
     if broker == "kafka":
         bootstrap = request.getfixturevalue("kafka1").bootstrap

@@ -199,11 +199,11 @@ def test_failed_marker_write_is_driven_again(tmp_path):
             real = b.txn.write_marker
             failures = []
 
-            def failing(topic, p, m):        # the disk fails for the first marker write only
+            def failing(topic, p, m, *rest):     # the disk fails for the first marker write only
                 if not failures:
                     failures.append(1)
                     raise StorageError("injected write failure")
-                return real(topic, p, m)
+                return real(topic, p, m, *rest)
             b.txn.write_marker = failing
             assert await end(w, pid, ep, True) == E.COORDINATOR_NOT_AVAILABLE
             for _ in range(100):
@@ -274,5 +274,78 @@ def test_prepare_commit_without_markers_is_completed_at_restart(tmp_path):
             lg1 = b.storage.log("t", 1)
             assert lg1.log_end_offset == 1             # the marker went to the other partition too
             assert await end(w, pid, ep, True) == E.NONE      # the client's retry
+            await w.close()
+    run(main())
+
+
+def test_abort_scan_does_not_drive_a_transaction_being_ended(tmp_path):
+    """EndTxn's PrepareCommit is waiting for its fsync when the abort scan runs: the scan must not
+    write the markers too (twice-written markers, the second one closing the producer's next
+    transaction early, and an EndTxn failing on Complete -> Complete)."""
+    async def main():
+        props = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 20}
+        async with running_broker(tmp_path, props) as b:
+            w = await Wire.connect(b)
+            await create(w, "t")
+            _, pid, ep = await init(w)
+            assert await add(w, pid, ep) == {E.NONE}
+            assert (await produce(w, "t", tx_batch(pid, ep, 0))).base_offset == 0
+            real = b.sync.wait_synced
+
+            async def slow_sync():             # a slow disk: the scan gets several turns meanwhile
+                await asyncio.sleep(0.2)
+                await real()
+            b.sync.wait_synced = slow_sync
+            assert await end(w, pid, ep, True) == E.NONE
+            b.sync.wait_synced = real
+            assert await fetch(w) == (3, 3, [(0, False), (2, True)], [])      # one marker
+            assert b.txn.coordinator.txns["tx"].state.name == "COMPLETE_COMMIT"
+            await w.close()
+    run(main())
+
+
+def test_transactions_v2_implicit_add_and_epoch_bump(tmp_path):
+    """Transactions v2 on the wire: Produce v12 adds its partition itself, EndTxn v5 bumps the epoch
+    (the old epoch's late data is then INVALID_PRODUCER_EPOCH), and two pipelined Produce requests of
+    a new transaction keep their order while the first one's implicit add is being made durable."""
+    from kohort.protocol.messages.produce import ProduceRequest
+
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await create(w, "t")
+            _, pid, ep = await init(w, version=5)
+            PT = ProduceRequest.TopicProduceData
+
+            def req(batch):
+                return ProduceRequest(transactional_id="tx", acks=-1, timeout_ms=5000, topic_data=[
+                    PT(name="t", partition_data=[PT.PartitionProduceData(index=0, records=batch)])])
+            r = await w.call(req(tx_batch(pid, ep, 0)), 12)
+            assert (r.responses[0].partition_responses[0].error_code,
+                    r.responses[0].partition_responses[0].base_offset) == (0, 0)
+            m = b.txn.coordinator.txns["tx"]
+            assert (m.state.name, m.partitions, m.client_tv) == ("ONGOING", {("t", 0)}, 2)
+            e = await w.call(EndTxnRequest(transactional_id="tx", producer_id=pid, producer_epoch=ep, committed=True), 5)
+            assert (e.error_code, e.producer_id, e.producer_epoch) == (0, pid, ep + 1)
+            assert await fetch(w) == (3, 3, [(0, False), (2, True)], [])
+            late = await w.call(req(tx_batch(pid, ep, 2)), 12)
+            assert late.responses[0].partition_responses[0].error_code == E.INVALID_PRODUCER_EPOCH
+            real = b.sync.wait_synced
+
+            async def slow_sync():             # the implicit add's fsync is slow
+                await asyncio.sleep(0.2)
+                await real()
+            b.sync.wait_synced = slow_sync
+            await w.send(req(tx_batch(pid, ep + 1, 0)), 12, expect_response=False)
+            await asyncio.sleep(0.05)          # the second arrives while the add is being synced
+            await w.send(req(tx_batch(pid, ep + 1, 2)), 12, expect_response=False)
+            got = [(await w.recv(ProduceRequest.API_KEY, 12))[1].responses[0].partition_responses[0]
+                   for _ in range(2)]
+            b.sync.wait_synced = real
+            assert [(p.error_code, p.base_offset) for p in got] == [(0, 3), (0, 5)]
+            e = await w.call(EndTxnRequest(transactional_id="tx", producer_id=pid, producer_epoch=ep + 1,
+                                           committed=False), 5)
+            assert (e.error_code, e.producer_epoch) == (0, ep + 2)
+            assert await fetch(w, offset=3) == (8, 8, [(3, False), (5, False), (7, True)], [(pid, 3)])
             await w.close()
     run(main())

@@ -109,7 +109,8 @@ def test_broker_sigkill_with_open_transaction(tmp_path):
         deadline = time.monotonic() + 30
         while True:                                   # the 5 s timeout abort, then a marker at 27
             lines = ck(b, "consume", topic, "read_committed")
-            if lines[-2]["position"] == 28 or time.monotonic() > deadline:
+            # (read_committed watermarks are the LSO: 22 until the abort is written)
+            if (lines[-2]["position"], lines[0]["watermarks"]) == (28, [0, 28]) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
         assert lines[-2]["position"] == 28 and lines[0]["watermarks"] == [0, 28]
@@ -123,7 +124,7 @@ def test_kafka_transactions_command(broker):
     from tests.kafka_cluster import run_tool
     topic = f"tc-{uuid.uuid4().hex[:8]}"
     create(broker, topic)
-    p = subprocess.Popen([sys.executable, SCRIPT, broker.bootstrap, "hang", topic, "tc-" + topic],
+    p = subprocess.Popen([sys.executable, SCRIPT, broker.bootstrap, "hang", topic, "tc-" + topic, "60000"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert json.loads(p.stdout.readline()) == {"open": True}

@@ -158,7 +158,8 @@ def test_illegal_transitions_refused():
     c = TxnCoordinator(lambda: 1)
     init(c)
     m = c.txns["tx"]
-    for to in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.COMPLETE_COMMIT, S.COMPLETE_ABORT, S.PREPARE_EPOCH_FENCE):
+    # (Empty -> PrepareAbort is legal: transactions v2's EndTxn(abort) on an empty transaction)
+    for to in (S.PREPARE_COMMIT, S.COMPLETE_COMMIT, S.COMPLETE_ABORT, S.PREPARE_EPOCH_FENCE):
         with pytest.raises(IllegalTransition):
             c._transition(m, to, 0, type(c.recover())())
 
@@ -208,3 +209,101 @@ def test_coordinator_is_pure():
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not imported & {"asyncio", "time", "socket", "os", "threading", "datetime"}
+
+
+# -- transactions v2 (KIP-890 part 2): EndTxn v5 --------------------------------------------------
+def ongoing_v2(c, tid="tx", now=0, pid=None, epoch=None):
+    if pid is None:
+        r = init(c, tid, now)
+        pid, epoch = r.producer_id, r.producer_epoch
+    r = c.add_partitions(tid, pid, epoch, [TP], now, tv2=True)      # Produce v12's implicit add
+    assert r.error == E.NONE
+    assert c.txns[tid].client_tv == 2
+    return pid, epoch
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_v2_end_txn_bumps_the_epoch(c, commit):
+    pid, ep = ongoing_v2(c)
+    r = c.end_txn("tx", pid, ep, commit, 5, version=5)
+    assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, pid, ep + 1)
+    assert [(w.producer_epoch, w.commit, w.partitions) for w in r.markers] == [(ep + 1, commit, [TP])]
+    assert c.txns["tx"].state == (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
+    assert r.records[-1][1].client_transaction_version == 2
+    # while the markers are written: the same result is CONCURRENT_TRANSACTIONS, the other ITS
+    assert c.end_txn("tx", pid, ep, commit, 6, version=5).error == E.CONCURRENT_TRANSACTIONS
+    assert c.end_txn("tx", pid, ep, not commit, 6, version=5).error == E.INVALID_TXN_STATE
+    done = c.markers_written("tx", 7)
+    assert (done.producer_id, done.producer_epoch) == (pid, ep + 1)
+    # a retry (the old epoch) of the same result: NONE with the new epoch; of the other: ITS
+    r = c.end_txn("tx", pid, ep, commit, 8, version=5)
+    assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, pid, ep + 1)
+    assert c.end_txn("tx", pid, ep, not commit, 8, version=5).error == E.INVALID_TXN_STATE
+    # at the new epoch: commit with nothing open is ITS, abort bumps again (an empty transaction)
+    assert c.end_txn("tx", pid, ep + 1, True, 9, version=5).error == E.INVALID_TXN_STATE
+    r = c.end_txn("tx", pid, ep + 1, False, 9, version=5)
+    assert (r.error, r.producer_epoch, r.markers[0].partitions) == (E.NONE, ep + 2, [])
+    c.markers_written("tx", 10)
+    # an older epoch still is fenced; an unknown producer id is a mapping error
+    assert c.end_txn("tx", pid, ep, False, 11, version=5).error == E.PRODUCER_FENCED
+    assert c.end_txn("tx", pid + 1, ep + 2, False, 11, version=5).error == E.INVALID_PRODUCER_ID_MAPPING
+    # the next transaction at the bumped epoch
+    ongoing_v2(c, pid=pid, epoch=ep + 2)
+    assert c.add_partitions("tx", pid, ep + 1, [TP], 12, tv2=True).error == E.PRODUCER_FENCED
+
+
+def test_v2_empty_state_table(c):
+    r = init(c)
+    pid, ep = r.producer_id, r.producer_epoch
+    assert c.end_txn("tx", pid, ep, True, 1, version=5).error == E.INVALID_TXN_STATE
+    assert c.end_txn("tx", pid, ep - 1, False, 1, version=5).error == E.PRODUCER_FENCED
+    r = c.end_txn("tx", pid, ep, False, 1, version=5)               # abort current in Empty: bump
+    assert (r.error, r.producer_epoch) == (E.NONE, ep + 1)
+    c.markers_written("tx", 2)
+    assert c.txns["tx"].state == S.COMPLETE_ABORT
+
+
+def test_v2_ongoing_retry_is_fenced_and_timeout_abort_fences(c):
+    pid, ep = ongoing_v2(c)
+    r = c.end_txn("tx", pid, ep, True, 1, version=5)
+    c.markers_written("tx", 2)
+    pid, ep = ongoing_v2(c, pid=pid, epoch=ep + 1)
+    assert c.end_txn("tx", pid, ep - 1, True, 3, version=5).error == E.PRODUCER_FENCED
+    r = c.expire_timed_out(10_000 + 100)                            # the 10 s timeout: fenced, aborted
+    assert [(w.producer_epoch, w.commit) for w in r.markers] == [(ep + 1, False)]
+    c.markers_written("tx", 10_200)
+    assert c.end_txn("tx", pid, ep, True, 10_300, version=5).error == E.PRODUCER_FENCED
+
+
+def test_v2_epoch_exhaustion_moves_to_the_next_producer_id():
+    pids = itertools.count(1000)
+    c = TxnCoordinator(lambda: next(pids), max_timeout_ms=60_000)
+    r = init(c)
+    pid = r.producer_id
+    m = c.txns["tx"]
+    m.producer_epoch = EPOCH_EXHAUSTED - 1
+    ongoing_v2(c, pid=pid, epoch=EPOCH_EXHAUSTED - 1)
+    r = c.end_txn("tx", pid, EPOCH_EXHAUSTED - 1, True, 1, version=5)
+    assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, 1001, 0)
+    assert r.markers[0].producer_id == pid and r.markers[0].producer_epoch == EPOCH_EXHAUSTED
+    assert r.records[-1][1].next_producer_id == 1001
+    done = c.markers_written("tx", 2)
+    assert (done.producer_id, done.producer_epoch, m.previous_producer_id) == (1001, 0, pid)
+    # a retry from the old producer id: NONE with the new one
+    r = c.end_txn("tx", pid, EPOCH_EXHAUSTED - 1, True, 3, version=5)
+    assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, 1001, 0)
+    ongoing_v2(c, pid=1001, epoch=0)
+
+
+def test_v2_state_survives_replay(c):
+    pid, ep = ongoing_v2(c)
+    r = c.end_txn("tx", pid, ep, True, 5, version=5)
+    c2 = TxnCoordinator(lambda: 1)
+    for tid, v in r.records:
+        c2.load(tid, decode_value(encode_value(v)))
+    m = c2.txns["tx"]
+    assert (m.state, m.producer_epoch, m.client_tv) == (S.PREPARE_COMMIT, ep + 1, 2)
+    assert [(w.producer_epoch, w.commit) for w in c2.recover().markers] == [(ep + 1, True)]
+    c2.markers_written("tx", 6)
+    r = c2.end_txn("tx", pid, ep, True, 7, version=5)        # the client's retry after a restart
+    assert (r.error, r.producer_id, r.producer_epoch) == (E.NONE, pid, ep + 1)

@@ -307,14 +307,8 @@ def kbroker(tmp_path):
         b.cleanup()
 
 
-# These need TxnOffsetCommit on kohort broker (the i15-broker branch); they pass on main merged with it.
-NO_TXN_OFFSET_COMMIT = pytest.mark.xfail(
-    strict=True, reason="kohort broker does not serve TxnOffsetCommit yet (the i15-broker branch adds it)")
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@NO_TXN_OFFSET_COMMIT
 @pytest.mark.parametrize("client", ["kohort", "confluent"])
 def test_python_copier_on_kohort_broker_sigkilled(kbroker, client):
     bs = kbroker.bootstrap
@@ -332,7 +326,6 @@ def test_python_copier_on_kohort_broker_sigkilled(kbroker, client):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@NO_TXN_OFFSET_COMMIT
 def test_java_copier_on_kohort_broker_sigkilled(kbroker):
     bs = kbroker.bootstrap
     inp, outp, group, tid = _names("kb-java")

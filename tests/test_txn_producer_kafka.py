@@ -38,17 +38,6 @@ def bootstrap(request):
     return request.getfixturevalue("kohort_txn_broker").bootstrap
 
 
-NO_TXN_OFFSET_COMMIT = pytest.mark.xfail(
-    strict=True, reason="kohort broker does not serve TxnOffsetCommit yet (the i15-broker branch adds it)")
-
-
-@pytest.fixture(params=["kafka", pytest.param("kohort", marks=NO_TXN_OFFSET_COMMIT)])
-def bootstrap_offsets(request):
-    """Like `bootstrap`, for tests that commit offsets in a transaction."""
-    name = "kafka1" if request.param == "kafka" else "kohort_txn_broker"
-    return request.getfixturevalue(name).bootstrap
-
-
 def create(bs: str, topic: str, partitions: int = 1) -> None:
     from kohort.client.admin import Admin
     with Admin({"bootstrap.servers": bs}) as a:
@@ -189,8 +178,7 @@ def _group_member(bs, topic, group, protocol="classic"):
     return c
 
 
-def test_send_offsets_visible_only_after_commit(bootstrap_offsets):
-    bootstrap = bootstrap_offsets
+def test_send_offsets_visible_only_after_commit(bootstrap):
     src, tid = names("off")
     create(bootstrap, src)
     group = "g-" + src
@@ -223,8 +211,7 @@ def test_send_offsets_visible_only_after_commit(bootstrap_offsets):
         c.close()
 
 
-def test_stale_group_metadata_is_abortable(bootstrap_offsets):
-    bootstrap = bootstrap_offsets
+def test_stale_group_metadata_is_abortable(bootstrap):
     src, tid = names("stale")
     create(bootstrap, src)
     group = "g-" + src

@@ -1,7 +1,10 @@
 """Broker configuration by Kafka's property names, with Kafka's defaults (and kohort's where noted).
 
 `BrokerConfig.from_properties(dict)` validates names and values; an unknown key is an error naming the
-closest known key. `load_properties(path)` reads a Java-style .properties file.
+closest known key. Kafka broker settings with no meaning for one kohort node (thread pools, socket
+buffers, quorum, replication, ZooKeeper: `UNUSED`, `UNUSED_PREFIXES`) are accepted with a one-line notice
+each (`BrokerConfig.notices`), so a stock Kafka server.properties starts kohort; log.retention.hours/
+minutes and log.roll.hours are read as Kafka reads them (the .ms setting wins). `load_properties(path)` reads a Java-style .properties file.
 """
 from __future__ import annotations
 
@@ -99,6 +102,9 @@ SPEC: dict[str, tuple] = {
     "transaction.state.log.num.partitions": (int, 50),
     "transaction.state.log.segment.bytes": (int, 100 * 1024 * 1024),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int, 10000),
+    # the finalized transaction.version feature advertised in ApiVersions (Kafka sets it with
+    # kafka-storage format --feature): 2 makes Java 4.x clients use transactions v2 (KIP-890 part 2)
+    "transaction.version": (int, 2),
 }
 SPEC.update({
     # kohort: the adaptive initial-rebalance quiet window (see broker/coordinator). A new group's first
@@ -128,6 +134,8 @@ SECURITY_KEYS: dict[str, tuple] = {
     "listener.security.protocol.map": (str, ""),
     "sasl.enabled.mechanisms": (str, "GSSAPI"),
     "sasl.jaas.config": (str, ""),
+    "sasl.server.callback.handler.class": (str, ""),
+    "connections.max.reauth.ms": (int, 0),
     "ssl.keystore.type": (str, "JKS"),
     "ssl.keystore.location": (str, ""),
     "ssl.keystore.key": (str, ""),
@@ -137,11 +145,93 @@ SECURITY_KEYS: dict[str, tuple] = {
     "ssl.truststore.location": (str, ""),
     "ssl.truststore.certificates": (str, ""),
     "ssl.client.auth": (str, "none"),
+    "ssl.principal.mapping.rules": (str, "DEFAULT"),
     "connection.failed.authentication.delay.ms": (int, 100),
     "sasl.server.max.receive.size": (int, 524288),
 }
 SPEC.update(SECURITY_KEYS)
-_MECH_JAAS = re.compile(r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\.jaas\.config")
+
+
+def _authorizer_class(v) -> str:
+    from kohort.broker.authorizer import AUTHORIZER_CLASSES
+    s = str(v).strip()
+    if s and s not in AUTHORIZER_CLASSES:
+        raise ValueError(f"unsupported authorizer; use {AUTHORIZER_CLASSES[0]} (or leave empty for none)")
+    return s
+
+
+# authorization (broker/authorizer.py, acl_store.py): Kafka's names; an empty class name = no authorizer
+SPEC.update({
+    "authorizer.class.name": (_authorizer_class, ""),
+    "super.users": (str, ""),
+    "allow.everyone.if.no.acl.found": (_b, False),
+})
+_MECH_JAAS = re.compile(r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\."
+                        r"(jaas\.config|server\.callback\.handler\.class)|"
+                        r"(plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.connections\.max\.reauth\.ms")
+
+
+# Kafka broker configs that have no meaning for one kohort node: accepted (a stock Kafka server.properties
+# starts kohort) with a one-line notice each, naming why. Values are not checked.
+_SINGLE_NODE = "one node: there is no quorum, replication or other broker"
+_THREADS = "kohort's broker is one asyncio loop: no thread pools to size"
+UNUSED: dict[str, str] = {
+    "process.roles": "a kohort broker is always broker and controller (KRaft combined mode)",
+    "controller.listener.names": "no controller listener: its listeners are not opened",
+    "inter.broker.listener.name": _SINGLE_NODE, "inter.broker.protocol.version": _SINGLE_NODE,
+    "security.inter.broker.protocol": _SINGLE_NODE,
+    "num.network.threads": _THREADS, "num.io.threads": _THREADS, "background.threads": _THREADS,
+    "num.recovery.threads.per.data.dir": _THREADS, "num.replica.fetchers": _SINGLE_NODE,
+    "num.replica.alter.log.dirs.threads": _THREADS, "log.cleaner.threads": _THREADS,
+    "socket.send.buffer.bytes": "the operating system's socket buffer sizes are used",
+    "socket.receive.buffer.bytes": "the operating system's socket buffer sizes are used",
+    "socket.listen.backlog.size": "asyncio's listen backlog is used",
+    "transaction.state.log.replication.factor": _SINGLE_NODE, "transaction.state.log.min.isr": _SINGLE_NODE,
+    "share.coordinator.state.topic.replication.factor": "kohort has no share groups",
+    "share.coordinator.state.topic.min.isr": "kohort has no share groups",
+    "group.share.enable": "kohort has no share groups",
+    "min.insync.replicas": "one replica per partition: acks=all is the leader's write",
+    "unclean.leader.election.enable": _SINGLE_NODE, "auto.leader.rebalance.enable": _SINGLE_NODE,
+    "broker.rack": _SINGLE_NODE, "broker.heartbeat.interval.ms": _SINGLE_NODE,
+    "broker.session.timeout.ms": _SINGLE_NODE, "metadata.log.dir": "no KRaft metadata log",
+    "log.flush.interval.messages": "kohort flushes by log.flush.policy (fsync-before-ack by default)",
+    "log.flush.interval.ms": "kohort flushes by log.flush.policy (fsync-before-ack by default)",
+    "log.flush.scheduler.interval.ms": "kohort flushes by log.flush.policy (fsync-before-ack by default)",
+    "log.cleaner.enable": "compaction always runs for cleanup.policy=compact topics",
+    "log.dir.failure.timeout.ms": "one log directory",
+    "log.roll.jitter.ms": "segments roll at log.roll.ms", "log.roll.jitter.hours": "segments roll at log.roll.ms",
+    "metric.reporters": "metrics are served by --metrics (Prometheus)",
+    "group.share.max.size": "kohort has no share groups",
+}
+# prefixes of whole families with no meaning for one node
+UNUSED_PREFIXES: dict[str, str] = {
+    "zookeeper.": "KRaft only, as Kafka 4: ZooKeeper is not used",
+    "controller.quorum.": "one node is its own controller quorum",
+    "controller.socket.": _SINGLE_NODE,
+    "replica.": _SINGLE_NODE,
+    "leader.imbalance.": _SINGLE_NODE,
+    "controlled.shutdown.": _SINGLE_NODE,
+    "metadata.log.": "no KRaft metadata log",
+    "metadata.max.": "no KRaft metadata log",
+    "share.": "kohort has no share groups",
+    "metrics.": "metrics are served by --metrics (Prometheus)",
+}
+# Kafka's other time units for the same settings (the *.ms setting wins, then minutes, then hours)
+TIME_UNITS: dict[str, tuple[str, int]] = {
+    "log.retention.hours": ("log.retention.ms", 3600_000),
+    "log.retention.minutes": ("log.retention.ms", 60_000),
+    "log.roll.hours": ("log.roll.ms", 3600_000),
+}
+
+
+def unused_reason(key: str) -> str | None:
+    """Why a Kafka broker setting means nothing to a kohort broker, or None if it is not such a setting."""
+    if key in UNUSED:
+        return UNUSED[key]
+    for prefix, why in UNUSED_PREFIXES.items():
+        if key.startswith(prefix):
+            return why
+    return None
 
 
 def _spec_for(key: str):
@@ -162,21 +252,38 @@ def _spec_for(key: str):
 @dataclass
 class BrokerConfig:
     values: dict = field(default_factory=dict)
+    notices: list = field(default_factory=list)     # one line per accepted-but-unused Kafka setting
 
     @classmethod
     def from_properties(cls, props: dict | None = None) -> "BrokerConfig":
         vals = {k: d for k, (_, d) in SPEC.items()}
-        for k, v in (props or {}).items():
+        notices = []
+        props = dict(props or {})
+        for unit, (target, factor) in sorted(TIME_UNITS.items(), key=lambda kv: kv[1][1]):
+            if unit in props:       # minutes before hours: the finer unit wins, the .ms name over both
+                v = props.pop(unit)
+                try:
+                    ms = int(str(v).strip()) * factor
+                except ValueError:
+                    raise BrokerConfigError(f"bad value for {unit}: {v!r} (not a whole number)") from None
+                if target not in props:
+                    props[target] = ms
+        for k, v in props.items():
             parser = _spec_for(k)
             if parser is None:
-                close = difflib.get_close_matches(k, SPEC.keys(), n=1)
+                why = unused_reason(k)
+                if why is not None:
+                    notices.append(f"{k}={v} accepted and ignored: {why}")
+                    continue
+                known = list(SPEC) + list(UNUSED) + list(TIME_UNITS)
+                close = difflib.get_close_matches(k, known, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise BrokerConfigError(f"unknown broker config {k!r}{hint}")
             try:
                 vals[k] = parser(v)
             except (TypeError, ValueError) as e:
                 raise BrokerConfigError(f"bad value for {k}: {v!r} ({e})") from None
-        return cls(vals)
+        return cls(vals, notices)
 
     def __getitem__(self, k):
         return self.values[k]
@@ -201,11 +308,20 @@ class BrokerConfig:
 
 
 def load_properties(path: str) -> dict:
+    """A Java .properties file: `key=value` / `key: value` lines, `#`/`!` comments, a trailing backslash
+    continues a value on the next line (as sasl.jaas.config often is written)."""
     props = {}
     with open(path, encoding="utf-8") as fh:
+        pending, start = "", 0
         for lineno, line in enumerate(fh, 1):
             s = line.strip()
-            if not s or s[0] in "#!":
+            if not pending and (not s or s[0] in "#!"):
+                continue
+            if pending:
+                s, lineno = pending + s, start
+                pending = ""
+            if (len(s) - len(s.rstrip("\\"))) % 2 == 1:
+                pending, start = s[:-1], lineno
                 continue
             for sep in ("=", ":"):
                 if sep in s:

@@ -8,7 +8,17 @@
   COORDINATOR_LOAD_IN_PROGRESS); every partition is read from its log start to its end, compacted in
   memory (the last record of each key, in log order), each survivor decoded
   (`kohort.protocol.consumer_offsets.decode_record`; unknown kinds such as KIP-848 records are
-  skipped with a warning) and replayed, then `on_loaded`.
+  skipped with a warning) and replayed in log order, then `on_loaded`. Transactional batches
+  (TxnOffsetCommit) are held per producer id until that producer's marker: COMMIT makes its records
+  the key's last record if they come after the current one (Kafka compares record offsets), ABORT
+  drops them, and those with no marker yet are replayed as pending offsets of their producer; a
+  tombstone drops the pending records of its key -- the same results as the live path.
+* Transactions: a TxnOffsetCommit's Append carries the producer (id, epoch) and is written as that
+  producer's transactional batch; `write_txn_marker` (called by the transaction coordinator's
+  runtime for a `__consumer_offsets` partition in the transaction) goes through the coordinator's
+  append order, writes the COMMIT/ABORT control batch, and completes once it is fsynced and the
+  pending offsets are materialised or dropped. The partition's producer state (open transactions,
+  LSO) is kept like any partition's.
   `open_coordinator` awaits the load, so a broker normally accepts connections only once loaded.
 * Appends: each Append's records are encoded (Kafka's key/value versions) and written as one v2 batch
   per `__consumer_offsets` partition (group_partition(group_id)), in token order, at once. Each token
@@ -45,7 +55,7 @@ from kohort.protocol.consumer_offsets import (
     group_metadata_tombstone, group_partition, offset_commit_record, offset_commit_tombstone,
 )
 from kohort.protocol.consumer_protocol import decode_subscription
-from kohort.protocol.records import build_batch, iter_records
+from kohort.protocol.records import build_batch, decode_batch, iter_batch_records, iter_batches
 from kohort.storage import StorageError, TopicAlreadyExistsError
 
 from kohort.broker.coordinator import codes as C
@@ -58,10 +68,11 @@ from kohort.protocol import consumer_group_records as CGR
 from kohort.protocol.consumer_offsets import key_version
 from kohort.broker.coordinator.coordinator import GroupCoordinator
 from kohort.broker.coordinator.group import GroupState
-from kohort.broker.group_events import NO_EVENTS
+from kohort.broker.group_events import GroupEvents, log_event
 from kohort.broker.coordinator.model import (
-    CancelTimer, GroupRecord, MemberRecord, OffsetRecord, Outcome, SetTimer,
+    CancelTimer, GroupRecord, MemberRecord, OffsetRecord, Outcome, SetTimer, TxnMarkerRecord,
 )
+from kohort.broker.producer_state import marker_key, marker_value, parse_marker, CONTROL_COMMIT
 
 log = logging.getLogger("kohort.broker.coordinator")
 
@@ -229,7 +240,10 @@ class CoordinatorRuntime:
         self._completer: asyncio.Task | None = None
         self._closed = False
         self.loaded_records = 0       # records replayed (the last one of each key)
-        self.events = NO_EVENTS       # kohort.broker.group_events: the console attaches a GroupEvents
+        # kohort.broker.group_events: the group event history (the console shows it), one log line per
+        # event (Kafka's wording) and the rebalance counts of the metrics
+        self.events = GroupEvents()
+        self.events.subscribe(log_event)
         self.load_ms = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -261,26 +275,52 @@ class CoordinatorRuntime:
             offset, end = lg.log_start_offset, lg.log_end_offset
             # Compact in memory first: only the last record of each key matters, replayed in the
             # order of those last records -- exactly what log compaction would leave, which replay
-            # accepts -- so superseded commits are never decoded.
+            # accepts -- so superseded commits are never decoded. Transactional records wait for
+            # their producer's marker (see the header).
             latest: dict[bytes, tuple[int, bytes | None]] = {}
+            pending: dict[int, dict[bytes, tuple[int, bytes | None]]] = {}
+            markers: list[tuple[int, int, bool]] = []     # (offset, producer id, commit) in log order
             while offset < end:
                 data = lg.read(offset, READ_CHUNK, max_offset=end)
                 if not data:
                     break
-                last = offset - 1
-                for rec in iter_records(data):
-                    off, key, value = rec[0], rec[2], rec[3]
-                    last = off
-                    if off < offset or key is None:
+                start = offset
+                for pos, h in iter_batches(data):
+                    if h.last_offset < start:
                         continue
-                    key = bytes(key)
-                    latest.pop(key, None)
-                    latest[key] = (off, value)
-                if last < offset:        # no progress (e.g. a batch of control records only)
+                    offset = max(offset, h.last_offset + 1)
+                    txn = h.is_transactional and h.producer_id >= 0
+                    if h.is_control:
+                        _, recs = decode_batch(data, pos, check_crc=False)
+                        t = parse_marker(recs[0].key) if txn and recs else None
+                        if t is not None:
+                            commit = t == CONTROL_COMMIT
+                            for key, (off, value) in pending.pop(h.producer_id, {}).items():
+                                cur = latest.get(key)
+                                if commit and (cur is None or cur[0] < off):
+                                    latest.pop(key, None)
+                                    latest[key] = (off, value)
+                        continue
+                    for rec in iter_batch_records(data, pos, h):
+                        off, key, value = rec[0], rec[2], rec[3]
+                        if off < start or key is None:
+                            continue
+                        key = bytes(key)
+                        if txn:
+                            pending.setdefault(h.producer_id, {})[key] = (off, value)
+                            continue
+                        latest.pop(key, None)
+                        latest[key] = (off, value)
+                        if value is None:
+                            for held in pending.values():
+                                held.pop(key, None)
+                if offset <= start:      # no progress
                     break
-                offset = last + 1
                 await asyncio.sleep(0)   # let the loop breathe on big logs
-            for key, (off, value) in latest.items():
+            entries = sorted([(off, key, value, -1) for key, (off, value) in latest.items()]
+                             + [(off, key, value, pid) for pid, held in pending.items()
+                                for key, (off, value) in held.items()], key=lambda e: e[0])
+            for off, key, value, pid in entries:
                 try:
                     if key_version(key) in CONSUMER_GROUP_RECORD_TYPES:
                         if self.consumer is None:
@@ -292,7 +332,7 @@ class CoordinatorRuntime:
                 except DecodeError as e:
                     log.warning("%s-%d offset %d: skipping record: %s", OFFSETS_TOPIC, p, off, e)
                     continue
-                c.replay(r)
+                c.replay(r, pid)
                 n += 1
         self.loaded_records = n
         self.load_ms = (time.perf_counter() - t0) * 1000
@@ -300,6 +340,7 @@ class CoordinatorRuntime:
         if self.consumer is not None:
             self.apply(self.consumer.on_loaded(
                 self.clock(), {t.name: t.num_partitions for t in storage.topics()}))
+        self.events.baseline(self)        # the loaded groups are known: no events for them
         log.info("group coordinator loaded %d records (%d groups) in %.1f ms", n, len(c.groups),
                  self.load_ms)
 
@@ -379,7 +420,7 @@ class CoordinatorRuntime:
                 if h is not None:
                     h.cancel()
         for a in out.appends:
-            self._append(a.token, a.records)
+            self._append(a.token, a.records, a.producer)
 
     @staticmethod
     def _deliver(out: Outcome) -> None:
@@ -420,18 +461,24 @@ class CoordinatorRuntime:
         self.events.observe(self, "timer", (key,), out)
 
     # appends
-    def _append(self, token: int, records) -> None:
+    def _append(self, token: int, records, producer: tuple[int, int] | None = None) -> None:
         error = C.NONE
         now = self.clock()
         by_partition: dict[int, list] = {}
         for r in records:
-            by_partition.setdefault(self.partition_for(_record_group(r)), []).append(r)
+            p = r.partition if isinstance(r, TxnMarkerRecord) else self.partition_for(_record_group(r))
+            by_partition.setdefault(p, []).append(r)
         storage = self.broker.storage
         for p, recs in by_partition.items():
             try:
-                batch = build_batch([(*self._encode(r), [], now) for r in recs])
-                storage.log(OFFSETS_TOPIC, p).append(batch, leader_epoch=self.broker.leader_epoch,
-                                                     now_ms=now)
+                if producer is None:
+                    batch = build_batch([(*self._encode(r), [], now) for r in recs])
+                    storage.log(OFFSETS_TOPIC, p).append(batch, leader_epoch=self.broker.leader_epoch,
+                                                         now_ms=now)
+                else:
+                    error = self._append_transactional(p, recs, producer, now)
+                    if error:
+                        break
             except StorageError as e:
                 log.warning("append to %s-%d failed: %s", OFFSETS_TOPIC, p, e)
                 error = e.error_code or C.UNKNOWN_SERVER_ERROR
@@ -446,6 +493,39 @@ class CoordinatorRuntime:
         self._syncing.append((token, error, sync))
         if self._completer is None:
             self._completer = asyncio.get_running_loop().create_task(self._complete())
+
+    def _append_transactional(self, p: int, recs, producer: tuple[int, int], now: int) -> int:
+        """A batch of the producer on partition `p`: its TxnOffsetCommit records (transactional) or
+        one TxnMarkerRecord (a control batch), with the partition's producer state kept as a
+        produce / marker write keeps it. -> error code (the marker's epoch checks)."""
+        pid, epoch = producer
+        lg = self.broker.storage.log(OFFSETS_TOPIC, p)
+        pstate = self.broker.producers.partition(OFFSETS_TOPIC, p, lg)
+        if isinstance(recs[0], TxnMarkerRecord):
+            m = recs[0]
+            err = pstate.check_marker(pid, epoch, m.coordinator_epoch)
+            if err:
+                return err
+            batch = build_batch([(marker_key(m.commit), marker_value(m.coordinator_epoch), [], now)],
+                                producer_id=pid, producer_epoch=epoch, transactional=True, is_control=True)
+            res = lg.append(batch, leader_epoch=self.broker.leader_epoch, now_ms=now)
+            pstate.complete(pid, epoch, m.commit, res.base_offset, m.coordinator_epoch, now)
+        else:
+            batch = build_batch([(*self._encode(r), [], now) for r in recs], producer_id=pid,
+                                producer_epoch=epoch, transactional=True)
+            res = lg.append(batch, leader_epoch=self.broker.leader_epoch, now_ms=now)
+            pstate.update(pid, epoch, -1, len(recs) - 1, res.base_offset, now, append_ms=now, transactional=True)
+        self.broker.waiters.notify(OFFSETS_TOPIC, p)
+        return C.NONE
+
+    async def write_txn_marker(self, partition: int, producer_id: int, producer_epoch: int, commit: bool,
+                               coordinator_epoch: int) -> int:
+        """Write the transaction coordinator's marker on `__consumer_offsets`-`partition` through
+        the group coordinator; -> error code once it is durable and the offsets are applied."""
+        while self.coordinator.phase == "loading":
+            await asyncio.sleep(0.05)
+        marker = TxnMarkerRecord(partition, producer_id, producer_epoch, commit, coordinator_epoch)
+        return await self.call("write_txn_marker", marker, lambda gid: self.partition_for(gid) == partition)
 
     async def _complete(self) -> None:
         try:

@@ -6,17 +6,22 @@ Read-only towards the coordinators: the runtime (broker/coordinator_runtime.py) 
 `events.observe(rt, op, args, out)` once after each step it drives (an operation, a timer, a stored
 append); `observe` snapshots the groups that step touched and derives events from the difference with
 the previous snapshot and from the step's cause (the request's params, the timer's key). The
-coordinators stay pure and unaware of it. `NO_EVENTS` (the default) does nothing, so a broker without
-the console pays one no-op call per step.
+coordinators stay pure and unaware of it. The runtime always keeps one (the broker's log and metrics read
+it, the console shows it); a steady KIP-848 heartbeat is recognised without a snapshot. `NO_EVENTS`
+observes nothing (for a runtime built without events, e.g. in tests).
 
-Reason strings follow Kafka's GroupCoordinator where it has one ("Adding new member M with group
-instance id I; client reason: R", "Removing member M on LeaveGroup; client reason: R", "removing
-member M on heartbeat expiration", "Updating metadata for member M during S; client reason: R",
-"Leader M re-joining group during Stable; client reason: R") and its GroupMetadataManager's KIP-848
-messages ("Member M fenced from the group because its session expired", ...).
+Reason strings follow Kafka 4.x's GroupMetadataManager where it has one ("Adding new member M with group
+instance id I; client reason: R" (I "null" for none, as Java prints it), "explicit `LeaveGroup` request
+for (M) members." (a rebalance's reason; the member's own: "Member M has left group through explicit
+`LeaveGroup` request; client reason: R"), "removing member M on heartbeat expiration.", "Updating
+metadata for member M during S; client reason: R", "Leader M re-joining group during Stable; client
+reason: R") and its KIP-848 messages ("Member M fenced from the group because the member session
+expired", ...); the classic ones are checked against Apache Kafka 4.3.1's own log.
 
 Bounds: `per_group` events per group (oldest dropped), `max_groups` histories (the least recently
-changed dropped). `subscribe(fn)` lets other readers (logs, metrics) receive each event as it is made.
+changed dropped). `subscribe(fn)` lets other readers receive each event as it is made: the runtime
+subscribes `log_event` (one line per event on `kohort.broker.groups`, in Kafka 4.x's words where Kafka
+has a line); `rebalances` counts RebalanceStarted and GroupEpochBumped per group for the metrics.
 """
 from __future__ import annotations
 
@@ -50,6 +55,8 @@ class GroupEvent:
     member_id: str | None = None
     generation: int = -1    # classic generation, or KIP-848 group epoch, after the event
     state: str = ""         # the group's state after the event
+    type: str = ""          # "classic" | "consumer"
+    members: int = -1       # members after the event
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -94,15 +101,19 @@ def snapshot(rt, group_id: str) -> _Snap | None:
 
 
 def _unchanged(rt, group_id: str, old: _Snap) -> bool:
-    """A cheap check that the group is as `old` saw it, without building a snapshot: the steady
-    heartbeat of a KIP-848 member (the most frequent step) changes nothing events are made of. A
-    member's metadata changes only with a join (new id) or an epoch bump (subscription), so epochs,
-    member ids and state suffice; classic groups are always snapshotted (their steps are rarer)."""
-    if old.type != "consumer" or rt.consumer is None:
-        return False
-    cg = rt.consumer.groups.get(group_id)
-    return (cg is not None and cg.group_epoch == old.generation and cg.assignment_epoch == old.assignment_epoch
-            and cg.members.keys() == old.members.keys() and cg.state.value == old.state)
+    """A cheap check that the group is as `old` saw it, without building a snapshot: steady heartbeats
+    (the most frequent steps) change nothing events are made of. A member's metadata changes only with a
+    join (a new id, or a rebalance: a new state and generation) or, KIP-848, an epoch bump
+    (subscription), so ids, epochs or generation, state and leader suffice."""
+    if old.type == "consumer":
+        cg = rt.consumer.groups.get(group_id) if rt.consumer is not None else None
+        return (cg is not None and cg.group_epoch == old.generation and cg.assignment_epoch == old.assignment_epoch
+                and cg.members.keys() == old.members.keys() and cg.state.value == old.state)
+    if rt.consumer is not None and group_id in rt.consumer.groups:
+        return False                       # converted to a consumer group
+    g = rt.coordinator.groups.get(group_id)
+    return (g is not None and g.generation_id == old.generation and g.state.value == old.state
+            and g.leader_id == old.leader and g.protocol_name == old.protocol and g.members.keys() == old.members.keys())
 
 
 def _all_group_ids(rt) -> set[str]:
@@ -132,6 +143,7 @@ class GroupEvents:
         self._history: collections.OrderedDict[str, collections.deque] = collections.OrderedDict()
         self._tokens: dict[Any, set[str]] = {}     # append token -> groups its records belong to
         self._subscribers: list[Callable[[GroupEvent], None]] = []
+        self.rebalances: dict[str, int] = {}      # per group: RebalanceStarted + GroupEpochBumped (metrics)
 
     # -- reading ---------------------------------------------------------------------------------
     def history(self, group_id: str) -> list[GroupEvent]:
@@ -163,7 +175,7 @@ class GroupEvents:
     def _observe(self, rt, op: str, args: tuple, out: Any, consumer: bool) -> None:
         if out is not None:
             for a in getattr(out, "appends", ()):
-                self._tokens[a.token] = {r.group for r in a.records}
+                self._tokens[a.token] = {r.group for r in a.records if hasattr(r, "group")}   # not markers
         gids = self._touched(rt, op, args, consumer)
         if not gids:
             return
@@ -211,6 +223,8 @@ class GroupEvents:
         else:
             self._history.move_to_end(ev.group)
         h.append(ev)
+        if ev.kind in ("RebalanceStarted", "GroupEpochBumped"):
+            self.rebalances[ev.group] = self.rebalances.get(ev.group, 0) + 1
         for fn in self._subscribers:
             try:
                 fn(ev)
@@ -237,17 +251,17 @@ def _removed(gid: str, mid: str, old: _Snap, new: _Snap | None, op: str, args: t
     if op in ("leave_group", "classic_leave"):
         r = _leave_reason(args, mid)
         if r is not None:
-            return "MemberLeft", f"Removing member {mid} on LeaveGroup; client reason: {r}"
+            return "MemberLeft", f"Member {mid} has left group through explicit `LeaveGroup` request; client reason: {r}"
     if op == "timer":
         kind = args[0][0]
         if kind == "heartbeat":
-            return "MemberExpired", f"removing member {mid} on heartbeat expiration"
+            return "MemberExpired", f"removing member {mid} on heartbeat expiration."
         if kind == "join":
             return "MemberExpired", f"removing member {mid}: it did not rejoin before the rebalance timeout"
         if kind == "sync":
             return "MemberExpired", f"removing member {mid} on pending sync request expiration"
         if kind == "cg-session":
-            return "MemberExpired", f"Member {mid} fenced from the group because its session expired"
+            return "MemberExpired", f"Member {mid} fenced from the group because the member session expired"
         if kind == "cg-rebalance":
             return "MemberFenced", (f"Member {mid} fenced from the group because it did not revoke its "
                                     f"partitions within the rebalance timeout")
@@ -270,7 +284,8 @@ def _removed(gid: str, mid: str, old: _Snap, new: _Snap | None, op: str, args: t
 def _added(mid: str, m: _Member, op: str, args: tuple, consumer: bool) -> str:
     if op in ("join_group", "classic_join"):
         p = args[0]
-        return (f"Adding new member {mid} with group instance id {m.instance_id}; client reason: "
+        inst = m.instance_id if m.instance_id is not None else "null"      # Java's string of null
+        return (f"Adding new member {mid} with group instance id {inst}; client reason: "
                 f"{_reason_or_default(getattr(p, 'reason', None))}")
     if consumer and op == "heartbeat":
         names, regex = m.subscription or ((), None)
@@ -287,7 +302,8 @@ def derive(gid: str, old: _Snap | None, new: _Snap | None, op: str, args: tuple,
 
     def ev(kind: str, reason: str, member: str | None = None) -> None:
         s = new or old
-        evs.append(GroupEvent(now, gid, kind, reason, member, s.generation, s.state if new else "Dead"))
+        evs.append(GroupEvent(now, gid, kind, reason, member, s.generation, s.state if new else "Dead", s.type,
+                              len(s.members) if new else 0))
 
     if new is None:
         if op in ("delete_groups", "delete_group"):
@@ -309,22 +325,33 @@ def derive(gid: str, old: _Snap | None, new: _Snap | None, op: str, args: tuple,
                              "protocol (KIP-848)" if new.type == "consumer" else
                              "downgrade to a classic group: no consumer-protocol member left (KIP-848)")
     member_reasons: list[str] = []
+    left_by_request: list[str] = []
     for mid in old.members:
         if mid not in new.members:
             kind, reason = _removed(gid, mid, old, new, op, args, consumer)
             ev(kind, reason, mid)
-            member_reasons.append(reason)
+            if "explicit `LeaveGroup` request" in reason:
+                left_by_request.append(mid)
+            else:
+                member_reasons.append(reason)
     for mid, m in new.members.items():
         if mid not in old.members:
             reason = _added(mid, m, op, args, consumer)
             ev("MemberJoined", reason, mid)
             member_reasons.append(reason)
     if new.type == "classic":
-        if new.state != old.state and new.state == GroupState.PREPARING_REBALANCE.value:
+        prep = GroupState.PREPARING_REBALANCE.value
+        # Kafka 4.x's GroupMetadataManager: leaves give one reason naming every member that left
+        if left_by_request:
+            member_reasons.insert(0, f"explicit `LeaveGroup` request for ({', '.join(left_by_request)}) members.")
+        entered = new.state != old.state and new.state == prep
+        # a rebalance gone through PreparingRebalance within this one step (the last member left)
+        passed = new.generation > old.generation and prep not in (old.state, new.state)
+        if entered or passed:
             reason = member_reasons[0] if member_reasons else _rejoin_reason(old, op, args)
             ev("RebalanceStarted", f"Preparing to rebalance group {gid} in state PreparingRebalance with old "
                                    f"generation {old.generation} (reason: {reason})")
-        elif new.state != old.state:
+        if new.state != old.state and not entered:
             ev("StateChanged", f"{old.state} -> {new.state}")
         if new.generation != old.generation and new.generation > 0:
             ev("GenerationStarted", f"generation {new.generation} with {len(new.members)} member(s), "
@@ -372,3 +399,42 @@ def _epoch_reason(old: _Snap, new: _Snap, op: str, args: tuple) -> str:
 
 def events_as_dicts(events: Iterable[GroupEvent]) -> list[dict]:
     return [e.as_dict() for e in events]
+
+
+# -- the broker's log ---------------------------------------------------------------------------------
+event_log = logging.getLogger("kohort.broker.groups")
+
+
+def log_message(ev: GroupEvent) -> tuple[int, str]:
+    """(level, text) of one event in the words of Kafka 4.x's group coordinator log where it has a line
+    for it (checked against Apache Kafka 4.3.1's log by tests/test_broker_logging.py)."""
+    g, m = ev.group, ev.member_id
+    if ev.kind == "RebalanceStarted":
+        return logging.INFO, ev.reason + "."
+    if ev.kind == "GenerationStarted":
+        if ev.state == GroupState.EMPTY.value:
+            return logging.INFO, f"Group {g} with generation {ev.generation} is now empty."
+        return logging.INFO, f"Stabilized group {g} generation {ev.generation} with {ev.members} members."
+    if ev.kind == "StateChanged":
+        return logging.DEBUG, f"[Group {g}] {ev.reason}."
+    if ev.type == "consumer":
+        if ev.kind == "MemberJoined":
+            return logging.INFO, f"[GroupId {g}] Member {m} joins the consumer group using the consumer protocol."
+        if ev.kind == "GroupEpochBumped":
+            return logging.INFO, f"[GroupId {g}] Bumped group epoch to {ev.generation}."
+        if ev.kind == "MemberLeft" and ev.reason == f"Member {m} left the consumer group":
+            return logging.INFO, f"[GroupId {g}] Member {m} left the consumer group."
+        return logging.INFO, f"[GroupId {g}] {ev.reason}."
+    if ev.kind == "MemberExpired" and ev.reason == f"removing member {m} on heartbeat expiration.":
+        return logging.INFO, f"Member {m} in group {g} has failed, removing it from the group."
+    return logging.INFO, f"[Group {g}] {ev.reason}"
+
+
+def log_event(ev: GroupEvent) -> None:
+    """A subscriber: one log record per event on `kohort.broker.groups`, its fields under `event` (the
+    JSON-lines log format prints them: event = the kind, group, member_id, reason, generation, state)."""
+    level, msg = log_message(ev)
+    if event_log.isEnabledFor(level):
+        fields = ev.as_dict()
+        fields["event"] = fields.pop("kind")
+        event_log.log(level, msg, extra={"event": fields})

@@ -3,7 +3,8 @@
 `Metrics` is fed by the server (`connection_opened()`, `connection_closed()`,
 `observe(api_key, seconds, bytes_in, bytes_out)`) and the produce/fetch handlers
 (`record_messages_in(topic, n)`); partition end offsets and sizes are read from storage at scrape
-time. `serve_metrics(broker, host, port)` starts a tiny asyncio HTTP server answering GET /metrics.
+time, and so are the groups: state, members, generation/epoch, rebalances (counted by
+broker/group_events.py), committed offset and lag per partition. `serve_metrics(broker, host, port)` starts a tiny asyncio HTTP server answering GET /metrics.
 """
 from __future__ import annotations
 
@@ -124,6 +125,7 @@ class Metrics:
             add("# HELP kohort_fsync_waiters_total Produce requests answered after a group-commit round.")
             add("# TYPE kohort_fsync_waiters_total counter")
             add(f"kohort_fsync_waiters_total {sync.waiters_served}")
+        self._render_groups(add)
         storage = getattr(self.broker, "storage", None)
         if storage is not None:
             logs = list(storage.logs())
@@ -144,8 +146,73 @@ class Metrics:
                     f'{lg.size_in_bytes}')
         return "\n".join(out) + "\n"
 
+    def _render_groups(self, add) -> None:
+        """Per group: state (one series per group with its state as a label, value 1), members,
+        generation (classic) or group epoch (KIP-848), target-assignment epoch, rebalances; per group
+        and partition: committed offset and lag (log end offset - committed, never below 0)."""
+        rt = getattr(self.broker, "coordinator", None)
+        if rt is None:
+            return
+        classic = rt.coordinator.groups
+        consumer = rt.consumer.groups if rt.consumer is not None else {}
+        groups = []        # (group, type, state, members, generation)
+        for gid, g in sorted(consumer.items()):
+            groups.append((gid, "consumer", g.state.value, len(g.members), g.group_epoch, g.assignment_epoch))
+        for gid, g in sorted(classic.items()):
+            if gid in consumer or (not g.members and g.protocol_type is None and g.generation_id == 0):
+                continue        # a consumer group's offsets, or a simple group (offsets only): listed below
+            groups.append((gid, "classic", g.state.value, len(g.members), g.generation_id, None))
+        lbl = _label
+        add("# HELP kohort_group_state The group's state (value 1; the state is the label).")
+        add("# TYPE kohort_group_state gauge")
+        for gid, typ, state, *_ in groups:
+            add(f'kohort_group_state{{group="{lbl(gid)}",type="{typ}",state="{state}"}} 1')
+        add("# HELP kohort_group_members Members of the group.")
+        add("# TYPE kohort_group_members gauge")
+        for gid, _, _, n, *_ in groups:
+            add(f'kohort_group_members{{group="{lbl(gid)}"}} {n}')
+        add("# HELP kohort_group_generation Generation (classic groups) or group epoch (KIP-848 consumer groups).")
+        add("# TYPE kohort_group_generation gauge")
+        for gid, _, _, _, gen, _ in groups:
+            add(f'kohort_group_generation{{group="{lbl(gid)}"}} {gen}')
+        add("# HELP kohort_group_target_assignment_epoch Target-assignment epoch of a KIP-848 consumer group.")
+        add("# TYPE kohort_group_target_assignment_epoch gauge")
+        for gid, typ, _, _, _, aepoch in groups:
+            if typ == "consumer":
+                add(f'kohort_group_target_assignment_epoch{{group="{lbl(gid)}"}} {aepoch}')
+        add("# HELP kohort_group_rebalances_total Rebalances since the broker started (classic: PreparingRebalance "
+            "entered; consumer groups: group epoch bumps).")
+        add("# TYPE kohort_group_rebalances_total counter")
+        for gid, n in sorted(rt.events.rebalances.items()):
+            add(f'kohort_group_rebalances_total{{group="{lbl(gid)}"}} {n}')
+        storage = getattr(self.broker, "storage", None)
+        rows = []
+        for gid, g in sorted(classic.items()):
+            for (topic, part), c in sorted(g.offsets.items()):
+                end = None
+                if storage is not None and storage.has_topic(topic):
+                    try:
+                        end = storage.log(topic, part).log_end_offset
+                    except Exception:    # noqa: BLE001 - a partition gone since the commit
+                        end = None
+                rows.append((gid, topic, part, c.offset, end))
+        add("# HELP kohort_group_committed_offset Committed offset per group and partition.")
+        add("# TYPE kohort_group_committed_offset gauge")
+        for gid, t, p, off, _ in rows:
+            add(f'kohort_group_committed_offset{{group="{lbl(gid)}",topic="{t}",partition="{p}"}} {off}')
+        add("# HELP kohort_group_lag Log end offset minus the committed offset, per group and partition.")
+        add("# TYPE kohort_group_lag gauge")
+        for gid, t, p, off, end in rows:
+            if end is not None:
+                add(f'kohort_group_lag{{group="{lbl(gid)}",topic="{t}",partition="{p}"}} {max(0, end - off)}')
+
     def _name(self, api_key: int) -> str:
         return self._names.get(api_key, str(api_key))
+
+
+def _label(v: str) -> str:
+    """A Prometheus label value: backslash, double quote and newline escaped."""
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 async def serve_metrics(broker, host: str, port: int) -> asyncio.base_events.Server:

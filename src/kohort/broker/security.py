@@ -4,8 +4,22 @@ Configured by Kafka's names: `listeners` (NAME://HOST:PORT,...), `listener.secur
 (NAME:PROTOCOL; a listener named after its protocol needs no entry), `sasl.enabled.mechanisms`,
 `[listener.name.<l>.][<mech>.]sasl.jaas.config` (PlainLoginModule `user_NAME="pw"` options),
 `ssl.keystore.type=PEM` with `ssl.keystore.location` (key + chain in one PEM) or
-`ssl.keystore.key` + `ssl.keystore.certificate.chain`, `ssl.truststore.*` (PEM), `ssl.client.auth`.
+`ssl.keystore.key` + `ssl.keystore.certificate.chain`, `ssl.truststore.*` (PEM), `ssl.client.auth`,
+`ssl.principal.mapping.rules` (KIP-371: an SSL client certificate's DN -> principal name).
 Any ssl.*/sasl.* key may be prefixed `listener.name.<l>.` for one listener (KIP-103).
+OAUTHBEARER (KIP-255) validates unsecured JWTs (alg=none) as Kafka's default
+OAuthBearerUnsecuredValidatorCallbackHandler, configured by the `unsecuredValidator*` options of
+`[listener.name.<l>.]oauthbearer.sasl.jaas.config` (OAuthBearerLoginModule); the principal is the
+token's `sub` claim (or unsecuredValidatorPrincipalClaimName). Tests only: a production validator (JWKS,
+KIP-768) is not implemented, and `oauthbearer.sasl.server.callback.handler.class` naming any other class
+is refused.
+
+Re-authentication (KIP-368): a session's lifetime is the smaller of `connections.max.reauth.ms` (if > 0;
+also `listener.name.<l>.[<mech>.]connections.max.reauth.ms`) and an OAUTHBEARER token's remaining life
+(as Kafka, which ends OAUTHBEARER sessions at token expiry even with connections.max.reauth.ms=0), sent
+in SaslAuthenticate v1+. A SaslHandshake on an authenticated connection with a lifetime starts a
+re-authentication (same mechanism, same principal, at most one per second); once the session is over,
+any other request closes the connection.
 
 SCRAM credentials (salt, StoredKey, ServerKey, iterations; never a password) live in
 `<data dir>/scram-credentials.json`, written atomically (temp file, fsync, rename); the broker rereads
@@ -24,13 +38,15 @@ import re
 import ssl
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 
 from kohort.errors import ErrorCode, KohortError
 from kohort.protocol.messages.sasl_authenticate import SaslAuthenticateResponse
 from kohort.protocol.messages.sasl_handshake import SaslHandshakeResponse
 from kohort.protocol.sasl import (
-    MECHANISMS, SCRAM_MECHANISMS, PlainServer, SaslFailure, ScramCredential, ScramServer, parse_jaas,
+    MECHANISMS, SCRAM_MECHANISMS, UNSECURED_VALIDATOR, OAuthBearerServer, PlainServer, SaslFailure,
+    ScramCredential, ScramServer, UnsecuredValidator, parse_jaas,
 )
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -51,6 +67,9 @@ class Listener:
     ssl_context: ssl.SSLContext | None = None
     mechanisms: tuple[str, ...] = ()
     plain_users: dict = field(default_factory=dict)
+    oauth: UnsecuredValidator | None = None
+    principal_mapper: PrincipalMapper | None = None      # ssl.principal.mapping.rules (SSL listeners)
+    max_reauth_ms: dict = field(default_factory=dict)    # mechanism -> connections.max.reauth.ms (KIP-368)
     advertised: tuple[str, int] | None = None   # set once bound
 
     @property
@@ -108,6 +127,26 @@ def _plain_users(config, listener: str) -> dict[str, str]:
     return {k[5:]: v for k, v in opts.items() if k.startswith("user_")}
 
 
+def _oauth_validator(config, listener: str) -> UnsecuredValidator:
+    handler = setting(config, listener, "oauthbearer.sasl.server.callback.handler.class") or \
+        setting(config, listener, "sasl.server.callback.handler.class")
+    if handler and handler != UNSECURED_VALIDATOR:
+        raise SecurityConfigError(f"listener {listener}: OAUTHBEARER validation by {handler} is not supported; "
+                                  f"kohort validates unsecured JWTs only ({UNSECURED_VALIDATOR}, the default)")
+    jaas = setting(config, listener, "oauthbearer.sasl.jaas.config") or setting(config, listener, "sasl.jaas.config")
+    if not jaas:
+        raise SecurityConfigError(f"listener {listener}: OAUTHBEARER is enabled but there is no sasl.jaas.config "
+                                  f"(listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config="
+                                  "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;)")
+    try:
+        module, opts = parse_jaas(jaas)
+        if not module.endswith("OAuthBearerLoginModule"):
+            raise KohortError(f"OAUTHBEARER needs OAuthBearerLoginModule, got {module}")
+        return UnsecuredValidator.from_jaas(opts)
+    except KohortError as e:
+        raise SecurityConfigError(f"listener {listener}: {e}") from None
+
+
 def _ssl_context(config, listener: str) -> ssl.SSLContext:
     ktype = str(setting(config, listener, "ssl.keystore.type", "JKS")).upper()
     if ktype != "PEM":
@@ -155,6 +194,7 @@ def build_listeners(config) -> list[Listener]:
         lst = Listener(name, proto, host, port)
         if proto in ("SSL", "SASL_SSL"):
             lst.ssl_context = _ssl_context(config, name)
+            lst.principal_mapper = PrincipalMapper(setting(config, name, "ssl.principal.mapping.rules"))
         if lst.sasl:
             mechs = [m.strip().upper() for m in
                      str(setting(config, name, "sasl.enabled.mechanisms", "GSSAPI")).split(",") if m.strip()]
@@ -165,13 +205,89 @@ def build_listeners(config) -> list[Listener]:
             lst.mechanisms = tuple(mechs)
             if "PLAIN" in mechs:
                 lst.plain_users = _plain_users(config, name)
+            if "OAUTHBEARER" in mechs:
+                lst.oauth = _oauth_validator(config, name)
+            for m in mechs:
+                v = setting(config, name, f"{m.lower()}.connections.max.reauth.ms") or \
+                    setting(config, name, "connections.max.reauth.ms") or 0
+                try:
+                    lst.max_reauth_ms[m] = int(v)
+                except ValueError:
+                    raise SecurityConfigError(f"listener {name}: connections.max.reauth.ms must be an integer "
+                                              f"(milliseconds), got {v!r}") from None
         out.append(lst)
     return out
 
 
-def tls_principal(peercert: dict | None) -> str:
-    """`User:<RFC 2253 DN>` of a verified client certificate (most specific RDN first, as Java's
-    X500Principal.getName()), else User:ANONYMOUS."""
+class PrincipalMapper:
+    """`ssl.principal.mapping.rules` (KIP-371), as Kafka's SslPrincipalMapper: a comma-separated list of
+    `RULE:<regex>/<replacement>/[L|U]` and `DEFAULT`; the first rule whose regex matches the whole DN
+    gives the name (Java's `$1` back references; L/U lower/upper-cases it); DEFAULT keeps the DN; no
+    matching rule fails the connection's authentication."""
+
+    _RULE = r"(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+    _SPLIT = re.compile(r"\s*(" + _RULE + r")\s*(,\s*|$)")
+
+    def __init__(self, rules: str | None):
+        self.text = rules if rules is not None and rules.strip() else "DEFAULT"
+        self.rules = []          # None = DEFAULT, else (compiled regex, replacement, case)
+        parts = [m.group(1) for m in self._SPLIT.finditer(self.text.strip()) if m.group(1) or m.group(0)]
+        for rule in parts:
+            m = re.match(self._RULE, rule)
+            if m is None or m.end() != len(rule):
+                raise SecurityConfigError(f"ssl.principal.mapping.rules: invalid rule {rule!r}")
+            if m.group(1):
+                self.rules.append(None)
+            elif m.group(2) is not None:
+                try:
+                    rx = re.compile(m.group(2))
+                except re.error as e:
+                    raise SecurityConfigError(f"ssl.principal.mapping.rules: bad regex in {rule!r}: {e}") from None
+                self.rules.append((rx, m.group(3), m.group(4)))
+            elif rule.strip():
+                raise SecurityConfigError(f"ssl.principal.mapping.rules: invalid rule {rule!r}")
+
+    @staticmethod
+    def _expand(replacement: str, m: re.Match) -> str:
+        out, i, groups = [], 0, m.re.groups
+        while i < len(replacement):
+            c = replacement[i]
+            if c == "\\" and i + 1 < len(replacement):
+                out.append(replacement[i + 1])
+                i += 2
+            elif c == "$" and i + 1 < len(replacement) and replacement[i + 1].isdigit():
+                j = i + 1
+                n = int(replacement[j])
+                if n > groups:                # not a group: a literal "$n", as Kafka escapes it
+                    out.append(replacement[i:j + 1])
+                    i = j + 1
+                    continue
+                j += 1
+                while j < len(replacement) and replacement[j].isdigit() and n * 10 + int(replacement[j]) <= groups:
+                    n = n * 10 + int(replacement[j])
+                    j += 1
+                out.append(m.group(n) or "")
+                i = j
+            else:
+                out.append(c)
+                i += 1
+        return "".join(out)
+
+    def name(self, dn: str) -> str | None:
+        for rule in self.rules:
+            if rule is None:
+                return dn
+            rx, repl, case = rule
+            if rx.fullmatch(dn):
+                result = rx.sub(lambda m: self._expand(repl, m), dn)
+                return result.lower() if case == "L" else result.upper() if case == "U" else result
+        return None
+
+
+def tls_principal(peercert: dict | None, mapper: PrincipalMapper | None = None) -> str | None:
+    """`User:<name>` of a verified client certificate: its RFC 2253 DN (most specific RDN first, as
+    Java's X500Principal.getName()) through `mapper` (ssl.principal.mapping.rules); User:ANONYMOUS
+    without a certificate; None when no mapping rule applies (the connection must be refused)."""
     if not peercert or not peercert.get("subject"):
         return ANONYMOUS
     short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU", "countryName": "C",
@@ -183,7 +299,9 @@ def tls_principal(peercert: dict | None) -> str:
         return ("\\" + v if v[:1] in "# " and v else v)
 
     rdns = ["+".join(f"{short.get(k, k)}={esc(v)}" for k, v in rdn) for rdn in peercert["subject"]]
-    return "User:" + ",".join(reversed(rdns))
+    dn = ",".join(reversed(rdns))
+    name = mapper.name(dn) if mapper is not None else dn
+    return None if name is None else "User:" + name
 
 
 # -- SCRAM credential store ----------------------------------------------------------------------
@@ -289,12 +407,17 @@ class Authenticator:
     `on_raw_token(bytes)` return (verdict, response, reason): RESPOND the response; FAIL = respond,
     then close after connection.failed.authentication.delay.ms; CLOSE = close without an answer."""
 
-    def __init__(self, listener: Listener, scram: ScramStore):
-        self.listener, self.scram = listener, scram
+    def __init__(self, listener: Listener, scram: ScramStore, clock=time.time):
+        self.listener, self.scram, self.clock = listener, scram, clock
         self.state = START
         self.principal: str | None = None
         self.mechanism: str | None = None
         self._server = None
+        # KIP-368: when the session ends (clock seconds; None = never), whether this is a
+        # re-authentication, and when the last one began
+        self.session_expiry: float | None = None
+        self._reauth: tuple[str, str] | None = None      # (mechanism, principal) being re-proven
+        self._last_reauth = None
 
     @property
     def complete(self) -> bool:
@@ -310,10 +433,32 @@ class Authenticator:
     def on_api_versions(self) -> None:
         self.state = HANDSHAKE_ONLY
 
+    def session_expired(self) -> bool:
+        """KIP-368: the session has a lifetime and it is over (only re-authentication may follow)."""
+        return self.session_expiry is not None and self.clock() >= self.session_expiry
+
+    def begin_reauthentication(self) -> bool:
+        """A SaslHandshake on an authenticated connection (KIP-368): start re-authenticating if the
+        session has a lifetime and the last re-authentication began at least 1 s ago, as Kafka's
+        KafkaChannel; else False (the handshake is then answered ILLEGAL_SASL_STATE like any late one)."""
+        now = self.clock()
+        if self.state != DONE or self.session_expiry is None or \
+                (self._last_reauth is not None and now - self._last_reauth < 1.0):
+            return False
+        self._last_reauth = now
+        self._reauth = (self.mechanism, self.principal)
+        self.state = HANDSHAKE_ONLY
+        return True
+
     def on_request(self, api_key: int, version: int, req):
         if api_key == 17 and self.state in (START, HANDSHAKE_ONLY):
             mech = req.mechanism
             enabled = list(self.listener.mechanisms)
+            if self._reauth is not None and (mech != self._reauth[0] or version == 0):
+                return (FAIL, SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                                                    mechanisms=enabled),
+                        f"re-authentication with SASL mechanism {mech!r} v{version} on a connection "
+                        f"authenticated with {self._reauth[0]}")
             if mech not in enabled:
                 return (FAIL, SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                                                     mechanisms=enabled),
@@ -321,10 +466,17 @@ class Authenticator:
             self.mechanism = mech
             if mech == "PLAIN":
                 self._server = PlainServer(self.listener.plain_users)
+            elif mech == "OAUTHBEARER":
+                self._server = OAuthBearerServer(self.listener.oauth, lambda: int(self.clock() * 1000))
             else:
                 self._server = ScramServer(mech, lambda user: self.scram.get(user, mech))
             self.state = RAW if version == 0 else AUTHENTICATE
             return RESPOND, SaslHandshakeResponse(error_code=0, mechanisms=enabled), None
+        if api_key == 17 and self.state == AUTHENTICATE:
+            # a second handshake in the middle of an exchange: Kafka answers ILLEGAL_SASL_STATE, then closes
+            return (FAIL, SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE,
+                                                mechanisms=list(self.listener.mechanisms)),
+                    "SaslHandshake during SASL authentication")
         if api_key == 36 and self.state == AUTHENTICATE:
             try:
                 reply, done = self._server.step(req.auth_bytes)
@@ -332,10 +484,16 @@ class Authenticator:
                 return (FAIL, SaslAuthenticateResponse(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
                                                        error_message=str(e), auth_bytes=b"",
                                                        session_lifetime_ms=0), str(e))
+            lifetime = 0
             if done:
-                self._finish()
+                if self._reauth is not None and "User:" + self._server.principal != self._reauth[1]:
+                    msg = "Cannot change principals during re-authentication"
+                    return (FAIL, SaslAuthenticateResponse(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                                           error_message=msg, auth_bytes=b"",
+                                                           session_lifetime_ms=0), msg)
+                lifetime = self._finish()
             return RESPOND, SaslAuthenticateResponse(error_code=0, error_message=None, auth_bytes=reply,
-                                                     session_lifetime_ms=0), None
+                                                     session_lifetime_ms=lifetime if version >= 1 else 0), None
         return CLOSE, None, f"api_key {api_key} not allowed in SASL state {self.state}"
 
     def on_raw_token(self, token: bytes):
@@ -348,7 +506,22 @@ class Authenticator:
             self._finish()
         return RESPOND, len(reply).to_bytes(4, "big") + reply, None
 
-    def _finish(self) -> None:
+    def _finish(self) -> int:
+        """Authenticated: record the principal and the session's lifetime (KIP-368, as Kafka's
+        SaslServerAuthenticator): the smaller of connections.max.reauth.ms (when > 0, per listener and
+        mechanism) and the credential's remaining life (OAUTHBEARER: the token's expiry, which Kafka
+        enforces even without connections.max.reauth.ms); -> the lifetime in ms (0 = unlimited)."""
+        now = self.clock()
+        max_reauth = self.listener.max_reauth_ms.get(self.mechanism, 0)
+        expiry_ms = getattr(self._server, "expiry_ms", None)
+        lifetime = None
+        if expiry_ms is not None:
+            lifetime = max(0, int(expiry_ms - now * 1000))
+        if max_reauth > 0:
+            lifetime = max_reauth if lifetime is None else min(lifetime, max_reauth)
+        self.session_expiry = None if lifetime is None else now + lifetime / 1000
         self.principal = "User:" + self._server.principal
         self.state = DONE
         self._server = None
+        self._reauth = None
+        return lifetime or 0

@@ -25,6 +25,7 @@ import signal
 import socket
 import time
 
+from kohort.broker.acl_store import open_acl_store
 from kohort.broker.config import BrokerConfig
 from kohort.broker.context import RequestContext
 from kohort.broker.handlers import HANDLERS, NO_RESPONSE, load_all
@@ -39,6 +40,7 @@ from kohort.protocol.messages import REQUESTS
 from kohort.protocol.primitives import Reader
 
 log = logging.getLogger("kohort.broker")
+conn_log = logging.getLogger("kohort.broker.connections")
 _conn_ids = itertools.count(1)
 WRITE_HIGH_WATER = 1 << 20     # unsent response bytes after which a connection is not read
 PIPELINE_YIELD = 8             # queued requests after which the reader lets the writer run
@@ -98,6 +100,7 @@ class Broker:
         self.listeners = listeners or [Listener("PLAINTEXT", "PLAINTEXT", host, port)]
         host, port = self.listeners[0].host, self.listeners[0].port
         self.scram = ScramStore(data_dir)
+        self.acls = open_acl_store(self.config, data_dir)      # None: no authorizer configured
         self._servers: list = []
         # host/port: what clients are told (Metadata, FindCoordinator, DescribeCluster); after
         # start() they are the advertised address, listen_host/port what the socket is bound to
@@ -224,10 +227,20 @@ class Broker:
             m.connection_opened()
         principal = ANONYMOUS
         if listener.protocol == "SSL":
-            principal = tls_principal(writer.get_extra_info("peercert"))
+            principal = tls_principal(writer.get_extra_info("peercert"), listener.principal_mapper)
         auth = Authenticator(listener, self.scram) if listener.sasl else None
         sasl_max = min(self.max_request, self.config["sasl.server.max.receive.size"])
+        peer_text = f"{host}:{peer[1]}" if peer and len(peer) > 1 else host
+        t_open = loop.time()
+        ev = {"conn": conn_id, "peer": peer_text, "listener": listener.name, "client_id": None,
+              "principal": principal, "requests": 0}
+        conn_log.debug("connection %d accepted from %s on listener %s", conn_id, peer_text, listener.name,
+                       extra={"event": {"event": "connection-accepted", **ev}})
         try:
+            if principal is None:       # no ssl.principal.mapping.rules rule applies: Kafka fails it too
+                log.warning("closing connection %d from %s: no ssl.principal.mapping.rules rule applies to "
+                            "its client certificate", conn_id, host)
+                return
             while True:
                 # Back-pressure: a client that does not read its responses stops being read from
                 # (Kafka mutes such channels), so unread answers cannot pile up in memory.
@@ -279,6 +292,15 @@ class Broker:
                     break
                 api_key = header.request_api_key
                 version = header.request_api_version
+                if auth is not None and auth.complete:         # KIP-368 (broker/security.py)
+                    if api_key == 17 and auth.begin_reauthentication():
+                        pass                                   # the SASL exchange below, again
+                    elif api_key != 17 and auth.session_expired():
+                        log.info("closing connection %d from %s: SASL session expired (KIP-368)",
+                                 conn_id, host)
+                        await pending.put(None)                # answers already due still go out first
+                        await asyncio.wait({wtask}, timeout=5)
+                        break
                 if auth is not None and not auth.complete:
                     if api_key == 18 and auth.allows_api_versions():
                         auth.on_api_versions()           # answered below like any ApiVersions
@@ -310,6 +332,14 @@ class Broker:
                     log.warning("closing connection %d from %s: api_key=%d version=%d not served",
                                 conn_id, host, api_key, version)
                     break
+                ev["requests"] += 1
+                if ev["requests"] == 1 or ev["principal"] != principal:
+                    ev["client_id"], ev["principal"] = header.client_id, principal
+                    conn_log.info("connection %d %s from %s on listener %s: client id %s, principal %s", conn_id,
+                                  "opened" if ev["requests"] == 1 else "authenticated", peer_text, listener.name,
+                                  header.client_id, principal,
+                                  extra={"event": {"event": "connection-opened" if ev["requests"] == 1
+                                                   else "connection-authenticated", **ev}})
                 ctx = RequestContext(self, api_key, version, header.correlation_id, header.client_id,
                                      host, conn_id, principal, listener)
                 try:
@@ -337,6 +367,12 @@ class Broker:
             self._conn_states.pop(conn_id, None)
             if m:
                 m.connection_closed()
+            conn_log.log(logging.INFO if ev["requests"] else logging.DEBUG,
+                         "connection %d closed from %s on listener %s: client id %s, principal %s, %d requests, "
+                         "open %.1f s", conn_id, peer_text, listener.name, ev["client_id"], principal,
+                         ev["requests"], loop.time() - t_open,
+                         extra={"event": {"event": "connection-closed", **ev, "principal": principal,
+                                          "seconds": round(loop.time() - t_open, 3)}})
 
     async def _write_loop(self, pending: asyncio.Queue, writer: asyncio.StreamWriter, conn_id: int,
                           host: str, writable: asyncio.Event, st: _ConnState) -> None:

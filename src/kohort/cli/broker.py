@@ -14,9 +14,10 @@ The port is bound before the data directory is touched; a directory another brok
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
+import sys
 
+from kohort.cli.common import add_log_level
 from kohort.errors import KohortError
 
 DEFAULT_DATA_DIR = "~/.kohort/data"
@@ -32,18 +33,27 @@ def _hostport(s: str, what: str) -> tuple[str, int]:
 def run(args) -> int:
     from kohort.broker.config import BrokerConfig, load_properties
     from kohort.broker.server import run_broker
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.config and not os.path.isfile(args.config):
         raise KohortError(f"--config {args.config}: no such file")
     props = load_properties(args.config) if args.config else {}
     config = BrokerConfig.from_properties(props)
+    for line in config.notices:      # Kafka settings with no meaning for one node: one line each
+        print(f"kohort broker: {line}", file=sys.stderr, flush=True)
     listeners = None
     if "listeners" in props:
         if args.listen is not None:
             raise KohortError("--listen and `listeners` in --config both given; use one")
         from kohort.broker.security import build_listeners
         listeners = build_listeners(config)
+        controller = {n.strip().upper() for n in props.get("controller.listener.names", "").split(",") if n.strip()}
+        for lst in listeners:
+            if lst.name in controller:
+                print(f"kohort broker: listener {lst.name} ({lst.host}:{lst.port}) not opened: it is a "
+                      f"controller listener (controller.listener.names)", file=sys.stderr, flush=True)
+        listeners = [lst for lst in listeners if lst.name not in controller]
+        if not listeners:
+            raise KohortError("listeners: only controller listeners (controller.listener.names); "
+                              "add a client listener such as PLAINTEXT://:9092")
     host, port = _hostport(args.listen or "127.0.0.1:9092", "--listen")
     data_dir = args.data_dir
     if data_dir is None:   # Kafka's log.dirs (first entry) / log.dir from --config, else the default
@@ -83,5 +93,7 @@ def register(subparsers) -> None:
                    help="serve the web console on HOST:PORT (off by default; read-only)")
     p.add_argument("--console-allow-writes", action="store_true",
                    help="let the console reset offsets of empty groups and delete groups")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_level(p, default="info")
+    p.add_argument("--log-format", default="text", choices=["text", "json"],
+                   help="log lines as text (default) or JSON lines (one object per line)")
     p.set_defaults(func=run)

@@ -7,6 +7,8 @@
 * `Progress`: a one-line progress bar on stderr when it is a terminal (`--progress` forces it),
   redrawn at most 10 times a second; silent otherwise.
 * `print_json(obj)`: one JSON document on stdout (named tuples become objects).
+* `add_log_level(parser)` (every subcommand has `--log-level`), `setup_logging(level, fmt)`: text or JSON
+  lines (`JsonLogFormatter`) on stderr; `--command-config FILE` (a .properties file of client settings).
 * `positive_number`, `non_negative_number`, `positive_int`: argparse types for seconds, rates and counts
   (a NaN, negative or zero value is a usage error naming the option).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import sys
@@ -59,7 +62,68 @@ def add_connection_args(p, timeout: float = 10.0) -> None:
                    help="any Kafka client setting, e.g. -X linger.ms=20 (repeatable)")
     p.add_argument("--timeout", type=positive_number, default=timeout, metavar="SECONDS",
                    help=f"give up waiting for the cluster after this long (default {timeout:g})")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="a .properties file of client settings (Kafka tools' --command-config; -X wins)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
+    add_log_level(p)
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def add_log_level(p, default: str = "warning") -> None:
+    """`--log-level` (every subcommand): what kohort's loggers print on stderr."""
+    p.add_argument("--log-level", default=default, choices=LOG_LEVELS,
+                   help=f"log messages of this level and above on stderr (default {default})")
+
+
+def setup_logging(level: str, fmt: str = "text") -> None:
+    """kohort's loggers (`kohort.*`) print on stderr from `level` up: `text` lines (time level logger:
+    message) or `json` lines (`JsonLogFormatter`). Only the `kohort` logger is configured (one handler,
+    replaced when called again), so an application's or pytest's root handlers stay as they are."""
+    log = logging.getLogger("kohort")
+    for h in [h for h in log.handlers if getattr(h, "_kohort_cli", False)]:
+        log.removeHandler(h)
+    handler = _Stderr()
+    handler._kohort_cli = True
+    handler.setFormatter(JsonLogFormatter() if fmt == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    lv = getattr(logging, level.upper(), logging.INFO)
+    handler.setLevel(lv)
+    log.addHandler(handler)
+    if lv < log.getEffectiveLevel():      # let more through; never silence what others asked for
+        log.setLevel(lv)
+
+
+class _Stderr(logging.StreamHandler):
+    """A StreamHandler writing to whatever sys.stderr is at the time of the record (so a command run
+    in-process with stderr redirected, then restored, never writes to a closed stream)."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per log record (JSON lines): ts, level, logger, msg, and the fields a record
+    carries as `extra={"event": {...}}` (group events, connections) merged in as they are."""
+
+    def format(self, record) -> str:
+        out = {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name,
+               "msg": record.getMessage()}
+        ev = getattr(record, "event", None)
+        if isinstance(ev, dict):
+            out.update({k: v for k, v in ev.items() if k not in out})
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
 
 
 def parse_kv(items, what: str = "-X") -> dict:
@@ -79,6 +143,11 @@ def client_config(args, extra: dict | None = None) -> dict:
     cfg["default.api.timeout.ms"] = t_ms
     cfg["request.timeout.ms"] = max(1000, min(30000, t_ms))
     cfg.update(extra or {})
+    if getattr(args, "command_config", None):
+        from kohort.broker.config import load_properties
+        if not os.path.isfile(args.command_config):
+            raise KohortError(f"--command-config {args.command_config}: no such file")
+        cfg.update(load_properties(args.command_config))
     cfg.update(parse_kv(args.config))
     return cfg
 
@@ -187,5 +256,5 @@ class Progress:
             self.stream.flush()
 
 
-__all__ = ["DEFAULT_BOOTSTRAP", "Progress", "add_connection_args", "admin_client", "client_config", "default_bootstrap",
-           "non_negative_number", "parse_kv", "positive_int", "positive_number", "print_json", "table"]
+__all__ = ["DEFAULT_BOOTSTRAP", "JsonLogFormatter", "Progress", "add_connection_args", "add_log_level", "admin_client", "client_config", "default_bootstrap",
+           "non_negative_number", "parse_kv", "positive_int", "positive_number", "print_json", "setup_logging", "table"]

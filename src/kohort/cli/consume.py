@@ -11,7 +11,8 @@ group, once partitions are assigned and all of them have been read to their end 
 `--idle S` after S seconds without a record. Output is bytes: `%s`/`%k` write keys and values as they
 are (binary stays binary). `--format` takes kcat's tokens (%t topic, %p partition, %o offset, %k key,
 %s value, %T timestamp, %h headers, %K/%S key/value lengths, %R value length as a big-endian int32,
-\\n \\t) or one of: value, kv, json.
+\\n \\t) or one of: value, kv, json; `-J` prints kcat's JSON envelope and `-K DELIM` / `-D DELIM` kcat's
+key and record delimiters.
 
 Commits with `--group` (kcat -G semantics): a record counts as consumed once it has been written to
 stdout and flushed. The committed offset of a partition is always the offset after the last record
@@ -47,11 +48,12 @@ def register(subparsers) -> None:
                               description="Consume records and print them (like kcat -C).")
     p.add_argument("topic", metavar="TOPIC", nargs="+",
                    help="topic names; with --group also regexes starting with ^ (as kcat -G)")
-    p.add_argument("-g", "--group", default=None, help="join this consumer group (commits offsets)")
+    p.add_argument("-g", "-G", "--group", default=None, help="join this consumer group (commits offsets; kcat -G)")
     p.add_argument("-o", "--offset", action="append", default=[], metavar="OFFSET", type=parse_offset,
                    help="start: beginning | end | stored | N | -N | s@TS_MS; stop: e@TS_MS (kcat -o)")
     p.add_argument("--from-beginning", action="store_true", help="start at the earliest offset (-o beginning)")
-    p.add_argument("-c", "--count", type=positive_int, default=None, metavar="N", help="stop after N records")
+    p.add_argument("-c", "--count", "--max-messages", type=positive_int, default=None, metavar="N",
+                   help="stop after N records")
     p.add_argument("-p", "--partition", type=int, action="append", default=None,
                    help="only these partitions (repeatable; not with --group)")
     p.add_argument("-e", "--exit", action="store_true",
@@ -60,15 +62,27 @@ def register(subparsers) -> None:
                    help="exit after this long without a record")
     p.add_argument("-f", "--format", default="value", metavar="FMT",
                    help="value (default), kv, json, or a kcat-style format such as '%%k=%%s\\n'")
+    p.add_argument("-K", dest="key_delim", metavar="DELIM", default=None,
+                   help="print each key then DELIM before the value (kcat -K; -f takes precedence)")
+    p.add_argument("-D", dest="msg_delim", metavar="DELIM", default=None,
+                   help="write DELIM after each record instead of a newline (kcat -D: a-z, \\n, \\t, \\xNN...)")
+    p.add_argument("-J", dest="kcat_json", action="store_true",
+                   help="kcat's JSON envelope (topic, partition, offset, tstype, ts, broker, headers, key, payload)")
     p.add_argument("--progress", action="store_true", help="draw a progress line on stderr")
     add_connection_args(p)
+    # kafka-console-consumer's names for the same things
+    p.add_argument("--consumer-property", dest="config", action="append", metavar="KEY=VALUE",
+                   help="same as -X")
+    p.add_argument("--consumer.config", dest="command_config", metavar="FILE", help="same as --command-config")
     p.set_defaults(func=cmd_consume)
 
 
 def parse_offset(text: str):
-    """kcat's -o values -> ("beginning"|"end"|"stored", None) | ("abs"|"rel"|"ts"|"until", int)."""
+    """kcat's -o values (and kafka-console-consumer's earliest/latest) -> ("beginning"|"end"|"stored", None)
+    | ("abs"|"rel"|"ts"|"until", int)."""
     import argparse
     t = text.strip()
+    t = {"earliest": "beginning", "latest": "end"}.get(t, t)       # kafka-console-consumer --offset
     if t in ("beginning", "end", "stored"):
         return (t, None)
     kind, num = ("ts", t[2:]) if t.startswith("s@") else ("until", t[2:]) if t.startswith("e@") else (
@@ -90,6 +104,64 @@ def _json_bytes(b):
         return b.decode("utf-8")
     except UnicodeDecodeError:
         return {"base64": base64.b64encode(b).decode()}
+
+
+_JSON_ESC = {0x22: b'\\"', 0x5C: b"\\\\", 0x08: b"\\b", 0x0C: b"\\f", 0x0A: b"\\n", 0x0D: b"\\r",
+             0x09: b"\\t"}
+_JSON_BYTE = [_JSON_ESC.get(c, b"\\u%04X" % c if c < 0x20 else bytes([c])) for c in range(256)]
+
+
+def _jstr(b) -> bytes:
+    """A JSON string of raw bytes as kcat writes it: quotes, backslashes and control characters escaped,
+    every other byte (also bytes that are not UTF-8) as it is."""
+    if b is None:
+        return b"null"
+    if isinstance(b, str):
+        b = b.encode("utf-8")
+    return b'"' + b"".join(_JSON_BYTE[c] for c in b) + b'"'
+
+
+def kcat_json(leaders: dict):
+    """kcat -J's envelope: topic, partition, offset, tstype, ts, broker (the partition's leader),
+    headers (a flat [key, value, ...] list, only when there are some), key, payload."""
+    tstypes = {0: b"create", 1: b"logappend"}
+
+    def as_json(r) -> bytes:
+        out = [b'{"topic":', _jstr(r.topic), b',"partition":%d,"offset":%d,"tstype":"%s","ts":%d,"broker":%d'
+               % (r.partition, r.offset, tstypes.get(r.timestamp_type, b"unknown"), r.timestamp,
+                  leaders.get((r.topic, r.partition), -1))]
+        if r.headers:
+            out.append(b',"headers":[' + b",".join(_jstr(k) + b"," + _jstr(v) for k, v in r.headers) + b"]")
+        out.append(b',"key":' + _jstr(r.key) + b',"payload":' + _jstr(r.value) + b"}\n")
+        return b"".join(out)
+    return as_json
+
+
+def parse_delim(text: str) -> bytes:
+    """A kcat delimiter (-D, -K): text with \\n \\r \\t \\0 \\\\ and \\xNN escapes."""
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", text[i + 2:i + 4]):
+                out.append(int(text[i + 2:i + 4], 16))
+                i += 4
+                continue
+            out += {"n": b"\n", "r": b"\r", "t": b"\t", "0": b"\0", "\\": b"\\"}.get(nxt, ("\\" + nxt).encode())
+            i += 2
+        else:
+            out += ch.encode()
+            i += 1
+    return bytes(out)
+
+
+def delimited(key_delim: bytes | None, msg_delim: bytes):
+    """kcat's output without -f: [key KEY_DELIM] value MSG_DELIM (nulls print as nothing)."""
+    if key_delim is None:
+        return lambda r: _b(r.value) + msg_delim
+    return lambda r: _b(r.key) + key_delim + _b(r.value) + msg_delim
 
 
 def formatter(fmt: str):
@@ -256,6 +328,9 @@ def cmd_consume(args) -> int:
     from kohort.client.consumer import Consumer
     from kohort.structs import TopicPartition
     fmt = formatter(args.format)
+    if args.format == "value" and (args.key_delim is not None or args.msg_delim is not None):
+        fmt = delimited(None if args.key_delim is None else parse_delim(args.key_delim),
+                        b"\n" if args.msg_delim is None else parse_delim(args.msg_delim))
     if args.group and args.partition:
         raise KohortError("--partition cannot be combined with --group (the group assigns partitions)")
     topics = list(dict.fromkeys(args.topic))
@@ -279,9 +354,13 @@ def cmd_consume(args) -> int:
     from kohort.client.config import load_config
     loaded = load_config("consumer", cfg)        # a wrong -X key is reported before any connection
     named = [t for t in topics if not t.startswith("^")]
-    if named:
+    if named or args.kcat_json:
         with admin_client(args, admin_keys_only=True) as a:   # one clear line if the cluster or a topic is missing
-            a.describe_topics(named, timeout=args.timeout)
+            descs = a.describe_topics(named, timeout=args.timeout) if named else []
+            if args.kcat_json:           # -J names each partition's leader
+                if patterns:
+                    descs = a.describe_topics(None, timeout=args.timeout)
+                fmt = kcat_json({(d.name, p.partition): p.leader for d in descs for p in d.partitions})
     c = Consumer(cfg)
     out = sys.stdout.buffer
     n = 0

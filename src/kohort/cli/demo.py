@@ -298,4 +298,6 @@ def register(subparsers) -> None:
     p.add_argument("--rate", type=positive_int, default=300, help="events per second to produce (default 300)")
     p.add_argument("--keep", metavar="DIR", default=None,
                    help="keep broker data, checkpoint and Parquet output in DIR (default: a temp dir, removed)")
+    from kohort.cli.common import add_log_level
+    add_log_level(p)
     p.set_defaults(func=run)

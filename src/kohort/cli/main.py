@@ -16,7 +16,7 @@ import sys
 
 from kohort import __version__
 
-ORDER = ["broker", "produce", "consume", "topics", "groups", "pipeline", "demo"]
+ORDER = ["broker", "produce", "consume", "topics", "groups", "transactions", "pipeline", "demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,13 +34,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse(parser, argv=None) -> argparse.Namespace:
+    """argv → arguments; kafka-consumer-groups.sh's spelling (`groups --describe --group G`) is
+    turned into kohort's first (cli/groups.py kafka_style)."""
+    from kohort.errors import KohortError
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["groups"]:
+        from kohort.cli.groups import kafka_style
+        try:
+            argv = argv[:1] + kafka_style(argv[1:])
+        except KohortError as e:
+            parser.error(str(e))
+    return parser.parse_args(argv)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    from kohort.errors import KohortError
+    args = parse(parser, argv)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    from kohort.errors import KohortError
+    if getattr(args, "log_level", None):
+        from kohort.cli.common import setup_logging
+        setup_logging(args.log_level, getattr(args, "log_format", "text"))
     try:
         rc = args.func(args) or 0
         sys.stdout.flush()            # a closed pipe shows up here rather than at interpreter exit

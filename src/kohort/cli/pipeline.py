@@ -32,6 +32,8 @@ def register(subparsers) -> None:
                    help="override [source] bootstrap_servers")
     p.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS",
                    help="stop after this long (default: run until interrupted)")
+    from kohort.cli.common import add_log_level
+    add_log_level(p)
     p.set_defaults(func=run)
 
 

@@ -40,11 +40,16 @@ def register(subparsers) -> None:
     p.add_argument("-Z", "--null-empty", action="store_true",
                    help="send an empty value (and an empty -K key) as null: a tombstone (kcat -Z)")
     p.add_argument("-p", "--partition", type=int, default=None, help="send every record to this partition")
-    p.add_argument("-z", "--compression", default=None, choices=("none", "gzip", "snappy", "lz4", "zstd"))
-    p.add_argument("--acks", default=None, choices=("all", "-1", "0", "1"))
+    p.add_argument("-z", "--compression", "--compression-codec", default=None,
+                   choices=("none", "gzip", "snappy", "lz4", "zstd"))
+    p.add_argument("--acks", "--request-required-acks", default=None, choices=("all", "-1", "0", "1"))
     p.add_argument("--rate", type=positive_number, default=None, metavar="N", help="at most N records per second")
     p.add_argument("--progress", action="store_true", help="draw the progress bar even when not a terminal")
     add_connection_args(p)
+    # kafka-console-producer's names for the same things
+    p.add_argument("--producer-property", dest="config", action="append", metavar="KEY=VALUE",
+                   help="same as -X")
+    p.add_argument("--producer.config", dest="command_config", metavar="FILE", help="same as --command-config")
     p.set_defaults(func=cmd_produce)
 
 

@@ -1,6 +1,8 @@
 """`kohort topics list|create|describe|delete|alter-partitions|config`: topic administration.
 
-Shaped like kafka-topics.sh: aligned tables by default, `--json` for scripts.
+Shaped like kafka-topics.sh: aligned tables by default, `--json` for scripts. `describe --configs` shows
+every topic config with its source as kafka-configs.sh --describe --all names it (DYNAMIC_TOPIC_CONFIG is
+an override set on the topic); `--overrides` keeps only those.
 """
 from __future__ import annotations
 
@@ -34,7 +36,11 @@ def register(subparsers) -> None:
 
     s = sub.add_parser("describe", help="partitions, leaders, replicas and ISR of topics")
     s.add_argument("topics", nargs="*", metavar="TOPIC", help="(default: every topic)")
-    s.add_argument("--configs", action="store_true", help="also show the topic configs")
+    s.add_argument("--configs", action="store_true",
+                   help="also show the topic configs with their source (DYNAMIC_TOPIC_CONFIG: set on the topic; "
+                        "STATIC_BROKER_CONFIG: the broker's --config; DEFAULT_CONFIG: Kafka's default)")
+    s.add_argument("--overrides", action="store_true",
+                   help="with --configs: only the configs set on the topic (what kafka-topics --describe lists)")
     add_connection_args(s)
     s.set_defaults(func=cmd_describe)
 
@@ -122,6 +128,17 @@ def _report(args, res: dict, verb: str, tolerated: str | None) -> int:
     return 1 if failed else 0
 
 
+# DescribeConfigs config_source (Kafka's ConfigEntry.ConfigSource)
+CONFIG_SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+                  3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
+                  6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
+DYNAMIC_TOPIC_CONFIG = 1
+
+
+def config_source(code) -> str:
+    return CONFIG_SOURCES.get(code, str(code))
+
+
 def cmd_describe(args) -> int:
     with admin_client(args) as a:
         descs = a.describe_topics(args.topics or None, timeout=args.timeout)
@@ -133,15 +150,20 @@ def cmd_describe(args) -> int:
             item = {"topic": d.name, "topic_id": d.topic_id, "internal": d.is_internal,
                     "partitions": [p._asdict() for p in d.partitions]}
             if args.configs:
-                item["configs"] = {k: v.value for k, v in configs.get((2, d.name), {}).items()}
+                item["configs"] = {k: {"value": v.value, "source": config_source(v.source),
+                                       "override": v.source == DYNAMIC_TOPIC_CONFIG, "read_only": v.read_only,
+                                       "sensitive": v.is_sensitive}
+                                   for k, v in sorted(configs.get((2, d.name), {}).items())}
             out.append(item)
         print_json(out)
         return 0
     rows = [(d.name, p.partition, p.leader, p.replicas, p.isr) for d in descs for p in d.partitions]
     print(table(["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"], rows))
     if args.configs:
-        crow = [(d.name, k, v.value) for d in descs for k, v in sorted(configs.get((2, d.name), {}).items())]
+        crow = [(d.name, k, v.value, config_source(v.source))
+                for d in descs for k, v in sorted(configs.get((2, d.name), {}).items())
+                if not args.overrides or v.source == DYNAMIC_TOPIC_CONFIG]
         if crow:
             print()
-            print(table(["TOPIC", "CONFIG", "VALUE"], crow))
+            print(table(["TOPIC", "CONFIG", "VALUE", "SOURCE"], crow))
     return 0

@@ -14,7 +14,14 @@ What lives here: `Admin(config)` (role "admin" of `kohort.client.config`), block
   `reset_group_offsets` (earliest, latest, by timestamp, to an offset, shift-by; only on inactive
   groups, as kafka-consumer-groups.sh --reset-offsets of KIP-122), `group_lag` (committed vs log-end
   offset per partition);
-* `list_offsets` (earliest / latest / by timestamp (KIP-79) per partition, to each partition's leader).
+* `list_offsets` (earliest / latest / by timestamp (KIP-79) per partition, to each partition's leader);
+* ACLs (KIP-140): `create_acls`, `describe_acls`, `delete_acls` with kohort.protocol.acl's AclBinding and
+  AclBindingFilter (CreateAcls/DescribeAcls/DeleteAcls v1-v3; an error raises the broker's
+  ErrorCode, e.g. ClusterAuthorizationFailed, SecurityDisabled, InvalidRequest with its message).
+* transactions (KIP-664, as kafka-transactions.sh): `list_transactions` (ListTransactions on every
+  broker), `describe_transactions` (DescribeTransactions at each id's transaction coordinator),
+  `describe_producers` (DescribeProducers at the partition leader), `abort_transaction` (WriteTxnMarkers
+  ABORT to the partition leader: closes a hanging transaction).
 
 Group requests go to the group's coordinator (FindCoordinator), retried on NOT_COORDINATOR /
 COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE. Every wait is bounded by
@@ -22,6 +29,7 @@ COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE. Every wait is bounded 
 """
 from __future__ import annotations
 
+import re
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import NamedTuple
@@ -31,6 +39,7 @@ from kohort.client.config import load_config, parse_bootstrap
 from kohort.client.network import NetworkClient, Versioned, unreachable_message
 from kohort.errors import (
     ErrorCode,
+    IncompatibleBrokerVersionError,
     KafkaConnectionError,
     KafkaTimeoutError,
     KohortError,
@@ -43,6 +52,10 @@ from kohort.protocol.messages.delete_groups import DeleteGroupsRequest
 from kohort.protocol.messages.delete_topics import DeleteTopicsRequest
 from kohort.protocol.messages.describe_configs import DescribeConfigsRequest
 from kohort.protocol.messages.describe_groups import DescribeGroupsRequest
+from kohort.protocol.messages.describe_producers import DescribeProducersRequest
+from kohort.protocol.messages.describe_transactions import DescribeTransactionsRequest
+from kohort.protocol.messages.list_transactions import ListTransactionsRequest
+from kohort.protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from kohort.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from kohort.protocol.messages.list_groups import ListGroupsRequest
 from kohort.client.consumer.offsets import OFFSETS_BY_NAME_MAX_VERSION
@@ -56,7 +69,7 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3   # IncrementalAlterConfi
 _COORDINATOR_RETRY = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                       ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 INACTIVE_STATES = ("Empty", "Dead")
-RESET_TARGETS = ("earliest", "latest", "timestamp", "datetime", "offset", "shift-by", "current")
+RESET_TARGETS = ("earliest", "latest", "timestamp", "datetime", "offset", "shift-by", "current", "offsets")
 
 
 class PartitionInfo(NamedTuple):
@@ -91,6 +104,7 @@ class GroupListing(NamedTuple):
     group_id: str
     protocol_type: str
     state: str                # "" when the broker does not report states (ListGroups < v4)
+    group_type: str = ""      # "classic" / "consumer" (KIP-848); "" before ListGroups v5
 
 
 class MemberDescription(NamedTuple):
@@ -110,6 +124,31 @@ class GroupDescription(NamedTuple):
     coordinator: int
 
 
+class ConsumerGroupMember(NamedTuple):
+    """One member of a KIP-848 consumer group, as ConsumerGroupDescribe tells it."""
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    member_epoch: int
+    assignment: list          # [TopicPartition]
+    target_assignment: list   # [TopicPartition]
+    member_type: int          # -1 unknown, 0 classic (a classic member inside a consumer group), 1 consumer
+    subscribed_topics: list
+    subscribed_regex: str | None
+
+
+class ConsumerGroupDetail(NamedTuple):
+    """A KIP-848 consumer group (ConsumerGroupDescribe): epochs, assignor, members."""
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: list             # [ConsumerGroupMember]
+    coordinator: int
+
+
 class LagRow(NamedTuple):
     """One line of `kafka-consumer-groups.sh --describe`."""
     group: str
@@ -121,6 +160,33 @@ class LagRow(NamedTuple):
     member_id: str | None
     host: str | None
     client_id: str | None
+
+
+class TransactionListing(NamedTuple):
+    transactional_id: str
+    producer_id: int
+    state: str
+    node: int
+
+
+class TransactionDescription(NamedTuple):
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int              # -1: no transaction started
+    partitions: list                # [TopicPartition]
+    coordinator: int
+
+
+class ProducerState(NamedTuple):
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    txn_start_offset: int           # -1: no open transaction
 
 
 class Admin:
@@ -172,17 +238,22 @@ class Admin:
         """Metadata for `topics` (None: every topic)."""
         return self._call(None, R.metadata_request(topics), timeout)
 
+    def metadata(self, topics=None, timeout=None):
+        """The cluster's Metadata answer as it is (brokers, controller, cluster id, topics with their
+        partitions, leaders, replicas, ISR and error codes) for `topics` (None: every topic)."""
+        return self._metadata(topics, timeout)
+
     def _controller(self, timeout=None) -> int:
         md = self._metadata([], timeout)
         self._refresh_brokers(md)
         cid = md.controller_id
         return cid if cid is not None and cid >= 0 and any(b.node_id == cid for b in md.brokers) else None
 
-    def _coordinator(self, group: str, timeout=None) -> int:
+    def _coordinator(self, group: str, timeout=None, key_type: int = R.COORDINATOR_GROUP) -> int:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             code, node, host, port, _ = R.read_find_coordinator(
-                self._call(None, R.find_coordinator_request(group), timeout))
+                self._call(None, R.find_coordinator_request(group, key_type), timeout))
             if code == 0:
                 brokers = self.nc.brokers
                 if brokers.get(node) != (host, port):
@@ -192,7 +263,8 @@ class Admin:
             if code in _COORDINATOR_RETRY and time.monotonic() < deadline:
                 time.sleep(0.1)
                 continue
-            raise for_code(code)(f"FindCoordinator for group {group!r}")
+            raise for_code(code)(f"FindCoordinator for {'group' if key_type == R.COORDINATOR_GROUP else 'transactional id'}"
+                                 f" {group!r}")
 
     def _refresh_brokers(self, md) -> None:
         brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
@@ -321,18 +393,69 @@ class Admin:
                 raise for_code(r.error_code)(r.error_message or f"resource {r.resource_name!r}")
 
     # -- groups ----------------------------------------------------------------------------------------
-    def list_groups(self, timeout=None) -> list[GroupListing]:
-        """Every group on every broker (ListGroups goes to each broker, as Kafka's admin does)."""
+    def list_groups(self, timeout=None, states=(), types=()) -> list[GroupListing]:
+        """Every group on every broker (ListGroups goes to each broker, as Kafka's admin does);
+        `states` / `types` filter by state (KIP-518) and type (KIP-848) as the broker does."""
         md = self._metadata([], timeout)
         self._refresh_brokers(md)
         seen = {}
         for b in md.brokers:
-            resp = self._call(b.node_id, ListGroupsRequest(states_filter=[], types_filter=[]), timeout)
+            resp = self._call(b.node_id, ListGroupsRequest(states_filter=list(states), types_filter=list(types)),
+                              timeout)
             if resp.error_code and resp.error_code not in _COORDINATOR_RETRY:
                 raise for_code(resp.error_code)(f"ListGroups on broker {b.node_id}")
             for g in resp.groups:
-                seen[g.group_id] = GroupListing(g.group_id, g.protocol_type or "", g.group_state or "")
+                seen[g.group_id] = GroupListing(g.group_id, g.protocol_type or "", g.group_state or "",
+                                                g.group_type or "")
         return sorted(seen.values())
+
+    def describe_consumer_groups(self, groups, timeout=None) -> dict:
+        """{group: ConsumerGroupDetail, or None when it is not a KIP-848 consumer group (a classic group,
+        or a broker without ConsumerGroupDescribe)}, by ConsumerGroupDescribe (API 69)."""
+        from kohort.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
+        out = {}
+        for g in groups:
+            try:
+                node, resp = self._group_call(
+                    g, ConsumerGroupDescribeRequest(group_ids=[g], include_authorized_operations=False), timeout,
+                    check=lambda r: r.groups[0].error_code if r.groups else 0)
+            except IncompatibleBrokerVersionError:   # a broker without KIP-848 (Tansu, Kafka < 3.7)
+                out[g] = None
+                continue
+            d = resp.groups[0]
+            if d.error_code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
+                out[g] = None
+                continue
+            if d.error_code:
+                raise for_code(d.error_code)(d.error_message or f"group {g!r}")
+
+            def tps(a):
+                return sorted(TopicPartition(t.topic_name, p) for t in a.topic_partitions for p in t.partitions)
+            members = [ConsumerGroupMember(m.member_id, m.instance_id, m.client_id, m.client_host, m.member_epoch,
+                                           tps(m.assignment), tps(m.target_assignment), m.member_type,
+                                           list(m.subscribed_topic_names), m.subscribed_topic_regex)
+                       for m in d.members]
+            out[g] = ConsumerGroupDetail(d.group_id, d.group_state, d.group_epoch, d.assignment_epoch,
+                                         d.assignor_name, sorted(members), node)
+        return out
+
+    def delete_group_offsets(self, group: str, partitions, timeout=None) -> dict:
+        """OffsetDelete (KIP-496): {TopicPartition: None or the partition's error}. A group-level error
+        (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP...) raises."""
+        from kohort.protocol.messages.offset_delete import OffsetDeleteRequest
+        by_topic: dict = {}
+        for tp in partitions:
+            by_topic.setdefault(tp[0], []).append(tp[1])
+        T = OffsetDeleteRequest.Topic
+        req = OffsetDeleteRequest(group_id=group, topics=[
+            T(name=t, partitions=[T.Partition(partition_index=p) for p in sorted(ps)])
+            for t, ps in sorted(by_topic.items())])
+        _, resp = self._group_call(group, req, timeout, check=lambda r: r.error_code)
+        if resp.error_code:
+            raise for_code(resp.error_code)(f"OffsetDelete for group {group!r}")
+        return {TopicPartition(t.name, p.partition_index):
+                (for_code(p.error_code)(f"{t.name}[{p.partition_index}]") if p.error_code else None)
+                for t in resp.topics for p in t.partitions}
 
     def describe_groups(self, groups, timeout=None) -> list[GroupDescription]:
         out = []
@@ -340,6 +463,15 @@ class Admin:
             node, resp = self._group_call(g, DescribeGroupsRequest(groups=[g]), timeout,
                                           check=lambda r: r.groups[0].error_code if r.groups else 0)
             d = resp.groups[0]
+            if d.error_code == ErrorCode.GROUP_ID_NOT_FOUND or (not d.error_code and d.group_state == "Dead"):
+                # not a classic group: a KIP-848 consumer group answers ConsumerGroupDescribe (as Kafka's
+                # Admin.describeConsumerGroups does)
+                cg = self.describe_consumer_groups([g], timeout)[g]
+                if cg is not None:
+                    out.append(GroupDescription(g, cg.state, "consumer", cg.assignor, [
+                        MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host, m.assignment)
+                        for m in cg.members], cg.coordinator))
+                    continue
             if d.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
                 raise for_code(d.error_code)(f"group {g!r} does not exist (see: kohort groups list)")
             if d.error_code:
@@ -437,6 +569,91 @@ class Admin:
                 out[tp] = off
         return out
 
+    # -- transactions (KIP-664) ----------------------------------------------------------------------
+    def list_transactions(self, states=(), producer_ids=(), pattern: str | None = None,
+                          min_duration_ms: int = -1, timeout=None) -> list[TransactionListing]:
+        """Transactional ids on every broker (ListTransactions; `states` by Kafka's names such as
+        Ongoing, `pattern` a regular expression the whole id must match (v2), `min_duration_ms`
+        transactions running at least that long (v1)). An unknown state name is an error."""
+        md = self._metadata([], timeout)
+        self._refresh_brokers(md)
+        out = []
+        for b in md.brokers:
+            req = ListTransactionsRequest(state_filters=list(states), producer_id_filters=list(producer_ids),
+                                          duration_filter=min_duration_ms, transactional_id_pattern=pattern)
+            max_v = 0 if pattern is None and min_duration_ms < 0 else None
+            resp = self._call(b.node_id, req, timeout, max_version=max_v)
+            if resp.error_code:
+                raise for_code(resp.error_code)(f"ListTransactions on broker {b.node_id}")
+            if resp.unknown_state_filters:
+                raise KohortError(f"unknown transaction state(s): {', '.join(resp.unknown_state_filters)} "
+                                  "(Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, "
+                                  "CompleteAbort, PrepareEpochFence)")
+            out += [TransactionListing(t.transactional_id, t.producer_id, t.transaction_state, b.node_id)
+                    for t in resp.transaction_states]
+        if pattern is not None:         # also where the broker is older than ListTransactions v2
+            rx = re.compile(pattern)
+            out = [t for t in out if rx.fullmatch(t.transactional_id)]
+        return sorted(out)
+
+    def describe_transactions(self, transactional_ids, timeout=None) -> list[TransactionDescription]:
+        """Each id's state at its transaction coordinator; an unknown id raises
+        TransactionalIdNotFound."""
+        out = []
+        for tid in transactional_ids:
+            deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+            while True:
+                node = self._coordinator(tid, timeout, key_type=R.COORDINATOR_TRANSACTION)
+                d = self._call(node, DescribeTransactionsRequest(transactional_ids=[tid]), timeout).transaction_states[0]
+                if d.error_code in _COORDINATOR_RETRY and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
+                break
+            if d.error_code:
+                raise for_code(d.error_code)(f"transactional id {tid!r}")
+            parts = sorted(TopicPartition(t.name, p) for t in d.topics for p in t.partition_indexes)
+            out.append(TransactionDescription(tid, d.transaction_state, d.producer_id, d.producer_epoch,
+                                              d.transaction_timeout_ms, d.transaction_start_time_ms, parts, node))
+        return out
+
+    def _leader(self, topic: str, partition: int, timeout=None) -> int:
+        md = self._metadata([topic], timeout)
+        self._refresh_brokers(md)
+        for t in md.topics:
+            if t.error_code:
+                raise for_code(t.error_code)(f"topic {topic!r}")
+            for p in t.partitions:
+                if p.partition_index == partition:
+                    if p.error_code:
+                        raise for_code(p.error_code)(f"{topic}[{partition}]")
+                    return p.leader_id
+        raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{topic}[{partition}]")
+
+    def describe_producers(self, topic: str, partition: int, timeout=None) -> list[ProducerState]:
+        """The active producers of a partition (DescribeProducers at its leader)."""
+        T = DescribeProducersRequest.TopicRequest
+        resp = self._call(self._leader(topic, partition, timeout),
+                          DescribeProducersRequest(topics=[T(name=topic, partition_indexes=[partition])]), timeout)
+        p = resp.topics[0].partitions[0]
+        if p.error_code:
+            raise for_code(p.error_code)(p.error_message or f"{topic}[{partition}]")
+        return [ProducerState(s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp,
+                              s.coordinator_epoch, s.current_txn_start_offset) for s in p.active_producers]
+
+    def abort_transaction(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                          coordinator_epoch: int, timeout=None) -> None:
+        """Write an ABORT marker for the producer's open transaction on one partition (WriteTxnMarkers
+        at its leader, as Kafka's Admin.abortTransaction); for hanging transactions (KIP-664)."""
+        M = WriteTxnMarkersRequest.WritableTxnMarker
+        req = WriteTxnMarkersRequest(markers=[M(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=False,
+            topics=[M.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
+            coordinator_epoch=coordinator_epoch, transaction_version=0)])
+        resp = self._call(self._leader(topic, partition, timeout), req, timeout, max_version=1)
+        code = resp.markers[0].topics[0].partitions[0].error_code
+        if code:
+            raise for_code(code)(f"abort of producer {producer_id} on {topic}[{partition}]")
+
     def group_lag(self, group: str, timeout=None) -> list[LagRow]:
         """Per partition: committed offset, log end offset, lag and the owning member (if any)."""
         desc = self.describe_groups([group], timeout)[0]
@@ -461,12 +678,15 @@ class Admin:
 
     def plan_reset_offsets(self, group: str, partitions, *, to: str, value=None, timeout=None) -> dict:
         """The new offset of each partition for a reset: to in ("earliest", "latest", "datetime"/"timestamp"
-        (value = ms), "offset" (value), "shift-by" (value, may be negative), "current"). Offsets are
+        (value = ms), "offset" (value), "shift-by" (value, may be negative), "current", "offsets" (value =
+        {partition: offset}, as --from-file)). Offsets are
         clamped into [log start, log end] as kafka-consumer-groups.sh does. Returns {tp: (old, new)}."""
         if to not in RESET_TARGETS:
             raise KohortError(f"unknown reset target {to!r}; one of {', '.join(RESET_TARGETS)}")
         if to in ("timestamp", "datetime", "offset", "shift-by") and not isinstance(value, int):
             raise KohortError(f"reset to {to} needs an integer value, got {value!r}")
+        if to == "offsets" and not isinstance(value, dict):
+            raise KohortError(f"reset to offsets needs {{partition: offset}}, got {value!r}")
         tps = sorted(TopicPartition(*tp) for tp in partitions)
         if not tps:
             raise KohortError(f"no partitions to reset for group {group!r}")
@@ -487,6 +707,8 @@ class Admin:
                 new = by_ts[tp] if by_ts[tp] >= 0 else hi
             elif to == "offset":
                 new = int(value)
+            elif to == "offsets":      # one offset per partition (kafka-consumer-groups --from-file)
+                new = int(value[tp])
             elif to == "shift-by":
                 new = (old if old is not None else hi) + int(value)
             elif to == "current":
@@ -551,6 +773,72 @@ class Admin:
             if r.error_code:
                 raise for_code(r.error_code)(r.error_message or f"user {r.user!r}")
 
+    # -- ACLs (KIP-140) ------------------------------------------------------------------------------
+    def create_acls(self, bindings, timeout=None) -> None:
+        """Add AclBindings; the first refused one raises with the broker's message (the others in the
+        same request are still added, as Kafka does)."""
+        from kohort.protocol.messages.create_acls import CreateAclsRequest
+        C = CreateAclsRequest.AclCreation
+        bindings = list(bindings)
+        resp = self._call(None, CreateAclsRequest(creations=[
+            C(resource_type=b.resource_type, resource_name=b.name, resource_pattern_type=b.pattern_type,
+              principal=b.principal, host=b.host, operation=b.operation, permission_type=b.permission)
+            for b in bindings]), timeout)
+        for b, r in zip(bindings, resp.results):
+            if r.error_code:
+                raise for_code(r.error_code)(f"{r.error_message or 'CreateAcls failed'} ({_acl_text(b)})")
+
+    def describe_acls(self, acl_filter=None, timeout=None) -> list:
+        """The AclBindings matching `acl_filter` (default: every ACL)."""
+        from kohort.protocol.acl import AclBinding, AclBindingFilter
+        from kohort.protocol.messages.describe_acls import DescribeAclsRequest
+        f = acl_filter or AclBindingFilter()
+        resp = self._call(None, DescribeAclsRequest(
+            resource_type_filter=f.resource_type, resource_name_filter=f.name, pattern_type_filter=f.pattern_type,
+            principal_filter=f.principal, host_filter=f.host, operation=f.operation,
+            permission_type=f.permission), timeout)
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message or "DescribeAcls failed")
+        return [_binding(AclBinding, r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host,
+                         a.operation, a.permission_type) for r in resp.resources for a in r.acls]
+
+    def delete_acls(self, filters, timeout=None) -> list:
+        """Remove every ACL matching any of `filters` (AclBindingFilters); the removed AclBindings."""
+        from kohort.protocol.acl import AclBinding
+        from kohort.protocol.messages.delete_acls import DeleteAclsRequest
+        F = DeleteAclsRequest.DeleteAclsFilter
+        resp = self._call(None, DeleteAclsRequest(filters=[
+            F(resource_type_filter=f.resource_type, resource_name_filter=f.name, pattern_type_filter=f.pattern_type,
+              principal_filter=f.principal, host_filter=f.host, operation=f.operation, permission_type=f.permission)
+            for f in filters]), timeout)
+        out = []
+        for r in resp.filter_results:
+            if r.error_code:
+                raise for_code(r.error_code)(r.error_message or "DeleteAcls failed")
+            for m in r.matching_acls:
+                if m.error_code:
+                    raise for_code(m.error_code)(m.error_message or "DeleteAcls failed")
+                out.append(_binding(AclBinding, m.resource_type, m.resource_name, m.pattern_type, m.principal,
+                                    m.host, m.operation, m.permission_type))
+        return out
+
+
+def _binding(cls, rtype, name, pattern, principal, host, op, perm):
+    from kohort.protocol.acl import AclOperation, AclPermissionType, PatternType, ResourceType
+
+    def enum(e, v):
+        try:
+            return e(v)
+        except ValueError:
+            return e(0)
+    return cls(enum(ResourceType, rtype), name, enum(PatternType, pattern), principal, host,
+               enum(AclOperation, op), enum(AclPermissionType, perm))
+
+
+def _acl_text(b) -> str:
+    return (f"{b.permission.name} {b.principal} {b.operation.name} from {b.host} on "
+            f"{b.resource_type.name} {b.pattern_type.name} {b.name!r}")
+
 
 class ConfigEntry(NamedTuple):
     value: str | None
@@ -568,5 +856,5 @@ def _rtype(rt) -> int:
     return m[rt]
 
 
-__all__ = ["Admin", "BrokerInfo", "ClusterDescription", "ConfigEntry", "EARLIEST", "GroupDescription",
+__all__ = ["Admin", "ProducerState", "TransactionDescription", "TransactionListing", "BrokerInfo", "ClusterDescription", "ConfigEntry", "EARLIEST", "GroupDescription",
            "GroupListing", "LATEST", "LagRow", "MemberDescription", "PartitionInfo", "TopicDescription"]

@@ -95,6 +95,7 @@ def _k(*a, **kw) -> Key:
     return Key(*a, **kw)
 
 
+_MECHS = ("plain", "scram-sha-256", "scram-sha-512", "oauthbearer")
 _I32 = (1 << 31) - 1
 _I64 = (1 << 63) - 1
 
@@ -116,21 +117,39 @@ COMMON_KEYS = [
     _k("send.buffer.bytes", "int", -1, lo=-1),
     # security (librdkafka's names; KIP-43/KIP-84 SASL, PEM files for TLS)
     _k("security.protocol", "choice", "plaintext", choices=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")),
-    _k("sasl.mechanism", "choice", None, nullable=True, choices=("plain", "scram-sha-256", "scram-sha-512")),
-    _k("sasl.mechanisms", "choice", None, nullable=True, choices=("plain", "scram-sha-256", "scram-sha-512"),
+    _k("sasl.mechanism", "choice", None, nullable=True, choices=_MECHS),
+    _k("sasl.mechanisms", "choice", None, nullable=True, choices=_MECHS,
        doc="librdkafka's name for sasl.mechanism"),
     _k("sasl.username", "str", None, nullable=True),
     _k("sasl.password", "str", None, nullable=True),
     _k("sasl.jaas.config", "str", None, nullable=True,
        doc="Java's form (Plain/ScramLoginModule required username=... password=...;), for Spark's kafka.* options"),
+    # OAUTHBEARER (KIP-255): a token callback, librdkafka's (confluent-kafka's) `oauth_cb`, called with
+    # sasl.oauthbearer.config and returning (token, expiry seconds since the epoch[, principal[,
+    # extensions]]); or librdkafka's unsecured JWT for tests (enable.sasl.oauthbearer.unsecure.jwt with
+    # sasl.oauthbearer.config="principal=NAME [scope=a,b] [lifeSeconds=N] [extension_K=V]"); or Java's
+    # OAuthBearerLoginModule unsecuredLogin* options in sasl.jaas.config
+    _k("oauth_cb", "callable", None, nullable=True),
+    _k("sasl.oauthbearer.config", "str", None, nullable=True),
+    _k("enable.sasl.oauthbearer.unsecure.jwt", "bool", False),
+    _k("sasl.oauthbearer.method", "choice", "default", choices=("default",),
+       doc="OIDC (librdkafka's 'oidc', KIP-768) is not implemented: use oauth_cb"),
     _k("ssl.ca.location", "str", None, nullable=True, doc="PEM file of the CA(s) to trust (default: the system's)"),
     _k("ssl.certificate.location", "str", None, nullable=True, doc="PEM client certificate (mutual TLS)"),
     _k("ssl.key.location", "str", None, nullable=True, doc="PEM private key of ssl.certificate.location"),
     _k("ssl.key.password", "str", None, nullable=True),
+    _k("ssl.ca.pem", "str", None, nullable=True, doc="the CA certificate(s) as a PEM string"),
+    _k("ssl.certificate.pem", "str", None, nullable=True, doc="the client certificate (chain) as a PEM string"),
+    _k("ssl.key.pem", "str", None, nullable=True, doc="the client private key as a PEM string"),
     _k("ssl.endpoint.identification.algorithm", "choice", "https", choices=("https", "none", "")),
     _k("client.dns.lookup", "choice", "use_all_dns_ips", choices=("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")),
     _k("metadata.recovery.strategy", "choice", "rebootstrap", choices=("none", "rebootstrap")),
 ]
+
+# librdkafka's statistics (kohort.client.stats), for consumers and producers
+_STATS = [_k("statistics.interval.ms", "int", 0, lo=0, doc="how often stats_cb gets statistics; 0: never"),
+          _k("stats_cb", "callable", None, nullable=True,
+             doc="called with a dict of statistics (kohort.client.stats) every statistics.interval.ms")]
 
 CONSUMER_KEYS = [
     _k("group.id", "str", None, nullable=True),
@@ -159,6 +178,7 @@ CONSUMER_KEYS = [
     _k("key.deserializer", "callable", None, nullable=True),
     _k("value.deserializer", "callable", None, nullable=True),
     _k("internal.leave.group.on.close", "bool", True),
+    *_STATS,
 ]
 
 PRODUCER_KEYS = [
@@ -183,6 +203,7 @@ PRODUCER_KEYS = [
     _k("partitioner.adaptive.partitioning.enable", "bool", True),
     _k("key.serializer", "callable", None, nullable=True),
     _k("value.serializer", "callable", None, nullable=True),
+    *_STATS,
 ]
 
 ADMIN_KEYS: list[Key] = []
@@ -214,7 +235,7 @@ class Config(Mapping):
         return len(self._values)
 
     def __repr__(self) -> str:
-        shown = {k: ("[hidden]" if "password" in k or k.endswith("jaas.config") else v) for k, v in self._values.items() if k in self.given}
+        shown = {k: ("[hidden]" if "password" in k or k.endswith(("jaas.config", "key.pem")) else v) for k, v in self._values.items() if k in self.given}
         return f"Config({self.role}, {shown})"
 
     def with_overrides(self, **by_name) -> "Config":
@@ -277,6 +298,52 @@ def parse_bootstrap(servers: list[str]) -> list[tuple[str, int]]:
     return out
 
 
+def _check_oauth(v) -> None:
+    """sasl.mechanism=OAUTHBEARER: exactly one token source, checked now."""
+    if v["oauth_cb"] is not None:
+        if v["enable.sasl.oauthbearer.unsecure.jwt"]:
+            raise ConfigError("give oauth_cb or enable.sasl.oauthbearer.unsecure.jwt=true, not both")
+        return
+    if oauth_spec(v) is None:
+        raise ConfigError("sasl.mechanism=OAUTHBEARER needs a token: oauth_cb (a callable returning "
+                          "(token, expiry)), or for tests enable.sasl.oauthbearer.unsecure.jwt=true with "
+                          "sasl.oauthbearer.config=\"principal=NAME [scope=a,b]\"")
+
+
+def oauth_spec(c):
+    """The unsecured JWT recipe (protocol.sasl.UnsecuredTokenSpec) the settings ask for, or None:
+    from Java's OAuthBearerLoginModule options in sasl.jaas.config, or from librdkafka's
+    sasl.oauthbearer.config when enable.sasl.oauthbearer.unsecure.jwt=true."""
+    from kohort.errors import KohortError
+    from kohort.protocol.sasl import UnsecuredTokenSpec, parse_jaas
+    try:
+        if c["sasl.jaas.config"]:
+            module, opts = parse_jaas(c["sasl.jaas.config"])
+            if module.endswith("OAuthBearerLoginModule"):
+                return UnsecuredTokenSpec.from_jaas(opts)
+        if c["enable.sasl.oauthbearer.unsecure.jwt"]:
+            return UnsecuredTokenSpec.from_librdkafka(c["sasl.oauthbearer.config"] or "")
+    except KohortError as e:
+        raise ConfigError(str(e)) from None
+    return None
+
+
+def sasl_settings(c) -> tuple | None:
+    """What the network layer's SASL exchange needs: (MECHANISM, username, password, oauth token
+    source or None), or None without SASL."""
+    if not c["security.protocol"].startswith("sasl_"):
+        return None
+    mech = c["sasl.mechanism"].upper()
+    if mech != "OAUTHBEARER":
+        return mech, c["sasl.username"], c["sasl.password"], None
+    import time
+    from kohort.protocol.sasl import OAuthTokenSource
+    if c["oauth_cb"] is not None:
+        return mech, None, None, OAuthTokenSource.from_callback(c["oauth_cb"], c["sasl.oauthbearer.config"],
+                                                                time.time)
+    return mech, None, None, OAuthTokenSource.unsecured(oauth_spec(c), time.time)
+
+
 def _check(role: str, v: dict[str, Any], given: frozenset) -> None:
     parse_bootstrap(v["bootstrap.servers"])
     m1, m2 = v["sasl.mechanism"], v["sasl.mechanisms"]
@@ -290,19 +357,31 @@ def _check(role: str, v: dict[str, Any], given: frozenset) -> None:
             module, opts = parse_jaas(v["sasl.jaas.config"])
         except KohortError as e:
             raise ConfigError(str(e)) from None
-        if not module.endswith(("PlainLoginModule", "ScramLoginModule")):
-            raise ConfigError(f"sasl.jaas.config: {module} is not supported (PlainLoginModule, ScramLoginModule)")
-        if v["sasl.username"] is not None or v["sasl.password"] is not None:
-            raise ConfigError("give sasl.jaas.config or sasl.username/sasl.password, not both")
-        v["sasl.username"], v["sasl.password"] = opts.get("username"), opts.get("password")
+        if not module.endswith(("PlainLoginModule", "ScramLoginModule", "OAuthBearerLoginModule")):
+            raise ConfigError(f"sasl.jaas.config: {module} is not supported (PlainLoginModule, ScramLoginModule, "
+                              "OAuthBearerLoginModule)")
+        if module.endswith("OAuthBearerLoginModule"):
+            if v["oauth_cb"] is not None or v["sasl.oauthbearer.config"] is not None:
+                raise ConfigError("give sasl.jaas.config (OAuthBearerLoginModule) or oauth_cb / "
+                                  "sasl.oauthbearer.config, not both")
+            oauth_spec(v)          # checked now
+        else:
+            if v["sasl.username"] is not None or v["sasl.password"] is not None:
+                raise ConfigError("give sasl.jaas.config or sasl.username/sasl.password, not both")
+            v["sasl.username"], v["sasl.password"] = opts.get("username"), opts.get("password")
     if v["security.protocol"].startswith("sasl_"):
         if not m1:
             raise ConfigError(f"security.protocol={v['security.protocol']} needs sasl.mechanism "
-                              "(PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
-        if not v["sasl.username"] or v["sasl.password"] is None:
+                              "(PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER)")
+        if m1 == "oauthbearer":
+            _check_oauth(v)
+        elif not v["sasl.username"] or v["sasl.password"] is None:
             raise ConfigError(f"sasl.mechanism={m1.upper()} needs sasl.username and sasl.password")
-    if bool(v["ssl.certificate.location"]) != bool(v["ssl.key.location"]):
-        raise ConfigError("ssl.certificate.location and ssl.key.location go together (mutual TLS)")
+    if bool(v["ssl.certificate.location"] or v["ssl.certificate.pem"]) != bool(v["ssl.key.location"] or v["ssl.key.pem"]):
+        raise ConfigError("ssl.certificate.location (or .pem) and ssl.key.location (or .pem) go together (mutual TLS)")
+    for what in ("ca", "certificate", "key"):
+        if v[f"ssl.{what}.location"] and v[f"ssl.{what}.pem"]:
+            raise ConfigError(f"give ssl.{what}.location or ssl.{what}.pem, not both")
     if v["reconnect.backoff.max.ms"] < v["reconnect.backoff.ms"] and "reconnect.backoff.max.ms" in given:
         raise ConfigError("reconnect.backoff.max.ms must be >= reconnect.backoff.ms")
     if role == "consumer":
@@ -348,4 +427,4 @@ def _check_group_protocol(v: dict[str, Any], given: frozenset) -> None:
         raise ConfigError("group.remote.assignor must not be blank (leave it unset for the broker's default)")
 
 
-__all__ = ["Config", "ConfigError", "Key", "ROLES", "load_config", "parse_bootstrap"]
+__all__ = ["Config", "ConfigError", "Key", "ROLES", "load_config", "parse_bootstrap", "sasl_settings"]

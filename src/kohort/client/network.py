@@ -29,7 +29,9 @@ connected (non-blocking handshake in the selector loop; PEM files; host name che
 ssl.endpoint.identification.algorithm=none); SASL_* add the SASL exchange to ClientProtocol's
 handshake. An authentication failure (TLS verification, SASL_AUTHENTICATION_FAILED,
 UNSUPPORTED_SASL_MECHANISM) is fatal: every queued and later request fails with it at once, nothing
-is retried.
+is retried. Re-authentication (KIP-368): when the broker gives the session a lifetime, at a random
+85-95 % of it the connection holds new requests (REAUTH) until nothing is in flight, runs the SASL
+exchange again through the handshake path (HANDSHAKE), then sends what it held (READY).
 
 Speed: requests are encoded on the I/O thread and all requests queued for a connection go out in
 one send(); reads use recv_into on one big buffer, from which complete small frames are copied
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import random
 import selectors
 import socket
@@ -52,7 +55,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable
 
-from kohort.client.config import Config, load_config, parse_bootstrap
+from kohort.client.config import Config, load_config, parse_bootstrap, sasl_settings
 from kohort.errors import (
     ConfigError, DecodeError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError, KohortError,
     SslAuthenticationError, is_authentication_error,
@@ -72,6 +75,7 @@ except ImportError:  # pragma: no cover
 
 # connection states
 DISCONNECTED, CONNECTING, TLS, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "TLS", "HANDSHAKE", "READY"
+REAUTH = "REAUTH"      # KIP-368: new requests wait while what is in flight drains, then SASL runs again
 
 _RECV_BUF = 4 * 1024 * 1024
 _MAX_FRAME = 100 * 1024 * 1024
@@ -107,7 +111,7 @@ class _Req:
 
 class _Conn:
     __slots__ = ("node_id", "host", "port", "sock", "state", "proto", "out", "inflight", "pending",
-                 "connect_deadline", "want_write", "events", "rframe", "rfill", "rhead")
+                 "connect_deadline", "want_write", "events", "rframe", "rfill", "rhead", "reauth_at")
 
     def __init__(self, node_id, host, port, client_id, max_frame, sasl=None):
         self.node_id, self.host, self.port = node_id, host, port
@@ -123,6 +127,7 @@ class _Conn:
         self.rframe: bytearray | None = None   # READY: the frame being received into, sized from its prefix
         self.rfill = 0                          # bytes of rframe received so far
         self.rhead = b""                        # READY: a size prefix split across reads
+        self.reauth_at = 0.0                    # KIP-368: when to re-authenticate (monotonic; 0 = never)
 
 
 class _Backoff:
@@ -138,15 +143,24 @@ def _new_protocol(client_id, sasl=None) -> ClientProtocol:
 
 
 def tls_context(c: Config) -> ssl.SSLContext:
-    """The client TLS context from librdkafka's ssl.* names (PEM files)."""
+    """The client TLS context from librdkafka's ssl.* names (PEM files, or PEM strings in ssl.*.pem)."""
     try:
-        ctx = ssl.create_default_context(cafile=c["ssl.ca.location"])
+        ctx = ssl.create_default_context(cafile=c["ssl.ca.location"], cadata=c["ssl.ca.pem"])
         if c["ssl.endpoint.identification.algorithm"] in ("none", ""):
             ctx.check_hostname = False
         if c["ssl.certificate.location"]:
             ctx.load_cert_chain(c["ssl.certificate.location"], c["ssl.key.location"], c["ssl.key.password"])
-    except (OSError, ssl.SSLError) as e:
-        raise ConfigError(f"TLS settings (ssl.ca.location / ssl.certificate.location / ssl.key.location): {e}") from None
+        elif c["ssl.certificate.pem"]:
+            # ssl's only way in is a file: a private one that lives only while it is read
+            import tempfile
+            with tempfile.TemporaryDirectory(prefix="kohort-pem-") as d:
+                path = os.path.join(d, "client.pem")
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(c["ssl.key.pem"].strip() + "\n" + c["ssl.certificate.pem"].strip() + "\n")
+                ctx.load_cert_chain(path, password=c["ssl.key.password"])
+    except (OSError, ssl.SSLError, ValueError) as e:
+        raise ConfigError(f"TLS settings (ssl.ca.* / ssl.certificate.* / ssl.key.*): {e}") from None
     return ctx
 
 
@@ -166,8 +180,7 @@ class NetworkClient:
         self._sndbuf = c["send.buffer.bytes"]
         proto = c["security.protocol"]
         self._tls = tls_context(c) if proto in ("ssl", "sasl_ssl") else None
-        self._sasl = ((c["sasl.mechanism"].upper(), c["sasl.username"], c["sasl.password"])
-                      if proto.startswith("sasl_") else None)
+        self._sasl = sasl_settings(c)    # (mechanism, user, password, OAUTHBEARER token source) or None
         self.fatal: BaseException | None = None   # an authentication failure: every request fails with it
         self._bootstrap = {-(i + 1): hp for i, hp in enumerate(parse_bootstrap(c["bootstrap.servers"]))}
         self._brokers: dict[int, tuple[str, int]] = {}
@@ -177,6 +190,7 @@ class NetworkClient:
         self._submit: deque = deque()
         self._any_queue: deque[_Req] = deque()
         self._disconnect_listeners: list[Callable[[int, BaseException], None]] = []
+        self.stats = None        # kohort.client.stats.RequestStats when statistics.interval.ms is set
         self._closed = False
         self._shut = False
         self._ever_ready = False
@@ -501,7 +515,7 @@ class NetworkClient:
                     conn.pending.append(req)
         self._any_queue = keep
         if any(r.any for r in keep) and not any(
-                c.state in (CONNECTING, HANDSHAKE) for c in self._conns.values()):
+                c.state in (CONNECTING, HANDSHAKE, REAUTH) for c in self._conns.values()):
             self._connect_any(now)
 
     def _connect_any(self, now: float) -> None:
@@ -659,6 +673,10 @@ class NetworkClient:
         if not proto.ready:
             return
         conn.state = READY
+        log.debug("connected to broker %s (%s:%s)", conn.node_id, conn.host, conn.port)
+        # KIP-368: re-authenticate at a random 85-95 % of the session lifetime, as Java's client
+        lt = proto.session_lifetime_ms
+        conn.reauth_at = time.monotonic() + lt / 1000 * random.uniform(0.85, 0.95) if lt > 0 else 0.0
         self._ever_ready = True
         b = self._backoffs.get(conn.node_id)
         if b is not None:
@@ -699,6 +717,8 @@ class NetworkClient:
             _fail(req.future, e)
             return False
         conn.out.append(data)
+        if self.stats is not None:
+            self.stats.on_request(conn.node_id, corr, api_key, len(data), req.expect)
         req.version = v
         req.future.api_version = v
         if req.expect:
@@ -833,13 +853,37 @@ class NetworkClient:
         req = inflight[0]
         resp = _decode_lenient(payload, req)
         inflight.popleft()
+        if self.stats is not None:
+            self.stats.on_response(conn.node_id, req.corr, len(payload) + 4)
         fut = req.future
         fut.api_version = req.version
         if fut.set_running_or_notify_cancel():
             fut.set_result(resp)
 
+    def _maybe_reauthenticate(self, conn: _Conn, now: float) -> None:
+        """KIP-368: once due, hold new requests (REAUTH) until nothing is in flight, then run the SASL
+        exchange again through the handshake path (HANDSHAKE, then READY with the held requests)."""
+        if conn.state == READY:
+            conn.state = REAUTH
+        if conn.inflight:
+            return
+        try:
+            conn.proto.start_reauthentication()
+        except KohortError as e:           # the token callback failed: as any authentication failure
+            if is_authentication_error(e):
+                self._fatal_error(conn, e)
+                return
+            raise
+        log.debug("re-authenticating with broker %s (%s:%s) (KIP-368)", conn.node_id, conn.host, conn.port)
+        conn.state = HANDSHAKE
+        conn.connect_deadline = now + self._setup_timeout
+        conn.out.append(conn.proto.data_to_send())
+        self._flush(conn)
+
     def _check_timeouts(self, now: float) -> None:
         for conn in list(self._conns.values()):
+            if conn.reauth_at and now >= conn.reauth_at and conn.state in (READY, REAUTH):
+                self._maybe_reauthenticate(conn, now)
             if conn.state in (CONNECTING, HANDSHAKE) and now > conn.connect_deadline:
                 self._disconnect(conn, KafkaConnectionError(
                     f"connection setup to broker {conn.node_id} ({conn.host}:{conn.port}) timed out"))

@@ -37,6 +37,7 @@ from kohort.client import accumulator
 from kohort.client.accumulator import DeliveryFuture, RecordAccumulator, RecordMetadata
 from kohort.client.cluster import Cluster
 from kohort.client.config import load_config, parse_bootstrap
+from kohort.client.stats import ClientStats
 from kohort.client.network import NetworkClient, Versioned, unreachable_message
 from kohort.client.partitioner import DefaultPartitioner, murmur2
 from kohort.client.txn_manager import PRODUCE_MAX_VERSION as _TXN_PRODUCE_MAX_VERSION
@@ -136,6 +137,7 @@ class Producer:
             max_block_ms=c["max.block.ms"], delivery_timeout_ms=c["delivery.timeout.ms"],
             retry_backoff_ms=c["retry.backoff.ms"], clock_ms=_now_ms, on_new_batch=self._on_batch_closed)
         self.sender = _Sender(self)
+        self.stats = ClientStats.from_config("producer", c, self.sender.net)    # stats_cb, or None
         self.acc.wakeup = self.sender.wakeup
         twin = producer_twin() if accumulator.COMPILED else None
         if twin is not None and type(self).produce is Producer.produce and c["transactional.id"] is None:
@@ -213,6 +215,8 @@ class Producer:
             fut.add_done_callback(_delivery_adapter(on_delivery))
         if wake:
             self._batch_full(topic, partition, sticky)
+        if self.stats is not None:
+            self.stats.maybe_emit(self._stats_extra)
         return fut
 
     send = produce
@@ -224,6 +228,8 @@ class Producer:
             if info is not None:
                 self.partitioner.sticky.on_new_batch(topic, info.num_partitions, info.available, partition)
         self.sender.poke()
+        if self.stats is not None:      # produce()'s compiled common case comes here once per full batch
+            self.stats.maybe_emit(self._stats_extra)
 
     def _check_record_size(self, size: int, headers) -> None:
         size += 90 + sum(len(k) + (len(v) if v is not None else 0) for k, v in (headers or ()))
@@ -234,8 +240,23 @@ class Producer:
             raise RecordTooLargeError(f"a record of about {size} bytes is larger than buffer.memory="
                                       f"{self.config['buffer.memory']}")
 
+    def emit_statistics(self) -> None:
+        """Call stats_cb if statistics.interval.ms has passed (produce() and flush() do this too)."""
+        if self.stats is not None:
+            self.stats.maybe_emit(self._stats_extra)
+
+    def _stats_extra(self) -> dict:
+        with self.acc.lock:
+            queued = sum(b.count for b in self.acc.incomplete)
+        return {"addresses": dict(self.sender.nodes), "msg_cnt": queued}
+
+    def add_disconnect_listener(self, fn) -> None:
+        """fn(node_id, error) is called whenever a broker connection is lost."""
+        self.sender.net.add_disconnect_listener(fn)
+
     def flush(self, timeout: float | None = None) -> int:
         """Send everything queued and wait for the outcome; returns how many records are still pending."""
+        self.emit_statistics()
         acc = self.acc
         deadline = None if timeout is None else time.monotonic() + timeout
         with acc.lock:
@@ -400,6 +421,10 @@ class Producer:
                 info = self._topics.get(topic)
                 if info is not None and not info.error:
                     return info
+                if info is not None and info.error == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                    # fatal for this topic, as Java's Metadata.maybeThrowExceptionForTopic: no waiting
+                    self.sender.forget_topic(topic)
+                    raise for_code(info.error)(f"topic {topic!r}: the principal may not describe or write it")
                 fatal = self.sender.fatal or self.sender.net.fatal
                 if fatal is not None:
                     raise fatal
@@ -900,6 +925,8 @@ class _Sender:
         self.acc.reenqueue(b, now)
 
     def _finish(self, b, base_offset: int, log_append_time: int, error) -> None:
+        if self.p.stats is not None:
+            self.p.stats.on_batch(b.topic, b.partition, b.count, len(b.buf or b.wire or b""), error)
         cbs = b.complete(base_offset, log_append_time, error)
         self.acc.release(b)
         for fut in cbs:

@@ -250,9 +250,9 @@ class ClientProtocol:
     flexible SyncGroup) gets only the versions before each API's first flexible one, since KIP-482's
     flexible versions shipped with ApiVersions v3.
 
-    SASL (KIP-43, KIP-152), when `sasl=(mechanism, username, password)` is given: after ApiVersions,
-    SaslHandshake v1, then SaslAuthenticate rounds (highest common version <= 2) until the mechanism
-    is done; only then READY. A refusal raises the broker's KafkaError (UNSUPPORTED_SASL_MECHANISM,
+    SASL (KIP-43, KIP-152), when `sasl=(mechanism, username, password[, OAUTHBEARER token source])` is
+    given: after ApiVersions, SaslHandshake v1, then SaslAuthenticate rounds (highest common version
+    <= 2) until the mechanism is done; only then READY. A refusal raises the broker's KafkaError (UNSUPPORTED_SASL_MECHANISM,
     SASL_AUTHENTICATION_FAILED with the broker's message, ILLEGAL_SASL_STATE); a SCRAM server whose
     nonce or signature does not verify raises SASL_AUTHENTICATION_FAILED too. These are fatal: the
     driver must not retry them as connection errors.
@@ -266,9 +266,10 @@ class ClientProtocol:
 
     def __init__(self, client_id: str | None = "kohort", max_frame: int = DEFAULT_MAX_FRAME,
                  software_name: str = "kohort", software_version: str = "0",
-                 sasl: tuple[str, str, str] | None = None):
+                 sasl: tuple | None = None):
         self.client_id = client_id
         self.sasl = sasl
+        self.session_lifetime_ms = 0        # KIP-368: from the last SaslAuthenticate (0 = unlimited)
         self._sasl_client = None
         self._sasl_key = SASL_HANDSHAKE_KEY
         self._sasl_version = 1
@@ -346,15 +347,22 @@ class ClientProtocol:
     # -- SASL ----------------------------------------------------------------------------------------
     def _start_sasl(self) -> None:
         from kohort.protocol.sasl import SaslClient
-        mech, user, password = self.sasl
         self.state = SASL
-        self._sasl_client = SaslClient(mech, user, password)
+        self._sasl_client = SaslClient(*self.sasl)
         try:
             hv = self.pick(SASL_HANDSHAKE_KEY, floor=1)
             self._sasl_auth_version = self.pick(SASL_AUTHENTICATE_KEY, cap=2)
         except UnsupportedVersionError as e:
             raise HandshakeError(f"the broker does not serve SASL (SaslHandshake v1/SaslAuthenticate): {e}") from None
         self._sasl_send(SASL_HANDSHAKE_KEY, hv, SaslHandshakeRequest(mechanism=self._sasl_client.mechanism))
+
+    def start_reauthentication(self) -> None:
+        """KIP-368: run the SASL exchange again on this READY connection (nothing may be in flight);
+        its requests are in `data_to_send()`, its answers go to `receive_data` as during the handshake,
+        and the state is READY again once it is done (session_lifetime_ms renewed)."""
+        if self.state != READY or self._in_flight or self.sasl is None:
+            raise HandshakeError("re-authentication needs a READY SASL connection with nothing in flight")
+        self._start_sasl()
 
     def _sasl_send(self, key: int, version: int, request) -> None:
         self._sasl_key, self._sasl_version = key, version
@@ -383,6 +391,7 @@ class ClientProtocol:
                 raise for_code(ErrorCode.SASL_AUTHENTICATION_FAILED)(f"{mech}: {e}") from None
             if token is None:
                 self._sasl_client = None
+                self.session_lifetime_ms = getattr(resp, "session_lifetime_ms", 0) or 0
                 self.state = READY
                 return
         self._sasl_send(SASL_AUTHENTICATE_KEY, self._sasl_auth_version, SaslAuthenticateRequest(auth_bytes=token))

@@ -8,6 +8,15 @@ spark-sql-kafka-0-10 (so a job switches by changing the format name); the few ex
 * `kafka.group.id` -- when set, each finished micro-batch's end offsets are committed to that group
   (a simple commit: generation -1, empty member id), so lag tools see the pipeline's lag.
 
+Security options are spark-sql-kafka's (Kafka's Java client names): `kafka.security.protocol`,
+`kafka.sasl.mechanism`, `kafka.sasl.jaas.config` (PlainLoginModule / ScramLoginModule username and
+password, OAuthBearerLoginModule unsecuredLogin* options), `kafka.ssl.truststore.type=PEM` with
+`kafka.ssl.truststore.location` or `.certificates`, `kafka.ssl.keystore.type=PEM` with
+`kafka.ssl.keystore.location` (key + certificate chain in one file) or `.key` + `.certificate.chain`,
+`kafka.ssl.key.password`, `kafka.ssl.endpoint.identification.algorithm`. They are turned into kohort's
+client settings (librdkafka's names: ssl.ca.location, ssl.certificate.pem, ...); JKS and PKCS12 stores
+are refused with a pointer to PEM.
+
 An unknown option is an error naming the closest known option. Offsets JSON is spark-sql-kafka's:
 ``{"topicA":{"0":23,"1":-2},"topicB":{"0":-1}}`` with -2 = earliest and -1 = latest.
 """
@@ -92,6 +101,7 @@ def _normalise(options, known: list[str], what: str) -> tuple[dict[str, str], di
         ours[k] = value
     if "kafka.bootstrap.servers" not in ours:
         raise ConfigError("option 'kafka.bootstrap.servers' is required")
+    _java_tls_options(client)
     client["bootstrap.servers"] = ours["kafka.bootstrap.servers"]
     from kohort.client.config import load_config
     try:
@@ -99,6 +109,54 @@ def _normalise(options, known: list[str], what: str) -> tuple[dict[str, str], di
     except ConfigError as e:
         raise ConfigError(f"{e} (options 'kafka.*' are kohort client settings)") from None
     return ours, client
+
+
+_PEM_HINT = ("kohort reads PEM only: convert the store (keytool -importkeystore -deststoretype PKCS12, then "
+             "openssl pkcs12 -nodes) and set kafka.ssl.{0}.type=PEM")
+
+
+def _java_tls_options(client: dict) -> None:
+    """Kafka's Java TLS settings (spark-sql-kafka users' kafka.ssl.* options) -> kohort's client names, in
+    place. Java's store types default to JKS, so a store location needs type PEM."""
+    def pem(s: str) -> str:
+        return s.replace("\\n", "\n")
+
+    for store in ("truststore", "keystore"):
+        given = [k for k in client if k.startswith(f"ssl.{store}.")]
+        if not given:
+            continue
+        stype = client.pop(f"ssl.{store}.type", "JKS").strip().upper()
+        if stype != "PEM":
+            raise ConfigError(f"option 'kafka.ssl.{store}.type={stype}' is not supported: " + _PEM_HINT.format(store))
+        if client.pop(f"ssl.{store}.password", None):
+            raise ConfigError(f"option 'kafka.ssl.{store}.password' is not supported with a PEM {store} (Kafka "
+                              f"refuses it too); for an encrypted private key use kafka.ssl.key.password")
+        if store == "truststore":
+            loc, certs = client.pop("ssl.truststore.location", None), client.pop("ssl.truststore.certificates", None)
+            if loc and certs:
+                raise ConfigError("give kafka.ssl.truststore.location or kafka.ssl.truststore.certificates, not both")
+            if loc:
+                client["ssl.ca.location"] = loc
+            elif certs:
+                client["ssl.ca.pem"] = pem(certs)
+        else:
+            loc = client.pop("ssl.keystore.location", None)
+            key, chain = client.pop("ssl.keystore.key", None), client.pop("ssl.keystore.certificate.chain", None)
+            if loc and (key or chain):
+                raise ConfigError("give kafka.ssl.keystore.location or kafka.ssl.keystore.key + "
+                                  "kafka.ssl.keystore.certificate.chain, not both")
+            if loc:          # one PEM file holding the private key and the certificate chain
+                client["ssl.certificate.location"] = client["ssl.key.location"] = loc
+            elif key and chain:
+                client["ssl.key.pem"], client["ssl.certificate.pem"] = pem(key), pem(chain)
+            else:
+                raise ConfigError("a PEM keystore needs kafka.ssl.keystore.location, or kafka.ssl.keystore.key "
+                                  "and kafka.ssl.keystore.certificate.chain")
+        rest = [k for k in client if k.startswith(f"ssl.{store}.")]
+        if rest:
+            raise ConfigError(f"option 'kafka.{rest[0]}' is not supported (PEM {store}s take "
+                              f"kafka.ssl.{store}.type/.location"
+                              + ("/.certificates)" if store == "truststore" else "/.key/.certificate.chain)"))
 
 
 def _bool(ours: dict, key: str, default: bool) -> bool:
@@ -300,9 +358,6 @@ def parse_source_options(options, batch: bool | None = False) -> SourceOptions:
     iso = client.get("isolation.level", "read_uncommitted")
     if iso not in ("read_uncommitted", "read_committed"):
         raise ConfigError(f"option 'kafka.isolation.level' must be read_uncommitted or read_committed, got {iso!r}")
-    sp = client.get("security.protocol", "PLAINTEXT")
-    if sp.upper() != "PLAINTEXT":
-        raise ConfigError(f"kafka.security.protocol={sp} is not supported yet (PLAINTEXT only)")
     delay = ours.get("maxtriggerdelay")
     min_opt = _pos_int(ours, "minOffsetsPerTrigger")
     max_opt = _pos_int(ours, "maxOffsetsPerTrigger")

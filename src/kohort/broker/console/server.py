@@ -17,9 +17,9 @@ preflight, which is never granted). Offsets are reset only for a group without m
 kafka-consumer-groups.sh --reset-offsets requires; writes go through the group coordinator like an
 admin client's OffsetCommit / DeleteGroups and are answered once stored.
 
-`Console` owns the pieces: the GroupEvents recorder it attaches to the coordinator runtime
-(broker/group_events.py), the LagHistory sampler task (console/lag.py) and the server socket; all are
-closed with the broker.
+`Console` owns the pieces: the coordinator runtime's GroupEvents recorder it reads
+(broker/group_events.py; the runtime always keeps one: the broker's log and metrics read it too), the
+LagHistory sampler task (console/lag.py) and the server socket; all are closed with the broker.
 """
 from __future__ import annotations
 
@@ -71,8 +71,7 @@ class Console:
     async def start(self, host: str, port: int) -> None:
         rt = getattr(self.broker, "coordinator", None)
         if rt is not None:
-            self.events.baseline(rt)
-            rt.events = self.events
+            self.events = rt.events         # the runtime keeps one history (logs and metrics read it too)
         self.server = await asyncio.start_server(self._handle, host, port, reuse_address=True,
                                                  limit=MAX_LINE * 2)
         self.host, self.port = host, self.server.sockets[0].getsockname()[1]

@@ -28,8 +28,16 @@ classic path), including its validation orders and error codes. Points where koh
   answered UNKNOWN_MEMBER_ID, so the runtime never holds an unanswered reply.
 * OffsetFetch of a missing or Dead group answers every partition with offset -1 and no error, as
   Kafka's coordinator does (the enum javadoc's GROUP_ID_NOT_FOUND is not what the code returns).
-  `require_stable` (KIP-447) can only yield UNSTABLE_OFFSET_COMMIT for pending *transactional* offsets; kohort
-  has none, and non-transactional commits are invisible until stored, so it is always stable.
+  With `require_stable` (KIP-447) a partition with a pending *transactional* offset answers
+  UNSTABLE_OFFSET_COMMIT; non-transactional commits are invisible until stored.
+* TxnOffsetCommit (`txn_offset_commit`) stores offsets in a transactional batch of the producer
+  (Append.producer) and, once stored, holds them pending (kohort.broker.coordinator.txn_offsets)
+  until `write_txn_marker` -- the transaction coordinator's COMMIT/ABORT for a `__consumer_offsets`
+  partition, appended through this machine so it completes after every earlier append --
+  materialises or drops them. Checks as Kafka's ClassicGroup.validateOffsetCommit for transactional
+  commits: generation < 0 on an Empty (or unknown: a simple group is made) group is accepted; else the
+  member (UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID) and generation (ILLEGAL_GENERATION; an unknown group
+  with generation >= 0 too); no REBALANCE_IN_PROGRESS check.
 * OffsetCommit v0/v1 per-partition commit timestamps are not modelled (Kafka 4 dropped v0/v1).
 * Protocol vote ties (HashMap order in Kafka) go to the leader's preference.
 """
@@ -47,8 +55,9 @@ from .model import (
     LeaveMemberResult, LeaveParams, LeaveResult, ListedGroup, ListGroupsResult, MemberRecord,
     OffsetCommitParams, OffsetCommitResult, OffsetDeleteParams, OffsetDeleteResult,
     OffsetFetchParams, OffsetFetchResult, OffsetRecord, Outcome, PartitionResult, Record, Response,
-    SetTimer, SyncParams, SyncResult,
+    SetTimer, SyncParams, SyncResult, TxnMarkerRecord, TxnOffsetCommitParams,
 )
+from .txn_offsets import PendingTxnOffsets
 
 S = GroupState
 EXPIRATION_KEY = ("offsets-expiration",)
@@ -90,6 +99,8 @@ class GroupCoordinator:
         # KIP-848: the offsets of a group id that is a consumer group with members (kept here as a
         # simple group's) never expire; the runtime sets this to ask the consumer-group coordinator
         self.offsets_in_use: Callable[[str], bool] = lambda group_id: False
+        self.pending_txn = PendingTxnOffsets()
+        self._record_seq = 0        # write order of offset records (see txn_offsets)
 
     # ================================================================ plumbing
     def _arm(self, out: Outcome, key: tuple, deadline: int, arg: Any = None) -> None:
@@ -100,11 +111,16 @@ class GroupCoordinator:
         if self._timers.pop(key, None) is not None:
             out.timers.append(CancelTimer(key))
 
-    def _append(self, out: Outcome, records: list[Record], on_done: _OnDone) -> None:
+    def _append(self, out: Outcome, records: list[Record], on_done: _OnDone,
+                producer: tuple[int, int] | None = None) -> None:
         token = self._next_token
         self._next_token += 1
         self._pending[token] = on_done
-        out.appends.append(Append(token, tuple(records)))
+        out.appends.append(Append(token, tuple(records), producer))
+
+    def _next_seq(self) -> int:
+        self._record_seq += 1
+        return self._record_seq
 
     @staticmethod
     def _respond(out: Outcome, reply_to: Any, result: Any) -> None:
@@ -125,19 +141,26 @@ class GroupCoordinator:
         return sorted(self._pending)
 
     # ================================================================ lifecycle
-    def replay(self, record: Record) -> None:
-        """Rebuild state from one stored record (start-up load; compaction-safe in any order)."""
+    def replay(self, record: Record, producer_id: int = -1) -> None:
+        """Rebuild state from one stored record (start-up load; compaction-safe in any order, except
+        that offset records must come in log order for transactional offsets to compare right).
+        `producer_id` >= 0: the record came in a transactional batch of that producer whose
+        transaction has no marker yet -- a pending offset."""
         if isinstance(record, OffsetRecord):
             g = self.groups.get(record.group)
             if record.tombstone:
                 if g is not None:
                     g.offsets.pop((record.topic, record.partition), None)
+                self.pending_txn.discard(record.group, record.topic, record.partition)
                 return
             if g is None:      # offsets without group metadata: a "simple" group
                 g = self.groups[record.group] = ClassicGroup(record.group)
-            g.offsets[(record.topic, record.partition)] = CommittedOffset(
-                record.offset, record.leader_epoch, record.metadata or "", record.commit_timestamp,
-                record.expire_timestamp)
+            co = CommittedOffset(record.offset, record.leader_epoch, record.metadata or "",
+                                 record.commit_timestamp, record.expire_timestamp, self._next_seq())
+            if producer_id >= 0:
+                self.pending_txn.put(producer_id, (record.group, record.topic, record.partition), co)
+            else:
+                g.offsets[(record.topic, record.partition)] = co
         elif isinstance(record, GroupRecord):
             if record.tombstone:
                 g = self.groups.pop(record.group, None)
@@ -168,6 +191,19 @@ class GroupCoordinator:
             g.compute_subscribed_topics(self._decoder)
         else:
             raise TypeError(f"not a coordinator record: {record!r}")
+
+    def replay_marker(self, producer_id: int, commit: bool, group_filter: Callable[[str], bool]) -> None:
+        """A COMMIT/ABORT marker of `producer_id` on the `__consumer_offsets` partition holding the
+        groups `group_filter` accepts (load, and live through `write_txn_marker`)."""
+        for (gid, topic, part), co in self.pending_txn.take(producer_id, group_filter):
+            if not commit:
+                continue
+            g = self.groups.get(gid)
+            if g is None:
+                g = self.groups[gid] = ClassicGroup(gid)
+            cur = g.offsets.get((topic, part))
+            if cur is None or co.record_seq > cur.record_seq:
+                g.offsets[(topic, part)] = co
 
     def on_loaded(self, now_ms: int) -> Outcome:
         """Loading finished: become active, arm every member's session timer, rebalance groups over
@@ -871,11 +907,109 @@ class GroupCoordinator:
                     g = self.groups[group.group_id] = ClassicGroup(group.group_id, state_timestamp=now)
                 for r in records:
                     g.offsets[(r.topic, r.partition)] = CommittedOffset(
-                        r.offset, r.leader_epoch, r.metadata, r.commit_timestamp, r.expire_timestamp)
+                        r.offset, r.leader_epoch, r.metadata, r.commit_timestamp, r.expire_timestamp,
+                        self._next_seq())
                 final = tuple((t, tuple(rs)) for t, rs in results)
             self._respond(o, reply_to, OffsetCommitResult(final))
 
         self._append(out, records, done)
+        return out
+
+    def txn_offset_commit(self, p: TxnOffsetCommitParams, now_ms: int, reply_to: Any) -> Outcome:
+        """TxnOffsetCommit: validate (Kafka's order), append the offsets in a transactional batch of
+        the producer, hold them pending once stored. The transaction coordinator's verification
+        (the group's partition is in the producer's Ongoing transaction) is the caller's."""
+        out = Outcome()
+
+        def all_failed(code: int) -> OffsetCommitResult:
+            return OffsetCommitResult(tuple(
+                (t, tuple(PartitionResult(pp.partition_index, code) for pp in parts))
+                for t, parts in p.topics))
+
+        err = self._availability()
+        if not err and not p.group_id:
+            err = C.INVALID_GROUP_ID
+        group = self.groups.get(p.group_id) if not err else None
+        created = False
+        if not err and group is None:
+            if p.generation_id < 0:
+                group = self.groups[p.group_id] = ClassicGroup(p.group_id, state_timestamp=now_ms)
+                created = True
+            else:
+                err = C.ILLEGAL_GENERATION
+        if not err:
+            err = self._validate_txn_offset_commit(group, p)
+        if err:
+            self._respond(out, reply_to, all_failed(err))
+            return out
+        max_md = self.config.offset_metadata_max_bytes
+        results: list[tuple[str, list[PartitionResult]]] = []
+        records: list[OffsetRecord] = []
+        for topic, parts in p.topics:
+            rs = []
+            for pp in parts:
+                if pp.committed_metadata is not None and len(pp.committed_metadata) > max_md:
+                    rs.append(PartitionResult(pp.partition_index, C.OFFSET_METADATA_TOO_LARGE))
+                else:
+                    rs.append(PartitionResult(pp.partition_index, C.NONE))
+                    records.append(OffsetRecord(
+                        group.group_id, topic, pp.partition_index, pp.committed_offset,
+                        pp.committed_leader_epoch, pp.committed_metadata or "", now_ms, None))
+            results.append((topic, rs))
+        if not records:
+            self._respond(out, reply_to, OffsetCommitResult(tuple((t, tuple(rs)) for t, rs in results)))
+            return out
+
+        def done(o: Outcome, error: int, now: int) -> None:
+            if error:
+                mapped = C.map_append_error(error)
+                final = tuple((t, tuple(PartitionResult(r.partition_index, mapped)
+                                        if r.error_code == C.NONE else r for r in rs))
+                              for t, rs in results)
+                g = self.groups.get(group.group_id)
+                if (created and g is group and g.is_(S.EMPTY) and not g.offsets and not g.members
+                        and not g.pending_members and not self.pending_txn.has_group(g.group_id)):
+                    del self.groups[group.group_id]
+            else:
+                if self.groups.get(group.group_id) is None:
+                    self.groups[group.group_id] = ClassicGroup(group.group_id, state_timestamp=now)
+                for r in records:
+                    self.pending_txn.put(p.producer_id, (r.group, r.topic, r.partition), CommittedOffset(
+                        r.offset, r.leader_epoch, r.metadata, r.commit_timestamp, None, self._next_seq()))
+                final = tuple((t, tuple(rs)) for t, rs in results)
+            self._respond(o, reply_to, OffsetCommitResult(final))
+
+        self._append(out, records, done, producer=(p.producer_id, p.producer_epoch))
+        return out
+
+    @staticmethod
+    def _validate_txn_offset_commit(group: ClassicGroup, p: TxnOffsetCommitParams) -> int:
+        if group.is_(S.DEAD):
+            return C.COORDINATOR_NOT_AVAILABLE
+        if p.generation_id < 0 and group.is_(S.EMPTY):
+            return C.NONE
+        if p.generation_id >= 0 or p.member_id or p.group_instance_id is not None:
+            err = group.validate_member(p.member_id, p.group_instance_id)
+            if err:
+                return err
+            if p.generation_id != group.generation_id:
+                return C.ILLEGAL_GENERATION
+        return C.NONE
+
+    def write_txn_marker(self, marker: TxnMarkerRecord, group_filter: Callable[[str], bool], now_ms: int,
+                         reply_to: Any) -> Outcome:
+        """The transaction coordinator's marker for one `__consumer_offsets` partition: appended after
+        everything appended before it; once stored the producer's pending offsets of the groups there
+        (`group_filter`) are materialised (COMMIT) or dropped (ABORT). Answers the append's error
+        code (0 when stored)."""
+        out = Outcome()
+
+        def done(o: Outcome, error: int, now: int) -> None:
+            if not error:
+                self.replay_marker(marker.producer_id, marker.commit, group_filter)
+            self._respond(o, reply_to, error)
+
+        self._append(out, [marker], done, producer=(marker.producer_id, marker.producer_epoch))
         return out
 
     @staticmethod
@@ -904,10 +1038,13 @@ class GroupCoordinator:
             return out
         group = self.groups.get(p.group_id)
         offsets = group.offsets if group is not None and not group.is_(S.DEAD) else {}
+        unstable = (lambda t, pt: self.pending_txn.has(p.group_id, t, pt)) if p.require_stable \
+            else (lambda t, pt: False)
         if p.topics is None:
             by_topic: dict[str, list[FetchedPartition]] = {}
             for (topic, part), co in sorted(offsets.items()):
                 by_topic.setdefault(topic, []).append(
+                    FetchedPartition(part, error_code=C.UNSTABLE_OFFSET_COMMIT) if unstable(topic, part) else
                     FetchedPartition(part, co.offset, co.leader_epoch, co.metadata))
             topics = tuple((t, tuple(ps)) for t, ps in by_topic.items())
         else:
@@ -916,7 +1053,8 @@ class GroupCoordinator:
                 ps = []
                 for part in parts:
                     co = offsets.get((topic, part))
-                    ps.append(FetchedPartition(part) if co is None else
+                    ps.append(FetchedPartition(part, error_code=C.UNSTABLE_OFFSET_COMMIT)
+                              if unstable(topic, part) else FetchedPartition(part) if co is None else
                               FetchedPartition(part, co.offset, co.leader_epoch, co.metadata))
                 topics.append((topic, tuple(ps)))
             topics = tuple(topics)
@@ -947,7 +1085,7 @@ class GroupCoordinator:
                 else:
                     rs.append(PartitionResult(part, C.NONE))
                     co = group.offsets.get((topic, part))
-                    if co is not None:
+                    if co is not None or self.pending_txn.has(group.group_id, topic, part):
                         doomed.append(((topic, part), co))
             results.append((topic, tuple(rs)))
         result = OffsetDeleteResult(C.NONE, tuple(results))
@@ -960,8 +1098,9 @@ class GroupCoordinator:
                 self._respond(o, reply_to, OffsetDeleteResult(C.map_append_error(error)))
                 return
             for tp, co in doomed:
-                if group.offsets.get(tp) is co:
+                if co is not None and group.offsets.get(tp) is co:
                     del group.offsets[tp]
+                self.pending_txn.discard(group.group_id, *tp)
             self._respond(o, reply_to, result)
 
         self._append(out, [OffsetRecord(group.group_id, t, pt, tombstone=True) for (t, pt), _ in doomed],
@@ -995,12 +1134,13 @@ class GroupCoordinator:
                 continue
             expired = []
             for (topic, part), co in group.offsets.items():
-                if group.is_subscribed_to_topic(topic):
+                if group.is_subscribed_to_topic(topic) or self.pending_txn.has(group.group_id, topic, part):
                     continue
                 if (now >= co.expire_timestamp if co.expire_timestamp is not None
                         else now - base(co) >= retention):
                     expired.append(((topic, part), co))
-            delete_group = len(expired) == len(group.offsets) and group.is_(S.EMPTY)
+            delete_group = (len(expired) == len(group.offsets) and group.is_(S.EMPTY)
+                            and not self.pending_txn.has_group(group.group_id))
             if not expired and not delete_group:
                 continue
             records: list[Record] = [OffsetRecord(group.group_id, t, pt, tombstone=True)
@@ -1100,6 +1240,9 @@ class GroupCoordinator:
             else:
                 expired = list(group.offsets.items())
                 records.extend(OffsetRecord(gid, t, pt, tombstone=True) for (t, pt), _ in expired)
+                records.extend(OffsetRecord(gid, t, pt, tombstone=True)
+                               for t, pt in sorted(self.pending_txn.keys_of_group(gid))
+                               if (t, pt) not in group.offsets)
                 records.append(GroupRecord(gid, tombstone=True))
                 self._mark_dead(group, now_ms, out)
                 doomed.append((group, expired))
@@ -1112,6 +1255,10 @@ class GroupCoordinator:
         def done(o: Outcome, error: int, now: int) -> None:
             for h in handlers:
                 h(o, error, now)
+            if not error:
+                for g, _ in doomed:
+                    for t, pt in self.pending_txn.keys_of_group(g.group_id):
+                        self.pending_txn.discard(g.group_id, t, pt)
             if error:
                 mapped = C.map_append_error(error)
                 for g, _ in doomed:

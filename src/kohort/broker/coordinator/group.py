@@ -101,6 +101,9 @@ class CommittedOffset:
     metadata: str
     commit_timestamp: int
     expire_timestamp: int | None
+    # the order in which offset records were written (Kafka compares their log offsets): a committed
+    # transactional offset replaces the current one only if written after it
+    record_seq: int = -1
 
 
 @dataclass

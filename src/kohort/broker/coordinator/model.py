@@ -90,6 +90,19 @@ class OffsetCommitParams:
 
 
 @dataclass(frozen=True)
+class TxnOffsetCommitParams:
+    """TxnOffsetCommit (KIP-98; member checks of KIP-447 from v3): offsets held pending for the
+    producer until its transaction's marker reaches the group's `__consumer_offsets` partition."""
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    topics: tuple[tuple[str, tuple[CommitPartition, ...]], ...]
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True)
 class OffsetFetchParams:
     group_id: str
     topics: tuple[tuple[str, tuple[int, ...]], ...] | None = None   # None = every committed offset
@@ -264,6 +277,18 @@ class GroupRecord:
     tombstone: bool = False
 
 
+@dataclass(frozen=True)
+class TxnMarkerRecord:
+    """A COMMIT/ABORT marker for `partition` of `__consumer_offsets` (the runtime writes it as a
+    control batch of the producer); appended through the coordinator so that it follows, in the log
+    and in the order appends complete, every transactional offset commit appended before it."""
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+
+
 Record = Union[OffsetRecord, GroupRecord]
 
 
@@ -289,6 +314,8 @@ class CancelTimer:
 class Append:
     token: int
     records: tuple[Record, ...]
+    # (producer id, epoch): a transactional batch of that producer (TxnOffsetCommit); None: plain
+    producer: tuple[int, int] | None = None
 
 
 @dataclass

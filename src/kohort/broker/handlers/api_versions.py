@@ -20,4 +20,12 @@ def unsupported_version_response():
 
 @handles(ApiVersionsRequest, "0-4")
 def handle_api_versions(ctx, req):
-    return ApiVersionsResponse(error_code=0, api_keys=_keys(), throttle_time_ms=0)
+    """v3+ also carry the features: transaction.version (0-2 supported; finalized at the broker's
+    transaction.version), which Java clients read to choose transactions v2 (KIP-890)."""
+    tv = ctx.broker.config["transaction.version"]
+    R = ApiVersionsResponse
+    return R(error_code=0, api_keys=_keys(), throttle_time_ms=0,
+             supported_features=[R.SupportedFeatureKey(name="transaction.version", min_version=0, max_version=2)],
+             finalized_features_epoch=1,
+             finalized_features=[R.FinalizedFeatureKey(name="transaction.version", max_version_level=tv,
+                                                       min_version_level=tv)])

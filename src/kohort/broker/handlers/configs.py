@@ -7,11 +7,14 @@ asked (v1+), config types and documentation when asked (v3+); v0 gets is_default
 IncrementalAlterConfigs (KIP-339) supports SET, DELETE, and APPEND/SUBTRACT on list configs
 (cleanup.policy); AlterConfigs replaces all of a topic's overrides. validate_only checks without
 changing anything. Config errors are INVALID_CONFIG with the reason.
+Authorization: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for
+broker resources, on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
 
 import difflib
 
+from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import handles
 from kohort.broker.topic_configs import (LIST, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC,
                                          TOPIC_CONFIG_INFO, broker_config_entries, topic_config_entries)
@@ -29,6 +32,16 @@ Synonym = Entry.DescribeConfigsSynonym
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
+def _denied(ctx, resource_type: int, name: str, op: AclOperation) -> int:
+    """The authorization error for `op` on a config resource, else NONE."""
+    if resource_type == RESOURCE_TOPIC:
+        ok = ctx.authorize(op, ResourceType.TOPIC, name)
+        return ErrorCode.NONE if ok else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        return ErrorCode.NONE if ctx.authorize_cluster(op) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return ErrorCode.NONE
+
+
 def _broker_name_ok(broker, name: str) -> bool:
     return name == "" or name == str(broker.node_id)
 
@@ -39,6 +52,10 @@ def handle_describe_configs(ctx, req):
     results = []
     for r in req.resources:
         base = dict(resource_type=r.resource_type, resource_name=r.resource_name, configs=[])
+        denied = _denied(ctx, r.resource_type, r.resource_name, AclOperation.DESCRIBE_CONFIGS)
+        if denied:
+            results.append(Result(error_code=denied, error_message="Authorization failed.", **base))
+            continue
         if r.resource_type == RESOURCE_TOPIC:
             try:
                 entries = topic_config_entries(broker, r.resource_name)
@@ -146,7 +163,9 @@ def handle_incremental_alter_configs(ctx, req):
                 else:
                     raise _ConfigError(f"unknown config operation {c.config_operation}")
             return ch
-        code, msg = _alter(ctx.broker, r.resource_type, r.resource_name, changes_fn, req.validate_only, True)
+        code = _denied(ctx, r.resource_type, r.resource_name, AclOperation.ALTER_CONFIGS)
+        code, msg = (code, "Authorization failed.") if code else _alter(
+            ctx.broker, r.resource_type, r.resource_name, changes_fn, req.validate_only, True)
         out.append(R(error_code=code, error_message=msg, resource_type=r.resource_type,
                      resource_name=r.resource_name))
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=out)
@@ -163,7 +182,9 @@ def handle_alter_configs(ctx, req):
                 _check_name(ch, c.name)
                 ch[c.name] = c.value
             return ch
-        code, msg = _alter(ctx.broker, r.resource_type, r.resource_name, changes_fn, req.validate_only, False)
+        code = _denied(ctx, r.resource_type, r.resource_name, AclOperation.ALTER_CONFIGS)
+        code, msg = (code, "Authorization failed.") if code else _alter(
+            ctx.broker, r.resource_type, r.resource_name, changes_fn, req.validate_only, False)
         out.append(R(error_code=code, error_message=msg, resource_type=r.resource_type,
                      resource_name=r.resource_name))
     return AlterConfigsResponse(throttle_time_ms=0, responses=out)

@@ -6,7 +6,12 @@ Topic ids on the wire are mapped to names for the coordinator (which keys topics
 an owned partition of a topic id this broker does not know is dropped from TopicPartitions. When
 `group.coordinator.rebalance.protocols` lacks "consumer", both APIs answer UNSUPPORTED_VERSION, as
 Kafka does (they stay advertised). ConsumerGroupDescribe reports groups that are not consumer groups
-(unknown or classic) as GROUP_ID_NOT_FOUND per entry; authorized_operations is not computed (no ACLs).
+(unknown or classic) as GROUP_ID_NOT_FOUND per entry; authorized_operations (KIP-430) when asked.
+Authorization (Kafka 4's): the heartbeat needs READ on the group (GROUP_AUTHORIZATION_FAILED) and
+DESCRIBE on every subscribed topic name (TOPIC_AUTHORIZATION_FAILED); a regex subscription is not
+filtered by ACLs (Kafka 4 filters it). ConsumerGroupDescribe needs DESCRIBE on each group, and a group
+whose members' (target) assignments name a topic the principal may not DESCRIBE is answered
+TOPIC_AUTHORIZATION_FAILED without its details (KAFKA-18813, Kafka 4.0).
 """
 from __future__ import annotations
 
@@ -14,7 +19,8 @@ import uuid
 
 from kohort.broker.coordinator.consumer_group import ConsumerHeartbeatParams
 from kohort.broker.handlers import handles
-from kohort.broker.handlers.groups import client_host, runtime, topic_partition_counts
+from kohort.broker.authorizer import AclOperation, ResourceType
+from kohort.broker.handlers.groups import client_host, group_denied, runtime, topic_partition_counts
 from kohort.errors import ErrorCode
 from kohort.storage import StorageError
 from kohort.protocol.messages.consumer_group_describe import (
@@ -75,6 +81,13 @@ def _unavailable(ctx):
 @handles(ConsumerGroupHeartbeatRequest, "0-1")
 async def handle_consumer_group_heartbeat(ctx, req: ConsumerGroupHeartbeatRequest):
     rt, err = _unavailable(ctx)
+    if group_denied(ctx, req.group_id):
+        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    names = req.subscribed_topic_names or ()
+    hidden = set(names) - ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+    if hidden:
+        return _error(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                      f"The client is not authorized to describe topics: {', '.join(sorted(hidden))}")
     if err:
         return _error(*err)
     storage = ctx.broker.storage
@@ -108,6 +121,9 @@ async def handle_consumer_group_describe(ctx, req: ConsumerGroupDescribeRequest)
     for gid in req.group_ids:
         base = dict(group_id=gid, group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="",
                     members=[])
+        if group_denied(ctx, gid, AclOperation.DESCRIBE):
+            groups.append(DG(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message=None, **base))
+            continue
         if err:
             groups.append(DG(error_code=err[0], error_message=err[1], **base))
             continue
@@ -126,8 +142,18 @@ async def handle_consumer_group_describe(ctx, req: ConsumerGroupDescribeRequest)
                              subscribed_topic_names=list(m.subscribed_topic_names),
                              subscribed_topic_regex=m.subscribed_topic_regex, assignment=asg,
                              target_assignment=tgt, member_type=0 if m.classic is not None else 1))
+        topics = {tp.topic_name for m in members for a in (m.assignment, m.target_assignment)
+                  for tp in a.topic_partitions}
+        hidden = topics - ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, topics)
+        if hidden:
+            groups.append(DG(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=(
+                f"The described group uses topics that the client is not authorized to describe: "
+                f"{sorted(hidden)}"), **base))
+            continue
         groups.append(DG(error_code=ErrorCode.NONE, error_message=None, group_id=gid,
                          group_state=g.state.value, group_epoch=g.group_epoch,
                          assignment_epoch=g.assignment_epoch,
-                         assignor_name=rt.consumer._preferred_assignor(g), members=members))
+                         assignor_name=rt.consumer._preferred_assignor(g), members=members,
+                         authorized_operations=ctx.authorized_operations(ResourceType.GROUP, gid,
+                                                                         req.include_authorized_operations)))
     return R(throttle_time_ms=0, groups=groups)

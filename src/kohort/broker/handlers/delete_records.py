@@ -1,7 +1,9 @@
 """DeleteRecords (API key 21), v0-v2: move a partition's log start offset up (offset -1 = the high
-watermark); answers the new low watermark. Beyond the high watermark is OFFSET_OUT_OF_RANGE."""
+watermark); answers the new low watermark. Beyond the high watermark is OFFSET_OUT_OF_RANGE.
+DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED."""
 from __future__ import annotations
 
+from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import handles
 from kohort.errors import ErrorCode
 from kohort.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
@@ -15,9 +17,14 @@ PartResult = TopicResult.DeleteRecordsPartitionResult
 def handle_delete_records(ctx, req):
     storage = ctx.broker.storage
     topics = []
+    ok = ctx.authorized(AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
     for t in req.topics:
         parts = []
         for p in t.partitions:
+            if t.name not in ok:
+                parts.append(PartResult(partition_index=p.partition_index, low_watermark=-1,
+                                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             try:
                 log = storage.log(t.name, p.partition_index)
                 offset = log.high_watermark if p.offset == -1 else p.offset

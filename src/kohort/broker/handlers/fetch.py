@@ -19,11 +19,14 @@
   partition is answered at once with no records and `diverging_epoch` = (epoch, its end offset), so
   the consumer truncates its position. Partitions a session only remembers (not re-sent in an
   incremental fetch) are not checked.
+* Authorization: READ on the topic, else TOPIC_AUTHORIZATION_FAILED for its partitions (answered at
+  once, nothing read); an unknown topic id stays UNKNOWN_TOPIC_ID.
 """
 from __future__ import annotations
 
 import time
 
+from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.fetch_sessions import CachedPartition, FetchSessionError
 from kohort.broker.handlers import handles
 from kohort.broker.handlers._util import check_leader_epoch, now_ms
@@ -211,12 +214,32 @@ def handle_fetch(ctx, req: FetchRequest):
         return FetchResponse(throttle_time_ms=0, error_code=e.code, session_id=0, responses=[])
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
     rc = req.isolation_level == READ_COMMITTED
+    denied = _unauthorized(ctx, wants, v >= 13)
+    if denied:
+        wants = [w for w in wants if w not in denied]
     # record bytes go out with sendfile on connections without TLS (the server's writer)
     sl = ctx.listener is not None and ctx.listener.protocol in ("PLAINTEXT", "SASL_PLAINTEXT")
     results, total, errors = _read(broker, wants, max_bytes, v >= 13, rc, sl)
+    if denied:
+        return _response(broker, v, req, sess, full, denied + results)
     if total >= req.min_bytes or req.max_wait_ms <= 0 or errors or not wants:
         return _response(broker, v, req, sess, full, results)
     return _long_poll(broker, v, req, sess, full, wants, max_bytes, results, sl)
+
+
+def _unauthorized(ctx, wants: list[_Want], by_id: bool) -> list[_Result]:
+    """TOPIC_AUTHORIZATION_FAILED results for the partitions of topics the principal may not READ."""
+    names = {}
+    for w in wants:
+        key = w.key[0]
+        if key not in names:
+            try:
+                names[key] = ctx.broker.storage.topic_name(key) if by_id else key
+            except StorageError:
+                names[key] = None           # unknown id: _read answers UNKNOWN_TOPIC_ID
+    allowed = ctx.authorized(AclOperation.READ, ResourceType.TOPIC, (n for n in names.values() if n))
+    return [_Result(w, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for w in wants
+            if names[w.key[0]] is not None and names[w.key[0]] not in allowed]
 
 
 async def _long_poll(broker, v, req, sess, full, wants, max_bytes, results, sl):

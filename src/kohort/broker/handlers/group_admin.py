@@ -2,9 +2,11 @@
 ListGroups (16) v0-v5, DeleteGroups (42) v0-v2.
 
 DescribeGroups v6 reports an unknown group as GROUP_ID_NOT_FOUND with a message (KIP-1043); older
-versions describe it as a "Dead" group with no error. authorized_operations (v3+) is left at
-Integer.MIN_VALUE ("not provided"): kohort has no ACLs. ListGroups filters by state (v4+, KIP-518)
-and by type (v5+, KIP-848).
+versions describe it as a "Dead" group with no error; authorized_operations (v3+, KIP-430) when asked.
+ListGroups filters by state (v4+, KIP-518) and by type (v5+, KIP-848).
+Authorization (Kafka's): DescribeGroups needs DESCRIBE on each group, DeleteGroups DELETE, else
+GROUP_AUTHORIZATION_FAILED for that group; ListGroups lists every group for DESCRIBE on the cluster,
+otherwise only the groups the principal may DESCRIBE (never an error).
 KIP-848 consumer groups (the runtime's `consumer` coordinator) are listed with type and protocol type
 "consumer" and their state (Empty, Assigning, Reconciling, Stable); the classic coordinator's simple
 group that only holds their offsets is not listed separately. DescribeGroups answers a consumer group
@@ -14,6 +16,7 @@ ConsumerGroupDescribe. DeleteGroups deletes an empty consumer group (NON_EMPTY_G
 from __future__ import annotations
 
 from kohort.broker.coordinator.model import ListedGroup
+from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import handles
 from kohort.broker.handlers.groups import runtime
 from kohort.errors import ErrorCode
@@ -33,9 +36,16 @@ async def handle_describe_groups(ctx, req: DescribeGroupsRequest) -> DescribeGro
         return DescribeGroupsResponse(throttle_time_ms=0, groups=[
             DG(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, group_id=g, group_state="", protocol_type="",
                protocol_data="", members=[]) for g in req.groups])
-    res = await rt.call("describe_groups", list(req.groups), api_version=v)
+    allowed = ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP, req.groups)
+    res = await rt.call("describe_groups", [g for g in req.groups if g in allowed], api_version=v)
+    described = {g.group_id: g for g in res.groups}
     groups = []
-    for g in res.groups:
+    for gid in req.groups:
+        g = described.get(gid)
+        if g is None:       # not authorized (in the request's order, like the others)
+            groups.append(DG(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=gid, group_state="",
+                             protocol_type="", protocol_data="", members=[]))
+            continue
         msg = None
         if rt.consumer is not None and rt.consumer.is_consumer_group(g.group_id) and not g.error_code:
             groups.append(DG(error_code=ErrorCode.GROUP_ID_NOT_FOUND if v >= 6 else ErrorCode.NONE,
@@ -50,7 +60,9 @@ async def handle_describe_groups(ctx, req: DescribeGroupsRequest) -> DescribeGro
             protocol_type=g.protocol_type, protocol_data=g.protocol_data,
             members=[DM(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
                         client_host=m.client_host, member_metadata=m.member_metadata,
-                        member_assignment=m.member_assignment) for m in g.members]))
+                        member_assignment=m.member_assignment) for m in g.members],
+            authorized_operations=ctx.authorized_operations(
+                ResourceType.GROUP, g.group_id, v >= 3 and req.include_authorized_operations and not g.error_code)))
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)
 
 
@@ -74,6 +86,9 @@ async def handle_list_groups(ctx, req: ListGroupsRequest) -> ListGroupsResponse:
                 state = cg.state.value
                 if not states or state.lower() in states:
                     listed.append(ListedGroup(gid, "consumer", state, "consumer"))
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        visible = ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP, (g.group_id for g in listed))
+        listed = [g for g in listed if g.group_id in visible]
     return ListGroupsResponse(throttle_time_ms=0, error_code=res.error_code, groups=[
         LG(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.group_state,
            group_type=g.group_type) for g in listed])
@@ -86,7 +101,8 @@ async def handle_delete_groups(ctx, req: DeleteGroupsRequest) -> DeleteGroupsRes
     if rt is None:
         return DeleteGroupsResponse(throttle_time_ms=0, results=[
             R(group_id=g, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE) for g in req.groups_names])
-    names = list(req.groups_names)
+    deletable = ctx.authorized(AclOperation.DELETE, ResourceType.GROUP, req.groups_names)
+    names = [g for g in req.groups_names if g in deletable]
     consumer_errors = {}
     if rt.consumer is not None and rt.coordinator.phase == "active":
         for g in names:
@@ -101,4 +117,6 @@ async def handle_delete_groups(ctx, req: DeleteGroupsRequest) -> DeleteGroupsRes
             results[g] = ErrorCode.NONE    # a consumer group that had no committed offsets
         elif e:
             results[g] = e
-    return DeleteGroupsResponse(throttle_time_ms=0, results=[R(group_id=g, error_code=results[g]) for g in names])
+    return DeleteGroupsResponse(throttle_time_ms=0, results=[
+        R(group_id=g, error_code=results[g] if g in deletable else ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        for g in req.groups_names])

@@ -10,12 +10,17 @@ Heartbeat and LeaveGroup for the id of a KIP-848 consumer group with members are
 consumer-group coordinator (classic members in a consumer group, kohort.broker.coordinator.
 classic_members); a JoinGroup for an empty consumer group deletes it first (Kafka converts empty groups). LeaveGroup v0-v2 carry one
 member_id and report its error at the top level; v3+ batch members (KIP-345).
+
+Authorization (Kafka's): FindCoordinator needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or
+the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key from v4; JoinGroup, SyncGroup,
+Heartbeat and LeaveGroup READ on the group, else GROUP_AUTHORIZATION_FAILED before anything else.
 """
 from __future__ import annotations
 
 from kohort.broker.coordinator.model import (
     HeartbeatParams, JoinParams, LeaveMember, LeaveParams, SyncParams,
 )
+from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import handles
 from kohort.errors import ErrorCode
 from kohort.protocol.messages.find_coordinator import (
@@ -44,6 +49,11 @@ def topic_partition_counts(storage) -> dict[str, int]:
     return {t.name: t.num_partitions for t in storage.topics()}
 
 
+def group_denied(ctx, group_id: str, op: AclOperation = AclOperation.READ) -> int:
+    """GROUP_AUTHORIZATION_FAILED unless the principal may do `op` on the group, else NONE."""
+    return ErrorCode.NONE if ctx.authorize(op, ResourceType.GROUP, group_id) else ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
 def client_host(ctx) -> str:
     return "/" + (ctx.client_host or "")      # Kafka's InetAddress.toString() form
 
@@ -67,8 +77,21 @@ def handle_find_coordinator(ctx, req: FindCoordinatorRequest) -> FindCoordinator
         where.update(node_id=-1, host="", port=-1)
     if v >= 4:
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
-            FindCoordinatorResponse.Coordinator(key=key, **where) for key in req.coordinator_keys])
-    return FindCoordinatorResponse(throttle_time_ms=0, **where)
+            FindCoordinatorResponse.Coordinator(key=key, **_find_denied(ctx, key_type, key, where))
+            for key in req.coordinator_keys])
+    return FindCoordinatorResponse(throttle_time_ms=0, **_find_denied(ctx, key_type, req.key, where))
+
+
+def _find_denied(ctx, key_type: int, key: str, where: dict) -> dict:
+    """`where`, or the authorization error when the principal may not DESCRIBE the key."""
+    if key_type == KEY_TYPE_GROUP and group_denied(ctx, key, AclOperation.DESCRIBE):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif key_type == KEY_TYPE_TRANSACTION and not ctx.authorize(AclOperation.DESCRIBE,
+                                                                ResourceType.TRANSACTIONAL_ID, key):
+        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    else:
+        return where
+    return dict(error_code=code, error_message=None, node_id=-1, host="", port=-1)
 
 
 # -- JoinGroup -----------------------------------------------------------------------------------
@@ -86,6 +109,10 @@ def _join_response(v: int, res) -> JoinGroupResponse:
 async def handle_join_group(ctx, req: JoinGroupRequest) -> JoinGroupResponse:
     v = ctx.api_version
     rt = runtime(ctx)
+    if group_denied(ctx, req.group_id):
+        return JoinGroupResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                 generation_id=-1, protocol_name=None if v >= 7 else "", leader="",
+                                 member_id=req.member_id, members=[])
     if rt is None:
         return JoinGroupResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                  generation_id=-1, protocol_name=None if v >= 7 else "", leader="",
@@ -118,6 +145,8 @@ async def handle_join_group(ctx, req: JoinGroupRequest) -> JoinGroupResponse:
 async def handle_sync_group(ctx, req: SyncGroupRequest) -> SyncGroupResponse:
     v = ctx.api_version
     rt = runtime(ctx)
+    if group_denied(ctx, req.group_id):
+        return SyncGroupResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, assignment=b"")
     if rt is None:
         return SyncGroupResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                  assignment=b"")
@@ -139,6 +168,8 @@ async def handle_sync_group(ctx, req: SyncGroupRequest) -> SyncGroupResponse:
 @handles(HeartbeatRequest, "0-4")
 async def handle_heartbeat(ctx, req: HeartbeatRequest) -> HeartbeatResponse:
     rt = runtime(ctx)
+    if group_denied(ctx, req.group_id):
+        return HeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if rt is None:
         return HeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
     p = HeartbeatParams(req.group_id, req.generation_id, req.member_id,
@@ -155,6 +186,8 @@ async def handle_heartbeat(ctx, req: HeartbeatRequest) -> HeartbeatResponse:
 async def handle_leave_group(ctx, req: LeaveGroupRequest) -> LeaveGroupResponse:
     v = ctx.api_version
     rt = runtime(ctx)
+    if group_denied(ctx, req.group_id):
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
     if rt is None:
         return LeaveGroupResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                   members=[])

@@ -8,6 +8,7 @@ after it answers offset -1.
 """
 from __future__ import annotations
 
+from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import handles
 from kohort.broker.handlers._util import check_leader_epoch
 from kohort.errors import ErrorCode
@@ -56,6 +57,9 @@ def _one(broker, topic: str, p, read_committed: bool) -> PartResp:
 @handles(ListOffsetsRequest, "1-10")
 def handle_list_offsets(ctx, req: ListOffsetsRequest) -> ListOffsetsResponse:
     rc = ctx.api_version >= 2 and req.isolation_level == 1
-    topics = [TopicResp(name=t.name, partitions=[_one(ctx.broker, t.name, p, rc) for p in t.partitions])
-              for t in req.topics]
+    ok = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
+    topics = [TopicResp(name=t.name, partitions=[
+        _one(ctx.broker, t.name, p, rc) if t.name in ok
+        else PartResp(partition_index=p.partition_index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        for p in t.partitions]) for t in req.topics]
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

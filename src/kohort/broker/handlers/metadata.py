@@ -1,11 +1,17 @@
 """Metadata (API key 3), v0-v13: this node as the only broker, controller and every partition's
 leader (leader epoch 0); topic ids (v10+); auto-creation when auto.create.topics.enable and the
 request allows it (always for v0-v3, `allow_auto_topic_creation` from v4). A null topic list (v1+)
-or an empty one in v0 means all topics."""
+or an empty one in v0 means all topics.
+
+Authorization (KIP-430 and Kafka's KafkaApis): the all-topics list leaves out topics the principal may
+not DESCRIBE; a named one it may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED whether or not it exists;
+auto-creating a missing one needs CREATE on the cluster or the topic, else TOPIC_AUTHORIZATION_FAILED.
+authorized_operations are filled in when asked (topics v8+, cluster v8-v10)."""
 from __future__ import annotations
 
 import uuid
 
+from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import handles
 from kohort.broker.handlers._util import auto_create
 from kohort.errors import ErrorCode
@@ -35,7 +41,8 @@ def handle_metadata(ctx, req: MetadataRequest) -> MetadataResponse:
     brokers = [MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)]
     topics: list[Topic] = []
     if req.topics is None or (v == 0 and not req.topics):
-        topics = [topic_entry(broker, info, v) for info in storage.topics()]
+        visible = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in storage.topics()))
+        topics = [topic_entry(broker, info, v) for info in storage.topics() if info.name in visible]
     else:
         allow = broker.config["auto.create.topics.enable"] and (v < 4 or req.allow_auto_topic_creation)
         for t in req.topics:
@@ -48,6 +55,11 @@ def handle_metadata(ctx, req: MetadataRequest) -> MetadataResponse:
                     topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=tid,
                                         partitions=[]))
                     continue
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                by_id = t.name is None      # asked by id: the name is not revealed
+                topics.append(Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=None if by_id else name,
+                                    topic_id=t.topic_id if by_id else ZERO_UUID, partitions=[]))
+                continue
             if not storage.has_topic(name):
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 try:
@@ -55,11 +67,22 @@ def handle_metadata(ctx, req: MetadataRequest) -> MetadataResponse:
                 except StorageError:
                     code = ErrorCode.INVALID_TOPIC_EXCEPTION
                 else:
-                    if allow:
+                    if allow and not (ctx.authorize_cluster(AclOperation.CREATE)
+                                      or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, name)):
+                        code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    elif allow:
                         code = auto_create(broker, name)
                 if code != ErrorCode.NONE or not storage.has_topic(name):
                     topics.append(Topic(error_code=code, name=name, topic_id=ZERO_UUID, partitions=[]))
                     continue
             topics.append(topic_entry(broker, storage.topic(name), v))
+    if v >= 8:
+        for t in topics:
+            if t.error_code == ErrorCode.NONE:
+                t.topic_authorized_operations = ctx.authorized_operations(
+                    ResourceType.TOPIC, t.name, req.include_topic_authorized_operations)
+    cluster_ops = ctx.authorized_operations(ResourceType.CLUSTER, "kafka-cluster",
+                                            8 <= v <= 10 and req.include_cluster_authorized_operations)
     return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=broker.cluster_id,
-                            controller_id=broker.node_id, topics=topics, error_code=0)
+                            controller_id=broker.node_id, topics=topics, error_code=0,
+                            cluster_authorized_operations=cluster_ops)

@@ -1,7 +1,9 @@
 """OffsetForLeaderEpoch (API key 23), v2-v4 (the Kafka 4 range; KIP-101/279/320): the end offset of
-a leader epoch, from the log's leader-epoch cache. Consumers use it to detect log truncation."""
+a leader epoch, from the log's leader-epoch cache. Consumers use it to detect log truncation.
+DESCRIBE on the topic, else TOPIC_AUTHORIZATION_FAILED."""
 from __future__ import annotations
 
+from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import handles
 from kohort.broker.handlers._util import check_leader_epoch
 from kohort.errors import ErrorCode
@@ -17,9 +19,13 @@ EpochEnd = TopicResult.EpochEndOffset
 def handle_offset_for_leader_epoch(ctx, req):
     broker = ctx.broker
     topics = []
+    ok = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in req.topics))
     for t in req.topics:
         parts = []
         for p in t.partitions:
+            if t.topic not in ok:
+                parts.append(EpochEnd(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, partition=p.partition))
+                continue
             try:
                 log = broker.storage.log(t.topic, p.partition)
                 log.become_leader(broker.leader_epoch)

@@ -10,23 +10,32 @@ kohort.broker.producer_state (a retried duplicate is answered with its original 
 Transactional batches (KIP-98): the first one of a producer on a partition must belong to its Ongoing
 transaction holding that partition (kohort.broker.txn's `verify`, KIP-890 part 1), else
 INVALID_TXN_STATE (TRANSACTION_ABORTABLE from v11) or INVALID_PRODUCER_EPOCH for a fenced epoch; a
-non-transactional batch from a producer with a transaction open is INVALID_TXN_STATE. v12's implicit
-add (transactions v2) is not done. The log
+non-transactional batch from a producer with a transaction open is INVALID_TXN_STATE. From v12
+(transactions v2, KIP-890 part 2) such a partition is first added to the producer's transaction (the
+request's transactional_id; persisted and fsynced before the batch is appended); CONCURRENT_TRANSACTIONS
+while its previous transaction is still completing. The log
 assigns offsets by patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also
 get MaxTimestamp and a new CRC).
 
 acks=0 gets no response. acks=1/all (one replica, so the same) are answered after the group-commit
 fsync (kohort.broker.durability) under log.flush.policy=fsync-before-ack.
+
+Authorization: WRITE on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions; a request
+carrying transactional batches needs WRITE on its transactional id, else every partition is
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED (Kafka's error response). No IDEMPOTENT_WRITE check (Kafka 2.8+).
 """
 from __future__ import annotations
 
 from kohort.broker.handlers.metadata import INTERNAL_TOPICS
+from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import NO_RESPONSE, handles
 from kohort.broker.handlers._util import error_of, now_ms
 from kohort.errors import DecodeError, ErrorCode
 from kohort.protocol.compression import CODEC_IDS, COMPRESSION_ZSTD
 from kohort.protocol.messages.produce import ProduceRequest, ProduceResponse
-from kohort.protocol.records import MAGIC_OFFSET, build_batch, decode_batch, read_batch_header, validate_batch
+from kohort.protocol.records import (
+    ATTR_TRANSACTIONAL, ATTRIBUTES_OFFSET, MAGIC_OFFSET, build_batch, decode_batch, read_batch_header, validate_batch,
+)
 from kohort.storage import StorageError
 
 # topic compression.type -> codec the stored batch must use ("producer": keep the producer's)
@@ -123,19 +132,82 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
                     record_errors=[]), h.records_count
 
 
+def _needs_implicit_add(broker, req: ProduceRequest) -> list:
+    """Produce v12: the partitions whose transactional batch opens a transaction on a partition not in
+    the producer's Ongoing transaction -> [(topic, partition, pid, epoch)]."""
+    out = []
+    for t in req.topic_data:
+        for pd in t.partition_data:
+            try:
+                h = read_batch_header(pd.records)
+                lg = broker.storage.log(t.name, pd.index)
+            except (DecodeError, StorageError, TypeError):
+                continue                        # append_partition answers those
+            if not h.is_transactional or h.producer_id < 0 or h.is_control or t.name in INTERNAL_TOPICS:
+                continue
+            if (h.producer_id, t.name, pd.index) in broker.txn.adding:     # wait for it: keep the order
+                out.append((t.name, pd.index, h.producer_id, h.producer_epoch))
+                continue
+            if broker.producers.partition(t.name, pd.index, lg).is_open(h.producer_id):
+                continue
+            if broker.txn.coordinator.verify(h.producer_id, h.producer_epoch, t.name, pd.index) \
+                    == ErrorCode.INVALID_TXN_STATE:
+                out.append((t.name, pd.index, h.producer_id, h.producer_epoch))
+    return out
+
+
 @handles(ProduceRequest, "3-12", advertised_min=0)
 def handle_produce(ctx, req: ProduceRequest):
+    if ctx.api_version >= 12 and req.transactional_id and req.acks in (-1, 0, 1) \
+            and not _transactional_denied(ctx, req):
+        writable = ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in req.topic_data))
+        adds = [a for a in _needs_implicit_add(ctx.broker, req) if a[0] in writable]   # authorized first
+        if adds:
+            return _produce_after_add(ctx, req, adds)
+    return _produce(ctx, req, {})
+
+
+async def _produce_after_add(ctx, req: ProduceRequest, adds: list):
+    """Transactions v2: add the partitions (one request's batches share one producer), then produce;
+    a failed add answers its partitions with the add's error."""
+    errors = {}
+    by_producer: dict[tuple[int, int], list] = {}
+    for topic, index, pid, epoch in adds:
+        by_producer.setdefault((pid, epoch), []).append((topic, index))
+    for (pid, epoch), tps in by_producer.items():
+        code = await ctx.broker.txn.implicit_add(req.transactional_id, pid, epoch, tps)
+        if code == ErrorCode.INVALID_TXN_STATE:
+            code = ErrorCode.TRANSACTION_ABORTABLE
+        elif code == ErrorCode.COORDINATOR_NOT_AVAILABLE:      # as Kafka maps coordinator errors on Produce
+            code = ErrorCode.NOT_ENOUGH_REPLICAS
+        if code:
+            errors.update({tp: code for tp in tps})
+    r = _produce(ctx, req, errors)
+    return (await r) if hasattr(r, "__await__") else r
+
+
+def _produce(ctx, req: ProduceRequest, pre_errors: dict):
     broker, v = ctx.broker, ctx.api_version
     acks = req.acks
     now = now_ms()
     metrics = broker.metrics
     responses = []
     wrote = False
+    writable = ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in req.topic_data))
+    txn_denied = _transactional_denied(ctx, req)
     for t in req.topic_data:
         parts = []
         for pd in t.partition_data:
             if acks not in (-1, 0, 1):
                 parts.append(_err(pd.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}"))
+                continue
+            if txn_denied or t.name not in writable:
+                parts.append(_err(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied
+                                  else ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
+            if (t.name, pd.index) in pre_errors:
+                code = pre_errors[(t.name, pd.index)]
+                parts.append(_err(pd.index, code, f"{t.name}-{pd.index} could not be added to the transaction"))
                 continue
             if t.name in INTERNAL_TOPICS:
                 # only the broker writes its internal topics (Kafka: ReplicaManager, internalTopicsAllowed)
@@ -159,6 +231,23 @@ def handle_produce(ctx, req: ProduceRequest):
     if not (wrote and broker.sync.enabled):
         return resp
     return _after_sync(broker, resp)
+
+
+def _transactional_denied(ctx, req) -> bool:
+    """A request with a transactional batch whose principal may not WRITE its transactional id (with an
+    authorizer only: kohort's broker otherwise takes transactional batches without the id, as before)."""
+    tid = req.transactional_id
+    if ctx.broker.acls is None:
+        return False
+    if tid is not None and ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        return False
+    for t in req.topic_data:
+        for pd in t.partition_data:
+            r = pd.records
+            if r is not None and len(r) > ATTRIBUTES_OFFSET + 1 and \
+                    int.from_bytes(r[ATTRIBUTES_OFFSET:ATTRIBUTES_OFFSET + 2], "big") & ATTR_TRANSACTIONAL:
+                return True
+    return False
 
 
 async def _after_sync(broker, resp: ProduceResponse) -> ProduceResponse:

@@ -9,11 +9,15 @@ configs (KIP-525), v7 with the topic id.
 DeleteTopics: by name, or from v6 by name or topic id (UNKNOWN_TOPIC_ID); TOPIC_DELETION_DISABLED when
 delete.topic.enable=false. Waiting fetches on the topic are woken.
 CreatePartitions: grows a topic; the count must increase (INVALID_PARTITIONS).
+Authorization (Kafka's; checked before existence): CreateTopics CREATE on the cluster or the topic (and
+DESCRIBE_CONFIGS on it for the v5+ configs, else topic_config_error_code), DeleteTopics DELETE (by id:
+DESCRIBE first, else no name is revealed), CreatePartitions ALTER; else TOPIC_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 from collections import Counter
 
+from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers.metadata import INTERNAL_TOPICS
 from kohort.broker.handlers import handles
 from kohort.broker.handlers._util import now_ms
@@ -26,6 +30,9 @@ from kohort.storage import LogConfig, StorageError, validate_topic_name
 
 CTResult = CreateTopicsResponse.CreatableTopicResult
 CTConfig = CTResult.CreatableTopicConfigs
+
+
+DENIED = "Authorization failed."
 
 
 class _Reject(Exception):
@@ -89,6 +96,7 @@ def handle_create_topics(ctx, req):
     storage = broker.storage
     counts = Counter(t.name for t in req.topics)
     out = []
+    cluster_create = ctx.authorize_cluster(AclOperation.CREATE)
     for t in req.topics:
         res = CTResult(name=t.name, error_code=0, error_message=None, num_partitions=-1,
                        replication_factor=-1, configs=None)
@@ -97,12 +105,18 @@ def handle_create_topics(ctx, req):
             res.error_message = f"topic {t.name!r} appears more than once in the request"
             out.append(res)
             continue
+        if not (cluster_create or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, t.name)):
+            res.error_code, res.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, DENIED
+            out.append(res)
+            continue
         try:
             count, configs = _check_create(broker, t)
             if not req.validate_only:
                 res.topic_id = storage.create_topic(t.name, count, configs, now_ms=now_ms())
             res.num_partitions, res.replication_factor = count, 1
-            if v >= 5:
+            if v >= 5 and not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
+                res.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif v >= 5:
                 if req.validate_only:
                     res.configs = []
                 else:
@@ -140,9 +154,14 @@ def handle_delete_topics(ctx, req):
                 if tid is None or tid.int == 0:
                     raise _Reject(ErrorCode.INVALID_REQUEST, "neither a topic name nor a topic id")
                 try:
-                    name = res.name = storage.topic_name(tid)
+                    name = storage.topic_name(tid)
                 except StorageError:
                     raise _Reject(ErrorCode.UNKNOWN_TOPIC_ID, f"unknown topic id {tid}") from None
+                if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                    raise _Reject(ErrorCode.TOPIC_AUTHORIZATION_FAILED, DENIED)
+                res.name = name
+            if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, name):
+                raise _Reject(ErrorCode.TOPIC_AUTHORIZATION_FAILED, DENIED)
             if name in INTERNAL_TOPICS:
                 raise _Reject(ErrorCode.INVALID_TOPIC_EXCEPTION, f"internal topic {name} cannot be deleted")
             if not broker.config["delete.topic.enable"]:
@@ -171,6 +190,8 @@ def handle_create_partitions(ctx, req):
         try:
             if counts[t.name] > 1:
                 raise _Reject(ErrorCode.INVALID_REQUEST, f"topic {t.name!r} appears more than once")
+            if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name):
+                raise _Reject(ErrorCode.TOPIC_AUTHORIZATION_FAILED, DENIED)
             if t.name in INTERNAL_TOPICS:
                 raise _Reject(ErrorCode.INVALID_TOPIC_EXCEPTION,
                               f"internal topic {t.name} cannot get more partitions")

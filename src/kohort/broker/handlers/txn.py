@@ -1,23 +1,36 @@
-"""The client side of transactions v1 (KIP-98): AddPartitionsToTxn (key 24) v0-v3, AddOffsetsToTxn
-(key 25) v0-v4 and EndTxn (key 26) v0-v4, answered by the transaction coordinator
-(kohort.broker.txn). AddPartitionsToTxn v4+ (brokers' verification, KIP-890) and EndTxn v5
-(transactions v2) are not served: kohort's broker verifies transactional produce with its local
-coordinator directly and does not advertise transaction.version 2.
+"""The client side of transactions (KIP-98): AddPartitionsToTxn (key 24) v0-v3, AddOffsetsToTxn
+(key 25) v0-v4 and EndTxn (key 26) v0-v5, answered by the transaction coordinator (kohort.broker.txn).
+EndTxn v5 is transactions v2 (KIP-890 part 2: the epoch is bumped on every commit/abort and the answer
+carries the producer id/epoch to use next). AddPartitionsToTxn v4+ (brokers' verification) is not
+served: kohort's broker verifies transactional produce with its local coordinator directly.
 
 AddPartitionsToTxn answers one code for every partition; a partition of an unknown topic gets
 UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as Kafka. AddOffsetsToTxn adds the
 group's `__consumer_offsets` partition (abs(hash(group)) % its partition count).
 
 Admin (KIP-664): DescribeTransactions (key 65) v0, ListTransactions (key 66) v0-v2 from the
-coordinator's state; DescribeProducers (key 61) v0 from the partitions' producer state.
+coordinator's state; DescribeProducers (key 61) v0 from the partitions' producer state;
+WriteTxnMarkers (key 27) v1 -- what Kafka's Admin.abortTransaction sends to a partition's leader to
+close a hanging transaction (kafka-transactions.sh abort): each marker is appended with the same checks
+as the coordinator's own (an epoch below the producer's is INVALID_PRODUCER_EPOCH, a coordinator
+epoch below its last marker's TRANSACTION_COORDINATOR_FENCED; `__consumer_offsets` through the group
+coordinator) and answered once fsynced.
+
+Authorization (Kafka's): WRITE on the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+(AddPartitionsToTxn: on every partition; then WRITE on each topic, else TOPIC_AUTHORIZATION_FAILED
+and OPERATION_NOT_ATTEMPTED for the rest); AddOffsetsToTxn also READ on the group, else
+GROUP_AUTHORIZATION_FAILED. DescribeTransactions/ListTransactions need DESCRIBE on the id (the list is
+filtered), DescribeProducers READ on the topic; WriteTxnMarkers (a broker's or an admin's
+request) CLUSTER_ACTION on the cluster, else CLUSTER_AUTHORIZATION_FAILED for every marker.
 """
 from __future__ import annotations
 
 import re
 
+from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import handles
 from kohort.broker.handlers._util import now_ms
-from kohort.broker.txn.coordinator import STATE_NAMES, TxnState
+from kohort.broker.txn.coordinator import STATE_NAMES, TxnState, WriteMarkers
 from kohort.errors import ErrorCode
 from kohort.protocol.consumer_offsets import group_partition
 from kohort.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
@@ -28,10 +41,24 @@ from kohort.protocol.messages.describe_transactions import (
 )
 from kohort.protocol.messages.end_txn import EndTxnRequest, EndTxnResponse
 from kohort.protocol.messages.list_transactions import ListTransactionsRequest, ListTransactionsResponse
+from kohort.protocol.messages.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from kohort.storage import StorageError
 
 TopicResult = AddPartitionsToTxnResponse.TopicResult
 PartResult = TopicResult.PartitionResult
+
+
+def _txn_denied(ctx, transactional_id: str) -> int:
+    """TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless the principal may WRITE the transactional id."""
+    if ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return ErrorCode.NONE
+    return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def _group_denied(ctx, group_id: str) -> int:
+    if ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
+        return ErrorCode.NONE
+    return ErrorCode.GROUP_AUTHORIZATION_FAILED
 
 
 def _answer(topics, code_of) -> list:
@@ -45,13 +72,21 @@ async def handle_add_partitions_to_txn(ctx, req):
     storage = ctx.broker.storage
     topics = req.v3_and_below_topics
     unknown = set()
+    denied = _txn_denied(ctx, req.v3_and_below_transactional_id)
+    if denied:
+        return AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=_answer(
+            topics, lambda t, p: denied))
+    writable = ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in topics))
     for t in topics:
         for p in t.partitions:
             try:
                 storage.log(t.name, p)
             except StorageError:
                 unknown.add((t.name, p))
-    if unknown:
+    if len(writable) < len({t.name for t in topics}):
+        results = _answer(topics, lambda t, p: ErrorCode.TOPIC_AUTHORIZATION_FAILED if t not in writable
+                          else ErrorCode.OPERATION_NOT_ATTEMPTED)
+    elif unknown:
         results = _answer(topics, lambda t, p: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if (t, p) in unknown
                           else ErrorCode.OPERATION_NOT_ATTEMPTED)
     else:
@@ -71,17 +106,26 @@ def _offsets_partitions(broker) -> int:
 
 @handles(AddOffsetsToTxnRequest, "0-4")
 async def handle_add_offsets_to_txn(ctx, req):
+    denied = _txn_denied(ctx, req.transactional_id) or _group_denied(ctx, req.group_id)
+    if denied:
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=denied)
     tp = ("__consumer_offsets", group_partition(req.group_id, _offsets_partitions(ctx.broker)))
     r = await ctx.broker.txn.call("add_partitions", req.transactional_id, req.producer_id, req.producer_epoch,
                                   [tp], version=ctx.api_version)
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=r.error)
 
 
-@handles(EndTxnRequest, "0-4")
+@handles(EndTxnRequest, "0-5")
 async def handle_end_txn(ctx, req):
+    denied = _txn_denied(ctx, req.transactional_id)
+    if denied:
+        return EndTxnResponse(throttle_time_ms=0, error_code=denied)
     r = await ctx.broker.txn.call("end_txn", req.transactional_id, req.producer_id, req.producer_epoch,
                                   req.committed, version=ctx.api_version)
-    return EndTxnResponse(throttle_time_ms=0, error_code=r.error)
+    if r.error:
+        return EndTxnResponse(throttle_time_ms=0, error_code=r.error)
+    return EndTxnResponse(throttle_time_ms=0, error_code=0, producer_id=r.producer_id,
+                          producer_epoch=r.producer_epoch)
 
 
 # -- admin (KIP-664) -------------------------------------------------------------------------------
@@ -95,6 +139,11 @@ def handle_describe_transactions(ctx, req):
     DS = DescribeTransactionsResponse.TransactionState
     out = []
     for tid in req.transactional_ids:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            out.append(DS(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=tid,
+                          transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
+                          producer_id=-1, producer_epoch=-1, topics=[]))
+            continue
         m = _coordinator(ctx).txns.get(tid)
         if m is None or m.state == TxnState.DEAD:
             out.append(DS(error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=tid,
@@ -137,6 +186,8 @@ def handle_list_transactions(ctx, req):
             continue
         if pattern is not None and not pattern.fullmatch(tid):
             continue
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            continue
         out.append(LS(transactional_id=tid, producer_id=m.producer_id, transaction_state=STATE_NAMES[m.state]))
     return ListTransactionsResponse(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown,
                                     transaction_states=out)
@@ -153,6 +204,10 @@ def handle_describe_producers(ctx, req):
     for t in req.topics:
         parts = []
         for idx in t.partition_indexes:
+            if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, t.name):
+                parts.append(P(partition_index=idx, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                               active_producers=[]))
+                continue
             try:
                 lg = broker.storage.log(t.name, idx)
             except StorageError:
@@ -170,3 +225,41 @@ def handle_describe_producers(ctx, req):
             parts.append(P(partition_index=idx, error_code=0, active_producers=active))
         topics.append(R(name=t.name, partitions=parts))
     return DescribeProducersResponse(throttle_time_ms=0, topics=topics)
+
+
+@handles(WriteTxnMarkersRequest, "1")
+async def handle_write_txn_markers(ctx, req):
+    txn = ctx.broker.txn
+    MR = WriteTxnMarkersResponse.WritableTxnMarkerResult
+    TR = MR.WritableTxnMarkerTopicResult
+    PR = TR.WritableTxnMarkerPartitionResult
+    if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
+        return WriteTxnMarkersResponse(markers=[MR(producer_id=m.producer_id, topics=[
+            TR(name=t.name, partitions=[PR(partition_index=p, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                                        for p in t.partition_indexes]) for t in m.topics]) for m in req.markers])
+    results = []
+    for m in req.markers:
+        w = WriteMarkers("", m.producer_id, m.producer_epoch, m.transaction_result, [])
+        topics = []
+        for t in m.topics:
+            parts = []
+            for p in t.partition_indexes:
+                try:
+                    code = await txn.write_marker_async(t.name, p, w, m.coordinator_epoch)
+                except StorageError as e:
+                    code = e.error_code if e.error_code != ErrorCode.UNKNOWN_SERVER_ERROR \
+                        else ErrorCode.KAFKA_STORAGE_ERROR
+                parts.append(PR(partition_index=p, error_code=code))
+            topics.append(TR(name=t.name, partitions=parts))
+        results.append(MR(producer_id=m.producer_id, topics=topics))
+    sync = ctx.broker.sync
+    if sync.enabled:
+        try:
+            await sync.wait_synced()
+        except StorageError as e:
+            for r in results:
+                for t in r.topics:
+                    for p in t.partitions:
+                        if p.error_code == 0:
+                            p.error_code = e.error_code
+    return WriteTxnMarkersResponse(markers=results)

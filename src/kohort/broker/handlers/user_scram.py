@@ -4,10 +4,12 @@
 As Kafka: the client sends salt and salted password (PBKDF2 done client-side), the broker keeps
 StoredKey/ServerKey; per-user errors DUPLICATE_RESOURCE (a user twice in one request),
 UNACCEPTABLE_CREDENTIAL (empty name, iterations outside 4096-16384), UNSUPPORTED_SASL_MECHANISM,
-RESOURCE_NOT_FOUND (describing or deleting what does not exist). No authorization yet (issue 16: ACLs).
+RESOURCE_NOT_FOUND (describing or deleting what does not exist). Authorization: DESCRIBE (Describe) or
+ALTER (Alter) on the cluster, else CLUSTER_AUTHORIZATION_FAILED (top level / every user).
 """
 from collections import Counter
 
+from kohort.broker.authorizer import AclOperation
 from kohort.broker.handlers import handles
 from kohort.errors import ErrorCode
 from kohort.protocol.messages.alter_user_scram_credentials import (
@@ -26,6 +28,10 @@ CODE_OF = {v: k for k, v in MECHANISM_CODES.items()}
 def handle_describe(ctx, req):
     R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
     Info = R.CredentialInfo
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return DescribeUserScramCredentialsResponse(throttle_time_ms=0, results=[],
+                                                    error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                    error_message="Cluster authorization failed.")
     known = ctx.broker.scram.describe()
     names = sorted(known) if req.users is None else [u.name for u in req.users]
     counts = Counter(names)
@@ -50,6 +56,10 @@ def handle_alter(ctx, req):
     R = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
     store = ctx.broker.scram
     users = [d.name for d in req.deletions] + [u.name for u in req.upsertions]
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
+            R(user=n, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.")
+            for n in dict.fromkeys(users)])
     counts = Counter(users)
     errors: dict[str, tuple[int, str]] = {}
     for name in users:

@@ -8,10 +8,23 @@ PrepareAbort 3 <- Ongoing, PrepareEpochFence; CompleteCommit 4 <- PrepareCommit;
 PrepareAbort; Dead 6 <- Empty, Complete*; PrepareEpochFence 7 <- Ongoing (never persisted: the
 PrepareAbort at the bumped epoch is written instead). `transition` refuses anything else.
 
-Protocol served: transactions v1 (the client adds partitions with AddPartitionsToTxn v0-v3 and ends
-with EndTxn v0-v4; EndTxn v5 / KIP-890 part 2 is not served). Error answers follow AK
-TransactionCoordinator.scala in its order of checks (see each method). Epochs are exhausted at 32766
-(one spare for fencing): the next InitProducerId then rotates to a new producer id at epoch 0.
+Protocols served, chosen per request version as Kafka does: transactions v1 (the client adds
+partitions with AddPartitionsToTxn v0-v3 / AddOffsetsToTxn and ends with EndTxn v0-v4) and transactions
+v2 (KIP-890 part 2: partitions are added implicitly by Produce v12 / TxnOffsetCommit v5 --
+`add_partitions(..., tv2=True)` -- and EndTxn v5 bumps the epoch on every commit and abort: Prepare*
+at epoch + 1, the markers at that epoch, the answer carries the new producer id/epoch). Error answers
+follow AK TransactionCoordinator.scala in its order of checks (see each method). Epochs are exhausted
+at 32766 (one spare for fencing): the next InitProducerId then rotates to a new producer id at epoch 0;
+under v2 an EndTxn from epoch 32766 allocates the next producer id (NextProducerId) and the
+transaction completes with it at epoch 0.
+
+Transactions v2 EndTxn (AK TransactionCoordinator.handleEndTransaction, the TV2 branch): a request at
+the stored epoch ("current") or at the epoch before it right after an EndTxn bump ("retry"; also the
+previous producer id after a rotation); anything else is PRODUCER_FENCED. Ongoing + current ->
+Prepare* at epoch + 1; Prepare* -> CONCURRENT_TRANSACTIONS for the same result, INVALID_TXN_STATE for
+the other; Empty: abort current bumps (an empty PrepareAbort / CompleteAbort), commit current
+INVALID_TXN_STATE, a retry PRODUCER_FENCED; CompleteX: a retry of X -> NONE, of the other result ->
+INVALID_TXN_STATE; abort current bumps; commit current INVALID_TXN_STATE.
 
 Zombie fencing: InitProducerId on an Ongoing transaction bumps the epoch, aborts the transaction at
 the bumped epoch (PrepareAbort persisted, markers, CompleteAbort) and answers CONCURRENT_TRANSACTIONS;
@@ -54,7 +67,7 @@ LEGAL_PREVIOUS = {
     S.EMPTY: {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
     S.ONGOING: {S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
     S.PREPARE_COMMIT: {S.ONGOING},
-    S.PREPARE_ABORT: {S.ONGOING, S.PREPARE_EPOCH_FENCE},
+    S.PREPARE_ABORT: {S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},  # v2
     S.COMPLETE_COMMIT: {S.PREPARE_COMMIT},
     S.COMPLETE_ABORT: {S.PREPARE_ABORT},
     S.DEAD: {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
@@ -80,6 +93,8 @@ class TxnMetadata:
     partitions: set = field(default_factory=set)     # {(topic, partition)}
     start_ms: int = -1
     update_ms: int = -1
+    client_tv: int = 1                               # the transaction's protocol: 1, or 2 (KIP-890)
+    next_producer_id: int = NO_PRODUCER_ID           # v2: the id Complete* moves to (epoch exhausted)
 
     def to_value(self) -> TransactionLogValue:
         """The persisted form (PrepareEpochFence is never written)."""
@@ -94,14 +109,21 @@ class TxnMetadata:
             producer_epoch=self.producer_epoch, transaction_timeout_ms=self.timeout_ms,
             transaction_status=int(self.state), transaction_partitions=parts,
             transaction_last_update_timestamp_ms=self.update_ms,
-            transaction_start_timestamp_ms=self.start_ms, client_transaction_version=1)
+            transaction_start_timestamp_ms=self.start_ms, client_transaction_version=self.client_tv,
+            next_producer_id=self.next_producer_id)
 
     @classmethod
     def from_value(cls, tid: str, v: TransactionLogValue) -> "TxnMetadata":
         parts = {(p.topic, i) for p in (v.transaction_partitions or []) for i in p.partition_ids}
-        return cls(tid, v.producer_id, v.producer_epoch, v.transaction_timeout_ms, S(v.transaction_status),
-                   previous_producer_id=v.previous_producer_id, partitions=parts,
-                   start_ms=v.transaction_start_timestamp_ms, update_ms=v.transaction_last_update_timestamp_ms)
+        m = cls(tid, v.producer_id, v.producer_epoch, v.transaction_timeout_ms, S(v.transaction_status),
+                previous_producer_id=v.previous_producer_id, partitions=parts,
+                start_ms=v.transaction_start_timestamp_ms, update_ms=v.transaction_last_update_timestamp_ms,
+                client_tv=2 if v.client_transaction_version >= 2 else 1,
+                next_producer_id=v.next_producer_id)
+        if (m.client_tv == 2 and m.state in PREPARE | COMPLETE and m.producer_epoch > 0
+                and m.next_producer_id == NO_PRODUCER_ID):
+            m.last_producer_epoch = m.producer_epoch - 1     # an EndTxn v5 retry after a restart is one
+        return m
 
 
 @dataclass
@@ -235,10 +257,13 @@ class TxnCoordinator:
             return None, _fenced(version, first_pf_version)
         return m, ErrorCode.NONE
 
-    def add_partitions(self, tid: str, pid: int, epoch: int, partitions, now: int, *, version: int = 0) -> Result:
+    def add_partitions(self, tid: str, pid: int, epoch: int, partitions, now: int, *, version: int = 0,
+                       tv2: bool = False) -> Result:
         """AddPartitionsToTxn v0-v3 (PRODUCER_FENCED from v2) and AddOffsetsToTxn (the group's
-        `__consumer_offsets` partition). One error for all partitions."""
-        m, err = self._check_producer(tid, pid, epoch, version, 2)
+        `__consumer_offsets` partition); with `tv2` the implicit add of Produce v12 / TxnOffsetCommit
+        v5 (transactions v2: the transaction is marked as one ended by EndTxn v5). One error for all
+        partitions."""
+        m, err = self._check_producer(tid, pid, epoch, 2 if tv2 else version, 2)
         if err:
             return Result(err)
         if m.state in PREPARE or m.state in (S.PREPARE_EPOCH_FENCE, S.DEAD):
@@ -250,12 +275,15 @@ class TxnCoordinator:
         if m.state != S.ONGOING:
             m.partitions = set()
             m.start_ms = now
+            m.client_tv = 2 if tv2 else 1
         m.partitions |= new
         self._transition(m, S.ONGOING, now, out)
         return out
 
     # -- EndTxn (transactions v1: v0-v4) ------------------------------------------------------------
     def end_txn(self, tid: str, pid: int, epoch: int, commit: bool, now: int, *, version: int = 0) -> Result:
+        if version >= 5:
+            return self._end_txn_v2(tid, pid, epoch, commit, now)
         m, err = self._check_producer(tid, pid, epoch, version, 2)
         if err:
             return Result(err)
@@ -275,12 +303,67 @@ class TxnCoordinator:
             out.error = ErrorCode.INVALID_TXN_STATE
         return out
 
+    def _end_txn_v2(self, tid: str, pid: int, epoch: int, commit: bool, now: int) -> Result:
+        """EndTxn v5 (transactions v2): see the module header for the table."""
+        if not tid:
+            return Result(ErrorCode.INVALID_REQUEST)
+        m = self.txns.get(tid)
+        rotated_retry = (m is not None and pid == m.previous_producer_id and m.producer_epoch == 0
+                         and m.last_producer_epoch == NO_PRODUCER_EPOCH and epoch >= EPOCH_EXHAUSTED - 1)
+        if m is None or (pid != m.producer_id and not rotated_retry):
+            return Result(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        current = pid == m.producer_id and epoch == m.producer_epoch
+        retry = rotated_retry or (pid == m.producer_id and m.last_producer_epoch != NO_PRODUCER_EPOCH
+                                  and epoch == m.last_producer_epoch and epoch == m.producer_epoch - 1)
+        if not current and not retry:
+            return Result(ErrorCode.PRODUCER_FENCED)
+        st = m.state
+        ok = Result(producer_id=m.producer_id, producer_epoch=m.producer_epoch)
+        if st in PREPARE or st == S.PREPARE_EPOCH_FENCE:
+            same = (st == S.PREPARE_COMMIT) == commit
+            return Result(ErrorCode.CONCURRENT_TRANSACTIONS if same or st == S.PREPARE_EPOCH_FENCE
+                          else ErrorCode.INVALID_TXN_STATE)
+        if st == S.ONGOING:
+            if retry:
+                return Result(ErrorCode.PRODUCER_FENCED)
+            return self._bump_and_prepare(m, commit, now)
+        if retry:
+            if st == S.EMPTY:
+                return Result(ErrorCode.PRODUCER_FENCED)
+            return ok if (st == S.COMPLETE_COMMIT) == commit else Result(ErrorCode.INVALID_TXN_STATE)
+        if not commit and st in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            m.partitions = set()
+            return self._bump_and_prepare(m, False, now)
+        return Result(ErrorCode.INVALID_TXN_STATE)
+
+    def _bump_and_prepare(self, m: TxnMetadata, commit: bool, now: int) -> Result:
+        """v2: Prepare* at epoch + 1 (markers at that epoch); the answer is the producer id/epoch the
+        transaction completes with (a new id at epoch 0 once the epoch is exhausted)."""
+        out = Result()
+        m.last_producer_epoch = m.producer_epoch
+        m.producer_epoch += 1
+        m.client_tv = 2
+        if m.producer_epoch >= EPOCH_EXHAUSTED:
+            m.next_producer_id = self.allocate_pid()
+        self._prepare_end(m, commit, now, out)
+        if m.next_producer_id != NO_PRODUCER_ID:
+            out.producer_id, out.producer_epoch = m.next_producer_id, 0
+        else:
+            out.producer_id, out.producer_epoch = m.producer_id, m.producer_epoch
+        return out
+
     def markers_written(self, tid: str, now: int) -> Result:
-        """Every marker of the Prepare* transaction is durable: move to Complete*."""
+        """Every marker of the Prepare* transaction is durable: move to Complete* (under v2 with an
+        exhausted epoch, to the next producer id at epoch 0)."""
         m = self.txns[tid]
-        out = Result(producer_id=m.producer_id, producer_epoch=m.producer_epoch)
         to = S.COMPLETE_COMMIT if m.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
         m.partitions = set()
+        if m.next_producer_id != NO_PRODUCER_ID:
+            self._by_pid.pop(m.producer_id, None)
+            m.previous_producer_id, m.producer_id = m.producer_id, m.next_producer_id
+            m.producer_epoch, m.last_producer_epoch = 0, NO_PRODUCER_EPOCH
+            m.next_producer_id = NO_PRODUCER_ID
+        out = Result(producer_id=m.producer_id, producer_epoch=m.producer_epoch)
         self._transition(m, to, now, out)
         return out
 

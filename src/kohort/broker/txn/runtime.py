@@ -17,8 +17,11 @@ the abort timer and the marker writes. `open_txn(broker)` attaches `broker.txn` 
   then persist Complete*. The EndTxn answer is sent after Prepare* is durable and the markers are
   written (Kafka answers before the markers; a request arriving meanwhile sees Prepare* and gets
   CONCURRENT_TRANSACTIONS either way).
-* Markers are not written to `__consumer_offsets` partitions (added by AddOffsetsToTxn): kohort does
-  not serve TxnOffsetCommit yet, so no transactional offsets are pending there.
+* A `__consumer_offsets` partition (added by AddOffsetsToTxn) gets its marker through the group
+  coordinator (`CoordinatorRuntime.write_txn_marker`), which materialises or drops the producer's
+  pending transactional offsets there before the marker counts as written (Kafka: KAFKA-17507).
+  Before the group coordinator is attached (the recovery at start runs first) the marker is appended
+  to the log directly and the group coordinator's load replays it.
 * Every transaction.abort.timed.out.transaction.cleanup.interval.ms, `expire_timed_out(now)`, the
   expiry of ids idle past transactional.id.expiration.ms (a tombstone each), and
   every Prepare* transaction not being driven right now (its marker writes failed) is driven again;
@@ -31,7 +34,7 @@ import logging
 import time
 
 from kohort.broker.producer_state import marker_key, marker_value
-from kohort.broker.txn.coordinator import Result, TxnCoordinator, WriteMarkers
+from kohort.broker.txn.coordinator import PREPARE, Result, TxnCoordinator, WriteMarkers
 from kohort.broker.txn.log_format import (
     TRANSACTION_STATE_TOPIC, decode_key, decode_value, encode_key, encode_value, txn_partition,
 )
@@ -57,6 +60,9 @@ class TxnRuntime:
         self.coordinator_epoch = broker.leader_epoch
         self.coordinator = TxnCoordinator(broker.producer_ids.allocate, cfg["transaction.max.timeout.ms"])
         self.driving: set[str] = set()      # transactional ids whose markers are being written now
+        # transactions v2: implicit adds being persisted, by (producer id, topic, partition); a later
+        # produce to that partition waits for it, so batches are appended in the order they came
+        self.adding: dict[tuple[int, str, int], asyncio.Future] = {}
 
     # -- start ---------------------------------------------------------------------------------------
     def ensure_topic(self) -> None:
@@ -112,41 +118,64 @@ class TxnRuntime:
             storage.log(TRANSACTION_STATE_TOPIC, txn_partition(tid, self.num_partitions)).append(
                 batch, leader_epoch=self.broker.leader_epoch, now_ms=now)
 
-    def write_marker(self, topic: str, partition: int, w: WriteMarkers) -> int:
+    async def write_marker_async(self, topic: str, partition: int, w: WriteMarkers,
+                                 coordinator_epoch: int | None = None) -> int:
+        """`write_marker`, through the group coordinator for `__consumer_offsets`. A group coordinator
+        that cannot take it (closing; storage failure) raises StorageError: the transaction stays
+        Prepare* and is driven again (by the abort scan, or at the next start)."""
+        gc = self.broker.coordinator
+        cepoch = self.coordinator_epoch if coordinator_epoch is None else coordinator_epoch
+        if topic != OFFSETS_TOPIC or gc is None:
+            return self.write_marker(topic, partition, w, cepoch)
+        try:
+            err = await gc.write_txn_marker(partition, w.producer_id, w.producer_epoch, w.commit, cepoch)
+        except RuntimeError as e:           # the group coordinator is closed
+            raise StorageError(str(e)) from e
+        if err not in (ErrorCode.NONE, ErrorCode.INVALID_PRODUCER_EPOCH,
+                       ErrorCode.TRANSACTION_COORDINATOR_FENCED):
+            raise StorageError(f"marker on {topic}-{partition}: {ErrorCode(err).name}")
+        return err
+
+    def write_marker(self, topic: str, partition: int, w: WriteMarkers, coordinator_epoch: int | None = None) -> int:
         """Append one marker to a partition like a replicated append; -> error code."""
         broker, now = self.broker, self.clock()
+        cepoch = self.coordinator_epoch if coordinator_epoch is None else coordinator_epoch
         try:
             lg = broker.storage.log(topic, partition)
         except StorageError:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         pstate = broker.producers.partition(topic, partition, lg)
-        err = pstate.check_marker(w.producer_id, w.producer_epoch, self.coordinator_epoch)
+        err = pstate.check_marker(w.producer_id, w.producer_epoch, cepoch)
         if err:
             return err
-        batch = build_batch([(marker_key(w.commit), marker_value(self.coordinator_epoch), [], now)],
+        batch = build_batch([(marker_key(w.commit), marker_value(cepoch), [], now)],
                             producer_id=w.producer_id, producer_epoch=w.producer_epoch, transactional=True,
                             is_control=True)
         res = lg.append(batch, leader_epoch=broker.leader_epoch, now_ms=now)
-        pstate.complete(w.producer_id, w.producer_epoch, w.commit, res.base_offset, self.coordinator_epoch, now)
+        pstate.complete(w.producer_id, w.producer_epoch, w.commit, res.base_offset, cepoch, now)
         broker.waiters.notify(topic, partition)
         return ErrorCode.NONE
 
     async def run(self, result: Result) -> Result:
-        """Persist `result`'s records, write its markers and complete those transactions."""
+        """Persist `result`'s records, write its markers and complete those transactions. A transaction
+        is claimed (`driving`) before its Prepare* record is even written, so the abort scan's re-drive
+        of Prepare* transactions never writes the markers of one a request is completing (which would
+        write them twice and could close the producer's next transaction early)."""
         sync = self.broker.sync
-        if result.records:
-            self._persist(result.records)
-            if sync.enabled:
-                await sync.wait_synced()
-        for w in result.markers:
-            if w.transactional_id in self.driving:
-                continue
-            self.driving.add(w.transactional_id)
-            try:
+        mine = [w for w in result.markers if w.transactional_id not in self.driving]
+        claimed = {w.transactional_id for w in mine}
+        self.driving |= claimed
+        try:
+            if result.records:
+                self._persist(result.records)
+                if sync.enabled:
+                    await sync.wait_synced()
+            for w in mine:
+                m = self.coordinator.txns.get(w.transactional_id)
+                if m is None or m.state not in PREPARE or m.producer_epoch != w.producer_epoch:
+                    continue                    # completed meanwhile
                 for topic, p in w.partitions:
-                    if topic == OFFSETS_TOPIC:
-                        continue
-                    err = self.write_marker(topic, p, w)
+                    err = await self.write_marker_async(topic, p, w)
                     if err:
                         # Kafka drops the marker on IPE / coordinator fenced / a deleted partition
                         log.warning("marker for %s (pid %d epoch %d) on %s-%d not written: %s",
@@ -158,8 +187,8 @@ class TxnRuntime:
                 self._persist(done.records)
                 if sync.enabled:
                     await sync.wait_synced()
-            finally:
-                self.driving.discard(w.transactional_id)
+        finally:
+            self.driving -= claimed
         return result
 
     async def call(self, op: str, *args, **kwargs) -> Result:
@@ -171,6 +200,39 @@ class TxnRuntime:
             log.error("transaction state write failed: %s", e)
             result.error = ErrorCode.COORDINATOR_NOT_AVAILABLE
             return result
+
+    async def implicit_add(self, tid: str | None, pid: int, epoch: int, partitions) -> int:
+        """Transactions v2 (Produce v12, TxnOffsetCommit v5): add `partitions` to the producer's
+        transaction (persisted and fsynced) -> the error for the request: NONE,
+        CONCURRENT_TRANSACTIONS (the previous transaction is still completing), INVALID_PRODUCER_EPOCH
+        (fenced) or INVALID_TXN_STATE (no such transaction: the caller maps it by version)."""
+        if not tid:
+            return ErrorCode.INVALID_TXN_STATE
+        keys = [(pid, t, p) for t, p in partitions]
+        earlier = [self.adding[k] for k in keys if k in self.adding]
+        new = [k for k in keys if k not in self.adding]
+        fut = asyncio.get_running_loop().create_future()
+        for k in new:
+            self.adding[k] = fut
+        code = ErrorCode.NONE
+        try:
+            if new:
+                r = await self.call("add_partitions", tid, pid, epoch, [(t, p) for _, t, p in new], tv2=True)
+                code = r.error
+                if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+                    code = ErrorCode.INVALID_PRODUCER_EPOCH
+                elif code not in (ErrorCode.NONE, ErrorCode.CONCURRENT_TRANSACTIONS,
+                                  ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                    code = ErrorCode.INVALID_TXN_STATE
+            for f in earlier:
+                code = code or await asyncio.shield(f)
+        finally:
+            for k in new:
+                if self.adding.get(k) is fut:
+                    del self.adding[k]
+            if not fut.done():
+                fut.set_result(code)
+        return code
 
     async def _abort_scan(self) -> None:
         interval = self.broker.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000

@@ -25,6 +25,7 @@ from kohort.client.consumer.fetcher import Fetcher, list_offsets
 from kohort.client.consumer.offsets import (
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED, SubscriptionState,
 )
+from kohort.client.stats import ClientStats
 from kohort.client.network import NetworkClient
 from kohort.errors import KohortError
 from kohort.structs import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
@@ -59,6 +60,7 @@ class Consumer:
         if c["group.id"] is not None:
             from kohort.client.consumer.group import GroupMember
             self._group = GroupMember(self._network, self._cluster, self._subs, self._fetcher, c)
+        self._stats = ClientStats.from_config("consumer", c, self._network)   # stats_cb, or None
 
     # -- subscription / assignment ----------------------------------------------------------------
     def subscribe(self, topics: Iterable[str] | str | None = None, on_assign: Callable | None = None,
@@ -131,6 +133,8 @@ class Consumer:
         deadline = time.monotonic() + max(0.0, timeout)
         group = self._group
         fetcher = self._fetcher
+        if self._stats is not None:
+            self._stats.maybe_emit(self._stats_extra)
         while True:
             if group is not None:
                 group.poll_hook()   # rebalance callbacks, joins, auto commit; raises when kicked out
@@ -138,6 +142,8 @@ class Consumer:
             recs = fetcher.collect(n)
             fetcher.send_fetches()
             if recs:
+                if self._stats is not None:
+                    self._stats.on_records(recs)
                 return recs
             left = deadline - time.monotonic()
             if left <= 0:
@@ -327,6 +333,47 @@ class Consumer:
         if self._group is not None:
             h.update(self._group.health())
         return h
+
+    def group_metadata(self) -> dict | None:
+        """The member's group, generation, member id and instance id (Java's groupMetadata()); None
+        without group.id."""
+        if self._group is None:
+            return None
+        h = self._group.health()
+        return {"group_id": h["group_id"], "generation_id": h["generation_id"], "member_id": h["member_id"],
+                "group_instance_id": self.config["group.instance.id"]}
+
+    def poll_group(self) -> None:
+        """The group work poll() does (rebalance callbacks, joins, auto commit, the max.poll.interval.ms
+        clock) without fetching: for an application that hands out records it already holds."""
+        self._check_open()
+        if self._group is not None:
+            self._group.poll_hook()
+
+    def add_disconnect_listener(self, fn: Callable) -> None:
+        """fn(node_id, error) is called (on the I/O thread) whenever a broker connection is lost."""
+        self._network.add_disconnect_listener(fn)
+
+    def emit_statistics(self) -> None:
+        """Call stats_cb if statistics.interval.ms has passed (poll() does this too)."""
+        if self._stats is not None:
+            self._stats.maybe_emit(self._stats_extra)
+
+    def _stats_extra(self) -> dict:
+        parts = {}
+        with self._subs.lock:
+            for tp, st in self._subs.partitions.items():
+                lag = self._subs.lag(tp)
+                parts[(tp.topic, tp.partition)] = {   # librdkafka's -1001: no offset yet, -1: lag unknown
+                    "next_offset": st.position if st.position is not None else -1001,
+                    "consumer_lag": -1 if lag is None else lag}
+        out = {"addresses": self._network.brokers, "partitions": parts}
+        if self._group is not None:
+            h = self._group.health()
+            out["cgrp"] = {"state": str(h["member_state"]), "rebalance_cnt": h["rebalance_count"],
+                           "rebalance_reason": h["last_rebalance_reason"] or "", "assignment_size": len(parts),
+                           "generation_id": h["generation_id"], "member_id": h["member_id"]}
+        return out
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def close(self, autocommit: bool = True, timeout: float | None = None) -> None:

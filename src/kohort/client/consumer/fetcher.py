@@ -213,10 +213,28 @@ class Fetcher:
         if not by_node:
             missing = [tp for tp in self.subs.fetchable() if self.cluster.leader_for(tp) is None]
             if missing:
+                self._raise_if_denied({tp[0] for tp in missing})
                 self.cluster.add_topics({tp[0] for tp in missing})
                 self.cluster.request_update()
         for node, parts in by_node.items():
             self._send(node, parts, cluster)
+
+    def _raise_if_denied(self, topics, locked: bool = False) -> None:
+        """Topics the metadata answers TOPIC_AUTHORIZATION_FAILED for: poll() raises it (Java's
+        Metadata.maybeThrowAnyException), once per poll rather than waiting for a leader forever."""
+        denied = sorted(t for t in topics if self.cluster.topic_error(t) == ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        if not denied:
+            return
+        err = for_code(ErrorCode.TOPIC_AUTHORIZATION_FAILED)(f"not authorized to access topics {denied}")
+        if locked:
+            if not self._errors:
+                self._errors.append(err)
+                self._cond.notify_all()
+            return
+        with self.lock:
+            if not self._errors:
+                self._errors.append(err)
+                self._cond.notify_all()
 
     def _send(self, node: int, parts: dict, snap) -> None:
         session = self._sessions.setdefault(node, FetchSession())
@@ -523,6 +541,7 @@ class Fetcher:
                     continue
                 leader = self.cluster.leader_for(tp)
                 if leader is None:
+                    self._raise_if_denied({tp[0]}, locked=True)
                     self.cluster.add_topics({tp[0]})
                     self.cluster.request_update()
                     continue

@@ -259,6 +259,9 @@ class GroupMember:
     def poll_hook(self, allow_callbacks: bool = True) -> None:
         self._run_callbacks()
         self._drive_async_commits()
+        denied = [t for t in self.topics or () if self.cluster.topic_error(t) == ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+        if denied:      # Java's Metadata.maybeThrowAnyException: raised by every poll() while it lasts
+            raise for_code(ErrorCode.TOPIC_AUTHORIZATION_FAILED)(f"not authorized to access topics {sorted(denied)}")
         if self.pattern is not None and not self.kip848:
             if not self.cluster.snapshot.updated_at:
                 return      # Java: match the pattern against fresh metadata before joining
@@ -424,6 +427,10 @@ class GroupMember:
             co = self.m.coordinator
             if co is not None:
                 return co.conn_id
+            with self._lock:
+                fatal = self.m.take_fatal()
+            if fatal is not None:       # e.g. GROUP_AUTHORIZATION_FAILED: no coordinator will come
+                raise fatal
             if time.monotonic() >= deadline:
                 raise KafkaTimeoutError(f"coordinator of group {self.group_id!r} not found in time")
             time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))

@@ -631,6 +631,11 @@ class Membership:
                 f"members. The consumer rejoins on the next poll()")
         return "raise", for_code(code)(f"OffsetCommit of group {self.cfg.group_id!r}")
 
+    def take_fatal(self) -> BaseException | None:
+        """The fatal error (e.g. FindCoordinator's GROUP_AUTHORIZATION_FAILED) not yet raised, cleared."""
+        err, self._fatal = self._fatal, None
+        return err
+
     def offset_request_failed(self, code: int, now: int) -> None:
         """OffsetFetch/OffsetCommit found the coordinator gone (code REDISCOVER, or a transport failure: 0)."""
         if code == 0 or error_action(code) == REDISCOVER:

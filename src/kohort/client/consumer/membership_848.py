@@ -404,6 +404,14 @@ class ConsumerMembership(Membership):
             self._reset(JOINING)
             self._next_heartbeat = now
 
+    def _find_response(self, resp, tag, now: int, out: list) -> None:
+        super()._find_response(resp, tag, now, out)
+        if self._fatal is not None and self.state != FATAL_STATE:    # e.g. GROUP_AUTHORIZATION_FAILED
+            self._go_fatal(self._fatal)
+
+    def take_fatal(self) -> BaseException | None:
+        return self._fatal              # it stays: every poll raises it
+
     def _go_fatal(self, err: BaseException) -> None:
         self.state = FATAL_STATE
         self._fatal = err

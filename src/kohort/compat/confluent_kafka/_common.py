@@ -1,12 +1,12 @@
 """What the compat Consumer and Producer share: logging (`logger`, `log_level`, `debug`), `error_cb` and
-`stats_cb` (a small subset of librdkafka's statistics JSON, emitted from poll() every
-statistics.interval.ms)."""
+`stats_cb`: kohort's own client statistics (kohort.client.stats: statistics.interval.ms and stats_cb of
+kohort's Consumer/Producer, a subset of librdkafka's statistics), passed on as librdkafka's JSON string
+after the compat client added its own per-partition fields."""
 from __future__ import annotations
 
 import collections
 import json
 import logging
-import time
 
 from ._types import KafkaError, KafkaException
 
@@ -37,8 +37,6 @@ class Hooks:
         if self.error_cb is not None and not callable(self.error_cb):
             raise KafkaException(-186, "error_cb must be callable")
         self._queued: collections.deque = collections.deque()
-        self._next_stats = time.monotonic() + self.stats_interval
-        self._t0 = time.monotonic()
         self._handler = None
         base = logging.getLogger("kohort.client")
         logger = logger or extras.get("logger")
@@ -56,11 +54,11 @@ class Hooks:
         if self.error_cb is not None:
             self.error_cb(err)
 
-    def watch(self, network) -> None:
-        """Connection losses and failed connects of kohort's NetworkClient become _TRANSPORT errors for
+    def watch(self, client) -> None:
+        """Connection losses and failed connects of the kohort client become _TRANSPORT errors for
         error_cb, queued on the I/O thread and served by serve() on the application's thread."""
         if self.error_cb is not None:
-            network.add_disconnect_listener(
+            client.add_disconnect_listener(
                 lambda node, e: self._queued.append(KafkaError(KafkaError._TRANSPORT, f"node {node}: {e}",
                                                                retriable=True)))
 
@@ -68,17 +66,14 @@ class Hooks:
         while self._queued:
             self.error(self._queued.popleft())
 
-    def maybe_stats(self, build) -> None:
+    def kohort_config(self, enrich) -> dict:
+        """The kohort client settings that make it call stats_cb: statistics.interval.ms, and a stats_cb
+        that adds the compat client's fields (`enrich(stats) -> stats`) and passes librdkafka's JSON on."""
         if self.stats_cb is None or self.stats_interval <= 0:
-            return
-        now = time.monotonic()
-        if now < self._next_stats:
-            return
-        self._next_stats = now + self.stats_interval
-        stats = {"name": f"{self.client_id}#{self.kind}", "client_id": self.client_id, "type": self.kind,
-                 "ts": int(now * 1e6), "time": int(time.time()), "age": int((now - self._t0) * 1e6)}
-        stats.update(build())
-        self.stats_cb(json.dumps(stats))
+            return {}
+        user = self.stats_cb
+        return {"statistics.interval.ms": int(self.stats_interval * 1000),
+                "stats_cb": lambda stats: user(json.dumps(enrich(stats)))}
 
     def close(self) -> None:
         logging.getLogger("kohort.client").setLevel(self._old_level)

@@ -4,7 +4,9 @@
 handles itself (callbacks, enable.auto.offset.store, enable.partition.eof, logging,
 statistics.interval.ms, ...). A key that is neither librdkafka's nor Kafka's is refused as librdkafka
 refuses it (KafkaException _INVALID_ARG) naming the closest known key; a librdkafka key for a feature
-kohort has not got (SSL, SASL, transactions) is refused naming the gap.
+kohort has not got (transactions, for now) is refused naming the gap. TLS, SASL and OAUTHBEARER keys
+(`security.protocol`, `ssl.*`, `sasl.*`, `oauth_cb`) are librdkafka's names in kohort's client too and
+pass through unchanged.
 """
 from __future__ import annotations
 
@@ -47,9 +49,7 @@ NO_EFFECT = {"api.version.request", "api.version.fallback.ms", "broker.version.f
              "sticky.partitioning.linger.ms", "coordinator.query.interval.ms", "fetch.error.backoff.ms",
              "statistics.interval.ms"}
 UNSUPPORTED = {
-    "ssl.": "TLS (kohort's client speaks PLAINTEXT only)",
-    "sasl.": "SASL authentication", "oauth_cb": "SASL/OAUTHBEARER",
-    "transactional.id": "transactions", "security.protocol": "TLS/SASL listeners",
+    "transactional.id": "transactions",
 }
 
 
@@ -71,8 +71,6 @@ def translate(role: str, conf: dict) -> tuple[dict, dict]:
             continue
         for prefix, what in UNSUPPORTED.items():
             if k == prefix or (prefix.endswith(".") and k.startswith(prefix)):
-                if k == "security.protocol" and str(v).lower() == "plaintext":
-                    break
                 _refuse(f"{k}: kohort's confluent_kafka compatibility module does not offer {what}",
                         KafkaError._NOT_IMPLEMENTED)
         else:
@@ -83,9 +81,7 @@ def translate(role: str, conf: dict) -> tuple[dict, dict]:
                             "Kafka's murmur2 partitioner (librdkafka's murmur2_random)", KafkaError._NOT_IMPLEMENTED)
                 out[name] = conv(v) if conv else v
             elif k in known:
-                out[k] = v
-            elif k == "security.protocol":
-                out[k] = v
+                out[k] = v.lower() if k == "security.protocol" and isinstance(v, str) else v
             else:
                 names = sorted(set(known) | set(RENAMES) | EXTRAS | NO_EFFECT)
                 close = difflib.get_close_matches(k, names, n=1, cutoff=0.5)

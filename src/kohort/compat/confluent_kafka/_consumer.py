@@ -62,13 +62,16 @@ class Consumer:
         self._eof = _bool(extras.get("enable.partition.eof"), False)
         self._commit_interval = int(extras.get("auto.commit.interval.ms", 5000)) / 1000
         self._on_commit = extras.get("on_commit")
+        self._grouped = kconf.get("group.id") is not None
         kconf["enable.auto.commit"] = False
+        self._hooks = Hooks("consumer", kconf.get("client.id", ""), extras, logger)
+        kconf.update(self._hooks.kohort_config(self._stats))
         try:
             self._c = _KConsumer(kconf)
         except KohortError as e:
+            self._hooks.close()
             raise wrap(e) from None
-        self._hooks = Hooks("consumer", self._c.config["client.id"], extras, logger)
-        self._hooks.watch(self._c._network)
+        self._hooks.watch(self._c)
         self._admin_conf = {k: v for k, v in kconf.items() if k in ROLES["admin"]}
         self._admin = None
         self._buf: collections.deque = collections.deque()
@@ -233,12 +236,12 @@ class Consumer:
         polled = False
         while True:
             self._service()
-            if self._buf and self._c._group is not None and time.monotonic() >= self._next_hook:
+            if self._buf and self._grouped and time.monotonic() >= self._next_hook:
                 # messages are served from the buffer without kohort's poll(): let the group run its
                 # rebalances (callbacks, which purge the buffer), commits and max.poll.interval clock
                 self._next_hook = time.monotonic() + 0.01
                 try:
-                    self._c._group.poll_hook()
+                    self._c.poll_group()
                 except KohortError as e:
                     err = error_from(e)
                     self._hooks.error(err)
@@ -302,10 +305,10 @@ class Consumer:
         if self._auto_commit and time.monotonic() >= self._next_commit:
             self._next_commit = time.monotonic() + self._commit_interval
             offs = {tp: o for tp, o in self._stored.items() if self._committed.get(tp) != o}
-            if offs and self._c._group is not None:
+            if offs and self._grouped:
                 self._c.commit(offs, asynchronous=True, callback=self._commit_done)
         self._hooks.serve()
-        self._hooks.maybe_stats(self._stats)
+        self._c.emit_statistics()
 
     def _commit_done(self, err, offsets) -> None:
         if err is None:
@@ -318,7 +321,7 @@ class Consumer:
 
     def _commit_stored(self, tps) -> None:
         offs = {tp: self._stored[tp] for tp in tps if tp in self._stored and self._committed.get(tp) != self._stored[tp]}
-        if not (self._auto_commit and offs and self._c._group is not None):
+        if not (self._auto_commit and offs and self._grouped):
             return
         try:
             self._c.commit(offs)
@@ -326,20 +329,21 @@ class Consumer:
         except KohortError as e:
             self._commit_done(e, offs)
 
-    def _stats(self) -> dict:
-        lag = self._c.lag()
-        topics: dict = {}
-        for tp in sorted(self._c.assignment()):
-            parts = topics.setdefault(tp.topic, {"topic": tp.topic, "partitions": {}})["partitions"]
-            app = self._app_pos.get(tp, OFFSET_INVALID)
-            lg = lag.get(tp)
-            parts[str(tp.partition)] = {
-                "partition": tp.partition, "app_offset": app,
-                "stored_offset": self._stored.get(tp, OFFSET_INVALID),
-                "committed_offset": self._committed.get(tp, OFFSET_INVALID),
-                "consumer_lag": -1 if lg is None else lg + len([r for r in self._buf
-                                                                 if (r.topic, r.partition) == tp])}
-        return {"rx_msgs": self._c._fetcher.records_fetched, "topics": topics}
+    def _stats(self, stats: dict) -> dict:
+        """kohort's consumer statistics plus what this layer knows per partition: the application's
+        offset, the stored and committed offsets, and the lag counting messages still buffered here."""
+        buffered: dict = {}
+        for r in list(self._buf):
+            buffered[(r.topic, r.partition)] = buffered.get((r.topic, r.partition), 0) + 1
+        for t in stats.get("topics", {}).values():
+            for pe in t["partitions"].values():
+                tp = _KTP(t["topic"], pe["partition"])
+                pe["app_offset"] = self._app_pos.get(tp, OFFSET_INVALID)
+                pe["stored_offset"] = self._stored.get(tp, OFFSET_INVALID)
+                pe["committed_offset"] = self._committed.get(tp, OFFSET_INVALID)
+                if pe.get("consumer_lag", -1) >= 0:
+                    pe["consumer_lag"] += buffered.get(tp, 0)
+        return stats
 
     # -- offsets ------------------------------------------------------------------------------------------
     def commit(self, message=None, offsets=None, asynchronous: bool = True):
@@ -439,8 +443,8 @@ class Consumer:
             raise wrap(e) from None
 
     def memberid(self):
-        g = self._c._group
-        return g.member_id if g is not None and g.member_id else None
+        md = self._c.group_metadata()
+        return md["member_id"] if md is not None and md["member_id"] else None
 
     def close(self) -> None:
         if self._closed:

@@ -44,18 +44,19 @@ class Producer:
         self._dr_cb = extras.get("on_delivery")
         self._max_messages = int(extras.get("queue.buffering.max.messages", 100000))
         self._only_errors = str(extras.get("delivery.report.only.error", "false")).lower() == "true"
+        self._hooks = Hooks("producer", kconf.get("client.id", ""), extras, logger)
+        kconf.update(self._hooks.kohort_config(self._stats))
         try:
             self._p = _KProducer(kconf)
         except KohortError as e:
+            self._hooks.close()
             raise wrap(e) from None
-        self._hooks = Hooks("producer", self._p.client_id, extras, logger)
-        self._hooks.watch(self._p.sender.net)
+        self._hooks.watch(self._p)
         self._admin_conf = {k: v for k, v in kconf.items() if k in ROLES["admin"]}
         self._admin = None
         self._events: collections.deque = collections.deque()
         self._pending = 0
         self._cond = threading.Condition()
-        self._tx = self._tx_err = 0
 
     def produce(self, topic, value=None, key=None, partition: int = -1, on_delivery=None, callback=None,
                 timestamp: int = 0, headers=None) -> None:
@@ -69,8 +70,6 @@ class Producer:
 
         def done(err, md, cb=cb, topic=topic, key=key, value=value, hdrs=hdrs):
             with self._cond:
-                if err is not None:
-                    self._tx_err += 1
                 if cb is None or (self._only_errors and err is None):
                     self._pending -= 1
                 else:
@@ -86,14 +85,12 @@ class Producer:
                 raise BufferError(f"Local: Queue full ({self._pending} messages awaiting delivery, "
                                   f"queue.buffering.max.messages={self._max_messages}): call poll() or flush()")
             self._pending += 1
-            self._tx += 1
         try:
             self._p.produce(topic, value, key, headers=hdrs, partition=None if partition < 0 else partition,
                             timestamp=timestamp or None, on_delivery=done)
         except KohortError as e:
             with self._cond:
                 self._pending -= 1
-                self._tx -= 1
             raise wrap(e) from None
 
     def _serve(self) -> int:
@@ -113,7 +110,7 @@ class Producer:
         while True:
             n = self._serve()
             self._hooks.serve()
-            self._hooks.maybe_stats(self._stats)
+            self._p.emit_statistics()
             if n:
                 return n
             with self._cond:
@@ -149,8 +146,11 @@ class Producer:
     def __bool__(self) -> bool:
         return True
 
-    def _stats(self) -> dict:
-        return {"msg_cnt": len(self), "txmsgs": self._tx, "txerrs": self._tx_err}
+    def _stats(self, stats: dict) -> dict:
+        """kohort's producer statistics; msg_cnt as librdkafka counts it (delivery reports not yet
+        served included)."""
+        stats["msg_cnt"] = len(self)
+        return stats
 
     def list_topics(self, topic: str | None = None, timeout: float | None = -1):
         if self._admin is None:

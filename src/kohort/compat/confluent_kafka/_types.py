@@ -306,7 +306,7 @@ class ClusterMetadata:
 
 def cluster_metadata(admin, topic: str | None, timeout: float | None) -> ClusterMetadata:
     """A Metadata round trip through a kohort Admin, shaped as confluent-kafka's ClusterMetadata."""
-    md = admin._metadata(None if topic is None else [topic], timeout)
+    md = admin.metadata(None if topic is None else [topic], timeout)
     brokers = {b.node_id: BrokerMetadata(b.node_id, b.host, b.port) for b in md.brokers}
     topics = {}
     for t in md.topics:
