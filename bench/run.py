@@ -31,7 +31,7 @@ for p in (HERE, ROOT, os.path.join(ROOT, "src")):
 
 import harness  # noqa: E402
 
-CASES = ["consumer", "producer", "broker", "groups", "spark", "scaling", "kip848", "tls"]
+CASES = ["consumer", "producer", "broker", "groups", "spark", "scaling", "kip848", "tls", "txn"]
 
 
 class Env:

@@ -17,6 +17,11 @@ Protocol errors (codes -1..133, Kafka 4.x):
 Client-side errors (not on the wire): KafkaConnectionError, KafkaTimeoutError, ConfigError,
 IncompatibleBrokerVersionError, RecordTooLargeError (a MessageTooLargeError the producer raises
 before sending: the client's limit, not the broker's).
+
+Transactions: a transactional producer's methods raise AbortableTransactionError (abort and go on) or
+FatalTransactionError (close the producer), each with the typed `cause`, classified as Java's
+TransactionManager does; IllegalTransactionStateError for a call out of order; TransactionAbortedError
+for records of an aborted transaction.
 """
 from __future__ import annotations
 
@@ -343,3 +348,44 @@ def is_authentication_error(err: BaseException) -> bool:
     """Whether `err` is an authentication failure (fatal for a client): TLS, or the SASL codes
     UNSUPPORTED_SASL_MECHANISM (33), ILLEGAL_SASL_STATE (34), SASL_AUTHENTICATION_FAILED (58)."""
     return isinstance(err, SslAuthenticationError) or (isinstance(err, KafkaError) and err.code in (33, 34, 58))
+
+
+# -- transactions (KIP-98): how a transactional producer's failure is to be handled ----------------------
+class TransactionError(KohortError):
+    """A transactional producer method failed. `cause` is the error behind it (often a typed KafkaError
+    such as ProducerFencedError); `abortable` says what the application may do next."""
+
+    abortable: bool = False
+
+    def __init__(self, message: str, cause: BaseException | None = None):
+        super().__init__(message)
+        self.cause = cause
+        self.__cause__ = cause
+
+
+class AbortableTransactionError(TransactionError):
+    """The current transaction cannot commit, but the producer is still usable: call
+    abort_transaction() and carry on (Java's abortable errors, e.g. TRANSACTION_ABORTABLE, a failed
+    produce, topic/group authorization, TxnOffsetCommit UNKNOWN_MEMBER_ID/ILLEGAL_GENERATION/
+    FENCED_INSTANCE_ID, UNKNOWN_PRODUCER_ID when the epoch can be bumped)."""
+
+    abortable = True
+
+
+class FatalTransactionError(TransactionError):
+    """The producer can do nothing more: close it (and create a new one to go on). Java's fatal errors:
+    PRODUCER_FENCED (also for INVALID_PRODUCER_EPOCH from a coordinator), TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    INVALID_TXN_STATE from AddPartitions/AddOffsets/EndTxn, UNSUPPORTED_VERSION, anything unexpected."""
+
+    abortable = False
+
+
+class TransactionAbortedError(KohortError):
+    """A record was not sent because its transaction was aborted (Java's TransactionAbortedException)."""
+
+    retriable = False
+
+
+class IllegalTransactionStateError(KohortError, RuntimeError):
+    """A transactional method was called in a state that does not allow it (Java's IllegalStateException),
+    e.g. begin_transaction() before init_transactions(), or commit after a timed-out abort."""

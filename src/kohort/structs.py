@@ -1,4 +1,5 @@
-"""Small value types shared by the client layers: TopicPartition, OffsetAndMetadata, ConsumerRecord.
+"""Small value types shared by the client layers: TopicPartition, OffsetAndMetadata, ConsumerRecord,
+ConsumerGroupMetadata.
 
 They are deliberately plain: TopicPartition is a named tuple (so it also compares equal to a
 ``(topic, partition)`` tuple, which is what the assignors use), OffsetAndMetadata a named tuple, and
@@ -29,6 +30,16 @@ class OffsetAndMetadata(NamedTuple):
     offset: int
     metadata: str | None = ""
     leader_epoch: int | None = None
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """What a transactional producer needs to commit a consumer's offsets (Consumer.group_metadata(),
+    Producer.send_offsets_to_transaction): the broker fences a member no longer in the group (KIP-447)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
 
 
 class OffsetAndTimestamp(NamedTuple):

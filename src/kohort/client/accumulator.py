@@ -200,13 +200,16 @@ class ProducerBatch(_BatchRecords):
             self.closed = True
         return DeliveryFuture(self, n)
 
-    def seal(self, producer_id: int, producer_epoch: int, base_sequence: int, compression: int) -> bytes:
-        """Build the wire bytes once (producer id/epoch/sequence in the header); reused on retry."""
+    def seal(self, producer_id: int, producer_epoch: int, base_sequence: int, compression: int,
+             attributes: int = 0) -> bytes:
+        """Build the wire bytes once (producer id/epoch/sequence in the header; `attributes` adds the
+        transactional flag of a transactional producer); reused on retry."""
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
         out = write_batch(self.buf, self.count, self.base_ts, self.max_ts, compression=compression,
-                          producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence)
+                          attributes=attributes, producer_id=producer_id, producer_epoch=producer_epoch,
+                          base_sequence=base_sequence)
         self.wire = out
         return self.wire
 

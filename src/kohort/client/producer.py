@@ -18,6 +18,11 @@ What lives here:
   batch, and UNKNOWN_PRODUCER_ID, the producer waits until nothing is in flight, takes a new producer
   id/epoch and renumbers every unacknowledged batch from 0 in order (KIP-360's epoch bump, simplified).
   DUPLICATE_SEQUENCE_NUMBER counts as success.
+* Transactions (KIP-98, `transactional.id`): `init_transactions`, `begin_transaction`,
+  `send_offsets_to_transaction`, `commit_transaction`, `abort_transaction`. The state machine is
+  client/txn_manager.py (Java's TransactionManager); here `_Sender._txn_step` sends its requests, holds
+  a partition's batches back until AddPartitionsToTxn added it, seals them with the transactional flag,
+  drops unsent batches of an aborted transaction, and the application's calls wait on `_txn_cond`.
 
 Connection errors become one clear line naming the addresses tried and what to do
 (`network.unreachable_message`, shared by every client).
@@ -35,14 +40,18 @@ from kohort.client.config import load_config, parse_bootstrap
 from kohort.client.stats import ClientStats
 from kohort.client.network import NetworkClient, Versioned, unreachable_message
 from kohort.client.partitioner import DefaultPartitioner, murmur2
+from kohort.client.txn_manager import PRODUCE_MAX_VERSION as _TXN_PRODUCE_MAX_VERSION
+from kohort.client.txn_manager import TransactionManager
 from kohort.errors import (
     ConfigError,
     ErrorCode,
     IncompatibleBrokerVersionError,
     KafkaConnectionError,
+    KafkaError,
     KafkaTimeoutError,
     KohortError,
     RecordTooLargeError,
+    TransactionAbortedError,
     for_code,
 )
 from kohort.protocol.compression import (
@@ -54,7 +63,7 @@ from kohort.protocol.compression import (
 )
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
 from kohort.protocol.messages.produce import ProduceRequest
-from kohort.protocol.records import producer_twin
+from kohort.protocol.records import ATTR_TRANSACTIONAL, producer_twin
 
 _CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
            "lz4": COMPRESSION_LZ4, "zstd": COMPRESSION_ZSTD}
@@ -97,10 +106,12 @@ class Producer:
         self.client_id = c["client.id"]
         self.acks = c["acks"]
         self.idempotent = bool(c["enable.idempotence"] and self.acks == -1
-                               and c["max.in.flight.requests.per.connection"] <= 5
-                               and c["transactional.id"] is None)
+                               and c["max.in.flight.requests.per.connection"] <= 5)
+        self._txn = None                       # the TransactionManager of a transactional producer
         if c["transactional.id"] is not None:
-            raise ConfigError("transactional.id: transactions are not supported by kohort's producer yet")
+            self._txn = _transactional_setup(c)
+            self.idempotent = True
+        self._txn_cond = threading.Condition()
         self.compression = _CODECS[c["compression.type"]]
         self.max_request_size = c["max.request.size"]
         self._max_record = min(self.max_request_size, c["buffer.memory"]) - 200   # cheap pre-check bound
@@ -185,6 +196,8 @@ class Producer:
                 partition = h % n
         elif not 0 <= partition < n:
             raise KohortError(f"topic {topic!r} has partitions 0..{n - 1}; partition {partition} does not exist")
+        if self._txn is not None:
+            self._txn_add(topic, partition)
         if timestamp is None:
             timestamp = _time_ns() // 1_000_000
         acc = self.acc
@@ -267,14 +280,122 @@ class Producer:
                 acc.flushing -= 1
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush, then stop the I/O thread and close connections."""
+        """Flush, then stop the I/O thread and close connections. A transactional producer with a
+        transaction open aborts it first (as Java's producer does on close)."""
         if self._closed:
             return
         try:
+            if self._txn is not None:
+                self._txn_abort_on_close(timeout)
             self.flush(timeout)
         finally:
             self._closed = True
+            if self._txn is not None:
+                with self._txn_cond:
+                    self._txn.fail_all(KohortError("the producer was closed"))
+                    self._txn_cond.notify_all()
             self.sender.stop()
+
+    # -- transactions (KIP-98): the state machine is client/txn_manager.py ---------------------------
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Get this transactional.id's producer id and epoch (fencing older producers with the same id and
+        completing their transactions). Once per producer; a call that timed out may be repeated."""
+        self._txn_run(lambda m: m.init_transactions(), timeout, "init_transactions")
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (local only: the broker hears of it with the first record or offsets)."""
+        m = self._txn_manager()
+        with self._txn_cond:
+            self._txn_call(m.begin_transaction)
+
+    def send_offsets_to_transaction(self, offsets: dict, group_metadata, timeout: float | None = None) -> None:
+        """Commit the consumer's `offsets` ({TopicPartition: OffsetAndMetadata or int}: the next record to
+        read) as part of the transaction, for the group of `group_metadata` (Consumer.group_metadata():
+        the broker refuses a consumer that has been rebalanced out, KIP-447)."""
+        norm = {}
+        for tp, om in offsets.items():
+            tp = tuple(tp)
+            if isinstance(om, int):
+                norm[tp] = (om, "", None)
+            else:
+                norm[tp] = (om.offset, om.metadata if om.metadata is not None else "", om.leader_epoch)
+        self._txn_run(lambda m: m.send_offsets(norm, group_metadata), timeout, "send_offsets_to_transaction")
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send everything queued, then commit (EndTxn after every record is acknowledged). Raises
+        AbortableTransactionError (abort and go on) or FatalTransactionError (close the producer);
+        KafkaTimeoutError: the outcome is not known yet, call commit_transaction() again."""
+        self._txn_run(lambda m: m.begin_commit(), timeout, "commit_transaction", flush=True)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not yet sent are dropped, sent ones are never read by
+        read_committed consumers."""
+        self._txn_run(lambda m: m.begin_abort(), timeout, "abort_transaction", flush=True)
+
+    def _txn_manager(self):
+        if self._txn is None:
+            from kohort.errors import IllegalTransactionStateError
+            raise IllegalTransactionStateError("a transactional method was called on a producer without "
+                                               "transactional.id")
+        if self._closed:
+            raise KohortError("the producer is closed")
+        return self._txn
+
+    def _txn_call(self, fn):
+        try:
+            return fn()
+        except KafkaError as e:           # a wire error met outside a result: classify it
+            raise self._txn.wrap(e) from e
+
+    def _txn_add(self, topic: str, partition: int) -> None:
+        with self._txn_cond:
+            self._txn.maybe_add_partition((topic, partition))
+
+    def _txn_run(self, start, timeout, operation: str, flush: bool = False) -> None:
+        m = self._txn_manager()
+        with self._txn_cond:
+            result = self._txn_call(lambda: start(m))
+        self._txn_wait(result, timeout, operation, flush)
+
+    def _txn_wait(self, result, timeout, operation: str, flush: bool) -> None:
+        t = self.max_block_ms / 1000.0 if timeout is None else timeout
+        deadline = time.monotonic() + t
+        acc = self.acc
+        if flush:                         # no linger: everything queued goes out now (Java's beginFlush)
+            with acc.lock:
+                acc.flushing += 1
+        try:
+            self.sender.last_poke_ms = 0
+            self.sender.wakeup()
+            with self._txn_cond:
+                while not result.done:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise KafkaTimeoutError(f"{operation}() did not complete within {t:g}s; its outcome is "
+                                                f"not known yet: call {operation}() again to wait for it")
+                    self._txn_cond.wait(min(left, 0.2))
+        finally:
+            if flush:
+                with acc.lock:
+                    acc.flushing -= 1
+        result.acked = True               # seen: the next operation may start (Java's isAcked)
+        if result.error is not None:
+            with self._txn_cond:
+                raise self._txn.wrap(result.error) from result.error
+
+    def _txn_abort_on_close(self, timeout) -> None:
+        m = self._txn
+        with self._txn_cond:
+            if not m.has_ongoing_transaction() or m.is_completing() or m.has_fatal_error():
+                return
+            try:
+                result = m.begin_abort()
+            except KohortError:
+                return
+        try:
+            self._txn_wait(result, 5.0 if timeout is None else timeout, "abort_transaction", True)
+        except KohortError:
+            pass
 
     def partitions_for(self, topic: str) -> list[int]:
         return list(range(self._wait_for_topic(topic).num_partitions))
@@ -324,6 +445,17 @@ class Producer:
                                 f"{self.max_block_ms}; create it first (kohort topics create {topic})")
 
 
+def _transactional_setup(c):
+    """A transactional producer's checks (Java's ProducerConfig) and its TransactionManager."""
+    if "enable.idempotence" in c.given and not c["enable.idempotence"]:
+        raise ConfigError("transactional.id needs enable.idempotence=true (transactions are idempotent)")
+    if c["acks"] != -1:
+        raise ConfigError("transactional.id needs acks=all (-1)")
+    if c["max.in.flight.requests.per.connection"] > 5:
+        raise ConfigError("transactional.id needs max.in.flight.requests.per.connection <= 5")
+    return TransactionManager(c["transactional.id"], c["transaction.timeout.ms"], c["retry.backoff.ms"])
+
+
 def _as_bytes(what: str, v):
     if isinstance(v, (bytearray, memoryview)):
         return bytes(v)
@@ -364,6 +496,7 @@ class _Sender:
     def __init__(self, producer: Producer):
         self.p = producer
         self.acc = producer.acc
+        self.txn = producer._txn                 # TransactionManager, or None
         self.net = NetworkClient(producer.config, role="producer", io_thread=False)
         self.net.add_disconnect_listener(self._on_disconnect)
         self.cluster = Cluster(self.net, producer.config, auto_create=True)   # the client's metadata view
@@ -461,16 +594,21 @@ class _Sender:
         else:
             self.cluster.maybe_refresh()
         # producer id
-        if p.idempotent and not self.pid_in_flight and (self.producer_id < 0 or self.needs_bump) \
+        if self.txn is not None:
+            timeout_ms = min(timeout_ms, self._txn_step(now))
+        elif p.idempotent and not self.pid_in_flight and (self.producer_id < 0 or self.needs_bump) \
                 and self._total_in_flight() == 0:
             self._init_producer_id()
         # expiry of queued batches
         for b in self.acc.expired(now):
-            if b.base_sequence >= 0 and p.idempotent:
-                self.needs_bump = True       # its sequence numbers leave a gap: renumber (KIP-360)
-            self._finish(b, -1, -1, KafkaTimeoutError(
+            err = KafkaTimeoutError(
                 f"{b.count} record(s) for {b.topic}[{b.partition}] expired after delivery.timeout.ms="
-                f"{p.delivery_timeout_ms} without being sent (no leader or broker unreachable)"))
+                f"{p.delivery_timeout_ms} without being sent (no leader or broker unreachable)")
+            if b.base_sequence >= 0 and p.idempotent:
+                self._sequence_gap(err)      # its sequence numbers leave a gap: renumber (KIP-360)
+            elif self.txn is not None:
+                self._txn_batch_failed(err)
+            self._finish(b, -1, -1, err)
         # send
         if not p.idempotent or (self.producer_id >= 0 and not self.needs_bump):
             nodes, next_ms, unknown = self.acc.ready(now, self._leader_of, _always)
@@ -482,6 +620,80 @@ class _Sender:
             for node in nodes:
                 self._send_to(node, now)
         return timeout_ms / 1000.0
+
+    # -- transactions ----------------------------------------------------------------------------------
+    def _sequence_gap(self, err) -> None:
+        """A batch with sequence numbers failed for good. Idempotent: renumber under a new epoch
+        (KIP-360); transactional: the transaction manager decides (abortable, epoch bump on abort)."""
+        if self.txn is None:
+            self.needs_bump = True
+        else:
+            self._txn_batch_failed(err)
+
+    def _txn_batch_failed(self, err) -> None:
+        with self.p._txn_cond:
+            self.txn.handle_failed_batch(err)
+            self.p._txn_cond.notify_all()
+
+    def _txn_step(self, now: int) -> int:
+        """Drive the transaction manager: adopt a new producer id/epoch, drop the unsent batches of an
+        aborted transaction, send its next request. Returns ms until it needs another look."""
+        m = self.txn
+        cond = self.p._txn_cond
+        with cond:
+            if (m.producer_id, m.producer_epoch) != (self.producer_id, self.producer_epoch) \
+                    and self._total_in_flight() == 0:
+                self.producer_id, self.producer_epoch = m.producer_id, m.producer_epoch
+                self.parts.clear()             # a new epoch: every partition's sequence starts at 0
+            if m.has_abortable_error() or m.is_aborting() or m.has_fatal_error():
+                dropped = self._take_unsent_batches()
+                err = m.last_error
+                cause = TransactionAbortedError("the transaction was aborted before this record was sent" +
+                                                (f" ({err})" if err is not None else ""))
+            else:
+                dropped = ()
+            req = m.next_request(now, bool(self.acc.incomplete) or bool(dropped))
+            wait = m.next_wakeup_ms(now)
+        for b in dropped:
+            self._finish(b, -1, -1, cause)
+        if req is not None:
+            node = None
+            if req.node is not None:
+                node, host, port = req.node
+                if self.nodes.get(node) != (host, port):
+                    self.net.set_node_address(node, host, port)
+            fut = self.net.send(node, Versioned(req.api_key, req.build, req.max_version))
+            _on_done(fut, lambda resp, err, req=req, fut=fut: self._on_txn_answer(req, resp, err, fut))
+        return wait
+
+    def _take_unsent_batches(self) -> list:
+        """Queued batches never sent (no sequence numbers yet), removed from the accumulator."""
+        acc = self.acc
+        out = []
+        with acc.lock:
+            for dq in acc.batches.values():
+                if any(b.wire is None for b in dq):
+                    keep = [b for b in dq if b.wire is not None]
+                    out.extend(b for b in dq if b.wire is None)
+                    dq.clear()
+                    dq.extend(keep)
+        return out
+
+    def _on_txn_answer(self, req, resp, err, fut) -> None:
+        now = _now_ms()
+        with self.p._txn_cond:
+            try:
+                if req.api == "InitProducerId" and err is None:
+                    # KIP-360: a coordinator speaking InitProducerId v3+ can bump an epoch (Java's
+                    # coordinatorSupportsBumpingEpoch); otherwise those errors are fatal
+                    self.txn.coordinator_supports_bump = getattr(fut, "api_version", 3) >= 3
+                if err is not None:
+                    self.txn.handle_failure(req, err, now)
+                else:
+                    self.txn.handle_response(req, resp, now)
+            finally:
+                self.p._txn_cond.notify_all()
+        self.wakeup()
 
     # -- connections -----------------------------------------------------------------------------------
     def _on_disconnect(self, node_id: int, err) -> None:
@@ -585,6 +797,8 @@ class _Sender:
     def _can_send(self, tp, batch) -> bool:
         if not self.p.idempotent:
             return True
+        if self.txn is not None and not self.txn.is_send_to_partition_allowed(tp):
+            return False                        # AddPartitionsToTxn first
         st = self.parts.get(tp)
         if batch.base_sequence >= 0:            # a retry: only when nothing of this partition is in flight
             return st is None or st.in_flight == 0
@@ -607,25 +821,30 @@ class _Sender:
         p = self.p
         by_topic: dict[str, list] = {}
         for b in batches:
-            if b.wire is None or (p.idempotent and b.producer_id != self.producer_id):
+            if b.wire is None or (p.idempotent and (b.producer_id != self.producer_id
+                                                     or b.producer_epoch != self.producer_epoch)):
                 seq = -1
                 if p.idempotent:
                     st = self.parts.setdefault((b.topic, b.partition), _PartitionState())
                     seq = st.next_sequence
                     st.next_sequence = (seq + b.count) & 0x7FFFFFFF
-                b.seal(self.producer_id, self.producer_epoch, seq, p.compression)
+                b.seal(self.producer_id, self.producer_epoch, seq, p.compression,
+                       0 if self.txn is None else ATTR_TRANSACTIONAL)
             if p.idempotent:
                 self.parts[(b.topic, b.partition)].in_flight += 1
             b.in_flight = True
             by_topic.setdefault(b.topic, []).append(b)
         PD = ProduceRequest.TopicProduceData
         PPD = PD.PartitionProduceData
-        req = ProduceRequest(transactional_id=None, acks=p.acks, timeout_ms=p.request_timeout_ms,
+        txn = self.txn
+        req = ProduceRequest(transactional_id=None if txn is None else txn.transactional_id, acks=p.acks,
+                             timeout_ms=p.request_timeout_ms,
                              topic_data=[PD(name=t, partition_data=[PPD(index=b.partition, records=b.wire)
                                                                     for b in bs])
                                          for t, bs in by_topic.items()])
         self.stats["requests"] += 1
-        fut = self.net.send(node, req, expect_response=p.acks != 0, max_version=_PRODUCE_MAX_VERSION,
+        fut = self.net.send(node, req, expect_response=p.acks != 0,
+                            max_version=_PRODUCE_MAX_VERSION if txn is None else _TXN_PRODUCE_MAX_VERSION,
                             min_version=_PRODUCE_MIN_VERSION)
         if p.acks == 0:
             for b in batches:
@@ -672,7 +891,7 @@ class _Sender:
             cls = for_code(code)
             e = cls(f"{tp[0]}[{tp[1]}]" + (f": {pr.error_message}" if pr.error_message else ""))
             if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID) and \
-                    self.p.idempotent:
+                    self.p.idempotent and self.txn is None:
                 if code == ErrorCode.UNKNOWN_PRODUCER_ID or st is None or \
                         b.base_sequence == st.last_acked + 1 or st.last_acked < 0 and b.base_sequence == 0:
                     self.needs_bump = True   # the broker lost our state: new epoch, renumber
@@ -686,16 +905,21 @@ class _Sender:
                 self._retry_or_fail(b, e, now, leader)
             else:
                 if st is not None and b.base_sequence >= 0:
-                    self.needs_bump = True   # a hole in the sequence: restart numbering (KIP-360)
+                    self._sequence_gap(e)    # a hole in the sequence: restart numbering (KIP-360)
+                elif self.txn is not None:
+                    self._txn_batch_failed(e)
                 self._finish(b, -1, -1, e)
 
     def _retry_or_fail(self, b, err, now: int, leader_moved: bool, force_retry: bool = False) -> None:
         if leader_moved:
             self.meta_needed = True
         if now - b.created_ms >= self.p.delivery_timeout_ms or (b.attempts >= self.p.retries and not force_retry):
+            e = err if isinstance(err, BaseException) else KohortError(str(err))
             if b.base_sequence >= 0 and self.p.idempotent:
-                self.needs_bump = True
-            self._finish(b, -1, -1, err if isinstance(err, BaseException) else KohortError(str(err)))
+                self._sequence_gap(e)
+            elif self.txn is not None:
+                self._txn_batch_failed(e)
+            self._finish(b, -1, -1, e)
             return
         self.stats["retries"] += 1
         self.acc.reenqueue(b, now)

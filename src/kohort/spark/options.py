@@ -48,7 +48,8 @@ _UNSUPPORTED = {
                      "throwaway groups with it); remove the option, or set kafka.group.id to have "
                      "finished batches committed to that group",
 }
-_SINK_KEYS = ["kafka.bootstrap.servers", "topic", "includeHeaders"]
+_SINK_KEYS = ["kafka.bootstrap.servers", "topic", "includeHeaders", "kohort.sink.semantic",
+              "kohort.sink.transactionalIdPrefix"]
 # added by Spark itself (load(path)/save(path), writeStream's queryName / checkpointLocation)
 _IGNORED = {"path", "queryname", "checkpointlocation"}
 
@@ -383,6 +384,8 @@ class SinkOptions:
     topic: str | None = None
     include_headers: bool = False
     client_config: dict = field(default_factory=dict)
+    semantic: str = "at_least_once"              # kohort.sink.semantic: at_least_once | exactly_once
+    transactional_id_prefix: str = "kohort-sink-"
 
 
 def parse_sink_options(options) -> SinkOptions:
@@ -393,6 +396,14 @@ def parse_sink_options(options) -> SinkOptions:
     if client.get("enable.idempotence", "true").lower() == "true" and acks not in ("all", "-1"):
         raise ConfigError("the idempotent producer needs kafka.acks=all (or set kafka.enable.idempotence=false)")
     topic = ours.get("topic")
+    semantic = ours.get("kohort.sink.semantic", "at_least_once").strip().lower().replace("-", "_")
+    if semantic not in ("at_least_once", "exactly_once"):
+        raise ConfigError(f"option 'kohort.sink.semantic' must be at_least_once or exactly_once, got {semantic!r}")
+    if semantic == "exactly_once" and "transactional.id" in client:
+        raise ConfigError("kohort.sink.semantic=exactly_once derives each task's transactional.id itself; "
+                          "remove kafka.transactional.id (set kohort.sink.transactionalIdPrefix instead)")
     return SinkOptions(bootstrap_servers=ours["kafka.bootstrap.servers"],
                        topic=topic.strip() if topic else None,
-                       include_headers=_bool(ours, "includeHeaders", False), client_config=client)
+                       include_headers=_bool(ours, "includeHeaders", False), client_config=client,
+                       semantic=semantic,
+                       transactional_id_prefix=ours.get("kohort.sink.transactionalidprefix", "kohort-sink-"))

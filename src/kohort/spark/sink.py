@@ -8,6 +8,23 @@ Column contract (spark-sql-kafka's): `value` (string or binary) required; `key` 
 reports success, so a finished batch is acknowledged by the brokers (acks=all). Like every Kafka sink
 this is at-least-once across task retries; the idempotent producer removes duplicates of a retried
 send within one task.
+
+`kohort.sink.semantic=exactly_once` (streaming queries; KIP-98 transactions; read the output with
+isolation.level=read_committed): each write task of micro-batch B of query Q, Spark partition P,
+  1. uses transactional.id `<prefix>Q-P` (`kohort.sink.transactionalIdPrefix`, default "kohort-sink-"):
+     the same for every attempt and every replay of that task, so init_transactions() fences a zombie
+     attempt still running (its writes can no longer commit) and aborts its open transaction;
+  2. reads the marker of (Q, P): the offset committed by consumer group `<prefix>Q-P` on partition 0 of
+     the output topic (read as stable, so a transaction still completing is waited for), holding the
+     next batch id this task has to write; if it is past B, batch B was already written and committed
+     (a replay after the driver died between the tasks' commits and Spark's commit log): nothing is
+     written again;
+  3. otherwise writes its rows and the marker B+1 (send_offsets_to_transaction) in one transaction and
+     commits it. Rows and marker become visible together, or not at all.
+Query id (`sql.streaming.queryId`, kept in the checkpoint) and batch id (`streaming.sql.batchId`) come
+from the task's local properties. It relies on Spark replaying a batch with the same rows in the same
+partitions (true for a deterministic query over a replayable source such as Kafka). The markers are
+ordinary committed offsets, so the groups `<prefix>Q-P` show up in group listings.
 """
 from __future__ import annotations
 
@@ -62,12 +79,14 @@ def _as_bytes(v):
     return bytes(v)
 
 
-def write_batches(opts: SinkOptions, batches) -> int:
-    """Produce every row of an iterator of pyarrow.RecordBatch; returns the number of records."""
+def write_batches(opts: SinkOptions, batches, producer=None) -> int:
+    """Produce every row of an iterator of pyarrow.RecordBatch; returns the number of records. With
+    `producer` (a transactional one, in a transaction) the caller owns it: it is flushed, not closed."""
     from kohort.client.producer import Producer
-    cfg = dict(opts.client_config)
+    own = producer is None
+    if own:
+        producer = Producer(dict(opts.client_config))
     n = 0
-    producer = Producer(cfg)
     failures = []
     try:
         for rb in batches:
@@ -96,8 +115,83 @@ def write_batches(opts: SinkOptions, batches) -> int:
         producer.flush()
         _raise_first(failures)
     finally:
-        producer.close()
+        if own:
+            producer.close()
     return n
+
+
+# Spark's local properties of a micro-batch's tasks (StreamExecution.QUERY_ID_KEY, MicroBatchExecution.BATCH_ID_KEY)
+QUERY_ID_KEY = "sql.streaming.queryId"
+BATCH_ID_KEY = "streaming.sql.batchId"
+MARKER_METADATA = "kohort exactly-once sink: next batch id"
+
+
+def task_identity():
+    """(query id, batch id, partition id) of the running micro-batch write task."""
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    qid = ctx.getLocalProperty(QUERY_ID_KEY) if ctx is not None else None
+    batch = ctx.getLocalProperty(BATCH_ID_KEY) if ctx is not None else None
+    if qid is None or batch is None:
+        raise KohortError("kohort.sink.semantic=exactly_once needs a micro-batch streaming query: this task "
+                          f"has no {QUERY_ID_KEY}/{BATCH_ID_KEY} (continuous processing is not supported)")
+    return qid, int(batch), ctx.partitionId()
+
+
+def write_exactly_once(opts: SinkOptions, batches, identity=None) -> int:
+    """One transaction per (query, batch, partition) task; see the module docstring. Returns the number
+    of records written (0 when the batch had already been written by this task before)."""
+    from kohort.client.consumer.consumer import Consumer
+    from kohort.client.producer import Producer
+    from kohort.errors import AbortableTransactionError
+    from kohort.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+    qid, batch, part = identity or task_identity()
+    it = iter(batches)
+    first = None
+    for rb in it:                          # the first non-empty Arrow batch names the marker's topic
+        if rb.num_rows:
+            first = rb
+            break
+    if first is None:
+        return 0                           # no rows: nothing to write, nothing to mark
+    topic = opts.topic
+    if topic is None:
+        topic = first.column(first.schema.names.index("topic"))[0].as_py()
+        if not topic:
+            raise KohortError("row 0 has a null topic and no 'topic' option is set")
+    name = f"{opts.transactional_id_prefix}{qid}-{part}"
+    marker = TopicPartition(topic, 0)
+    cfg = dict(opts.client_config)
+    cfg["transactional.id"] = name
+    producer = Producer(cfg)
+    try:
+        producer.init_transactions()       # fences earlier attempts of this task, aborts their transaction
+        reader = Consumer({"bootstrap.servers": cfg["bootstrap.servers"], "group.id": name,
+                           "enable.auto.commit": False,
+                           **{k: v for k, v in cfg.items() if k.startswith(("security.", "sasl.", "ssl."))}})
+        try:
+            done = reader.committed([marker]).get(marker)
+        finally:
+            reader.close(autocommit=False)
+        if done is not None and done.offset > batch:
+            return 0                       # batch already written and committed by this task: skip
+        producer.begin_transaction()
+        try:
+            n = write_batches(opts, _chain(first, it), producer)
+            producer.send_offsets_to_transaction({marker: OffsetAndMetadata(batch + 1, MARKER_METADATA)},
+                                                 ConsumerGroupMetadata(name))
+            producer.commit_transaction()
+        except AbortableTransactionError:
+            producer.abort_transaction()
+            raise                          # the task fails; Spark's retry starts a new transaction
+        return n
+    finally:
+        producer.close()
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
 
 
 def _raise_first(futures) -> None:
@@ -115,6 +209,9 @@ def _raise_first(futures) -> None:
 class KohortBatchWriter(DataSourceArrowWriter):
     def __init__(self, opts: SinkOptions, schema):
         check_columns(schema, opts)
+        if opts.semantic == "exactly_once":
+            raise ConfigError("kohort.sink.semantic=exactly_once is for streaming queries (writeStream); a batch "
+                              "write has no batch id to make its replay detectable")
         self.opts = opts
 
     def write(self, iterator):
@@ -127,6 +224,8 @@ class KohortStreamWriter(DataSourceStreamArrowWriter):
         self.opts = opts
 
     def write(self, iterator):
+        if self.opts.semantic == "exactly_once":
+            return ProducedMessage(write_exactly_once(self.opts, iterator))
         return ProducedMessage(write_batches(self.opts, iterator))
 
     def commit(self, messages, batchId: int) -> None:

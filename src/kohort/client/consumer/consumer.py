@@ -28,7 +28,7 @@ from kohort.client.consumer.offsets import (
 from kohort.client.stats import ClientStats
 from kohort.client.network import NetworkClient
 from kohort.errors import KohortError
-from kohort.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from kohort.structs import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 log = logging.getLogger("kohort.client.consumer")
 
@@ -218,6 +218,16 @@ class Consumer:
                 raise KafkaTimeoutError(f"position of {tp} not known within the timeout")
             time.sleep(0.01)
 
+    def group_metadata(self) -> ConsumerGroupMetadata | None:
+        """The group, generation (the member epoch under KIP-848), member id and group.instance.id to
+        pass to a transactional producer's send_offsets_to_transaction (Java's groupMetadata());
+        generation -1 and "" before joining; None without group.id."""
+        self._check_open()
+        if self._group is None:
+            return None
+        g = self._group
+        return ConsumerGroupMetadata(g.group_id, g.generation_id, g.member_id, self.config["group.instance.id"])
+
     def committed(self, partitions: Iterable, timeout: float | None = None) -> dict:
         """{tp: OffsetAndMetadata or None} as committed in the group (an OffsetFetch round trip)."""
         self._check_open()
@@ -324,15 +334,6 @@ class Consumer:
         if self._group is not None:
             h.update(self._group.health())
         return h
-
-    def group_metadata(self) -> dict | None:
-        """The member's group, generation, member id and instance id (Java's groupMetadata()); None
-        without group.id."""
-        if self._group is None:
-            return None
-        h = self._group.health()
-        return {"group_id": h["group_id"], "generation_id": h["generation_id"], "member_id": h["member_id"],
-                "group_instance_id": self.config["group.instance.id"]}
 
     def poll_group(self) -> None:
         """The group work poll() does (rebalance callbacks, joins, auto commit, the max.poll.interval.ms

@@ -444,7 +444,7 @@ class Consumer:
 
     def memberid(self):
         md = self._c.group_metadata()
-        return md["member_id"] if md is not None and md["member_id"] else None
+        return md.member_id if md is not None and md.member_id else None
 
     def close(self) -> None:
         if self._closed:

@@ -1,0 +1,144 @@
+"""Produce throughput with transactions vs without (issue 15): kohort's producer and confluent-kafka
+on kohort broker and on Apache Kafka 4.3.1 (one node, started here from tests/kafka_cluster.py when
+the Kafka jars are present; stopped by `finish`).
+
+Each run writes N records of one 100-byte value to a fresh 1-partition topic, acks=all, linger.ms=5:
+"idempotent" = no transactions (both clients' default: idempotent); "transactions of K" = a
+transactional.id, init_transactions() before timing, then begin / K produce calls / commit repeated
+until N records are committed. Time from the first produce() (or begin) to the end of the last
+flush/commit.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+
+from cases.common import KOHORT_BROKER, create_topic, values
+
+KAFKA = "Apache Kafka 4.3.1"
+CLIENTS = ["kohort", "confluent-kafka"]
+MAX_ROUNDS = 3
+_seq = itertools.count()
+_kafka = {}
+
+
+def produce(client: str, addr: str, topic: str, n: int, size: int, txn: int) -> dict:
+    import time
+    value = values(size, 1)[0]
+    tid = f"bench-{uuid.uuid4().hex[:8]}" if txn else None
+    if client == "kohort":
+        from kohort.client.producer import Producer
+        cfg = {"bootstrap.servers": addr, "acks": "all", "linger.ms": 5}
+        if tid:
+            cfg["transactional.id"] = tid
+        p = Producer(cfg)
+        p.partitions_for(topic)
+        if tid:
+            p.init_transactions(60)
+        t = time.perf_counter()
+        if not tid:
+            for _ in range(n):
+                p.produce(topic, value)
+            assert p.flush() == 0
+        else:
+            done = 0
+            while done < n:
+                k = min(txn, n - done)
+                p.begin_transaction()
+                for _ in range(k):
+                    p.produce(topic, value)
+                p.commit_transaction(60)
+                done += k
+        dt = time.perf_counter() - t
+        p.close()
+    else:
+        from confluent_kafka import Producer
+        cfg = {"bootstrap.servers": addr, "acks": "all", "linger.ms": 5, "queue.buffering.max.messages": 1000000,
+               "log_level": 0}
+        if tid:
+            cfg["transactional.id"] = tid
+        p = Producer(cfg)
+        p.list_topics(topic, timeout=10)
+        if tid:
+            p.init_transactions(60)
+
+        def send(k):
+            for i in range(k):
+                try:
+                    p.produce(topic, value)
+                except BufferError:
+                    p.poll(0.05)
+                    p.produce(topic, value)
+                if i & 1023 == 0:
+                    p.poll(0)
+        t = time.perf_counter()
+        if not tid:
+            send(n)
+            assert p.flush(120) == 0
+        else:
+            done = 0
+            while done < n:
+                k = min(txn, n - done)
+                p.begin_transaction()
+                send(k)
+                p.commit_transaction(60)
+                done += k
+        dt = time.perf_counter() - t
+    return {"value": n / dt, "seconds": dt, "records": n}
+
+
+def _kafka_addr():
+    """A one-node Apache Kafka for this run (None, error) when its jars are missing."""
+    if "addr" in _kafka or "error" in _kafka:
+        return _kafka.get("addr"), _kafka.get("error")
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        import sys
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        from tests.kafka_cluster import KafkaCluster
+        kc = KafkaCluster(nodes=1)
+        kc.start()
+        _kafka.update(cluster=kc, addr=kc.bootstrap)
+    except Exception as e:  # noqa: BLE001 - reported in the table's rows
+        _kafka["error"] = f"{type(e).__name__}: {e}"
+    return _kafka.get("addr"), _kafka.get("error")
+
+
+def finish(env) -> None:
+    kc = _kafka.pop("cluster", None)
+    if kc is not None:
+        kc.close()
+
+
+def build(env, mode: str, profile: set[str]):
+    from harness import Job, Section
+    quick = mode == "quick"
+    n, size = (30_000, 100) if quick else (100_000, 100)
+    txn_sizes = (1000,) if quick else (100, 1000, 10_000)
+    sec = Section("txn", "produce throughput, transactions vs none", "records/s",
+                  notes=[f"{n:,} records x {size} B, acks=all, linger.ms=5, fresh 1-partition topic; "
+                         "'transactions of K': begin, K produce(), commit, repeated (init_transactions() "
+                         "before timing)."])
+    kaddr, kerr = _kafka_addr()
+    jobs = []
+    for broker, addr, err in ((KOHORT_BROKER, env.brokers.addr.get(KOHORT_BROKER),
+                               env.brokers.errors.get(KOHORT_BROKER)), (KAFKA, kaddr, kerr)):
+        for txn in (0, *txn_sizes):
+            row = f"{broker} · " + ("idempotent, no transactions" if not txn else f"transactions of {txn:,}")
+            for client in CLIENTS:
+                jobs.append(Job("txn", row, client, "cases.txn:produce",
+                                {"client": client, "addr": addr, "topic": None, "n": n, "size": size, "txn": txn},
+                                timeout=240, profile=client in profile, before=_fresh_topic(addr, err)))
+    return [sec], jobs
+
+
+def _fresh_topic(addr, err):
+    def before(job, round_no):
+        if addr is None:
+            raise RuntimeError(err or "broker not running")
+        topic = f"txnbench-{next(_seq)}"
+        create_topic(addr, topic, 1)
+        return {"topic": topic}
+    return before
