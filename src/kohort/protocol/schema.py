@@ -370,7 +370,12 @@ def _build_struct_codec(cls, version: int, flexible: bool):
 def _is_default(v, fld) -> bool:
     dflt = fld.default
     if dflt is _NEW_STRUCT:
-        return v is not None and v == fld.type.cls()
+        if v is None:
+            return False
+        t = fld.type
+        if type(v) is t.cls and v.__dict__ == t.default_fields():
+            return True         # the common case (e.g. Produce's current_leader) without a new instance
+        return v == t.cls()
     if isinstance(v, (list, tuple)) and isinstance(dflt, (list, tuple)):
         return len(v) == 0 and len(dflt) == 0
     return v == dflt
@@ -383,6 +388,14 @@ class _StructType(Type):
         self.cls = cls
         self.name = cls.__name__
         self.default = None
+        self._default_fields = None
+
+    def default_fields(self) -> dict:
+        """The attributes of a default instance (cached; compared against, never handed out)."""
+        d = self._default_fields
+        if d is None:
+            d = self._default_fields = dict(self.cls().__dict__)
+        return d
 
     def codec(self, version, flexible, nullable):
         dec, enc = self.cls._codec(version, flexible)
