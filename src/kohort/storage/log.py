@@ -255,7 +255,9 @@ class Log:
             patch_leader_epoch(buf, pos, leader_epoch)
             if lat:
                 set_log_append_time(buf, pos, now_ms)
-            h = read_batch_header(buf, pos)
+                h = read_batch_header(buf, pos)
+            else:       # the patched header without parsing it again
+                h = h._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch)
             batches.append((pos, h))
             next_offset = h.next_offset
             pos += h.total_size
