@@ -25,12 +25,18 @@ class SyncPump:
         """Return once every append made before this call is durable (raises KafkaStorageError)."""
         if not self.enabled:
             return
+        await self.synced_future()
+
+    def synced_future(self) -> asyncio.Future:
+        """A future done once every append made before this call is durable (its exception the
+        round's error): wait_synced without a coroutine and task per waiter (the produce path).
+        Cancelling it is abandoning the wait; the round still runs."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         self._waiting.append(fut)
         if self._task is None:
             self._task = loop.create_task(self._run())
-        await fut
+        return fut
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
