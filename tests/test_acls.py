@@ -1,5 +1,5 @@
 """Authorization (issue 16): the authorizer's rules (pure), kohort broker with ACLs over SASL_SSL/SCRAM
-against kohort's client and CLI, confluent-kafka, kafka-python, kcat and Kafka's Java client and
+against kohort's client and CLI, confluent-kafka, kafka-python, aiokafka, kcat and Kafka's Java client and
 kafka-acls (AclCommand); kohort's client against Apache Kafka 4.3.1 with StandardAuthorizer (slow).
 
 One broker for the module (fixture `acl_broker`): a SASL_SSL listener with SCRAM-SHA-256 and PLAIN
@@ -731,6 +731,68 @@ def test_kafka_python_authorized_and_unauthorized(acl_broker):
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout.strip().splitlines()[-1])
     assert run("alice", "alice-kp", "alice-kp-g") == {"produced": True, "got": ["kp-1"]}
+    denied = run("mallory", "paid", "paid-g")
+    assert denied["produce_error"] == "TopicAuthorizationFailedError", denied
+    assert denied.get("consume_error") in ("TopicAuthorizationFailedError", "GroupAuthorizationFailedError"), denied
+    assert run("bob", "paid", "paid-g").get("consume_error") == "GroupAuthorizationFailedError"
+
+
+AIO_SCRIPT = textwrap.dedent("""
+    import asyncio, json, logging, sys
+    logging.basicConfig(level=logging.CRITICAL)
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+    kw, cafile, topic, group = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    async def main():
+        kw["ssl_context"] = create_ssl_context(cafile=cafile)
+        out = {}
+        p = AIOKafkaProducer(request_timeout_ms=8000, **kw)
+        try:
+            await p.start()
+            await asyncio.wait_for(p.send_and_wait(topic, b"aio-1"), 20)
+            out["produced"] = True
+        except Exception as e:
+            out["produce_error"] = type(e).__name__
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(topic, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+                             **kw)
+        try:
+            await c.start()
+            got = []
+            for _ in range(40):
+                for recs in (await c.getmany(timeout_ms=500)).values():
+                    got += [r.value.decode() for r in recs]
+                if got:
+                    break
+            await c.commit()
+            out["got"] = got
+        except Exception as e:
+            out["consume_error"] = type(e).__name__
+        finally:
+            await c.stop()
+        return out
+    print(json.dumps(asyncio.run(main())))
+""")
+
+
+def test_aiokafka_authorized_and_unauthorized(acl_broker):
+    """aiokafka over SASL_SSL/SCRAM with ACLs: alice produces, consumes in a group and commits; mallory
+    (no ACL) and bob (READ on the topic, nothing on the group) get Kafka's authorization errors."""
+    pytest.importorskip("aiokafka")
+    from kohort.client.admin import Admin
+    b = acl_broker
+    with Admin(kohort_conf(b, "admin")) as a:
+        assert a.create_topics({"alice-aio": 1})["alice-aio"] is None
+
+    def run(user, topic, group):
+        kw = {"bootstrap_servers": b.bs, "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256",
+              "sasl_plain_username": user, "sasl_plain_password": PASSWORDS[user]}
+        r = subprocess.run([PY, "-c", AIO_SCRIPT, json.dumps(kw), str(b.pki / "ca.pem"), topic, group],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    assert run("alice", "alice-aio", "alice-aio-g") == {"produced": True, "got": ["aio-1"]}
     denied = run("mallory", "paid", "paid-g")
     assert denied["produce_error"] == "TopicAuthorizationFailedError", denied
     assert denied.get("consume_error") in ("TopicAuthorizationFailedError", "GroupAuthorizationFailedError"), denied

@@ -478,3 +478,18 @@ def test_storage_errors_carry_kafkas_codes_and_names():
         e = cls("x")
         assert (e.error_code, e.error_name, str(e)) == (code, name, "x"), cls
     assert isinstance(E.InvalidConfigError("x"), ValueError)
+
+
+def test_write_json_atomic_replaces_the_file_whole_with_its_mode_and_leaves_no_temporary(tmp_path):
+    """The broker's small state files (SCRAM credentials 0600, ACLs) go through one durable writer."""
+    import json
+    import stat
+
+    from kohort.storage.fs import write_json_atomic
+    path = tmp_path / "sub" / "creds.json"
+    write_json_atomic(str(path), {"b": 1, "a": [1, 2]}, mode=0o600)
+    assert json.loads(path.read_text()) == {"a": [1, 2], "b": 1}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    write_json_atomic(str(path), {"c": 3}, mode=0o600)
+    assert json.loads(path.read_text()) == {"c": 3}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["creds.json"]

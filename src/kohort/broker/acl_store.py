@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 from kohort.broker.authorizer import AUTHORIZER_CLASSES, AclBinding, Authorizer, parse_super_users
 from kohort.errors import KohortError
+from kohort.storage.fs import write_json_atomic
 
 ACL_FILE = "acls.json"
 
@@ -29,26 +29,7 @@ class AclStore:
         if self.path is None:
             return
         data = {"version": 1, "acls": [b.to_json() for b in self.authorizer.bindings()]}
-        d = os.path.dirname(self.path)
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".acls-", dir=d)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=1)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        dfd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_json_atomic(self.path, data)
 
 
 def load_bindings(path: str) -> list[AclBinding]:

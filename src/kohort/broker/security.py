@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 
 from kohort.errors import ErrorCode, KohortError
+from kohort.storage.fs import write_json_atomic
 from kohort.protocol.messages.sasl_authenticate import SaslAuthenticateResponse
 from kohort.protocol.messages.sasl_handshake import SaslHandshakeResponse
 from kohort.protocol.sasl import (
@@ -370,27 +371,7 @@ class ScramStore:
         if self.path is None:
             return
         data = {"users": {u: {m: c.to_json() for m, c in ms.items()} for u, ms in self._creds.items()}}
-        d = os.path.dirname(self.path)
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".scram-", dir=d)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=1, sort_keys=True)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        dfd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_json_atomic(self.path, data, mode=0o600)
         st = os.stat(self.path)
         self._stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
 

@@ -144,6 +144,36 @@ class FileSystem:
         self.fsync_dir(posixpath.dirname(path) or ".")
 
 
+def write_json_atomic(path: str, data, mode: int | None = None) -> None:
+    """Durably replace the small JSON file `path` (the broker's SCRAM credentials, ACLs): a fsynced
+    temporary file in the same directory (`mode` set before it becomes visible), an atomic rename, the
+    directory fsynced. A crash leaves the old file or the new one, never a torn one."""
+    import json
+    import tempfile
+    d = os.path.dirname(path) or "."
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + "-", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dfd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 # ---------------------------------------------------------------------------------------------
 # The real filesystem
 

@@ -873,20 +873,7 @@ class GroupCoordinator:
             m = group.members[p.member_id]
             self._arm(out, heartbeat_key(group.group_id, m.member_id), now_ms + m.session_timeout_ms)
         expire = now_ms + p.retention_time_ms if p.retention_time_ms != -1 else None
-        max_md = self.config.offset_metadata_max_bytes
-        results: list[tuple[str, list[PartitionResult]]] = []
-        records: list[OffsetRecord] = []
-        for topic, parts in p.topics:
-            rs = []
-            for pp in parts:
-                if pp.committed_metadata is not None and len(pp.committed_metadata) > max_md:
-                    rs.append(PartitionResult(pp.partition_index, C.OFFSET_METADATA_TOO_LARGE))
-                else:
-                    rs.append(PartitionResult(pp.partition_index, C.NONE))
-                    records.append(OffsetRecord(
-                        group.group_id, topic, pp.partition_index, pp.committed_offset,
-                        pp.committed_leader_epoch, pp.committed_metadata or "", now_ms, expire))
-            results.append((topic, rs))
+        results, records = self._offset_records(group.group_id, p.topics, now_ms, expire)
         if not records:
             self._respond(out, reply_to, OffsetCommitResult(tuple((t, tuple(rs)) for t, rs in results)))
             return out
@@ -915,6 +902,25 @@ class GroupCoordinator:
         self._append(out, records, done)
         return out
 
+    def _offset_records(self, group_id: str, topics, now_ms: int, expire: int | None):
+        """Per partition of an (Txn)OffsetCommit: its result (OFFSET_METADATA_TOO_LARGE past
+        offset.metadata.max.bytes, else NONE) and, for the accepted ones, the record to append."""
+        max_md = self.config.offset_metadata_max_bytes
+        results: list[tuple[str, list[PartitionResult]]] = []
+        records: list[OffsetRecord] = []
+        for topic, parts in topics:
+            rs = []
+            for pp in parts:
+                if pp.committed_metadata is not None and len(pp.committed_metadata) > max_md:
+                    rs.append(PartitionResult(pp.partition_index, C.OFFSET_METADATA_TOO_LARGE))
+                else:
+                    rs.append(PartitionResult(pp.partition_index, C.NONE))
+                    records.append(OffsetRecord(
+                        group_id, topic, pp.partition_index, pp.committed_offset,
+                        pp.committed_leader_epoch, pp.committed_metadata or "", now_ms, expire))
+            results.append((topic, rs))
+        return results, records
+
     def txn_offset_commit(self, p: TxnOffsetCommitParams, now_ms: int, reply_to: Any) -> Outcome:
         """TxnOffsetCommit: validate (Kafka's order), append the offsets in a transactional batch of
         the producer, hold them pending once stored. The transaction coordinator's verification
@@ -942,20 +948,7 @@ class GroupCoordinator:
         if err:
             self._respond(out, reply_to, all_failed(err))
             return out
-        max_md = self.config.offset_metadata_max_bytes
-        results: list[tuple[str, list[PartitionResult]]] = []
-        records: list[OffsetRecord] = []
-        for topic, parts in p.topics:
-            rs = []
-            for pp in parts:
-                if pp.committed_metadata is not None and len(pp.committed_metadata) > max_md:
-                    rs.append(PartitionResult(pp.partition_index, C.OFFSET_METADATA_TOO_LARGE))
-                else:
-                    rs.append(PartitionResult(pp.partition_index, C.NONE))
-                    records.append(OffsetRecord(
-                        group.group_id, topic, pp.partition_index, pp.committed_offset,
-                        pp.committed_leader_epoch, pp.committed_metadata or "", now_ms, None))
-            results.append((topic, rs))
+        results, records = self._offset_records(group.group_id, p.topics, now_ms, None)
         if not records:
             self._respond(out, reply_to, OffsetCommitResult(tuple((t, tuple(rs)) for t, rs in results)))
             return out

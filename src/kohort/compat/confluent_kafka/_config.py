@@ -4,9 +4,9 @@
 handles itself (callbacks, enable.auto.offset.store, enable.partition.eof, logging,
 statistics.interval.ms, ...). A key that is neither librdkafka's nor Kafka's is refused as librdkafka
 refuses it (KafkaException _INVALID_ARG) naming the closest known key; a librdkafka key for a feature
-kohort has not got (transactions, for now) is refused naming the gap. TLS, SASL and OAUTHBEARER keys
-(`security.protocol`, `ssl.*`, `sasl.*`, `oauth_cb`) are librdkafka's names in kohort's client too and
-pass through unchanged.
+kohort has not got is refused naming the gap (librdkafka's named partitioners). TLS, SASL and OAUTHBEARER
+keys (`security.protocol`, `ssl.*`, `sasl.*`, `oauth_cb`) and `transactional.id` are librdkafka's names
+in kohort's client too and pass through unchanged.
 """
 from __future__ import annotations
 
@@ -48,9 +48,6 @@ NO_EFFECT = {"api.version.request", "api.version.fallback.ms", "broker.version.f
              "log.queue", "log.thread.name", "enable.random.seed", "internal.termination.signal",
              "sticky.partitioning.linger.ms", "coordinator.query.interval.ms", "fetch.error.backoff.ms",
              "statistics.interval.ms"}
-UNSUPPORTED = {
-    "transactional.id": "transactions",
-}
 
 
 def _refuse(msg: str, code: int = KafkaError._INVALID_ARG):
@@ -69,24 +66,19 @@ def translate(role: str, conf: dict) -> tuple[dict, dict]:
             continue
         if k in NO_EFFECT:
             continue
-        for prefix, what in UNSUPPORTED.items():
-            if k == prefix or (prefix.endswith(".") and k.startswith(prefix)):
-                _refuse(f"{k}: kohort's confluent_kafka compatibility module does not offer {what}",
-                        KafkaError._NOT_IMPLEMENTED)
+        if k in RENAMES:
+            name, conv = RENAMES[k]
+            if name == "partitioner.class":
+                _refuse(f"partitioner={v!r}: librdkafka's named partitioners are not offered; kohort uses "
+                        "Kafka's murmur2 partitioner (librdkafka's murmur2_random)", KafkaError._NOT_IMPLEMENTED)
+            out[name] = conv(v) if conv else v
+        elif k in known:
+            out[k] = v.lower() if k == "security.protocol" and isinstance(v, str) else v
         else:
-            if k in RENAMES:
-                name, conv = RENAMES[k]
-                if name == "partitioner.class":
-                    _refuse(f"partitioner={v!r}: librdkafka's named partitioners are not offered; kohort uses "
-                            "Kafka's murmur2 partitioner (librdkafka's murmur2_random)", KafkaError._NOT_IMPLEMENTED)
-                out[name] = conv(v) if conv else v
-            elif k in known:
-                out[k] = v.lower() if k == "security.protocol" and isinstance(v, str) else v
-            else:
-                names = sorted(set(known) | set(RENAMES) | EXTRAS | NO_EFFECT)
-                close = difflib.get_close_matches(k, names, n=1, cutoff=0.5)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                _refuse(f"No such configuration property: {k!r}{hint}")
+            names = sorted(set(known) | set(RENAMES) | EXTRAS | NO_EFFECT)
+            close = difflib.get_close_matches(k, names, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            _refuse(f"No such configuration property: {k!r}{hint}")
     if "statistics.interval.ms" in conf:
         extras["statistics.interval.ms"] = conf["statistics.interval.ms"]
     return out, extras

@@ -442,6 +442,11 @@ class Consumer:
         except KohortError as e:
             raise wrap(e) from None
 
+    def consumer_group_metadata(self):
+        """The group's metadata for Producer.send_offsets_to_transaction (opaque, as in confluent-kafka)."""
+        self._check()
+        return self._c.group_metadata()
+
     def memberid(self):
         md = self._c.group_metadata()
         return md.member_id if md is not None and md.member_id else None

@@ -175,8 +175,30 @@ class Producer:
     def __exit__(self, *exc):
         self.close()
 
-    def _unsupported(self, *a, **kw):
-        raise KafkaException(-170, "transactions are not offered by kohort's producer yet")
+    # -- transactions (KIP-98) over kohort's transactional producer; errors as librdkafka's: `fatal()` or
+    # `txn_requires_abort()`, a timeout is retriable (call again) -----------------------------------------------
+    def _txn(self, fn, *args):
+        try:
+            return fn(*args)
+        except KohortError as e:
+            raise wrap(e) from None
 
-    init_transactions = begin_transaction = commit_transaction = abort_transaction = _unsupported
-    send_offsets_to_transaction = _unsupported
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._txn(self._p.init_transactions, timeout_s(timeout))
+
+    def begin_transaction(self) -> None:
+        self._txn(self._p.begin_transaction)
+
+    def send_offsets_to_transaction(self, positions, group_metadata, timeout: float | None = None) -> None:
+        """`positions`: TopicPartitions whose offset is the next record to read (Consumer.position()),
+        `group_metadata`: Consumer.consumer_group_metadata()."""
+        offsets = {(tp.topic, tp.partition): tp.offset for tp in positions}
+        self._txn(self._p.send_offsets_to_transaction, offsets, group_metadata, timeout_s(timeout))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._txn(self._p.commit_transaction, timeout_s(timeout))
+        self._serve()                  # delivery reports of the committed records, as librdkafka's flush
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._txn(self._p.abort_transaction, timeout_s(timeout))
+        self._serve()

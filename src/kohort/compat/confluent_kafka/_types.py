@@ -145,6 +145,12 @@ def error_from(exc: BaseException) -> KafkaError:
     """A kohort exception as the KafkaError librdkafka would report."""
     if isinstance(exc, KafkaException):
         return exc.args[0]
+    if isinstance(exc, kerrors.TransactionError):          # librdkafka: txn_requires_abort() / fatal()
+        cause = exc.cause if isinstance(exc.cause, kerrors.KafkaError) else None
+        code = cause.code if cause is not None else (KafkaError._STATE if exc.abortable else KafkaError._FATAL)
+        return KafkaError(code, str(exc), fatal=not exc.abortable, txn_requires_abort=exc.abortable)
+    if isinstance(exc, kerrors.IllegalTransactionStateError):
+        return KafkaError(KafkaError._STATE, str(exc))
     if isinstance(exc, kerrors.KafkaTimeoutError):
         return KafkaError(KafkaError._TIMED_OUT, str(exc), retriable=True)
     if isinstance(exc, kerrors.KafkaConnectionError):
