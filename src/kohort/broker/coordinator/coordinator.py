@@ -976,7 +976,10 @@ class GroupCoordinator:
         return out
 
     @staticmethod
-    def _validate_txn_offset_commit(group: ClassicGroup, p: TxnOffsetCommitParams) -> int:
+    def _validate_commit_member(group: ClassicGroup, p) -> int | None:
+        """The checks OffsetCommit and TxnOffsetCommit share, in Kafka's order: an error code (NONE for a
+        commit to an Empty group without a generation, or by the current member and generation), or None
+        when the request names no member at all (each caller decides that case)."""
         if group.is_(S.DEAD):
             return C.COORDINATOR_NOT_AVAILABLE
         if p.generation_id < 0 and group.is_(S.EMPTY):
@@ -985,9 +988,13 @@ class GroupCoordinator:
             err = group.validate_member(p.member_id, p.group_instance_id)
             if err:
                 return err
-            if p.generation_id != group.generation_id:
-                return C.ILLEGAL_GENERATION
-        return C.NONE
+            return C.ILLEGAL_GENERATION if p.generation_id != group.generation_id else C.NONE
+        return None
+
+    @classmethod
+    def _validate_txn_offset_commit(cls, group: ClassicGroup, p: TxnOffsetCommitParams) -> int:
+        err = cls._validate_commit_member(group, p)
+        return C.NONE if err is None else err
 
     def write_txn_marker(self, marker: TxnMarkerRecord, group_filter: Callable[[str], bool], now_ms: int,
                          reply_to: Any) -> Outcome:
@@ -1005,23 +1012,14 @@ class GroupCoordinator:
         self._append(out, [marker], done, producer=(marker.producer_id, marker.producer_epoch))
         return out
 
-    @staticmethod
-    def _validate_offset_commit(group: ClassicGroup, p: OffsetCommitParams) -> int:
-        if group.is_(S.DEAD):
-            return C.COORDINATOR_NOT_AVAILABLE
-        if p.generation_id < 0 and group.is_(S.EMPTY):
-            return C.NONE
-        if p.generation_id >= 0 or p.member_id or p.group_instance_id is not None:
-            err = group.validate_member(p.member_id, p.group_instance_id)
-            if err:
-                return err
-            if p.generation_id != group.generation_id:
-                return C.ILLEGAL_GENERATION
-        elif not group.is_(S.EMPTY):
-            return C.UNKNOWN_MEMBER_ID
-        if group.is_(S.COMPLETING_REBALANCE):
-            return C.REBALANCE_IN_PROGRESS
-        return C.NONE
+    @classmethod
+    def _validate_offset_commit(cls, group: ClassicGroup, p: OffsetCommitParams) -> int:
+        err = cls._validate_commit_member(group, p)
+        if err is None:                       # no member named: only an Empty group takes it
+            return C.NONE if group.is_(S.EMPTY) else C.UNKNOWN_MEMBER_ID
+        if err:
+            return err
+        return C.REBALANCE_IN_PROGRESS if group.is_(S.COMPLETING_REBALANCE) else C.NONE
 
     def offset_fetch(self, p: OffsetFetchParams, now_ms: int, reply_to: Any) -> Outcome:
         out = Outcome()
