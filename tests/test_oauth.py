@@ -297,7 +297,6 @@ CK_OAUTH = textwrap.dedent("""
 
 
 def _ck_oauth(bs, topic, scope):
-    pytest.importorskip("confluent_kafka")
     r = subprocess.run([PY, "-c", CK_OAUTH, bs, topic, scope], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -583,7 +582,6 @@ def test_confluent_kafka_reauthenticates_when_its_token_expires(oauth_broker):
     broker announced ends: a producer with 10 s tokens keeps delivering for 14 s without an error.
     (With 4 s tokens librdkafka re-authenticates with its old token, then again 0.3 s later, which
     the broker refuses as Kafka does: at most one re-authentication per second.)"""
-    pytest.importorskip("confluent_kafka")
     script = textwrap.dedent("""
         import base64, json, sys, time, confluent_kafka as ck
         def b64(o):
@@ -708,7 +706,6 @@ PY_OAUTH = textwrap.dedent("""
 def test_python_clients_token_providers(oauth_broker, which):
     """kafka-python's and aiokafka's OAUTHBEARER (sasl_oauth_token_provider): produce, consume in a group,
     commit; a token without the required scope is refused."""
-    pytest.importorskip("kafka" if which == "kafka-python" else "aiokafka")
     topic = f"py-oauth-{which}"
     r = subprocess.run([PY, "-c", PY_OAUTH, which, oauth_broker.sasl, topic, "kafka"], capture_output=True,
                        text=True, timeout=120)

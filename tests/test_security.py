@@ -304,7 +304,6 @@ def _ck(conf: dict, topic: str, module: str = "confluent_kafka") -> dict:
 
 @pytest.mark.parametrize("how", ["SASL_SSL/SCRAM-SHA-256", "SASL_SSL/PLAIN", "SASL_PLAINTEXT/SCRAM-SHA-512", "SSL"])
 def test_confluent_kafka_produces_and_consumes_in_a_group(secure, how):
-    pytest.importorskip("confluent_kafka")
     bs, s = _settings(secure, how)
     topic = "ck-" + how.replace("/", "-").lower()
     out = _ck({"bootstrap.servers": bs, **s}, topic)
@@ -322,7 +321,6 @@ def test_the_confluent_kafka_compat_module_runs_the_same_program_over_tls_and_sa
 
 
 def test_confluent_kafka_wrong_password_is_an_authentication_error(secure):
-    pytest.importorskip("confluent_kafka")
     bs, s = _settings(secure, "SASL_SSL/SCRAM-SHA-256", password="wrong")
     out = _ck({"bootstrap.servers": bs, **s}, "ck-denied")
     assert out["unflushed"] == 3 and "_AUTHENTICATION" in out["errors"]
@@ -362,7 +360,6 @@ def _kp(secure, how, password=None):
 
 @pytest.mark.parametrize("how", ["SASL_SSL/SCRAM-SHA-256", "SASL_SSL/PLAIN"])
 def test_kafka_python_produces_and_consumes_in_a_group(secure, how):
-    pytest.importorskip("kafka")
     out, _ = _kp(secure, how)
     assert out == {"got": ["kp-1"]}
 
@@ -371,7 +368,6 @@ def test_kafka_python_produces_and_consumes_in_a_group(secure, how):
 def test_kafka_python_wrong_password(secure):
     """kafka-python 3.0 logs the broker's SASL_AUTHENTICATION_FAILED and keeps retrying the bootstrap
     until its timeout (its own behaviour: no fatal authentication error)."""
-    pytest.importorskip("kafka")
     out, err = _kp(secure, "SASL_SSL/SCRAM-SHA-256", password="wrong")
     assert "error" in out
     assert out["error"] == "KafkaTimeoutError"
@@ -418,7 +414,6 @@ AIO_SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("mech,password", [("SCRAM-SHA-256", None), ("SCRAM-SHA-512", None),
                                            ("SCRAM-SHA-256", "wrong")])
 def test_aiokafka_over_sasl_ssl_scram_produces_consumes_in_a_group_and_commits(secure, mech, password):
-    pytest.importorskip("aiokafka")
     bs, s = _settings(secure, f"SASL_SSL/{mech}", password=password)
     kw = {"bootstrap_servers": bs, "security_protocol": "SASL_SSL", "sasl_mechanism": mech,
           "sasl_plain_username": s["sasl.username"], "sasl_plain_password": s["sasl.password"]}
@@ -907,7 +902,6 @@ CK_SCRAM_ADMIN = textwrap.dedent("""
 
 def test_scram_users_managed_with_alter_and_describe_user_scram_credentials(secure):
     """KIP-554 through librdkafka's AdminClient; the new user logs in at once with kohort's client."""
-    pytest.importorskip("confluent_kafka")
     bs, s = _settings(secure, "SASL_SSL/SCRAM-SHA-256")
     r = subprocess.run([PY, "-c", CK_SCRAM_ADMIN, json.dumps({"bootstrap.servers": bs, **s})],
                        capture_output=True, text=True, timeout=90)
