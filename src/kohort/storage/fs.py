@@ -15,8 +15,10 @@ joined with `join()`; a FileSystem never interprets file contents.
 """
 from __future__ import annotations
 
+import json
 import os
 import posixpath
+import tempfile
 import threading
 
 from kohort.protocol.records import ExternalRecords
@@ -148,8 +150,6 @@ def write_json_atomic(path: str, data, mode: int | None = None) -> None:
     """Durably replace the small JSON file `path` (the broker's SCRAM credentials, ACLs): a fsynced
     temporary file in the same directory (`mode` set before it becomes visible), an atomic rename, the
     directory fsynced. A crash leaves the old file or the new one, never a torn one."""
-    import json
-    import tempfile
     d = os.path.dirname(path) or "."
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + "-", dir=d)
