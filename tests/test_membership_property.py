@@ -207,7 +207,13 @@ class World:
         for _ in range(1200):           # up to 120 s of quiet
             self.run(STEP)
             owned = [tp for n in live for tp in n.m.owned]
-            if live and all(n.m.state == STABLE and not n.m.rejoin_needed for n in live) \
+            # the coordinator must agree too: after a time jump it may have expired a member that has not
+            # heartbeated since and so still believes itself Stable in the old generation
+            g = self.h.group("g")
+            agreed = g is not None and g.state.value == "Stable" and set(g.members) == {
+                n.m.generation.member_id for n in live} and all(
+                n.m.generation.generation_id == g.generation_id for n in live)
+            if live and agreed and all(n.m.state == STABLE and not n.m.rejoin_needed for n in live) \
                     and len(owned) == len(set(owned)) and set(owned) == want:
                 return
         raise AssertionError(
