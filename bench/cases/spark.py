@@ -14,7 +14,8 @@ same topic: bench_spark.lean_reader (the fetch -> Arrow path a Spark task runs, 
 bench_consumer's raw kohort and confluent-kafka consumers (cases.consumer.consume).
 
 Record count: KOHORT_BENCH_SPARK_RECORDS, else 3,000,000 (full; fixed costs must not hide the rate)
-or 200,000 (quick).
+or 200,000 (quick). KOHORT_BENCH_SPARK_ONLY=sink (comma list of stream, batch, sink) runs only those
+sub-rows: `sink` alone skips seeding, the warm-up query and the raw-consumer columns.
 """
 from __future__ import annotations
 
@@ -33,9 +34,21 @@ RAW_KOHORT = "kohort consumer (raw)"
 RAW_CONFLUENT = "confluent-kafka consumer (raw)"
 STREAM, BATCH, SINK = "stream → Parquet", "batch read → Parquet", "sink (df.write)"
 FORMATS = {KOHORT: "kohort", KAFKA: "kafka"}
+PARTS = {"stream": STREAM, "batch": BATCH, "sink": SINK}
 
 
-def formats(addr: str, topic: str, n: int, size: int, warm_topic: str, warm_n: int, fmt: str) -> dict:
+def _parts() -> list[str]:
+    want = [p.strip() for p in (os.environ.get("KOHORT_BENCH_SPARK_ONLY") or "stream,batch,sink").split(",")
+            if p.strip()]
+    bad = [p for p in want if p not in PARTS]
+    if bad or not want:
+        raise SystemExit(f"KOHORT_BENCH_SPARK_ONLY: {', '.join(bad) or '(empty)'} unknown; use a comma list of "
+                         f"{', '.join(PARTS)}")
+    return want
+
+
+def formats(addr: str, topic: str, n: int, size: int, warm_topic: str, warm_n: int, fmt: str,
+            parts: tuple = ("stream", "batch", "sink")) -> dict:
     import bench_spark
     if fmt == "kafka" and bench_spark.kafka_connector_jars() is None:
         raise RuntimeError("spark-sql-kafka is not in .peers/spark-lib (make peers)")
@@ -44,15 +57,20 @@ def formats(addr: str, topic: str, n: int, size: int, warm_topic: str, warm_n: i
     session_s = time.perf_counter() - t
     work = tempfile.mkdtemp(prefix="kohort-bench-spark-")
     try:
-        t = time.perf_counter()
-        bench_spark.spark_stream(spark, addr, warm_topic, warm_n, work, "warm", fmt)
-        warm_s = time.perf_counter() - t
-        stream, batches = bench_spark.spark_stream(spark, addr, topic, n, work, "out", fmt)
-        batch = bench_spark.spark_batch_parquet(spark, addr, topic, n, work, "batch", fmt)
-        sink = bench_spark.spark_sink(spark, addr, f"{topic}-sink-{fmt}-{uuid.uuid4().hex[:8]}", n, size, fmt)
-        return {"value": stream, "rows": {STREAM: stream, BATCH: batch, SINK: sink},
-                "session_start_s": session_s, "warm_up_query_s": warm_s, "micro_batches": batches,
-                "stream_phases_s": bench_spark.STREAM_DURATIONS.get("out")}
+        rows, out = {}, {"session_start_s": session_s}
+        if "stream" in parts or "batch" in parts:
+            t = time.perf_counter()
+            bench_spark.spark_stream(spark, addr, warm_topic, warm_n, work, "warm", fmt)
+            out["warm_up_query_s"] = time.perf_counter() - t
+        if "stream" in parts:
+            rows[STREAM], out["micro_batches"] = bench_spark.spark_stream(spark, addr, topic, n, work, "out", fmt)
+            out["stream_phases_s"] = bench_spark.STREAM_DURATIONS.get("out")
+        if "batch" in parts:
+            rows[BATCH] = bench_spark.spark_batch_parquet(spark, addr, topic, n, work, "batch", fmt)
+        if "sink" in parts:
+            rows[SINK] = bench_spark.spark_sink(spark, addr, f"{topic}-sink-{fmt}-{uuid.uuid4().hex[:8]}", n,
+                                                size, fmt)
+        return {"value": rows[PARTS[parts[0]]], "rows": rows, **out}
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -66,6 +84,8 @@ def lean(addr: str, topic: str, n: int, size: int) -> dict:
 def build(env, mode: str, profile: set[str]):
     from harness import Job, Section
     quick = mode == "quick"
+    parts = _parts()
+    reads = "stream" in parts or "batch" in parts
     n = int(os.environ.get("KOHORT_BENCH_SPARK_RECORDS") or (200_000 if quick else 3_000_000))
     size = 100
     warm_n = 5_000
@@ -85,7 +105,7 @@ def build(env, mode: str, profile: set[str]):
         codec = "none"
         topic = f"spark-{codec}-{n}"
         err = env.brokers.errors.get(broker)
-        if addr is not None:
+        if addr is not None and reads:
             try:
                 seed(addr, topic, n, size, codec)
                 seed(addr, topic + "-warm", warm_n, size, codec)
@@ -99,9 +119,11 @@ def build(env, mode: str, profile: set[str]):
         for col, fmt in FORMATS.items():
             jobs.append(Job("spark", row, col, "cases.spark:formats",
                             {"addr": addr, "topic": topic, "n": n, "size": size, "warm_topic": topic + "-warm",
-                             "warm_n": warm_n, "fmt": fmt},
-                            timeout=300 + n / 2000, before=before, subrows=[STREAM, BATCH, SINK],
+                             "warm_n": warm_n, "fmt": fmt, "parts": tuple(parts)},
+                            timeout=300 + n / 2000, before=before, subrows=[PARTS[p] for p in parts],
                             profile=fmt in profile))
+        if "stream" not in parts:
+            continue
         srow = f"{row} · {STREAM}"
         jobs.append(Job("spark", srow, LEAN, "cases.spark:lean",
                         {"addr": addr, "topic": topic, "n": n, "size": size}, timeout=200, before=before,
