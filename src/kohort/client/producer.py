@@ -140,6 +140,7 @@ class Producer:
         self.stats = ClientStats.from_config("producer", c, self.sender.net)    # stats_cb, or None
         self.acc.wakeup = self.sender.wakeup
         twin = producer_twin() if accumulator.COMPILED else None
+        self._compiled_runs = twin is not None     # produce_batch appends its runs in C (batch_produce.py)
         if twin is not None and type(self).produce is Producer.produce and c["transactional.id"] is None:
             # the common case of produce() in C (records.producer_twin); it hands every other case
             # to the Python produce below, which stays the reference. Not for a transactional
@@ -162,6 +163,39 @@ class Producer:
         fatal = self.sender.fatal or self.sender.net.fatal      # net: an authentication failure
         if fatal is not None:
             raise fatal
+        key, value, partition, sticky = self._prepare(topic, value, key, headers, partition)
+        if self._txn is not None:
+            self._txn_add(topic, partition)
+        fut, wake = self._enqueue(topic, partition, key, value, headers, timestamp)
+        if on_delivery is not None:
+            fut.add_done_callback(_delivery_adapter(on_delivery))
+        if wake:
+            self._batch_full(topic, partition, sticky)
+        if self.stats is not None:
+            self.stats.maybe_emit(self._stats_extra)
+        return fut
+
+    def produce_batch(self, topic: str, values, keys=None, partition=None, timestamps=None, headers=None):
+        """Queue many records for `topic` in one call; returns one BatchDeliveryFuture for all of them.
+
+        values, keys: lists of bytes/str/None, or pyarrow arrays (binary, large_binary, string,
+        large_string; nulls are null values/keys), keys None for no keys. partition: None (the
+        partitioner: murmur2 of the key, sticky for null keys, as produce()), an int for every record,
+        or a list/array of ints or None per record. timestamps: None (now), an int for all, or one per
+        record. headers: None or one list of (key, value) pairs (or None) per record.
+
+        Records go exactly as if produce() were called for each in order (same batches, partitions,
+        sequence numbers, transaction partitions, buffer.memory back-pressure up to max.block.ms). A
+        record produce() would refuse (bad type, too large, no such partition) is reported by the
+        future's failures() and the others go on; if the producer cannot go on (closed, fatal, buffer
+        full past max.block.ms) the rest are failed with that error -- raised instead when no record
+        was queued yet. The future: wait(), done(), result() (raises ProduceBatchError naming the
+        failed records), failures() -> {index: error}, metadata(i), add_done_callback(fn)."""
+        from kohort.client.batch_produce import produce_batch
+        return produce_batch(self, topic, values, keys, partition, timestamps, headers)
+
+    def _prepare(self, topic, value, key, headers, partition):
+        """produce()'s per-record checks and partitioner: -> (key, value, partition, chosen_by_sticky)."""
         if self._has_serializers:
             if self._key_ser is not None and key is not None:
                 key = self._key_ser(key)
@@ -196,8 +230,11 @@ class Producer:
                 partition = h % n
         elif not 0 <= partition < n:
             raise KohortError(f"topic {topic!r} has partitions 0..{n - 1}; partition {partition} does not exist")
-        if self._txn is not None:
-            self._txn_add(topic, partition)
+        return key, value, partition, sticky
+
+    def _enqueue(self, topic, partition, key, value, headers, timestamp):
+        """Append one record to its partition's batch (opening one, under buffer.memory): -> (future,
+        the batch is full)."""
         if timestamp is None:
             timestamp = _time_ns() // 1_000_000
         acc = self.acc
@@ -211,13 +248,7 @@ class Producer:
                     wake = last.closed
         if fut is None:
             fut, wake = acc.append(topic, partition, key, value, headers, timestamp)
-        if on_delivery is not None:
-            fut.add_done_callback(_delivery_adapter(on_delivery))
-        if wake:
-            self._batch_full(topic, partition, sticky)
-        if self.stats is not None:
-            self.stats.maybe_emit(self._stats_extra)
-        return fut
+        return fut, wake
 
     send = produce
 

@@ -1589,6 +1589,130 @@ static PyObject *fp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     return (PyObject *)self;
 }
 
+/* append_run(batch, values, keys, parts, headers, start, stop, ts, max_record, hash_mode, n, p, sticky)
+ * -> how many records from `start` were appended to `batch`: Producer.produce_batch's runs
+ * (client/batch_produce.py; _py_append_run there is the reference, this must match it). Appends while
+ * each record goes to partition p (parts: None, an int for all, or a list of int/None; a record with
+ * no partition goes by murmur2(key) % n when keyed and hash_mode, else to `sticky`), is plain (bytes or
+ * None key and value, no headers, key+value <= max_record) and fits; stops after the record that closes
+ * the batch. ts: None (now, per record), an int, or a list. The caller holds the accumulator's lock. */
+static PyObject *py_append_run(PyObject *self, PyObject *args)
+{
+    PyObject *batch, *values, *keys, *parts, *headers, *ts;
+    Py_ssize_t start, stop, max_record, n, p, sticky;
+    int hash_mode;
+    if (!PyArg_ParseTuple(args, "OO!OOOnnOninnn:append_run", &batch, &PyList_Type, &values, &keys, &parts,
+                          &headers, &start, &stop, &ts, &max_record, &hash_mode, &n, &p, &sticky))
+        return NULL;
+    if (!PyObject_TypeCheck(batch, &RecordBuffer_Type) || (keys != Py_None && !PyList_CheckExact(keys)) ||
+        (headers != Py_None && !PyList_CheckExact(headers)) ||
+        (parts != Py_None && !PyLong_CheckExact(parts) && !PyList_CheckExact(parts)) ||
+        (ts != Py_None && !PyLong_CheckExact(ts) && !PyList_CheckExact(ts)) || n <= 0)
+        return PyLong_FromLong(0);              /* odd input: record by record in Python */
+    RecordBuffer *rb = (RecordBuffer *)batch;
+    Py_ssize_t fixed_part = -2;                 /* -2: per record */
+    if (parts != Py_None && PyLong_CheckExact(parts)) {
+        fixed_part = PyLong_AsSsize_t(parts);
+        if (fixed_part == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return PyLong_FromLong(0);
+        }
+    }
+    long long fixed_ts = 0;
+    int ts_mode = ts == Py_None ? 0 : PyLong_CheckExact(ts) ? 1 : 2;
+    if (ts_mode == 1) {
+        int overflow;
+        fixed_ts = PyLong_AsLongLongAndOverflow(ts, &overflow);
+        if (overflow || (fixed_ts == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return PyLong_FromLong(0);
+        }
+    }
+    Py_ssize_t nv = PyList_GET_SIZE(values);
+    if (stop > nv || (keys != Py_None && PyList_GET_SIZE(keys) < stop) ||
+        (headers != Py_None && PyList_GET_SIZE(headers) < stop) ||
+        (fixed_part == -2 && parts != Py_None && PyList_GET_SIZE(parts) < stop) ||
+        (ts_mode == 2 && PyList_GET_SIZE(ts) < stop))
+        return PyLong_FromLong(0);
+    Py_ssize_t i = start;
+    for (; i < stop && !rb->closed; i++) {
+        PyObject *v = PyList_GET_ITEM(values, i);
+        PyObject *k = keys == Py_None ? Py_None : PyList_GET_ITEM(keys, i);
+        if ((v != Py_None && !PyBytes_CheckExact(v)) || (k != Py_None && !PyBytes_CheckExact(k)))
+            break;
+        if (headers != Py_None) {
+            PyObject *h = PyList_GET_ITEM(headers, i);
+            if (h != Py_None) {
+                int t = PyObject_IsTrue(h);
+                if (t < 0)
+                    return NULL;
+                if (t)
+                    break;
+            }
+        }
+        if ((v != Py_None ? PyBytes_GET_SIZE(v) : 0) + (k != Py_None ? PyBytes_GET_SIZE(k) : 0) > max_record)
+            break;
+        Py_ssize_t q = fixed_part;
+        if (q == -2 && parts != Py_None) {
+            PyObject *pq = PyList_GET_ITEM(parts, i);
+            if (pq == Py_None)
+                q = -2;
+            else if (!PyLong_CheckExact(pq))
+                break;
+            else {
+                q = PyLong_AsSsize_t(pq);
+                if (q == -1 && PyErr_Occurred()) {
+                    PyErr_Clear();
+                    break;
+                }
+                if (q < 0)
+                    break;
+            }
+        }
+        if (q == -2) {
+            if (k != Py_None && hash_mode)
+                q = (Py_ssize_t)(murmur2((const uint8_t *)PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k))
+                                 & 0x7FFFFFFFu) % n;
+            else
+                q = sticky;
+        }
+        if (q != p)
+            break;
+        long long t;
+        if (ts_mode == 1) {
+            t = fixed_ts;
+        } else if (ts_mode == 2) {
+            PyObject *to = PyList_GET_ITEM(ts, i);
+            if (to == Py_None) {
+                ts_mode = 3;                    /* this record: now */
+            } else {
+                if (!PyLong_CheckExact(to))
+                    break;
+                int overflow;
+                t = PyLong_AsLongLongAndOverflow(to, &overflow);
+                if (overflow || (t == -1 && PyErr_Occurred())) {
+                    PyErr_Clear();
+                    break;
+                }
+            }
+        }
+        if (ts_mode == 0 || ts_mode == 3) {
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            t = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+            if (ts_mode == 3)
+                ts_mode = 2;
+        }
+        Py_ssize_t delta;
+        int r = rb_append(rb, k == Py_None ? NULL : k, v == Py_None ? NULL : v, t, &delta);
+        if (r < 0)
+            return NULL;
+        if (r == 0)
+            break;
+    }
+    return PyLong_FromSsize_t(i - start);
+}
+
 static PyTypeObject FastProduce_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kohort.protocol._crecords.FastProduce",
@@ -1639,6 +1763,9 @@ static PyMethodDef methods[] = {
      "are out; next is where to resume, -1 when the payload is done."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0) -> CRC-32C (Castagnoli) of data."},
     {"murmur2", py_murmur2, METH_O, "murmur2(data) -> Kafka's murmur2 of data as a signed int32."},
+    {"append_run", py_append_run, METH_VARARGS,
+     "append_run(batch, values, keys, parts, headers, start, stop, ts, max_record, hash_mode, n, p, "
+     "sticky) -> records appended to batch (Producer.produce_batch's runs)."},
     {NULL, NULL, 0, NULL},
 };
 
