@@ -4,8 +4,9 @@ Column contract (spark-sql-kafka's): `value` (string or binary) required; `key` 
 `partition` (int; null = the producer's partitioner: murmur2 of the key, sticky for null keys),
 `headers` (array<struct<key:string,value:binary>>) optional; `topic` (string) required unless the
 `topic` option is set, which overrides the column. Writers receive Arrow batches
-(`DataSourceArrowWriter` / `DataSourceStreamArrowWriter`), each task flushes its producer before it
-reports success, so a finished batch is acknowledged by the brokers (acks=all). Like every Kafka sink
+(`DataSourceArrowWriter` / `DataSourceStreamArrowWriter`) and hand their columns to
+`Producer.produce_batch` (one call per Arrow batch and topic; records go as produce() per row would
+send them). Each task flushes its producer before it reports success, so a finished batch is acknowledged by the brokers (acks=all). Like every Kafka sink
 this is at-least-once across task retries; the idempotent producer removes duplicates of a retried
 send within one task.
 
@@ -79,41 +80,73 @@ def _as_bytes(v):
     return bytes(v)
 
 
+def _headers(col):
+    """The headers column as produce_batch's per-record lists of (key, value bytes), or None if empty."""
+    if col is None or col.null_count == len(col):
+        return None
+    return [[(h["key"], _as_bytes(h["value"])) for h in hs] if hs else None for hs in col.to_pylist()]
+
+
+def _by_topic(opts: SinkOptions, rb, first_row: int):
+    """[(topic, row indices or None for all rows)] of an Arrow batch, topics in first-seen order."""
+    if opts.topic:
+        return [(opts.topic, None)]
+    topics = rb.column(rb.schema.names.index("topic")).to_pylist()
+    for i, t in enumerate(topics):
+        if not t:
+            raise KohortError(f"row {first_row + i} has a null topic and no 'topic' option is set")
+    if topics.count(topics[0]) == len(topics):
+        return [(topics[0], None)]
+    groups: dict = {}
+    for i, t in enumerate(topics):
+        groups.setdefault(t, []).append(i)
+    return list(groups.items())
+
+
 def write_batches(opts: SinkOptions, batches, producer=None) -> int:
-    """Produce every row of an iterator of pyarrow.RecordBatch; returns the number of records. With
-    `producer` (a transactional one, in a transaction) the caller owns it: it is flushed, not closed."""
+    """Produce every row of an iterator of pyarrow.RecordBatch (Producer.produce_batch per batch and
+    topic, rows of a topic in order); returns the number of records. With `producer` (a transactional
+    one, in a transaction) the caller owns it: it is flushed, not closed."""
+    import pyarrow as pa
+
     from kohort.client.producer import Producer
     own = producer is None
     if own:
         producer = Producer(dict(opts.client_config))
     n = 0
-    failures = []
+    pending = []                              # (first row, BatchDeliveryFuture, row indices or None)
     try:
         for rb in batches:
-            cols = {name: rb.column(i).to_pylist() for i, name in enumerate(rb.schema.names)}
-            values = cols["value"]
-            keys = cols.get("key")
-            topics = cols.get("topic")
-            parts = cols.get("partition")
-            headers = cols.get("headers")
-            for i in range(rb.num_rows):
-                topic = opts.topic or (topics[i] if topics else None)
-                if not topic:
-                    raise KohortError(f"row {n + i} has a null topic and no 'topic' option is set")
-                hs = None
-                if headers and headers[i]:
-                    hs = [(h["key"], _as_bytes(h["value"])) for h in headers[i]]
-                fut = producer.produce(topic, _as_bytes(values[i]),
-                                       key=_as_bytes(keys[i]) if keys else None, headers=hs,
-                                       partition=parts[i] if parts else None)
-                failures.append(fut)
+            if not rb.num_rows:
+                continue
+            names = rb.schema.names
+
+            def col(name, rb=rb, names=names):
+                c = rb.column(names.index(name)) if name in names else None
+                return None if c is None or c.null_count == len(c) else c
+            values, keys, parts = col("value"), col("key"), col("partition")
+            headers = _headers(col("headers"))
+            if values is None:               # every value null: produce_batch takes a list
+                values = [None] * rb.num_rows
+            for topic, rows in _by_topic(opts, rb, n):
+                if rows is None:
+                    fut = producer.produce_batch(topic, values, keys, parts, None, headers)
+                else:
+                    idx = pa.array(rows, pa.int64())
+
+                    def take(c, idx=idx, rows=rows):
+                        if c is None:
+                            return None
+                        return c.take(idx) if not isinstance(c, list) else [c[i] for i in rows]
+                    fut = producer.produce_batch(topic, take(values), take(keys), take(parts), None,
+                                                 take(headers))
+                pending.append((n, fut, rows))
             n += rb.num_rows
-            if len(failures) > 50000:
-                producer.flush()
-                _raise_first(failures)
-                failures = []
+            done = [x[1].done() for x in pending]
+            _raise_failed([x for x, d in zip(pending, done) if d])      # fail fast, without waiting
+            pending = [x for x, d in zip(pending, done) if not d]
         producer.flush()
-        _raise_first(failures)
+        _raise_failed(pending)
     finally:
         if own:
             producer.close()
@@ -194,16 +227,17 @@ def _chain(first, rest):
     yield from rest
 
 
-def _raise_first(futures) -> None:
-    seen = set()
-    for f in futures:
-        b = getattr(f, "batch", f)          # records of one producer batch share its outcome
-        if id(b) in seen:
-            continue
-        seen.add(id(b))
-        err = f.exception()
-        if err is not None:
-            raise KohortError(f"producing to Kafka failed: {err}") from err
+def _raise_failed(pending) -> None:
+    """Raise the first failed row of produce_batch futures (as KohortError, its cause chained); waits for
+    each to resolve (the caller has flushed, or passes resolved ones)."""
+    for first, fut, rows in pending:
+        failed = fut.failures()
+        if failed:
+            i = min(failed)
+            err = failed[i]
+            row = first + (i if rows is None else rows[i])
+            raise KohortError(f"producing to Kafka failed (row {row}, {len(failed)} failed in its batch): "
+                              f"{err}") from err
 
 
 class KohortBatchWriter(DataSourceArrowWriter):
