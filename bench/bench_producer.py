@@ -8,6 +8,9 @@ kafka-python and aiokafka; librdkafka's 1,000,000 for confluent-kafka) unless --
     .venv/bin/python bench/bench_producer.py                      # 1,000,000 x 100 B on a kohort broker
     .venv/bin/python bench/bench_producer.py --broker tansu       # on Tansu
     .venv/bin/python bench/bench_producer.py --broker 127.0.0.1:9092 --records 200000 --clients kohort
+    .venv/bin/python bench/bench_producer.py --clients "kohort,kohort produce_batch"   # the columnar API
+
+"kohort produce_batch" is Producer.produce_batch in calls of 10,000 records (its own column).
 """
 from __future__ import annotations
 
@@ -34,6 +37,28 @@ def run_kohort(addr, topic, n, value, opts):
     for _ in range(n):
         produce(topic, value)
     left = p.flush()
+    dt = time.perf_counter() - t
+    p.close()
+    assert left == 0
+    return dt
+
+
+def run_kohort_batch(addr, topic, n, value, opts, chunk=10_000):
+    """kohort's columnar Producer.produce_batch: the same records in calls of `chunk` (a list built
+    before timing, as an Arrow batch or a DataFrame partition would hand them over)."""
+    from kohort.client.producer import Producer
+    extra = {"batch.size": opts.batch_size} if opts.batch_size else {}
+    p = Producer({"bootstrap.servers": addr, "acks": "all", "linger.ms": 5,
+                  "compression.type": opts.compression, **extra, **opts.kohort_extra})
+    p.partitions_for(topic)
+    values = [value] * chunk
+    futs = []
+    t = time.perf_counter()
+    for start in range(0, n, chunk):
+        futs.append(p.produce_batch(topic, values if start + chunk <= n else values[:n - start]))
+    left = p.flush()
+    for f in futs:
+        f.result(60)
     dt = time.perf_counter() - t
     p.close()
     assert left == 0
@@ -99,7 +124,7 @@ def run_aiokafka(addr, topic, n, value, opts):
     return asyncio.run(main())
 
 
-CLIENTS = {"kohort": run_kohort, "confluent-kafka": run_confluent, "kafka-python": run_kafka_python,
+CLIENTS = {"kohort": run_kohort, "kohort produce_batch": run_kohort_batch, "confluent-kafka": run_confluent, "kafka-python": run_kafka_python,
            "aiokafka": run_aiokafka}
 
 
@@ -141,7 +166,7 @@ def main(argv=None) -> int:
         from kohort.client.admin import Admin
         admin = Admin({"bootstrap.servers": addr})
         for name in opts.clients.split(","):
-            topic = f"bench-{name}-{os.getpid()}"
+            topic = f"bench-{name.replace(' ', '-')}-{os.getpid()}-{len(results)}"
             admin.create_topics({topic: 1})
             dt = CLIENTS[name](addr, topic, opts.records, value, opts)
             ends = admin.list_offsets({(topic, 0): -1})

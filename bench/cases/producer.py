@@ -4,7 +4,8 @@ client functions, each run in its own process against a fresh single-partition t
 Same settings for all (bench_producer's): acks=all, linger.ms=5, each client's default batch size
 (plus rows with batch.size 1 MB for all four, librdkafka's default);
 one value of the given size (half random, half repetitive) repeated, null keys. Time from the first
-produce call to the end of flush.
+produce call to the end of flush. Column "kohort produce_batch": the columnar Producer.produce_batch
+(calls of 10,000 records) on the same rows; the ratio column stays per-record kohort vs the best peer.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from cases.common import CLIENTS, KOHORT_BROKER, TANSU, create_topic, values
 from cases.consumer import size_label
 
 _seq = itertools.count()
+BATCH = "kohort produce_batch"
 
 
 def produce(client: str, addr: str, topic: str, n: int, size: int, compression: str,
@@ -29,10 +31,12 @@ def build(env, mode: str, profile: set[str]):
     from harness import Job, Section
     quick = mode == "quick"
     sizes = {100: 100_000} if quick else {100: 300_000, 1024: 100_000}
-    sec = Section("producer", "producer throughput", "records/s",
+    sec = Section("producer", "producer throughput", "records/s", peers=[c for c in CLIENTS if c != "kohort"],
                   notes=["acks=all, linger.ms=5, each client's default batch size (librdkafka 1 MB, the "
                          "others 16 KiB) unless the row says batch.size 1 MB (then all four); fresh "
-                         "1-partition topic per run; time from the first produce() to the end of flush()."])
+                         "1-partition topic per run; time from the first produce() to the end of flush().",
+                         f"{BATCH}: Producer.produce_batch in calls of 10,000 records (lists); compare it with "
+                         "the peers' columns of its row."])
     jobs = []
     for broker in (KOHORT_BROKER, TANSU):
         addr = env.brokers.addr.get(broker)
@@ -41,11 +45,11 @@ def build(env, mode: str, profile: set[str]):
         variants += [(size, n, "none", 1_000_000) for size, n in sizes.items()]
         for size, n, codec, batch in variants:
             row = f"{broker} · {size_label(size)} · {codec}" + (" · batch.size 1 MB" if batch else "")
-            for client in CLIENTS:
+            for client in [CLIENTS[0], BATCH, *CLIENTS[1:]]:
                 jobs.append(Job("producer", row, client, "cases.producer:produce",
                                 {"client": client, "addr": addr, "topic": None, "n": n, "size": size,
                                  "compression": codec, "batch_size": batch},
-                                timeout=150, profile=client in profile,
+                                timeout=150, profile=client in profile or (client == BATCH and "kohort" in profile),
                                 before=_fresh_topic(addr, broker, env)))
     return [sec], jobs
 
