@@ -6,7 +6,9 @@ Column contract (spark-sql-kafka's): `value` (string or binary) required; `key` 
 `topic` option is set, which overrides the column. Writers receive Arrow batches
 (`DataSourceArrowWriter` / `DataSourceStreamArrowWriter`) and hand their columns to
 `Producer.produce_batch` (one call per Arrow batch and topic; records go as produce() per row would
-send them). Each task flushes its producer before it reports success, so a finished batch is acknowledged by the brokers (acks=all). Like every Kafka sink
+send them). The producer takes batch.size=1000000 and linger.ms=5 (librdkafka's defaults) unless
+`kafka.batch.size` / `kafka.linger.ms` say otherwise. Each task flushes its producer before it reports
+success, so a finished batch is acknowledged by the brokers (acks=all). Like every Kafka sink
 this is at-least-once across task retries; the idempotent producer removes duplicates of a retried
 send within one task.
 
@@ -37,6 +39,14 @@ from kohort.errors import ConfigError, KohortError
 from kohort.spark.options import SinkOptions
 
 _ALLOWED = {"key", "value", "topic", "partition", "headers"}
+# the sink's producer defaults where the options do not set them: a bulk writer wants librdkafka's
+# batch size (1,000,000 bytes; Java's 16 KiB makes the broker's per-request cost the limit, issue 17)
+PRODUCER_DEFAULTS = {"batch.size": 1_000_000, "linger.ms": 5}
+
+
+def producer_config(opts: SinkOptions) -> dict:
+    """The sink producer's configuration: PRODUCER_DEFAULTS under the `kafka.*` options given."""
+    return {**PRODUCER_DEFAULTS, **opts.client_config}
 
 
 @dataclass
@@ -112,7 +122,7 @@ def write_batches(opts: SinkOptions, batches, producer=None) -> int:
     from kohort.client.producer import Producer
     own = producer is None
     if own:
-        producer = Producer(dict(opts.client_config))
+        producer = Producer(producer_config(opts))
     n = 0
     pending = []                              # (first row, BatchDeliveryFuture, row indices or None)
     try:
@@ -194,7 +204,7 @@ def write_exactly_once(opts: SinkOptions, batches, identity=None) -> int:
             raise KohortError("row 0 has a null topic and no 'topic' option is set")
     name = f"{opts.transactional_id_prefix}{qid}-{part}"
     marker = TopicPartition(topic, 0)
-    cfg = dict(opts.client_config)
+    cfg = producer_config(opts)
     cfg["transactional.id"] = name
     producer = Producer(cfg)
     try:
