@@ -164,3 +164,10 @@ def test_exactly_once_sink_writes_a_batch_once(addr):
     assert write_exactly_once(opts, [rb], identity=("q1", 0, 0)) == 0      # a replay: nothing again
     got = _read(addr, t, 1, "read_committed")
     assert [v for _, _, v, _, _ in got[0]] == [b"r%d" % i for i in range(500)]
+
+
+def test_sink_producer_takes_large_batches_unless_the_options_say_otherwise():
+    from kohort.spark.sink import producer_config
+    assert producer_config(_opts("127.0.0.1:1"))["batch.size"] == 1_000_000
+    cfg = producer_config(_opts("127.0.0.1:1", **{"kafka.batch.size": "16384", "kafka.linger.ms": "0"}))
+    assert (cfg["batch.size"], cfg["linger.ms"]) == ("16384", "0")

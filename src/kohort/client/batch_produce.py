@@ -241,6 +241,13 @@ def append_run_for(p):
     return _c_append_run if p._compiled_runs and _c_append_run is not None else _py_append_run
 
 
+def _record_error(e: BaseException) -> bool:
+    """An error of one record (produce() refuses it alone: bad type, too large, no such partition, a
+    serializer's or partitioner's own exception), not of the topic or the producer."""
+    from kohort.errors import RecordTooLargeError
+    return isinstance(e, RecordTooLargeError) or type(e) is KohortError or not isinstance(e, KohortError)
+
+
 # -- produce_batch --------------------------------------------------------------------------------------
 def produce_batch(p, topic, values, keys=None, partition=None, timestamps=None, headers=None,
                   run=None) -> BatchDeliveryFuture:
@@ -274,6 +281,12 @@ def produce_batch(p, topic, values, keys=None, partition=None, timestamps=None, 
             key, value, part, sticky = p._prepare(topic, values[i], key, hs,
                                                  partition if parts is None else parts[i])
         except Exception as e:  # noqa: BLE001 - reported as this record's failure
+            if not _record_error(e):        # the topic went away or the like: as below
+                if not queued:
+                    raise
+                for j in range(i, n):
+                    fut._failed[j] = e
+                break
             fut._failed[i] = e
             i += 1
             continue
