@@ -2,6 +2,7 @@
 the same batches byte for byte, partitions, timestamps, offsets -- from lists or Arrow arrays, with the
 C runs (`_crecords.append_run`) and their Python reference; per-record failures, back-pressure,
 idempotent and transactional producers."""
+import bisect
 import random
 
 import pyarrow as pa
@@ -84,9 +85,8 @@ def test_produce_batch_queues_what_produce_queues(cluster3, records, batch_size,
                 else:
                     bf = p.produce_batch("t3", values, keys, parts, tss, headers)
                     where = []
-                    for i in range(len(records)):
-                        j = bf._starts.__len__() and __import__("bisect").bisect_right(bf._starts, i) - 1
-                        s, n, b, d = bf._spans[j]
+                    for i in range(len(records)):       # where each record went (spans, not yet sent)
+                        s, n, b, d = bf._spans[bisect.bisect_right(bf._starts, i) - 1]
                         assert s <= i < s + n
                         where.append((b.partition, d + i - s, b.timestamps_at(d + i - s)))
                     assert not bf._failed
@@ -105,11 +105,8 @@ def test_arrow_and_lists_land_where_produce_puts_them(cluster3, run):
     keys = [None if i % 4 == 0 else b"k%d" % (i % 50) for i in range(n)]
     values = [None if i % 7 == 0 else ("v%d" % i) for i in range(n)]
     parts = [None if i % 3 else i % 3 for i in range(n)]
-    topic = f"arrow-{run}"
-    cluster3.create_topic(topic, 3) if hasattr(cluster3, "create_topic") else None
     p = _make(cluster3, run == "c", **{"batch.size": 500})
     try:
-        p.partitions_for("t3")
         karr = pa.chunked_array([pa.array(keys[:1000], pa.binary()), pa.array(keys[1000:], pa.binary())])
         varr = pa.array(values, pa.large_string())
         before = {q: len(cluster3.values("t3", q)) for q in range(3)}
