@@ -212,10 +212,10 @@ def spark_batch_parquet(spark, addr: str, topic: str, total: int, work: str, nam
 
 
 def spark_sink(spark, addr: str, topic: str, total: int, size: int, fmt: str = "kohort",
-               partitions: int = 1) -> float:
+               partitions: int = 1, options: dict | None = None) -> float:
     """df.write.format(fmt) of `total` rows (key null, `size`-byte binary values generated in the JVM
-    and cached first, so only the sink is timed) into the fresh topic `topic`; -> rows/s, checked
-    against the topic's end offsets."""
+    and cached first, so only the sink is timed) into the fresh topic `topic`, with extra writer
+    `options` (e.g. kafka.batch.size); -> rows/s, checked against the topic's end offsets."""
     from pyspark.sql import functions as F
     from kohort.spark.wire import Cluster
     with Cluster({"bootstrap.servers": addr}) as c:
@@ -228,7 +228,8 @@ def spark_sink(spark, addr: str, topic: str, total: int, size: int, fmt: str = "
     try:
         df.count()
         t = time.perf_counter()
-        df.write.format(fmt).mode("append").option("kafka.bootstrap.servers", addr).option("topic", topic).save()
+        (df.write.format(fmt).mode("append").option("kafka.bootstrap.servers", addr).option("topic", topic)
+         .options(**(options or {})).save())
         dt = time.perf_counter() - t
     finally:
         df.unpersist()

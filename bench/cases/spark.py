@@ -9,14 +9,17 @@ for `fmt`:
   timed from start() to awaitTermination(); rows read back must be n;
 * batch read → Parquet: spark.read earliest..latest -> write.parquet, rows read back;
 * sink (df.write): n generated 100 B values (cached first) written to a fresh topic, end offsets checked,
-  after an untimed warm-up write of warm_n rows (Python workers of a Python data source start there).
+  after an untimed warm-up write of warm_n rows (Python workers of a Python data source start there);
+  each format with its own producer defaults (kohort's sink: batch.size 1,000,000, linger.ms 5;
+  spark-sql-kafka: Java's 16 KiB, 0 ms), then again with kafka.batch.size=1000000, kafka.linger.ms=5
+  for both (sub-row "sink1mb").
 Session start-up and the warm-up are reported apart, not timed. Other columns of the stream row, on the
 same topic: bench_spark.lean_reader (the fetch -> Arrow path a Spark task runs, without Spark), and
 bench_consumer's raw kohort and confluent-kafka consumers (cases.consumer.consume).
 
 Record count: KOHORT_BENCH_SPARK_RECORDS, else 3,000,000 (full; fixed costs must not hide the rate)
-or 200,000 (quick). KOHORT_BENCH_SPARK_ONLY=sink (comma list of stream, batch, sink) runs only those
-sub-rows: `sink` alone skips seeding, the warm-up query and the raw-consumer columns.
+or 200,000 (quick). KOHORT_BENCH_SPARK_ONLY=sink,sink1mb (comma list of stream, batch, sink, sink1mb)
+runs only those sub-rows: sinks alone skip seeding, the warm-up query and the raw-consumer columns.
 """
 from __future__ import annotations
 
@@ -34,12 +37,14 @@ LEAN = "lean reader (fetch → Arrow)"
 RAW_KOHORT = "kohort consumer (raw)"
 RAW_CONFLUENT = "confluent-kafka consumer (raw)"
 STREAM, BATCH, SINK = "stream → Parquet", "batch read → Parquet", "sink (df.write)"
+SINK_1MB = "sink (df.write), batch.size 1 MB for both"
+SINK_1MB_OPTIONS = {"kafka.batch.size": "1000000", "kafka.linger.ms": "5"}
 FORMATS = {KOHORT: "kohort", KAFKA: "kafka"}
-PARTS = {"stream": STREAM, "batch": BATCH, "sink": SINK}
+PARTS = {"stream": STREAM, "batch": BATCH, "sink": SINK, "sink1mb": SINK_1MB}
 
 
 def _parts() -> list[str]:
-    want = [p.strip() for p in (os.environ.get("KOHORT_BENCH_SPARK_ONLY") or "stream,batch,sink").split(",")
+    want = [p.strip() for p in (os.environ.get("KOHORT_BENCH_SPARK_ONLY") or "stream,batch,sink,sink1mb").split(",")
             if p.strip()]
     bad = [p for p in want if p not in PARTS]
     if bad or not want:
@@ -49,7 +54,7 @@ def _parts() -> list[str]:
 
 
 def formats(addr: str, topic: str, n: int, size: int, warm_topic: str, warm_n: int, fmt: str,
-            parts: tuple = ("stream", "batch", "sink")) -> dict:
+            parts: tuple = ("stream", "batch", "sink", "sink1mb")) -> dict:
     import bench_spark
     if fmt == "kafka" and bench_spark.kafka_connector_jars() is None:
         raise RuntimeError("spark-sql-kafka is not in .peers/spark-lib (make peers)")
@@ -68,12 +73,16 @@ def formats(addr: str, topic: str, n: int, size: int, warm_topic: str, warm_n: i
             out["stream_phases_s"] = bench_spark.STREAM_DURATIONS.get("out")
         if "batch" in parts:
             rows[BATCH] = bench_spark.spark_batch_parquet(spark, addr, topic, n, work, "batch", fmt)
-        if "sink" in parts:                 # untimed warm-up write: the Python workers (kohort) or the
-            t = time.perf_counter()         # JVM producer path (kafka) start here, not in the timed write
+        if "sink" in parts or "sink1mb" in parts:  # untimed warm-up write: the Python workers (kohort)
+            t = time.perf_counter()         # or the JVM producer path (kafka) start here, not when timed
             bench_spark.spark_sink(spark, addr, f"{topic}-sinkwarm-{fmt}-{uuid.uuid4().hex[:8]}", warm_n, size, fmt)
             out["sink_warm_up_s"] = time.perf_counter() - t
+        if "sink" in parts:                 # each format's own producer defaults (kohort's sink: 1 MB)
             rows[SINK] = bench_spark.spark_sink(spark, addr, f"{topic}-sink-{fmt}-{uuid.uuid4().hex[:8]}", n,
                                                 size, fmt)
+        if "sink1mb" in parts:              # the same batch size for both
+            rows[SINK_1MB] = bench_spark.spark_sink(spark, addr, f"{topic}-sink1mb-{fmt}-{uuid.uuid4().hex[:8]}",
+                                                    n, size, fmt, options=SINK_1MB_OPTIONS)
         return {"value": rows[PARTS[parts[0]]], "rows": rows, **out}
     finally:
         spark.stop()
@@ -98,7 +107,10 @@ def build(env, mode: str, profile: set[str]):
                   notes=[f"bench_spark.py: local[2] SparkSession (start-up and a {warm_n:,}-row warm-up query "
                          f"not timed); both formats on the same kohort broker and topic: stream from earliest "
                          f"-> Parquet with trigger(availableNow), batch read -> Parquet, sink = df.write of "
-                         f"{n:,} generated values to a fresh topic; rows read back / end offsets checked. "
+                         f"{n:,} generated values to a fresh topic after an untimed {warm_n:,}-row write, each "
+                         f"format with its own producer defaults (kohort's sink: batch.size 1 MB, linger.ms 5; "
+                         f"spark-sql-kafka: Java's 16 KiB, 0 ms), then with batch.size 1 MB, linger.ms 5 for "
+                         f"both; rows read back / end offsets checked. "
                          f"Lean reader = bench_spark.lean_reader; raw consumers = bench_consumer's. Ratio: "
                          f"format(\"kohort\") vs format(\"kafka\"); the goal also asks kohort's stream ≥ 0.5× "
                          f"the raw kohort consumer (same row)."])
