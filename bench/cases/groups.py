@@ -341,7 +341,13 @@ def build(env, mode: str, profile: set[str]):
                          f"quiet.ms=200, capped at group.initial.rebalance.delay.ms=3000, Kafka's code default); "
                          f"Apache Kafka with group.initial.rebalance.delay.ms=0 as its shipped "
                          f"config/server.properties (and the test bed) set it. Tansu left out (~23 s per "
-                         f"join). Ratio: Apache Kafka ÷ kohort broker (> 1: kohort broker faster)."])
+                         f"join). A leaves as soon as both members read, i.e. just after the rebalance that reset B's "
+                         f"heartbeat timer, so B hears of the leave (REBALANCE_IN_PROGRESS) at its next heartbeat, "
+                         f"~heartbeat.interval.ms later: the clean-leave figures are ~{HEARTBEAT_MS} ms of protocol "
+                         f"wait plus the rejoin (a leave at a random moment waits half that on average); SIGKILL: "
+                         f"session expiry, then B's next heartbeat (whether it falls just before or after the "
+                         f"expiry decides between ~{SESSION_TIMEOUT_MS} and ~{SESSION_TIMEOUT_MS + HEARTBEAT_MS} "
+                         f"ms). Ratio: Apache Kafka ÷ kohort broker (> 1: kohort broker faster)."])
     brokers = {KOHORT_BROKER: env.brokers.addr.get(KOHORT_BROKER)}
     errors = {KOHORT_BROKER: env.brokers.errors.get(KOHORT_BROKER, "broker not started")}
     try:
