@@ -11,6 +11,12 @@ vs Apache Kafka 4.3.1, with kohort, confluent-kafka and the Java KafkaConsumer.
   partition. Once the group is stable with both members reading, A leaves: mode "leave" = A calls
   close() (LeaveGroup), mode "kill" = SIGKILL (B's takeover then waits out session.timeout.ms). The
   handover time runs from the moment A goes to the moment B has a record from every partition A had.
+  B learns of a leave only from its next heartbeat, so A leaves at the same point of B's heartbeat
+  cycle for every client: half an interval before one of B's heartbeats (B's heartbeat timer
+  restarts when a rebalance completes, ~ its last assignment event), i.e. the average wait of a
+  leave at a random moment. (Leaving as soon as the group is stable favoured slow clients: a
+  client that reads sooner after the rebalance left at an earlier point of B's cycle and waited
+  longer.)
   Every client runs with session.timeout.ms=6000 and heartbeat.interval.ms=1000,
   auto.offset.reset=earliest, its default assignors. Times from time.monotonic() / Java's
   System.nanoTime(), both CLOCK_MONOTONIC, the one system-wide clock on Linux.
@@ -294,6 +300,16 @@ def handover(client: str, addr: str, mode: str) -> dict:
         t_b = time.monotonic()
         a_parts = a.assignment()
         if mode == "leave":
+            # the same point of B's heartbeat cycle for every client: B's timer restarted when its
+            # rebalance completed (~ its assignment event); A leaves half an interval before one of
+            # B's next heartbeats, so B waits ~HEARTBEAT_MS / 2 -- the average of a leave at a
+            # random moment -- however long the client took to become stable and reading
+            with b.cond:
+                t_rebalanced = max(e["t"] for e in b.events if e["ev"] == "assignment")
+            k = 1
+            while t_rebalanced + (k - 0.5) * HEARTBEAT_MS / 1000 < time.monotonic() + 0.05:
+                k += 1
+            time.sleep(t_rebalanced + (k - 0.5) * HEARTBEAT_MS / 1000 - time.monotonic())
             a.proc.stdin.write("leave\n")
             a.proc.stdin.flush()
             t0 = a.wait_for(lambda ev: next((e["t"] for e in ev if e["ev"] == "leaving"), None), 30,
@@ -341,10 +357,11 @@ def build(env, mode: str, profile: set[str]):
                          f"quiet.ms=200, capped at group.initial.rebalance.delay.ms=3000, Kafka's code default); "
                          f"Apache Kafka with group.initial.rebalance.delay.ms=0 as its shipped "
                          f"config/server.properties (and the test bed) set it. Tansu left out (~23 s per "
-                         f"join). A leaves as soon as both members read, i.e. just after the rebalance that reset B's "
-                         f"heartbeat timer, so B hears of the leave (REBALANCE_IN_PROGRESS) at its next heartbeat, "
-                         f"~heartbeat.interval.ms later: the clean-leave figures are ~{HEARTBEAT_MS} ms of protocol "
-                         f"wait plus the rejoin (a leave at a random moment waits half that on average); SIGKILL: "
+                         f"join). B hears of a leave (REBALANCE_IN_PROGRESS) only at its next heartbeat: A leaves "
+                         f"once both members read, at the middle of B's heartbeat cycle (half an interval before "
+                         f"one of B's heartbeats, counted from B's last assignment), so every clean-leave figure "
+                         f"holds ~{HEARTBEAT_MS // 2} ms of protocol wait -- what a leave at a random moment waits "
+                         f"on average -- plus the rejoin and first fetches; SIGKILL: "
                          f"session expiry, then B's next heartbeat (whether it falls just before or after the "
                          f"expiry decides between ~{SESSION_TIMEOUT_MS} and ~{SESSION_TIMEOUT_MS + HEARTBEAT_MS} "
                          f"ms). Ratio: Apache Kafka ÷ kohort broker (> 1: kohort broker faster)."])
