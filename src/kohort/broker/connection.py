@@ -112,10 +112,15 @@ class Connection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         """Close now: answers still pending are abandoned (as Kafka drops them when a channel
-        closes); work already done (appends) stands."""
-        if self.transport is not None and not self._closed:
+        closes); work already done (appends) stands. A sendfile under way is cancelled first and
+        the transport closed once it has stopped (closing under it upsets asyncio's sendfile)."""
+        if self.transport is None or self._closed:
+            return
+        self._abandon()
+        if self._sending is not None:
+            self._sending.cancel()          # _on_sent closes the transport
+        else:
             self.transport.close()
-            self._abandon()
 
     # -- asyncio callbacks ------------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -164,6 +169,14 @@ class Connection(asyncio.BufferedProtocol):
                      extra={"event": {"event": "connection-closed", **ev, "principal": self.principal,
                                       "seconds": round(now - self._t_open, 3)}})
 
+    def _refuse(self) -> None:
+        """A protocol error on this connection: the answers already ready go out, the rest are
+        abandoned, the connection is closed."""
+        if not self._closed:
+            self._closing = True
+            self._pump()
+            self.close()
+
     def _abandon(self) -> None:
         self._closed = True
         self._closing = True
@@ -171,8 +184,6 @@ class Connection(asyncio.BufferedProtocol):
             item = self._pending.popleft()
             if item is not _CLOSE and isinstance(item[0], asyncio.Future):
                 item[0].cancel()
-        if self._sending is not None:
-            self._sending.cancel()
 
     def pause_writing(self) -> None:
         self._paused_writing = True
@@ -239,11 +250,11 @@ class Connection(asyncio.BufferedProtocol):
             except FrameTooLargeError as e:
                 log.warning("closing connection %d from %s: request of %d bytes exceeds "
                             "socket.request.max.bytes=%d", self.conn_id, self.host, e.size, e.limit)
-                self.close()
+                self._refuse()
                 return
             except DecodeError as e:
                 log.warning("closing connection %d from %s: malformed frame: %s", self.conn_id, self.host, e)
-                self.close()
+                self._refuse()
                 return
             body = start + 4
             if end - body >= size:
@@ -305,7 +316,7 @@ class Connection(asyncio.BufferedProtocol):
             verdict, raw, reason = auth.on_raw_token(payload)
             if verdict == CLOSE:
                 log.info("closing connection %d from %s: SASL authentication failed (%s)", cid, host, reason)
-                self.close()
+                self._refuse()
                 return
             pending.append((raw, 0, 0, 17, t0, size))
             if auth.complete:
@@ -320,11 +331,11 @@ class Connection(asyncio.BufferedProtocol):
                 return
             log.warning("closing connection %d from %s: unsupported request api_key=%d version=%d",
                         cid, host, e.api_key, e.api_version)
-            self.close()
+            self._refuse()
             return
         except DecodeError as e:
             log.warning("closing connection %d from %s: malformed request: %s", cid, host, e)
-            self.close()
+            self._refuse()
             return
         api_key = header.request_api_key
         version = header.request_api_version
@@ -361,7 +372,7 @@ class Connection(asyncio.BufferedProtocol):
                 return
             log.warning("closing connection %d from %s: api_key=%d version=%d not served",
                         cid, host, api_key, version)
-            self.close()
+            self._refuse()
             return
         ev, principal = self.ev, self.principal
         ev["requests"] += 1
@@ -378,7 +389,7 @@ class Connection(asyncio.BufferedProtocol):
             result = h.fn(ctx, req)
         except Exception:
             log.exception("handler for api_key=%d v%d failed; closing connection %d", api_key, version, cid)
-            self.close()
+            self._refuse()
             return
         if inspect.isawaitable(result):
             result = asyncio.ensure_future(result)
@@ -401,6 +412,7 @@ class Connection(asyncio.BufferedProtocol):
         self._sending = None
         self.last_active = self.loop.time()
         if self._closed:
+            self.transport.close()
             return
         if not task.cancelled() and task.exception() is not None:
             e = task.exception()
