@@ -49,7 +49,10 @@ from kohort.protocol.primitives import Reader
 log = logging.getLogger("kohort.broker")
 conn_log = logging.getLogger("kohort.broker.connections")
 _conn_ids = itertools.count(1)
-RECV_BUFFER = 64 * 1024        # the receive buffer; frames over half of it get a buffer of their own
+RECV_BUFFER = 256 * 1024       # a receive buffer (as asyncio's streams read); frames over half of it
+                               # get a buffer of their own
+_POOL: list = []               # free receive buffers (bytearray, memoryview), shared by the connections
+_POOL_MAX = 16
 WRITE_HIGH_WATER = 1 << 20     # unsent answer bytes after which a connection is not read
 COALESCE_BYTES = 64 * 1024     # ready answers joined into one write up to this size
 FETCH = 1                      # the API whose record sets may be FileSlices (sent with sendfile)
@@ -80,8 +83,11 @@ class Connection(asyncio.BufferedProtocol):
         self.conn_id = next(_conn_ids)
         self.transport = None
         self.loop = asyncio.get_event_loop()
-        self._buf = bytearray(RECV_BUFFER)
-        self._view = memoryview(self._buf)
+        # the receive buffer, taken from _POOL when bytes arrive and given back once every byte in
+        # it is cut into frames: idle connections hold none, a burst of pipelined requests arrives
+        # in one read (they then share one fsync round)
+        self._buf: bytearray | None = None
+        self._view: memoryview | None = None
         self._start = 0             # first byte not yet cut into a frame
         self._end = 0               # end of the received bytes
         self._big: bytearray | None = None     # a large frame's own buffer, being filled
@@ -156,7 +162,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc) -> None:
         self._abandon()
-        self._big = self._buf = self._view = None      # not kept until the cycle collector runs
+        self._release_buffer()          # not kept until the cycle collector runs
+        self._big = None
         b = self.broker
         b._conn_states.pop(self.conn_id, None)
         if b.metrics:
@@ -203,7 +210,13 @@ class Connection(asyncio.BufferedProtocol):
                 grown[:self._big_got] = self._big
                 self._big = grown
             return memoryview(self._big)[self._big_got:]
-        if self._end == len(self._buf):
+        if self._buf is None:
+            if _POOL:
+                self._buf, self._view = _POOL.pop()
+            else:
+                self._buf = bytearray(RECV_BUFFER)
+                self._view = memoryview(self._buf)
+        elif self._end == len(self._buf):
             self._make_room()
         return self._view[self._end:]
 
@@ -239,6 +252,8 @@ class Connection(asyncio.BufferedProtocol):
     def _parse(self) -> None:
         """Dispatch every complete frame in the buffer while there is room in the queue."""
         view, buf = self._view, self._buf
+        if buf is None:
+            return
         while self._can_take() and self._big is None:
             start, end = self._start, self._end
             if end - start < 4:
@@ -274,6 +289,12 @@ class Connection(asyncio.BufferedProtocol):
             break
         if self._start == self._end:
             self._start = self._end = 0
+            self._release_buffer()
+
+    def _release_buffer(self) -> None:
+        if self._buf is not None and len(self._buf) == RECV_BUFFER and len(_POOL) < _POOL_MAX:
+            _POOL.append((self._buf, self._view))
+        self._buf = self._view = None
 
     def _update_reading(self) -> None:
         """Read only while the queue has room and the client takes its answers (back-pressure).
