@@ -233,7 +233,9 @@ class Connection(asyncio.BufferedProtocol):
         self._start, self._end = 0, n
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._closing:
+        if self._closing:           # read and dropped: unread bytes would turn the close into a reset
+            self._big = None
+            self._start = self._end = 0
             return
         self.last_active = self.loop.time()
         if self._big is not None:
@@ -302,7 +304,7 @@ class Connection(asyncio.BufferedProtocol):
         t = self.transport
         if self._closed or self._sending is not None or t is None or t.is_closing():
             return
-        want = not self._paused_writing and self._can_take()
+        want = self._closing or (not self._paused_writing and self._can_take())
         if want != t.is_reading():
             if want:
                 t.resume_reading()
@@ -459,7 +461,6 @@ class Connection(asyncio.BufferedProtocol):
                         out = bytearray()
                     if item[1] > 0:
                         self.loop.call_later(item[1], self.close)
-                        self._abandon_reading()
                     else:
                         self.close()
                     return
@@ -520,11 +521,6 @@ class Connection(asyncio.BufferedProtocol):
         finally:
             if out and not self._closed:
                 t.write(out)
-
-    def _abandon_reading(self) -> None:
-        t = self.transport
-        if t is not None and not t.is_closing() and t.is_reading():
-            t.pause_reading()
 
 
 async def _send_spliced(loop, transport, data) -> None:
