@@ -187,3 +187,27 @@ def test_a_client_that_does_not_read_is_not_read_and_others_are_served(tmp_path)
             await until(lambda: len(b._conn_states) == 1)
             await good.close()
     asyncio.run(main())
+
+
+def test_idle_connections_hold_no_receive_buffer(tmp_path):
+    """Receive buffers go back to the shared pool once every byte is cut into frames, so many idle
+    connections cost no buffer memory; a half-received frame keeps its bytes."""
+    async def main():
+        async with running_broker(tmp_path) as b:
+            wires = [await Wire.connect(b) for _ in range(20)]
+            for w in wires:
+                assert (await w.call(ApiVersionsRequest(), 0)).error_code == 0
+            await until(lambda: len(b._conn_states) == 20)
+            assert all(c._buf is None and c._big is None for c in b._conn_states.values())
+            frame = encode_request(ApiVersionsRequest(), 0, 99)
+            wires[0].writer.write(frame[:-3])
+            await wires[0].writer.drain()
+            conn = min(b._conn_states.values(), key=lambda c: c.conn_id)
+            await until(lambda: conn._buf is not None)
+            wires[0].writer.write(frame[-3:])
+            corr, resp = await wires[0].recv(18, 0)
+            assert corr == 99 and resp.error_code == 0
+            await until(lambda: conn._buf is None)
+            for w in wires:
+                await w.close()
+    asyncio.run(main())
