@@ -30,8 +30,8 @@ def send_raw(w: Wire, req, version: int) -> int:
 def count_writes(b, monkeypatch) -> list[int]:
     """Sizes of the broker's writes to its client sockets (the real transports, counted)."""
     sizes: list[int] = []
-    served = {id(st.writer.transport) for st in b._conn_states.values()}
-    transport_cls = type(next(iter(b._conn_states.values())).writer.transport)
+    served = {id(conn.transport) for conn in b._conn_states.values()}
+    transport_cls = type(next(iter(b._conn_states.values())).transport)
     real = transport_cls.write
 
     def write(self, data):

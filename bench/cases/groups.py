@@ -24,7 +24,7 @@ vs Apache Kafka 4.3.1, with kohort, confluent-kafka and the Java KafkaConsumer.
 Brokers at the defaults a user gets: kohort broker as `kohort broker` starts (adaptive initial
 rebalance delay: a new group's first join completes once no member joined for
 group.initial.rebalance.quiet.ms=200, capped by group.initial.rebalance.delay.ms=3000); Apache Kafka
-4.3.1 from tests/kafka_cluster.py (one KRaft node, kafka-server-start.sh's JVM options) with
+4.3.1 (the run's, cases.common.Brokers.kafka(): one KRaft node from tests/kafka_cluster.py) with
 group.initial.rebalance.delay.ms=0, the value of Kafka's shipped config/server.properties (the
 code default is 3000). Tansu is not a column here: its joins take ~23 s each.
 """
@@ -40,9 +40,8 @@ import threading
 import time
 import uuid
 
-from cases.common import KOHORT_BROKER, ROOT, create_topic
+from cases.common import KAFKA, KOHORT_BROKER, ROOT, create_topic
 
-KAFKA = "Apache Kafka 4.3.1"
 SESSION_TIMEOUT_MS = 6000
 MAX_ROUNDS = 3
 HEARTBEAT_MS = 1000
@@ -338,11 +337,7 @@ def handover(client: str, addr: str, mode: str) -> dict:
         pt.join(5)
 
 
-_kafka = None
-
-
 def build(env, mode: str, profile: set[str]):
-    global _kafka
     from harness import Job, Section
     from cases.common import seed
     sec = Section("groups", "group latency", "ms", higher_is_better=False, ours=KOHORT_BROKER,
@@ -365,21 +360,8 @@ def build(env, mode: str, profile: set[str]):
                          f"session expiry, then B's next heartbeat (whether it falls just before or after the "
                          f"expiry decides between ~{SESSION_TIMEOUT_MS} and ~{SESSION_TIMEOUT_MS + HEARTBEAT_MS} "
                          f"ms). Ratio: Apache Kafka ÷ kohort broker (> 1: kohort broker faster)."])
-    brokers = {KOHORT_BROKER: env.brokers.addr.get(KOHORT_BROKER)}
-    errors = {KOHORT_BROKER: env.brokers.errors.get(KOHORT_BROKER, "broker not started")}
-    try:
-        from tests import kafka_cluster
-        from cases.broker import KAFKA_JVM
-        saved, kafka_cluster.BROKER_JVM = kafka_cluster.BROKER_JVM, KAFKA_JVM
-        try:
-            _kafka = kafka_cluster.KafkaCluster(nodes=1)
-            _kafka.start()
-        finally:
-            kafka_cluster.BROKER_JVM = saved
-        brokers[KAFKA] = _kafka.bootstrap
-    except Exception as e:       # noqa: BLE001 - reported in its cells
-        errors[KAFKA] = f"{type(e).__name__}: {e}"
-        brokers[KAFKA] = None
+    brokers = {KOHORT_BROKER: env.brokers.addr.get(KOHORT_BROKER), KAFKA: env.brokers.kafka()}
+    errors = {name: env.brokers.errors.get(name, "broker not started") for name in brokers}
     java_err = None
     try:
         java_classes()
@@ -414,9 +396,3 @@ def build(env, mode: str, profile: set[str]):
                                 {"client": client, "addr": addr, "mode": m}, timeout=180, before=before))
     return [sec], jobs
 
-
-def finish(env) -> None:
-    global _kafka
-    if _kafka is not None:
-        _kafka.close()
-        _kafka = None
