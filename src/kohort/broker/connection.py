@@ -13,6 +13,8 @@ supported ranges (KIP-511).
 Answering: `_pending` holds the answers (done or still being worked on) in request order. `_pump`
 encodes every answer that is ready from the head, joins the small ones (up to COALESCE_BYTES) into
 one transport write and stops at the first answer still being worked on (a done-callback resumes it).
+It runs after every frame, so an answer ready at once is written before the next frame of the same
+read is worked on (answers that complete together, e.g. one fsync round, still go out in one write).
 Fetch answers on connections without TLS carry their large record sets as FileSlices, written with
 sendfile between the encoded parts of the frame (`_send_spliced`); nothing else is written meanwhile.
 
@@ -277,6 +279,10 @@ class Connection(asyncio.BufferedProtocol):
             if end - body >= size:
                 self._start = body + size
                 self._on_frame(bytes(view[body:body + size]))
+                # its answer goes out now if it is ready, before the next frame is worked on: a
+                # pipelining client (5 Produce requests in flight) gets each answer while the broker
+                # works on the rest, so the two overlap instead of going in lockstep rounds
+                self._pump()
                 continue
             if size > len(buf) // 2:        # received into a buffer of its own, no second copy
                 got = end - body
