@@ -40,28 +40,20 @@ import threading
 import time
 import uuid
 
-from cases.common import KAFKA, KOHORT_BROKER, ROOT, create_topic
+from cases.common import KAFKA, KOHORT_BROKER, create_topic
 
 SESSION_TIMEOUT_MS = 6000
 MAX_ROUNDS = 3
 HEARTBEAT_MS = 1000
 PARTITIONS = 4
 GROUP_CLIENTS = ["kohort", "confluent-kafka", "java"]
-JAVA_LIB = os.path.join(ROOT, ".peers", "kafka-lib")
-JAVA_OUT = os.path.join(ROOT, "bench", "out", "java")
-JAVA_SRC = os.path.join(ROOT, "bench", "java", "GroupBench.java")
 
 
 def java_classes() -> str:
-    """bench/java/GroupBench.java compiled (on first use, or when the source is newer) into
-    bench/out/java against .peers/kafka-lib; -> the java class path."""
-    if not os.path.isdir(JAVA_LIB):
-        raise RuntimeError(f"{JAVA_LIB} is missing: run make peers")
-    cls = os.path.join(JAVA_OUT, "GroupBench.class")
-    if not os.path.exists(cls) or os.path.getmtime(cls) < os.path.getmtime(JAVA_SRC):
-        os.makedirs(JAVA_OUT, exist_ok=True)
-        subprocess.run(["javac", "-nowarn", "-cp", f"{JAVA_LIB}/*", "-d", JAVA_OUT, JAVA_SRC], check=True)
-    return f"{JAVA_LIB}/*:{JAVA_OUT}"
+    """bench/java/GroupBench.java compiled (bench_consumer.java_classes); -> the java class path."""
+    from bench_consumer import java_classes as compiled
+    lib, out = compiled("GroupBench")
+    return f"{lib}/*:{out}"
 
 
 def _java(*args: str) -> list[str]:
