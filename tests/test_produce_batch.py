@@ -4,6 +4,7 @@ C runs (`_crecords.append_run`) and their Python reference; per-record failures,
 idempotent and transactional producers."""
 import bisect
 import random
+import threading
 
 import pyarrow as pa
 import pytest
@@ -138,7 +139,12 @@ def test_records_produce_refuses_fail_alone(cluster3, run):
         values = [b"a", b"x" * 6000, b"b", 12, b"c", b"d"]
         parts = [0, 0, 0, 0, 7, 0]
         bf = p.produce_batch("t3", values, partition=parts)
-        assert bf.wait(30)
+        called = threading.Event()
+        bf.add_done_callback(lambda f: f is bf and called.set())
+        assert bf.wait(30) and called.wait(30)
+        late = []
+        bf.add_done_callback(late.append)          # already done: at once
+        assert late == [bf]
         f = bf.failures()
         assert set(f) == {1, 3, 4}
         assert isinstance(f[1], RecordTooLargeError)

@@ -96,7 +96,10 @@ class BatchDeliveryFuture:
         with self._lock:
             fns, self._done_fns = self._done_fns, None
         for fn in fns:
-            fn(self)
+            try:
+                fn(self)
+            except Exception:  # noqa: BLE001 - one callback's error must not skip the others
+                pass
 
     # -- public --------------------------------------------------------------------------------------
     def done(self) -> bool:

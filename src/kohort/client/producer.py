@@ -35,6 +35,7 @@ import types
 
 from kohort.client import accumulator
 from kohort.client.accumulator import DeliveryFuture, RecordAccumulator, RecordMetadata
+from kohort.client.batch_produce import BatchDeliveryFuture, ProduceBatchError, produce_batch
 from kohort.client.cluster import Cluster
 from kohort.client.config import load_config, parse_bootstrap
 from kohort.client.stats import ClientStats
@@ -191,7 +192,6 @@ class Producer:
         full past max.block.ms) the rest are failed with that error -- raised instead when no record
         was queued yet. The future: wait(), done(), result() (raises ProduceBatchError naming the
         failed records), failures() -> {index: error}, metadata(i), add_done_callback(fn)."""
-        from kohort.client.batch_produce import produce_batch
         return produce_batch(self, topic, values, keys, partition, timestamps, headers)
 
     def _prepare(self, topic, value, key, headers, partition):
@@ -990,4 +990,5 @@ def _on_done(fut, fn) -> None:
     fut.add_done_callback(cb)
 
 
-__all__ = ["DeliveryFuture", "Producer", "RecordMetadata", "unreachable_message"]
+__all__ = ["BatchDeliveryFuture", "DeliveryFuture", "ProduceBatchError", "Producer", "RecordMetadata",
+           "unreachable_message"]
