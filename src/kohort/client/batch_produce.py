@@ -14,8 +14,9 @@ What lives here:
   failed; `failures()` maps record index -> error (records refused before they were queued, such as a
   record too large, and records of batches that failed); `result()` raises `ProduceBatchError` naming
   them. Records are kept as spans (first index, count, batch, first offset delta), not one future each.
-* `columns(...)`: input normalisation. Arrow arrays (binary, large_binary, string, large_string; chunked
-  or not; nulls are null keys/values) become lists of bytes; lists are taken as they are.
+* `columns(...)`: input normalisation. Arrow arrays (binary, large_binary, string, large_string; nulls
+  are null keys/values) become `ArrowBytes` (with the extension: the C run reads their buffers in place)
+  or lists of bytes (chunked arrays of several chunks, no extension); lists are taken as they are.
 """
 from __future__ import annotations
 
@@ -158,6 +159,28 @@ class BatchDeliveryFuture:
 
 
 # -- input columns ---------------------------------------------------------------------------------------
+class ArrowBytes:
+    """An Arrow binary / large_binary array as a column: `[i]` -> bytes or None (Python's view, for the
+    records produce()'s body handles), `view` -> its buffers for _crecords.append_run (offsets, data,
+    validity or None, array offset, 64-bit offsets, length), read in place without a bytes object per
+    record."""
+
+    __slots__ = ("arr", "view")
+
+    def __init__(self, arr):
+        import pyarrow as pa
+        self.arr = arr
+        validity, offsets, data = arr.buffers()[:3]
+        self.view = (offsets, data if data is not None else b"", validity, arr.offset,
+                     pa.types.is_large_binary(arr.type), len(arr))
+
+    def __len__(self):
+        return len(self.arr)
+
+    def __getitem__(self, i):
+        return self.arr[i].as_py()
+
+
 def _arrow_bytes(col, what: str):
     import pyarrow as pa
     t = col.type
@@ -165,7 +188,13 @@ def _arrow_bytes(col, what: str):
         col = col.cast(pa.large_binary() if pa.types.is_large_string(t) else pa.binary())
     elif not (pa.types.is_binary(t) or pa.types.is_large_binary(t)):
         raise KohortError(f"produce_batch: {what} must be an Arrow binary or string array, not {t}")
-    return col.to_pylist()
+    if isinstance(col, pa.ChunkedArray):
+        if col.num_chunks != 1:
+            return col.to_pylist()
+        col = col.chunk(0)
+    if _c_append_run is None:
+        return col.to_pylist()
+    return ArrowBytes(col)
 
 
 def _column(col, what: str, n: int | None):
@@ -275,6 +304,10 @@ def produce_batch(p, topic, values, keys=None, partition=None, timestamps=None, 
     acc = p.acc
     txn = p._txn
     added = set()
+    if run is _c_append_run:                 # Arrow columns are read in place by the C run
+        cvalues, ckeys = (c.view if isinstance(c, ArrowBytes) else c for c in (values, keys))
+    else:
+        cvalues, ckeys = values, keys
     i = 0
     queued = False
     while i < n:
@@ -324,7 +357,7 @@ def produce_batch(p, topic, values, keys=None, partition=None, timestamps=None, 
                 continue
             info = p._topics.get(topic) or info
             st = p._sticky_now.get(topic)
-            k = run(b, values, keys, parts if parts is not None else partition, headers, i, n, ts_arg,
+            k = run(b, cvalues, ckeys, parts if parts is not None else partition, headers, i, n, ts_arg,
                     p._max_record, hash_mode, info.num_partitions, part, -1 if st is None else st)
             full = b.closed
         if k:

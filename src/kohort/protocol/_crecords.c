@@ -1128,9 +1128,10 @@ static inline char *put_varint(char *p, uint64_t v)
     return p;
 }
 
-/* Append one record without headers (key/value: bytes or NULL for null) as ProducerBatch.try_append
- * does: 1 appended (*delta set), 0 no room (nothing changed), -1 error. */
-static int rb_append(RecordBuffer *rb, PyObject *key, PyObject *value, long long ts, Py_ssize_t *delta)
+/* Append one record without headers (key/value: pointer and length, NULL for null) as
+ * ProducerBatch.try_append does: 1 appended (*delta set), 0 no room (nothing changed), -1 error. */
+static int rb_append_raw(RecordBuffer *rb, const char *key, Py_ssize_t kl, const char *value, Py_ssize_t vl,
+                         long long ts, Py_ssize_t *delta)
 {
     if (!PyByteArray_CheckExact(rb->buf))
         return 0;                               /* done or odd: Python handles it */
@@ -1138,7 +1139,10 @@ static int rb_append(RecordBuffer *rb, PyObject *key, PyObject *value, long long
     long long tsd = n == 0 ? 0 : ts - rb->base_ts;
     if (n && (tsd > INT64_MAX / 4 || tsd < INT64_MIN / 4))
         return 0;                               /* huge deltas: Python's unbounded ints */
-    Py_ssize_t kl = key ? PyBytes_GET_SIZE(key) : 0, vl = value ? PyBytes_GET_SIZE(value) : 0;
+    if (!key)
+        kl = 0;
+    if (!value)
+        vl = 0;
     uint64_t zts = zz64(tsd), zoff = zz64(n);
     Py_ssize_t body = 1 + zz_len(zts) + zz_len(zoff) + (key ? zz_len(zz64(kl)) + kl : 1)
                       + (value ? zz_len(zz64(vl)) + vl : 1) + 1;
@@ -1183,14 +1187,14 @@ static int rb_append(RecordBuffer *rb, PyObject *key, PyObject *value, long long
     p = put_varint(p, zoff);
     if (key) {
         p = put_varint(p, zz64(kl));
-        memcpy(p, PyBytes_AS_STRING(key), (size_t)kl);
+        memcpy(p, key, (size_t)kl);
         p += kl;
     } else {
         *p++ = 1;                               /* -1: null */
     }
     if (value) {
         p = put_varint(p, zz64(vl));
-        memcpy(p, PyBytes_AS_STRING(value), (size_t)vl);
+        memcpy(p, value, (size_t)vl);
         p += vl;
     } else {
         *p++ = 1;
@@ -1205,6 +1209,12 @@ static int rb_append(RecordBuffer *rb, PyObject *key, PyObject *value, long long
         rb->closed = 1;
     *delta = n;
     return 1;
+}
+
+static int rb_append(RecordBuffer *rb, PyObject *key, PyObject *value, long long ts, Py_ssize_t *delta)
+{
+    return rb_append_raw(rb, key ? PyBytes_AS_STRING(key) : NULL, key ? PyBytes_GET_SIZE(key) : 0,
+                         value ? PyBytes_AS_STRING(value) : NULL, value ? PyBytes_GET_SIZE(value) : 0, ts, delta);
 }
 
 typedef struct {
@@ -1589,22 +1599,125 @@ static PyObject *fp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     return (PyObject *)self;
 }
 
+/* A column of append_run: a list of bytes/None, or an Arrow binary array's buffers as a tuple
+ * (offsets, data, validity or None, array offset, 64-bit offsets, length) -- batch_produce.ArrowBytes. */
+typedef struct {
+    int arrow;
+    PyObject *list;
+    Py_buffer offs, data, valid;
+    int has_valid, wide;
+    Py_ssize_t off, len;
+} col_t;
+
+static void col_close(col_t *c)
+{
+    if (c->arrow) {
+        PyBuffer_Release(&c->offs);
+        PyBuffer_Release(&c->data);
+        if (c->has_valid)
+            PyBuffer_Release(&c->valid);
+    }
+    c->arrow = 0;
+}
+
+/* 1 opened, 0 not a column this handles, -1 error */
+static int col_open(PyObject *o, col_t *c, Py_ssize_t stop)
+{
+    memset(c, 0, sizeof(*c));
+    if (PyList_CheckExact(o)) {
+        c->list = o;
+        return PyList_GET_SIZE(o) >= stop;
+    }
+    if (!PyTuple_CheckExact(o) || PyTuple_GET_SIZE(o) != 6)
+        return 0;
+    PyObject *vo = PyTuple_GET_ITEM(o, 2);
+    c->off = PyLong_AsSsize_t(PyTuple_GET_ITEM(o, 3));
+    c->wide = PyObject_IsTrue(PyTuple_GET_ITEM(o, 4));
+    c->len = PyLong_AsSsize_t(PyTuple_GET_ITEM(o, 5));
+    if (PyErr_Occurred() || c->wide < 0)
+        return -1;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(o, 0), &c->offs, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(o, 1), &c->data, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&c->offs);
+        return -1;
+    }
+    if (vo != Py_None) {
+        if (PyObject_GetBuffer(vo, &c->valid, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&c->offs);
+            PyBuffer_Release(&c->data);
+            return -1;
+        }
+        c->has_valid = 1;
+    }
+    c->arrow = 1;
+    Py_ssize_t w = c->wide ? 8 : 4;
+    if (c->off < 0 || c->len < stop || c->offs.len < (c->off + c->len + 1) * w ||
+        (c->has_valid && c->valid.len * 8 < c->off + c->len)) {
+        col_close(c);
+        return 0;
+    }
+    return 1;
+}
+
+/* Record i of the column: 1 with *p (NULL for null) and *len set, 0 not plain (stop the run) */
+static int col_get(col_t *c, Py_ssize_t i, const char **p, Py_ssize_t *len)
+{
+    static const char empty[1] = {0};
+    if (!c->arrow) {
+        PyObject *o = PyList_GET_ITEM(c->list, i);
+        if (o == Py_None) {
+            *p = NULL;
+            *len = 0;
+            return 1;
+        }
+        if (!PyBytes_CheckExact(o))
+            return 0;
+        *p = PyBytes_AS_STRING(o);
+        *len = PyBytes_GET_SIZE(o);
+        return 1;
+    }
+    Py_ssize_t j = c->off + i;
+    if (c->has_valid && !((((const uint8_t *)c->valid.buf)[j >> 3] >> (j & 7)) & 1)) {
+        *p = NULL;
+        *len = 0;
+        return 1;
+    }
+    int64_t a, b;
+    if (c->wide) {
+        memcpy(&a, (const char *)c->offs.buf + j * 8, 8);
+        memcpy(&b, (const char *)c->offs.buf + j * 8 + 8, 8);
+    } else {
+        int32_t a4, b4;
+        memcpy(&a4, (const char *)c->offs.buf + j * 4, 4);
+        memcpy(&b4, (const char *)c->offs.buf + j * 4 + 4, 4);
+        a = a4;
+        b = b4;
+    }
+    if (a < 0 || b < a || b > c->data.len)
+        return 0;                               /* not a well-formed array: Python decides */
+    *p = c->data.len ? (const char *)c->data.buf + a : empty;
+    *len = (Py_ssize_t)(b - a);
+    return 1;
+}
+
 /* append_run(batch, values, keys, parts, headers, start, stop, ts, max_record, hash_mode, n, p, sticky)
  * -> how many records from `start` were appended to `batch`: Producer.produce_batch's runs
  * (client/batch_produce.py; _py_append_run there is the reference, this must match it). Appends while
  * each record goes to partition p (parts: None, an int for all, or a list of int/None; a record with
  * no partition goes by murmur2(key) % n when keyed and hash_mode, else to `sticky`), is plain (bytes or
  * None key and value, no headers, key+value <= max_record) and fits; stops after the record that closes
- * the batch. ts: None (now, per record), an int, or a list. The caller holds the accumulator's lock. */
+ * the batch. ts: None (now, per record), an int, or a list. values/keys: lists, or Arrow buffers
+ * (col_t). The caller holds the accumulator's lock. */
 static PyObject *py_append_run(PyObject *self, PyObject *args)
 {
     PyObject *batch, *values, *keys, *parts, *headers, *ts;
     Py_ssize_t start, stop, max_record, n, p, sticky;
     int hash_mode;
-    if (!PyArg_ParseTuple(args, "OO!OOOnnOninnn:append_run", &batch, &PyList_Type, &values, &keys, &parts,
+    if (!PyArg_ParseTuple(args, "OOOOOnnOninnn:append_run", &batch, &values, &keys, &parts,
                           &headers, &start, &stop, &ts, &max_record, &hash_mode, &n, &p, &sticky))
         return NULL;
-    if (!PyObject_TypeCheck(batch, &RecordBuffer_Type) || (keys != Py_None && !PyList_CheckExact(keys)) ||
+    if (!PyObject_TypeCheck(batch, &RecordBuffer_Type) ||
         (headers != Py_None && !PyList_CheckExact(headers)) ||
         (parts != Py_None && !PyLong_CheckExact(parts) && !PyList_CheckExact(parts)) ||
         (ts != Py_None && !PyLong_CheckExact(ts) && !PyList_CheckExact(ts)) || n <= 0)
@@ -1628,29 +1741,41 @@ static PyObject *py_append_run(PyObject *self, PyObject *args)
             return PyLong_FromLong(0);
         }
     }
-    Py_ssize_t nv = PyList_GET_SIZE(values);
-    if (stop > nv || (keys != Py_None && PyList_GET_SIZE(keys) < stop) ||
+    if (start < 0 || start > stop ||
         (headers != Py_None && PyList_GET_SIZE(headers) < stop) ||
         (fixed_part == -2 && parts != Py_None && PyList_GET_SIZE(parts) < stop) ||
         (ts_mode == 2 && PyList_GET_SIZE(ts) < stop))
         return PyLong_FromLong(0);
+    col_t vc, kc;
+    int r0 = col_open(values, &vc, stop);
+    if (r0 <= 0)
+        return r0 < 0 ? NULL : PyLong_FromLong(0);
+    int has_keys = keys != Py_None;
+    if (has_keys) {
+        r0 = col_open(keys, &kc, stop);
+        if (r0 <= 0) {
+            col_close(&vc);
+            return r0 < 0 ? NULL : PyLong_FromLong(0);
+        }
+    }
+    PyObject *result = NULL;
     Py_ssize_t i = start;
     for (; i < stop && !rb->closed; i++) {
-        PyObject *v = PyList_GET_ITEM(values, i);
-        PyObject *k = keys == Py_None ? Py_None : PyList_GET_ITEM(keys, i);
-        if ((v != Py_None && !PyBytes_CheckExact(v)) || (k != Py_None && !PyBytes_CheckExact(k)))
+        const char *v, *k = NULL;
+        Py_ssize_t vl, kl = 0;
+        if (!col_get(&vc, i, &v, &vl) || (has_keys && !col_get(&kc, i, &k, &kl)))
             break;
         if (headers != Py_None) {
             PyObject *h = PyList_GET_ITEM(headers, i);
             if (h != Py_None) {
                 int t = PyObject_IsTrue(h);
                 if (t < 0)
-                    return NULL;
+                    goto done;
                 if (t)
                     break;
             }
         }
-        if ((v != Py_None ? PyBytes_GET_SIZE(v) : 0) + (k != Py_None ? PyBytes_GET_SIZE(k) : 0) > max_record)
+        if (vl + kl > max_record)
             break;
         Py_ssize_t q = fixed_part;
         if (q == -2 && parts != Py_None) {
@@ -1670,9 +1795,8 @@ static PyObject *py_append_run(PyObject *self, PyObject *args)
             }
         }
         if (q == -2) {
-            if (k != Py_None && hash_mode)
-                q = (Py_ssize_t)(murmur2((const uint8_t *)PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k))
-                                 & 0x7FFFFFFFu) % n;
+            if (k != NULL && hash_mode)
+                q = (Py_ssize_t)(murmur2((const uint8_t *)k, kl) & 0x7FFFFFFFu) % n;
             else
                 q = sticky;
         }
@@ -1704,13 +1828,18 @@ static PyObject *py_append_run(PyObject *self, PyObject *args)
                 ts_mode = 2;
         }
         Py_ssize_t delta;
-        int r = rb_append(rb, k == Py_None ? NULL : k, v == Py_None ? NULL : v, t, &delta);
+        int r = rb_append_raw(rb, k, kl, v, vl, t, &delta);
         if (r < 0)
-            return NULL;
+            goto done;
         if (r == 0)
             break;
     }
-    return PyLong_FromSsize_t(i - start);
+    result = PyLong_FromSsize_t(i - start);
+done:
+    col_close(&vc);
+    if (has_keys)
+        col_close(&kc);
+    return result;
 }
 
 static PyTypeObject FastProduce_Type = {
