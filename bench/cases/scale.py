@@ -123,6 +123,21 @@ async def _metadata(conn: Conn, topics: list[str] | None):
     return await conn.call(req)
 
 
+async def _find_coordinator(conn: Conn, gid: str, timeout: float = 60) -> None:
+    """FindCoordinator until the group's coordinator is up (Apache Kafka creates __consumer_offsets
+    on the first one); both brokers are one node, so it is the node we talk to."""
+    from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest
+    deadline = time.monotonic() + timeout
+    while True:
+        r = await conn.call(FindCoordinatorRequest(key=gid, key_type=0, coordinator_keys=[gid]))
+        err = r.coordinators[0].error_code if r.coordinators else r.error_code
+        if err == 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"FindCoordinator({gid}): error {err}")
+        await asyncio.sleep(0.2)
+
+
 # -- group: protocol-level members ----------------------------------------------------------------
 class _Group:
     """What every member last settled on: member id -> (generation or epoch, owned partitions)."""
@@ -270,6 +285,7 @@ async def _group_run(addr: str, protocol: str, members: int) -> dict:
     conns = await asyncio.gather(*(Conn.open(addr) for _ in range(members + 1)))
     md = await _metadata(conns[0], [topic])
     topic_id = md.topics[0].topic_id
+    await _find_coordinator(conns[0], gid)
     g = _Group(members)
     stop = asyncio.Event()
     leaves = [asyncio.Event() for _ in range(members + 1)]
