@@ -340,7 +340,7 @@ def partitions(addr: str, pid: int, count: int, column: str = "", points: str | 
     topic = f"scale-p{count}-{uuid.uuid4().hex[:6]}"
     cpu0, rss0 = proc_stats(pid)
     t = time.monotonic()
-    create_topic(addr, topic, count)
+    _create_topic(addr, topic, count)
     created = time.monotonic() - t
 
     async def md_times():
@@ -383,6 +383,28 @@ def partitions(addr: str, pid: int, count: int, column: str = "", points: str | 
             "broker CPU": (cpu1 - cpu0) * 1000, "broker RSS after": rss1}
     _record(points, "partitions", column, count, rows)
     return {"value": rows["CreateTopics"], "rows": rows, "rss_before_mb": rss0}
+
+
+def _create_topic(addr: str, topic: str, count: int, timeout: float = 300) -> None:
+    """CreateTopics, then DescribeTopics until all `count` partitions show (a broker may answer
+    UNKNOWN_TOPIC_OR_PARTITION for a moment after CreateTopics returned)."""
+    from kohort.client.admin import Admin
+    with Admin({"bootstrap.servers": addr}) as admin:
+        err = admin.create_topics({topic: count}).get(topic)
+        if err is not None:
+            raise err
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                d = {x.name: x for x in admin.describe_topics([topic])}.get(topic)
+                if d is not None and len(d.partitions) == count:
+                    return
+            except Exception:            # noqa: BLE001 - not visible yet
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}: {count} partitions not visible within {timeout:.0f} s")
+            time.sleep(0.02)
 
 
 # -- connections ---------------------------------------------------------------------------------
