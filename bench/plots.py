@@ -47,6 +47,7 @@ def plot_scale(points_path: str, out_dir: str) -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
     data = load(points_path)
     paths = []
     for dim, rows in data.items():
@@ -61,6 +62,13 @@ def plot_scale(points_path: str, out_dir: str) -> list[str]:
             ax.set_xscale("log")
             if all(v > 0 for pts in rows[row].values() for v in pts.values()):
                 ax.set_yscale("log")
+            plain = ticker.FuncFormatter(lambda v, _: f"{v:g}")     # plain numbers, not 10^x
+            ax.xaxis.set_major_formatter(plain)
+            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+            ax.set_xticks(sorted({x for pts in rows[row].values() for x in pts}))
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(plain)                      # short spans have no decade tick
+            ax.yaxis.set_tick_params(which="minor", labelsize=7)
             ax.set_title(row, fontsize=10)
             ax.set_xlabel(XLABEL.get(dim, "size"))
             ax.set_ylabel(_unit(row))

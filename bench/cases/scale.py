@@ -371,7 +371,7 @@ def partitions(addr: str, pid: int, count: int, column: str = "", points: str | 
         c.assign([TopicPartition(topic, q, 0) for q in range(count)])
         seen, deadline = 0, time.monotonic() + 120 + count / 50
         while seen < count and time.monotonic() < deadline:
-            seen += sum(1 for m in c.consume(1000, 0.5) if m.error() is None)
+            seen += sum(1 for m in c.consume(1000, 0.1) if m.error() is None)
         consumed = time.monotonic() - t
         if seen < count:
             raise RuntimeError(f"consumed {seen} of {count} records")
