@@ -296,13 +296,16 @@ def _scoped_after(group: "ConsumerGroup", scope: _Scope, before: dict) -> tuple[
     when the target was recomputed (the others' entries of the old target dict are untouched)."""
     after = _snapshot(group, scope.mids)
     if group.target is not scope.target:
+        # only the targets that differ (a target's dict compares equal iff its record would)
+        old, new = scope.target, group.target
         before = dict(before)
-        for mid, t in scope.target.items():
-            if mid not in scope.mids:
+        for mid, t in old.items():
+            if mid not in scope.mids and new.get(mid) != t:
                 before[(7, mid)] = _frozen(t)
         after = {k: v for k, v in after.items() if k[0] != 7}
-        for mid, t in group.target.items():
-            after[(7, mid)] = _frozen(t)
+        for mid, t in new.items():
+            if mid in scope.mids or old.get(mid) != t:
+                after[(7, mid)] = _frozen(t)
     return before, after
 
 
