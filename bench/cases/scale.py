@@ -14,8 +14,9 @@ Three dimensions, each measured at several sizes (quick: the small ones):
   more member joins -> stable, then one member leaves (LeaveGroup / epoch -1) -> stable. Plus the
   broker's CPU over the run and its RSS after. The real-client anchor (full mode): 20 real kohort
   Consumers, cases.kip848:converge (member joins / leaves).
-* partitions (`partitions`): one topic of P partitions: CreateTopics (until DescribeTopics shows all
-  P), a full Metadata request (median of 5, raw socket), produce one record to every partition and
+* partitions (`partitions`): one topic of P partitions: CreateTopics (above 5,000 partitions then
+  CreatePartitions in steps of 5,000: Apache Kafka's controller refuses more than 10,000 records per
+  request) until DescribeTopics shows all P, a full Metadata request (median of 5, raw socket), produce one record to every partition and
   consume all of them (confluent-kafka), broker CPU and RSS after.
 * connections (`connections`): C client connections (each ApiVersions + Metadata), idle 3 s, then
   one Metadata request on each at once: time to open all, per-request latency (p50, p99), broker
@@ -54,6 +55,7 @@ SIZES = {"quick": {"group": [10, 50], "partitions": [100, 1000], "connections": 
 UNIT = "ms; CPU ms; RSS MB"
 MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION = 79, 27, 25, 22
 FENCED_MEMBER_EPOCH = 110
+PER_REQUEST = 5000      # partitions per CreateTopics / CreatePartitions request
 
 
 # -- the broker process ---------------------------------------------------------------------------
@@ -399,9 +401,16 @@ def _create_topic(addr: str, topic: str, count: int, timeout: float = 300) -> No
     UNKNOWN_TOPIC_OR_PARTITION for a moment after CreateTopics returned)."""
     from kohort.client.admin import Admin
     with Admin({"bootstrap.servers": addr}) as admin:
-        err = admin.create_topics({topic: count}).get(topic)
+        # Apache Kafka's controller takes at most 10,000 records per request (a topic record and one
+        # per partition): above PER_REQUEST both brokers get CreateTopics + CreatePartitions steps
+        first = min(count, PER_REQUEST)
+        err = admin.create_topics({topic: first}).get(topic)
         if err is not None:
             raise err
+        for total in range(first + PER_REQUEST, count + PER_REQUEST, PER_REQUEST):
+            err = admin.create_partitions({topic: min(total, count)}).get(topic)
+            if err is not None:
+                raise err
         deadline = time.monotonic() + timeout
         while True:
             try:
