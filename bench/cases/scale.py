@@ -100,15 +100,20 @@ class Conn:
         c.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
         return c
 
-    async def call(self, req, version: int | None = None):
+    async def call(self, req, version: int | None = None, timed: list | None = None):
+        """The decoded response; `timed` gets the seconds until its last byte arrived (before the
+        client decodes it, so a big answer's decoding in Python does not count)."""
         from kohort.protocol.framing import decode_response, encode_request, pick_version
         key = type(req).API_KEY
         v = pick_version(key, self.versions) if version is None else version
         async with self.lock:
             self.corr += 1
+            t = time.perf_counter()
             self.w.write(encode_request(req, v, self.corr, "kohort-bench"))
             size = struct.unpack(">i", await self.r.readexactly(4))[0]
             payload = await self.r.readexactly(size)
+            if timed is not None:
+                timed.append(time.perf_counter() - t)
         corr, resp = decode_response(payload, key, v)
         if corr != self.corr:
             raise RuntimeError(f"correlation id {corr}, expected {self.corr}")
@@ -118,11 +123,11 @@ class Conn:
         self.w.close()
 
 
-async def _metadata(conn: Conn, topics: list[str] | None):
+async def _metadata(conn: Conn, topics: list[str] | None, timed: list | None = None):
     from kohort.protocol.messages.metadata import MetadataRequest
     req = MetadataRequest(topics=None if topics is None else [MetadataRequest.MetadataRequestTopic(
         topic_id=uuid.UUID(int=0), name=t) for t in topics], allow_auto_topic_creation=False)
-    return await conn.call(req)
+    return await conn.call(req, timed=timed)
 
 
 async def _find_coordinator(conn: Conn, gid: str, timeout: float = 60) -> None:
@@ -359,9 +364,7 @@ def partitions(addr: str, pid: int, count: int, column: str = "", points: str | 
         try:
             out = []
             for _ in range(5):
-                t = time.perf_counter()
-                r = await _metadata(c, None)
-                out.append(time.perf_counter() - t)
+                r = await _metadata(c, None, out)
             got = {x.name: len(x.partitions) for x in r.topics}
             if got.get(topic) != count:
                 raise RuntimeError(f"Metadata lists {got.get(topic)} partitions of {topic}, not {count}")
@@ -451,11 +454,9 @@ def connections(addr: str, pid: int, count: int, column: str = "", points: str |
             await asyncio.sleep(idle_s)
             cpu_b, rss_idle = proc_stats(pid)
 
-            async def timed(c):
-                t = time.perf_counter()
-                await _metadata(c, [topic])
-                return time.perf_counter() - t
-            lat = sorted(await asyncio.gather(*(timed(c) for c in conns)))
+            lat: list = []
+            await asyncio.gather(*(_metadata(c, [topic], lat) for c in conns))
+            lat.sort()
             return connect, (cpu_b - cpu_a) / idle_s, lat, rss_idle
         finally:
             for c in conns:
