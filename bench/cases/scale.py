@@ -295,7 +295,7 @@ async def _wait(g: _Group, tasks: list, timeout: float, what: str) -> float:
 
 async def _group_run(addr: str, protocol: str, members: int) -> dict:
     topic, gid = f"scale-{uuid.uuid4().hex[:8]}", f"scale-{uuid.uuid4().hex[:8]}"
-    create_topic(addr, topic, members)
+    _create_topic(addr, topic, members)
     conns = await asyncio.gather(*(Conn.open(addr) for _ in range(members + 1)))
     md = await _metadata(conns[0], [topic])
     topic_id = md.topics[0].topic_id
@@ -372,11 +372,13 @@ def partitions(addr: str, pid: int, count: int, column: str = "", points: str | 
         finally:
             c.close()
     md = asyncio.run(md_times())
-    p = Producer({"bootstrap.servers": addr, "linger.ms": 20, "acks": "all"})
+    # Apache Kafka creates a new topic's logs after CreateTopics answered: the first produce to
+    # 10,000 partitions waits minutes for them (hence the long delivery timeout)
+    p = Producer({"bootstrap.servers": addr, "linger.ms": 20, "acks": "all", "message.timeout.ms": 1_200_000})
     t = time.monotonic()
     for q in range(count):
         p.produce(topic, b"x", partition=q)
-    if p.flush(120):
+    if p.flush(120 + count / 10):
         raise RuntimeError("produce: records left undelivered")
     produced = time.monotonic() - t
     c = Consumer({"bootstrap.servers": addr, "group.id": topic, "enable.auto.commit": False})
@@ -435,7 +437,7 @@ def connections(addr: str, pid: int, count: int, column: str = "", points: str |
     if soft < count + 100:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, count + 1000), hard))
     topic = f"scale-c-{uuid.uuid4().hex[:6]}"
-    create_topic(addr, topic, 1)
+    _create_topic(addr, topic, 1)
     cpu0, rss0 = proc_stats(pid)
 
     async def run():
@@ -569,7 +571,7 @@ def build(env, mode: str, profile: set[str]):
     for n in sizes["partitions"]:
         for b in brokers:
             jobs.append(Job("scale-partitions", f"{n} partitions", b, "cases.scale:partitions",
-                            {"count": n, "column": b, "points": _points}, timeout=300 + n / 20,
+                            {"count": n, "column": b, "points": _points}, timeout=300 + n / 5,
                             subrows=PART_ROWS, before=at(b, "partitions")))
     for n in sizes["connections"]:
         for b in brokers:
