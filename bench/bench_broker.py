@@ -71,7 +71,7 @@ def start_tansu():
 
 def run_one(port: int, n: int, size: int, partitions: int, batch_size: int = 1_000_000) -> tuple[float, float, float]:
     bs = f"127.0.0.1:{port}"
-    topic = f"bench-{os.getpid()}-{port}"
+    topic = f"bench-{os.getpid()}-{port}-{time.monotonic_ns()}"
     admin = AdminClient({"bootstrap.servers": bs})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
     time.sleep(0.2)
@@ -118,6 +118,29 @@ def run_one(port: int, n: int, size: int, partitions: int, batch_size: int = 1_0
     consume_s = end - first
     startup_s = first - t0
     return produce_s, consume_s, startup_s
+
+
+def run_one_java(port: int, n: int, size: int, partitions: int, batch_size: int = 1_000_000) -> tuple[float, float, float]:
+    """run_one's measurement with Apache Kafka's Java clients (bench/java/ProduceBench.java, then
+    ConsumeBench.java): the same records, acks=all idempotent producer (linger 5 ms, the given
+    batch.size), then an assign()-from-0 consumer. -> (produce s, consume s first record to last,
+    consumer start-up s)."""
+    from bench_consumer import java_classes, run_java_consumer
+    bs = f"127.0.0.1:{port}"
+    topic = f"bench-java-{os.getpid()}-{port}-{time.monotonic_ns()}"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    time.sleep(0.2)
+    lib, out = java_classes("ProduceBench")
+    p = subprocess.run(["java", "-Xmx1g", "-cp", f"{lib}/*:{out}", "ProduceBench", bs, topic, str(n), str(size),
+                        str(partitions), str(batch_size)], capture_output=True, text=True, timeout=300)
+    line = [x for x in p.stdout.splitlines() if x.startswith("PRODUCE_S ")]
+    if p.returncode != 0 or not line:
+        raise RuntimeError(f"ProduceBench failed: {(p.stderr or p.stdout).strip()[-300:]}")
+    produce_s = float(line[0].split()[1])
+    got = run_java_consumer(bs, topic, partitions, n)
+    total_s = n / got["rate"]
+    return produce_s, total_s - got["first_s"], got["first_s"]
 
 
 def raw_run(port: int, requests: int = 2000, per_batch: int = 150, inflight: int = 20) -> tuple[float, float]:

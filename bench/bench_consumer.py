@@ -139,27 +139,40 @@ def run_aiokafka(bootstrap, topic, ends, total):
     return asyncio.run(main())
 
 
-def run_java(bootstrap, topic, ends, total):
-    """Apache Kafka's Java KafkaConsumer (bench/java/ConsumeBench.java, compiled on first use into
-    bench/out/java against .peers/kafka-lib): the JVM starts before its clock does."""
+def java_classes(name: str):
+    """(kafka-lib dir, classes dir) for bench/java/<name>.java, compiled against .peers/kafka-lib into
+    bench/out/java when the class is missing or older than its source."""
     import subprocess
     root = Path(__file__).resolve().parents[1]
     lib = root / ".peers" / "kafka-lib"
     if not lib.is_dir():
         raise RuntimeError(f"{lib} is missing: run make peers")
     out = root / "bench" / "out" / "java"
-    src = root / "bench" / "java" / "ConsumeBench.java"
-    cls = out / "ConsumeBench.class"
+    src = root / "bench" / "java" / f"{name}.java"
+    cls = out / f"{name}.class"
     if not cls.exists() or cls.stat().st_mtime < src.stat().st_mtime:
         out.mkdir(parents=True, exist_ok=True)
         subprocess.run(["javac", "-nowarn", "-cp", f"{lib}/*", "-d", str(out), str(src)], check=True)
-    parts = max(ends) + 1 if ends else 1
+    return lib, out
+
+
+def run_java_consumer(bootstrap, topic, partitions, total) -> dict:
+    """Apache Kafka's Java KafkaConsumer (bench/java/ConsumeBench.java): {"rate": records/s from just
+    after assign() to the last record, "first_s": assign() to the first record}; the JVM starts before
+    its clock does."""
+    import subprocess
+    lib, out = java_classes("ConsumeBench")
     p = subprocess.run(["java", "-Xmx1g", "-cp", f"{lib}/*:{out}", "ConsumeBench", bootstrap, topic,
-                        str(parts), str(total)], capture_output=True, text=True, timeout=300)
+                        str(partitions), str(total)], capture_output=True, text=True, timeout=300)
     for line in p.stdout.splitlines():
         if line.startswith("RATE "):
-            return float(line.split()[1])
+            f = line.split()
+            return {"rate": float(f[1]), "first_s": float(f[5])}
     raise RuntimeError(f"ConsumeBench failed: {(p.stderr or p.stdout).strip()[-300:]}")
+
+
+def run_java(bootstrap, topic, ends, total):
+    return run_java_consumer(bootstrap, topic, max(ends) + 1 if ends else 1, total)["rate"]
 
 
 CLIENTS = {"kohort": run_kohort, "confluent": run_confluent, "kafka-python": run_kafka_python,

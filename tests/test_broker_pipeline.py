@@ -30,8 +30,8 @@ def send_raw(w: Wire, req, version: int) -> int:
 def count_writes(b, monkeypatch) -> list[int]:
     """Sizes of the broker's writes to its client sockets (the real transports, counted)."""
     sizes: list[int] = []
-    served = {id(st.writer.transport) for st in b._conn_states.values()}
-    transport_cls = type(next(iter(b._conn_states.values())).writer.transport)
+    served = {id(conn.transport) for conn in b._conn_states.values()}
+    transport_cls = type(next(iter(b._conn_states.values())).transport)
     real = transport_cls.write
 
     def write(self, data):
@@ -98,5 +98,40 @@ def test_large_answers_whole_among_small_ones(tmp_path):
                     corr, resp = await w.recv(0, 9)
                     assert resp.responses[0].partition_responses[0].error_code == 0
                 assert corr == c
+            await w.close()
+    asyncio.run(main())
+
+
+def test_an_answer_ready_at_once_is_written_before_the_next_frame_is_worked_on(tmp_path, monkeypatch):
+    """Frames that arrive in one read: each ready answer goes out before the broker works on the next
+    frame, so a pipelining client gets it while the broker is still busy (no lockstep rounds)."""
+    async def main():
+        async with running_broker(tmp_path, {"log.flush.policy": "os"}) as b:
+            w = await Wire.connect(b)
+            await create(w, "eager")
+            conn = next(iter(b._conn_states.values()))
+            events: list[str] = []
+            real_frame = type(conn)._on_frame
+            real_write = type(conn.transport).write
+
+            def on_frame(self, payload):
+                events.append("frame")
+                return real_frame(self, payload)
+
+            def write(self, data):
+                if self is conn.transport:
+                    events.append("write")
+                return real_write(self, data)
+            monkeypatch.setattr(type(conn), "_on_frame", on_frame)
+            monkeypatch.setattr(type(conn.transport), "write", write)
+            frames = b"".join(encode_request(produce_req("eager", batch(1, prefix="e%d-" % i)), 9, 100 + i)
+                              for i in range(5))
+            w.writer.write(frames)                        # one write: the broker reads them together
+            await w.writer.drain()
+            for i in range(5):
+                corr, resp = await w.recv(0, 9)
+                assert corr == 100 + i and resp.responses[0].partition_responses[0].error_code == 0
+            assert events.count("frame") == 5
+            assert events.index("write") < len(events) - 1 - events[::-1].index("frame")
             await w.close()
     asyncio.run(main())

@@ -292,3 +292,27 @@ def test_tansu_group_join_consume_commit(tansu):
         c.commit()
         committed = c.committed(c.assignment())
         assert sum(om.offset for om in committed.values()) == 300
+
+
+def test_a_heartbeat_answer_wakes_a_waiting_poll():
+    """A heartbeat's answer (REBALANCE_IN_PROGRESS: rejoin) wakes poll()'s wait for records, so the
+    rejoin goes out at once rather than when that wait ends (up to 0.5 s on an idle topic)."""
+    from concurrent.futures import Future
+
+    from kohort.client.consumer.group import GroupMember
+    from kohort.protocol.messages.heartbeat import HeartbeatResponse
+
+    class Fetcher:
+        wakeups = 0
+
+        def wakeup(self):
+            Fetcher.wakeups += 1
+    gm = GroupMember.__new__(GroupMember)       # the answer path only: no network, no threads
+    gm.fetcher = Fetcher()
+    gm.group_id = "g"
+    handled = []
+    gm._handle = lambda ev: handled.append(ev) or []
+    fut = Future()
+    fut.set_result(HeartbeatResponse(error_code=27))
+    gm._on_answer(("heartbeat", None), 12, fut)
+    assert len(handled) == 1 and Fetcher.wakeups == 1

@@ -127,3 +127,38 @@ def test_cluster_metadata(mock_cluster):
         v = snap.version
         cl.request_update()
         assert cl.refresh(10).version > v
+
+
+def test_a_wake_up_during_the_drain_is_not_lost():
+    """The I/O loop drains the wake-up socket; a send from another thread that wakes it at that moment
+    must leave the loop wakeable. (Clearing the flag before the drain ate that byte and left the flag
+    set: every later cross-thread send waited for the loop's 100 ms select timeout, e.g. a consumer's
+    OffsetFetch after a rebalance.) The interleaving is forced: the drain's first recv() runs the
+    other thread's wake-up."""
+    import select as _select
+    nc = NetworkClient({"bootstrap.servers": f"127.0.0.1:{dead_port()}"}, io_thread=False)
+    try:
+        real = nc._wake_r
+
+        class MidDrain:
+            fired = False
+
+            def recv(self, n):
+                if not MidDrain.fired:
+                    MidDrain.fired = True
+                    nc.wakeup()          # the other thread's send, right now
+                return real.recv(n)
+
+            def close(self):
+                real.close()
+
+        nc.wakeup()                      # a first cross-thread send: the loop has a wake-up to drain
+        nc._wake_r = MidDrain()
+        nc.poll(0)                       # the loop drains it (and meets the concurrent wake-up)
+        assert MidDrain.fired
+        nc.poll(0)
+        nc.wakeup()                      # a later cross-thread send must make the loop's socket readable
+        readable, _, _ = _select.select([real], [], [], 0)
+        assert readable, "the wake-up was lost: the I/O loop would sleep until its select timeout"
+    finally:
+        nc.close()

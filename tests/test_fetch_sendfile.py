@@ -86,7 +86,7 @@ def test_a_slice_outlives_its_file(tmp_path):
 def test_a_slice_that_comes_up_short_ends_the_connection(tmp_path):
     """The frame's size prefix already counted the slice: if its file shrank, the writer must not
     send a frame of the wrong length -- it raises ConnectionError (the connection is closed)."""
-    from kohort.broker.server import _send_spliced
+    from kohort.broker.connection import _send_spliced
     from kohort.protocol.records import SpliceBuffer
 
     fs = OsFileSystem()
@@ -108,7 +108,7 @@ def test_a_slice_that_comes_up_short_ends_the_connection(tmp_path):
                 if name == "short":
                     h.truncate(50_000)
                 try:
-                    await _send_spliced(asyncio.get_running_loop(), writer, data)
+                    await _send_spliced(asyncio.get_running_loop(), writer.transport, data)
                     outcome[name] = "sent"
                 except ConnectionError:
                     outcome[name] = "ConnectionError"

@@ -1,8 +1,10 @@
 """Shared by the cases: the brokers of a run, topics, seeding the same records for every client.
 
 Parent side: `Brokers` starts a `kohort broker` (default settings, temp data dir) and a Tansu broker
-(memory storage) once per run; `create_topic` and `seed` prepare data with confluent-kafka's producer
-(librdkafka, so seeding is quick and identical for every client that reads it afterwards).
+(memory storage) once per run, and Apache Kafka 4.3.1 on first use (`Brokers.kafka()`: one KRaft node
+from tests/kafka_cluster.py with kafka-server-start.sh's JVM options, warmed up); `create_topic` and
+`seed` prepare data with confluent-kafka's producer (librdkafka, so seeding is quick and identical for
+every client that reads it afterwards).
 """
 from __future__ import annotations
 
@@ -25,6 +27,12 @@ if os.path.join(ROOT, "src") not in _pp.split(os.pathsep):
 
 KOHORT_BROKER = "kohort broker"
 TANSU = "Tansu"
+KAFKA = "Apache Kafka 4.3.1"
+# kafka-server-start.sh's defaults (KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS), not the test bed's
+# small C1-only JVM: Kafka as its users run it
+KAFKA_JVM = ["-Xms1g", "-Xmx1g", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+             "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+             "-Djava.awt.headless=true"]
 CLIENTS = ["kohort", "confluent-kafka", "kafka-python", "aiokafka"]
 
 
@@ -58,6 +66,26 @@ class Brokers:
                     self._stops.append(lambda p=proc: _stop_proc(p))
             except Exception as e:
                 self.errors[name] = f"{type(e).__name__}: {e}"
+
+    def kafka(self) -> str | None:
+        """Apache Kafka's bootstrap address, starting the broker on first use (None, with the reason
+        in errors[KAFKA], when it cannot start). A long-running Kafka is JIT-compiled, so it is warmed
+        up with two produce/consume rounds before anything is measured on it."""
+        if KAFKA in self.addr or KAFKA in self.errors:
+            return self.addr.get(KAFKA)
+        try:
+            from tests import kafka_cluster
+            kafka_cluster.BROKER_JVM = KAFKA_JVM
+            kc = kafka_cluster.KafkaCluster(nodes=1)
+            self._stops.append(kc.close)
+            kc.start()
+            import bench_broker
+            for _ in range(2):
+                bench_broker.run_one(int(kc.bootstrap.rsplit(":", 1)[1]), 100_000, 100, 1)
+            self.addr[KAFKA] = kc.bootstrap
+        except Exception as e:
+            self.errors[KAFKA] = f"{type(e).__name__}: {e}"
+        return self.addr.get(KAFKA)
 
     def stop(self) -> None:
         for s in reversed(self._stops):

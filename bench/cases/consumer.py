@@ -11,7 +11,7 @@ every client (cases.common.seed) and makes the jobs.
 """
 from __future__ import annotations
 
-from cases.common import CLIENTS, KOHORT_BROKER, TANSU, seed
+from cases.common import CLIENTS, KAFKA, KOHORT_BROKER, TANSU, seed
 
 TIMEOUT_S = 150.0
 # our column names -> bench_consumer's client names
@@ -104,46 +104,59 @@ def size_label(size: int) -> str:
     return f"{size // 1024} KiB" if size >= 1024 and size % 1024 == 0 else f"{size} B"
 
 
+def rows(quick: bool) -> list[tuple[str, int, int, str, int]]:
+    """(broker, size, records, codec, partitions) of the throughput section. Full: on kohort broker and
+    on Apache Kafka, 100 B / 1 KiB / 16 KiB x none / lz4 / zstd on 1 partition, plus 64 partitions
+    (100 B and 1 KiB, uncompressed); Tansu keeps its two uncompressed rows. (The scaling case has the
+    kohort broker's curve over 1, 4, 16 and 64 partitions.)"""
+    if quick:
+        return [(b, 100, 100_000, c, 1) for b in (KOHORT_BROKER, KAFKA) for c in ("none", "lz4")] + \
+               [(KOHORT_BROKER, 100, 100_000, "none", 64), (TANSU, 100, 100_000, "none", 1)]
+    counts = {100: 300_000, 1024: 100_000, 16_384: 10_000}
+    out = []
+    for broker in (KOHORT_BROKER, KAFKA):
+        out += [(broker, size, n, codec, 1) for size, n in counts.items() for codec in ("none", "lz4", "zstd")]
+        out += [(broker, size, counts[size], "none", p) for p in (64,) for size in (100, 1024)]
+    out += [(TANSU, size, counts[size], "none", 1) for size in (100, 1024)]
+    return out
+
+
 def build(env, mode: str, profile: set[str]):
     from harness import Job, Section
     quick = mode == "quick"
-    sizes = {100: 100_000} if quick else {100: 500_000, 1024: 100_000}
-    codecs = ["none", "lz4"]
+    env.brokers.kafka()
     sec = Section("consumer", "consumer throughput", "records/s",
                   notes=["Each client reads the same seeded records (values half random, half repetitive; "
-                         "null keys; 1 partition) from offset 0 by assign(), values touched (bench_consumer.py's "
-                         "client functions); time from assign() to the last record, so start-up counts. Every client "
-                         "at its defaults: librdkafka's fetch.queue.backoff.ms=1000 pauses confluent-kafka's "
-                         "fetching ~1 s whenever its local queue fills (from a few 100k records on), which "
-                         "is most of its time at 500k."])
+                         "null keys; spread round-robin over the row's partitions) from offset 0 by assign(), "
+                         "values touched (bench_consumer.py's client functions); time from assign() to the last "
+                         "record, so start-up counts. Every client at its defaults. Apache Kafka 4.3.1 runs with "
+                         "kafka-server-start.sh's JVM options, warmed up before the first row."])
     first = Section("consumer-start", "consumer start-up: assign() → first record", "ms",
                     higher_is_better=False,
                     notes=["The wait inside every consumer number above: a started client, assign() of "
                            "one seeded partition from its beginning, until poll(1 s timeout) returns a record."])
     jobs, start_jobs = [], []
-    for broker in (KOHORT_BROKER, TANSU):
+    for broker, size, n, codec, parts in rows(quick):
         addr = env.brokers.addr.get(broker)
-        for size, n in sizes.items():
-            for codec in codecs:
-                row = f"{broker} · {size_label(size)} · {codec}"
-                topic = f"cons-{size}-{codec}"
-                setup_err = env.brokers.errors.get(broker)
-                if addr is not None:
-                    try:
-                        seed(addr, topic, n, size, codec)
-                    except Exception as e:
-                        setup_err = f"seeding: {type(e).__name__}: {e}"
-                for client in COLUMNS:
-                    jobs.append(Job("consumer", row, client, "cases.consumer:consume",
-                                    {"client": client, "addr": addr, "topic": topic, "partitions": 1, "n": n,
-                                     "size": size},
-                                    timeout=TIMEOUT_S + 30, profile=client in profile,
-                                    before=_fail(setup_err)))
-                if size == 100 and codec == "none":
-                    for client in CLIENTS:
-                        start_jobs.append(Job("consumer-start", broker, client, "cases.consumer:first_record",
-                                              {"client": client, "addr": addr, "topic": topic}, timeout=60,
-                                              before=_fail(setup_err)))
+        row = f"{broker} · {size_label(size)} · {codec}" + (f" · {parts} partitions" if parts > 1 else "")
+        topic = f"cons-{size}-{codec}-{parts}"
+        setup_err = env.brokers.errors.get(broker)
+        if addr is not None:
+            try:
+                seed(addr, topic, n, size, codec, parts)
+            except Exception as e:
+                setup_err = f"seeding: {type(e).__name__}: {e}"
+        for client in COLUMNS:
+            jobs.append(Job("consumer", row, client, "cases.consumer:consume",
+                            {"client": client, "addr": addr, "topic": topic, "partitions": parts, "n": n,
+                             "size": size},
+                            timeout=TIMEOUT_S + 30, profile=client in profile,
+                            before=_fail(setup_err)))
+        if size == 100 and codec == "none" and parts == 1:
+            for client in CLIENTS:
+                start_jobs.append(Job("consumer-start", broker, client, "cases.consumer:first_record",
+                                      {"client": client, "addr": addr, "topic": topic}, timeout=60,
+                                      before=_fail(setup_err)))
     return [sec, first], jobs + start_jobs
 
 

@@ -1,36 +1,63 @@
 """Group latency: subscribe -> first record, clean-leave handover and SIGKILL handover, kohort broker
-vs Tansu, with confluent-kafka and kohort consumers.
+vs Apache Kafka 4.3.1, with kohort, confluent-kafka and the Java KafkaConsumer.
 
 * `subscribe_first(client, addr, ...)`: a fresh group on a seeded 4-partition topic; timed from
-  subscribe() to the first record poll() returns (confluent-kafka: bench_groups.first_record) (coordinator lookup, join, sync, offset fetch,
-  first fetch; broker defaults, so group.initial.rebalance.delay.ms counts as it would for a user).
-* `handover(client, addr, mode, ...)`: members A and B (each its own process, running `member()`)
-  share a 4-partition topic that a producer thread feeds every 20 ms per partition. Once the group is
-  stable with both members reading, A leaves: mode "leave" = A calls close() (LeaveGroup), mode
-  "kill" = SIGKILL (B's takeover then waits out session.timeout.ms). The handover time runs from
-  the moment A goes to the moment B has a record from every partition A had. Both clients run with
-  session.timeout.ms=6000 and heartbeat.interval.ms=1000, auto.offset.reset=earliest, their default
-  assignors. Times from time.monotonic(), the one system-wide clock on Linux.
+  subscribe() to the first record poll() returns (confluent-kafka: bench_groups.first_record; Java:
+  bench/java/GroupBench.java `first`, the clock inside the JVM) (coordinator lookup, join, sync, offset
+  fetch, first fetch; broker defaults, so group.initial.rebalance.delay.ms counts as it would for a
+  user).
+* `handover(client, addr, mode, ...)`: members A and B (each its own process, running `member()` or
+  GroupBench `member`) share a 4-partition topic that a producer thread feeds every 20 ms per
+  partition. Once the group is stable with both members reading, A leaves: mode "leave" = A calls
+  close() (LeaveGroup), mode "kill" = SIGKILL (B's takeover then waits out session.timeout.ms). The
+  handover time runs from the moment A goes to the moment B has a record from every partition A had.
+  B learns of a leave only from its next heartbeat, so A leaves at the same point of B's heartbeat
+  cycle for every client: half an interval before one of B's heartbeats (B's heartbeat timer
+  restarts when a rebalance completes, ~ its last assignment event), i.e. the average wait of a
+  leave at a random moment. (Leaving as soon as the group is stable favoured slow clients: a
+  client that reads sooner after the rebalance left at an earlier point of B's cycle and waited
+  longer.)
+  Every client runs with session.timeout.ms=6000 and heartbeat.interval.ms=1000,
+  auto.offset.reset=earliest, its default assignors. Times from time.monotonic() / Java's
+  System.nanoTime(), both CLOCK_MONOTONIC, the one system-wide clock on Linux.
+
+Brokers at the defaults a user gets: kohort broker as `kohort broker` starts (adaptive initial
+rebalance delay: a new group's first join completes once no member joined for
+group.initial.rebalance.quiet.ms=200, capped by group.initial.rebalance.delay.ms=3000); Apache Kafka
+4.3.1 (the run's, cases.common.Brokers.kafka(): one KRaft node from tests/kafka_cluster.py) with
+group.initial.rebalance.delay.ms=0, the value of Kafka's shipped config/server.properties (the
+code default is 3000). Tansu is not a column here: its joins take ~23 s each.
 """
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 
-from cases.common import KOHORT_BROKER, TANSU, create_topic
+from cases.common import KAFKA, KOHORT_BROKER, create_topic
 
 SESSION_TIMEOUT_MS = 6000
-MAX_ROUNDS = 2        # latencies bound by protocol timers vary little; Tansu joins take ~23 s
+MAX_ROUNDS = 3
 HEARTBEAT_MS = 1000
 PARTITIONS = 4
-GROUP_CLIENTS = ["kohort", "confluent-kafka"]
+GROUP_CLIENTS = ["kohort", "confluent-kafka", "java"]
+
+
+def java_classes() -> str:
+    """bench/java/GroupBench.java compiled (bench_consumer.java_classes); -> the java class path."""
+    from bench_consumer import java_classes as compiled
+    lib, out = compiled("GroupBench")
+    return f"{lib}/*:{out}"
+
+
+def _java(*args: str) -> list[str]:
+    return ["java", "-Xmx256m", "-cp", java_classes(), "GroupBench", *args]
 
 
 # -- the two clients behind one small interface -------------------------------------------------------
@@ -91,6 +118,13 @@ def subscribe_first(client: str, addr: str, topic: str) -> dict:
         if dt is None:
             raise RuntimeError("no record within 60 s of subscribe()")
         return {"value": dt * 1000}
+    if client == "java":
+        p = subprocess.run(_java("first", addr, topic, f"bench-first-{uuid.uuid4().hex[:8]}"),
+                           capture_output=True, text=True, timeout=90)
+        for line in p.stdout.splitlines():
+            if line.startswith("FIRST "):
+                return {"value": float(line.split()[1])}
+        raise RuntimeError(f"GroupBench first: {(p.stderr or p.stdout).strip()[-300:]}")
     c = _CLIENTS[client](addr, f"bench-first-{uuid.uuid4().hex[:8]}", {})
     t = time.monotonic()
     c.subscribe(topic)
@@ -147,8 +181,12 @@ class _Member:
         env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.dirname(here), "src"),
                                              os.path.dirname(here), here, env.get("PYTHONPATH", "")])
         code = "import sys, json; from cases.groups import member; member(*json.loads(sys.argv[1]))"
-        self.proc = subprocess.Popen([sys.executable, "-c", code, json.dumps([client, addr, group, topic])],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        if client == "java":
+            cmd = _java("member", addr, topic, group, str(SESSION_TIMEOUT_MS), str(HEARTBEAT_MS))
+        else:
+            cmd = [sys.executable, "-c", code, json.dumps([client, addr, group, topic])]
+        self.err = tempfile.TemporaryFile("w+")     # a pipe nobody reads could fill and block the member
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                      text=True, env=env, bufsize=1)
         self.events: list[dict] = []
         self.cond = threading.Condition()
@@ -175,7 +213,8 @@ class _Member:
                 if got:
                     return got
                 if any(e["ev"] == "exit" for e in self.events):
-                    err = self.proc.stderr.read()[-400:] if self.proc.poll() is not None else ""
+                    self.err.seek(0)
+                    err = self.err.read()[-400:]
                     raise RuntimeError(f"member exited while waiting for {what}: {err.strip()}")
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -193,6 +232,7 @@ class _Member:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        self.err.close()
 
 
 def _stable(a: _Member, b: _Member):
@@ -251,6 +291,16 @@ def handover(client: str, addr: str, mode: str) -> dict:
         t_b = time.monotonic()
         a_parts = a.assignment()
         if mode == "leave":
+            # the same point of B's heartbeat cycle for every client: B's timer restarted when its
+            # rebalance completed (~ its assignment event); A leaves half an interval before one of
+            # B's next heartbeats, so B waits ~HEARTBEAT_MS / 2 -- the average of a leave at a
+            # random moment -- however long the client took to become stable and reading
+            with b.cond:
+                t_rebalanced = max(e["t"] for e in b.events if e["ev"] == "assignment")
+            k = 1
+            while t_rebalanced + (k - 0.5) * HEARTBEAT_MS / 1000 < time.monotonic() + 0.05:
+                k += 1
+            time.sleep(t_rebalanced + (k - 0.5) * HEARTBEAT_MS / 1000 - time.monotonic())
             a.proc.stdin.write("leave\n")
             a.proc.stdin.flush()
             t0 = a.wait_for(lambda ev: next((e["t"] for e in ev if e["ev"] == "leaving"), None), 30,
@@ -279,46 +329,62 @@ def handover(client: str, addr: str, mode: str) -> dict:
         pt.join(5)
 
 
-_seq = itertools.count()
-
-
 def build(env, mode: str, profile: set[str]):
     from harness import Job, Section
     from cases.common import seed
-    quick = mode == "quick"
     sec = Section("groups", "group latency", "ms", higher_is_better=False, ours=KOHORT_BROKER,
-                  peers=[TANSU],
-                  notes=[f"subscribe→first record: fresh group, seeded {PARTITIONS}-partition topic, broker "
-                         f"defaults. Handovers: 2 members ({PARTITIONS} partitions, records every 20 ms per "
-                         f"partition), time from A's close() (leave) or SIGKILL (kill) until B has a record "
-                         f"from each of A's partitions; session.timeout.ms={SESSION_TIMEOUT_MS}, "
-                         f"heartbeat.interval.ms={HEARTBEAT_MS}." + (" Quick mode: kohort broker only." if quick else f" At most {MAX_ROUNDS} rounds.") + " Ratio: Tansu ÷ kohort broker (> 1: kohort "
-                         f"broker faster)."])
+                  peers=[KAFKA],
+                  notes=[f"subscribe→first record: fresh group, seeded {PARTITIONS}-partition topic, consumer "
+                         f"constructed before the clock starts. Handovers: 2 members ({PARTITIONS} partitions, "
+                         f"records every 20 ms per partition), time from A's close() (leave) or SIGKILL (kill) "
+                         f"until B has a record from each of A's partitions; session.timeout.ms="
+                         f"{SESSION_TIMEOUT_MS}, heartbeat.interval.ms={HEARTBEAT_MS}, each client's default "
+                         f"assignors (Java: bench/java/GroupBench.java, classic protocol). Brokers at their "
+                         f"defaults: kohort broker's adaptive initial rebalance delay (group.initial.rebalance."
+                         f"quiet.ms=200, capped at group.initial.rebalance.delay.ms=3000, Kafka's code default); "
+                         f"Apache Kafka with group.initial.rebalance.delay.ms=0 as its shipped "
+                         f"config/server.properties (and the test bed) set it. Tansu left out (~23 s per "
+                         f"join). B hears of a leave (REBALANCE_IN_PROGRESS) only at its next heartbeat: A leaves "
+                         f"once both members read, at the middle of B's heartbeat cycle (half an interval before "
+                         f"one of B's heartbeats, counted from B's last assignment), so every clean-leave figure "
+                         f"holds ~{HEARTBEAT_MS // 2} ms of protocol wait -- what a leave at a random moment waits "
+                         f"on average -- plus the rejoin and first fetches; SIGKILL: "
+                         f"session expiry, then B's next heartbeat (whether it falls just before or after the "
+                         f"expiry decides between ~{SESSION_TIMEOUT_MS} and ~{SESSION_TIMEOUT_MS + HEARTBEAT_MS} "
+                         f"ms). Ratio: Apache Kafka ÷ kohort broker (> 1: kohort broker faster)."])
+    brokers = {KOHORT_BROKER: env.brokers.addr.get(KOHORT_BROKER), KAFKA: env.brokers.kafka()}
+    errors = {name: env.brokers.errors.get(name, "broker not started") for name in brokers}
+    java_err = None
+    try:
+        java_classes()
+    except Exception as e:       # noqa: BLE001 - reported in its cells
+        java_err = f"compiling GroupBench.java: {type(e).__name__}: {e}"
+    first_topic = f"first-{PARTITIONS}"
+    for broker, addr in brokers.items():
+        if addr is None:
+            continue
+        try:
+            seed(addr, first_topic, 400, 100, "none", PARTITIONS)
+            # untimed warm-up: the first group operation creates __consumer_offsets (both brokers)
+            subscribe_first("confluent-kafka", addr, first_topic)
+        except Exception as e:   # noqa: BLE001 - reported in its cells
+            errors[broker] = f"seeding: {type(e).__name__}: {e}"
+            brokers[broker] = None
     modes = ["leave", "kill"]
     jobs = []
-    first_topics = {}
-    brokers = [KOHORT_BROKER] if quick else [KOHORT_BROKER, TANSU]
-    for broker in brokers:
-        addr = env.brokers.addr.get(broker)
-        if addr is not None:
-            try:
-                first_topics[broker] = f"first-{PARTITIONS}"
-                seed(addr, first_topics[broker], 400, 100, "none", PARTITIONS)
-            except Exception as e:
-                env.brokers.errors[broker] = f"seeding: {e}"
     for client in GROUP_CLIENTS:
-        for broker in brokers:
-            addr = env.brokers.addr.get(broker)
-            err = env.brokers.errors.get(broker) if addr is None or broker not in first_topics else None
+        for broker, addr in brokers.items():
+            err = errors.get(broker) if addr is None else (java_err if client == "java" else None)
             before = None
             if err is not None:
                 def before(job, round_no, err=err):
                     raise RuntimeError(err)
             jobs.append(Job("groups", f"subscribe→first record · {client}", broker, "cases.groups:subscribe_first",
-                            {"client": client, "addr": addr, "topic": first_topics.get(broker)}, timeout=90,
+                            {"client": client, "addr": addr, "topic": first_topic}, timeout=90,
                             before=before))
             for m in modes:
                 label = "clean-leave handover" if m == "leave" else f"SIGKILL handover (session {SESSION_TIMEOUT_MS} ms)"
                 jobs.append(Job("groups", f"{label} · {client}", broker, "cases.groups:handover",
                                 {"client": client, "addr": addr, "mode": m}, timeout=180, before=before))
     return [sec], jobs
+

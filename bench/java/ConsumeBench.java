@@ -4,7 +4,8 @@
 //
 // Explicit assignment of partitions 0..PARTITIONS-1 from the beginning, no group, each value
 // touched; prints the records/s from just after assign() to the last record, as the Python
-// clients of bench_consumer.py measure it (max.poll.records 10000, as kohort's bench run).
+// clients of bench_consumer.py measure it (max.poll.records 10000, as kohort's bench run), and the
+// seconds from assign() to the first record (FIRST_S: the client's start-up inside that time).
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -35,16 +36,17 @@ public class ConsumeBench {
             long t = System.nanoTime();
             c.assign(tps);
             c.seekToBeginning(tps);
-            long n = 0, bytes = 0;
+            long n = 0, bytes = 0, first = 0;
             while (n < total) {
                 ConsumerRecords<byte[], byte[]> recs = c.poll(Duration.ofSeconds(1));
+                if (first == 0 && !recs.isEmpty()) first = System.nanoTime();
                 for (ConsumerRecord<byte[], byte[]> r : recs) {
                     n++;
                     if (r.value() != null) bytes += r.value().length;
                 }
             }
             double dt = (System.nanoTime() - t) / 1e9;
-            System.out.println("RATE " + (n / dt) + " BYTES " + bytes);
+            System.out.println("RATE " + (n / dt) + " BYTES " + bytes + " FIRST_S " + (first - t) / 1e9);
         }
     }
 }

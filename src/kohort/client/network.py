@@ -362,6 +362,17 @@ class NetworkClient:
             except OSError:
                 pass
 
+    def _drain_wake(self) -> None:
+        """Empty the wake-up socket, THEN allow the next wake-up byte. The other order loses wake-ups
+        for good: a _wake() between clearing the flag and the drain has its byte eaten and leaves the
+        flag set, so every later send from another thread waits for the loop's select timeout."""
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        self._wake_pending = False
+
     def _run(self) -> None:
         try:
             while not self._closed:
@@ -385,12 +396,7 @@ class NetworkClient:
         for key, ev in self._sel.select(timeout):
             conn = key.data
             if conn is None:
-                self._wake_pending = False
-                try:
-                    while self._wake_r.recv(4096):
-                        pass
-                except (BlockingIOError, InterruptedError):
-                    pass
+                self._drain_wake()
                 continue
             if conn.state == CONNECTING:
                 self._finish_connect(conn)

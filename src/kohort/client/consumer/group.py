@@ -199,8 +199,11 @@ class GroupMember:
             return
         if rest:
             log.error("group %s: actions %s from an I/O event dropped", self.group_id, rest)
-        if tag[0] in ("join", "sync", "find", "heartbeat848"):
-            self.fetcher.wakeup()      # poll() waiting for data goes on with the group at once
+        if tag[0] in ("join", "sync", "find", "heartbeat", "heartbeat848"):
+            # poll() waiting for data goes on with the group at once: e.g. a heartbeat's
+            # REBALANCE_IN_PROGRESS rejoins now, not when poll()'s wait for records ends (up to 0.5 s);
+            # Java's poll() likewise goes round its loop on every response its network client handles
+            self.fetcher.wakeup()
 
     def _downgrade(self, api_key: int, fut: Future, err: BaseException) -> None:
         """A broker that drops the connection on a version it advertised (librdkafka's mock cluster does
