@@ -535,9 +535,11 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         out = Outcome()
         group = self.groups.get(p.group_id)
         scope = None
-        if group is not None and p.member_epoch not in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+        if group is not None and (p.member_epoch != LEAVE_EPOCH
+                                  or not any(m.classic is not None for m in group.members.values())):
             # the members this heartbeat can touch: its own and a static member it replaces (a
-            # leave may hand the whole group to the classic coordinator: that snapshot stays whole)
+            # leave from a group with classic members may hand the whole group to the classic
+            # coordinator: that snapshot stays whole)
             scope = _Scope({p.member_id}, group.target)
             if p.instance_id is not None:
                 old = group.static_member(p.instance_id)
