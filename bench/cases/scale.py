@@ -520,17 +520,22 @@ def build(env, mode: str, profile: set[str]):
                     "ConsumerGroupHeartbeat, a new assignment taken and acknowledged at once. Stable: every "
                     "member at one generation/epoch (after a join or leave: a newer one than before it), "
                     "assignments disjoint and covering every partition, sizes within 1; join/leave times "
-                    "include up to one 1 s heartbeat interval. 'real kohort Consumers' rows: 20 real clients (cases.kip848). " + common]),
+                    "include up to one 1 s heartbeat interval. 'real kohort Consumers' rows: 20 real clients (cases.kip848). " + common,
+                    "![growth: one group, classic protocol](scale-group-classic.png) "
+                    "![growth: one group, consumer protocol](scale-group-consumer.png)"]),
         Section("scale-partitions", "scale: one topic of P partitions", UNIT, higher_is_better=False,
                 ours=KOHORT_BROKER, peers=[KAFKA], notes=[
-                    "CreateTopics until DescribeTopics shows every partition (kohort Admin); a full "
-                    "Metadata request (median of 5); one record produced to every partition and all of "
-                    "them consumed (confluent-kafka). " + common]),
+                    "CreateTopics (above 5,000 partitions: then CreatePartitions in steps of 5,000, "
+                    "Apache Kafka's per-request limit) until DescribeTopics shows every partition (kohort "
+                    "Admin); a full Metadata request (median of 5, until its last byte); one record produced to every partition and all of "
+                    "them consumed (confluent-kafka). " + common,
+                    "![growth: one topic of P partitions](scale-partitions.png)"]),
         Section("scale-connections", "scale: C open client connections", UNIT, higher_is_better=False,
                 ours=KOHORT_BROKER, peers=[KAFKA], notes=[
                     "C connections opened (200 at a time), each ApiVersions + Metadata; idle 3 s (broker "
                     "CPU per second of idling); then one Metadata request on every connection at once "
-                    "(latency p50/p99). " + common]),
+                    "(latency p50/p99). " + common,
+                    "![growth: C connections](scale-connections.png)"]),
     ]
     _out_dir = env.out_dir
     _points = os.path.join(env.out_dir, "scale-points.jsonl")
