@@ -371,6 +371,27 @@ def _unflat(tps) -> Assignment:
     return {t: frozenset(ps) for t, ps in out.items()}
 
 
+def _held_by_others(group: ConsumerGroup, m: ConsumerMember, want: set) -> set:
+    """The partitions of `want` another member still holds (assigned or pending revocation): set
+    intersections per member and topic, not a (topic, partition) -> owner map of the whole group
+    built for every reconciliation."""
+    if not want:
+        return set()
+    by_topic: dict[str, set[int]] = {}
+    for t, p in want:
+        by_topic.setdefault(t, set()).add(p)
+    held: set = set()
+    for o in group.members.values():
+        if o is m:
+            continue
+        for a in (o.assigned, o.pending_revocation):
+            for t, ps in a.items():
+                w = by_topic.get(t)
+                if w is not None and not w.isdisjoint(ps):
+                    held.update((t, p) for p in w.intersection(ps))
+    return held
+
+
 class ConsumerGroupCoordinator(ClassicMembersMixin):
     """Every consumer-protocol group of one coordinator."""
 
@@ -792,12 +813,11 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
 
     def _next(self, group: ConsumerGroup, m: ConsumerMember, owned: Assignment | None) -> None:
         target = group.target.get(m.member_id, {})
-        owners = group.owners()
         cur, tgt = _flat(m.assigned), _flat(target)
         keep = cur & tgt
         revoke = cur - keep
         want = tgt - keep
-        withheld = {tp for tp in want if owners.get(tp, m.member_id) != m.member_id}
+        withheld = _held_by_others(group, m, want)
         add = want - withheld
         old_epoch = m.member_epoch
         if revoke and (owned is None or _flat(owned) & revoke):
