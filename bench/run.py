@@ -10,7 +10,9 @@ aiokafka on a kohort broker and on Tansu), broker end-to-end with confluent-kafk
 broker vs Tansu), group latencies (subscribe -> first record, clean-leave and SIGKILL handovers),
 Spark streaming into Parquet vs the raw consumer, consumer scaling with partitions and record size, and
 group convergence after a member joins or leaves, classic vs KIP-848 consumer protocol, kohort broker vs
-Apache Kafka 4.3.1 with kohort's consumers (kip848).
+Apache Kafka 4.3.1 with kohort's consumers (kip848), and how the broker's cost grows with group size,
+partition count and connection count, kohort broker vs Apache Kafka (scale: growth curves in
+bench/out/scale-<dimension>.png, drawn by bench/plots.py with matplotlib).
 Prints the tables and writes bench/out/bench-<time>.jsonl (one line per measurement, with machine
 info), bench/out/bench-<time>.md, and latest.jsonl / latest.md copies.
 """
@@ -31,7 +33,7 @@ for p in (HERE, ROOT, os.path.join(ROOT, "src")):
 
 import harness  # noqa: E402
 
-CASES = ["consumer", "producer", "broker", "groups", "spark", "scaling", "kip848", "tls", "txn"]
+CASES = ["consumer", "producer", "broker", "groups", "spark", "scaling", "kip848", "tls", "txn", "scale"]
 
 
 class Env:

@@ -244,6 +244,15 @@ class KafkaNode:
             return ""
 
 
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka's Uuid.randomUuid makes one: URL-safe base64 of 16 random bytes,
+    never starting with "-" (kafka-storage would read such an id as an option and refuse to format)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
+
+
 class KafkaCluster:
     """A KRaft Apache Kafka of `nodes` combined nodes (each broker and controller) on loopback."""
 
@@ -259,7 +268,7 @@ class KafkaCluster:
         self.root = Path(self._tmp.name)
         self.extra_config = dict(extra_config or {})
         self.offsets_partitions = offsets_partitions
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        self.cluster_id = new_cluster_id()
         ports = free_ports(2 * nodes)
         self.nodes = [KafkaNode(self, i + 1, ports[2 * i], ports[2 * i + 1]) for i in range(nodes)]
         self.log4j = self.root / "log4j2.properties"

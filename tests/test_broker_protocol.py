@@ -332,6 +332,33 @@ def test_metadata_auto_create_and_topic_ids(tmp_path):
     run(main())
 
 
+def test_metadata_partitions_follow_the_partition_count_and_the_leader_epoch(tmp_path):
+    """Metadata's partition entries are shared between answers (built once per partition count, node
+    and leader epoch): they follow CreatePartitions and the new leader epoch of a restarted broker."""
+    MT = MetadataRequest.MetadataRequestTopic
+    CP = CreatePartitionsRequest.CreatePartitionsTopic
+
+    async def parts(w):
+        r = await w.call(MetadataRequest(topics=[MT(name="m")], allow_auto_topic_creation=False), 12)
+        return [(p.partition_index, p.leader_epoch) for p in r.topics[0].partitions]
+
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await create(w, "m", 2)
+            epoch = b.leader_epoch
+            assert await parts(w) == [(0, epoch), (1, epoch)]
+            r = await w.call(CreatePartitionsRequest(topics=[CP(name="m", count=5, assignments=None)],
+                                                     timeout_ms=1, validate_only=False), 3)
+            assert r.results[0].error_code == 0
+            assert await parts(w) == [(p, epoch) for p in range(5)]
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            assert b.leader_epoch != epoch
+            assert await parts(w) == [(p, b.leader_epoch) for p in range(5)]
+    run(main())
+
+
 def test_configs_describe_alter_and_admin(tmp_path):
     RES = DescribeConfigsRequest.DescribeConfigsResource
     AR = IncrementalAlterConfigsRequest.AlterConfigsResource

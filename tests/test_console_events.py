@@ -182,3 +182,54 @@ def test_history_is_bounded_and_a_failing_subscriber_changes_nothing():
     for g in ("x", "y"):
         h.commit(g, {("t", 0): 1})
     assert ev.groups() == ["x", "y"]                   # "g", changed least recently, dropped
+
+
+def test_the_steady_heartbeat_shortcut_agrees_with_a_full_snapshot():
+    """group_events._unchanged skips the snapshot of a Stable KIP-848 group whose epochs and members
+    stay; on every step of joins, reconciliation, steady heartbeats and a leave, the shortcut must
+    never call a group unchanged whose snapshot changed."""
+    from kohort.broker.group_events import _unchanged, snapshot
+    cfg = ConsumerGroupConfig(session_timeout_ms=6000, heartbeat_interval_ms=1000)
+    ids = (f"m{i}" for i in itertools.count())
+    c = ConsumerGroupCoordinator(cfg, id_factory=lambda: next(ids))
+    now = [0]
+    rt = SimpleNamespace(coordinator=SimpleNamespace(groups={}), consumer=c, clock=lambda: now[0])
+    topics = {"t": 6}
+    epochs: dict[str, int] = {}
+    owned: dict[str, dict] = {}
+    checked = stable_skips = 0
+
+    def hb(mid, **kw):
+        nonlocal checked, stable_skips
+        before = snapshot(rt, "g")
+        p = ConsumerHeartbeatParams("g", mid, epochs.get(mid, 0), owned=owned.get(mid, {}), client_id="c" + mid,
+                                    **kw)
+        out = c.heartbeat(p, topics, now[0], "r")
+        answers = list(out.responses)
+        for a in out.appends:
+            answers += c.on_append_done(a.token, 0, now[0]).responses
+        resp = answers[0].result if answers else None
+        if resp is not None and resp.error_code == 0 and resp.member_epoch >= 0:
+            epochs[mid] = resp.member_epoch
+            if resp.assignment is not None:
+                owned[mid] = dict(resp.assignment)
+        if before is not None:
+            checked += 1
+            if _unchanged(rt, "g", before):
+                assert snapshot(rt, "g") == before
+                stable_skips += before.state == "Stable"
+
+    for m in ("A", "B", "C"):
+        hb(m, subscribed_topic_names=("t",), rebalance_timeout_ms=10000)
+        now[0] += 10
+    for _ in range(8):                                 # reconcile, then steady heartbeats
+        for m in ("A", "B", "C"):
+            hb(m)
+            now[0] += 100
+    epochs["C"] = -1
+    hb("C")                                            # C leaves; A and B reconcile again
+    for _ in range(6):
+        for m in ("A", "B"):
+            hb(m)
+            now[0] += 100
+    assert checked > 30 and stable_skips > 5

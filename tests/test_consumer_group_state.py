@@ -30,6 +30,9 @@ class Harness:
         ids = (f"gen-{i}" for i in itertools.count())
         self.cfg = ConsumerGroupConfig(**cfg)
         self.c = ConsumerGroupCoordinator(self.cfg, id_factory=lambda: next(ids))
+        # every heartbeat's records (diffed over the members it can touch) are checked against the
+        # diff of the whole group's snapshots
+        self.c.check_scoped_diff = []
         self.now = 0
         self.log = []          # every record appended, in order
 

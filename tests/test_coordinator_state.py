@@ -1156,3 +1156,21 @@ CoordinatorMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=60, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestCoordinatorMachine = CoordinatorMachine.TestCase
+
+
+def test_a_member_rejoining_with_other_protocols_changes_what_a_newcomer_must_support():
+    """The group checks a newcomer's protocols against every member's current list (cached per
+    member while its list is unchanged): after `a` rejoins with roundrobin only, a range-only
+    newcomer is refused, a roundrobin one is let in."""
+    h = Harness()
+    both = (("range", b""), ("roundrobin", b""))
+    ra, a = h.join_single(client_id="a", protocols=both)
+    rb, b = h.join_single(client_id="b", protocols=both)
+    h.advance(200)
+    assert h.result(ra).error_code == 0 and h.result(rb).error_code == 0
+    assert h.result(h.join(client_id="c", protocols=(("range", b""),))).error_code == 79   # accepted
+    h.join("g", a, protocols=(("roundrobin", b""),))
+    h.join("g", b, protocols=both)
+    assert h.result(h.join(client_id="d", protocols=(("range", b""),))).error_code == \
+        C.INCONSISTENT_GROUP_PROTOCOL
+    assert h.result(h.join(client_id="e", protocols=(("roundrobin", b""),))).error_code == 79

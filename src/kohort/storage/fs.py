@@ -132,8 +132,9 @@ class FileSystem:
         finally:
             h.close()
 
-    def write_file_atomic(self, path: str, data: bytes) -> None:
-        """Write `data` to `path` via a fsynced temporary file and an atomic rename."""
+    def write_file_atomic(self, path: str, data: bytes, sync_dir: bool = True) -> None:
+        """Write `data` to `path` via a fsynced temporary file and an atomic rename; the directory is
+        fsynced too unless the caller does that itself after more changes in it (`sync_dir=False`)."""
         tmp = path + ".tmp"
         h = self.open(tmp)
         try:
@@ -143,7 +144,8 @@ class FileSystem:
         finally:
             h.close()
         self.rename(tmp, path)
-        self.fsync_dir(posixpath.dirname(path) or ".")
+        if sync_dir:
+            self.fsync_dir(posixpath.dirname(path) or ".")
 
 
 def write_json_atomic(path: str, data, mode: int | None = None) -> None:

@@ -108,13 +108,16 @@ class Log:
         fs, d = self.fs, self.directory
         files = self._segment_files()
         # 1. leftovers of interrupted deletes, compactions and atomic writes (KAFKA-6264 rules)
+        changed_dir = False
         for kind, bases in files.items():
             if kind.endswith(DELETED_SUFFIX) or kind.endswith(CLEANED_SUFFIX):
                 for b in bases:
                     fs.remove(fs.join(d, "%020d%s" % (b, kind)))
+                    changed_dir = True
         for name in fs.listdir(d):
             if name.endswith(".tmp"):
                 fs.remove(fs.join(d, name))
+                changed_dir = True
         swapped: set[int] = set()
         for b in files.get(LOG_SUFFIX + SWAP_SUFFIX, []):
             swap = Segment(fs, d, b, self.config.index_interval_bytes, suffix=SWAP_SUFFIX)
@@ -137,7 +140,8 @@ class Log:
             swap.change_suffix("")
             swap.close()
             swapped.add(b)
-        fs.fsync_dir(d)
+        if changed_dir or files.get(LOG_SUFFIX + SWAP_SUFFIX):
+            fs.fsync_dir(d)            # the removals and renames above (a new partition has none)
 
         # 2. open segments; recover those from the recovery point on (or all after a crash
         #    without a checkpoint), or whose indexes fail the sanity check

@@ -271,17 +271,18 @@ class Storage:
         for p in range(len(t.logs), total):
             path = self._path(f"{t.name}-{p}")
             self.fs.makedirs(path)
-            self._write_metadata(t, p)
+            # the new directory is fsynced once, by Log.open after it created the first segment
+            self._write_metadata(t, p, sync_dir=False)
             t.logs.append(Log.open(self.fs, path, t.name, p, t.config, clean=True, now_ms=now,
                                    lock=self._cv, on_dirty=self._note_dirty))
         self.fs.fsync_dir(self.data_dir)
 
-    def _write_metadata(self, t: _Topic, partition: int) -> None:
+    def _write_metadata(self, t: _Topic, partition: int, sync_dir: bool = True) -> None:
         meta = {"version": 0, "topic": t.name, "partition": partition,
                 "topic_id": str(t.topic_id), "configs": t.overrides}
         self.fs.write_file_atomic(self.fs.join(self._path(f"{t.name}-{partition}"),
                                                PARTITION_METADATA_FILE),
-                                  json.dumps(meta, sort_keys=True).encode())
+                                  json.dumps(meta, sort_keys=True).encode(), sync_dir=sync_dir)
 
     def create_partitions(self, name: str, total: int, *, now_ms: int | None = None) -> None:
         """CreatePartitions: grow topic `name` to `total` partitions."""

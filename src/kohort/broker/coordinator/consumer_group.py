@@ -258,19 +258,55 @@ def _thawed(a) -> Assignment:
     return {t: frozenset(ps) for t, ps in a if ps}
 
 
-def _snapshot(group: "ConsumerGroup | None") -> dict:
+def _snapshot(group: "ConsumerGroup | None", mids=None) -> dict:
+    """The group's records as {(kind, member id or None): value}: every member's, or (`mids` given)
+    only the group epochs and the records of the members in `mids` (a heartbeat's scope)."""
     if group is None:
         return {}
     snap: dict = {(3, None): group.group_epoch, (6, None): group.assignment_epoch}
-    for mid, m in group.members.items():
+    members = group.members
+    for mid in (members if mids is None else mids):
+        m = members.get(mid)
+        if m is None:
+            continue
         snap[(5, mid)] = MemberMeta(m.instance_id, m.rack_id, m.client_id, m.client_host,
                                     m.subscribed_topic_names, m.subscribed_topic_regex,
                                     m.rebalance_timeout_ms, m.server_assignor, m.classic)
         snap[(8, mid)] = CurrentAssignment(m.member_epoch, m.previous_member_epoch, int(m.state),
                                            _frozen(m.assigned), _frozen(m.pending_revocation))
-    for mid, t in group.target.items():
-        snap[(7, mid)] = _frozen(t)
+    for mid in (group.target if mids is None else mids):
+        t = group.target.get(mid)
+        if t is not None:
+            snap[(7, mid)] = _frozen(t)
     return snap
+
+
+@dataclass
+class _Scope:
+    """What one heartbeat can change besides the group epochs: the records of the members in `mids`
+    (its own, a static member it replaces) and, only if the target is recomputed (a new dict
+    replaces `target`), every member's target. Everything else keeps its records, so the before /
+    after snapshots skip it: a steady heartbeat costs O(its own assignment), not O(group)."""
+    mids: set
+    target: dict
+
+
+def _scoped_after(group: "ConsumerGroup", scope: _Scope, before: dict) -> tuple[dict, dict]:
+    """(before, after) for `scope` once the heartbeat ran; with every member's target on both sides
+    when the target was recomputed (the others' entries of the old target dict are untouched)."""
+    after = _snapshot(group, scope.mids)
+    if group.target is not scope.target:
+        # only the targets that differ (a target's dict compares equal iff its record would)
+        old, new = scope.target, group.target
+        before = dict(before)
+        for mid, t in old.items():
+            if mid not in scope.mids and new.get(mid) != t:
+                before[(7, mid)] = _frozen(t)
+        after = {k: v for k, v in after.items() if k[0] != 7}
+        for mid, t in new.items():
+            if mid in scope.mids or old.get(mid) != t:
+                after[(7, mid)] = _frozen(t)
+    return before, after
 
 
 def _diff(group_id: str, before: dict, after: dict) -> list[ConsumerGroupRecord]:
@@ -335,6 +371,27 @@ def _unflat(tps) -> Assignment:
     return {t: frozenset(ps) for t, ps in out.items()}
 
 
+def _held_by_others(group: ConsumerGroup, m: ConsumerMember, want: set) -> set:
+    """The partitions of `want` another member still holds (assigned or pending revocation): set
+    intersections per member and topic, not a (topic, partition) -> owner map of the whole group
+    built for every reconciliation."""
+    if not want:
+        return set()
+    by_topic: dict[str, set[int]] = {}
+    for t, p in want:
+        by_topic.setdefault(t, set()).add(p)
+    held: set = set()
+    for o in group.members.values():
+        if o is m:
+            continue
+        for a in (o.assigned, o.pending_revocation):
+            for t, ps in a.items():
+                w = by_topic.get(t)
+                if w is not None and not w.isdisjoint(ps):
+                    held.update((t, p) for p in w.intersection(ps))
+    return held
+
+
 class ConsumerGroupCoordinator(ClassicMembersMixin):
     """Every consumer-protocol group of one coordinator."""
 
@@ -360,6 +417,8 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         self._pending: dict[tuple, tuple[Any, Any]] = {}     # token -> (reply_to, result)
         self._deferred: list[Outcome] = []     # another coordinator's outcome, after our append
         self._next_token = 1
+        # tests: a list to check every scoped heartbeat diff against the whole-group diff
+        self.check_scoped_diff: list | None = None
 
     # ------------------------------------------------------------------ plumbing
     def _arm(self, out: Outcome, key: tuple, deadline: int, epoch: int = 0) -> None:
@@ -374,9 +433,17 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         return {k: d for k, (d, _) in self._timers.items()}
 
     def _persist(self, out: Outcome, group_id: str, before: dict, reply_to: Any = None,
-                 result: Any = None) -> None:
-        """Append what changed in `group_id` since `before`; the response waits for the append."""
-        records = _diff(group_id, before, _snapshot(self.groups.get(group_id)))
+                 result: Any = None, scope: _Scope | None = None) -> None:
+        """Append what changed in `group_id` since `before` (a whole-group snapshot, or one limited to
+        `scope`); the response waits for the append."""
+        group = self.groups.get(group_id)
+        if scope is None:
+            records = _diff(group_id, before, _snapshot(group))
+        else:
+            records = _diff(group_id, *_scoped_after(group, scope, before))
+        if self.check_scoped_diff is not None and scope is not None:
+            full = _diff(group_id, self.check_scoped_diff.pop(), _snapshot(group))
+            assert records == full, (records, full)
         if not records:
             if reply_to is not None:
                 out.responses.append(Response(reply_to, result))
@@ -487,7 +554,21 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
                   reply_to: Any) -> Outcome:
         """ConsumerGroupHeartbeat. `topics`: the broker's topics (name -> partition count)."""
         out = Outcome()
-        before = _snapshot(self.groups.get(p.group_id))
+        group = self.groups.get(p.group_id)
+        scope = None
+        if group is not None and (p.member_epoch != LEAVE_EPOCH
+                                  or not any(m.classic is not None for m in group.members.values())):
+            # the members this heartbeat can touch: its own and a static member it replaces (a
+            # leave from a group with classic members may hand the whole group to the classic
+            # coordinator: that snapshot stays whole)
+            scope = _Scope({p.member_id}, group.target)
+            if p.instance_id is not None:
+                old = group.static_member(p.instance_id)
+                if old is not None:
+                    scope.mids.add(old.member_id)
+        before = _snapshot(group, None if scope is None else scope.mids)
+        if self.check_scoped_diff is not None and scope is not None:
+            self.check_scoped_diff.append(_snapshot(group))
         try:
             self._validate(p)
             if p.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
@@ -497,9 +578,12 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         except HeartbeatError as e:
             res = ConsumerHeartbeatResult(e.code, e.message, p.member_id or None, p.member_epoch, 0)
             out.responses.append(Response(reply_to, res))
-            self._persist(out, p.group_id, before)   # nothing, unless an upgrade happened before the error
+            # nothing, unless an upgrade happened before the error (only when there was no group)
+            self._persist(out, p.group_id, before, scope=scope)
             return out
-        self._persist(out, p.group_id, before, reply_to, res)
+        if scope is not None and res.member_id:
+            scope.mids.add(res.member_id)          # a new member's server-generated id
+        self._persist(out, p.group_id, before, reply_to, res, scope=scope)
         return out
 
     def _validate(self, p: ConsumerHeartbeatParams) -> None:
@@ -684,9 +768,13 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         return subs
 
     def _subscribed_metadata(self, group: ConsumerGroup, topics: Mapping[str, int]) -> dict[str, int]:
-        subs: set[str] = set()
-        for m in group.members.values():
-            subs |= self._member_topics(m, topics)
+        # one pass in C over the members' names, the (few distinct) regexes matched once each
+        members = group.members.values()
+        names = set().union(*[m.subscribed_topic_names for m in members])
+        subs = {t for t in names if t in topics}
+        for regex in {m.subscribed_topic_regex for m in members if m.subscribed_topic_regex}:
+            pat = self._compile(regex)
+            subs.update(t for t in topics if pat.fullmatch(t))
         return {t: topics[t] for t in sorted(subs)}
 
     def _preferred_assignor(self, group: ConsumerGroup) -> str:
@@ -725,12 +813,11 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
 
     def _next(self, group: ConsumerGroup, m: ConsumerMember, owned: Assignment | None) -> None:
         target = group.target.get(m.member_id, {})
-        owners = group.owners()
         cur, tgt = _flat(m.assigned), _flat(target)
         keep = cur & tgt
         revoke = cur - keep
         want = tgt - keep
-        withheld = {tp for tp in want if owners.get(tp, m.member_id) != m.member_id}
+        withheld = _held_by_others(group, m, want)
         add = want - withheld
         old_epoch = m.member_epoch
         if revoke and (owned is None or _flat(owned) & revoke):

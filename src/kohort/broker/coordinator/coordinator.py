@@ -399,7 +399,8 @@ class GroupCoordinator:
             return True
         if group.is_(S.PREPARING_REBALANCE):
             m = group.members.get(member_id)
-            return (m is not None and m.awaiting_join) or group.num_awaiting_join() < max_size
+            return ((m is not None and m.awaiting_join) or len(group.members) < max_size
+                    or group.num_awaiting_join() < max_size)
         return group.has_member(member_id) or len(group.members) < max_size
 
     @staticmethod

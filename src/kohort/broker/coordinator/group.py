@@ -55,6 +55,14 @@ class Member:
     is_new: bool = False
     join_reply: Any = _NO_REPLY      # parked JoinGroup
     sync_reply: Any = _NO_REPLY      # parked SyncGroup
+    # the names of `protocols`, cached while the same list is in place (a change assigns a new one)
+    _names: frozenset = field(default=frozenset(), repr=False, compare=False)
+    _names_of: Any = field(default=None, repr=False, compare=False)
+
+    def protocol_names(self) -> frozenset:
+        if self._names_of is not self.protocols:
+            self._names, self._names_of = frozenset(n for n, _ in self.protocols), self.protocols
+        return self._names
 
     @property
     def awaiting_join(self) -> bool:
@@ -157,7 +165,8 @@ class ClassicGroup:
         return sum(1 for m in self.members.values() if m.awaiting_join)
 
     def has_all_members_joined(self) -> bool:
-        return len(self.members) == self.num_awaiting_join() and not self.pending_members
+        # stops at the first member not rejoined yet (a JoinGroup storm calls this once per join)
+        return not self.pending_members and all(m.awaiting_join for m in self.members.values())
 
     def add(self, member: Member, join_reply: Any) -> None:
         if not self.members:
@@ -216,11 +225,9 @@ class ClassicGroup:
             return bool(protocol_type) and bool(protocol_names)
         if self.protocol_type != protocol_type:
             return False
-        counts: dict[str, int] = {}
-        for m in self.members.values():
-            for name in {n for n, _ in m.protocols}:
-                counts[name] = counts.get(name, 0) + 1
-        return any(counts.get(n, 0) == len(self.members) for n in protocol_names)
+        # a name every member supports (each member's names cached: one set lookup per member)
+        members = self.members.values()
+        return any(all(n in m.protocol_names() for m in members) for n in protocol_names)
 
     def select_protocol(self) -> str:
         """Vote among protocols every member supports: each member votes for its most preferred
