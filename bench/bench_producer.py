@@ -1,9 +1,11 @@
-"""Producer throughput: kohort vs confluent-kafka, kafka-python and aiokafka, same broker, one run.
+"""Producer throughput: kohort vs confluent-kafka, kafka-python, aiokafka and Apache Kafka's Java
+KafkaProducer, same broker, one run.
 
 Each client produces N records of S bytes (null keys) to its own fresh single-partition topic and
 flushes; the time from the first produce call to the end of flush gives records/s. Same settings for
 all: acks=all, linger.ms=5, no compression, each client's default batch size (Kafka's 16384 for kohort,
-kafka-python and aiokafka; librdkafka's 1,000,000 for confluent-kafka) unless --batch-size sets one for all.
+kafka-python, aiokafka and Java; librdkafka's 1,000,000 for confluent-kafka) unless --batch-size sets one
+for all.
 
     .venv/bin/python bench/bench_producer.py                      # 1,000,000 x 100 B on a kohort broker
     .venv/bin/python bench/bench_producer.py --broker tansu       # on Tansu
@@ -124,8 +126,22 @@ def run_aiokafka(addr, topic, n, value, opts):
     return asyncio.run(main())
 
 
-CLIENTS = {"kohort": run_kohort, "kohort produce_batch": run_kohort_batch, "confluent-kafka": run_confluent, "kafka-python": run_kafka_python,
-           "aiokafka": run_aiokafka}
+def run_java(addr, topic, n, value, opts):
+    """Apache Kafka's Java KafkaProducer (bench/java/ProduceBench.java, null keys, values of the same
+    size and shape); the JVM starts and fetches metadata before its clock does."""
+    from bench_consumer import java_classes
+    lib, out = java_classes("ProduceBench")
+    p = subprocess.run(["java", "-Xmx1g", "-cp", f"{lib}/*:{out}", "ProduceBench", addr, topic, str(n),
+                        str(len(value)), "1", str(opts.batch_size or 0), opts.compression, "null"],
+                       capture_output=True, text=True, timeout=300)
+    line = [x for x in p.stdout.splitlines() if x.startswith("PRODUCE_S ")]
+    if p.returncode != 0 or not line:
+        raise RuntimeError(f"ProduceBench failed: {(p.stderr or p.stdout).strip()[-300:]}")
+    return float(line[0].split()[1])
+
+
+CLIENTS = {"kohort": run_kohort, "kohort produce_batch": run_kohort_batch, "confluent-kafka": run_confluent,
+           "kafka-python": run_kafka_python, "aiokafka": run_aiokafka, "java": run_java}
 
 
 def start_broker(kind):
