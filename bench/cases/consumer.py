@@ -129,8 +129,10 @@ def build(env, mode: str, profile: set[str]):
                   notes=["Each client reads the same seeded records (values half random, half repetitive; "
                          "null keys; spread round-robin over the row's partitions) from offset 0 by assign(), "
                          "values touched (bench_consumer.py's client functions); time from assign() to the last "
-                         "record, so start-up counts. Every client at its defaults. Apache Kafka 4.3.1 runs with "
-                         "kafka-server-start.sh's JVM options, warmed up before the first row."])
+                         "record, so start-up counts. Every client at its defaults: librdkafka's fetch.queue.backoff.ms=1000 "
+                         "pauses confluent-kafka's fetching ~1 s whenever its local queue fills (from a few 100k "
+                         "records on), which is why its 100 B rows swing between ~140k and ~1.5M. Apache Kafka "
+                         "4.3.1 runs with kafka-server-start.sh's JVM options, warmed up before the first row."])
     first = Section("consumer-start", "consumer start-up: assign() → first record", "ms",
                     higher_is_better=False,
                     notes=["The wait inside every consumer number above: a started client, assign() of "
