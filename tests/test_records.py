@@ -1,4 +1,5 @@
 """Record layer: codecs, RecordBatch v2, control batches, legacy v0/v1, fuzzing, kafka-python interop."""
+import itertools
 import os
 import random
 import struct
@@ -497,3 +498,39 @@ def test_other_stream_shapes_decode():
     assert comp.decompress(1, gzip.compress(data) + gzip.compress(b"y")) == data + b"y"
     with pytest.raises(DecodeError):
         comp.decompress(1, gzip.compress(data) + b"junk")
+
+
+def test_zstd_frames_without_size_decode_in_steps_and_truncation_is_still_refused():
+    """zstd frames without a content size (librdkafka's and Java's writers) are walked by their block
+    headers and decoded in bounded steps; every truncated prefix, trailing junk and a bomb are still
+    refused, and the output always equals what the 1 KiB-feed checking path gives."""
+    import zstandard
+    rnd = random.Random(11)
+    for case in range(40):
+        parts = []
+        for _ in range(rnd.randint(1, 3)):                     # one or several frames back to back
+            data = rnd.randbytes(rnd.randint(0, 3000)) * rnd.randint(1, 80) + b"x" * rnd.randint(0, 300_000)
+            c = zstandard.ZstdCompressor(level=rnd.choice([1, 3, 9]), write_content_size=False,
+                                         write_checksum=rnd.random() < 0.5)
+            co = c.compressobj()
+            parts.append((data, co.compress(data) + co.flush()))
+        data = b"".join(d for d, _ in parts)
+        frames = b"".join(f for _, f in parts)
+        assert comp._zstd_frames_complete(memoryview(frames))
+        assert comp.decompress(4, frames) == data
+        bounds = set(itertools.accumulate(len(f) for _, f in parts))   # cuts there leave whole frames
+        for cut in sorted({1, 5, 9, len(frames) // 2, len(frames) - 4, len(frames) - 1} - bounds):
+            if 0 < cut < len(frames):
+                assert not comp._zstd_frames_complete(memoryview(frames[:cut]))
+                with pytest.raises(DecodeError):
+                    comp.decompress(4, frames[:cut])
+        with pytest.raises(DecodeError):
+            comp.decompress(4, frames + b"junk")
+        if len(data) > 1:
+            with pytest.raises(DecodeError):
+                comp.decompress(4, frames, max_size=len(data) - 1)
+    co = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    bomb = co.compress(bytes(64 << 20)) + co.flush()
+    assert comp._zstd_frames_complete(memoryview(bomb))
+    with pytest.raises(DecodeError):
+        comp.decompress(4, bomb, max_size=1 << 20)
