@@ -220,7 +220,7 @@ class KafkaNode:
 
     def start(self) -> None:
         assert self.proc is None or self.proc.poll() is not None
-        self.proc = spawn(["java", *BROKER_JVM, f"-Dlog4j2.configurationFile={self.cluster.log4j}",
+        self.proc = spawn(["java", *self.cluster.jvm, f"-Dlog4j2.configurationFile={self.cluster.log4j}",
                            f"-Dkafka.logs.dir={self.cluster.root}", "-cp", KAFKA_CP, "kafka.Kafka",
                            str(self.config_path)], log_path=self.log_path)
 
@@ -257,12 +257,14 @@ class KafkaCluster:
     """A KRaft Apache Kafka of `nodes` combined nodes (each broker and controller) on loopback."""
 
     def __init__(self, nodes: int = 1, extra_config: dict | None = None, offsets_partitions: int = 3,
-                 extra_listeners: list[tuple[str, str]] | None = None, format_args: list[str] | None = None):
+                 extra_listeners: list[tuple[str, str]] | None = None, format_args: list[str] | None = None,
+                 jvm: list[str] | None = None):
         """extra_listeners: [(NAME, PROTOCOL)] client listeners beside PLAINTEXT (each node's port in
         node.extra_ports; their per-listener settings go in extra_config); format_args: extra
         kafka-storage format arguments (e.g. --add-scram)."""
         require_peers()
         self.extra_listeners = list(extra_listeners or [])
+        self.jvm = list(jvm or BROKER_JVM)          # the brokers' JVM options (bench: kafka-server-start's)
         self.format_args = list(format_args or [])
         self._tmp = tempfile.TemporaryDirectory(prefix=f"kafka-{nodes}n-")
         self.root = Path(self._tmp.name)

@@ -75,8 +75,7 @@ class Brokers:
             return self.addr.get(KAFKA)
         try:
             from tests import kafka_cluster
-            kafka_cluster.BROKER_JVM = KAFKA_JVM
-            kc = kafka_cluster.KafkaCluster(nodes=1)
+            kc = kafka_cluster.KafkaCluster(nodes=1, jvm=KAFKA_JVM)
             self._stops.append(kc.close)
             kc.start()
             import bench_broker

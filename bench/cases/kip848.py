@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 
-from cases.common import KOHORT_BROKER, create_topic
+from cases.common import KAFKA_JVM, KOHORT_BROKER, create_topic
 
 KAFKA = "Apache Kafka 4.3.1"
 MAX_ROUNDS = 1          # minutes per cell at 100 members; protocol timers dominate the spread
@@ -178,7 +178,7 @@ def build(env, mode: str, profile: set[str]):
     kafka_err = None
     try:
         from tests.kafka_cluster import KafkaCluster
-        _kafka = KafkaCluster(nodes=1)
+        _kafka = KafkaCluster(nodes=1, jvm=KAFKA_JVM)
         _kafka.start()
         brokers[KAFKA] = _kafka.bootstrap
     except Exception as e:       # noqa: BLE001 - reported in its cells

@@ -42,7 +42,7 @@ import struct
 import time
 import uuid
 
-from cases.common import KOHORT_BROKER, create_topic
+from cases.common import KAFKA_JVM, KOHORT_BROKER, create_topic
 
 KAFKA = "Apache Kafka 4.3.1"
 MAX_ROUNDS = 1          # minutes per dimension at the large sizes
@@ -543,7 +543,7 @@ def build(env, mode: str, profile: set[str]):
     kafka_err = None
     try:
         from tests.kafka_cluster import KafkaCluster
-        _kafka = KafkaCluster(nodes=1)
+        _kafka = KafkaCluster(nodes=1, jvm=KAFKA_JVM)
         _kafka.start()
     except Exception as e:       # noqa: BLE001 - reported in its cells
         kafka_err = f"{type(e).__name__}: {e}"

@@ -14,7 +14,7 @@ import itertools
 import os
 import uuid
 
-from cases.common import KOHORT_BROKER, create_topic, values
+from cases.common import KAFKA_JVM, KOHORT_BROKER, create_topic, values
 
 KAFKA = "Apache Kafka 4.3.1"
 CLIENTS = ["kohort", "confluent-kafka"]
@@ -98,7 +98,7 @@ def _kafka_addr():
         if root not in sys.path:
             sys.path.insert(0, root)
         from tests.kafka_cluster import KafkaCluster
-        kc = KafkaCluster(nodes=1)
+        kc = KafkaCluster(nodes=1, jvm=KAFKA_JVM)
         kc.start()
         _kafka.update(cluster=kc, addr=kc.bootstrap)
     except Exception as e:  # noqa: BLE001 - reported in the table's rows
