@@ -1,6 +1,7 @@
 """Layering: the pure state machines — the client's group member (client/consumer/membership.py)
-and the broker's group coordinator (broker/coordinator/) — import no socket, thread, clock or
-asyncio, directly or through any kohort module they import (their time comes in as `now_ms`)."""
+and the broker's group coordinator (broker/coordinator/), and the share-group machines
+(broker/share/, client/share/) — import no socket, thread, clock or asyncio, directly or through
+any kohort module they import (their time comes in as `now_ms`)."""
 import ast
 import pathlib
 
