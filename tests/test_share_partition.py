@@ -214,6 +214,20 @@ def test_a_partial_acknowledgement_splits_the_batch_a_whole_one_keeps_it():
     assert [b.offsets is None for b in sp2.batches()] == [True, True]
 
 
+def test_a_batch_released_whole_is_acquired_again_whole():
+    sp = SharePartition(0, cfg(delivery_count_limit=5))
+    sp.acquire("a", LOG[:2], 0, max_records=10)
+    sp.expire_locks(LOCK)
+    assert ranges(sp.acquire("b", LOG[:2], LOCK, max_records=10)) == [(0, 9, 2)]
+    assert [b.offsets is None for b in sp.batches()] == [True]
+    sp.expire_locks(2 * LOCK)
+    # record_limit cannot take the whole cached batch (count 3 halves MaxRecords 4 to 2): it is split
+    res = sp.acquire("c", LOG[:2], 2 * LOCK, max_records=4, mode=AcquireMode.RECORD_LIMIT)
+    assert ranges(res) == [(0, 1, 3)]
+    assert [b.offsets is None for b in sp.batches()] == [False]
+    assert states(sp, 0, 3) == [S.ACQUIRED, S.ACQUIRED, S.AVAILABLE, S.AVAILABLE]
+
+
 # -- locks, releases, delivery counts -------------------------------------------------------------
 def test_lock_expiry_makes_records_available_and_redelivers_with_count_two():
     sp = SharePartition(0, cfg())
@@ -377,11 +391,18 @@ class SharePartitionMachine(RuleBasedStateMachine):
                 self.terminal.update(range(b.first_offset, b.last_offset + 1))
         self.records.append(self.store.write(KEY, write, 0, 0, self.now))
 
+    def _released(self, offsets):
+        """Records going back to the partition: at the delivery limit they are archived."""
+        for o in offsets:
+            if self.max_count.get(o, 0) >= LIMIT:
+                self.terminal.add(o)
+
     def _forget_released(self):
         rs = self.sp.record_states()
         for m in MEMBERS:
-            self.holding[m] = {o for o in self.holding[m] if rs.get(o, (None, 0, None))[2] == m
-                               and rs[o][0] is S.ACQUIRED}
+            still = {o for o in self.holding[m] if rs.get(o, (None, 0, None))[2] == m and rs[o][0] is S.ACQUIRED}
+            self._released(self.holding[m] - still)
+            self.holding[m] = still
 
     @rule(n=st.integers(1, 5))
     def produce(self, n):
@@ -417,13 +438,12 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self._persist(res.write)
         if t is T.RENEW:
             return
-        rs = self.sp.record_states()
         for x in range(o, hi + 1):
             self.holding[m].discard(x)
             if t in (T.ACCEPT, T.REJECT, T.GAP):
                 self.terminal.add(x)
-            elif x in rs and rs[x][0] is S.ARCHIVED:
-                self.terminal.add(x)
+            else:
+                self._released([x])
 
     @rule(m=st.sampled_from(MEMBERS), o=st.integers(0, 40))
     def foreign_ack_is_refused(self, m, o):
@@ -447,6 +467,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
     def member_leaves(self, m):
         self._persist(self.sp.release_member(m))
         assert not any(r[2] == m for r in self.sp.record_states().values())
+        self._released(self.holding[m])
         self.holding[m].clear()
 
     @rule()

@@ -320,7 +320,10 @@ class SharePartition:
         begin = min(begin, max(self._next_new_offset(), self.start_offset))
         new_recs: list[int] = []
         prev_bid = 0
-        for o in range(begin, log_batches[-1].last_offset + 1):
+        last = log_batches[-1].last_offset
+        o = begin - 1
+        while o < last:
+            o += 1
             bid = max(0, bisect.bisect_right(firsts, o) - 1)
             if bid != prev_bid:
                 if mode is AcquireMode.BATCH_OPTIMIZED and taken >= cap:
@@ -328,8 +331,8 @@ class SharePartition:
                 prev_bid = bid
             if mode is AcquireMode.RECORD_LIMIT and taken >= cap:
                 break
-            rec = self._lookup(o)
-            if rec is None:
+            batch = self._batch_at(o)
+            if batch is None:
                 if o > window_end:
                     break
                 if aborted_sorted and is_aborted(o):
@@ -339,13 +342,26 @@ class SharePartition:
                 take(o, 1, bid)
                 taken += 1
                 continue
+            rec = batch.whole if batch.offsets is None else batch.offsets[o]
             if rec.state is not RecordState.AVAILABLE:
+                if batch.offsets is None:
+                    o = batch.last_offset          # the whole batch is in one state: skip it
                 continue
             nxt = rec.count + 1
             if nxt >= throttle_from:
                 cap = min(cap, max(1, max_records // 2))
             if nxt >= limit and taken:               # the last attempt goes out alone
                 break
+            size = batch.last_offset - batch.first_offset + 1
+            if (batch.offsets is None and o == batch.first_offset and batch.last_offset <= last and nxt < limit
+                    and (mode is AcquireMode.BATCH_OPTIMIZED or taken + size <= cap)):
+                # a cached batch released as a whole is acquired again as a whole
+                batch.whole = _Rec(RecordState.ACQUIRED, nxt, member_id, deadline)
+                for x in range(o, batch.last_offset + 1):
+                    take(x, nxt, bid)
+                taken += size
+                o = batch.last_offset
+                continue
             self._set(o, _Rec(RecordState.ACQUIRED, nxt, member_id, deadline))
             take(o, nxt, bid)
             taken += 1
