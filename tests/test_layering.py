@@ -77,7 +77,8 @@ def closure(root: str) -> dict[str, list[str]]:
 @pytest.mark.parametrize("root", ["kohort.client.consumer.membership", "kohort.broker.coordinator",
                                   "kohort.broker.share.partition", "kohort.broker.share.state",
                                   "kohort.broker.share.group", "kohort.client.share.membership",
-                                  "kohort.client.share.acknowledgements"])
+                                  "kohort.client.share.acknowledgements", "kohort.client.share.session",
+                                  "kohort.broker.share.sessions"])
 def test_pure_state_machines_import_no_io(root):
     assert closure(root) == {}
 
