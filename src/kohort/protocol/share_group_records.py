@@ -8,7 +8,7 @@ struct (flexible). A null value is a tombstone.
           SubscribedTopicNames[]
   type 11 ShareGroupMetadata                key GroupId            value Epoch, MetadataHash int64
   type 12 ShareGroupTargetAssignmentMetadata key GroupId           value AssignmentEpoch,
-          [tag 0] AssignmentTimestamp (Kafka 4.3)
+          [tag 0] AssignmentTimestamp (Kafka 4.3; default 0)
   type 13 ShareGroupTargetAssignmentMember  key GroupId, MemberId  value TopicPartitions[]{TopicId, Partitions[]}
   type 14 ShareGroupCurrentMemberAssignment key GroupId, MemberId  value MemberEpoch, PreviousMemberEpoch,
           State int8, AssignedPartitions[]{TopicId, Partitions[]}
@@ -85,7 +85,7 @@ class ShareGroupTargetAssignmentMetadataValue(Message):
     FLEXIBLE = "0+"
     SCHEMA = [
         f("assignment_epoch", INT32),
-        f("assignment_timestamp", INT64, tag=0, default=-1),
+        f("assignment_timestamp", INT64, tag=0, default=0),
     ]
 
 
