@@ -16,7 +16,7 @@ import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kohort.broker.share.group import ShareGroupConfig, ShareGroupCoordinator, session_timer_key
+from kohort.broker.share.group import ShareGroupConfig, ShareGroupCoordinator
 from kohort.broker.share.partition import AckBatch as BrokerAck, LogBatch, SharePartition, SharePartitionConfig
 from kohort.client.consumer.membership import Raise, Send
 from kohort.client.share.acknowledgements import (
@@ -29,6 +29,7 @@ from kohort.client.share.membership import (
     ShareMembership, Subscribe, Tick, new_member_id,
 )
 from kohort.errors import ErrorCode
+from kohort.protocol import share_group_records as SGR
 from kohort.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatResponse as HBResp
 
 TID = uuid.UUID(int=5)
@@ -210,6 +211,7 @@ class SharePairing(RuleBasedStateMachine):
         self.logs = {p: [] for p in range(2)}
         self.holding: dict[tuple[int, int], str] = {}
         self.fatal = []
+        self.records: list = []
 
     # plumbing
     def _apply(self, node, actions):
@@ -226,6 +228,7 @@ class SharePairing(RuleBasedStateMachine):
                 self.fatal.append(a.error)
 
     def _coordinator_outcome(self, out):
+        self.records.extend(out.records)
         for t in out.timers:
             if hasattr(t, "deadline_ms"):
                 self.timers[t.key] = t.deadline_ms
@@ -327,6 +330,19 @@ class SharePairing(RuleBasedStateMachine):
                 if member is not None:
                     assert (p, o) not in seen
                     seen[(p, o)] = member
+
+    @invariant()
+    def replay_rebuilds_the_group(self):
+        """The coordinator's `__consumer_offsets` records, read back through their bytes, rebuild it."""
+        again = ShareGroupCoordinator()
+        for k, v in self.records:
+            again.replay(*SGR.decode(SGR.encode_key(k), SGR.encode_value(v)))
+        assert set(again.groups) == set(self.coord.groups)
+        for gid, g in self.coord.groups.items():
+            h = again.groups[gid]
+            for attr in ("group_epoch", "metadata_hash", "assignment_epoch", "members", "initialized", "initializing"):
+                assert getattr(g, attr) == getattr(h, attr), attr
+            assert g.targets == h.targets
 
     def teardown(self):
         if not hasattr(self, "nodes"):
