@@ -20,6 +20,7 @@ from kohort.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRe
 T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
 TOPICS = {"t": (T1, 3), "u": (T2, 2)}
 NAMES = {T1: "t", T2: "u"}
+CFG = ShareGroupConfig(assignment_interval_ms=0)       # targets recomputed at once (as Kafka before 4.3)
 
 
 def hb(member, epoch, topics=None, group="g", rack=None):
@@ -46,7 +47,7 @@ def assigned(resp):
 
 # -- heartbeat ---------------------------------------------------------------------------------------
 def test_first_join_creates_the_group_and_asks_for_share_state():
-    c = ShareGroupCoordinator()
+    c = ShareGroupCoordinator(CFG)
     out = c.heartbeat(hb("a", 0, ["t"]), TOPICS, 100, client_id="cid", client_host="/127.0.0.1")
     r = out.response
     assert (r.error_code, r.member_id, r.member_epoch, r.heartbeat_interval_ms) == (0, "a", 1, 5000)
@@ -61,7 +62,7 @@ def test_first_join_creates_the_group_and_asks_for_share_state():
 
 
 def test_partitions_arrive_once_initialized():
-    c = ShareGroupCoordinator()
+    c = ShareGroupCoordinator(CFG)
     out = c.heartbeat(hb("a", 0, ["t"]), TOPICS, 0)
     init = out.initialize[0]
     out = c.state_initialized("g", init.partitions, TOPICS, 10)
@@ -78,7 +79,7 @@ def test_partitions_arrive_once_initialized():
 
 
 def test_members_share_partitions_when_there_are_more_members_than_partitions():
-    c = ShareGroupCoordinator()
+    c = ShareGroupCoordinator(CFG)
     joined(c, "a", ("u",))
     for m in ("b", "c"):
         joined(c, m, ("u",))
@@ -104,13 +105,13 @@ def test_members_share_partitions_when_there_are_more_members_than_partitions():
     (HB(group_id="g", member_id="a", member_epoch=0, subscribed_topic_names=[]), "SubscribedTopicNames"),
 ])
 def test_invalid_requests(req, reason):
-    out = ShareGroupCoordinator().heartbeat(req, TOPICS, 0)
+    out = ShareGroupCoordinator(CFG).heartbeat(req, TOPICS, 0)
     assert out.response.error_code == ErrorCode.INVALID_REQUEST and reason in out.response.error_message
     assert out.records == []
 
 
 def test_group_and_member_errors():
-    c = ShareGroupCoordinator(ShareGroupConfig(max_size=2))
+    c = ShareGroupCoordinator(ShareGroupConfig(max_size=2, assignment_interval_ms=0))
     assert c.heartbeat(hb("a", 3), TOPICS, 0).response.error_code == ErrorCode.GROUP_ID_NOT_FOUND
     assert "g" not in c.groups
     joined(c, "a")
@@ -130,7 +131,7 @@ def test_group_and_member_errors():
 
 
 def test_rejoin_with_epoch_zero_keeps_the_member():
-    c = ShareGroupCoordinator()
+    c = ShareGroupCoordinator(CFG)
     joined(c, "a")
     c.heartbeat(hb("a", 1), TOPICS, 0)
     out = c.heartbeat(hb("a", 0, ["t"]), TOPICS, 10)
@@ -139,7 +140,7 @@ def test_rejoin_with_epoch_zero_keeps_the_member():
 
 
 def test_subscription_and_metadata_changes_bump_the_group_epoch():
-    c = ShareGroupCoordinator()
+    c = ShareGroupCoordinator(CFG)
     joined(c, "a")
     e = c.groups["g"].group_epoch
     out = c.heartbeat(hb("a", c.groups["g"].members["a"].member_epoch, ["t", "u"]), TOPICS, 0)
@@ -150,8 +151,29 @@ def test_subscription_and_metadata_changes_bump_the_group_epoch():
     assert c.groups["g"].group_epoch == e + 1 and out.initialize[0].partitions == {T1: frozenset({3})}
 
 
+def test_the_target_is_recomputed_at_most_once_per_assignment_interval():
+    c = ShareGroupCoordinator(ShareGroupConfig(assignment_interval_ms=1000))
+    joined(c, "a", ("u",), now=0)                     # the first target at once (empty: nothing initialized)
+    g = c.groups["g"]
+    assert (g.assignment_epoch, g.assignment_timestamp_ms) == (1, 0)
+    out = c.heartbeat(hb("a", 1), TOPICS, 500)        # initialized meanwhile: group epoch 2, too early
+    assert g.group_epoch == 2 and g.assignment_epoch == 1 and out.response.assignment is None
+    out = c.heartbeat(hb("a", 1), TOPICS, 1000)
+    assert g.assignment_epoch == 2 and assigned(out.response) == {T2: [0, 1]}
+    meta = [v for k, v in out.records if isinstance(k, R.ShareGroupTargetAssignmentMetadataKey)]
+    assert meta[0].assignment_timestamp == 1000
+    # a member joining inside the interval gets the current target epoch and nothing yet
+    out = c.heartbeat(hb("b", 0, ["u"]), TOPICS, 1500)
+    assert out.response.member_epoch == 2 and assigned(out.response) == {}
+    out = c.heartbeat(hb("b", 2), TOPICS, 2000)
+    assert out.response.member_epoch == 3 and assigned(out.response) == {T2: [1]}
+    assert ShareGroupCoordinator().config.assignment_interval_ms == 1000          # Kafka 4.3's default
+    with pytest.raises(ValueError):
+        ShareGroupConfig(assignment_interval_ms=-1)
+
+
 def test_leave_and_session_expiry_remove_the_member():
-    c = ShareGroupCoordinator()
+    c = ShareGroupCoordinator(CFG)
     joined(c, "a")
     joined(c, "b")
     e = c.groups["g"].group_epoch
@@ -167,7 +189,7 @@ def test_leave_and_session_expiry_remove_the_member():
 
 
 def test_describe_and_delete():
-    c = ShareGroupCoordinator()
+    c = ShareGroupCoordinator(CFG)
     joined(c, "a", now=0)
     c.heartbeat(hb("a", 1), TOPICS, 0)
     d, missing = c.describe(["g", "x"], NAMES)
@@ -182,7 +204,7 @@ def test_describe_and_delete():
 
 
 def test_replay_of_the_records_rebuilds_the_groups():
-    c = ShareGroupCoordinator()
+    c = ShareGroupCoordinator(CFG)
     log = []
 
     def run(out):
@@ -197,11 +219,12 @@ def test_replay_of_the_records_rebuilds_the_groups():
     run(c.heartbeat(hb("b", c.groups["g"].members["b"].member_epoch), TOPICS, 0))
     run(c.heartbeat(hb("c", 0, ["t"]), TOPICS, 0))
     run(c.heartbeat(hb("c", -1), TOPICS, 0))
-    again = ShareGroupCoordinator()
+    again = ShareGroupCoordinator(CFG)
     for k, v in log:
         again.replay(*R.decode(R.encode_key(k), R.encode_value(v)))
     a, b = c.groups["g"], again.groups["g"]
-    for attr in ("group_epoch", "metadata_hash", "assignment_epoch", "targets", "initialized", "initializing"):
+    for attr in ("group_epoch", "metadata_hash", "assignment_epoch", "assignment_timestamp_ms", "targets",
+                 "initialized", "initializing"):
         assert getattr(a, attr) == getattr(b, attr), attr
     assert a.members == b.members
     assert again.on_loaded(5) == [SetTimer(session_timer_key("g", m), 5 + 45000) for m in b.members]

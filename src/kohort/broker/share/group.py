@@ -8,8 +8,10 @@ Model (Kafka 4.3's GroupMetadataManager for share groups):
 * group epoch: bumped when a member joins, leaves or is fenced, a subscription changes, the
   subscribed topics' metadata changes (a hash of ids, names and partition counts), or share state
   of subscribed partitions becomes initialized. The target assignment is recomputed with the simple
-  assignor when the group epoch is past the assignment epoch; members then take the assignment epoch
-  as their member epoch.
+  assignor when the group epoch is past the assignment epoch, at most once per
+  group.share.assignment.interval.ms (Kafka 4.3, KIP-1263; 0 = at once, as before 4.3; the time is
+  written as the target metadata's AssignmentTimestamp); members then take the assignment epoch as
+  their member epoch.
 * heartbeat checks: member id empty or longer than 36, group id or rack id "", epoch < -1, or epoch
   0 without subscribed topics -> INVALID_REQUEST; a non-zero epoch for an unknown group ->
   GROUP_ID_NOT_FOUND; unknown member -> UNKNOWN_MEMBER_ID; an epoch past the member's, or older and
@@ -56,12 +58,15 @@ class ShareGroupConfig:
     session_timeout_ms: int = 45000          # group.share.session.timeout.ms
     heartbeat_interval_ms: int = 5000        # group.share.heartbeat.interval.ms
     max_size: int = 200                      # group.share.max.size
+    assignment_interval_ms: int = 1000       # group.share.assignment.interval.ms (Kafka 4.3, KIP-1263)
 
     def __post_init__(self):
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError("heartbeat_interval_ms must be below session_timeout_ms")
         if self.max_size < 1:
             raise ValueError(f"max_size must be at least 1, got {self.max_size}")
+        if self.assignment_interval_ms < 0:
+            raise ValueError(f"assignment_interval_ms must not be negative, got {self.assignment_interval_ms}")
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,7 @@ class ShareGroup:
     group_epoch: int = 0
     metadata_hash: int = 0
     assignment_epoch: int = 0
+    assignment_timestamp_ms: int = -1        # when the target was last computed (-1: never)
     members: dict[str, ShareMember] = field(default_factory=dict)
     targets: dict[str, Assignment] = field(default_factory=dict)
     # share-state partitions: topic id -> (name, partitions)
@@ -209,8 +215,8 @@ class ShareGroupCoordinator:
             out.records.append((R.ShareGroupMetadataKey(group_id=group.group_id),
                                 R.ShareGroupMetadataValue(epoch=group.group_epoch, metadata_hash=h)))
         self._initialize_new_partitions(group, subscribed, out)
-        if group.group_epoch > group.assignment_epoch:
-            self._compute_target(group, topics, out)
+        if group.group_epoch > group.assignment_epoch and self._assignment_due(group, now_ms):
+            self._compute_target(group, topics, out, now_ms)
         # the member takes its target at once (share groups have no revocation)
         target = _clean(group.targets.get(updated.member_id, {}))
         changed = target != _clean(updated.assigned)
@@ -305,7 +311,14 @@ class ShareGroupCoordinator:
                   deleting_topics=[V.TopicInfo(topic_id=t, topic_name=n) for t, n in sorted(
                       group.deleting.items(), key=lambda kv: str(kv[0]))]))
 
-    def _compute_target(self, group: ShareGroup, topics: TopicMetadata, out: ShareOutcome) -> None:
+    def _assignment_due(self, group: ShareGroup, now_ms: int) -> bool:
+        """The target is recomputed at most once per assignment interval; a group's first target
+        (assignment epoch 0) at once."""
+        if group.assignment_epoch == 0 or group.assignment_timestamp_ms < 0:
+            return True
+        return now_ms - group.assignment_timestamp_ms >= self.config.assignment_interval_ms
+
+    def _compute_target(self, group: ShareGroup, topics: TopicMetadata, out: ShareOutcome, now_ms: int) -> None:
         ids = {n: tid for n, (tid, _) in topics.items()}
         subs = {m.member_id: frozenset(ids[n] for n in m.subscribed_topic_names if n in ids)
                 for m in group.members.values()}
@@ -316,6 +329,7 @@ class ShareGroupCoordinator:
                       if tid in counts}
         new = assignor.assign(subs, assignable, group.targets)
         group.assignment_epoch = group.group_epoch
+        group.assignment_timestamp_ms = now_ms
         for mid in sorted(new):
             a = _clean(new[mid])
             if a != _clean(group.targets.get(mid, {})) or mid not in group.targets:
@@ -324,7 +338,8 @@ class ShareGroupCoordinator:
                                     V(topic_partitions=_tp_list(V.TopicPartition, a))))
             group.targets[mid] = a
         out.records.append((R.ShareGroupTargetAssignmentMetadataKey(group_id=group.group_id),
-                            R.ShareGroupTargetAssignmentMetadataValue(assignment_epoch=group.assignment_epoch)))
+                            R.ShareGroupTargetAssignmentMetadataValue(assignment_epoch=group.assignment_epoch,
+                                                                      assignment_timestamp=now_ms)))
 
     @staticmethod
     def _current_record(group_id: str, m: ShareMember):
@@ -435,6 +450,7 @@ class ShareGroupCoordinator:
                 g.targets[key.member_id] = {tp.topic_id: frozenset(tp.partitions) for tp in value.topic_partitions}
         elif isinstance(key, R.ShareGroupTargetAssignmentMetadataKey):
             g.assignment_epoch = value.assignment_epoch if value is not None else 0
+            g.assignment_timestamp_ms = value.assignment_timestamp if value is not None else -1
         elif isinstance(key, R.ShareGroupCurrentMemberAssignmentKey):
             if value is None:
                 m = g.members.get(key.member_id)
