@@ -1,6 +1,7 @@
 """Layering: the pure state machines — the client's group member (client/consumer/membership.py)
-and the broker's group coordinator (broker/coordinator/) — import no socket, thread, clock or
-asyncio, directly or through any kohort module they import (their time comes in as `now_ms`)."""
+and the broker's group coordinator (broker/coordinator/), and the share-group machines
+(broker/share/, client/share/) — import no socket, thread, clock or asyncio, directly or through
+any kohort module they import (their time comes in as `now_ms`)."""
 import ast
 import pathlib
 
@@ -73,7 +74,11 @@ def closure(root: str) -> dict[str, list[str]]:
     return bad
 
 
-@pytest.mark.parametrize("root", ["kohort.client.consumer.membership", "kohort.broker.coordinator"])
+@pytest.mark.parametrize("root", ["kohort.client.consumer.membership", "kohort.broker.coordinator",
+                                  "kohort.broker.share.partition", "kohort.broker.share.state",
+                                  "kohort.broker.share.group", "kohort.client.share.membership",
+                                  "kohort.client.share.acknowledgements", "kohort.client.share.session",
+                                  "kohort.broker.share.sessions"])
 def test_pure_state_machines_import_no_io(root):
     assert closure(root) == {}
 
