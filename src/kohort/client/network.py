@@ -57,7 +57,7 @@ from typing import Any, Callable
 
 from kohort.client.config import Config, load_config, parse_bootstrap, sasl_settings
 from kohort.errors import (
-    ConfigError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError, KohortError,
+    ConfigError, ConnectionClosedError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError, KohortError,
     SslAuthenticationError, is_authentication_error,
 )
 from kohort.protocol.framing import ClientProtocol, HandshakeError, ProtocolViolation, UnsupportedVersionError
@@ -778,7 +778,7 @@ class NetworkClient:
                     f"connection to broker {conn.node_id} ({conn.host}:{conn.port}) lost: {e}"))
                 return
             if n == 0:
-                self._disconnect(conn, KafkaConnectionError(
+                self._disconnect(conn, ConnectionClosedError(
                     f"broker {conn.node_id} ({conn.host}:{conn.port}) closed the connection"))
                 return
             try:
