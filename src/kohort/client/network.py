@@ -62,14 +62,12 @@ from kohort.errors import (
 )
 from kohort.protocol.framing import ClientProtocol, HandshakeError, ProtocolViolation, UnsupportedVersionError
 from kohort.protocol.messages import REQUESTS, api_name
+from kohort.version import __version__
 
 log = logging.getLogger("kohort.client.network")
 
 SOFTWARE_NAME = "kohort"
-try:
-    from kohort import __version__ as SOFTWARE_VERSION
-except ImportError:  # pragma: no cover
-    SOFTWARE_VERSION = "0"
+SOFTWARE_VERSION = __version__
 
 # connection states
 DISCONNECTED, CONNECTING, TLS, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "TLS", "HANDSHAKE", "READY"
