@@ -164,7 +164,7 @@ def encode_response_buffer(response, version: int, correlation_id: int) -> bytea
 
 def encode_response_spliced(response, version: int, correlation_id: int) -> SpliceBuffer:
     """encode_response_buffer, leaving ExternalRecords out: the buffer's `splices` say where their
-    bytes go, and its size prefix already counts them (issue 17: Fetch answers sent with sendfile)."""
+    bytes go, and its size prefix already counts them (the broker sends Fetch answers' records with sendfile)."""
     cls = type(response)
     out = SpliceBuffer(4)
     hv = response_header_version(cls.API_KEY, cls, version)

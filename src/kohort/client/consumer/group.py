@@ -66,7 +66,7 @@ log = logging.getLogger("kohort.client.group")
 
 OFFSET_COMMIT, OFFSET_FETCH = OffsetCommitRequest.API_KEY, OffsetFetchRequest.API_KEY
 OFFSET_FOR_LEADER_EPOCH = OffsetForLeaderEpochRequest.API_KEY
-# kohort's older names for the member states (health()["member_state"] shows Java's)
+# other names of two member states, for callers that use them (health()["member_state"] shows Java's)
 JOINING, SYNCING = PREPARING_REBALANCE, COMPLETING_REBALANCE
 
 
