@@ -38,7 +38,8 @@ Speed: requests are encoded on the I/O thread and all requests queued for a conn
 one send(); reads use recv_into on the buffer the connection's protocol hands out (`get_buffer`):
 one big receive buffer shared by every connection of this client, from which complete small frames
 are copied once, or, for a frame that does not fit in what has arrived, the rest of its own
-bytearray sized from its prefix (no concatenation, no second copy of large Fetch responses). No thread hop beyond the caller -> I/O thread queue and the future's completion.
+bytearray sized from its prefix (no concatenation, no second copy of large Fetch responses). No
+thread hop beyond the caller -> I/O thread queue and the future's completion.
 """
 from __future__ import annotations
 
@@ -57,8 +58,8 @@ from typing import Any, Callable
 
 from kohort.client.config import Config, load_config, parse_bootstrap, sasl_settings
 from kohort.errors import (
-    ConfigError, ConnectionClosedError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError, KohortError,
-    SslAuthenticationError, is_authentication_error,
+    ConfigError, ConnectionClosedError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError,
+    KohortError, SslAuthenticationError, is_authentication_error,
 )
 from kohort.protocol.framing import ClientProtocol, HandshakeError, ProtocolViolation, UnsupportedVersionError
 from kohort.protocol.messages import REQUESTS, api_name

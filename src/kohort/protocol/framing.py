@@ -6,9 +6,10 @@ any of its body is buffered. `ClientProtocol` is the client side of one connecti
 cuts the response frames, owns the correlation ids and the requests in flight, matches responses in
 order, and is the only place the handshake lives: ApiVersions negotiation with fallback, version
 choice and capping, SASL, the leniency real brokers need (trailing bytes after a response body) --
-no sockets involved, so tests drive it with plain bytes and any loop (threads, asyncio) can drive it. Every client stack (NetworkClient, and so
-the producer, consumer, admin and the Spark source) connects through it. `pick_version` chooses the
-highest version both sides support from the broker's ApiVersions ranges (KIP-35).
+no sockets involved, so tests drive it with plain bytes and any loop (threads, asyncio) can drive
+it. Every client stack (NetworkClient, and so the producer, consumer, admin and the Spark source)
+connects through it. `pick_version` chooses the highest version both sides support from the
+broker's ApiVersions ranges (KIP-35).
 """
 from __future__ import annotations
 
