@@ -19,7 +19,7 @@ class RawClient:
     def request(self, req, version=None):
         if version is None:
             version = pick_version(type(req).API_KEY, self.versions)
-        _, data = self.proto.send(req, version)
+        _, data = self.proto.send_request(req, version)
         self.sock.sendall(data)
         while True:
             chunk = self.sock.recv(1 << 20)
@@ -27,7 +27,7 @@ class RawClient:
                 raise ConnectionError("broker closed the connection")
             got = self.proto.receive_data(chunk)
             if got:
-                return got[0][1]
+                return got[0].response
 
     def close(self):
         self.sock.close()

@@ -299,7 +299,7 @@ def test_a_heartbeat_answer_wakes_a_waiting_poll():
     rejoin goes out at once rather than when that wait ends (up to 0.5 s on an idle topic)."""
     from concurrent.futures import Future
 
-    from kohort.client.consumer.group import GroupMember
+    from kohort.client.consumer.group import ClassicDriving, GroupMember
     from kohort.protocol.messages.heartbeat import HeartbeatResponse
 
     class Fetcher:
@@ -310,6 +310,7 @@ def test_a_heartbeat_answer_wakes_a_waiting_poll():
     gm = GroupMember.__new__(GroupMember)       # the answer path only: no network, no threads
     gm.fetcher = Fetcher()
     gm.group_id = "g"
+    gm.driving = ClassicDriving()
     handled = []
     gm._handle = lambda ev: handled.append(ev) or []
     fut = Future()

@@ -162,3 +162,58 @@ def test_a_wake_up_during_the_drain_is_not_lost():
         assert readable, "the wake-up was lost: the I/O loop would sleep until its select timeout"
     finally:
         nc.close()
+
+
+def test_the_client_protocol_runs_under_an_asyncio_loop(mock_cluster):
+    """The sans-I/O connection NetworkClient drives from its thread runs unchanged under asyncio:
+    a BufferedProtocol hands the loop the protocol's own buffer, so the loop receives into it as
+    NetworkClient's recv_into does; answers come back with the handles (here futures) they were sent with."""
+    import asyncio
+
+    from kohort.protocol.framing import ClientProtocol
+
+    class Conn(asyncio.BufferedProtocol):
+        def __init__(self):
+            self.proto = ClientProtocol("asyncio-test")
+            self.ready = asyncio.get_running_loop().create_future()
+
+        def connection_made(self, transport):
+            self.transport = transport
+            self.proto.initiate()
+            transport.write(self.proto.data_to_send())
+
+        def get_buffer(self, sizehint):
+            return self.proto.get_buffer(sizehint)
+
+        def buffer_updated(self, nbytes):
+            for r in self.proto.buffer_updated(nbytes):
+                r.handle.set_result((r.correlation_id, r.response))
+            more = self.proto.data_to_send()
+            if more:
+                self.transport.write(more)
+            if self.proto.ready and not self.ready.done():
+                self.ready.set_result(None)
+
+        def connection_lost(self, exc):
+            for fut in self.proto.connection_lost():
+                fut.set_exception(ConnectionError("lost"))
+
+        def request(self, req):
+            fut = asyncio.get_running_loop().create_future()
+            _, data = self.proto.send_request(req, self.proto.pick(req.API_KEY), handle=fut)
+            self.transport.write(data)
+            return fut
+
+    async def run():
+        host, port = mock_cluster.split(",")[0].rsplit(":", 1)
+        _, conn = await asyncio.get_running_loop().create_connection(Conn, host, int(port))
+        await asyncio.wait_for(conn.ready, 10)
+        futs = [conn.request(MetadataRequest(topics=None)) for _ in range(20)]
+        got = await asyncio.wait_for(asyncio.gather(*futs), 10)
+        in_flight = conn.proto.in_flight
+        conn.transport.close()
+        return got, in_flight
+
+    got, in_flight = asyncio.run(run())
+    assert in_flight == 0 and len(got) == 20
+    assert [c for c, _ in got] == sorted(c for c, _ in got) and all(len(r.brokers) == 3 for _, r in got)

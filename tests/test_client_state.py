@@ -4,7 +4,7 @@ import pickle
 
 import pytest
 
-from kohort.client.consumer.group import LenientSyncGroupResponse
+from kohort.protocol.messages.sync_group import LenientSyncGroupResponse
 from kohort.client.consumer.offsets import READ_COMMITTED, NotAssignedError, SubscriptionState
 from kohort.protocol.framing import last_rigid_version as _last_rigid_version
 from kohort.protocol.messages.sync_group import SyncGroupResponse

@@ -7,7 +7,8 @@ import uuid
 import pytest
 
 from kohort.client.config import load_config
-from kohort.client.consumer.group import _heartbeat_for_version, new_member_id
+from kohort.client.consumer.group import new_member_id
+from kohort.protocol.messages.consumer_group_heartbeat import heartbeat_for_version
 from kohort.client.consumer.membership import (
     Assign, AutoCommit, Close, CommitFailedError, Generation, MemberConfig, MetadataUpdate, Poll, Raise,
     RequestFailed, RequestMetadata, Response, Revoke, Send, Subscribe, Tick, Unsubscribe, UseCoordinator,
@@ -449,12 +450,12 @@ def test_v0_broker_generates_the_member_id():
     s.tick(1000)
     assert s.last_hb().request.member_id == "server-made"
     req = HBReq(group_id="g", member_id="me", member_epoch=0, subscribed_topic_names=["t"], topic_partitions=[])
-    v0 = _heartbeat_for_version(req, 0)
-    assert v0.member_id == "" and req.member_id == "me" and _heartbeat_for_version(req, 1) is req
+    v0 = heartbeat_for_version(req, 0)
+    assert v0.member_id == "" and req.member_id == "me" and heartbeat_for_version(req, 1) is req
     later = HBReq(group_id="g", member_id="server-made", member_epoch=3)
-    assert _heartbeat_for_version(later, 0).member_id == "server-made"
+    assert heartbeat_for_version(later, 0).member_id == "server-made"
     with pytest.raises(IncompatibleBrokerVersionError):
-        _heartbeat_for_version(HBReq(group_id="g", member_id="me", member_epoch=0, subscribed_topic_regex="x"), 0)
+        heartbeat_for_version(HBReq(group_id="g", member_id="me", member_epoch=0, subscribed_topic_regex="x"), 0)
     mid = new_member_id()
     assert len(mid) == 22 and mid != new_member_id()
 

@@ -14,7 +14,7 @@ from kohort.protocol.consumer_protocol import (
     ConsumerProtocolAssignment, ConsumerProtocolSubscription, decode_assignment, encode_assignment,
     encode_subscription,
 )
-from kohort.protocol.messages.find_coordinator import FindCoordinatorResponse
+from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kohort.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
 from kohort.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from kohort.protocol.messages.leave_group import LeaveGroupRequest
@@ -205,7 +205,7 @@ def test_session_timeout_without_answers_rediscovers_from_the_heartbeat_side():
         s.feed(Poll())
         s.tick(500)
     assert s.m.coordinator is None
-    assert s.count(M.FindCoordinatorRequest) == 2       # sent by the tick that found the session expired
+    assert s.count(FindCoordinatorRequest) == 2       # sent by the tick that found the session expired
     s.find(node=2)
     assert s.m.state == STABLE and s.m.generation.generation_id == 1
     s.tick(500)
@@ -220,7 +220,7 @@ def test_heartbeat_coordinator_errors_rediscover(err):
     s.answer(HeartbeatRequest, HeartbeatResponse(error_code=err))
     assert s.m.coordinator is None and s.m.state == STABLE
     out = s.tick(0)                                  # (2) the heartbeat side looks it up
-    assert any(isinstance(a, Send) and isinstance(a.request, M.FindCoordinatorRequest) for a in out)
+    assert any(isinstance(a, Send) and isinstance(a.request, FindCoordinatorRequest) for a in out)
 
 
 def test_heartbeat_disconnect_rediscovers():
@@ -330,7 +330,7 @@ def test_lost_partitions_are_reported_even_while_the_coordinator_is_unknown():
     out = s.feed(Poll())
     assert out == [Revoke(frozenset({TopicPartition("t", 0), TopicPartition("t", 1)}), lost=True, commit=False)]
     out = s.feed(Poll())
-    assert isinstance(out[0].request, M.FindCoordinatorRequest)
+    assert isinstance(out[0].request, FindCoordinatorRequest)
 
 
 def test_static_member_does_not_leave_on_poll_timeout_or_close():
@@ -458,7 +458,7 @@ def test_join_coordinator_errors_rediscover(err):
     s.answer(JoinGroupRequest, s.join_response(err=err, gen=-1, member=""))
     assert s.m.coordinator is None
     out = s.poll()
-    assert isinstance(out[0].request, M.FindCoordinatorRequest)
+    assert isinstance(out[0].request, FindCoordinatorRequest)
 
 
 @pytest.mark.parametrize("err", [E.GROUP_MAX_SIZE_REACHED, E.INCONSISTENT_GROUP_PROTOCOL, E.INVALID_SESSION_TIMEOUT,

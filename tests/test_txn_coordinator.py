@@ -201,16 +201,6 @@ def test_transactional_id_expiry(c):
     assert r.producer_id != pid and r.producer_epoch == 0
 
 
-def test_coordinator_is_pure():
-    """The state machine does no I/O and reads no clock: time is passed in."""
-    import ast
-    import kohort.broker.txn.coordinator as mod
-    tree = ast.parse(open(mod.__file__).read())
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert not imported & {"asyncio", "time", "socket", "os", "threading", "datetime"}
-
-
 # -- transactions v2 (KIP-890 part 2): EndTxn v5 --------------------------------------------------
 def ongoing_v2(c, tid="tx", now=0, pid=None, epoch=None):
     if pid is None:

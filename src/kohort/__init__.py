@@ -1,5 +1,5 @@
 """kohort: the Kafka consumer-group system in Python."""
-__version__ = "0.1.0"
+from kohort.version import __version__  # noqa: F401  (kohort.__version__)
 
 
 def __getattr__(name):

@@ -294,6 +294,10 @@ class KafkaConnectionError(KohortError, ConnectionError):
     retriable = True
 
 
+class ConnectionClosedError(KafkaConnectionError):
+    """The broker closed the connection (end of stream) while requests were in flight on it."""
+
+
 class KafkaTimeoutError(KohortError, TimeoutError):
     """A client-side deadline passed before the operation completed. Retriable."""
 

@@ -135,3 +135,21 @@ class Assignor(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+class DealingAssignor(Assignor):
+    """An eager assignor that deals the subscribed partitions out in one pass (range, roundrobin):
+    `assign` validates its input and hands `deal` the partition count of every subscribed topic and
+    an empty Assignment per member to fill."""
+
+    @abstractmethod
+    def deal(self, counts: Mapping[str, int], subscriptions: Mapping[str, Subscription],
+             result: dict[str, Assignment]) -> None:
+        """Fill `result` from `counts` (subscribed topic -> partition count)."""
+
+    def assign(self, partitions_per_topic: Mapping[str, int],
+               subscriptions: Mapping[str, Subscription]) -> dict[str, Assignment]:
+        validate(partitions_per_topic, subscriptions)
+        result = {m: Assignment() for m in subscriptions}
+        self.deal(subscribed_partition_counts(partitions_per_topic, subscriptions), subscriptions, result)
+        return result

@@ -13,22 +13,16 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from kohort.assignors.base import (
-    EAGER, Assignment, Assignor, Subscription, java_order, sorted_members, subscribed_partition_counts,
-    validate,
-)
+from kohort.assignors.base import EAGER, Assignment, DealingAssignor, Subscription, java_order, sorted_members
 
 
-class RangeAssignor(Assignor):
+class RangeAssignor(DealingAssignor):
     name = "range"
     protocol = EAGER
     supported_protocols = (EAGER,)
 
-    def assign(self, partitions_per_topic: Mapping[str, int],
-               subscriptions: Mapping[str, Subscription]) -> dict[str, Assignment]:
-        validate(partitions_per_topic, subscriptions)
-        counts = subscribed_partition_counts(partitions_per_topic, subscriptions)
-        result = {m: Assignment() for m in subscriptions}
+    def deal(self, counts: Mapping[str, int], subscriptions: Mapping[str, Subscription],
+             result: dict[str, Assignment]) -> None:
         for topic in sorted(counts, key=java_order):
             n = counts[topic]
             consumers = sorted_members(subscriptions, (m for m, s in subscriptions.items() if topic in s.topics))
@@ -38,4 +32,3 @@ class RangeAssignor(Assignor):
                 length = per_consumer + (1 if i < extra else 0)
                 result[member].partitions.extend((topic, p) for p in range(start, start + length))
                 start += length
-        return result

@@ -9,22 +9,16 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from kohort.assignors.base import (
-    EAGER, Assignment, Assignor, Subscription, java_order, sorted_members, subscribed_partition_counts,
-    validate,
-)
+from kohort.assignors.base import EAGER, Assignment, DealingAssignor, Subscription, java_order, sorted_members
 
 
-class RoundRobinAssignor(Assignor):
+class RoundRobinAssignor(DealingAssignor):
     name = "roundrobin"
     protocol = EAGER
     supported_protocols = (EAGER,)
 
-    def assign(self, partitions_per_topic: Mapping[str, int],
-               subscriptions: Mapping[str, Subscription]) -> dict[str, Assignment]:
-        validate(partitions_per_topic, subscriptions)
-        counts = subscribed_partition_counts(partitions_per_topic, subscriptions)
-        result = {m: Assignment() for m in subscriptions}
+    def deal(self, counts: Mapping[str, int], subscriptions: Mapping[str, Subscription],
+             result: dict[str, Assignment]) -> None:
         members = sorted_members(subscriptions)
         topic_sets = {m: set(subscriptions[m].topics) for m in members}
         pos = 0  # the circular iterator's cursor into `members`
@@ -35,4 +29,3 @@ class RoundRobinAssignor(Assignor):
                     pos = (pos + 1) % len(members)
                 result[members[pos]].partitions.append((topic, p))
                 pos = (pos + 1) % len(members)
-        return result

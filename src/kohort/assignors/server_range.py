@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from kohort.assignors.server import MemberSpec, Target
+from kohort.assignors.server_spec import MemberSpec, Target
 
 
 def _order(item: tuple[str, MemberSpec]):

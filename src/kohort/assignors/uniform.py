@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from kohort.assignors.server import MemberSpec, Target, homogeneous
+from kohort.assignors.server_spec import MemberSpec, Target, homogeneous
 
 MAX_BALANCE_PASSES = 16
 

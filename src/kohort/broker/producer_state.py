@@ -32,7 +32,9 @@ from collections import deque
 from typing import NamedTuple
 
 from kohort.errors import ErrorCode
-from kohort.protocol.records import decode_batch
+from kohort.protocol.records import (  # noqa: F401  (marker_key, marker_value: coordinator_runtime imports them here)
+    CONTROL_COMMIT, decode_batch, marker_key, marker_value, parse_marker,
+)
 
 NUM_BATCHES_TO_RETAIN = 5
 _I32_MAX = (1 << 31) - 1
@@ -61,27 +63,6 @@ class AbortedTxn(NamedTuple):
     first_offset: int
     last_offset: int            # the ABORT marker's offset
     last_stable_offset: int
-
-
-CONTROL_ABORT, CONTROL_COMMIT = 0, 1
-
-
-def marker_key(commit: bool) -> bytes:
-    """The control record key of an end-transaction marker: int16 version 0 + int16 type."""
-    return (0).to_bytes(2, "big") + (CONTROL_COMMIT if commit else CONTROL_ABORT).to_bytes(2, "big", signed=True)
-
-
-def marker_value(coordinator_epoch: int) -> bytes:
-    return (0).to_bytes(2, "big") + coordinator_epoch.to_bytes(4, "big", signed=True)
-
-
-def parse_marker(key: bytes | None) -> int | None:
-    """ABORT 0 / COMMIT 1 from a control record key (other versions read as v0); None if it is
-    not an end-transaction marker (KRaft control types are ignored)."""
-    if key is None or len(key) < 4:
-        return None
-    t = int.from_bytes(key[2:4], "big", signed=True)
-    return t if t in (CONTROL_ABORT, CONTROL_COMMIT) else None
 
 
 class ProducerEntry:

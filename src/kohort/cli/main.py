@@ -14,7 +14,7 @@ import pkgutil
 import select
 import sys
 
-from kohort import __version__
+from kohort.version import __version__
 
 ORDER = ["broker", "produce", "consume", "topics", "groups", "transactions", "pipeline", "demo"]
 

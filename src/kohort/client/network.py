@@ -3,8 +3,9 @@ consumer, the admin and the Spark source.
 
 One selector over non-blocking sockets; one connection per broker node id (bootstrap addresses get
 negative ids -1, -2, ... until metadata names the brokers), each speaking through a sans-I/O
-`ClientProtocol`, which owns the ApiVersions handshake (negotiation, fallback, leniency) and picks
-each request's version from what both sides support. This module only moves bytes and time.
+`ClientProtocol`, which owns the frames, the correlation ids, the requests in flight and the
+ApiVersions/SASL handshake, and picks each request's version from what both sides support. This
+module is sockets, TLS, selection, threads and time only.
 
 Drive modes (Java's NetworkClient has one loop; who turns it is the only difference):
 * background I/O thread (default; consumer, admin): `send()` from any thread, the thread does I/O;
@@ -34,10 +35,11 @@ is retried. Re-authentication (KIP-368): when the broker gives the session a lif
 exchange again through the handshake path (HANDSHAKE), then sends what it held (READY).
 
 Speed: requests are encoded on the I/O thread and all requests queued for a connection go out in
-one send(); reads use recv_into on one big buffer, from which complete small frames are copied
-once; a frame that does not fit in what has arrived gets its own bytearray, sized from its prefix,
-and the rest of it is received straight into that (no concatenation, no second copy of large
-Fetch responses). No thread hop beyond the caller -> I/O thread queue and the future's completion.
+one send(); reads use recv_into on the buffer the connection's protocol hands out (`get_buffer`):
+one big receive buffer shared by every connection of this client, from which complete small frames
+are copied once, or, for a frame that does not fit in what has arrived, the rest of its own
+bytearray sized from its prefix (no concatenation, no second copy of large Fetch responses). No
+thread hop beyond the caller -> I/O thread queue and the future's completion.
 """
 from __future__ import annotations
 
@@ -48,7 +50,6 @@ import random
 import selectors
 import socket
 import ssl
-import struct
 import threading
 import time
 from collections import deque
@@ -57,21 +58,17 @@ from typing import Any, Callable
 
 from kohort.client.config import Config, load_config, parse_bootstrap, sasl_settings
 from kohort.errors import (
-    ConfigError, DecodeError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError, KohortError,
-    SslAuthenticationError, is_authentication_error,
+    ConfigError, ConnectionClosedError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError,
+    KohortError, SslAuthenticationError, is_authentication_error,
 )
-from kohort.protocol.framing import (
-    ClientProtocol, HandshakeError, UnsupportedVersionError, decode_response_lenient, frame_size,
-)
+from kohort.protocol.framing import ClientProtocol, HandshakeError, ProtocolViolation, UnsupportedVersionError
 from kohort.protocol.messages import REQUESTS, api_name
+from kohort.version import __version__
 
 log = logging.getLogger("kohort.client.network")
 
 SOFTWARE_NAME = "kohort"
-try:
-    from kohort import __version__ as SOFTWARE_VERSION
-except ImportError:  # pragma: no cover
-    SOFTWARE_VERSION = "0"
+SOFTWARE_VERSION = __version__
 
 # connection states
 DISCONNECTED, CONNECTING, TLS, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "TLS", "HANDSHAKE", "READY"
@@ -79,7 +76,6 @@ REAUTH = "REAUTH"      # KIP-368: new requests wait while what is in flight drai
 
 _RECV_BUF = 4 * 1024 * 1024
 _MAX_FRAME = 100 * 1024 * 1024
-_CORR = struct.Struct(">i")
 
 
 class Versioned:
@@ -110,23 +106,19 @@ class _Req:
 
 
 class _Conn:
-    __slots__ = ("node_id", "host", "port", "sock", "state", "proto", "out", "inflight", "pending",
-                 "connect_deadline", "want_write", "events", "rframe", "rfill", "rhead", "reauth_at")
+    __slots__ = ("node_id", "host", "port", "sock", "state", "proto", "out", "pending",
+                 "connect_deadline", "want_write", "events", "reauth_at")
 
-    def __init__(self, node_id, host, port, client_id, max_frame, sasl=None):
+    def __init__(self, node_id, host, port, proto: ClientProtocol):
         self.node_id, self.host, self.port = node_id, host, port
         self.sock: socket.socket | None = None
         self.state = DISCONNECTED
-        self.proto = _new_protocol(client_id, sasl)
+        self.proto = proto                      # requests in flight live here, as _Req handles
         self.out: list = []
-        self.inflight: deque[_Req] = deque()
         self.pending: deque[_Req] = deque()
         self.connect_deadline = 0.0
         self.want_write = False
         self.events = 0
-        self.rframe: bytearray | None = None   # READY: the frame being received into, sized from its prefix
-        self.rfill = 0                          # bytes of rframe received so far
-        self.rhead = b""                        # READY: a size prefix split across reads
         self.reauth_at = 0.0                    # KIP-368: when to re-authenticate (monotonic; 0 = never)
 
 
@@ -136,10 +128,6 @@ class _Backoff:
     def __init__(self):
         self.failures = 0
         self.until = 0.0
-
-
-def _new_protocol(client_id, sasl=None) -> ClientProtocol:
-    return ClientProtocol(client_id, _MAX_FRAME, SOFTWARE_NAME, SOFTWARE_VERSION, sasl=sasl)
 
 
 def tls_context(c: Config) -> ssl.SSLContext:
@@ -201,8 +189,7 @@ class NetworkClient:
         self._wake_w.setblocking(False)
         self._wake_pending = False
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
-        self._buf = bytearray(_RECV_BUF)
-        self._view = memoryview(self._buf)
+        self._buf = bytearray(_RECV_BUF)     # the receive buffer of every connection (read on one thread)
         self._next_check = 0.0
         self._poller = None            # caller-driven: the thread inside poll() right now
         self._thread = None
@@ -314,7 +301,7 @@ class NetworkClient:
 
     def in_flight(self, node_id: int) -> int:
         c = self._conns.get(node_id)
-        return 0 if c is None else len(c.inflight)
+        return 0 if c is None else c.proto.in_flight
 
     def api_versions(self, node_id: int) -> dict[int, tuple[int, int]]:
         """The broker's ApiVersions ranges on the live connection to `node_id` ({} if none)."""
@@ -482,7 +469,7 @@ class NetworkClient:
     def _least_loaded_ready(self) -> _Conn | None:
         best = None
         for conn in self._conns.values():
-            if conn.state == READY and (best is None or len(conn.inflight) < len(best.inflight)):
+            if conn.state == READY and (best is None or conn.proto.in_flight < best.proto.in_flight):
                 best = conn
         return best
 
@@ -544,7 +531,7 @@ class NetworkClient:
             return None
         conn = self._conns.get(node_id)
         if conn is None or conn.host != addr[0] or conn.port != addr[1]:
-            conn = _Conn(node_id, addr[0], addr[1], self.client_id, _MAX_FRAME, self._sasl)
+            conn = _Conn(node_id, addr[0], addr[1], self._new_protocol())
             old = self._conns.get(node_id)
             if old is not None:
                 conn.pending = old.pending
@@ -570,8 +557,7 @@ class NetworkClient:
             return None
         conn.sock = sock
         conn.state = CONNECTING
-        conn.proto = _new_protocol(self.client_id, self._sasl)
-        conn.rframe, conn.rfill, conn.rhead = None, 0, b""
+        conn.proto = self._new_protocol()
         conn.out = []
         conn.connect_deadline = now + self._setup_timeout
         conn.events = selectors.EVENT_WRITE
@@ -654,23 +640,30 @@ class NetworkClient:
                 keep.append(item)
         self._submit = keep
 
+    def _new_protocol(self) -> ClientProtocol:
+        return ClientProtocol(self.client_id, _MAX_FRAME, SOFTWARE_NAME, SOFTWARE_VERSION, sasl=self._sasl,
+                              recv_buffer=self._buf)
+
     def _send_api_versions(self, conn: _Conn) -> None:
         conn.proto.initiate()
         conn.out.append(conn.proto.data_to_send())
         self._flush(conn)
 
-    def _on_handshake_data(self, conn: _Conn, data) -> None:
+    def _handshake_failed(self, conn: _Conn, e: KohortError) -> None:
+        """The handshake raised: an authentication failure is fatal, anything else closes the
+        connection as one that does not speak Kafka."""
+        if is_authentication_error(e):
+            self._fatal_error(conn, e)          # closes conn; _read sees conn.sock None
+            return
+        if not isinstance(e, HandshakeError):
+            raise e
+        self._disconnect(conn, KafkaConnectionError(
+            f"broker {conn.node_id} ({conn.host}:{conn.port}) did not complete the ApiVersions handshake: "
+            f"{e}; is it a Kafka broker?"))
+
+    def _handshake_progress(self, conn: _Conn) -> None:
+        """After a read during the handshake: write its next request, or go READY when it is done."""
         proto = conn.proto
-        try:
-            proto.on_handshake_data(data)
-        except KohortError as e:
-            if is_authentication_error(e):
-                self._fatal_error(conn, e)          # closes conn; _read sees conn.sock None
-                return
-            if not isinstance(e, HandshakeError):
-                raise
-            raise KafkaConnectionError(f"broker {conn.node_id} ({conn.host}:{conn.port}) did not complete "
-                                       f"the ApiVersions handshake: {e}; is it a Kafka broker?") from None
         again = proto.data_to_send()
         if again:                      # the handshake steps down to an older ApiVersions version
             conn.out.append(again)
@@ -711,7 +704,8 @@ class NetworkClient:
                 conn.proto.check(api_key, v)
             if isinstance(request, Versioned):
                 request = request.build(v)
-            corr, data = conn.proto.send(request, v, expect_response=False)
+            corr, data = conn.proto.send_request(request, v, expect_response=req.expect, handle=req,
+                                                 response_class=req.response_class)
         except UnsupportedVersionError as e:
             cls = REQUESTS.get(api_key)
             ours = (cls.MIN_VERSION, cls.MAX_VERSION) if cls else (0, -1)
@@ -729,7 +723,6 @@ class NetworkClient:
         req.future.api_version = v
         if req.expect:
             req.corr = corr
-            conn.inflight.append(req)
         else:
             fut = req.future
             fut.api_version = v
@@ -771,18 +764,12 @@ class NetworkClient:
 
     def _read(self, conn: _Conn) -> None:
         sock = conn.sock
-        buf = self._buf
-        view = self._view
+        proto = conn.proto
         for _ in range(64):
-            frame = conn.rframe
+            buf = proto.get_buffer()
+            want = len(buf)
             try:
-                if frame is not None:
-                    # the rest of a large frame goes straight into its own buffer
-                    want = len(frame) - conn.rfill
-                    n = sock.recv_into(memoryview(frame)[conn.rfill:])
-                else:
-                    want = len(buf)
-                    n = sock.recv_into(buf)
+                n = sock.recv_into(buf)
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return
             except OSError as e:
@@ -790,88 +777,45 @@ class NetworkClient:
                     f"connection to broker {conn.node_id} ({conn.host}:{conn.port}) lost: {e}"))
                 return
             if n == 0:
-                self._disconnect(conn, KafkaConnectionError(
+                self._disconnect(conn, ConnectionClosedError(
                     f"broker {conn.node_id} ({conn.host}:{conn.port}) closed the connection"))
                 return
             try:
-                if frame is not None:
-                    conn.rfill += n
-                    if conn.rfill == len(frame):
-                        conn.rframe, conn.rfill = None, 0
-                        self._on_frame(conn, frame)
-                elif conn.state == HANDSHAKE:
-                    self._on_handshake_data(conn, view[:n])
-                    if conn.sock is None:
-                        return
-                    continue
-                else:
-                    self._split_frames(conn, view, n)
-            except (DecodeError, KafkaConnectionError) as e:
-                self._disconnect(conn, e if isinstance(e, KafkaConnectionError) else KafkaConnectionError(
-                    f"undecodable response from broker {conn.node_id}: {e}"))
+                done = proto.buffer_updated(n)
+            except ProtocolViolation as e:
+                self._complete(conn, e.completed)
+                self._disconnect(conn, KafkaConnectionError(f"undecodable response from broker {conn.node_id}: {e}"))
                 return
-            if conn.sock is None:
+            except KohortError as e:
+                self._handshake_failed(conn, e)
+                return
+            if done:
+                self._complete(conn, done)
+            if conn.state == HANDSHAKE and conn.sock is not None:
+                self._handshake_progress(conn)
+            if conn.sock is None or conn.proto is not proto:
                 return
             if n < want and not (self._tls is not None and sock.pending()):
                 return      # (TLS: bytes already decrypted are not seen by the selector; read them now)
 
-    def _split_frames(self, conn: _Conn, view: memoryview, n: int) -> None:
-        """Hand out the frames in view[:n]; an incomplete one is kept in conn.rframe / conn.rhead."""
-        pos = 0
-        if conn.rhead:
-            take = min(4 - len(conn.rhead), n)
-            head = conn.rhead + bytes(view[:take])
-            pos = take
-            if len(head) < 4:
-                conn.rhead = head
-                return
-            conn.rhead = b""
-        else:
-            head = None
-        while True:
-            if head is None:
-                if n - pos < 4:
-                    if pos < n:
-                        conn.rhead = bytes(view[pos:n])
-                    return
-                head = bytes(view[pos:pos + 4])
-                pos += 4
-            size = frame_size(head, _MAX_FRAME)
-            head = None
-            if n - pos >= size:
-                payload = bytes(view[pos:pos + size])
-                pos += size
-                self._on_frame(conn, payload)
-                if conn.sock is None:
-                    return
-            else:
-                frame = bytearray(size)
-                have = n - pos
-                frame[:have] = view[pos:n]
-                conn.rframe, conn.rfill = frame, have
-                return
-
-    def _on_frame(self, conn: _Conn, payload) -> None:
-        """One complete response frame (bytes or bytearray, no size prefix): resolve its request."""
-        inflight = conn.inflight
-        if not inflight:
-            raise DecodeError("a response arrived with nothing in flight")
-        req = inflight[0]
-        resp = _decode_lenient(payload, req)
-        inflight.popleft()
-        if self.stats is not None:
-            self.stats.on_response(conn.node_id, req.corr, len(payload) + 4)
-        fut = req.future
-        fut.api_version = req.version
-        if fut.set_running_or_notify_cancel():
-            fut.set_result(resp)
+    def _complete(self, conn: _Conn, done: list) -> None:
+        """Resolve the futures of the responses a read completed."""
+        stats = self.stats
+        for r in done:
+            req = r.handle
+            if stats is not None:
+                stats.on_response(conn.node_id, req.corr, r.size)
+            fut = req.future
+            fut.api_version = req.version
+            if fut.set_running_or_notify_cancel():
+                fut.set_result(r.response)
 
     def _maybe_reauthenticate(self, conn: _Conn, now: float) -> None:
         """KIP-368: once due, hold new requests (REAUTH) until nothing is in flight, then run the SASL
         exchange again through the handshake path (HANDSHAKE, then READY with the held requests)."""
         if conn.state == READY:
             conn.state = REAUTH
-        if conn.inflight:
+        if conn.proto.in_flight:
             return
         try:
             conn.proto.start_reauthentication()
@@ -894,8 +838,9 @@ class NetworkClient:
                 self._disconnect(conn, KafkaConnectionError(
                     f"connection setup to broker {conn.node_id} ({conn.host}:{conn.port}) timed out"))
                 continue
-            if conn.inflight and conn.inflight[0].deadline <= now:
-                expired = [r for r in conn.inflight if r.deadline <= now]
+            oldest = conn.proto.oldest_handle()
+            if oldest is not None and oldest.deadline <= now:
+                expired = [r for r in conn.proto.in_flight_handles() if r.deadline <= now]
                 for r in expired:
                     _fail(r.future, KafkaTimeoutError(
                         f"{_req_name(r)} to broker {conn.node_id} got no response within the request timeout"))
@@ -943,9 +888,7 @@ class NetworkClient:
             conn.sock = None
         conn.want_write = False
         conn.out = []
-        conn.rframe, conn.rfill, conn.rhead = None, 0, b""
-        inflight, conn.inflight = conn.inflight, deque()
-        for r in inflight:
+        for r in conn.proto.connection_lost():
             _fail(r.future, err)
         if not notify:
             for r in conn.pending:
@@ -972,16 +915,6 @@ def unreachable_message(addresses, errors, elapsed_s: float) -> str:
     return (f"cannot reach any Kafka broker at {tried} ({why}) after {elapsed_s:.1f}s; check "
             f"bootstrap.servers (-b/--bootstrap-server or $KOHORT_BOOTSTRAP for the kohort command) "
             f"and that the broker is running and reachable")
-
-
-def _decode_lenient(payload, req: _Req):
-    """Decode a response frame for `req` (trailing bytes ignored, see decode_response_lenient)."""
-    if len(payload) < 4:
-        raise DecodeError(f"response frame of {len(payload)} bytes has no correlation id")
-    (corr,) = _CORR.unpack_from(payload, 0)
-    if corr != req.corr:
-        raise DecodeError(f"response correlation id {corr} does not match the oldest request {req.corr}")
-    return decode_response_lenient(payload, req.request.API_KEY, req.version, req.response_class)[1]
 
 
 def _fail(fut: Future, err: BaseException) -> None:

@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from kohort.client.consumer.offsets import (  # noqa: F401  (re-exported: the builders every client uses)
+    OFFSETS_BY_NAME_MAX_VERSION, list_offsets_request, offset_commit_request, offset_fetch_request,
+    parse_offset_fetch,
+)
 from kohort.client.network import Versioned
 from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest
 from kohort.protocol.messages.metadata import MetadataRequest
@@ -79,7 +83,6 @@ def read_list_offsets(resp) -> dict[TopicPartition, tuple[int, int, int, int]]:
 
 def offset_fetch(group_id: str, tps, require_stable: bool = True) -> Versioned:
     """OffsetFetch for `tps` (None: every partition the group committed, KIP-88); v8+ batches groups."""
-    from kohort.client.consumer.offsets import OFFSETS_BY_NAME_MAX_VERSION   # v10 names topics by id only
     return Versioned(OffsetFetchRequest.API_KEY,
                      lambda v: offset_fetch_request(v, group_id, tps, require_stable=require_stable),
                      OFFSETS_BY_NAME_MAX_VERSION)
@@ -95,35 +98,9 @@ def simple_offset_commit(group_id: str, offsets: dict, metadata: str = ""):
     """OffsetCommit of {tp: offset} with generation -1 and an empty member id (an admin's commit,
     as kafka-consumer-groups.sh --reset-offsets does; the broker takes it only while the group has no
     members)."""
-    from kohort.client.consumer.offsets import OFFSETS_BY_NAME_MAX_VERSION   # v10 names topics by id only
     oam = {TopicPartition(*tp): OffsetAndMetadata(o, metadata, None) for tp, o in offsets.items()}
     return Versioned(OffsetCommitRequest.API_KEY, lambda v: offset_commit_request(v, group_id, -1, "", None, oam),
                      OFFSETS_BY_NAME_MAX_VERSION)
-
-
-# The OffsetCommit/OffsetFetch/ListOffsets builders live in consumer/offsets.py (the group helper's
-# file); these delegate to them lazily, because importing the consumer package here would make a cycle
-# (consumer -> cluster -> requests -> consumer).
-def list_offsets_request(version: int, timestamps: dict, isolation_level: int, epochs: dict | None = None):
-    from kohort.client.consumer import offsets
-    return offsets.list_offsets_request(version, timestamps, isolation_level, epochs)
-
-
-def offset_fetch_request(version: int, group_id: str, tps, member_id: str | None = None,
-                         member_epoch: int = -1, require_stable: bool = True):
-    from kohort.client.consumer import offsets
-    return offsets.offset_fetch_request(version, group_id, tps, member_id, member_epoch, require_stable)
-
-
-def parse_offset_fetch(version: int, resp):
-    from kohort.client.consumer import offsets
-    return offsets.parse_offset_fetch(version, resp)
-
-
-def offset_commit_request(version: int, group_id: str, generation_id: int, member_id: str,
-                          group_instance_id: str | None, offsets_: dict):
-    from kohort.client.consumer import offsets
-    return offsets.offset_commit_request(version, group_id, generation_id, member_id, group_instance_id, offsets_)
 
 
 __all__ = ["COORDINATOR_GROUP", "COORDINATOR_TRANSACTION", "Coordinator", "find_coordinator_request",

@@ -838,9 +838,9 @@ static int run(sink_t *s, PyObject *buf)
 
 /* Track again what emit() untracked, for the records that have headers: the record (a tuple or
  * tuple subclass) and its headers list at index `hi`. A record without headers holds only atomic
- * values and an empty list, and stays untracked with its list (issue 17): tracked, the records of
- * every fetch went through the collector's young generations (each scanned two or three times,
- * then by every full collection while the application held them), which cost more than decoding
+ * values and an empty list, and stays untracked with its list: tracked, the records of every
+ * fetch would go through the collector's young generations (each scanned two or three times, then
+ * by every full collection while the application holds them), which costs more than decoding
  * them. The price: a cycle made by putting a record inside its own (empty) headers list is never
  * collected, as for any untracked container (CPython untracks atomic tuples the same way). */
 static void retrack(PyObject *out, Py_ssize_t hi)

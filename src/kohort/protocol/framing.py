@@ -2,19 +2,22 @@
 
 A Kafka frame is an int32 size followed by that many bytes: a header then a body. `FrameReader`
 splits a byte stream into frames and refuses an oversize frame from its 4-byte prefix alone, before
-any of its body is buffered. `ClientProtocol` is the client side of one connection and the only place
-its handshake lives: ApiVersions negotiation with fallback, version choice and capping, the leniency
-real brokers need (trailing bytes after a response body), correlation ids and in-order matching --
-no sockets involved, so tests drive it with plain bytes. Every client stack (NetworkClient, and so
-the producer, consumer, admin and the Spark source) connects through it. `pick_version` chooses the
-highest version both sides support from the broker's ApiVersions ranges (KIP-35).
+any of its body is buffered. `ClientProtocol` is the client side of one connection (h11's shape): it
+cuts the response frames, owns the correlation ids and the requests in flight, matches responses in
+order, and is the only place the handshake lives: ApiVersions negotiation with fallback, version
+choice and capping, SASL, the leniency real brokers need (trailing bytes after a response body) --
+no sockets involved, so tests drive it with plain bytes and any loop (threads, asyncio) can drive
+it. Every client stack (NetworkClient, and so the producer, consumer, admin and the Spark source)
+connects through it. `pick_version` chooses the highest version both sides support from the
+broker's ApiVersions ranges (KIP-35).
 """
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict
+from collections import deque
+from typing import Any, NamedTuple
 
-from kohort.errors import DecodeError, ErrorCode, KohortError
+from kohort.errors import DecodeError, ErrorCode, KohortError, for_code
 from kohort.protocol.headers import (
     API_VERSIONS_KEY,
     RequestHeader,
@@ -28,6 +31,7 @@ from kohort.protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from kohort.protocol.messages.sasl_handshake import SaslHandshakeRequest
 from kohort.protocol.primitives import Reader
 from kohort.protocol.records import SpliceBuffer
+from kohort.protocol.sasl import SaslClient, SaslFailure
 
 _SIZE = struct.Struct(">i")
 DEFAULT_MAX_FRAME = 100 * 1024 * 1024  # socket.request.max.bytes
@@ -161,7 +165,7 @@ def encode_response_buffer(response, version: int, correlation_id: int) -> bytea
 
 def encode_response_spliced(response, version: int, correlation_id: int) -> SpliceBuffer:
     """encode_response_buffer, leaving ExternalRecords out: the buffer's `splices` say where their
-    bytes go, and its size prefix already counts them (issue 17: Fetch answers sent with sendfile)."""
+    bytes go, and its size prefix already counts them (the broker sends Fetch answers' records with sendfile)."""
     cls = type(response)
     out = SpliceBuffer(4)
     hv = response_header_version(cls.API_KEY, cls, version)
@@ -228,46 +232,90 @@ class HandshakeError(KohortError):
     """The ApiVersions handshake failed: the peer's answer is not an ApiVersions response, or an error."""
 
 
+class ResponseReceived(NamedTuple):
+    """A response matched to its request: what `receive_data`/`buffer_updated` return."""
+
+    correlation_id: int
+    response: Any
+    handle: Any            # what the caller passed to send_request (None if nothing)
+    size: int              # bytes of the frame, size prefix included
+
+
+class ProtocolViolation(DecodeError):
+    """The connection's byte stream broke Kafka's protocol (bad size prefix, undecodable response,
+    a correlation id that is not the oldest request's, a response with nothing in flight). The
+    connection cannot be trusted any more and must be closed. `completed` holds the responses the
+    same bytes completed before the violation: the driver delivers them before closing."""
+
+    def __init__(self, message: str, completed: list[ResponseReceived]):
+        super().__init__(message)
+        self.completed = completed
+
+
+class TooManyInFlightError(KohortError):
+    """send_request with `max_in_flight` requests already awaiting their responses."""
+
+
 UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 HANDSHAKE_VERSION = 3
+DEFAULT_RECV_BUFFER = 256 * 1024
 
 # connection states of ClientProtocol
-IDLE, HANDSHAKE, SASL, READY = "IDLE", "HANDSHAKE", "SASL", "READY"
-SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
+IDLE, HANDSHAKE, SASL, READY, CLOSED = "IDLE", "HANDSHAKE", "SASL", "READY", "CLOSED"
+SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = SaslHandshakeRequest.API_KEY, SaslAuthenticateRequest.API_KEY
 
 
 class ClientProtocol:
-    """Client side of one Kafka connection, sans I/O: the ApiVersions handshake, version choice,
-    correlation ids, in-order response matching. No sockets, threads or clocks: the caller writes
-    what `data_to_send()` returns and feeds what it reads to `receive_data()`.
+    """Client side of one Kafka connection, sans I/O, in h11's shape: it owns the frames, the
+    correlation ids, the requests in flight and the handshake; its driver only moves bytes. No
+    sockets, threads or clocks, so one object can be driven by NetworkClient's selector thread, by
+    an asyncio protocol, or by a test feeding plain bytes.
 
-    Handshake (KIP-35, KIP-511): `initiate()` queues ApiVersions v3. The answer is decoded leniently
-    (trailing bytes ignored) in v3, else in v0 (a broker that does not know our version answers in
-    v0). UNSUPPORTED_VERSION makes it ask again in the highest ApiVersions version both sides know
-    (from the broker's list, else v0). Then `state` is READY and `versions` holds the broker's
-    ranges; `pick(api_key, cap)` gives the highest version both sides support. A broker that stops at
-    ApiVersions v2 yet lists flexible versions of other APIs (librdkafka's mock cluster crashes on
-    flexible SyncGroup) gets only the versions before each API's first flexible one, since KIP-482's
-    flexible versions shipped with ApiVersions v3.
+    Sending: `send_request(request, version, handle=...) -> (correlation_id, bytes)`: the bytes are
+    what the driver writes (not queued in `data_to_send`, so a driver can batch its own writes);
+    `handle` is any object of the driver's (its future, its request record) given back with the
+    response. At most `max_in_flight` requests await responses (None: no limit; `can_send`).
+
+    Receiving, two equivalent ways: `receive_data(bytes) -> [ResponseReceived]`, or, without the
+    copy into the protocol, `get_buffer()` -> a writable memoryview to receive into (recv_into, or
+    asyncio's BufferedProtocol), then `buffer_updated(nbytes) -> [ResponseReceived]`. Frames are cut
+    from one receive buffer (which the driver may share between connections it reads on one thread:
+    nothing is left in it after `buffer_updated`); a complete small frame is copied out once; a frame
+    larger than what has arrived gets its own bytearray sized from its prefix, and `get_buffer`
+    then returns the rest of that bytearray, so a large Fetch response is received in place, never
+    concatenated or copied again. The size prefix is checked against `max_frame` before the body.
+
+    Kafka answers one connection's requests in order: a response is matched with the oldest request
+    in flight, and a correlation id that is not that request's is a `ProtocolViolation` (as is a
+    response with nothing in flight or one that does not decode): the driver closes the connection
+    and fails what `connection_lost()` returns. Trailing bytes after a response body are ignored,
+    as Kafka's own clients do (librdkafka's mock cluster appends some).
+
+    Handshake (KIP-35, KIP-511): `initiate()` queues ApiVersions v3 in `data_to_send()`. The answer
+    is decoded leniently in v3, else in v0 (a broker that does not know our version answers in v0).
+    UNSUPPORTED_VERSION makes it ask again in the highest ApiVersions version both sides know (from
+    the broker's list, else v0): the driver writes `data_to_send()` after each read. Then `state` is
+    READY and `versions` holds the broker's ranges; `pick(api_key, cap)` gives the highest version
+    both sides support. A broker that stops at ApiVersions v2 yet lists flexible versions of other
+    APIs (librdkafka's mock cluster crashes on flexible SyncGroup) gets only the versions before each
+    API's first flexible one, since KIP-482's flexible versions shipped with ApiVersions v3.
 
     SASL (KIP-43, KIP-152), when `sasl=(mechanism, username, password[, OAUTHBEARER token source])` is
     given: after ApiVersions, SaslHandshake v1, then SaslAuthenticate rounds (highest common version
-    <= 2) until the mechanism is done; only then READY. A refusal raises the broker's KafkaError (UNSUPPORTED_SASL_MECHANISM,
-    SASL_AUTHENTICATION_FAILED with the broker's message, ILLEGAL_SASL_STATE); a SCRAM server whose
-    nonce or signature does not verify raises SASL_AUTHENTICATION_FAILED too. These are fatal: the
-    driver must not retry them as connection errors.
-
-    `send(request, version) -> (correlation_id, bytes)` (the bytes are also what the caller writes;
-    they are not queued in `data_to_send`, so a driver can batch its own writes);
-    `receive_data(bytes) -> [(correlation_id, response)]`. Kafka answers the requests of one
-    connection in order, so a response for an unexpected correlation id is an error. A driver that
-    splits frames itself uses `expect(corr)` / `decode_frame(payload, api_key, version)` instead.
+    <= 2) until the mechanism is done; only then READY. A refusal raises the broker's KafkaError
+    (UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED with the broker's message,
+    ILLEGAL_SASL_STATE); a SCRAM server whose nonce or signature does not verify raises
+    SASL_AUTHENTICATION_FAILED too. These are fatal: the driver must not retry them as connection
+    errors. A failed handshake raises (HandshakeError) from the call that fed its answer.
     """
 
     def __init__(self, client_id: str | None = "kohort", max_frame: int = DEFAULT_MAX_FRAME,
                  software_name: str = "kohort", software_version: str = "0",
-                 sasl: tuple | None = None):
+                 sasl: tuple | None = None, max_in_flight: int | None = None,
+                 recv_buffer: bytearray | None = None):
         self.client_id = client_id
+        self.max_frame = max_frame
+        self.max_in_flight = max_in_flight
         self.sasl = sasl
         self.session_lifetime_ms = 0        # KIP-368: from the last SaslAuthenticate (0 = unlimited)
         self._sasl_client = None
@@ -280,17 +328,44 @@ class ClientProtocol:
         self._hs_version = HANDSHAKE_VERSION
         self._hs_corr = -1
         self._outbox = bytearray()
-        self._frames = FrameReader(max_frame)
         self._next_corr = 0
-        self._in_flight: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        # (correlation id, api key, version, response class or None, handle), oldest first
+        self._in_flight: deque[tuple[int, int, int, Any, Any]] = deque()
+        self._recv_view = memoryview(recv_buffer if recv_buffer is not None else bytearray(DEFAULT_RECV_BUFFER))
+        self._frame: bytearray | None = None   # a frame larger than what has arrived, sized from its prefix
+        self._fill = 0                         # bytes of _frame received so far
+        self._head = b""                       # a size prefix split across reads
 
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
 
     @property
+    def can_send(self) -> bool:
+        """False while `max_in_flight` requests await their responses."""
+        return self.max_in_flight is None or len(self._in_flight) < self.max_in_flight
+
+    @property
     def ready(self) -> bool:
         return self.state == READY
+
+    def oldest_handle(self) -> Any:
+        """The handle of the oldest request in flight (None if nothing is in flight)."""
+        return self._in_flight[0][4] if self._in_flight else None
+
+    def in_flight_handles(self) -> list:
+        """The handles of the requests in flight, oldest first."""
+        return [e[4] for e in self._in_flight]
+
+    def connection_lost(self) -> list:
+        """The connection is gone: forget what was in flight and any partial frame, return the
+        handles of the requests that will never be answered (oldest first). The object is CLOSED."""
+        handles = self.in_flight_handles()
+        self._in_flight.clear()
+        self._frame, self._fill, self._head = None, 0, b""
+        self._outbox = bytearray()
+        self.state = CLOSED
+        return handles
 
     # -- handshake ---------------------------------------------------------------------------------
     def initiate(self) -> None:
@@ -346,7 +421,6 @@ class ClientProtocol:
 
     # -- SASL ----------------------------------------------------------------------------------------
     def _start_sasl(self) -> None:
-        from kohort.protocol.sasl import SaslClient
         self.state = SASL
         self._sasl_client = SaslClient(*self.sasl)
         try:
@@ -371,8 +445,6 @@ class ClientProtocol:
         self._outbox += encode_request(request, version, corr, self.client_id)
 
     def _on_sasl_frame(self, payload) -> None:
-        from kohort.errors import for_code
-        from kohort.protocol.sasl import SaslFailure
         corr, resp = decode_response_lenient(payload, self._sasl_key, self._sasl_version)
         if corr != self._hs_corr:
             raise HandshakeError(f"SASL answer with correlation id {corr}, expected {self._hs_corr}")
@@ -415,47 +487,122 @@ class ClientProtocol:
             raise UnsupportedVersionError(
                 f"{_api(api_key)} v{version} requested but the broker supports v{rng[0]}-v{rng[1]}")
 
-    # -- requests and responses --------------------------------------------------------------------
+    # -- requests ----------------------------------------------------------------------------------
     def _take_corr(self) -> int:
         corr = self._next_corr
         self._next_corr = (corr + 1) & 0x7FFFFFFF
         return corr
 
-    def send(self, request, version: int, expect_response: bool = True) -> tuple[int, bytes]:
+    def send_request(self, request, version: int, *, expect_response: bool = True, handle: Any = None,
+                     response_class=None) -> tuple[int, bytes]:
+        """Encode `request` in `version` -> (correlation_id, bytes to write). With `expect_response`
+        the request is in flight until its response; `response_class` decodes that response instead
+        of the registered class (same wire layout). Raises TooManyInFlightError when `can_send` is False."""
+        if expect_response and not self.can_send:
+            raise TooManyInFlightError(f"{self.max_in_flight} requests already in flight on this connection")
         corr = self._take_corr()
         data = encode_request(request, version, corr, self.client_id)
         if expect_response:
-            self._in_flight[corr] = (type(request).API_KEY, version)
+            self._in_flight.append((corr, type(request).API_KEY, version, response_class, handle))
         return corr, data
 
-    def receive_data(self, data) -> list:
-        out = []
-        for payload in self._frames.feed(data):
-            if self.state == HANDSHAKE:
-                self._on_handshake_frame(payload)
-                continue
-            if self.state == SASL:
-                self._on_sasl_frame(payload)
-                continue
-            if len(payload) < 4:
-                raise DecodeError("response frame shorter than its correlation id")
-            (corr,) = _SIZE.unpack_from(payload, 0)
-            if not self._in_flight:
-                raise DecodeError(f"response with correlation id {corr} but nothing in flight")
-            expected, (api_key, version) = next(iter(self._in_flight.items()))
-            if corr != expected:
-                raise DecodeError(f"response correlation id {corr} does not match the oldest request {expected}")
-            del self._in_flight[corr]
-            _, resp = decode_response_lenient(payload, api_key, version)
-            out.append((corr, resp))
+    # -- receiving ---------------------------------------------------------------------------------
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next bytes read from the connection go (then call `buffer_updated`)."""
+        if self._frame is not None:
+            return memoryview(self._frame)[self._fill:]
+        return self._recv_view
+
+    def buffer_updated(self, nbytes: int) -> list[ResponseReceived]:
+        """`nbytes` were written at the start of the last `get_buffer()`: the responses they complete."""
+        out: list[ResponseReceived] = []
+        try:
+            frame = self._frame
+            if frame is not None:
+                self._fill += nbytes
+                if self._fill == len(frame):
+                    self._frame, self._fill = None, 0
+                    self._on_frame(frame, out)
+            else:
+                self._cut(self._recv_view, nbytes, out)
+        except DecodeError as e:
+            self.state = CLOSED
+            raise ProtocolViolation(str(e), out) from e
         return out
 
-    def on_handshake_data(self, data) -> None:
-        """Feed bytes during the handshake (a driver that splits READY frames itself). Bytes after
-        the ApiVersions response are an error: nothing else is in flight yet."""
-        self.receive_data(data)
-        if self.state == READY and self._frames.buffered:
-            raise HandshakeError("unexpected bytes after the ApiVersions response")
+    def receive_data(self, data) -> list[ResponseReceived]:
+        """Feed bytes read from the connection: the responses they complete (see `buffer_updated`)."""
+        src = memoryview(data)
+        out: list[ResponseReceived] = []
+        pos = 0
+        while pos < len(src):
+            buf = self.get_buffer()
+            k = min(len(buf), len(src) - pos)
+            buf[:k] = src[pos:pos + k]
+            pos += k
+            try:
+                out += self.buffer_updated(k)
+            except ProtocolViolation as e:
+                e.completed[:0] = out
+                raise
+        return out
+
+    def _cut(self, view: memoryview, n: int, out: list) -> None:
+        """Hand out the frames in view[:n]; an incomplete one is kept in _frame / _head."""
+        pos = 0
+        if self._head:
+            take = min(4 - len(self._head), n)
+            head = self._head + bytes(view[:take])
+            pos = take
+            if len(head) < 4:
+                self._head = head
+                return
+            self._head = b""
+        else:
+            head = None
+        while True:
+            if head is None:
+                if n - pos < 4:
+                    if pos < n:
+                        self._head = bytes(view[pos:n])
+                    return
+                head = bytes(view[pos:pos + 4])
+                pos += 4
+            size = frame_size(head, self.max_frame)
+            head = None
+            if n - pos >= size:
+                payload = bytes(view[pos:pos + size])
+                pos += size
+                self._on_frame(payload, out)
+            else:
+                frame = bytearray(size)
+                have = n - pos
+                frame[:have] = view[pos:n]
+                self._frame, self._fill = frame, have
+                return
+
+    def _on_frame(self, payload, out: list) -> None:
+        """One complete frame (no size prefix), by the connection's state."""
+        state = self.state
+        if state == HANDSHAKE:
+            self._on_handshake_frame(payload)
+            return
+        if state == SASL:
+            self._on_sasl_frame(payload)
+            return
+        if state == CLOSED:
+            raise DecodeError("bytes received on a closed connection")
+        if len(payload) < 4:
+            raise DecodeError(f"response frame of {len(payload)} bytes has no correlation id")
+        (corr,) = _SIZE.unpack_from(payload, 0)
+        if not self._in_flight:
+            raise DecodeError(f"response with correlation id {corr} but nothing in flight")
+        expected, api_key, version, response_class, handle = self._in_flight[0]
+        if corr != expected:
+            raise DecodeError(f"response correlation id {corr} does not match the oldest request {expected}")
+        self._in_flight.popleft()
+        resp = decode_response_lenient(payload, api_key, version, response_class)[1]
+        out.append(ResponseReceived(corr, resp, handle, len(payload) + 4))
 
 
 def _api(api_key: int) -> str:
@@ -464,7 +611,8 @@ def _api(api_key: int) -> str:
 
 
 __all__ = [
-    "API_VERSIONS_KEY", "ClientProtocol", "HANDSHAKE", "HandshakeError", "IDLE", "READY",
+    "API_VERSIONS_KEY", "CLOSED", "ClientProtocol", "HANDSHAKE", "HandshakeError", "IDLE", "ProtocolViolation",
+    "READY", "ResponseReceived", "TooManyInFlightError",
     "decode_response_lenient", "last_rigid_version", "DEFAULT_MAX_FRAME", "FrameReader", "FrameTooLargeError",
     "UnsupportedRequestError", "UnsupportedVersionError", "decode_request", "decode_response",
     "encode_request", "encode_response", "encode_response_buffer", "frame", "frame_size", "peek_request_header", "pick_version",

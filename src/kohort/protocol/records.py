@@ -20,7 +20,8 @@ What lives here:
   CRC); `BatchBuilder` / `build_batch` build on them, and so does the producer's ProducerBatch.
 * `patch_base_offset`, `patch_leader_epoch` (in place, CRC unaffected because the CRC starts at
   Attributes), `set_log_append_time` (rewrites Attributes/MaxTimestamp and the CRC).
-* Control batches of transaction markers (KIP-98): `build_control_batch`, `parse_control_record`.
+* Control batches of transaction markers (KIP-98), encoded only here: `marker_key`/`marker_value`,
+  `build_control_batch`; read by `parse_control_record` (strict) and `parse_marker` (lenient).
 * Reading fetched bytes, shared by the consumer and the Spark source: `scan_batches` (next fetch
   offset, last leader epoch, CRC check, from headers only) and `AbortedTransactions`, the one
   read_committed filter (KIP-98).
@@ -60,7 +61,7 @@ from kohort.protocol.compression import (  # noqa: F401  (re-exported codec ids)
 class ExternalRecords:
     """Record bytes that stay where they are until they are sent (a byte range of a log segment):
     a broker's Fetch answer carries them so its writer can hand them to the OS (sendfile) instead of
-    copying them through Python (issue 17). The RECORDS field writes `len()` as the length and, into
+    copying them through Python. The RECORDS field writes `len()` as the length and, into
     a `SpliceBuffer`, only notes where the bytes go; into any other buffer, the bytes of `read()`.
     Subclasses (storage) say where the bytes are; this module does no I/O."""
 
@@ -1035,13 +1036,32 @@ def set_log_append_time(buf: bytearray, pos: int, timestamp: int) -> None:
 
 
 # -- control records (KIP-98 transaction markers) -------------------------------------------------
+def marker_key(commit: bool) -> bytes:
+    """The control record key of an end-transaction marker: int16 version 0, int16 type (COMMIT/ABORT)."""
+    return _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+
+
+def marker_value(coordinator_epoch: int) -> bytes:
+    """The value of an end-transaction marker: int16 version 0, int32 coordinator epoch."""
+    return _CONTROL_VALUE.pack(0, coordinator_epoch)
+
+
+def parse_marker(key: bytes | None) -> int | None:
+    """CONTROL_ABORT / CONTROL_COMMIT from a control record key, leniently (other key versions read
+    as v0); None if it is not an end-transaction marker (KRaft control types are ignored). The
+    strict reading is `parse_control_record`."""
+    if key is None or len(key) < 4:
+        return None
+    t = _I16.unpack_from(key, 2)[0]
+    return t if t in (CONTROL_ABORT, CONTROL_COMMIT) else None
+
+
 def build_control_batch(commit: bool, producer_id: int, producer_epoch: int, base_offset: int = 0,
                         timestamp: int = NO_TIMESTAMP, coordinator_epoch: int = 0,
                         partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
     """A transactional control batch holding one COMMIT or ABORT marker (callers pass their clock)."""
-    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
-    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
-    return build_batch([(key, value, None, timestamp)], base_offset=base_offset,
+    return build_batch([(marker_key(commit), marker_value(coordinator_epoch), None, timestamp)],
+                       base_offset=base_offset,
                        producer_id=producer_id, producer_epoch=producer_epoch, transactional=True,
                        is_control=True, partition_leader_epoch=partition_leader_epoch)
 

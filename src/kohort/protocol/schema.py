@@ -134,7 +134,7 @@ def _w_len32(out: bytearray, n: int) -> None:
 
 
 def _records_writer(write, write_len):
-    """Records given as ExternalRecords (issue 17): into a SpliceBuffer only the length is written
+    """Records given as ExternalRecords (sent with sendfile): into a SpliceBuffer only the length is written
     and the place noted; into any other buffer their bytes are read and written as usual."""
     def w(out, v):
         if isinstance(v, ExternalRecords):

@@ -40,7 +40,7 @@ from kohort.spark.options import SinkOptions
 
 _ALLOWED = {"key", "value", "topic", "partition", "headers"}
 # the sink's producer defaults where the options do not set them: a bulk writer wants librdkafka's
-# batch size (1,000,000 bytes; Java's 16 KiB makes the broker's per-request cost the limit, issue 17)
+# batch size (1,000,000 bytes; with Java's 16 KiB the broker's per-request cost is the limit)
 PRODUCER_DEFAULTS = {"batch.size": 1_000_000, "linger.ms": 5}
 
 

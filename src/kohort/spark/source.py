@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from kohort.errors import ConfigError, ErrorCode, KafkaError, KohortError, for_code
-from kohort.spark import planning as P
+import kohort.spark.planning as P
 from kohort.spark.arrow import ColumnBuilder, schema_ddl
 from kohort.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, parse_source_options
 

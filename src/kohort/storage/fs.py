@@ -59,7 +59,7 @@ class FileHandle:
 
 
 class FileSlice(ExternalRecords):
-    """`size` bytes at `position` of a file, read only when sent (issue 17): the broker's writer
+    """`size` bytes at `position` of a file, read only when sent: the broker's writer
     hands them to sendfile when the handle has a file descriptor (`fileno()`), else calls `read()`.
     It holds a handle of its own (FileHandle.dup), so its bytes stay readable after the segment is
     closed or deleted; `close()` (or garbage collection) lets the handle go."""

@@ -393,8 +393,8 @@ class Log:
     def become_leader(self, leader_epoch: int) -> None:
         """Record that `leader_epoch` starts at the log end offset, as Kafka's makeLeader does when a
         broker (re)gains leadership: OffsetForLeaderEpoch and Fetch's last_fetched_epoch check then
-        know the current epoch before anything is appended in it (issue 11: after a restart the
-        broker's epoch was unknown to its logs, and every Fetch naming it was OFFSET_OUT_OF_RANGE)."""
+        know the current epoch before anything is appended in it (otherwise, after a restart, the
+        broker's epoch is unknown to its logs and every Fetch naming it is OFFSET_OUT_OF_RANGE)."""
         if leader_epoch > self.epochs.latest_epoch and self.epochs.assign(leader_epoch, self.log_end_offset):
             self.epochs.save()
 

@@ -42,7 +42,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, NamedTuple
 
-from kohort.storage import cleaner
+from kohort.storage.cleaner import compact
 from kohort.storage.config import (
     DEFAULT_FLUSH_POLICY,
     TOPIC_CONFIGS,
@@ -382,7 +382,7 @@ class Storage:
         segments_deleted = bytes_compacted = 0
         for log in list(self.logs()):
             segments_deleted += log.enforce_retention(now_ms)
-            bytes_compacted += cleaner.compact(log, now_ms)
+            bytes_compacted += compact(log, now_ms)
         if segments_deleted:
             self._write_checkpoints()
         return {"segments_deleted": segments_deleted, "bytes_compacted": bytes_compacted}

@@ -11,7 +11,7 @@ import collections
 import logging
 import time
 
-from kohort.broker.console import state
+import kohort.broker.console.state as state
 
 log = logging.getLogger("kohort.broker.console")
 

@@ -29,7 +29,7 @@ import logging
 import os
 import urllib.parse
 
-from kohort.broker.console import state
+import kohort.broker.console.state as state
 from kohort.broker.console.lag import LagHistory
 from kohort.broker.group_events import GroupEvents
 from kohort.errors import ErrorCode

@@ -29,7 +29,7 @@ def _tp_list(assignment) -> list[dict]:
 
 # -- broker and topics -------------------------------------------------------------------------------
 def cluster(broker, console) -> dict:
-    from kohort import __version__
+    from kohort.version import __version__
     rt = getattr(broker, "coordinator", None)
     return {
         "version": __version__,

@@ -33,13 +33,12 @@ import asyncio
 import logging
 import time
 
-from kohort.broker.producer_state import marker_key, marker_value
 from kohort.broker.txn.coordinator import PREPARE, Result, TxnCoordinator, WriteMarkers
 from kohort.broker.txn.log_format import (
     TRANSACTION_STATE_TOPIC, decode_key, decode_value, encode_key, encode_value, txn_partition,
 )
 from kohort.errors import DecodeError, ErrorCode
-from kohort.protocol.records import build_batch, iter_batches, iter_records
+from kohort.protocol.records import build_batch, build_control_batch, iter_batches, iter_records
 from kohort.storage import StorageError, TopicAlreadyExistsError
 
 log = logging.getLogger("kohort.broker.txn")
@@ -148,9 +147,7 @@ class TxnRuntime:
         err = pstate.check_marker(w.producer_id, w.producer_epoch, cepoch)
         if err:
             return err
-        batch = build_batch([(marker_key(w.commit), marker_value(cepoch), [], now)],
-                            producer_id=w.producer_id, producer_epoch=w.producer_epoch, transactional=True,
-                            is_control=True)
+        batch = build_control_batch(w.commit, w.producer_id, w.producer_epoch, timestamp=now, coordinator_epoch=cepoch)
         res = lg.append(batch, leader_epoch=broker.leader_epoch, now_ms=now)
         pstate.complete(w.producer_id, w.producer_epoch, w.commit, res.base_offset, cepoch, now)
         broker.waiters.notify(topic, partition)

@@ -36,6 +36,7 @@ from kohort.client.network import Versioned
 from kohort.client.requests import read_list_offsets
 from kohort.errors import ErrorCode, KafkaError, for_code
 from kohort.protocol.messages.fetch import FetchRequest
+from kohort.protocol.messages.list_offsets import ListOffsetsRequest
 from kohort.protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest
 from kohort.protocol.primitives import ZERO_UUID
 from kohort.protocol.records import (
@@ -46,9 +47,9 @@ from kohort.structs import ConsumerRecord, TopicPartition
 
 log = logging.getLogger("kohort.client.fetcher")
 
-FETCH_KEY = 1
-LIST_OFFSETS_KEY = 2
-OFFSET_FOR_LEADER_EPOCH_KEY = 23
+FETCH_KEY = FetchRequest.API_KEY
+LIST_OFFSETS_KEY = ListOffsetsRequest.API_KEY
+OFFSET_FOR_LEADER_EPOCH_KEY = OffsetForLeaderEpochRequest.API_KEY
 OFFSET_OUT_OF_RANGE = ErrorCode.OFFSET_OUT_OF_RANGE
 FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH
 FETCH_SESSION_ID_NOT_FOUND = ErrorCode.FETCH_SESSION_ID_NOT_FOUND

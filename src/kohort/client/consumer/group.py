@@ -1,4 +1,4 @@
-"""The I/O driver of a consumer's group membership (the logic is `membership.Membership`, pure).
+"""The I/O driver of a consumer's group membership (the logic: the pure machines `membership`, `membership_848`).
 
 GroupMember feeds the state machine its events and carries out its actions:
 
@@ -17,6 +17,8 @@ application thread, outside the lock, so heartbeats go on during a long callback
 With group.protocol=consumer the machine is `membership_848.ConsumerMembership` (KIP-848): the same
 events and actions, ConsumerGroupHeartbeat instead of JoinGroup/SyncGroup/Heartbeat; its member id
 is made here (a random Kafka Uuid string, KIP-1082) and a v0 broker is sent "" to join instead.
+What differs between the two machines for the driver is one small strategy object per machine
+(`ClassicDriving`, `ConsumerDriving`), chosen once from group.protocol.
 
 Offsets: OffsetFetch for partitions without a position (seeking to the committed offset *unvalidated*
 when it carries a leader epoch, so the fetcher checks it with OffsetForLeaderEpoch first, KIP-320);
@@ -26,7 +28,6 @@ retriable errors; async commits go out one at a time so they land in order.
 from __future__ import annotations
 
 import base64
-import copy
 import logging
 import threading
 import uuid
@@ -35,48 +36,116 @@ from collections import deque
 from concurrent.futures import Future
 
 from kohort.client.consumer.membership import (
-    COMPLETING_REBALANCE, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP, NO_GENERATION, PREPARING_REBALANCE, REDISCOVER,
-    STABLE, SYNC_GROUP, UNJOINED, Assign, AutoCommit, Close, CommitFailedError, GroupError, MemberConfig,
-    Membership, MetadataUpdate, NeedCoordinator, Poll, Raise, RebalanceInProgressError, RequestFailed, RequestMetadata, Response,
-    Revoke, Send, Subscribe, Tick, Unsubscribe, UseCoordinator, error_action,
+    COMPLETING_REBALANCE, PREPARING_REBALANCE, REDISCOVER, STABLE, UNJOINED, Membership, error_action,
+)
+from kohort.client.consumer.membership_848 import ConsumerMembership
+from kohort.client.consumer.membership_common import (
+    NO_GENERATION, Assign, AutoCommit, Close, CommitFailedError, GroupError, MemberConfig, MemberMachine,
+    MetadataUpdate, NeedCoordinator, Poll, Raise, RebalanceInProgressError, RequestFailed, RequestMetadata,
+    Response, Revoke, Send, Subscribe, Tick, Unsubscribe, UseCoordinator,
 )
 from kohort.client.consumer.offsets import (
     OFFSETS_BY_NAME_MAX_VERSION, SubscriptionState, offset_commit_request, offset_fetch_request, parse_offset_fetch,
 )
 from kohort.client.network import Versioned
 from kohort.errors import (
-    ErrorCode, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaError, KafkaTimeoutError, KohortError,
-    for_code,
+    ConnectionClosedError, ErrorCode, IncompatibleBrokerVersionError, KafkaError, KafkaTimeoutError,
+    KafkaConnectionError, KohortError, for_code,
 )
-from kohort.protocol.messages.sync_group import SyncGroupResponse
-from kohort.protocol.schema import BYTES, Message, f
+from kohort.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest, heartbeat_for_version
+from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest
+from kohort.protocol.messages.heartbeat import HeartbeatRequest
+from kohort.protocol.messages.join_group import JoinGroupRequest
+from kohort.protocol.messages.offset_commit import OffsetCommitRequest
+from kohort.protocol.messages.offset_fetch import OffsetFetchRequest
+from kohort.protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest
+from kohort.protocol.messages.sync_group import LenientSyncGroupResponse, SyncGroupRequest
 from kohort.structs import TopicPartition
 
 log = logging.getLogger("kohort.client.group")
 
-OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, CONSUMER_GROUP_HEARTBEAT = 8, 9, 23, 68
-# kohort's older names for the member states (health()["member_state"] shows Java's)
+OFFSET_COMMIT, OFFSET_FETCH = OffsetCommitRequest.API_KEY, OffsetFetchRequest.API_KEY
+OFFSET_FOR_LEADER_EPOCH = OffsetForLeaderEpochRequest.API_KEY
+# other names of two member states, for callers that use them (health()["member_state"] shows Java's)
 JOINING, SYNCING = PREPARING_REBALANCE, COMPLETING_REBALANCE
-_API_OF_TAG = {"find": FIND_COORDINATOR, "join": JOIN_GROUP, "sync": SYNC_GROUP, "heartbeat": HEARTBEAT}
-
-
-class LenientSyncGroupResponse(Message):
-    """SyncGroupResponse whose assignment may be null: librdkafka's mock cluster sends null to a
-    member the leader gave nothing; kohort reads that as an empty assignment."""
-
-    API_KEY = SyncGroupResponse.API_KEY
-    VALID = SyncGroupResponse.VALID
-    FLEXIBLE = SyncGroupResponse.FLEXIBLE
-    SCHEMA = [fl for fl in SyncGroupResponse.SCHEMA if fl.name != "assignment"] + [
-        f("assignment", BYTES, nullable="0+", default=b"")]
 
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+# -- what differs between the two machines, for their driver --------------------------------------------
+class ClassicDriving:
+    """Driving the classic member (`Membership`): JoinGroup/SyncGroup/Heartbeat."""
+
+    group_protocol = "classic"
+    # the API of each request tag, for a broker that drops the connection on a version it advertised
+    api_of_tag = {"find": FindCoordinatorRequest.API_KEY, "join": JoinGroupRequest.API_KEY,
+                  "sync": SyncGroupRequest.API_KEY, "heartbeat": HeartbeatRequest.API_KEY}
+    # answers after which poll()'s wait for records goes on with the group at once
+    wake_tags = frozenset({"join", "sync", "find", "heartbeat"})
+    broker_resolves_regex = False       # a pattern is matched here against the topics in metadata
+    static_member_leaves = False        # a static member never leaves on close (its session expires)
+
+    def new_machine(self, cfg: MemberConfig, now_ms: int) -> MemberMachine:
+        return Membership(cfg, now_ms)
+
+    def request(self, request):
+        """What to hand the network client for a `Send` of this machine."""
+        return request
+
+    def response_class(self, tag_kind: str):
+        """The class to decode the answer with (None: the API's own)."""
+        return LenientSyncGroupResponse if tag_kind == "sync" else None
+
+    def poll_again(self, acts: list) -> bool:
+        """After these application actions ran, poll once more: partitions were revoked before
+        joining, now join."""
+        return any(isinstance(a, Revoke) for a in acts)
+
+    def in_group(self, m) -> bool:
+        return m.state == STABLE
+
+    def member_epoch(self, m) -> int | None:
+        return None
+
+
+class ConsumerDriving(ClassicDriving):
+    """Driving the KIP-848 member (`ConsumerMembership`): ConsumerGroupHeartbeat."""
+
+    group_protocol = "consumer"
+    api_of_tag = {"find": FindCoordinatorRequest.API_KEY}
+    wake_tags = frozenset({"find", "heartbeat848"})
+    broker_resolves_regex = True        # SubscribedTopicRegex: the broker resolves the pattern
+    static_member_leaves = True         # with epoch -2, a temporary leave
+
+    def new_machine(self, cfg: MemberConfig, now_ms: int) -> MemberMachine:
+        return ConsumerMembership(cfg, new_member_id(), now_ms)
+
+    def request(self, request):
+        if isinstance(request, ConsumerGroupHeartbeatRequest):
+            return Versioned(request.API_KEY, lambda v, r=request: heartbeat_for_version(r, v))
+        return request
+
+    def response_class(self, tag_kind: str):
+        return None
+
+    def poll_again(self, acts: list) -> bool:
+        """The callbacks ran: now acknowledge, or rejoin after the partitions were lost."""
+        return any(isinstance(a, (Revoke, Assign)) for a in acts)
+
+    def in_group(self, m) -> bool:
+        return m.in_group()
+
+    def member_epoch(self, m) -> int | None:
+        return m.generation.generation_id
+
+
+DRIVING = {"classic": ClassicDriving(), "consumer": ConsumerDriving()}     # by group.protocol
+
+
 class GroupMember:
-    """One consumer's membership in a classic group: the driver of `Membership`. See the module docstring."""
+    """One consumer's membership in a group: the driver of its member machine. See the module docstring."""
 
     def __init__(self, network, cluster, subs: SubscriptionState, fetcher, config):
         c = config
@@ -92,12 +161,8 @@ class GroupMember:
         self.leave_on_close = c["internal.leave.group.on.close"]
         self.exclude_internal = c["exclude.internal.topics"]
         self.rebalance_timeout_ms = c["max.poll.interval.ms"]
-        self.kip848 = c["group.protocol"] == "consumer"
-        if self.kip848:
-            from kohort.client.consumer.membership_848 import ConsumerMembership
-            self.m = ConsumerMembership(self.cfg, new_member_id(), _now_ms())
-        else:
-            self.m = Membership(self.cfg, _now_ms())
+        self.driving: ClassicDriving = DRIVING[c["group.protocol"]]
+        self.m = self.driving.new_machine(self.cfg, _now_ms())
         self._lock = threading.RLock()
         self.topics: list[str] = []
         self.pattern = None
@@ -172,13 +237,10 @@ class GroupMember:
 
     def _send(self, a: Send) -> None:
         kind = a.tag[0]
-        api = _API_OF_TAG.get(kind)
-        request = a.request
-        if request.API_KEY == CONSUMER_GROUP_HEARTBEAT:
-            request = Versioned(CONSUMER_GROUP_HEARTBEAT, lambda v, r=request: _heartbeat_for_version(r, v))
-        fut = self.network.send(a.to, request, timeout_ms=a.timeout_ms,
+        api = self.driving.api_of_tag.get(kind)
+        fut = self.network.send(a.to, self.driving.request(a.request), timeout_ms=a.timeout_ms,
                                 max_version=self._caps.get(api) if api is not None else None,
-                                response_class=LenientSyncGroupResponse if kind == "sync" else None)
+                                response_class=self.driving.response_class(kind))
         fut.add_done_callback(lambda f, tag=a.tag, api=api: self._on_answer(tag, api, f))
         if kind == "leave":
             self._leave_future = fut
@@ -199,7 +261,7 @@ class GroupMember:
             return
         if rest:
             log.error("group %s: actions %s from an I/O event dropped", self.group_id, rest)
-        if tag[0] in ("join", "sync", "find", "heartbeat", "heartbeat848"):
+        if tag[0] in self.driving.wake_tags:
             # poll() waiting for data goes on with the group at once: e.g. a heartbeat's
             # REBALANCE_IN_PROGRESS rejoins now, not when poll()'s wait for records ends (up to 0.5 s);
             # Java's poll() likewise goes round its loop on every response its network client handles
@@ -209,7 +271,7 @@ class GroupMember:
         """A broker that drops the connection on a version it advertised (librdkafka's mock cluster does
         for JoinGroup v6) gets the next lower version from now on."""
         v = getattr(fut, "api_version", None)
-        if isinstance(err, KafkaConnectionError) and v and "closed the connection" in str(err) \
+        if isinstance(err, ConnectionClosedError) and v \
                 and self._caps.get(api_key, 1 << 15) > v - 1:
             self._caps[api_key] = v - 1
             log.warning("group %s: broker closed the connection on %s v%s; using v%s from now on",
@@ -234,7 +296,7 @@ class GroupMember:
         self._consumer = consumer
         self.on_assign, self.on_revoke, self.on_lost = on_assign, on_revoke, on_lost
         self.pattern = pattern
-        if pattern is not None and self.kip848:
+        if pattern is not None and self.driving.broker_resolves_regex:
             # KIP-848: the broker resolves the regex (SubscribedTopicRegex); all topics' metadata
             # turns the topic ids of its assignments into names
             self.cluster.set_all_topics(True)
@@ -265,7 +327,7 @@ class GroupMember:
         denied = [t for t in self.topics or () if self.cluster.topic_error(t) == ErrorCode.TOPIC_AUTHORIZATION_FAILED]
         if denied:      # Java's Metadata.maybeThrowAnyException: raised by every poll() while it lasts
             raise for_code(ErrorCode.TOPIC_AUTHORIZATION_FAILED)(f"not authorized to access topics {sorted(denied)}")
-        if self.pattern is not None and not self.kip848:
+        if self.pattern is not None and not self.driving.broker_resolves_regex:
             if not self.cluster.snapshot.updated_at:
                 return      # Java: match the pattern against fresh metadata before joining
             topics = self._matching_topics()
@@ -274,9 +336,7 @@ class GroupMember:
                 self._handle(Subscribe(tuple(topics)))
         acts = self._handle(Poll())
         self._run(acts)
-        if any(isinstance(a, Revoke) or (self.kip848 and isinstance(a, Assign)) for a in acts):
-            # classic: partitions revoked before joining, now join; KIP-848: the callbacks ran,
-            # now acknowledge (or rejoin after partitions were lost)
+        if self.driving.poll_again(acts):
             self._run(self._handle(Poll()))
 
     def _revoke(self, a: Revoke) -> None:
@@ -564,8 +624,8 @@ class GroupMember:
         co = m.coordinator
         return {"group_id": self.group_id, "member_id": m.member_id, "generation_id": m.generation.generation_id,
                 "member_state": m.state, "leader": m.is_leader and bool(m.member_id),
-                "protocol": m.generation.protocol_name, "group_protocol": "consumer" if self.kip848 else "classic",
-                "member_epoch": m.generation.generation_id if self.kip848 else None,
+                "protocol": m.generation.protocol_name, "group_protocol": self.driving.group_protocol,
+                "member_epoch": self.driving.member_epoch(m),
                 "coordinator": co.node_id if co is not None else None,
                 "last_heartbeat": None if last is None else last / 1000,
                 "seconds_since_heartbeat": None if last is None else (_now_ms() - last) / 1000,
@@ -574,7 +634,7 @@ class GroupMember:
     def close(self, autocommit: bool, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         try:
-            in_group = self.m.in_group() if self.kip848 else self.m.state == STABLE
+            in_group = self.driving.in_group(self.m)
             if autocommit and self.auto_commit and (in_group or not self.subscribed):
                 offs = self.subs.positions()
                 if offs:
@@ -584,8 +644,7 @@ class GroupMember:
                         log.warning("group %s: commit on close failed: %s", self.group_id, e)
             self.flush_async(max(0.0, deadline - time.monotonic()))
             if self.subscribed:
-                # classic static members never leave on close; KIP-848 static members leave with epoch -2
-                leave = self.leave_on_close and (self.group_instance_id is None or self.kip848)
+                leave = self.leave_on_close and (self.group_instance_id is None or self.driving.static_member_leaves)
                 self._run(self._handle(Close(leave=leave)))
                 self._wait_for_leave(deadline)
         finally:
@@ -607,18 +666,6 @@ class GroupMember:
 def new_member_id() -> str:
     """A KIP-848 member id as Java makes it (Uuid.randomUuid().toString(): URL-safe base64, no padding)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-
-
-def _heartbeat_for_version(req, version: int):
-    """ConsumerGroupHeartbeat v0 has no regex and the broker makes the member id: join with ""."""
-    if version >= 1:
-        return req
-    if req.subscribed_topic_regex:
-        raise IncompatibleBrokerVersionError("ConsumerGroupHeartbeat", (1, 1), (0, 0))
-    if req.member_epoch == 0:
-        req = copy.copy(req)
-        req.member_id = ""
-    return req
 
 
 def _first_commit_error(resp) -> int:
@@ -646,5 +693,5 @@ def _sleep_until(deadline: float, backoff: float) -> None:
     time.sleep(min(backoff, left))
 
 
-__all__ = ["CommitFailedError", "GroupError", "GroupMember", "JOINING", "LenientSyncGroupResponse",
+__all__ = ["ClassicDriving", "CommitFailedError", "ConsumerDriving", "GroupError", "GroupMember", "JOINING",
            "RebalanceInProgressError", "STABLE", "SYNCING", "UNJOINED"]

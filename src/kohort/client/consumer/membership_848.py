@@ -35,8 +35,9 @@ AbstractHeartbeatRequestManager handles them.
 """
 from __future__ import annotations
 
-from kohort.client.consumer.membership import (
-    NO_GENERATION, STABLE, Assign, AutoCommit, CommitFailedError, Generation, MemberConfig, Membership, Raise,
+from kohort.client.consumer.membership import STABLE, error_action as classic_error_action
+from kohort.client.consumer.membership_common import (
+    NO_GENERATION, Assign, AutoCommit, CommitFailedError, Generation, MemberConfig, MemberMachine, Raise,
     RequestMetadata, Revoke, Send,
 )
 from kohort.errors import ErrorCode as E, for_code
@@ -47,7 +48,7 @@ from kohort.structs import TopicPartition
 
 UNSUBSCRIBED, JOINING, RECONCILING, ACKNOWLEDGING, FENCED, STALE, FATAL_STATE = (
     "UNSUBSCRIBED", "JOINING", "RECONCILING", "ACKNOWLEDGING", "FENCED", "STALE", "FATAL")
-CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_HEARTBEAT = ConsumerGroupHeartbeatRequest.API_KEY
 
 # -- the error table --------------------------------------------------------------------------------
 OK = "ok"
@@ -91,18 +92,20 @@ NOT_SUPPORTED = ("the broker does not support group.protocol=consumer (KIP-848: 
                  "consumer protocol enabled (Apache Kafka 4.0+)")
 
 
-class ConsumerMembership(Membership):
+class ConsumerMembership(MemberMachine):
     """One consumer's membership in a KIP-848 consumer group. See the module docstring.
 
-    Shares with the classic member its event/action types, the coordinator lookup (`_lookup`,
-    `_find_response`, `_mark_coordinator_unknown`) and the dispatch (`handle`, `_on_Response`)."""
+    Shares with the classic member (`membership_common.MemberMachine`) the event/action types, the
+    coordinator lookup and the dispatch; FindCoordinator and offset-request errors are classified by
+    the classic member's table, as Java's consumers share that handling."""
 
-    def __init__(self, config: MemberConfig, member_id: str, now_ms: int = 0):     # (its own state: no super())
-        self.cfg = config
+    _error_action = staticmethod(classic_error_action)
+
+    def __init__(self, config: MemberConfig, member_id: str, now_ms: int = 0):
+        super().__init__(config, now_ms)
         self.state = UNSUBSCRIBED
         self._member_id = member_id
         self.member_epoch = 0
-        self.coordinator = None
         self.subscription: tuple[str, ...] | None = None
         self.regex: str | None = None
         self.owned: frozenset = frozenset()           # TopicPartitions handed to the application
@@ -116,13 +119,8 @@ class ConsumerMembership(Membership):
         self._sent: dict | None = None                # fields the broker has; None: next heartbeat is full
         self._interval_ms = config.heartbeat_interval_ms
         self._next_heartbeat = now_ms
-        self._hb_inflight = False
-        self._finding = False
-        self._find_not_before = 0
-        self._session_deadline = 0                    # (the classic lookup sets it; unused here)
         self._poll_deadline = now_ms + config.rebalance_timeout_ms
         self._next_auto_commit = now_ms + (config.auto_commit_interval_ms or 0)
-        self._fatal: BaseException | None = None      # FATAL: raised by every poll
         self._error_once: BaseException | None = None
         self.is_leader = False
         self.rebalance_count = 0
@@ -131,6 +129,10 @@ class ConsumerMembership(Membership):
         self.last_heartbeat_ms: int | None = None
 
     # -- queries -------------------------------------------------------------------------------------
+    @property
+    def member_id(self) -> str:
+        return self._member_id
+
     @property
     def generation(self) -> Generation:
         """(member epoch, member id): what commits carry (OffsetCommit v9's generation_id_or_member_epoch)."""
@@ -409,8 +411,11 @@ class ConsumerMembership(Membership):
         if self._fatal is not None and self.state != FATAL_STATE:    # e.g. GROUP_AUTHORIZATION_FAILED
             self._go_fatal(self._fatal)
 
+    def _leave_response(self, resp, tag, now: int, out: list) -> None:
+        pass                            # the member reset when it sent the leave
+
     def take_fatal(self) -> BaseException | None:
-        return self._fatal              # it stays: every poll raises it
+        return self._fatal              # FATAL: it stays, every poll raises it
 
     def _go_fatal(self, err: BaseException) -> None:
         self.state = FATAL_STATE

@@ -177,8 +177,8 @@ def list_offsets_request(version: int, timestamps: dict, isolation_level: int, e
 
 
 # OffsetCommit v10 and OffsetFetch v10 name topics by topic id only (Kafka 4.x); the builders here name
-# topics, so requests are capped at v9 (Kafka 4.x serves 2-10 / 1-10). Sent uncapped to Apache Kafka
-# 4.3, v10 answered UNKNOWN_TOPIC_ID for every partition: no group could commit (issue 11).
+# topics, so requests are capped at v9 (Kafka 4.x serves 2-10 / 1-10): a v10 request naming topics
+# gets UNKNOWN_TOPIC_ID for every partition from Apache Kafka 4.3.
 OFFSETS_BY_NAME_MAX_VERSION = 9
 
 

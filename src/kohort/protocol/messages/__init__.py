@@ -21,10 +21,12 @@ def _discover() -> None:
             if isinstance(obj, type) and issubclass(obj, Message) and obj.__module__ == mod.__name__:
                 if obj.API_KEY < 0:
                     continue
+                # a module's first Request and Response classes are its API's; a later one is a
+                # variant of the same wire layout a client may decode with (LenientSyncGroupResponse)
                 if obj.__name__.endswith("Request"):
-                    REQUESTS[obj.API_KEY] = obj
+                    REQUESTS.setdefault(obj.API_KEY, obj)
                 elif obj.__name__.endswith("Response"):
-                    RESPONSES[obj.API_KEY] = obj
+                    RESPONSES.setdefault(obj.API_KEY, obj)
 
 
 _discover()

@@ -5,6 +5,9 @@ answers with the member epoch, heartbeat interval and (when changed) the assignm
 v1 adds subscribed_topic_regex (KIP-848) and has the client generate its own member id (KIP-1082).
 Null request fields mean "unchanged since the last heartbeat".
 """
+import copy
+
+from kohort.errors import IncompatibleBrokerVersionError
 from kohort.protocol.schema import INT16, INT32, STRING, UUID, Array, ArrayOf, Message, Struct, f
 
 JOIN_GROUP_MEMBER_EPOCH = 0
@@ -51,3 +54,16 @@ class ConsumerGroupHeartbeatResponse(Message):
             ])),
         ]), nullable="0+", default=None),
     ]
+
+
+def heartbeat_for_version(req: ConsumerGroupHeartbeatRequest, version: int) -> ConsumerGroupHeartbeatRequest:
+    """`req` as it can be sent in `version`: v0 has no regex (IncompatibleBrokerVersionError) and the
+    broker makes the member id, so a v0 join (epoch 0) is sent with "" (KIP-1082 came with v1)."""
+    if version >= 1:
+        return req
+    if req.subscribed_topic_regex:
+        raise IncompatibleBrokerVersionError("ConsumerGroupHeartbeat", (1, 1), (0, 0))
+    if req.member_epoch == JOIN_GROUP_MEMBER_EPOCH:
+        req = copy.copy(req)
+        req.member_id = ""
+    return req

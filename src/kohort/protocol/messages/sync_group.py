@@ -35,3 +35,15 @@ class SyncGroupResponse(Message):
         f("protocol_name", STRING, "5+", nullable="5+", default=None),
         f("assignment", BYTES),
     ]
+
+
+class LenientSyncGroupResponse(Message):
+    """SyncGroupResponse whose assignment may be null: librdkafka's mock cluster sends null to a
+    member the leader gave nothing; kohort's client decodes SyncGroup answers with this class and
+    reads that as an empty assignment."""
+
+    API_KEY = SyncGroupResponse.API_KEY
+    VALID = SyncGroupResponse.VALID
+    FLEXIBLE = SyncGroupResponse.FLEXIBLE
+    SCHEMA = [fl for fl in SyncGroupResponse.SCHEMA if fl.name != "assignment"] + [
+        f("assignment", BYTES, nullable="0+", default=b"")]
