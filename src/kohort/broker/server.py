@@ -68,6 +68,8 @@ class Broker:
         self._closers: list = []       # callables run on stop (reverse order)
         self._background: list[asyncio.Task] = []
         self.metrics = None
+        self.faults = None             # a broker/faults.py FaultPlan consulted per request (tests only)
+        self.memory_fs = None          # without data_dir: the MemoryFileSystem to reopen (kohort.testing)
         load_all()
 
     # -- lifecycle ------------------------------------------------------------------------------
