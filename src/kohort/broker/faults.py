@@ -134,15 +134,19 @@ class FaultPlan:
 
 
 # -- the error answer ------------------------------------------------------------------------------------
-# fields that identify an item (a topic, partition, group, member, key); copied from the request's item
+# fields that identify an item (a topic, partition, group, member, resource, key); copied from the
+# request's item the answer is about
 _KEYS = ("name", "topic", "topic_id", "partition_index", "partition", "index", "group_id", "member_id",
-         "group_instance_id", "key", "transactional_id")
+         "group_instance_id", "key", "transactional_id", "resource_type", "resource_name", "user")
 _KEY_ALIASES = {"partition_index": ("partition", "index"), "partition": ("partition_index",),
-                "index": ("partition_index", "partition")}
-# a response array built from a request's array of plain values: the value becomes the item's key
+                "index": ("partition_index", "partition"), "user": ("name",)}
+# a response array answering a request's array of plain values (partition numbers, group ids, ...)
 _VALUE_LISTS = {"partitions": ("partition_indexes", "partitions"), "results_by_partition": ("partitions",),
-                "coordinators": ("coordinator_keys",)}
-_VALUE_KEYS = ("partition_index", "partition", "index", "key")
+                "coordinators": ("coordinator_keys",), "groups": ("groups", "group_ids"),
+                "responses": ("topic_names",), "results": ("groups_names",),
+                "transaction_states": ("transactional_ids",)}
+# the item field a plain value becomes, first of these whose type fits the value
+_VALUE_KEYS = ("partition_index", "partition", "index", "key", "group_id", "transactional_id", "name")
 # integer fields an error answer sets to -1 (unknown offset, epoch, node...), as Kafka's error answers do
 _MINUS_ONE_SUFFIXES = ("offset", "timestamp", "high_watermark", "node_id", "leader_id", "epoch",
                        "producer_id", "generation_id", "preferred_read_replica", "log_append_time_ms",
@@ -154,28 +158,34 @@ def _struct_of(t) -> type | None:
     return inner.cls if isinstance(inner, _StructType) else None
 
 
-def _source_list(resp_field, req_obj):
-    """The request array the response array `resp_field` answers item by item, or None."""
+def _source_list(resp_field, req_obj, version: int) -> tuple[list | None, bool]:
+    """The request array the response array `resp_field` answers item by item (and whether it holds
+    plain values), or None: an array sharing key fields with the answer's items (the most, and the
+    same name on a tie), else the request's only array of structs when the answer's items have no
+    key, else a known array of plain values."""
     if req_obj is None:
         return None, False
-    req_fields = type(req_obj)._by_name
+    req_cls = type(req_obj)
     item_cls = _struct_of(resp_field.type)
     keys = {fl.name for fl in item_cls.FIELDS} & set(_KEYS)
+    wanted = {n for k in keys for n in (k, *_KEY_ALIASES.get(k, ()))}
+    present = [fl for fl in req_cls.FIELDS if isinstance(fl.type, Array) and fl.versions[0] <= version <= fl.versions[1]]
+    arrays = [fl for fl in present if _struct_of(fl.type) is not None]
     best, best_score = None, 0
-    for fl in type(req_obj).FIELDS:
-        sub = _struct_of(fl.type)
-        if sub is None or not isinstance(fl.type, Array):
+    for fl in arrays:
+        common = len(wanted & {s.name for s in _struct_of(fl.type).FIELDS})
+        if not common:
             continue
-        sub_keys = {n for k in {s.name for s in sub.FIELDS} for n in (k, *_KEY_ALIASES.get(k, ()))}
-        score = len(keys & sub_keys) + (fl.name == resp_field.name)
-        if keys and not keys & sub_keys:
-            continue
+        score = 2 * common + (fl.name == resp_field.name)
         if score > best_score:
             best, best_score = fl.name, score
+    if best is None and not keys and len(arrays) == 1:
+        best = arrays[0].name
     if best is not None:
         return getattr(req_obj, best) or [], False
     for name in _VALUE_LISTS.get(resp_field.name, ()):
-        if name in req_fields and _struct_of(req_fields[name].type) is None:
+        fl = req_cls._by_name.get(name)
+        if fl in present and _struct_of(fl.type) is None:
             return getattr(req_obj, name) or [], True
     return None, False
 
@@ -185,22 +195,28 @@ def _key_source(req_obj, name: str) -> str | None:
     return next((a for a in (name, *_KEY_ALIASES.get(name, ())) if a in fields), None)
 
 
-def _mirror(cls, req_obj, code: int, value=None) -> StructBase:
+def _value_field(cls, value) -> str | None:
+    want = "string" if isinstance(value, str) else "int32"
+    return next((n for n in _VALUE_KEYS if n in cls._by_name and cls._by_name[n].type.name == want), None)
+
+
+def _mirror(cls, req_obj, code: int, version: int, value=None) -> StructBase:
     out = cls()
+    value_field = None if value is None else _value_field(cls, value)
     for fl in cls.FIELDS:
         n, t = fl.name, fl.type
         if n.endswith("error_code"):
             setattr(out, n, code)
         elif _struct_of(t) is not None and isinstance(t, Array):
-            src, plain = _source_list(fl, req_obj)
+            src, plain = _source_list(fl, req_obj, version)
             item = _struct_of(t)
             if src is None:
                 setattr(out, n, [] if fl.default is not None else None)
             elif plain:
-                setattr(out, n, [_mirror(item, None, code, v) for v in src])
+                setattr(out, n, [_mirror(item, None, code, version, v) for v in src])
             else:
-                setattr(out, n, [_mirror(item, x, code) for x in src])
-        elif n in _VALUE_KEYS and value is not None:
+                setattr(out, n, [_mirror(item, x, code, version) for x in src])
+        elif n == value_field:
             setattr(out, n, value)
         elif req_obj is not None and n in _KEYS and (src := _key_source(req_obj, n)) is not None:
             setattr(out, n, getattr(req_obj, src))
@@ -216,7 +232,7 @@ def error_response(ctx, request, code: int):
     if api_key == PRODUCE and request.acks == 0:
         from kohort.broker.handlers import NO_RESPONSE
         return NO_RESPONSE
-    resp = _mirror(RESPONSES[api_key], request, code)
+    resp = _mirror(RESPONSES[api_key], request, code, ctx.api_version)
     if api_key == METADATA:
         broker = ctx.broker
         host, port = ctx.advertised()

@@ -158,10 +158,11 @@ class InProcessBroker:
         self._run(create())
 
     def topics(self) -> list[str]:
+        """The topics' names, without the broker's internal ones (__consumer_offsets, ...)."""
         b = self._require()
 
         async def names() -> list[str]:
-            return sorted(t.name for t in b.storage.topics())
+            return sorted(t.name for t in b.storage.topics() if not t.name.startswith("__"))
         return self._run(names())
 
     # -- faults -------------------------------------------------------------------------------------
