@@ -5,12 +5,25 @@
         b.create_topic("orders")
         Producer({"bootstrap.servers": b.bootstrap_servers})...
 
-`broker()` / `InProcessBroker` live in kohort/testing/broker.py; the pytest plugin (fixtures
+`broker()` / `InProcessBroker` live in kohort/testing/inprocess.py; the pytest plugin (fixtures
 `kafka_broker`, `kafka_broker_session`, `kafka_broker_factory`) in kohort/testing/plugin.py, registered
-as the `kohort` pytest11 entry point.
+as the `kohort` pytest11 entry point. pytest imports this package on every run of a project that has
+kohort installed, so its names are imported on first use, not here.
 """
 from __future__ import annotations
 
-from kohort.testing.broker import BrokerNotRunningError, InProcessBroker, broker
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kohort.testing.inprocess import BrokerNotRunningError, InProcessBroker, broker
 
 __all__ = ["broker", "InProcessBroker", "BrokerNotRunningError"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        import importlib
+        value = getattr(importlib.import_module("kohort.testing.inprocess"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kohort.testing' has no attribute {name!r}")

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from kohort.testing.broker import InProcessBroker
+    from kohort.testing.inprocess import InProcessBroker
 
 BrokerFactory = Callable[..., "InProcessBroker"]
 
 
 def _factory(tmp_path_factory: pytest.TempPathFactory) -> tuple[BrokerFactory, Callable[[], None]]:
-    from kohort.testing.broker import InProcessBroker
+    from kohort.testing.inprocess import InProcessBroker
     made: list[InProcessBroker] = []
 
     def make(config: Mapping[str, Any] | None = None, *, storage: str = "memory") -> InProcessBroker:
@@ -43,7 +43,7 @@ def _factory(tmp_path_factory: pytest.TempPathFactory) -> tuple[BrokerFactory, C
 @pytest.fixture
 def kafka_broker() -> Iterator[InProcessBroker]:
     """A fresh in-process Kafka broker (kohort) for this test: in-memory, on an ephemeral loopback port."""
-    from kohort.testing.broker import InProcessBroker
+    from kohort.testing.inprocess import InProcessBroker
     with InProcessBroker() as b:
         yield b
 
@@ -51,7 +51,7 @@ def kafka_broker() -> Iterator[InProcessBroker]:
 @pytest.fixture(scope="session")
 def kafka_broker_session() -> Iterator[InProcessBroker]:
     """One in-process Kafka broker (kohort) shared by the whole test session."""
-    from kohort.testing.broker import InProcessBroker
+    from kohort.testing.inprocess import InProcessBroker
     with InProcessBroker() as b:
         yield b
 
