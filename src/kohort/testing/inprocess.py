@@ -1,7 +1,7 @@
 """An in-process kohort broker for tests: `broker()` and its handle, `InProcessBroker`.
 
 The broker is kohort's own (kohort.broker.server.Broker, the full Kafka protocol) running on an
-asyncio loop in a daemon thread of the test process, on an ephemeral loopback port, with in-memory
+asyncio loop in a daemon thread of the test process (one loop and thread for all its brokers), on an ephemeral loopback port, with in-memory
 storage (`storage="memory"`) or a temporary directory (`storage="tmp"`). Any Kafka client connects
 to `bootstrap_servers`. Faults are injected per API with Kafka's names (broker/faults.py):
 
@@ -14,8 +14,8 @@ to `bootstrap_servers`. Faults are injected per API with Kafka's names (broker/f
 
 Configuration uses Kafka's broker config names (`auto.create.topics.enable`, `listeners`,
 `listener.security.protocol.map`, `sasl.enabled.mechanisms`, ...), as `kohort broker --config` reads
-them. Unless the config says otherwise the test broker starts groups without
-group.initial.rebalance.delay.ms (0, as Kafka's own test harness and testcontainers set it).
+them. Unless the config says otherwise a test broker has group.initial.rebalance.delay.ms=0 and
+offsets.topic.num.partitions=1 (TEST_DEFAULTS).
 """
 from __future__ import annotations
 
@@ -32,8 +32,10 @@ from kohort.broker.faults import DELAY, DROP, ERROR, Fault, FaultPlan, api_key_o
 
 Storage = Literal["memory", "tmp"]
 
-# Kafka's test harness and testcontainers start groups at once; a test does not wait 3 s per group
-TEST_DEFAULTS: dict[str, str] = {"group.initial.rebalance.delay.ms": "0"}
+# Defaults of a test broker, as test set-ups of Kafka commonly choose them (the config given wins):
+# groups start at once (a test does not wait 3 s per group) and __consumer_offsets has one partition
+# (50 cost start-up time and nothing a single broker under test needs)
+TEST_DEFAULTS: dict[str, str] = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1"}
 START_TIMEOUT_S = 30.0
 
 
@@ -65,8 +67,6 @@ class InProcessBroker:
         self.faults = FaultPlan()
         self._ports: list[int] | None = None     # the bound ports, kept by a restart
         self._broker = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._closed = False
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -76,7 +76,6 @@ class InProcessBroker:
             raise BrokerNotRunningError("this broker was closed")
         if self._broker is not None:
             return self
-        self._ensure_loop()
         from kohort.broker.server import Broker
         listeners = self._listeners()
         b = Broker(self.config, "127.0.0.1", listeners[0].port, self.data_dir, listeners)
@@ -107,13 +106,6 @@ class InProcessBroker:
         try:
             self.stop()
         finally:
-            loop, thread = self._loop, self._thread
-            if loop is not None and thread is not None:
-                loop.call_soon_threadsafe(loop.stop)
-                thread.join(10)
-                if not thread.is_alive():
-                    loop.close()
-            self._loop = self._thread = None
             if self._own_dir and self.data_dir:
                 shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -201,24 +193,8 @@ class InProcessBroker:
             raise BrokerNotRunningError("the broker is stopped; call start()")
         return self._broker
 
-    def _ensure_loop(self) -> None:
-        if self._loop is not None:
-            return
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.call_soon(ready.set)
-            loop.run_forever()
-        t = threading.Thread(target=run, name="kohort-test-broker", daemon=True)
-        t.start()
-        ready.wait()
-        self._loop, self._thread = loop, t
-
     def _run(self, coro, timeout: float = START_TIMEOUT_S):
-        assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        return asyncio.run_coroutine_threadsafe(coro, _broker_loop()).result(timeout)
 
     def _listeners(self):
         from kohort.broker.security import Listener, build_listeners
@@ -230,6 +206,22 @@ class InProcessBroker:
             for lst, port in zip(listeners, self._ports):
                 lst.port = port
         return listeners
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _broker_loop() -> asyncio.AbstractEventLoop:
+    """The event loop every in-process broker of this process runs on, on one daemon thread started
+    with the first broker (a thread per broker would cost its start-up on every test)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="kohort-test-brokers", daemon=True).start()
+            _loop = loop
+        return _loop
 
 
 def _prop(v: Any) -> str:
