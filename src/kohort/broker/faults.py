@@ -29,7 +29,7 @@ from typing import Any
 
 from kohort.errors import ErrorCode
 from kohort.protocol.messages import REQUESTS, RESPONSES
-from kohort.protocol.schema import Array, StructBase, _StructType
+from kohort.protocol.schema import Array, _StructType
 
 ERROR = "error"
 DELAY = "delay"
@@ -76,10 +76,10 @@ class Fault:
     error_code: int = 0       # ERROR
     delay_s: float = 0.0      # DELAY
 
-    def answer(self, ctx, request) -> Any:
+    def answer(self, ctx: Any, request: Any) -> Any:
         return error_response(ctx, request, self.error_code)
 
-    async def later(self, result) -> Any:
+    async def later(self, result: Any) -> Any:
         """The handler's answer, held back by the delay."""
         if inspect.isawaitable(result):
             result = await result
@@ -87,19 +87,25 @@ class Fault:
         return result
 
 
+@dataclass
+class _Entry:
+    fault: Fault
+    left: int | None          # requests still to take it; None: every request until cleared
+
+
 class FaultPlan:
     """Faults per API key, FIFO; an entry with `count=None` applies to every request until cleared."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queues: dict[int, collections.deque] = {}
-        self.taken: collections.Counter = collections.Counter()     # api key -> faults applied
+        self._queues: dict[int, collections.deque[_Entry]] = {}
+        self.taken: collections.Counter[int] = collections.Counter()     # api key -> faults applied
 
     def add(self, api_key: int, fault: Fault, count: int | None = 1) -> None:
         if count is not None and (not isinstance(count, int) or count < 1):
             raise ValueError(f"count must be a positive integer or None (every request), got {count!r}")
         with self._lock:
-            self._queues.setdefault(api_key, collections.deque()).append([fault, count])
+            self._queues.setdefault(api_key, collections.deque()).append(_Entry(fault, count))
 
     def take(self, api_key: int) -> Fault | None:
         """The fault for this request of `api_key`, if any (called on the broker's loop)."""
@@ -110,20 +116,20 @@ class FaultPlan:
             if not q:
                 return None
             entry = q[0]
-            if entry[1] is not None:
-                entry[1] -= 1
-                if entry[1] == 0:
+            if entry.left is not None:
+                entry.left -= 1
+                if entry.left == 0:
                     q.popleft()
                     if not q:
                         del self._queues[api_key]
             self.taken[api_key] += 1
-            return entry[0]
+            return entry.fault
 
     def remaining(self, api_key: int | None = None) -> int:
         """Faults not yet applied (of one API, or of all); an unbounded entry counts as one."""
         with self._lock:
-            qs = self._queues.values() if api_key is None else [self._queues.get(api_key, ())]
-            return sum(1 if n is None else n for q in qs for _, n in q)
+            qs = list(self._queues.values()) if api_key is None else [self._queues.get(api_key, collections.deque())]
+            return sum(1 if e.left is None else e.left for q in qs for e in q)
 
     def clear(self, api_key: int | None = None) -> None:
         with self._lock:
@@ -153,12 +159,12 @@ _MINUS_ONE_SUFFIXES = ("offset", "timestamp", "high_watermark", "node_id", "lead
                        "controller_id")
 
 
-def _struct_of(t) -> type | None:
+def _struct_of(t: Any) -> Any:
     inner = t.item if isinstance(t, Array) else t
     return inner.cls if isinstance(inner, _StructType) else None
 
 
-def _source_list(resp_field, req_obj, version: int) -> tuple[list | None, bool]:
+def _source_list(resp_field: Any, req_obj: Any, version: int) -> tuple[list[Any] | None, bool]:
     """The request array the response array `resp_field` answers item by item (and whether it holds
     plain values), or None: an array sharing key fields with the answer's items (the most, and the
     same name on a tie), else the request's only array of structs when the answer's items have no
@@ -190,17 +196,17 @@ def _source_list(resp_field, req_obj, version: int) -> tuple[list | None, bool]:
     return None, False
 
 
-def _key_source(req_obj, name: str) -> str | None:
+def _key_source(req_obj: Any, name: str) -> str | None:
     fields = type(req_obj)._by_name
     return next((a for a in (name, *_KEY_ALIASES.get(name, ())) if a in fields), None)
 
 
-def _value_field(cls, value) -> str | None:
+def _value_field(cls: Any, value: Any) -> str | None:
     want = "string" if isinstance(value, str) else "int32"
     return next((n for n in _VALUE_KEYS if n in cls._by_name and cls._by_name[n].type.name == want), None)
 
 
-def _mirror(cls, req_obj, code: int, version: int, value=None) -> StructBase:
+def _mirror(cls: Any, req_obj: Any, code: int, version: int, value: Any = None) -> Any:
     out = cls()
     value_field = None if value is None else _value_field(cls, value)
     for fl in cls.FIELDS:
@@ -218,14 +224,14 @@ def _mirror(cls, req_obj, code: int, version: int, value=None) -> StructBase:
                 setattr(out, n, [_mirror(item, x, code, version) for x in src])
         elif n == value_field:
             setattr(out, n, value)
-        elif req_obj is not None and n in _KEYS and (src := _key_source(req_obj, n)) is not None:
-            setattr(out, n, getattr(req_obj, src))
+        elif req_obj is not None and n in _KEYS and (key_src := _key_source(req_obj, n)) is not None:
+            setattr(out, n, getattr(req_obj, key_src))
         elif getattr(t, "name", "") in ("int16", "int32", "int64") and n.endswith(_MINUS_ONE_SUFFIXES):
             setattr(out, n, -1)
     return out
 
 
-def error_response(ctx, request, code: int):
+def error_response(ctx: Any, request: Any, code: int) -> Any:
     """A response to `request` (of ctx.api_version) failing with `code` in every error field; for
     Metadata the brokers and cluster id are the real ones, so a client still learns where to go."""
     api_key = type(request).API_KEY

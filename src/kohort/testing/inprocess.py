@@ -24,11 +24,17 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from kohort.broker.faults import DELAY, DROP, ERROR, Fault, FaultPlan, api_key_of, error_code_of
+
+if TYPE_CHECKING:
+    from kohort.broker.security import Listener
+    from kohort.storage.fs import MemoryFileSystem
+
+T = TypeVar("T")
 
 Storage = Literal["memory", "tmp"]
 
@@ -60,13 +66,13 @@ class InProcessBroker:
             data_dir = tempfile.mkdtemp(prefix="kohort-test-broker-")
             self._own_dir = True
         self.data_dir = data_dir if storage == "tmp" else None
-        self._memory_fs = None
+        self._memory_fs: MemoryFileSystem | None = None
         if storage == "memory":
             from kohort.storage.fs import MemoryFileSystem
-            self._memory_fs = MemoryFileSystem()
+            self._memory_fs = MemoryFileSystem()  # type: ignore[no-untyped-call]
         self.faults = FaultPlan()
         self._ports: list[int] | None = None     # the bound ports, kept by a restart
-        self._broker = None
+        self._broker: Any = None            # kohort.broker.server.Broker while running
         self._closed = False
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -136,7 +142,7 @@ class InProcessBroker:
 
     @property
     def port(self) -> int:
-        return self._require().listeners[0].port
+        return int(self._require().listeners[0].port)
 
     # -- topics -------------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
@@ -188,15 +194,17 @@ class InProcessBroker:
         self.faults.clear(None if api is None else api_key_of(api))
 
     # -- internals ----------------------------------------------------------------------------------
-    def _require(self):
+    def _require(self) -> Any:
+        """The running kohort.broker.server.Broker (typed Any: its components attach their attributes
+        when it opens)."""
         if self._broker is None:
             raise BrokerNotRunningError("the broker is stopped; call start()")
         return self._broker
 
-    def _run(self, coro, timeout: float = START_TIMEOUT_S):
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float = START_TIMEOUT_S) -> T:
         return asyncio.run_coroutine_threadsafe(coro, _broker_loop()).result(timeout)
 
-    def _listeners(self):
+    def _listeners(self) -> list[Listener]:
         from kohort.broker.security import Listener, build_listeners
         if "listeners" in self.properties:
             listeners = build_listeners(self.config)
