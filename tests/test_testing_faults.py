@@ -231,3 +231,21 @@ def test_faults_by_unknown_names_fail_clearly():
         with pytest.raises(ValueError, match="count"):
             b.fail_next("Produce", "NOT_LEADER_OR_FOLLOWER", count=0)
         assert b.faults_pending() == 0
+
+
+def test_unbounded_delay_until_cleared():
+    from kohort.protocol.messages.metadata import MetadataRequest
+    with broker() as b:
+        raw = Raw(b.bootstrap_servers)
+        b.delay("Metadata", 150, count=None)
+        for _ in range(3):
+            t0 = time.monotonic()
+            raw.call(MetadataRequest(topics=None), 12)
+            assert time.monotonic() - t0 >= 0.15
+        assert b.faults_applied("Metadata") == 3 and b.faults_pending("Metadata") == 1
+        b.clear_faults("Metadata")
+        assert b.faults_pending() == 0
+        t0 = time.monotonic()
+        raw.call(MetadataRequest(topics=None), 12)
+        assert time.monotonic() - t0 < 0.15
+        raw.close()

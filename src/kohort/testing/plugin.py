@@ -3,7 +3,8 @@
 Fixtures, all synchronous (the broker runs on its own thread, so no async plugin is needed):
 
 * `kafka_broker`          a fresh in-memory broker per test;
-* `kafka_broker_session`  one broker for the whole session;
+* `kafka_broker_session`  one broker for the whole session (its topics, records and any faults not
+                          yet used carry over from test to test: `clear_faults()`);
 * `kafka_broker_factory`  `factory(config=None, *, storage="memory"|"tmp")` -> a started broker with
                           Kafka's config names; every broker it made is closed when the test ends.
 
