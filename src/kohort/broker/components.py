@@ -1,7 +1,8 @@
 """What a Broker holds besides connections, opened by `open_components(broker)` from Broker.open():
 
 * `broker.storage`      kohort.storage Storage (disk) on `broker.data_dir`, or MemoryStorage when
-                        data_dir is None (on `broker.memory_fs` when set: a restart keeps the files); recovery runs here; closed (clean-shutdown marker) on stop
+                        data_dir is None (on `broker.memory_fs` when set: a restart keeps the files);
+                        recovery runs here; closed (clean-shutdown marker) on stop
 * `broker.cluster_id`   persisted in <data_dir>/meta.properties (Kafka's file and key names)
 * `broker.sync`         SyncPump: the group-commit fsync before acks=1/all answers
 * `broker.waiters`      DataWaiters: per-partition wakeups for Fetch long polls
