@@ -249,3 +249,20 @@ def test_unbounded_delay_until_cleared():
         raw.call(MetadataRequest(topics=None), 12)
         assert time.monotonic() - t0 < 0.15
         raw.close()
+
+
+def test_bad_config_and_topics_fail_clearly_and_leave_the_broker_usable():
+    from kohort.broker.config import BrokerConfigError
+    from kohort.errors import KafkaError, TopicAlreadyExistsError
+    from kohort.testing import InProcessBroker
+    with pytest.raises(BrokerConfigError, match="did you mean 'auto.create.topics.enable'"):
+        InProcessBroker({"auto.create.topic.enable": "false"})
+    with pytest.raises(ValueError, match="storage must be 'memory' or 'tmp'"):
+        InProcessBroker(storage="disk")   # type: ignore[arg-type]
+    with broker() as b:
+        b.create_topic("t", partitions=2, config={"cleanup.policy": "compact"})
+        with pytest.raises(TopicAlreadyExistsError):
+            b.create_topic("t")
+        with pytest.raises(KafkaError, match="cleanup.policy"):
+            b.create_topic("u", config={"cleanup.policy": "sideways"})
+        assert b.topics() == ["t"]

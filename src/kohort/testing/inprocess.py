@@ -147,13 +147,19 @@ class InProcessBroker:
     # -- topics -------------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
         """Create a topic (topic configs by Kafka's names, e.g. {"cleanup.policy": "compact"}).
-        An existing topic or a bad name or config raises kohort's typed error."""
+        An existing topic, a bad name or a bad config raises the KafkaError a CreateTopics answer
+        would carry (kohort.errors: TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError...)."""
+        from kohort.errors import for_code
+        from kohort.storage.errors import StorageError
         b = self._require()
         configs = {str(k): _prop(v) for k, v in (config or {}).items()}
 
         async def create() -> None:
             b.storage.create_topic(name, partitions, configs)
-        self._run(create())
+        try:
+            self._run(create())
+        except StorageError as e:
+            raise for_code(int(e.error_code))(str(e)) from None
 
     def topics(self) -> list[str]:
         """The topics' names, without the broker's internal ones (__consumer_offsets, ...)."""
