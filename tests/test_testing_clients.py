@@ -284,3 +284,22 @@ def test_session_broker_is_shared(kafka_broker_session):
     name = f"s-{uuid.uuid4().hex[:6]}"
     kafka_broker_session.create_topic(name)
     assert name in kafka_broker_session.topics()
+
+
+@pytest.mark.parametrize("error", ["NOT_LEADER_OR_FOLLOWER", "FETCH_SESSION_ID_NOT_FOUND"])
+def test_consumers_retry_fetch_errors(kafka_broker, error):
+    from kohort import Consumer
+    kafka_broker.create_topic("t")
+    bs = kafka_broker.bootstrap_servers
+    _ck_produce(bs, "t", [b"x"])
+    kafka_broker.fail_next("Fetch", error, count=3)
+    assert _ck_consume(bs, "t", 1) == [b"x"]
+    assert kafka_broker.faults_applied("Fetch") == 3
+    kafka_broker.fail_next("Fetch", error, count=3)
+    got: list[bytes] = []
+    with Consumer({"bootstrap.servers": bs, "group.id": "k", "auto.offset.reset": "earliest"}) as c:
+        c.subscribe(["t"])
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(0.2)]
+    assert got == [b"x"] and kafka_broker.faults_applied("Fetch") == 6
