@@ -68,8 +68,8 @@ class InProcessBroker:
         self.data_dir = data_dir if storage == "tmp" else None
         self._memory_fs: MemoryFileSystem | None = None
         if storage == "memory":
-            from kohort.storage.fs import MemoryFileSystem
-            self._memory_fs = MemoryFileSystem()  # type: ignore[no-untyped-call]
+            from kohort.storage import fs
+            self._memory_fs = fs.MemoryFileSystem()  # type: ignore[no-untyped-call]
         self.faults = FaultPlan()
         self._ports: list[int] | None = None     # the bound ports, kept by a restart
         self._broker: Any = None            # kohort.broker.server.Broker while running
