@@ -1,7 +1,8 @@
 """What a Broker holds besides connections, opened by `open_components(broker)` from Broker.open():
 
 * `broker.storage`      kohort.storage Storage (disk) on `broker.data_dir`, or MemoryStorage when
-                        data_dir is None; recovery runs here; closed (clean-shutdown marker) on stop
+                        data_dir is None (on `broker.memory_fs` when set: a restart keeps the files);
+                        recovery runs here; closed (clean-shutdown marker) on stop
 * `broker.cluster_id`   persisted in <data_dir>/meta.properties (Kafka's file and key names)
 * `broker.sync`         SyncPump: the group-commit fsync before acks=1/all answers
 * `broker.waiters`      DataWaiters: per-partition wakeups for Fetch long polls
@@ -104,7 +105,7 @@ async def open_components(broker) -> None:
     t0 = time.perf_counter()
     kwargs = dict(flush_policy=cfg["log.flush.policy"], topic_defaults=cfg.topic_defaults())
     if broker.data_dir is None:
-        storage = MemoryStorage(**kwargs)
+        storage = MemoryStorage(fs=getattr(broker, "memory_fs", None), **kwargs)
     else:
         storage = Storage(broker.data_dir, **kwargs)
     broker.storage = storage

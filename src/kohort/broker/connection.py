@@ -25,6 +25,10 @@ already received wait in the buffer until there is room again.
 SASL listeners: the connection first goes through its `Authenticator` (broker/security.py: only
 ApiVersions and the SASL exchange); the principal it ends with is on every RequestContext of the
 connection; KIP-368 re-authentication and session expiry are checked per request.
+
+Injected faults (tests only): when `broker.faults` holds a FaultPlan (broker/faults.py), each request
+takes its API's next fault before the handler runs: an error answer instead of the handler's, the
+handler's answer held back, or the connection closed instead of answering.
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ import socket
 import time
 
 from kohort.broker.context import RequestContext
+from kohort.broker.faults import DELAY, DROP
 from kohort.broker.handlers import HANDLERS, NO_RESPONSE
 from kohort.broker.security import ANONYMOUS, CLOSE, FAIL, Authenticator, Listener, tls_principal
 from kohort.errors import DecodeError
@@ -414,12 +419,24 @@ class Connection(asyncio.BufferedProtocol):
                                            else "connection-authenticated", **ev}})
         ctx = RequestContext(self.broker, api_key, version, header.correlation_id, header.client_id,
                              host, cid, principal, self.listener)
+        faults = self.broker.faults      # broker/faults.py: None unless a test injects faults
+        fault = faults.take(api_key) if faults is not None else None
+        if fault is not None and fault.kind != DELAY:
+            if fault.kind == DROP:
+                log.info("closing connection %d from %s instead of answering api_key=%d (injected fault)",
+                         cid, host, api_key)
+                self._close_after_pending(0)
+            else:
+                pending.append((fault.answer(ctx, req), version, header.correlation_id, api_key, t0, size))
+            return
         try:
             result = h.fn(ctx, req)
         except Exception:
             log.exception("handler for api_key=%d v%d failed; closing connection %d", api_key, version, cid)
             self._refuse()
             return
+        if fault is not None:
+            result = fault.later(result)
         if inspect.isawaitable(result):
             result = asyncio.ensure_future(result)
         pending.append((result, version, header.correlation_id, api_key, t0, size))

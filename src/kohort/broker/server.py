@@ -15,6 +15,7 @@ import logging
 import signal
 import socket
 import time
+from typing import TYPE_CHECKING
 
 from kohort.broker.acl_store import open_acl_store
 from kohort.broker.config import BrokerConfig
@@ -22,6 +23,10 @@ from kohort.broker.connection import Connection
 from kohort.broker.handlers import load_all
 from kohort.broker.security import Listener, ScramStore
 from kohort.errors import KohortError
+
+if TYPE_CHECKING:
+    from kohort.broker.faults import FaultPlan
+    from kohort.storage.fs import MemoryFileSystem
 
 log = logging.getLogger("kohort.broker")
 
@@ -68,6 +73,8 @@ class Broker:
         self._closers: list = []       # callables run on stop (reverse order)
         self._background: list[asyncio.Task] = []
         self.metrics = None
+        self.faults: FaultPlan | None = None      # consulted per request (broker/faults.py; tests only)
+        self.memory_fs: MemoryFileSystem | None = None   # without data_dir: the files to reopen (kohort.testing)
         load_all()
 
     # -- lifecycle ------------------------------------------------------------------------------
