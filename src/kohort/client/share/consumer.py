@@ -109,7 +109,10 @@ class _Leader:
 class ShareConsumer:
     """A share-group consumer. See the module docstring and Java's KafkaShareConsumer."""
 
-    def __init__(self, config: dict | None = None, **kwargs):
+    def __init__(self, config: dict | None = None, *, acknowledgement_commit_callback: Callable | None = None,
+                 **kwargs):
+        """`config`: Kafka's consumer keys (see the module docstring); keyword arguments with "_" for
+        "." too. `acknowledgement_commit_callback(offsets, error)`: see set_acknowledgement_commit_callback."""
         conf = dict(config or {})
         conf.update({k.replace("_", "."): v for k, v in kwargs.items()})
         bad = [k for k in UNSUPPORTED_CONFIGS if k in conf]
@@ -124,7 +127,9 @@ class ShareConsumer:
         acquire = str(conf.pop("share.acquire.mode", "batch_optimized")).lower()
         if acquire not in _ACQUIRE_MODES:
             raise ConfigError(f"share.acquire.mode must be batch_optimized or record_limit, got {acquire!r}")
-        callback = conf.pop("acknowledgement.commit.callback", None)
+        callback = acknowledgement_commit_callback
+        if callback is not None and not callable(callback):
+            raise ConfigError("acknowledgement_commit_callback must be callable")
         if not conf.get("group.id"):
             raise ConfigError("a share consumer needs group.id")
         self.config = load_config("consumer", conf)
