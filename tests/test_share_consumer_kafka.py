@@ -304,3 +304,95 @@ def test_kohort_and_confluent_kafka_members_mixed(kshare, admin):
         k.close()
     assert not errors
     assert len(seen) == 60 and set(seen.values()) == {1}
+
+
+def test_renew_keeps_records_and_redelivers_them_to_the_same_member(kshare, admin):
+    t, g = _setup(kshare, admin, partitions=1, records=2)
+    c = _consumer(kshare, g, t, **{"share.acknowledgement.mode": "explicit"})
+    try:
+        recs = _poll_until(c, 2)
+        c.acknowledge(recs[0], AcknowledgeType.RENEW)        # KIP-1222: keep it, its lock restarts
+        c.acknowledge(recs[1], AcknowledgeType.ACCEPT)
+        again = _poll_until(c, 1, timeout=5)
+        assert [(r.offset, r.delivery_count) for r in again] == [(0, 1)]   # renewed, not redelivered
+        c.acknowledge(again[0])
+        assert c.commit_sync(10) == {TopicPartition(t, 0): None}
+    finally:
+        c.close()
+    assert admin.list_share_group_offsets(g)[TopicPartition(t, 0)].lag == 0
+
+
+def test_lock_expiry_redelivers_and_wakeup_interrupts_poll(kshare, admin):
+    from kohort.client.share.consumer import WakeupError
+    t, g = _setup(kshare, admin, partitions=1, records=3)
+    a = _consumer(kshare, g, t, **{"share.acknowledgement.mode": "explicit"})
+    b = _consumer(kshare, g, t)
+    try:
+        held = _poll_until(a, 3)
+        assert len(held) == 3
+        start = time.monotonic()
+        got = _poll_until(b, 3, timeout=12)     # a never acknowledges: its 4 s locks expire
+        assert sorted((r.offset, r.delivery_count) for r in got) == [(0, 2), (1, 2), (2, 2)]
+        assert time.monotonic() - start >= 2.5
+        a.acknowledge(held[0], AcknowledgeType.RELEASE)     # too late: the lock is gone
+        assert a.commit_sync(5)[TopicPartition(t, 0)] is not None    # INVALID_RECORD_STATE from the leader
+        threading.Timer(0.3, b.wakeup).start()
+        with pytest.raises(WakeupError):
+            b.poll(5.0)
+    finally:
+        a.close()
+        b.close()
+
+
+def _ck_share_program(mod, bootstrap: str, topic: str, group: str) -> list:
+    """A confluent-kafka share-consumer program: explicit mode, RELEASE each record on its first
+    delivery, ACCEPT on the second, commit_sync after each poll; what it saw, in a comparable form."""
+    out: list = []
+    c = mod.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                           "share.acknowledgement.mode": "explicit"})
+    try:
+        try:
+            c.poll(0.1)
+        except mod.IllegalStateException:
+            out.append("IllegalStateException before subscribe")
+        c.subscribe([topic])
+        out.append(("subscription", c.subscription()))
+        done = set()
+        deadline = time.monotonic() + 20
+        while len(done) < 6 and time.monotonic() < deadline:
+            msgs = c.poll(0.5)
+            for m in msgs:
+                assert m.error() is None
+                out.append((m.partition(), m.offset(), m.value(), m.delivery_count()))
+                if m.delivery_count() == 1:
+                    c.acknowledge(m, mod.AcknowledgeType.RELEASE)
+                else:
+                    c.acknowledge(m, mod.AcknowledgeType.ACCEPT)
+                    done.add((m.partition(), m.offset()))
+            if len(msgs):
+                res = c.commit_sync(10)
+                out.append(("commit", sorted((tp.topic == topic, tp.partition, e is None) for tp, e in res.items())))
+        try:
+            c.acknowledge_offset(topic, 0, 0, mod.AcknowledgeType.ACCEPT)
+        except mod.IllegalStateException:
+            out.append("IllegalStateException acknowledging twice")
+    finally:
+        c.close()
+    try:
+        c.poll(0)
+    except mod.IllegalStateException:
+        out.append("IllegalStateException after close")
+    return out
+
+
+def test_compat_share_consumer_matches_confluent_kafka(kshare, admin):
+    import confluent_kafka
+    import kohort.compat.confluent_kafka as compat
+    outs = []
+    for mod in (confluent_kafka, compat):
+        t, g = _setup(kshare, admin, partitions=1, records=6)
+        outs.append([x if not isinstance(x, tuple) or x[0] != "subscription" else ("subscription", [t == y for y in x[1]])
+                     for x in _ck_share_program(mod, kshare.bootstrap, t, g)])
+    assert outs[0] == outs[1]
+    assert sorted(x for x in outs[1] if isinstance(x, tuple) and len(x) == 4) == \
+        sorted((0, o, b"v%d" % o, n) for o in range(6) for n in (1, 2))

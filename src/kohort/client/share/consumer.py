@@ -21,9 +21,10 @@ Threads: the application thread calls the API; one driver thread per consumer tu
 through NetworkClient, whose I/O thread completes the futures; their callbacks only queue the answer
 for the driver. One lock guards every machine; answers of acknowledgements are reported to
 `acknowledgement_commit_callback` on the application thread (inside poll, commit_sync, commit_async
-or close). A leader is sent the next ShareFetch only when no records are buffered
-and the application holds none unacknowledged (as Java's share consumer: the acknowledgements of the
-last batch ride on the fetch the next poll causes), so a member holds few locks it has not handed out. Heartbeats and FindCoordinator use their own connection to the coordinator, so they never
+or close). A leader is sent a ShareFetch only while the application waits in poll(),
+no records are buffered and the application holds none unacknowledged (as Java's share consumer: the
+acknowledgements of the last batch ride on the fetch the next poll causes), so a member holds no
+locks on records it has not handed out; buffered records whose lock has expired are dropped. Heartbeats and FindCoordinator use their own connection to the coordinator, so they never
 wait behind a long-polling ShareFetch.
 
 Configuration by Kafka's names (the consumer's keys), plus `share.acknowledgement.mode`
@@ -160,8 +161,10 @@ class ShareConsumer:
         self._assignment: dict[_uuid.UUID, frozenset] = {}
         self._names: dict[_uuid.UUID, str] = {}
         self._ids: dict[str, _uuid.UUID] = {}
-        self._buffer: deque = deque()            # (tip, [ConsumerRecord with delivery counts])
+        self._buffer: deque = deque()            # (tip, [ConsumerRecord with delivery counts], acquired at)
+        self._want_records = False               # the application is in poll(): fetching is wanted
         self._renewing: dict[tuple, ConsumerRecord] = {}    # (tip, offset) -> record being renewed
+        self._delivered_records: dict[tuple, ConsumerRecord] = {}   # explicit mode: handed out, unacknowledged
         self._done_acks: deque = deque()         # ({TopicPartition: set[int]}, error) for the callback
         self._commits: dict[int, dict] = {}      # commit id -> {TopicPartition: error or None}
         self._commit_wait: dict[int, int] = {}   # commit id -> requests still unanswered
@@ -219,6 +222,7 @@ class ShareConsumer:
                 raise IllegalStateError("poll() on a share consumer that is not subscribed to any topic")
             self._raise_pending()
             self._acks.before_poll()
+            self._want_records = True
             self._cond.notify_all()
             while True:
                 self._dispatch_callbacks()
@@ -227,7 +231,9 @@ class ShareConsumer:
                     self._wakeup = False
                     raise WakeupError("poll() interrupted by wakeup()")
                 if self._buffer:
-                    return self._hand_out()
+                    out = self._hand_out()
+                    if out:
+                        return out
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return []
@@ -237,25 +243,36 @@ class ShareConsumer:
         """Acknowledge one record the last poll returned (explicit mode): ACCEPT, RELEASE (deliver it
         again), REJECT (archive it) or RENEW (keep it: its lock restarts and a later poll returns it
         again; brokers with ShareFetch v2). Sent with the next poll's fetch or by commit_sync/async."""
+        if not isinstance(record, ConsumerRecord):
+            raise TypeError(f"acknowledge() takes a ConsumerRecord returned by poll(), got {record!r}")
+        self._acknowledge(record.topic, record.partition, record.offset, type, record)
+
+    def acknowledge_offset(self, topic: str, partition: int, offset: int, type: int = ACCEPT) -> None:
+        """acknowledge() by coordinates (Java's acknowledge(topic, partition, offset, type))."""
+        self._acknowledge(topic, partition, offset, type, None)
+
+    def _acknowledge(self, topic: str, partition: int, offset: int, type: int, record) -> None:
         self._check_open()
         if self.acknowledgement_mode != EXPLICIT:
             raise IllegalStateError("acknowledge() needs share.acknowledgement.mode=explicit "
                                     "(implicit mode accepts every record on the next poll)")
-        if not isinstance(record, ConsumerRecord):
-            raise TypeError(f"acknowledge() takes a ConsumerRecord returned by poll(), got {record!r}")
+        if type not in (ACCEPT, RELEASE, REJECT, RENEW):
+            raise ValueError(f"acknowledge type must be ACCEPT (1), RELEASE (2), REJECT (3) or RENEW (4), got {type!r}")
         with self._cond:
-            tid = self._ids.get(record.topic)
+            tid = self._ids.get(topic)
             if tid is None:
-                raise IllegalStateError(f"{record.topic}[{record.partition}]@{record.offset} was not "
-                                        "delivered by this consumer")
-            tip = (tid, record.partition)
+                raise IllegalStateError(f"{topic}[{partition}]@{offset} was not delivered by this consumer")
+            tip = (tid, partition)
             if type == RENEW:
                 v = max((lead.session.version for lead in self._leaders.values()), default=2)
                 if v < 2:
                     raise IllegalStateError("RENEW needs ShareFetch/ShareAcknowledge v2 (KIP-1222, Kafka 4.2+)")
-            self._acks.acknowledge(tip, record.offset, int(type))
-            if type == RENEW:
-                self._renewing[(tip, record.offset)] = record
+                if record is None:
+                    record = self._delivered_records.get((tip, offset))
+            self._acks.acknowledge(tip, offset, int(type))
+            self._delivered_records.pop((tip, offset), None)
+            if type == RENEW and record is not None:
+                self._renewing[(tip, offset)] = record
 
     def commit_sync(self, timeout: float | None = None) -> dict[TopicPartition, KafkaError | None]:
         """Send the acknowledgements pending (implicit mode: the last poll's records as ACCEPT) in
@@ -353,16 +370,28 @@ class ShareConsumer:
 
     def _hand_out(self) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
+        now = time.monotonic()
+        lock_s = (self._lock_timeout_ms or 0) / 1000
         while self._buffer and len(out) < self._max_poll_records:
-            tip, recs = self._buffer[0]
+            tip, recs, at = self._buffer[0]
+            if lock_s and now - at >= lock_s:
+                # fetched before a poll that came too late: the locks have expired, the leader
+                # hands these records out again (to any member), so they are not this member's
+                self._buffer.popleft()
+                continue
             take = recs[:self._max_poll_records - len(out)]
             if len(take) == len(recs):
                 self._buffer.popleft()
             else:
-                self._buffer[0] = (tip, recs[len(take):])
+                self._buffer[0] = (tip, recs[len(take):], at)
             self._acks.delivered(tip, _ranges(r.offset for r in take), [r.offset for r in take])
+            if self.acknowledgement_mode == EXPLICIT:
+                for r in take:
+                    self._delivered_records[(tip, r.offset)] = r
             out.extend(take)
-        self._cond.notify_all()                  # the driver may fetch again
+        if out:
+            self._want_records = False           # the next poll asks for more
+        self._cond.notify_all()
         return out
 
     def _commit(self, sync: bool) -> int | None:
@@ -405,7 +434,7 @@ class ShareConsumer:
                 for o in offs:
                     rec = self._renewing.pop((tip, o), None)
                     if rec is not None:
-                        self._buffer.appendleft((tip, [rec]))
+                        self._buffer.appendleft((tip, [rec], time.monotonic()))
             else:
                 for o in offs:
                     self._renewing.pop((tip, o), None)
@@ -449,6 +478,7 @@ class ShareConsumer:
             self._assignment = {}
             self._acks = Acknowledgements(self.acknowledgement_mode)
             self._renewing.clear()
+            self._delivered_records.clear()
             self._dispatch_callbacks()
 
     def _take_pending_for(self, node: int) -> dict:
@@ -585,7 +615,8 @@ class ShareConsumer:
                 continue
             if lead.acks_out:
                 self._send_acknowledge(lead)
-            elif not self._leaving and wanted.get(node) and not self._buffer and not self._holding():
+            elif (self._want_records and not self._leaving and wanted.get(node) and not self._buffer
+                  and not self._holding()):
                 self._send_fetch(lead, wanted[node])
 
     def _holding(self) -> bool:
@@ -702,7 +733,7 @@ class ShareConsumer:
         if gaps:
             self._acks.delivered(tip, _ranges(gaps), [])     # acquired offsets without a record: GAP
         if recs:
-            self._buffer.append((tip, recs))
+            self._buffer.append((tip, recs, time.monotonic()))
             self._cond.notify_all()
 
     def _on_acknowledge(self, lead: _Leader, cid, built, fut) -> None:
