@@ -16,7 +16,7 @@ import pytest
 from kohort import Admin, Producer, ShareConsumer
 from kohort.client.share.consumer import AcknowledgeType, IllegalStateError
 from kohort.errors import ConfigError, KohortError
-from kohort.structs import TopicPartition
+from kohort.structs import ConsumerRecord, TopicPartition
 
 SHARE_BROKER_CONFIG = {
     "group.share.min.record.lock.duration.ms": 1000, "group.share.record.lock.duration.ms": 4000,
@@ -396,3 +396,37 @@ def test_compat_share_consumer_matches_confluent_kafka(kshare, admin):
     assert outs[0] == outs[1]
     assert sorted(x for x in outs[1] if isinstance(x, tuple) and len(x) == 4) == \
         sorted((0, o, b"v%d" % o, n) for o in range(6) for n in (1, 2))
+
+
+def test_unsubscribe_sends_acknowledgements_and_subscribe_rejoins(kshare, admin):
+    t, g = _setup(kshare, admin, partitions=1, records=3)
+    c = _consumer(kshare, g, t)
+    try:
+        assert len(_poll_until(c, 3)) == 3
+        c.poll(0.5)                               # implicit mode: accepts the 3 (sent on this poll's fetch)
+        c.unsubscribe()
+        assert c.subscription() == set() and c.assignment() == set()
+        with pytest.raises(IllegalStateError, match="not subscribed"):
+            c.poll(0)
+        with Producer({"bootstrap.servers": kshare.bootstrap}) as p:
+            p.send(t, value=b"late", partition=0)
+            p.flush()
+        c.subscribe([t])
+        got = _poll_until(c, 1)
+        assert [(r.offset, r.value, r.delivery_count) for r in got] == [(3, b"late", 1)]
+    finally:
+        c.close()
+
+
+# -- records (no broker) -------------------------------------------------------------------------------
+def test_delivery_count_on_records_and_compat_messages():
+    from kohort.compat.confluent_kafka import Message
+    plain = ConsumerRecord("t", 0, 5, 1000, 0, b"k", b"v", [], 3)
+    assert plain.delivery_count is None and len(plain) == 9
+    assert plain == ConsumerRecord._make(("t", 0, 5, 1000, 0, b"k", b"v", [], 3))   # as the decoders build them
+    shared = plain.with_delivery_count(2)
+    assert shared.delivery_count == 2 and shared.offset == 5 and shared.leader_epoch == 3
+    assert ConsumerRecord("t", 0, 5, 1000, 0, b"k", b"v", [], 3, delivery_count=2) == shared
+    assert "delivery_count=2" in repr(shared)
+    assert Message.from_record(shared).delivery_count() == 2 and Message.from_record(shared).offset() == 5
+    assert Message.from_record(plain).delivery_count() is None
