@@ -224,20 +224,23 @@ class ShareConsumer:
             self._acks.before_poll()
             self._want_records = True
             self._cond.notify_all()
-            while True:
-                self._dispatch_callbacks()
-                self._raise_pending()
-                if self._wakeup:
-                    self._wakeup = False
-                    raise WakeupError("poll() interrupted by wakeup()")
-                if self._buffer:
-                    out = self._hand_out()
-                    if out:
-                        return out
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return []
-                self._cond.wait(left)
+            try:
+                while True:
+                    self._dispatch_callbacks()
+                    self._raise_pending()
+                    if self._wakeup:
+                        self._wakeup = False
+                        raise WakeupError("poll() interrupted by wakeup()")
+                    if self._buffer:
+                        out = self._hand_out()
+                        if out:
+                            return out
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return []
+                    self._cond.wait(left)
+            finally:
+                self._want_records = False       # no fetching while the application is elsewhere
 
     def acknowledge(self, record: ConsumerRecord, type: int = ACCEPT) -> None:
         """Acknowledge one record the last poll returned (explicit mode): ACCEPT, RELEASE (deliver it
@@ -389,8 +392,6 @@ class ShareConsumer:
                 for r in take:
                     self._delivered_records[(tip, r.offset)] = r
             out.extend(take)
-        if out:
-            self._want_records = False           # the next poll asks for more
         self._cond.notify_all()
         return out
 
