@@ -344,6 +344,27 @@ def test_lock_expiry_redelivers_and_wakeup_interrupts_poll(kshare, admin):
         b.close()
 
 
+@pytest.mark.parametrize("mode", ["record_limit", "batch_optimized"])
+def test_acquire_mode_decides_how_much_one_fetch_takes(kshare, admin, mode):
+    t, g = _setup(kshare, admin, partitions=1, records=7)      # one log batch of 7 records
+    conf = {"share.acquire.mode": mode, "share.acknowledgement.mode": "explicit", "max.poll.records": 3}
+    a = _consumer(kshare, g, t, **conf)
+    b = None
+    try:
+        first = _poll_until(a, 1)
+        assert [r.offset for r in first] == [0, 1, 2]           # poll() returns max.poll.records either way
+        b = _consumer(kshare, g, t)
+        other = _poll_until(b, 4, timeout=3.0)
+        if mode == "record_limit":                              # KIP-1206: a acquired 3, the rest was free
+            assert [(r.offset, r.delivery_count) for r in other] == [(o, 1) for o in range(3, 7)]
+        else:                                                   # a acquired the whole batch
+            assert other == []
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
 def _ck_share_program(mod, bootstrap: str, topic: str, group: str) -> list:
     """A confluent-kafka share-consumer program: explicit mode, RELEASE each record on its first
     delivery, ACCEPT on the second, commit_sync after each poll; what it saw, in a comparable form."""
