@@ -439,6 +439,25 @@ def test_unsubscribe_sends_acknowledgements_and_subscribe_rejoins(kshare, admin)
         c.close()
 
 
+def test_broker_without_share_groups_is_a_clear_error_from_poll():
+    """kohort's broker does not serve share groups yet: ShareGroupHeartbeat is not advertised."""
+    from kohort.errors import ERRORS, ErrorCode
+    from tests.brokers import KohortBroker
+    with KohortBroker() as kb:
+        with Producer({"bootstrap.servers": kb.bootstrap}) as p:
+            p.send("jobs", value=b"x")
+            p.flush()
+        c = ShareConsumer({"bootstrap.servers": kb.bootstrap, "group.id": "g"})
+        try:
+            c.subscribe(["jobs"])
+            with pytest.raises(ERRORS[ErrorCode.UNSUPPORTED_VERSION], match="ShareGroupHeartbeat"):
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    c.poll(0.2)
+        finally:
+            c.close(timeout=5)
+
+
 # -- records (no broker) -------------------------------------------------------------------------------
 def test_delivery_count_on_records_and_compat_messages():
     from kohort.compat.confluent_kafka import Message

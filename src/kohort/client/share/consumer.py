@@ -51,7 +51,7 @@ from kohort.client.network import NetworkClient
 from kohort.client.requests import find_coordinator_request, read_find_coordinator
 from kohort.client.share import membership as M
 from kohort.client.share.acknowledgements import (
-    ACCEPT, EXPLICIT, IMPLICIT, REJECT, RELEASE, RENEW, AckBatch, Acknowledgements, IllegalStateError,
+    ACCEPT, EXPLICIT, IMPLICIT, REJECT, RELEASE, RENEW, Acknowledgements, IllegalStateError,
 )
 from kohort.client.share.session import FetchLimits, ShareSession
 from kohort.errors import (
@@ -607,8 +607,7 @@ class ShareConsumer:
                     continue
                 rng = self._network.api_versions(node).get(SHARE_FETCH)
                 if rng is None or rng[1] < 1:
-                    self._fatal = IncompatibleBrokerVersionError(
-                        f"broker {node} does not serve ShareFetch v1+ (share groups, KIP-932)")
+                    self._fatal = IncompatibleBrokerVersionError("ShareFetch (share groups, KIP-932)", (1, 2), rng)
                     return
                 lead = self._leaders[node] = _Leader(node, ShareSession(self.group_id, self.member_id,
                                                                         version=min(2, rng[1])))

@@ -32,7 +32,7 @@ from kohort.errors import KohortError
 
 from ._common import Hooks
 from ._config import translate
-from ._types import KafkaError, KafkaException, Message, TopicPartition, error_from, timeout_s
+from ._types import KafkaException, Message, TopicPartition, error_from, timeout_s
 
 _message = Message.from_record
 # librdkafka's consumer keys that a share consumer refuses (ValueError "... is not applicable")
