@@ -1,6 +1,6 @@
 """docs/parity.md is checked against the tools themselves: every option kafka-consumer-groups.sh,
 kafka-console-consumer.sh and kafka-console-producer.sh (Kafka 4.3.1, `--help`) and kcat 1.7.1 (`-h`) list
-has a row, every public method of confluent-kafka's Producer/Consumer/AdminClient has a row, every option
+has a row, every public method of confluent-kafka's Producer/Consumer/AdminClient/ShareConsumer has a row, every option
 kohort's Spark source knows has a row; every row is same/extra/missing-on-purpose; every **same** command
 line parses with kohort's own parser, every **same** confluent-kafka call exists in the compat module and
 every **same** Spark option is accepted by format("kohort")."""
@@ -116,7 +116,8 @@ def test_confluent_kafka_api(doc):
     listed = {t: r for r in rows for t in ticks(r[0])}
     classes = {"Producer": (confluent_kafka.Producer, compat.Producer),
                "Consumer": (confluent_kafka.Consumer, compat.Consumer),
-               "AdminClient": (confluent_kafka.admin.AdminClient, compat_admin.AdminClient)}
+               "AdminClient": (confluent_kafka.admin.AdminClient, compat_admin.AdminClient),
+               "ShareConsumer": (confluent_kafka.ShareConsumer, compat.ShareConsumer)}
     for name, (real, _) in classes.items():
         public = {m for m in dir(real) if not m.startswith("_")} - set(dir(object))
         if name == "Producer":
@@ -127,6 +128,21 @@ def test_confluent_kafka_api(doc):
         if r[2] == "same" and "." in t:
             cls, meth = t.split(".", 1)
             assert hasattr(classes[cls][1], meth), f"{t} is marked same but kohort.compat lacks it"
+
+
+def test_java_share_consumer_rows(doc):
+    """Every **same** kohort call of the KafkaShareConsumer section exists on kohort's classes."""
+    from kohort import Admin, ShareConsumer
+    from kohort.structs import ConsumerRecord
+    rows = doc["Java KafkaShareConsumer (`kohort.ShareConsumer`)"]
+    owners = {"ShareConsumer": ShareConsumer, "Admin": Admin, "record": ConsumerRecord}
+    for r in rows:
+        if r[2] != "same":
+            continue
+        for t in ticks(r[1]):
+            m = re.match(r"(ShareConsumer|Admin|record)\.(\w+)", t)
+            if m:
+                assert hasattr(owners[m.group(1)], m.group(2)), f"{t} is marked same but kohort lacks it"
 
 
 def test_spark_options(doc):

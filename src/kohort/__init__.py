@@ -10,6 +10,9 @@ def __getattr__(name):
     if name == "Producer":
         from kohort.client.producer import Producer
         return Producer
+    if name == "ShareConsumer":
+        from kohort.client.share.consumer import ShareConsumer
+        return ShareConsumer
     if name == "Admin":
         from kohort.client.admin import Admin
         return Admin

@@ -55,8 +55,12 @@ _get = itemgetter
 class ConsumerRecord(tuple):
     """One consumed record. A tuple (cheap to build in bulk) with named read-only fields:
 
-    topic, partition, offset, timestamp, timestamp_type, key, value, headers, leader_epoch.
+    topic, partition, offset, timestamp, timestamp_type, key, value, headers, leader_epoch,
+    delivery_count.
     `headers` is a list of (str key, bytes|None value); `leader_epoch` is None when unknown.
+    `delivery_count` is set on records a share consumer received (KIP-932: 1 on the first
+    acquisition, +1 on each redelivery) and None otherwise; only then is the tuple ten fields long,
+    so records of the ordinary consumer (built nine fields long by the decoders) compare as before.
     """
 
     __slots__ = ()
@@ -64,9 +68,12 @@ class ConsumerRecord(tuple):
                "leader_epoch")
 
     def __new__(cls, topic: str, partition: int, offset: int, timestamp: int, timestamp_type: int,
-                key, value, headers=(), leader_epoch: int | None = None):
+                key, value, headers=(), leader_epoch: int | None = None, delivery_count: int | None = None):
+        if delivery_count is None:
+            return _tuple_new(cls, (topic, partition, offset, timestamp, timestamp_type, key, value,
+                                    list(headers), leader_epoch))
         return _tuple_new(cls, (topic, partition, offset, timestamp, timestamp_type, key, value,
-                                list(headers), leader_epoch))
+                                list(headers), leader_epoch, delivery_count))
 
     @classmethod
     def _make(cls, values):
@@ -83,12 +90,21 @@ class ConsumerRecord(tuple):
     leader_epoch = property(_get(8))
 
     @property
+    def delivery_count(self) -> int | None:
+        return self[9] if len(self) > 9 else None
+
+    def with_delivery_count(self, delivery_count: int) -> "ConsumerRecord":
+        """This record as a share consumer hands it out (first nine fields + the delivery count)."""
+        return _tuple_new(ConsumerRecord, (*self[:9], delivery_count))
+
+    @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self[0], self[1])
 
     def __repr__(self) -> str:
         return (f"ConsumerRecord(topic={self[0]!r}, partition={self[1]}, offset={self[2]}, "
-                f"timestamp={self[3]}, key={self[5]!r}, value={self[6]!r})")
+                f"timestamp={self[3]}, key={self[5]!r}, value={self[6]!r}"
+                + (f", delivery_count={self[9]})" if len(self) > 9 else ")"))
 
     def __reduce__(self):
         return (ConsumerRecord._make, (tuple(self),))

@@ -14,6 +14,10 @@ What lives here: `Admin(config)` (role "admin" of `kohort.client.config`), block
   `reset_group_offsets` (earliest, latest, by timestamp, to an offset, shift-by; only on inactive
   groups, as kafka-consumer-groups.sh --reset-offsets of KIP-122), `group_lag` (committed vs log-end
   offset per partition);
+* share groups (KIP-932): `list_share_groups` (ListGroups, type "share"), `describe_share_groups`
+  (ShareGroupDescribe), `list_share_group_offsets` (DescribeShareGroupOffsets: start offset, leader
+  epoch, lag of KIP-1226), `alter_share_group_offsets` / `delete_share_group_offsets` (Empty groups
+  only), `delete_share_groups` (DeleteGroups); group configs through `alter_configs(("group", id), ...)`;
 * `list_offsets` (earliest / latest / by timestamp (KIP-79) per partition, to each partition's leader);
 * ACLs (KIP-140): `create_acls`, `describe_acls`, `delete_acls` with kohort.protocol.acl's AclBinding and
   AclBindingFilter (CreateAcls/DescribeAcls/DeleteAcls v1-v3; an error raises the broker's
@@ -65,6 +69,7 @@ EARLIEST = -2          # ListOffsets special timestamps
 LATEST = -1
 RESOURCE_TOPIC = 2     # DescribeConfigs resource types
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32    # group configs (share.auto.offset.reset, share.isolation.level, ...; KIP-848/KIP-932)
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3   # IncrementalAlterConfigs (KIP-339)
 _COORDINATOR_RETRY = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                       ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
@@ -147,6 +152,35 @@ class ConsumerGroupDetail(NamedTuple):
     assignor: str
     members: list             # [ConsumerGroupMember]
     coordinator: int
+
+
+class ShareGroupMember(NamedTuple):
+    """One member of a share group (KIP-932), as ShareGroupDescribe tells it."""
+    member_id: str
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    member_epoch: int
+    subscribed_topics: list   # [str]
+    assignment: list          # [TopicPartition] (partitions may be shared with other members)
+
+
+class ShareGroupDescription(NamedTuple):
+    """A share group (ShareGroupDescribe, API 77): state Empty/Stable, epochs, the "simple" assignor."""
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: list             # [ShareGroupMember]
+    coordinator: int
+
+
+class SharePartitionOffsetInfo(NamedTuple):
+    """A share-partition's start offset (SPSO), leader epoch and lag (KIP-1226; None when unknown)."""
+    start_offset: int
+    leader_epoch: int | None
+    lag: int | None
 
 
 class LagRow(NamedTuple):
@@ -439,6 +473,106 @@ class Admin:
                                          d.assignor_name, sorted(members), node)
         return out
 
+    # -- share groups (KIP-932) ----------------------------------------------------------------------------
+    def list_share_groups(self, timeout=None) -> list[GroupListing]:
+        """The share groups (ListGroups v5+ with the type filter "share", as Admin.listGroups(forShareGroups()))."""
+        return self.list_groups(timeout, types=("share",))
+
+    def describe_share_groups(self, groups, timeout=None) -> dict[str, ShareGroupDescription]:
+        """{group: ShareGroupDescription} by ShareGroupDescribe (API 77) at each group's coordinator.
+        A group that is not a share group raises GroupIdNotFoundError, as Kafka's Admin."""
+        return {g: self._describe_share_group(g, timeout) for g in groups}
+
+    def _describe_share_group(self, g: str, timeout=None, missing_ok: bool = False):
+        from kohort.protocol.messages.share_group_describe import ShareGroupDescribeRequest
+        try:
+            node, resp = self._group_call(
+                g, ShareGroupDescribeRequest(group_ids=[g], include_authorized_operations=False), timeout,
+                check=lambda r: r.groups[0].error_code if r.groups else 0)
+        except IncompatibleBrokerVersionError:
+            if missing_ok:
+                return None
+            raise
+        d = resp.groups[0]
+        if missing_ok and d.error_code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
+            return None
+        if d.error_code:
+            raise for_code(d.error_code)(d.error_message or f"share group {g!r}")
+        members = [ShareGroupMember(m.member_id, m.rack_id, m.client_id, m.client_host, m.member_epoch,
+                                    sorted(m.subscribed_topic_names),
+                                    sorted(TopicPartition(t.topic_name, p) for t in m.assignment.topic_partitions
+                                           for p in t.partitions))
+                   for m in d.members]
+        return ShareGroupDescription(d.group_id, d.group_state, d.group_epoch, d.assignment_epoch,
+                                     d.assignor_name, sorted(members), node)
+
+    def list_share_group_offsets(self, group: str, partitions=None, timeout=None) -> dict:
+        """{TopicPartition: SharePartitionOffsetInfo} by DescribeShareGroupOffsets (API 90; lag from v1,
+        KIP-1226). `partitions` None: every initialized share-partition of the group. A partition the
+        group has no state for is left out (start offset -1)."""
+        from kohort.protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsRequest as Q
+        topics = None
+        if partitions is not None:
+            by: dict[str, list[int]] = {}
+            for tp in partitions:
+                tp = TopicPartition(*tp)
+                by.setdefault(tp.topic, []).append(tp.partition)
+            topics = [Q.DescribeShareGroupOffsetsRequestGroup.DescribeShareGroupOffsetsRequestTopic(
+                topic_name=t, partitions=sorted(ps)) for t, ps in sorted(by.items())]
+        req = Q(groups=[Q.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=topics)])
+        _, resp = self._group_call(group, req, timeout,
+                                   check=lambda r: r.groups[0].error_code if r.groups else 0)
+        d = resp.groups[0]
+        if d.error_code:
+            raise for_code(d.error_code)(d.error_message or f"DescribeShareGroupOffsets for group {group!r}")
+        out = {}
+        for t in d.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise for_code(p.error_code)(p.error_message or f"group {group!r} {t.topic_name}[{p.partition_index}]")
+                if p.start_offset < 0:
+                    continue
+                out[TopicPartition(t.topic_name, p.partition_index)] = SharePartitionOffsetInfo(
+                    p.start_offset, p.leader_epoch if p.leader_epoch >= 0 else None, p.lag if p.lag >= 0 else None)
+        return out
+
+    def alter_share_group_offsets(self, group: str, offsets: dict, timeout=None) -> dict:
+        """Set share-partitions' start offsets {TopicPartition: offset} (AlterShareGroupOffsets, API 91).
+        The group must be Empty (NonEmptyGroupError otherwise); a group that does not exist is created.
+        -> {TopicPartition: None or the partition's error}."""
+        from kohort.protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsRequest as Q
+        by: dict[str, list] = {}
+        for tp, off in offsets.items():
+            tp = TopicPartition(*tp)
+            if not isinstance(off, int) or off < 0:
+                raise KohortError(f"alter_share_group_offsets: offset of {tp} must be an int >= 0, got {off!r}")
+            by.setdefault(tp.topic, []).append(Q.AlterShareGroupOffsetsRequestTopic.AlterShareGroupOffsetsRequestPartition(
+                partition_index=tp.partition, start_offset=off))
+        req = Q(group_id=group, topics=[Q.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps)
+                                        for t, ps in sorted(by.items())])
+        _, resp = self._group_call(group, req, timeout, check=lambda r: r.error_code)
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message or f"AlterShareGroupOffsets for group {group!r}")
+        return {TopicPartition(t.topic_name, p.partition_index):
+                (for_code(p.error_code)(p.error_message or f"{t.topic_name}[{p.partition_index}]") if p.error_code else None)
+                for t in resp.responses for p in t.partitions}
+
+    def delete_share_group_offsets(self, group: str, topics, timeout=None) -> dict:
+        """Delete the group's share state of whole topics (DeleteShareGroupOffsets, API 92); the group
+        must be Empty. -> {topic: None or the topic's error}."""
+        from kohort.protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsRequest as Q
+        topics = [topics] if isinstance(topics, str) else list(topics)
+        req = Q(group_id=group, topics=[Q.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics])
+        _, resp = self._group_call(group, req, timeout, check=lambda r: r.error_code)
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message or f"DeleteShareGroupOffsets for group {group!r}")
+        return {t.topic_name: (for_code(t.error_code)(t.error_message or t.topic_name) if t.error_code else None)
+                for t in resp.responses}
+
+    def delete_share_groups(self, groups, timeout=None) -> dict:
+        """Delete share groups (DeleteGroups; NonEmptyGroupError while members remain). {group: None or error}."""
+        return self.delete_groups(groups, timeout)
+
     def delete_group_offsets(self, group: str, partitions, timeout=None) -> dict:
         """OffsetDelete (KIP-496): {TopicPartition: None or the partition's error}. A group-level error
         (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP...) raises."""
@@ -471,6 +605,12 @@ class Admin:
                     out.append(GroupDescription(g, cg.state, "consumer", cg.assignor, [
                         MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host, m.assignment)
                         for m in cg.members], cg.coordinator))
+                    continue
+                sg = self._describe_share_group(g, timeout, missing_ok=True)
+                if sg is not None:
+                    out.append(GroupDescription(g, sg.state, "share", sg.assignor, [
+                        MemberDescription(m.member_id, None, m.client_id, m.client_host, m.assignment)
+                        for m in sg.members], sg.coordinator))
                     continue
             if d.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
                 raise for_code(d.error_code)(f"group {g!r} does not exist (see: kohort groups list)")
@@ -850,11 +990,11 @@ class ConfigEntry(NamedTuple):
 def _rtype(rt) -> int:
     if isinstance(rt, int):
         return rt
-    m = {"topic": RESOURCE_TOPIC, "broker": RESOURCE_BROKER}
+    m = {"topic": RESOURCE_TOPIC, "broker": RESOURCE_BROKER, "group": RESOURCE_GROUP}
     if rt not in m:
-        raise KohortError(f"unknown config resource type {rt!r}; use 'topic' or 'broker'")
+        raise KohortError(f"unknown config resource type {rt!r}; use 'topic', 'broker' or 'group'")
     return m[rt]
 
 
-__all__ = ["Admin", "ProducerState", "TransactionDescription", "TransactionListing", "BrokerInfo", "ClusterDescription", "ConfigEntry", "EARLIEST", "GroupDescription",
+__all__ = ["ShareGroupDescription", "ShareGroupMember", "SharePartitionOffsetInfo", "RESOURCE_GROUP", "Admin", "ProducerState", "TransactionDescription", "TransactionListing", "BrokerInfo", "ClusterDescription", "ConfigEntry", "EARLIEST", "GroupDescription",
            "GroupListing", "LATEST", "LagRow", "MemberDescription", "PartitionInfo", "TopicDescription"]

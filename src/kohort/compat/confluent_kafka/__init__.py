@@ -6,11 +6,13 @@
 
 What lives where: `_types.py` (KafkaError with librdkafka's codes, KafkaException, TopicPartition, Message,
 OFFSET_* constants, ClusterMetadata), `_config.py` (librdkafka config names → Kafka's), `_common.py`
-(logger/log_level/debug, error_cb, stats_cb), `_consumer.py`, `_producer.py`, `admin.py`. What is offered
+(logger/log_level/debug, error_cb, stats_cb), `_consumer.py`, `_producer.py`, `_share.py` (ShareConsumer,
+AcknowledgeType, Messages, IllegalStateException: KIP-932 share groups), `admin.py`. What is offered
 and what is not: README's "confluent-kafka compatibility" section.
 """
 from ._consumer import Consumer
 from ._producer import Producer
+from ._share import AcknowledgeType, IllegalStateException, Messages, ShareConsumer
 from ._types import (
     OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME,
     TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, TopicPartition,
@@ -29,7 +31,7 @@ def libversion():
     return ("kohort", 0)
 
 
-__all__ = ["AdminClient", "Consumer", "ConsumerGroupState", "ConsumerGroupTopicPartitions", "Node", "TopicCollection", "KafkaError", "KafkaException", "Message", "NewPartitions", "NewTopic",
+__all__ = ["AcknowledgeType", "IllegalStateException", "Messages", "ShareConsumer", "AdminClient", "Consumer", "ConsumerGroupState", "ConsumerGroupTopicPartitions", "Node", "TopicCollection", "KafkaError", "KafkaException", "Message", "NewPartitions", "NewTopic",
            "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "Producer",
            "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NOT_AVAILABLE", "TopicPartition",
            "libversion", "version"]

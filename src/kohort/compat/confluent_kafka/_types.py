@@ -203,19 +203,26 @@ class Message:
     """One consumed (or delivered) message, read through methods as in confluent-kafka."""
 
     __slots__ = ("_topic", "_partition", "_offset", "_key", "_value", "_headers", "_ts", "_error",
-                 "_leader_epoch", "_latency")
+                 "_leader_epoch", "_latency", "_delivery_count")
 
     def __init__(self, topic=None, partition=None, offset=None, key=None, value=None, headers=None,
-                 timestamp=(TIMESTAMP_NOT_AVAILABLE, 0), error=None, leader_epoch=None, latency=None):
+                 timestamp=(TIMESTAMP_NOT_AVAILABLE, 0), error=None, leader_epoch=None, latency=None,
+                 delivery_count=None):
         self._topic, self._partition, self._offset = topic, partition, offset
         self._key, self._value, self._headers, self._ts = key, value, headers, timestamp
         self._error, self._leader_epoch, self._latency = error, leader_epoch, latency
+        self._delivery_count = delivery_count
 
     @classmethod
     def from_record(cls, r) -> "Message":
         """A kohort ConsumerRecord (topic, partition, offset, timestamp, timestamp_type, key, value, headers,
-        leader_epoch) as a Message."""
+        leader_epoch[, delivery_count]) as a Message."""
         m = _new(cls)
+        if len(r) > 9:                   # a share consumer's record (KIP-932)
+            m._delivery_count = r[9]
+            r = r[:9]
+        else:
+            m._delivery_count = None
         m._topic, m._partition, m._offset, ts, tt, m._key, m._value, h, m._leader_epoch = r
         m._headers = h or None
         m._ts = _TS_TYPES[tt], ts if tt >= 0 else 0
@@ -251,6 +258,11 @@ class Message:
 
     def latency(self):
         return self._latency
+
+    def delivery_count(self):
+        """How many times a share group delivered this record (1 the first time); None outside share
+        consumers."""
+        return self._delivery_count
 
     def set_key(self, key) -> None:
         self._key = key

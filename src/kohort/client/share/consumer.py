@@ -1,0 +1,778 @@
+"""ShareConsumer: kohort's share-group consumer (KIP-932, "queues for Kafka"), with the semantics of
+Java's KafkaShareConsumer.
+
+    with ShareConsumer({"bootstrap.servers": "h:9092", "group.id": "workers"}) as c:
+        c.subscribe(["jobs"])
+        for record in c.poll(1.0):
+            ...                      # implicit mode: the next poll (or commit_sync) ACCEPTs them
+
+Members of a share group read the same partitions together; the partition leader hands each record to
+one member under a time-limited acquisition lock, and the member acknowledges it: ACCEPT (done),
+RELEASE (deliver again, `delivery_count` + 1), REJECT (archive, never again) or RENEW (keep the lock;
+KIP-1222, brokers 4.2+). A record released `share.delivery.count.limit` times is archived.
+
+This module is the thin driver of three pure parts:
+* `membership.ShareMembership`: ShareGroupHeartbeat (join, heartbeat, leave, fencing);
+* `session.ShareSession`, one per partition leader: ShareFetch / ShareAcknowledge with session epochs;
+* `acknowledgements.Acknowledgements`: implicit/explicit mode, GAPs, the batches sent.
+
+Threads: the application thread calls the API; one driver thread per consumer turns the machines
+(heartbeats on time, one ShareFetch or ShareAcknowledge in flight per leader, metadata) and sends
+through NetworkClient, whose I/O thread completes the futures; their callbacks only queue the answer
+for the driver. One lock guards every machine; answers of acknowledgements are reported to
+`acknowledgement_commit_callback` on the application thread (inside poll, commit_sync, commit_async
+or close). A leader is sent a ShareFetch only while the application waits in poll(),
+no records are buffered and the application holds none unacknowledged (as Java's share consumer: the
+acknowledgements of the last batch ride on the fetch the next poll causes), so a member holds no
+locks on records it has not handed out; buffered records whose lock has expired are dropped. Heartbeats and FindCoordinator use their own connection to the coordinator, so they never
+wait behind a long-polling ShareFetch.
+
+Configuration by Kafka's names (the consumer's keys), plus `share.acknowledgement.mode`
+(implicit | explicit) and `share.acquire.mode` (batch_optimized | record_limit, KIP-1206); the keys
+KafkaShareConsumer rejects (auto.offset.reset, enable.auto.commit, group.instance.id, isolation.level,
+partition.assignment.strategy, interceptor.classes, session.timeout.ms, heartbeat.interval.ms,
+group.protocol, group.remote.assignor) are a ConfigError: those are group configs of a share group
+(`share.auto.offset.reset`, `share.isolation.level`, ...) set with Admin.alter_configs on the group.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid as _uuid
+from collections import deque
+from typing import Callable, Iterable
+
+from kohort.client.cluster import Cluster
+from kohort.client.config import load_config
+from kohort.client.consumer.fetcher import decode_partition
+from kohort.client.consumer.membership import Raise, Send
+from kohort.client.network import NetworkClient
+from kohort.client.requests import find_coordinator_request, read_find_coordinator
+from kohort.client.share import membership as M
+from kohort.client.share.acknowledgements import (
+    ACCEPT, EXPLICIT, IMPLICIT, REJECT, RELEASE, RENEW, Acknowledgements, IllegalStateError,
+)
+from kohort.client.share.session import FetchLimits, ShareSession
+from kohort.errors import (
+    ConfigError, ErrorCode, IncompatibleBrokerVersionError, KafkaError, KohortError, for_code,
+)
+from kohort.protocol.messages.share_fetch import ACQUIRE_MODE_BATCH_OPTIMIZED, ACQUIRE_MODE_RECORD_LIMIT
+from kohort.structs import ConsumerRecord, TopicPartition
+
+log = logging.getLogger("kohort.client.share")
+
+__all__ = ["ShareConsumer", "AcknowledgeType", "IllegalStateError", "WakeupError", "ShareConsumerClosedError",
+           "UNSUPPORTED_CONFIGS"]
+
+SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
+COORDINATOR_CONN_BASE = 2**31 - 1     # the coordinator's own connection: id 2**31-1-node, as the consumer's
+
+# Java's ShareConsumerConfig refuses these (they belong to the group, or to other group types).
+UNSUPPORTED_CONFIGS = (
+    "auto.offset.reset", "enable.auto.commit", "group.instance.id", "isolation.level",
+    "partition.assignment.strategy", "interceptor.classes", "session.timeout.ms", "heartbeat.interval.ms",
+    "group.protocol", "group.remote.assignor",
+)
+_ACQUIRE_MODES = {"batch_optimized": ACQUIRE_MODE_BATCH_OPTIMIZED, "record_limit": ACQUIRE_MODE_RECORD_LIMIT}
+
+
+class AcknowledgeType:
+    """Kafka's AcknowledgeType ids (ShareFetch/ShareAcknowledge AcknowledgeTypes)."""
+    ACCEPT = ACCEPT
+    RELEASE = RELEASE
+    REJECT = REJECT
+    RENEW = RENEW
+
+
+class WakeupError(KohortError):
+    """poll() was interrupted by wakeup() (Java: WakeupException)."""
+
+
+class ShareConsumerClosedError(IllegalStateError):
+    """The share consumer was used after close()."""
+
+
+TIP = tuple  # (topic id, partition): the key of the pure machines
+
+
+class _Leader:
+    """What the driver keeps per partition leader: its share session and the request in flight."""
+    __slots__ = ("node", "session", "busy", "acks_out")
+
+    def __init__(self, node: int, session: ShareSession):
+        self.node = node
+        self.session = session
+        self.busy = False
+        self.acks_out: deque = deque()      # (commit id or None, {tip: [AckBatch]}) waiting for ShareAcknowledge
+
+
+class ShareConsumer:
+    """A share-group consumer. See the module docstring and Java's KafkaShareConsumer."""
+
+    def __init__(self, config: dict | None = None, *, acknowledgement_commit_callback: Callable | None = None,
+                 **kwargs):
+        """`config`: Kafka's consumer keys (see the module docstring); keyword arguments with "_" for
+        "." too. `acknowledgement_commit_callback(offsets, error)`: see set_acknowledgement_commit_callback."""
+        conf = dict(config or {})
+        conf.update({k.replace("_", "."): v for k, v in kwargs.items()})
+        bad = [k for k in UNSUPPORTED_CONFIGS if k in conf]
+        if bad:
+            raise ConfigError(f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not supported by a share "
+                              "consumer (as in Java's KafkaShareConsumer); share-group settings such as "
+                              "share.auto.offset.reset and share.isolation.level are group configs "
+                              "(Admin.alter_configs(('group', group_id), {...}))")
+        mode = str(conf.pop("share.acknowledgement.mode", IMPLICIT)).lower()
+        if mode not in (IMPLICIT, EXPLICIT):
+            raise ConfigError(f"share.acknowledgement.mode must be implicit or explicit, got {mode!r}")
+        acquire = str(conf.pop("share.acquire.mode", "batch_optimized")).lower()
+        if acquire not in _ACQUIRE_MODES:
+            raise ConfigError(f"share.acquire.mode must be batch_optimized or record_limit, got {acquire!r}")
+        callback = acknowledgement_commit_callback
+        if callback is not None and not callable(callback):
+            raise ConfigError("acknowledgement_commit_callback must be callable")
+        if not conf.get("group.id"):
+            raise ConfigError("a share consumer needs group.id")
+        self.config = load_config("consumer", conf)
+        c = self.config
+        self.group_id: str = c["group.id"]
+        self.acknowledgement_mode = mode
+        self.acquire_mode = acquire
+        self._acquire_mode_id = _ACQUIRE_MODES[acquire]
+        self._max_poll_records = c["max.poll.records"]
+        self._api_timeout = c["default.api.timeout.ms"] / 1000
+        self._kd, self._vd = c["key.deserializer"], c["value.deserializer"]
+        self._check_crcs = c["check.crcs"]
+        self._limits_base = dict(max_wait_ms=c["fetch.max.wait.ms"], min_bytes=c["fetch.min.bytes"],
+                                 max_bytes=c["fetch.max.bytes"], max_records=self._max_poll_records,
+                                 batch_size=self._max_poll_records)
+        self.acknowledgement_commit_callback: Callable | None = callback
+
+        self._network = NetworkClient(c, name=f"kohort-share-io-{c['client.id']}")
+        self._cluster = Cluster(self._network, c, auto_create=False)
+        self._member = M.ShareMembership(M.ShareMemberConfig(
+            group_id=self.group_id, rack_id=c["client.rack"] or None, retry_backoff_ms=c["retry.backoff.ms"],
+            request_timeout_ms=c["request.timeout.ms"]))
+        self._acks = Acknowledgements(mode)
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._events: deque = deque()            # answers queued by the I/O thread for the driver
+        self._leaders: dict[int, _Leader] = {}
+        self._assignment: dict[_uuid.UUID, frozenset] = {}
+        self._names: dict[_uuid.UUID, str] = {}
+        self._ids: dict[str, _uuid.UUID] = {}
+        self._buffer: deque = deque()            # (tip, [ConsumerRecord with delivery counts], acquired at)
+        self._want_records = False               # the application is in poll(): fetching is wanted
+        self._renewing: dict[tuple, ConsumerRecord] = {}    # (tip, offset) -> record being renewed
+        self._delivered_records: dict[tuple, ConsumerRecord] = {}   # explicit mode: handed out, unacknowledged
+        self._done_acks: deque = deque()         # ({TopicPartition: set[int]}, error) for the callback
+        self._commits: dict[int, dict] = {}      # commit id -> {TopicPartition: error or None}
+        self._commit_wait: dict[int, int] = {}   # commit id -> requests still unanswered
+        self._commit_seq = 0
+        self._lock_timeout_ms: int | None = None
+        self._subscribed: tuple[str, ...] = ()
+        self._leaving = False
+        self._left = threading.Event()
+        self._left.set()
+        self._wakeup = False
+        self._closed = False
+        self._stop = False
+        self._fatal: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"kohort-share-{c['client.id']}", daemon=True)
+        self._thread.start()
+
+    # -- subscription ---------------------------------------------------------------------------------
+    def subscribe(self, topics: Iterable[str] | str) -> None:
+        """Join the share group for `topics` (names; no patterns). Replaces the subscription;
+        an empty list is unsubscribe()."""
+        self._check_open()
+        topics = [topics] if isinstance(topics, str) else list(topics)
+        if not topics:
+            self.unsubscribe()
+            return
+        if not all(isinstance(t, str) and t for t in topics):
+            raise KohortError(f"subscribe() needs a list of topic names, got {topics!r}")
+        with self._cond:
+            if self._leaving:
+                raise IllegalStateError("subscribe() while the previous subscription is still leaving")
+            self._subscribed = tuple(sorted(set(topics)))
+            self._cluster.set_topics(self._subscribed)
+            self._left.clear()
+            self._apply(self._member.handle(M.Subscribe(self._subscribed), _now_ms()))
+            self._cond.notify_all()
+
+    def subscription(self) -> set[str]:
+        return set(self._subscribed)
+
+    def unsubscribe(self, timeout: float | None = None) -> None:
+        """Leave the share group: acknowledgements pending are sent and what this member holds is
+        released (ShareAcknowledge epoch -1 per leader), then the leave heartbeat (epoch -1)."""
+        self._check_open()
+        self._leave(self._api_timeout if timeout is None else timeout)
+
+    # -- consuming ------------------------------------------------------------------------------------
+    def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
+        """Up to max.poll.records records acquired for this member (possibly none), waiting at most
+        `timeout` seconds. Implicit mode ACCEPTs the records the previous poll returned; explicit
+        mode raises IllegalStateError while any of them is unacknowledged."""
+        self._check_open()
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            if not self._subscribed:
+                raise IllegalStateError("poll() on a share consumer that is not subscribed to any topic")
+            self._raise_pending()
+            self._acks.before_poll()
+            self._want_records = True
+            self._cond.notify_all()
+            try:
+                while True:
+                    self._dispatch_callbacks()
+                    self._raise_pending()
+                    if self._wakeup:
+                        self._wakeup = False
+                        raise WakeupError("poll() interrupted by wakeup()")
+                    if self._buffer:
+                        out = self._hand_out()
+                        if out:
+                            return out
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return []
+                    self._cond.wait(left)
+            finally:
+                self._want_records = False       # no fetching while the application is elsewhere
+
+    def acknowledge(self, record: ConsumerRecord, type: int = ACCEPT) -> None:
+        """Acknowledge one record the last poll returned (explicit mode): ACCEPT, RELEASE (deliver it
+        again), REJECT (archive it) or RENEW (keep it: its lock restarts and a later poll returns it
+        again; brokers with ShareFetch v2). Sent with the next poll's fetch or by commit_sync/async."""
+        if not isinstance(record, ConsumerRecord):
+            raise TypeError(f"acknowledge() takes a ConsumerRecord returned by poll(), got {record!r}")
+        self._acknowledge(record.topic, record.partition, record.offset, type, record)
+
+    def acknowledge_offset(self, topic: str, partition: int, offset: int, type: int = ACCEPT) -> None:
+        """acknowledge() by coordinates (Java's acknowledge(topic, partition, offset, type))."""
+        self._acknowledge(topic, partition, offset, type, None)
+
+    def _acknowledge(self, topic: str, partition: int, offset: int, type: int, record) -> None:
+        self._check_open()
+        if self.acknowledgement_mode != EXPLICIT:
+            raise IllegalStateError("acknowledge() needs share.acknowledgement.mode=explicit "
+                                    "(implicit mode accepts every record on the next poll)")
+        if type not in (ACCEPT, RELEASE, REJECT, RENEW):
+            raise ValueError(f"acknowledge type must be ACCEPT (1), RELEASE (2), REJECT (3) or RENEW (4), got {type!r}")
+        with self._cond:
+            tid = self._ids.get(topic)
+            if tid is None:
+                raise IllegalStateError(f"{topic}[{partition}]@{offset} was not delivered by this consumer")
+            tip = (tid, partition)
+            if type == RENEW:
+                v = max((lead.session.version for lead in self._leaders.values()), default=2)
+                if v < 2:
+                    raise IllegalStateError("RENEW needs ShareFetch/ShareAcknowledge v2 (KIP-1222, Kafka 4.2+)")
+                if record is None:
+                    record = self._delivered_records.get((tip, offset))
+            self._acks.acknowledge(tip, offset, int(type))
+            self._delivered_records.pop((tip, offset), None)
+            if type == RENEW and record is not None:
+                self._renewing[(tip, offset)] = record
+
+    def commit_sync(self, timeout: float | None = None) -> dict[TopicPartition, KafkaError | None]:
+        """Send the acknowledgements pending (implicit mode: the last poll's records as ACCEPT) in
+        ShareAcknowledge requests and wait for the answers: {partition: None or the error}."""
+        self._check_open()
+        t = self._api_timeout if timeout is None else timeout
+        deadline = time.monotonic() + t
+        with self._cond:
+            cid = self._commit(sync=True)
+            if cid is None:
+                self._dispatch_callbacks()
+                return {}
+            while self._commit_wait.get(cid, 0) > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            result = self._commits.pop(cid, {})
+            waiting = self._commit_wait.pop(cid, 0)
+            self._dispatch_callbacks()
+            if waiting:
+                from kohort.errors import KafkaTimeoutError
+                raise KafkaTimeoutError(f"commit_sync: no answer to the acknowledgements within {t:.1f}s")
+            return result
+
+    def commit_async(self) -> None:
+        """Send the acknowledgements pending; the outcome goes to acknowledgement_commit_callback."""
+        self._check_open()
+        with self._cond:
+            self._commit(sync=False)
+            self._dispatch_callbacks()
+
+    def set_acknowledgement_commit_callback(self, callback: Callable | None) -> None:
+        """callback(offsets: {TopicPartition: set[int]}, error: KafkaError | None), run on the
+        application thread (in poll, commit_sync, commit_async or close)."""
+        if callback is not None and not callable(callback):
+            raise TypeError("the acknowledgement commit callback must be callable or None")
+        self.acknowledgement_commit_callback = callback
+
+    def acquisition_lock_timeout_ms(self) -> int | None:
+        """The acquisition lock duration the leaders reported (None before the first answer)."""
+        return self._lock_timeout_ms
+
+    def wakeup(self) -> None:
+        """Make a poll() in progress (or the next one) raise WakeupError."""
+        with self._cond:
+            self._wakeup = True
+            self._cond.notify_all()
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions the coordinator assigned to this member (shared with other members)."""
+        with self._cond:
+            return {TopicPartition(self._names[t], p) for t, ps in self._assignment.items()
+                    if t in self._names for p in ps}
+
+    @property
+    def member_id(self) -> str:
+        return self._member.member_id
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send pending acknowledgements and release what this member holds (ShareAcknowledge
+        epoch -1 to each leader with a session), leave the group (heartbeat epoch -1), stop."""
+        if self._closed:
+            return
+        t = self._api_timeout if timeout is None else timeout
+        try:
+            if self._subscribed or self._leaving:
+                self._leave(t)
+        finally:
+            with self._cond:
+                self._closed = True
+                self._stop = True
+                self._dispatch_callbacks()
+                self._cond.notify_all()
+            self._thread.join(5.0)
+            self._network.close()
+
+    def __enter__(self) -> "ShareConsumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- application-side helpers (lock held) ------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ShareConsumerClosedError("the share consumer is closed")
+
+    def _raise_pending(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        for a in self._member.handle(M.Poll(), _now_ms()):
+            if isinstance(a, Raise):
+                raise a.error
+
+    def _hand_out(self) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        now = time.monotonic()
+        lock_s = (self._lock_timeout_ms or 0) / 1000
+        while self._buffer and len(out) < self._max_poll_records:
+            tip, recs, at = self._buffer[0]
+            if lock_s and now - at >= lock_s:
+                # fetched before a poll that came too late: the locks have expired, the leader
+                # hands these records out again (to any member), so they are not this member's
+                self._buffer.popleft()
+                continue
+            take = recs[:self._max_poll_records - len(out)]
+            if len(take) == len(recs):
+                self._buffer.popleft()
+            else:
+                self._buffer[0] = (tip, recs[len(take):], at)
+            self._acks.delivered(tip, _ranges(r.offset for r in take), [r.offset for r in take])
+            if self.acknowledgement_mode == EXPLICIT:
+                for r in take:
+                    self._delivered_records[(tip, r.offset)] = r
+            out.extend(take)
+        self._cond.notify_all()
+        return out
+
+    def _commit(self, sync: bool) -> int | None:
+        if self.acknowledgement_mode == IMPLICIT:
+            self._acks.before_poll()
+        pending = self._acks.take_all()
+        if not pending:
+            return None
+        self._commit_seq += 1
+        cid = self._commit_seq
+        self._commits[cid] = {}
+        self._commit_wait[cid] = 0
+        by_leader: dict[int, dict] = {}
+        for tip, batches in pending.items():
+            node = self._leader_of(tip)
+            if node is None or node not in self._leaders:
+                self._ack_done(cid, {tip: batches}, for_code(ErrorCode.NOT_LEADER_OR_FOLLOWER)(
+                    "no share session with the partition's leader"))
+                continue
+            by_leader.setdefault(node, {})[tip] = batches
+        for node, acks in by_leader.items():
+            self._leaders[node].acks_out.append((cid, acks))
+            self._commit_wait[cid] += 1
+        if not sync and not self._commit_wait[cid]:
+            self._commits.pop(cid, None)
+            self._commit_wait.pop(cid, None)
+        self._cond.notify_all()
+        return cid
+
+    def _ack_done(self, cid: int | None, acks: dict, error: BaseException | None) -> None:
+        """Acknowledgements answered (or failed): report to the callback and a waiting commit_sync."""
+        offsets: dict[TopicPartition, set[int]] = {}
+        for tip, batches in acks.items():
+            tp = TopicPartition(self._names.get(tip[0], str(tip[0])), tip[1])
+            offs = {o for b in batches for o in range(b.first_offset, b.last_offset + 1)}
+            offsets[tp] = offs
+            if cid is not None and cid in self._commits:
+                self._commits[cid][tp] = error
+            if error is None:
+                for o in offs:
+                    rec = self._renewing.pop((tip, o), None)
+                    if rec is not None:
+                        self._buffer.appendleft((tip, [rec], time.monotonic()))
+            else:
+                for o in offs:
+                    self._renewing.pop((tip, o), None)
+        if offsets:
+            self._done_acks.append((offsets, error))
+
+    def _dispatch_callbacks(self) -> None:
+        cb = self.acknowledgement_commit_callback
+        while self._done_acks:
+            offsets, error = self._done_acks.popleft()
+            if cb is not None:
+                try:
+                    cb(offsets, error)
+                except Exception:
+                    log.exception("acknowledgement_commit_callback raised")
+
+    def _leave(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._leaving = True
+            for lead in self._leaders.values():
+                lead.acks_out.append(("close", self._take_pending_for(lead.node)))
+            self._buffer.clear()
+            self._cond.notify_all()
+            while any(lead.acks_out or lead.busy for lead in self._leaders.values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 0.1))
+            self._apply(self._member.handle(M.Close(), _now_ms()))
+            self._cond.notify_all()
+            while not self._left.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 0.1))
+            self._subscribed = ()
+            self._buffer.clear()
+            self._leaving = False
+            self._leaders.clear()
+            self._assignment = {}
+            self._acks = Acknowledgements(self.acknowledgement_mode)
+            self._renewing.clear()
+            self._delivered_records.clear()
+            self._dispatch_callbacks()
+
+    def _take_pending_for(self, node: int) -> dict:
+        out = {}
+        for tip in [t for t in list(self._acks._pending) if self._leader_of(t) == node]:
+            b = self._acks.take(tip)
+            if b:
+                out[tip] = b
+        return out
+
+    # -- the driver thread ------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        with self._cond:
+            while not self._stop:
+                try:
+                    self._step()
+                except Exception as e:           # a bug must not leave poll() waiting forever
+                    log.exception("share consumer driver failed")
+                    self._fatal = KohortError(f"share consumer driver failed: {e!r}")
+                    self._cond.notify_all()
+                    return
+                self._cond.wait(self._wait_s())
+
+    def _wait_s(self) -> float:
+        due = self._member.next_deadline_ms()
+        if due is None:
+            return 0.1
+        return min(0.1, max(0.0, (due - _now_ms()) / 1000))
+
+    def _step(self) -> None:
+        now = _now_ms()
+        while self._events:
+            kind, *args = self._events.popleft()
+            getattr(self, kind)(*args)
+        self._apply(self._member.handle(M.Tick(), now))
+        self._cluster.maybe_refresh()
+        self._names_from_metadata()
+        self._drive_leaders()
+
+    def _apply(self, actions: list) -> None:
+        for a in actions:
+            if isinstance(a, Send):
+                fut = self._network.send(a.to, a.request, timeout_ms=a.timeout_ms)
+                fut.add_done_callback(lambda f, tag=a.tag: self._queue("_on_heartbeat", tag, f))
+            elif isinstance(a, M.LookupCoordinator):
+                fut = self._network.send(None, find_coordinator_request(self.group_id))
+                fut.add_done_callback(lambda f: self._queue("_on_find_coordinator", f))
+            elif isinstance(a, M.AssignmentChanged):
+                self._assignment = dict(a.assignment)
+                log.debug("share member %s assignment %s", self.member_id, self._assignment)
+            elif isinstance(a, M.Left):
+                self._left.set()
+            elif isinstance(a, Raise):
+                pass                             # the member raises it again from the next Poll event
+        self._cond.notify_all()
+
+    def _queue(self, kind: str, *args) -> None:
+        with self._cond:
+            self._events.append((kind, *args))
+            self._cond.notify_all()
+
+    def _on_heartbeat(self, tag, fut) -> None:
+        try:
+            resp = fut.result()
+        except IncompatibleBrokerVersionError as e:
+            self._apply(self._member.handle(M.RequestFailed(tag, str(e), unsupported=True), _now_ms()))
+            return
+        except Exception as e:
+            self._apply(self._member.handle(M.RequestFailed(tag, str(e)), _now_ms()))
+            return
+        if resp.error_code:
+            log.debug("ShareGroupHeartbeat: %s %s", for_code(resp.error_code).__name__, resp.error_message)
+        self._apply(self._member.handle(M.Response(tag, resp), _now_ms()))
+
+    def _on_find_coordinator(self, fut) -> None:
+        try:
+            code, node, host, port, msg = read_find_coordinator(fut.result())
+        except Exception as e:
+            log.debug("FindCoordinator failed: %s", e)
+            code, node, host, port, msg = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", 0, str(e)
+        if code:
+            self._apply(self._member.handle(M.CoordinatorLost(), _now_ms()))
+            if code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+                self._fatal = for_code(code)(msg or f"group {self.group_id!r}")
+            return
+        conn = COORDINATOR_CONN_BASE - node
+        self._network.set_node_address(conn, host, port)
+        self._apply(self._member.handle(M.CoordinatorFound(conn), _now_ms()))
+
+    def _names_from_metadata(self) -> None:
+        ids = self._cluster.snapshot.topic_ids
+        for name in self._subscribed:
+            tid = ids.get(name)
+            if tid is not None and self._ids.get(name) != tid:
+                self._ids[name] = tid
+                self._names[tid] = name
+
+    def _leader_of(self, tip) -> int | None:
+        name = self._names.get(tip[0])
+        if name is None:
+            return None
+        return self._cluster.leader_for(TopicPartition(name, tip[1]))
+
+    def _wanted(self) -> dict[int, set]:
+        """Assigned partitions by leader (leaders unknown: metadata is asked for)."""
+        out: dict[int, set] = {}
+        missing = False
+        for tid, parts in self._assignment.items():
+            for p in parts:
+                node = self._leader_of((tid, p))
+                if node is None:
+                    missing = True
+                    continue
+                out.setdefault(node, set()).add((tid, p))
+        if missing:
+            self._cluster.request_update()
+        return out
+
+    def _drive_leaders(self) -> None:
+        wanted = {} if self._leaving else self._wanted()
+        for node in set(wanted) | set(self._leaders):
+            lead = self._leaders.get(node)
+            if lead is None:
+                if not self._network.ready(node):
+                    continue
+                rng = self._network.api_versions(node).get(SHARE_FETCH)
+                if rng is None or rng[1] < 1:
+                    self._fatal = IncompatibleBrokerVersionError("ShareFetch (share groups, KIP-932)", (1, 2), rng)
+                    return
+                lead = self._leaders[node] = _Leader(node, ShareSession(self.group_id, self.member_id,
+                                                                        version=min(2, rng[1])))
+            if lead.busy:
+                continue
+            if lead.acks_out:
+                self._send_acknowledge(lead)
+            elif (self._want_records and not self._leaving and wanted.get(node) and not self._buffer
+                  and not self._holding()):
+                self._send_fetch(lead, wanted[node])
+
+    def _holding(self) -> bool:
+        """Records handed to the application and not acknowledged yet: the next fetch waits for the
+        next poll, which acknowledges them (implicit) or requires them acknowledged (explicit)."""
+        return any(self._acks._delivered.values())
+
+    def _send_fetch(self, lead: _Leader, parts: set) -> None:
+        acks = {tip: self._acks.take(tip) for tip in list(self._acks._pending)
+                if self._leader_of(tip) == lead.node}
+        acks = {t: b for t, b in acks.items() if b}
+        built = lead.session.build_fetch(parts, acks, FetchLimits(acquire_mode=self._acquire_mode_id,
+                                                                  **self._limits_base))
+        if built.failed:
+            self._ack_done(None, built.failed, for_code(ErrorCode.INVALID_SHARE_SESSION_EPOCH)(
+                "acknowledgements cannot ride on a share session's first request (epoch 0)"))
+        lead.busy = True
+        fut = self._network.send(lead.node, built.request, max_version=lead.session.version,
+                                 timeout_ms=self.config["request.timeout.ms"] + self._limits_base["max_wait_ms"])
+        fut.add_done_callback(lambda f: self._queue("_on_fetch", lead, built, f))
+
+    def _send_acknowledge(self, lead: _Leader) -> None:
+        cid, acks = lead.acks_out.popleft()
+        closing = cid == "close"
+        if closing and lead.session.epoch == 0:
+            if acks:
+                self._ack_done(None, acks, for_code(ErrorCode.SHARE_SESSION_NOT_FOUND)("no share session to close"))
+            self._cond.notify_all()
+            return
+        built = lead.session.build_acknowledge(acks, closing=closing)
+        if built.failed:
+            self._ack_done(None if closing else cid, built.failed, for_code(ErrorCode.INVALID_SHARE_SESSION_EPOCH)(
+                "no share session open with the leader yet"))
+        if built.request is None:
+            self._commit_answered(cid)
+            return
+        lead.busy = True
+        fut = self._network.send(lead.node, built.request, max_version=lead.session.version)
+        fut.add_done_callback(lambda f: self._queue("_on_acknowledge", lead, cid, built, f))
+
+    def _commit_answered(self, cid) -> None:
+        if cid in self._commit_wait:
+            self._commit_wait[cid] -= 1
+        self._cond.notify_all()
+
+    def _on_fetch(self, lead: _Leader, built, fut) -> None:
+        lead.busy = False
+        try:
+            resp = fut.result()
+        except Exception as e:
+            log.debug("ShareFetch to %s failed: %s", lead.node, e)
+            lead.session.closed()
+            if built.acks:
+                self._ack_done(None, built.acks, e if isinstance(e, KohortError) else KohortError(str(e)))
+            return
+        if resp.acquisition_lock_timeout_ms:
+            self._lock_timeout_ms = resp.acquisition_lock_timeout_ms
+        lead.session.handle_response(resp.error_code, fetch=True)
+        if resp.error_code:
+            err = for_code(resp.error_code)(resp.error_message or "ShareFetch")
+            log.debug("ShareFetch to %s: %s", lead.node, err)
+            if built.acks:
+                self._ack_done(None, built.acks, err)
+            if resp.error_code in (ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.UNSUPPORTED_VERSION):
+                self._fatal = err
+            return
+        answered: set = set()
+        for t in resp.responses:
+            for p in t.partitions:
+                tip = (t.topic_id, p.partition_index)
+                answered.add(tip)
+                if tip in built.acks:
+                    code = p.acknowledge_error_code
+                    self._ack_done(None, {tip: built.acks[tip]}, for_code(code)(
+                        p.acknowledge_error_message or "acknowledgement") if code else None)
+                if p.error_code:
+                    if p.error_code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                        ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.FENCED_LEADER_EPOCH):
+                        self._cluster.request_update()
+                    log.debug("ShareFetch %s: %s", tip, for_code(p.error_code).__name__)
+                    continue
+                if p.acquired_records:
+                    self._buffer_records(tip, p)
+        for tip, batches in built.acks.items():
+            if tip not in answered:
+                self._ack_done(None, {tip: batches}, None)
+
+    def _buffer_records(self, tip, p) -> None:
+        counts: dict[int, int] = {}
+        for a in p.acquired_records:
+            for o in range(a.first_offset, a.last_offset + 1):
+                counts[o] = a.delivery_count
+        name = self._names.get(tip[0])
+        data = p.records
+        recs: list = []
+        if name is not None and data is not None and len(data):
+            try:
+                got, _, _ = decode_partition(name, tip[1], data, min(counts), check_crcs=self._check_crcs,
+                                             key_deserializer=self._kd, value_deserializer=self._vd)
+            except Exception as e:
+                # records that cannot be decoded are rejected, as Java's share consumer does with bad batches
+                log.warning("ShareFetch records of %s[%d] could not be decoded (%s): rejecting them", name, tip[1], e)
+                got = []
+                self._acks._pending.setdefault(tip, {}).update({o: REJECT for o in counts})
+                counts = {}
+            seen = set()
+            for r in got:
+                dc = counts.get(r.offset)
+                if dc is not None and r.offset not in seen:
+                    seen.add(r.offset)
+                    recs.append(r.with_delivery_count(dc))
+        have = {r.offset for r in recs}
+        gaps = [o for o in counts if o not in have]
+        if gaps:
+            self._acks.delivered(tip, _ranges(gaps), [])     # acquired offsets without a record: GAP
+        if recs:
+            self._buffer.append((tip, recs, time.monotonic()))
+            self._cond.notify_all()
+
+    def _on_acknowledge(self, lead: _Leader, cid, built, fut) -> None:
+        lead.busy = False
+        closing = cid == "close"
+        report_cid = None if closing else cid
+        try:
+            resp = fut.result()
+        except Exception as e:
+            lead.session.closed()
+            self._ack_done(report_cid, built.acks, e if isinstance(e, KohortError) else KohortError(str(e)))
+            self._commit_answered(cid)
+            return
+        if closing:
+            lead.session.closed()
+        else:
+            lead.session.handle_response(resp.error_code, fetch=False)
+        if getattr(resp, "acquisition_lock_timeout_ms", 0):
+            self._lock_timeout_ms = resp.acquisition_lock_timeout_ms
+        if resp.error_code:
+            self._ack_done(report_cid, built.acks, for_code(resp.error_code)(resp.error_message or "ShareAcknowledge"))
+        else:
+            codes = {(t.topic_id, p.partition_index): (p.error_code, p.error_message)
+                     for t in resp.responses for p in t.partitions}
+            for tip, batches in built.acks.items():
+                code, msg = codes.get(tip, (0, None))
+                self._ack_done(report_cid, {tip: batches}, for_code(code)(msg or "acknowledgement") if code else None)
+        self._commit_answered(cid)
+
+
+def _ranges(offsets) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for o in sorted(offsets):
+        if out and out[-1][1] == o - 1:
+            out[-1][1] = o
+        else:
+            out.append([o, o])
+    return [(a, b) for a, b in out]
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
