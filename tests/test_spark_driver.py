@@ -7,7 +7,7 @@ import time
 
 import confluent_kafka as ck
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from kohort.spark.compat import ReadAllAvailable, ReadMaxRows
 
 from kohort.spark import planning as P
 from kohort.spark.options import parse_source_options
@@ -93,7 +93,7 @@ def test_min_offsets_per_trigger_waits_for_delay(addr):
                                                  "startingOffsets": "earliest", "minOffsetsPerTrigger": "50",
                                                  "maxTriggerDelay": "10s"}), clock=lambda: now[0])
     s = r.initialOffset()
-    from pyspark.sql.streaming.datasource import ReadMinRows
+    from kohort.spark.compat import ReadMinRows
     assert r.getDefaultReadLimit() == ReadMinRows(50)
     assert r.latestOffset(s, ReadMinRows(50)) == s          # 5 < 50 and no delay passed
     now[0] += 11

@@ -8,6 +8,9 @@
   `ReadMaxRows`, minOffsetsPerTrigger + maxTriggerDelay by our own gate), Trigger.AvailableNow, and
   with `kafka.group.id` a simple OffsetCommit of every finished batch's end offsets (from `commit(end)`
   and from the next `latestOffset(start)`, since Spark only calls commit when it plans new data).
+  PySpark 4.0/4.1 call `latestOffset()` without a start or a limit: the reader then starts from the
+  end it handed out last (or the initial offset) and applies its default read limit itself; after a
+  restart from a checkpoint it does not know that start yet, so the first batch takes all available.
 * `read_range(...)` -- the executor side: explicit-assignment fetches from the leader (no group
   membership), decoded straight into Arrow columns (`kohort.spark.arrow.ColumnBuilder`).
 
@@ -24,8 +27,10 @@ import time
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
+
+from kohort.spark.compat import (
     ReadAllAvailable,
+    ReadLimit,
     ReadMaxRows,
     ReadMinRows,
     SupportsTriggerAvailableNow,
@@ -346,6 +351,7 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed: dict | None = None
         self._commit_warned = False
         self._started = False       # the first latestOffset's start may be an unprocessed initial offset
+        self._handed_out: dict | None = None   # the last offset given to Spark (legacy latestOffset())
 
     def __getstate__(self):
         d = dict(self.__dict__)
@@ -358,7 +364,8 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tps = d.topic_partitions()
         bounds = d.bounds(tps)
         start = d.resolve(self.opts.starting_for(batch=False), tps, bounds, starting=True)
-        return P.encode_offsets(start, d.topic_ids(tps))
+        self._handed_out = P.encode_offsets(start, d.topic_ids(tps))
+        return self._handed_out
 
     def getDefaultReadLimit(self):
         if self.opts.max_offsets_per_trigger:
@@ -388,7 +395,16 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             moves[tp] = loss.resume_at
         return moves
 
-    def latestOffset(self, start: dict, limit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        if start is None:           # PySpark 4.0/4.1: latestOffset() with neither start nor limit
+            if self._handed_out is None:
+                self._handed_out = self._latest_offset(P.encode_offsets({}, {}), ReadAllAvailable())
+            else:
+                self._handed_out = self._latest_offset(self._handed_out, self.getDefaultReadLimit())
+            return self._handed_out
+        return self._latest_offset(start, limit)
+
+    def _latest_offset(self, start: dict, limit: ReadLimit | None) -> dict:
         d = self.driver
         start_offsets, start_ids = P.decode_offsets(start)
         if self._started:
