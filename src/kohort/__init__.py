@@ -1,8 +1,15 @@
 """kohort: the Kafka consumer-group system in Python."""
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:       # what the lazy exports below resolve to, for type checkers
+    from kohort.client.admin import Admin as Admin
+    from kohort.client.consumer.consumer import Consumer as Consumer
+    from kohort.client.producer import Producer as Producer
 
-def __getattr__(name):
+
+def __getattr__(name: str) -> Any:
     # Lazy exports: `from kohort import Consumer` without importing the client at package import.
     if name == "Consumer":
         from kohort.client.consumer import Consumer

@@ -1,0 +1,166 @@
+"""kohort as a user installs it: `python -m build` gives an sdist and a wheel carrying the compiled twin,
+`twine check --strict` accepts both, and the wheel installs into a fresh venv (pip may fetch the four core
+dependencies from PyPI) where, without PySpark or pyarrow, `kohort broker` starts and answers, kohort's
+producer and consumer round-trip records through it with the compiled twin loaded, `import kohort.spark`
+and `kohort pipeline` fail with one line naming `pip install 'kohort[spark]'`, mypy --strict accepts the
+typed usage example against the installed wheel (py.typed), and the venv stays small: its size beyond
+Python's own empty venv is printed and held to 30 MB."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.brokers import READY, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "typed_usage.py"
+SIZE_BUDGET_MB = 30.0
+
+CLIENT = r"""
+import json, sys, time
+import kohort
+from kohort import Admin, Consumer, Producer
+from kohort.protocol import records
+boot = sys.argv[1]
+admin = Admin({"bootstrap.servers": boot})
+admin.create_topics(["wheel"], num_partitions=2)
+admin.close()
+p = Producer({"bootstrap.servers": boot})
+for i in range(200):
+    p.produce("wheel", value=b"v%03d" % i, key=b"k%d" % (i % 5))
+assert p.flush(30) == 0
+p.close()
+c = Consumer({"bootstrap.servers": boot, "group.id": "wheel-g", "auto.offset.reset": "earliest"})
+c.subscribe(["wheel"])
+got, deadline = [], time.monotonic() + 60
+while len(got) < 200 and time.monotonic() < deadline:
+    got += [r.value for r in c.poll(1.0)]
+c.close()
+print(json.dumps({"file": kohort.__file__, "twin": records.HAVE_EXTENSION,
+                  "values": sorted(v.decode() for v in got)}))
+"""
+
+
+def _env() -> dict:
+    """The environment of a command in the fresh venv: nothing of this checkout or of the suite's venv."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def _run(args, timeout=600, check=True, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=_env(),
+                       stdin=subprocess.DEVNULL, **kw)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{args} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+def _size_mb(path: Path) -> float:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            fp = os.path.join(dirpath, f)
+            if not os.path.islink(fp):
+                total += os.path.getsize(fp)
+    return total / 1e6
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    src = tmp_path_factory.mktemp("src") / "kohort"
+    # build from a clean copy of the sources: no in-place extension, no build/ left by others
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", ".peers", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".pytest_cache",
+        ".hypothesis", "data", "out"))
+    _run([sys.executable, "-m", "build", "--outdir", out, src], timeout=900)
+    return out
+
+
+@pytest.fixture(scope="module")
+def venv(dist, tmp_path_factory) -> tuple[Path, float]:
+    """A fresh venv with only the wheel installed; returns (its path, its size beyond an empty venv)."""
+    base = tmp_path_factory.mktemp("venvs")
+    empty, fresh = base / "empty", base / "fresh"
+    _run([sys.executable, "-m", "venv", empty])
+    _run([sys.executable, "-m", "venv", fresh])
+    wheel = next(dist.glob("*.whl"))
+    _run([fresh / "bin" / "python", "-m", "pip", "install", "-q", wheel], timeout=900)
+    return fresh, _size_mb(fresh) - _size_mb(empty)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_sdist_and_wheel_build_and_pass_twine(dist):
+    sdists, wheels = list(dist.glob("*.tar.gz")), list(dist.glob("*.whl"))
+    assert len(sdists) == 1 and len(wheels) == 1
+    _run([sys.executable, "-m", "twine", "check", "--strict", *sdists, *wheels])
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    assert any(n.startswith("kohort/protocol/_crecords") and n.endswith(".so") for n in names), names
+    assert "kohort/py.typed" in names
+    assert not any(n.endswith((".pyc", ".c")) or n.startswith("tests/") for n in names)
+    meta = zipfile.ZipFile(wheels[0]).read(
+        next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    requires = [ln.split(":", 1)[1].strip() for ln in meta.splitlines() if ln.startswith("Requires-Dist:")]
+    core = sorted(r.split(">")[0].split("<")[0].split("=")[0].strip() for r in requires if "extra ==" not in r)
+    assert core == ["cramjam", "crc32c", "lz4", "zstandard"], requires
+    assert any(r.startswith("pyspark") and "<4.4" in r and "extra == \"spark\"" in r for r in requires), requires
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_wheel_in_a_fresh_venv_runs_broker_client_and_cli(venv, tmp_path):
+    path, extra_mb = venv
+    py, kohort_cli = path / "bin" / "python", path / "bin" / "kohort"
+    print(f"fresh venv with the kohort wheel: {extra_mb:.1f} MB beyond Python's empty venv")
+    assert extra_mb <= SIZE_BUDGET_MB, f"{extra_mb:.1f} MB beyond an empty venv (budget {SIZE_BUDGET_MB} MB)"
+    assert _run([py, "-c", "import importlib.util as u; print(u.find_spec('pyspark'), u.find_spec('pyarrow'))"]
+                ).stdout.strip() == "None None"
+
+    port = free_port()
+    broker = subprocess.Popen([kohort_cli, "broker", "--listen", f"127.0.0.1:{port}",
+                               "--data-dir", tmp_path / "data", "--log-level", "warning"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(),
+                              stdin=subprocess.DEVNULL)
+    try:
+        first = broker.stdout.readline()
+        assert first.startswith(READY), first
+        r = _run([py, "-c", CLIENT, f"127.0.0.1:{port}"], timeout=180, cwd=tmp_path)
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["file"].startswith(str(path)), out["file"]          # the installed wheel, not src/
+        assert out["twin"] is True
+        assert out["values"] == [f"v{i:03d}" for i in range(200)]
+        topics = _run([kohort_cli, "topics", "-b", f"127.0.0.1:{port}", "--list"], cwd=tmp_path)
+        assert "wheel" in topics.stdout.split()
+    finally:
+        broker.terminate()
+        broker.wait(30)
+
+    r = _run([py, "-c", "import kohort.spark"], check=False, cwd=tmp_path)
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == ("ModuleNotFoundError: kohort.spark needs pyspark (PySpark 4.0-4.3 and pyarrow): "
+                    "pip install 'kohort[spark]'"), r.stderr
+    cfg = tmp_path / "p.toml"
+    cfg.write_text("[source]\nbootstrap_servers = \"127.0.0.1:1\"\ntopic = \"t\"\n")
+    r = _run([kohort_cli, "pipeline", "--config", cfg], check=False, cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "pip install 'kohort[spark]'" in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_typed_example_checks_against_the_installed_wheel(venv, tmp_path):
+    """mypy --strict on the usage example, kohort's types taken from the wheel (py.typed), not src/."""
+    path, _ = venv
+    r = _run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--python-executable",
+              path / "bin" / "python", EXAMPLE], check=False, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
