@@ -38,6 +38,7 @@ def _read_back(spark, addr: str, topic: str, **opts: str) -> list[tuple]:
                    [(h.key, bytes(h.value)) for h in (r.headers or [])]) for r in df.collect()), key=repr)
 
 
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize("semantic", ["at_least_once", "exactly_once"])
 def test_stream_sink_writes_every_row_with_headers(spark, addr, tmp_path, semantic):
     src, out = _topic(addr, 2), _topic(addr, 3)
