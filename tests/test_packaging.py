@@ -145,7 +145,7 @@ def test_wheel_in_a_fresh_venv_runs_broker_client_and_cli(venv, tmp_path):
         assert out["file"].startswith(str(path)), out["file"]          # the installed wheel, not src/
         assert out["twin"] is True
         assert out["values"] == [f"v{i:03d}" for i in range(200)]
-        topics = _run([kohort_cli, "topics", "-b", f"127.0.0.1:{port}", "--list"], cwd=tmp_path)
+        topics = _run([kohort_cli, "topics", "list", "-b", f"127.0.0.1:{port}"], cwd=tmp_path)
         assert "wheel" in topics.stdout.split()
     finally:
         broker.terminate()
