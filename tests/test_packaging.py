@@ -101,6 +101,48 @@ def venv(dist, tmp_path_factory) -> tuple[Path, float]:
     return fresh, _size_mb(fresh) - _size_mb(empty)
 
 
+BLOCKED = r"""
+import importlib, importlib.abc, pkgutil, sys
+HEAVY = ("pyspark", "pyarrow", "numpy", "pandas", "py4j")
+
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HEAVY:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Refuse())
+import kohort
+for m in pkgutil.walk_packages(kohort.__path__, "kohort."):
+    if not m.name.startswith("kohort.spark"):
+        importlib.import_module(m.name)
+try:
+    import kohort.spark
+except ModuleNotFoundError as e:
+    print("spark:", e)
+from kohort.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_core_imports_and_cli_work_without_spark_packages(tmp_path):
+    """Every module outside kohort.spark imports with pyspark, pyarrow, numpy and pandas refused, and the
+    CLI answers; kohort.spark and the pipeline command fail with the one-line hint."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    r = subprocess.run([sys.executable, "-c", BLOCKED, "topics", "--help"], capture_output=True, text=True,
+                       timeout=120, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("spark: kohort.spark needs pyspark (PySpark 4.0-4.3 and pyarrow): pip install 'kohort[spark]'"
+            in r.stdout.splitlines())
+    cfg = tmp_path / "p.toml"
+    cfg.write_text("[source]\nbootstrap_servers = \"127.0.0.1:1\"\ntopic = \"t\"\n")
+    r = subprocess.run([sys.executable, "-c", BLOCKED, "pipeline", "--config", str(cfg)], capture_output=True,
+                       text=True, timeout=120, env=env, cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "kohort pipeline: kohort.spark needs pyspark (PySpark 4.0-4.3 and pyarrow): pip install 'kohort[spark]'"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_sdist_and_wheel_build_and_pass_twine(dist):
