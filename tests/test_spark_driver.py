@@ -7,9 +7,9 @@ import time
 
 import confluent_kafka as ck
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from kohort.spark import planning as P
+from kohort.spark.compat import ReadAllAvailable, ReadMaxRows
 from kohort.spark.options import parse_source_options
 from kohort.spark.source import DataLossError, KohortStreamReader, RangePartition, read_range, _Driver
 from kohort.spark.wire import Cluster
@@ -86,6 +86,34 @@ def test_admission_control_and_available_now(addr):
     assert P.decode_offsets(r2.latestOffset(s2, ReadAllAvailable()))[0] == {(t, 0): 60, (t, 1): 20}
 
 
+def test_legacy_latest_offset_call_of_pyspark_4_0_and_4_1(addr, caplog):
+    """PySpark 4.0/4.1 call latestOffset() with no start and no limit, a new query before initialOffset(),
+    and take everything it answers (under Trigger.AvailableNow its first answer is the query's end), so
+    the reader answers with all available; a restarted query is first told its checkpoint offset through
+    partitions(S, S)."""
+    t = topic_with(addr, {0: 60, 1: 20})
+    r = reader(addr, subscribe=t, startingOffsets="earliest", maxOffsetsPerTrigger="40")
+    end1 = r.latestOffset()
+    assert P.decode_offsets(end1)[0] == {(t, 0): 60, (t, 1): 20}
+    assert "no admission control" in caplog.text
+    assert P.decode_offsets(r.initialOffset())[0] == {(t, 0): 0, (t, 1): 0}
+    assert r.initialOffset() == r.initialOffset()                     # resolved once
+    parts = r.partitions(r.initialOffset(), end1)
+    assert [(p.partition, p.from_offset, p.until_offset) for p in parts] == [(0, 0, 60), (1, 0, 20)]
+    assert r.latestOffset() == end1                                    # nothing new
+    p = ck.Producer({"bootstrap.servers": addr, "log_level": 0})
+    p.produce(t, b"more", partition=1)
+    assert p.flush(10) == 0
+    assert P.decode_offsets(r.latestOffset())[0] == {(t, 0): 60, (t, 1): 21}
+    # a restart: Spark hands the checkpoint's offset over as partitions(S, S) before asking for more
+    r2 = reader(addr, subscribe=t, startingOffsets="latest")
+    s = P.encode_offsets({(t, 0): 50, (t, 1): 20})
+    assert r2.partitions(s, s) == []
+    end = r2.latestOffset()
+    assert P.decode_offsets(end)[0] == {(t, 0): 60, (t, 1): 21}
+    assert [(p.partition, p.from_offset, p.until_offset) for p in r2.partitions(s, end)] == [(0, 50, 60), (1, 20, 21)]
+
+
 def test_min_offsets_per_trigger_waits_for_delay(addr):
     t = topic_with(addr, {0: 5})
     now = [1000.0]
@@ -93,7 +121,7 @@ def test_min_offsets_per_trigger_waits_for_delay(addr):
                                                  "startingOffsets": "earliest", "minOffsetsPerTrigger": "50",
                                                  "maxTriggerDelay": "10s"}), clock=lambda: now[0])
     s = r.initialOffset()
-    from pyspark.sql.streaming.datasource import ReadMinRows
+    from kohort.spark.compat import ReadMinRows
     assert r.getDefaultReadLimit() == ReadMinRows(50)
     assert r.latestOffset(s, ReadMinRows(50)) == s          # 5 < 50 and no delay passed
     now[0] += 11

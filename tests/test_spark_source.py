@@ -177,7 +177,8 @@ def test_group_offsets_follow_the_query_to_the_end(spark, broker):
     assert seen[-1] == {(topic, 0): 240, (topic, 1): 120}, seen
     # the commits moved forward with the batches: several steps, never backwards, each admitting <= 90
     steps = [s for s in seen if s]
-    assert len(steps) >= 3
+    from kohort.spark.compat import READ_LIMITS_FROM_SPARK
+    assert len(steps) >= (3 if READ_LIMITS_FROM_SPARK else 1)   # PySpark 4.0/4.1: no admission control
     for a, b in zip(steps, steps[1:]):
         assert all(b.get(tp, 0) >= a.get(tp, 0) for tp in tps)
     assert sorted(bytes(r.value) for r in spark.read.parquet(out + "/data").select("value").collect()) == \

@@ -1,8 +1,16 @@
 """kohort: the Kafka consumer-group system in Python."""
+from typing import TYPE_CHECKING, Any
+
 from kohort.version import __version__  # noqa: F401  (kohort.__version__)
 
+if TYPE_CHECKING:       # what the lazy exports below resolve to, for type checkers
+    from kohort.client.admin import Admin as Admin
+    from kohort.client.consumer.consumer import Consumer as Consumer
+    from kohort.client.producer import Producer as Producer
+    from kohort.client.share.consumer import ShareConsumer as ShareConsumer
 
-def __getattr__(name):
+
+def __getattr__(name: str) -> Any:
     # Lazy exports: `from kohort import Consumer` without importing the client at package import.
     if name == "Consumer":
         from kohort.client.consumer import Consumer

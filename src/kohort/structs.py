@@ -9,7 +9,7 @@ ConsumerRecord a slotted tuple subclass built in bulk by the fetcher with no per
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 TIMESTAMP_NOT_AVAILABLE = -1
 TIMESTAMP_CREATE_TIME = 0
@@ -68,7 +68,8 @@ class ConsumerRecord(tuple):
                "leader_epoch")
 
     def __new__(cls, topic: str, partition: int, offset: int, timestamp: int, timestamp_type: int,
-                key, value, headers=(), leader_epoch: int | None = None, delivery_count: int | None = None):
+                key: bytes | None, value: bytes | None, headers: Any = (),
+                leader_epoch: int | None = None, delivery_count: int | None = None) -> ConsumerRecord:
         if delivery_count is None:
             return _tuple_new(cls, (topic, partition, offset, timestamp, timestamp_type, key, value,
                                     list(headers), leader_epoch))
@@ -79,15 +80,35 @@ class ConsumerRecord(tuple):
     def _make(cls, values):
         return _tuple_new(cls, values)
 
-    topic = property(_get(0))
-    partition = property(_get(1))
-    offset = property(_get(2))
-    timestamp = property(_get(3))
-    timestamp_type = property(_get(4))
-    key = property(_get(5))
-    value = property(_get(6))
-    headers = property(_get(7))
-    leader_epoch = property(_get(8))
+    if TYPE_CHECKING:   # the fields' types; at run time they are the item getters below
+        @property
+        def topic(self) -> str: ...
+        @property
+        def partition(self) -> int: ...
+        @property
+        def offset(self) -> int: ...
+        @property
+        def timestamp(self) -> int: ...
+        @property
+        def timestamp_type(self) -> int: ...
+        @property
+        def key(self) -> bytes | None: ...
+        @property
+        def value(self) -> bytes | None: ...
+        @property
+        def headers(self) -> list[tuple[str, bytes | None]]: ...
+        @property
+        def leader_epoch(self) -> int | None: ...
+    else:
+        topic = property(_get(0))
+        partition = property(_get(1))
+        offset = property(_get(2))
+        timestamp = property(_get(3))
+        timestamp_type = property(_get(4))
+        key = property(_get(5))
+        value = property(_get(6))
+        headers = property(_get(7))
+        leader_epoch = property(_get(8))
 
     @property
     def delivery_count(self) -> int | None:

@@ -71,6 +71,11 @@ def main(argv=None) -> int:
     except KohortError as e:
         print(f"kohort {args.command}: {e}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as e:
+        if e.name not in ("pyspark", "pyarrow"):        # the spark extra is optional; the rest is a bug
+            raise
+        print(f"kohort {args.command}: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kohort.client import requests as R
 from kohort.client.config import load_config, parse_bootstrap
@@ -226,7 +227,7 @@ class ProducerState(NamedTuple):
 class Admin:
     """Blocking admin operations against a Kafka(-compatible) cluster."""
 
-    def __init__(self, config=None, **overrides):
+    def __init__(self, config: dict[str, Any] | None = None, **overrides: Any) -> None:
         cfg = dict(config or {})
         cfg.update({k.replace("_", "."): v for k, v in overrides.items()})
         self.config = load_config("admin", cfg)
@@ -272,7 +273,7 @@ class Admin:
         """Metadata for `topics` (None: every topic)."""
         return self._call(None, R.metadata_request(topics), timeout)
 
-    def metadata(self, topics=None, timeout=None):
+    def metadata(self, topics=None, timeout: float | None = None):
         """The cluster's Metadata answer as it is (brokers, controller, cluster id, topics with their
         partitions, leaders, replicas, ISR and error codes) for `topics` (None: every topic)."""
         return self._metadata(topics, timeout)
@@ -318,12 +319,13 @@ class Admin:
             return node, resp
 
     # -- topics ----------------------------------------------------------------------------------------
-    def list_topics(self, include_internal: bool = False, timeout=None) -> list[str]:
+    def list_topics(self, include_internal: bool = False, timeout: float | None = None) -> list[str]:
         md = self._metadata(None, timeout)
         self._refresh_brokers(md)
         return sorted(t.name for t in md.topics if not t.error_code and (include_internal or not t.is_internal))
 
-    def describe_topics(self, topics=None, timeout=None) -> list[TopicDescription]:
+    def describe_topics(self, topics: Iterable[str] | None = None,
+                        timeout: float | None = None) -> list[TopicDescription]:
         """Describe `topics` (None: all). A missing topic raises UnknownTopicOrPartitionError naming it."""
         md = self._metadata(None if topics is None else list(topics), timeout)
         self._refresh_brokers(md)
@@ -341,7 +343,7 @@ class Admin:
             out.append(TopicDescription(t.name, parts, bool(t.is_internal), tid))
         return sorted(out)
 
-    def create_topics(self, topics, num_partitions: int = 1, replication_factor: int = -1,
+    def create_topics(self, topics: Iterable[Any], num_partitions: int = 1, replication_factor: int = -1,
                       configs: dict | None = None, validate_only: bool = False, timeout=None) -> dict:
         """Create topics: `topics` is names or {name: num_partitions} or {name: dict(num_partitions=,
         replication_factor=, configs=)}. Returns {name: None | KafkaError}; raises nothing per topic."""
@@ -367,7 +369,7 @@ class Admin:
         return {r.name: (for_code(r.error_code)(r.error_message or f"topic {r.name!r}") if r.error_code else None)
                 for r in resp.topics}
 
-    def delete_topics(self, topics, timeout=None) -> dict:
+    def delete_topics(self, topics: Iterable[str], timeout: float | None = None) -> dict[str, Any]:
         names = list(topics)
         t = self.timeout if timeout is None else timeout
 
@@ -380,7 +382,7 @@ class Admin:
         return {r.name: (for_code(r.error_code)(r.error_message or f"topic {r.name!r}") if r.error_code else None)
                 for r in resp.responses}
 
-    def create_partitions(self, new_totals: dict, validate_only: bool = False, timeout=None) -> dict:
+    def create_partitions(self, new_totals: dict, validate_only: bool = False, timeout: float | None = None) -> dict:
         """Grow topics to {name: new total partition count}."""
         t = self.timeout if timeout is None else timeout
         CPT = CreatePartitionsRequest.CreatePartitionsTopic
@@ -391,13 +393,13 @@ class Admin:
                 for r in resp.results}
 
     # -- cluster and configs ---------------------------------------------------------------------------
-    def describe_cluster(self, timeout=None) -> ClusterDescription:
+    def describe_cluster(self, timeout: float | None = None) -> ClusterDescription:
         md = self._metadata([], timeout)
         self._refresh_brokers(md)
         return ClusterDescription(md.cluster_id, md.controller_id,
                                   sorted(BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in md.brokers))
 
-    def describe_configs(self, resources, timeout=None) -> dict:
+    def describe_configs(self, resources, timeout: float | None = None) -> dict:
         """resources: [(RESOURCE_TOPIC | RESOURCE_BROKER | "topic" | "broker", name)] ->
         {(type, name): {config name: (value, read_only, is_default/source, is_sensitive)}}."""
         rs = [(_rtype(rt), str(n)) for rt, n in resources]
@@ -413,7 +415,7 @@ class Admin:
                 c.name: ConfigEntry(c.value, c.read_only, c.config_source, c.is_sensitive) for c in r.configs}
         return out
 
-    def alter_configs(self, resource, changes: dict, validate_only: bool = False, timeout=None) -> None:
+    def alter_configs(self, resource, changes: dict, validate_only: bool = False, timeout: float | None = None) -> None:
         """Incrementally set (value) or delete (None) configs of one (type, name) resource (KIP-339)."""
         rt, name = _rtype(resource[0]), str(resource[1])
         AR = IncrementalAlterConfigsRequest.AlterConfigsResource
@@ -427,7 +429,7 @@ class Admin:
                 raise for_code(r.error_code)(r.error_message or f"resource {r.resource_name!r}")
 
     # -- groups ----------------------------------------------------------------------------------------
-    def list_groups(self, timeout=None, states=(), types=()) -> list[GroupListing]:
+    def list_groups(self, timeout: float | None = None, states=(), types=()) -> list[GroupListing]:
         """Every group on every broker (ListGroups goes to each broker, as Kafka's admin does);
         `states` / `types` filter by state (KIP-518) and type (KIP-848) as the broker does."""
         md = self._metadata([], timeout)
@@ -443,7 +445,7 @@ class Admin:
                                                 g.group_type or "")
         return sorted(seen.values())
 
-    def describe_consumer_groups(self, groups, timeout=None) -> dict:
+    def describe_consumer_groups(self, groups, timeout: float | None = None) -> dict:
         """{group: ConsumerGroupDetail, or None when it is not a KIP-848 consumer group (a classic group,
         or a broker without ConsumerGroupDescribe)}, by ConsumerGroupDescribe (API 69)."""
         from kohort.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
@@ -573,7 +575,7 @@ class Admin:
         """Delete share groups (DeleteGroups; NonEmptyGroupError while members remain). {group: None or error}."""
         return self.delete_groups(groups, timeout)
 
-    def delete_group_offsets(self, group: str, partitions, timeout=None) -> dict:
+    def delete_group_offsets(self, group: str, partitions, timeout: float | None = None) -> dict:
         """OffsetDelete (KIP-496): {TopicPartition: None or the partition's error}. A group-level error
         (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP...) raises."""
         from kohort.protocol.messages.offset_delete import OffsetDeleteRequest
@@ -591,7 +593,7 @@ class Admin:
                 (for_code(p.error_code)(f"{t.name}[{p.partition_index}]") if p.error_code else None)
                 for t in resp.topics for p in t.partitions}
 
-    def describe_groups(self, groups, timeout=None) -> list[GroupDescription]:
+    def describe_groups(self, groups, timeout: float | None = None) -> list[GroupDescription]:
         out = []
         for g in groups:
             node, resp = self._group_call(g, DescribeGroupsRequest(groups=[g]), timeout,
@@ -632,7 +634,7 @@ class Admin:
                                         sorted(members), node))
         return out
 
-    def delete_groups(self, groups, timeout=None) -> dict:
+    def delete_groups(self, groups, timeout: float | None = None) -> dict:
         out = {}
         for g in groups:
             _, resp = self._group_call(g, DeleteGroupsRequest(groups_names=[g]), timeout,
@@ -641,7 +643,7 @@ class Admin:
             out[g] = for_code(code)(f"group {g!r}") if code else None
         return out
 
-    def list_group_offsets(self, group: str, partitions=None, timeout=None) -> dict:
+    def list_group_offsets(self, group: str, partitions=None, timeout: float | None = None) -> dict:
         """{TopicPartition: OffsetAndMetadata} committed by `group` (all its partitions if None)."""
         tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
         _, resp = self._group_call(group, R.offset_fetch(group, tps, require_stable=False), timeout,
@@ -657,7 +659,7 @@ class Admin:
                 out[tp] = om
         return out
 
-    def alter_group_offsets(self, group: str, offsets: dict, timeout=None) -> None:
+    def alter_group_offsets(self, group: str, offsets: dict, timeout: float | None = None) -> None:
         """Commit {TopicPartition: offset} for an inactive group (generation -1, no member id)."""
         plain = {}
         for tp, off in offsets.items():
@@ -682,7 +684,7 @@ class Admin:
         if code:
             raise for_code(code)(f"OffsetCommit for group {group!r}")
 
-    def list_offsets(self, specs: dict, timeout=None) -> dict:
+    def list_offsets(self, specs: dict, timeout: float | None = None) -> dict:
         """{TopicPartition: EARLIEST | LATEST | timestamp_ms} -> {TopicPartition: offset} from the leaders
         (offset -1 when no record has a timestamp >= the one asked)."""
         topics = sorted({tp[0] for tp in specs})
@@ -736,7 +738,7 @@ class Admin:
             out = [t for t in out if rx.fullmatch(t.transactional_id)]
         return sorted(out)
 
-    def describe_transactions(self, transactional_ids, timeout=None) -> list[TransactionDescription]:
+    def describe_transactions(self, transactional_ids, timeout: float | None = None) -> list[TransactionDescription]:
         """Each id's state at its transaction coordinator; an unknown id raises
         TransactionalIdNotFound."""
         out = []
@@ -769,7 +771,7 @@ class Admin:
                     return p.leader_id
         raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{topic}[{partition}]")
 
-    def describe_producers(self, topic: str, partition: int, timeout=None) -> list[ProducerState]:
+    def describe_producers(self, topic: str, partition: int, timeout: float | None = None) -> list[ProducerState]:
         """The active producers of a partition (DescribeProducers at its leader)."""
         T = DescribeProducersRequest.TopicRequest
         resp = self._call(self._leader(topic, partition, timeout),
@@ -794,7 +796,7 @@ class Admin:
         if code:
             raise for_code(code)(f"abort of producer {producer_id} on {topic}[{partition}]")
 
-    def group_lag(self, group: str, timeout=None) -> list[LagRow]:
+    def group_lag(self, group: str, timeout: float | None = None) -> list[LagRow]:
         """Per partition: committed offset, log end offset, lag and the owning member (if any)."""
         desc = self.describe_groups([group], timeout)[0]
         owner = {}
@@ -816,7 +818,7 @@ class Admin:
                                m.client_id if m else None))
         return rows
 
-    def plan_reset_offsets(self, group: str, partitions, *, to: str, value=None, timeout=None) -> dict:
+    def plan_reset_offsets(self, group: str, partitions, *, to: str, value=None, timeout: float | None = None) -> dict:
         """The new offset of each partition for a reset: to in ("earliest", "latest", "datetime"/"timestamp"
         (value = ms), "offset" (value), "shift-by" (value, may be negative), "current", "offsets" (value =
         {partition: offset}, as --from-file)). Offsets are
@@ -876,7 +878,7 @@ class Admin:
 
 
     # -- SCRAM users (KIP-554) --------------------------------------------------------------------
-    def describe_user_scram_credentials(self, users=None, timeout=None) -> dict:
+    def describe_user_scram_credentials(self, users=None, timeout: float | None = None) -> dict:
         """{user: {mechanism name: iterations}} (users None: all); an unknown user raises RESOURCE_NOT_FOUND."""
         from kohort.protocol.messages.describe_user_scram_credentials import DescribeUserScramCredentialsRequest
         names = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
@@ -892,7 +894,7 @@ class Admin:
             out[r.user] = {names.get(i.mechanism, str(i.mechanism)): i.iterations for i in r.credential_infos}
         return out
 
-    def alter_user_scram_credentials(self, upsertions=(), deletions=(), timeout=None) -> None:
+    def alter_user_scram_credentials(self, upsertions=(), deletions=(), timeout: float | None = None) -> None:
         """upsertions: [(user, mechanism, password, iterations)]; deletions: [(user, mechanism)].
         The salted password is derived here (PBKDF2, a random salt); the password never leaves."""
         import secrets
@@ -914,7 +916,7 @@ class Admin:
                 raise for_code(r.error_code)(r.error_message or f"user {r.user!r}")
 
     # -- ACLs (KIP-140) ------------------------------------------------------------------------------
-    def create_acls(self, bindings, timeout=None) -> None:
+    def create_acls(self, bindings, timeout: float | None = None) -> None:
         """Add AclBindings; the first refused one raises with the broker's message (the others in the
         same request are still added, as Kafka does)."""
         from kohort.protocol.messages.create_acls import CreateAclsRequest
@@ -928,7 +930,7 @@ class Admin:
             if r.error_code:
                 raise for_code(r.error_code)(f"{r.error_message or 'CreateAcls failed'} ({_acl_text(b)})")
 
-    def describe_acls(self, acl_filter=None, timeout=None) -> list:
+    def describe_acls(self, acl_filter=None, timeout: float | None = None) -> list:
         """The AclBindings matching `acl_filter` (default: every ACL)."""
         from kohort.protocol.acl import AclBinding, AclBindingFilter
         from kohort.protocol.messages.describe_acls import DescribeAclsRequest
@@ -942,7 +944,7 @@ class Admin:
         return [_binding(AclBinding, r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host,
                          a.operation, a.permission_type) for r in resp.resources for a in r.acls]
 
-    def delete_acls(self, filters, timeout=None) -> list:
+    def delete_acls(self, filters, timeout: float | None = None) -> list:
         """Remove every ACL matching any of `filters` (AclBindingFilters); the removed AclBindings."""
         from kohort.protocol.acl import AclBinding
         from kohort.protocol.messages.delete_acls import DeleteAclsRequest

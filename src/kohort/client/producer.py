@@ -32,6 +32,8 @@ from __future__ import annotations
 import threading
 import time
 import types
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from kohort.client import accumulator
 from kohort.client.accumulator import DeliveryFuture, RecordAccumulator, RecordMetadata
@@ -99,7 +101,7 @@ class _TopicInfo:
 class Producer:
     """A Kafka producer. `produce()` is thread-safe and returns a DeliveryFuture per record."""
 
-    def __init__(self, config=None, **overrides):
+    def __init__(self, config: dict[str, Any] | None = None, **overrides: Any) -> None:
         cfg = dict(config or {})
         cfg.update({k.replace("_", "."): v for k, v in overrides.items()})
         self.config = c = load_config("producer", cfg)
@@ -153,8 +155,10 @@ class Producer:
         self.sender.thread.start()
 
     # -- public API -----------------------------------------------------------------------------------
-    def produce(self, topic: str, value=None, key=None, headers=None, partition: int | None = None,
-                timestamp: int | None = None, on_delivery=None) -> DeliveryFuture:
+    def produce(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
+                headers: Iterable[tuple[str, bytes | str | None]] | None = None, partition: int | None = None,
+                timestamp: int | None = None,
+                on_delivery: Callable[[Exception | None, Any], None] | None = None) -> DeliveryFuture:
         """Queue one record; returns its future (thread-safe).
 
         on_delivery(err, metadata) runs where the I/O happens: on the producer's I/O thread, or inside
@@ -176,7 +180,8 @@ class Producer:
             self.stats.maybe_emit(self._stats_extra)
         return fut
 
-    def produce_batch(self, topic: str, values, keys=None, partition=None, timestamps=None, headers=None):
+    def produce_batch(self, topic: str, values: Any, keys: Any = None, partition: Any = None,
+                      timestamps: Any = None, headers: Any = None) -> BatchDeliveryFuture:
         """Queue many records for `topic` in one call; returns one BatchDeliveryFuture for all of them.
 
         values, keys: lists of bytes/str/None, or pyarrow arrays (binary, large_binary, string,
@@ -281,7 +286,7 @@ class Producer:
             queued = sum(b.count for b in self.acc.incomplete)
         return {"addresses": dict(self.sender.nodes), "msg_cnt": queued}
 
-    def add_disconnect_listener(self, fn) -> None:
+    def add_disconnect_listener(self, fn: Callable[..., Any]) -> None:
         """fn(node_id, error) is called whenever a broker connection is lost."""
         self.sender.net.add_disconnect_listener(fn)
 
@@ -339,7 +344,8 @@ class Producer:
         with self._txn_cond:
             self._txn_call(m.begin_transaction)
 
-    def send_offsets_to_transaction(self, offsets: dict, group_metadata, timeout: float | None = None) -> None:
+    def send_offsets_to_transaction(self, offsets: dict[Any, Any], group_metadata: Any,
+                                    timeout: float | None = None) -> None:
         """Commit the consumer's `offsets` ({TopicPartition: OffsetAndMetadata or int}: the next record to
         read) as part of the transaction, for the group of `group_metadata` (Consumer.group_metadata():
         the broker refuses a consumer that has been rebalanced out, KIP-447)."""

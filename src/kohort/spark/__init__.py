@@ -13,6 +13,10 @@ cannot load it falls back to the Python decoder. Workers still need kohort's thi
 dependencies: pyarrow, crc32c, lz4, zstandard, cramjam (README, "Spark"). When the workers run this
 very interpreter (local mode with PYSPARK_PYTHON pointing at it) nothing is shipped.
 
+PySpark 4.0 to 4.3 and pyarrow come with the `spark` extra (`pip install 'kohort[spark]'`); without
+them importing this package raises ModuleNotFoundError with that one line, and the rest of kohort
+(client, broker, CLI) works as before. `kohort.spark.compat` bridges the PySpark releases.
+
 Modules: options (parsing/validation), planning (pure offset-range planning, admission control,
 data-loss classification), arrow (schema, Arrow batches from fetched record batches), wire (the small
 blocking client the source uses), source (DataSource, batch/stream readers), sink (writers),
@@ -27,11 +31,26 @@ import shutil
 import sys
 import tempfile
 import zipfile
+from typing import Any
 
 FORMAT = "kohort"
+INSTALL_HINT = "pip install 'kohort[spark]'"
 
 
-def register(spark, ship: bool | None = None) -> None:
+def _require_spark() -> None:
+    """Fail the import of kohort.spark with one line when PySpark or pyarrow is missing."""
+    for module in ("pyspark", "pyarrow"):
+        try:
+            __import__(module)
+        except ImportError:
+            raise ModuleNotFoundError(f"kohort.spark needs {module} (PySpark 4.0-4.3 and pyarrow): "
+                                      f"{INSTALL_HINT}", name=module) from None
+
+
+_require_spark()
+
+
+def register(spark: Any, ship: bool | None = None) -> None:
     """Register the `kohort` format with a SparkSession and make its Python workers able to import
     kohort. `ship`: True = always add kohort's zip to the session, False = never (kohort is
     installed where the workers run), None (default) = unless the workers run this interpreter
@@ -167,4 +186,4 @@ def _find_shipped_decoder() -> None:
 _find_shipped_decoder()
 
 
-__all__ = ["FORMAT", "package_zip", "register"]
+__all__ = ["FORMAT", "INSTALL_HINT", "package_zip", "register"]

@@ -6,7 +6,8 @@ Column contract (spark-sql-kafka's): `value` (string or binary) required; `key` 
 `topic` option is set, which overrides the column. Writers receive Arrow batches
 (`DataSourceArrowWriter` / `DataSourceStreamArrowWriter`) and hand their columns to
 `Producer.produce_batch` (one call per Arrow batch and topic; records go as produce() per row would
-send them). The producer takes batch.size=1000000 and linger.ms=5 (librdkafka's defaults) unless
+send them); PySpark 4.0 hands a streaming writer Rows, which `kohort.spark.compat` gathers into Arrow
+batches first. The producer takes batch.size=1000000 and linger.ms=5 (librdkafka's defaults) unless
 `kafka.batch.size` / `kafka.linger.ms` say otherwise. Each task flushes its producer before it reports
 success, so a finished batch is acknowledged by the brokers (acks=all). Like every Kafka sink
 this is at-least-once across task retries; the idempotent producer removes duplicates of a retried
@@ -33,7 +34,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+
+from kohort.spark.compat import STREAM_WRITER_TAKES_ARROW, StreamWriterBase, arrow_batches_from_rows
 
 from kohort.errors import ConfigError, KohortError
 from kohort.spark.options import SinkOptions
@@ -262,12 +265,15 @@ class KohortBatchWriter(DataSourceArrowWriter):
         return ProducedMessage(write_batches(self.opts, iterator))
 
 
-class KohortStreamWriter(DataSourceStreamArrowWriter):
+class KohortStreamWriter(StreamWriterBase):
     def __init__(self, opts: SinkOptions, schema):
         check_columns(schema, opts)
         self.opts = opts
+        self.schema = schema
 
     def write(self, iterator):
+        if not STREAM_WRITER_TAKES_ARROW:
+            iterator = arrow_batches_from_rows(iterator, self.schema)
         if self.opts.semantic == "exactly_once":
             return ProducedMessage(write_exactly_once(self.opts, iterator))
         return ProducedMessage(write_batches(self.opts, iterator))

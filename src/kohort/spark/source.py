@@ -8,6 +8,13 @@
   `ReadMaxRows`, minOffsetsPerTrigger + maxTriggerDelay by our own gate), Trigger.AvailableNow, and
   with `kafka.group.id` a simple OffsetCommit of every finished batch's end offsets (from `commit(end)`
   and from the next `latestOffset(start)`, since Spark only calls commit when it plans new data).
+  PySpark 4.0/4.1 call `latestOffset()` without a start or a limit, and give Python sources no
+  admission control: the reader then answers with everything available (maxOffsetsPerTrigger and
+  minOffsetsPerTrigger are not applied, with a warning). Capping by itself would be wrong there:
+  under Trigger.AvailableNow those Sparks take the source's first latestOffset() as the query's final
+  end. A new query calls latestOffset() before initialOffset(), so the first call resolves the
+  initial offset (kept: initialOffset() returns the same one); a query restarted from its checkpoint
+  first calls `partitions(S, S)` with the checkpoint's offset S (Spark's setLatestSeenOffset).
 * `read_range(...)` -- the executor side: explicit-assignment fetches from the leader (no group
   membership), decoded straight into Arrow columns (`kohort.spark.arrow.ColumnBuilder`).
 
@@ -24,8 +31,10 @@ import time
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
+
+from kohort.spark.compat import (
     ReadAllAvailable,
+    ReadLimit,
     ReadMaxRows,
     ReadMinRows,
     SupportsTriggerAvailableNow,
@@ -346,6 +355,9 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed: dict | None = None
         self._commit_warned = False
         self._started = False       # the first latestOffset's start may be an unprocessed initial offset
+        self._handed_out: dict | None = None   # the last offset Spark has seen (legacy latestOffset())
+        self._initial: dict | None = None
+        self._legacy_warned = False
 
     def __getstate__(self):
         d = dict(self.__dict__)
@@ -354,11 +366,13 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # offsets ------------------------------------------------------------------------------------------
     def initialOffset(self) -> dict:
-        d = self.driver
-        tps = d.topic_partitions()
-        bounds = d.bounds(tps)
-        start = d.resolve(self.opts.starting_for(batch=False), tps, bounds, starting=True)
-        return P.encode_offsets(start, d.topic_ids(tps))
+        if self._initial is None:
+            d = self.driver
+            tps = d.topic_partitions()
+            bounds = d.bounds(tps)
+            start = d.resolve(self.opts.starting_for(batch=False), tps, bounds, starting=True)
+            self._initial = P.encode_offsets(start, d.topic_ids(tps))
+        return self._initial
 
     def getDefaultReadLimit(self):
         if self.opts.max_offsets_per_trigger:
@@ -388,7 +402,19 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             moves[tp] = loss.resume_at
         return moves
 
-    def latestOffset(self, start: dict, limit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        if start is None:           # PySpark 4.0/4.1: latestOffset() with neither start nor limit
+            if (self.opts.max_offsets_per_trigger or self.opts.min_offsets_per_trigger) and not self._legacy_warned:
+                log.warning("kohort: this PySpark gives Python sources no admission control (4.2+ does): "
+                            "maxOffsetsPerTrigger / minOffsetsPerTrigger are not applied, each batch "
+                            "reads everything available")
+                self._legacy_warned = True
+            begin = self._handed_out if self._handed_out is not None else self.initialOffset()
+            self._handed_out = self._latest_offset(begin, ReadAllAvailable())
+            return self._handed_out
+        return self._latest_offset(start, limit)
+
+    def _latest_offset(self, start: dict, limit: ReadLimit | None) -> dict:
         d = self.driver
         start_offsets, start_ids = P.decode_offsets(start)
         if self._started:
@@ -432,6 +458,7 @@ class KohortStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return P.encode_offsets(self._latest, self.driver.topic_ids(list(self._latest)))
 
     def partitions(self, start: dict, end: dict):
+        self._handed_out = end
         s, s_ids = P.decode_offsets(start)
         e, e_ids = P.decode_offsets(end)
         # new partitions, and partitions of a topic recreated since `start` (failOnDataLoss=false),

@@ -17,7 +17,7 @@ import logging
 import re
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from kohort.client.cluster import Cluster
 from kohort.client.config import load_config
@@ -28,7 +28,7 @@ from kohort.client.consumer.offsets import (
 from kohort.client.stats import ClientStats
 from kohort.client.network import NetworkClient
 from kohort.errors import KohortError
-from kohort.structs import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from kohort.structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 log = logging.getLogger("kohort.client.consumer")
 
@@ -40,7 +40,7 @@ class ConsumerClosedError(KohortError):
 class Consumer:
     """A Kafka consumer. See the module docstring and Kafka's KafkaConsumer for the semantics."""
 
-    def __init__(self, config: dict | None = None, **kwargs):
+    def __init__(self, config: dict[str, Any] | None = None, **kwargs: Any) -> None:
         conf = dict(config or {})
         conf.update({k.replace("_", "."): v for k, v in kwargs.items()})
         self.config = load_config("consumer", conf)
@@ -126,7 +126,7 @@ class Consumer:
         return set(self._group.topics) if self._group is not None and self._group.subscribed else set()
 
     # -- polling ------------------------------------------------------------------------------------
-    def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list:
+    def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
         """Up to max.poll.records records (a list, possibly empty), waiting at most `timeout` seconds."""
         self._check_open()
         n = max_records or self._max_poll_records
@@ -228,7 +228,8 @@ class Consumer:
         g = self._group
         return ConsumerGroupMetadata(g.group_id, g.generation_id, g.member_id, self.config["group.instance.id"])
 
-    def committed(self, partitions: Iterable, timeout: float | None = None) -> dict:
+    def committed(self, partitions: Iterable[Any],
+                  timeout: float | None = None) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """{tp: OffsetAndMetadata or None} as committed in the group (an OffsetFetch round trip)."""
         self._check_open()
         if self._group is None:
@@ -236,8 +237,9 @@ class Consumer:
         tps = [_tp(p) for p in partitions]
         return self._group.fetch_committed(tps, self._api_timeout if timeout is None else timeout)
 
-    def commit(self, offsets: dict | Iterable | None = None, asynchronous: bool = False,
-               callback: Callable | None = None, message=None):
+    def commit(self, offsets: dict[Any, Any] | Iterable[Any] | None = None, asynchronous: bool = False,
+               callback: Callable[..., Any] | None = None,
+               message: ConsumerRecord | None = None) -> dict[TopicPartition, OffsetAndMetadata] | None:
         """Commit `offsets` ({tp: offset | OffsetAndMetadata}) or the current positions.
 
         Synchronous by default (retries retriable errors until default.api.timeout.ms). With
@@ -266,7 +268,8 @@ class Consumer:
         self._group.commit_sync(offs, self._api_timeout)
         return offs
 
-    def offsets_for_times(self, timestamps: dict, timeout: float | None = None) -> dict:
+    def offsets_for_times(self, timestamps: dict[Any, int],
+                          timeout: float | None = None) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """{tp: OffsetAndTimestamp or None}: the earliest offset whose timestamp is >= the given one."""
         self._check_open()
         req = {_tp(k): int(v) for k, v in timestamps.items()}
@@ -277,10 +280,10 @@ class Consumer:
                            self._api_timeout if timeout is None else timeout)
         return {tp: (OffsetAndTimestamp(*got[tp]) if got[tp][0] >= 0 else None) for tp in req}
 
-    def beginning_offsets(self, partitions: Iterable, timeout: float | None = None) -> dict:
+    def beginning_offsets(self, partitions: Iterable[Any], timeout: float | None = None) -> dict[TopicPartition, int]:
         return self._list({_tp(p): EARLIEST_TIMESTAMP for p in partitions}, timeout)
 
-    def end_offsets(self, partitions: Iterable, timeout: float | None = None) -> dict:
+    def end_offsets(self, partitions: Iterable[Any], timeout: float | None = None) -> dict[TopicPartition, int]:
         return self._list({_tp(p): LATEST_TIMESTAMP for p in partitions}, timeout)
 
     def _list(self, req, timeout):

