@@ -41,12 +41,21 @@ def _module_path(name: str) -> pathlib.Path | None:
     return None
 
 
+def _is_type_checking(test) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def _load_time_nodes(tree):
-    """Nodes that run when the module is imported (function bodies run later, if ever)."""
+    """Nodes that run when the module is imported (function bodies run later, if ever; an
+    `if TYPE_CHECKING:` block never runs)."""
     todo = list(tree.body)
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo.extend(node.orelse)
             continue
         yield node
         todo.extend(ast.iter_child_nodes(node))
