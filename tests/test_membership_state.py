@@ -719,3 +719,52 @@ def test_next_deadline():
     s.find()
     s.answer(HeartbeatRequest, HeartbeatResponse(error_code=E.GROUP_AUTHORIZATION_FAILED))
     assert s.m.next_deadline() is None                     # failed: the next poll raises
+
+
+@pytest.mark.parametrize("outage_ms", [1000, 7000])
+@pytest.mark.parametrize("load_answer", [None, E.COORDINATOR_LOAD_IN_PROGRESS, E.NOT_COORDINATOR])
+def test_coordinator_restart_while_the_application_processes_keeps_the_partitions(outage_ms, load_answer):
+    """The coordinator restarts while the application works on one batch for longer than
+    session.timeout.ms (no Poll for 9 s), the heartbeat side running: the heartbeat in flight fails,
+    FindCoordinator is refused while the broker is down (for longer than the session too, 7 s), the
+    coordinator comes back (first heartbeat answered `load_answer`, as a loading or not yet ready
+    coordinator may, then NONE). As Java's AbstractCoordinator: the coordinator is only marked
+    unknown and found again, the generation is kept, the next polls revoke nothing, assign nothing
+    and send no JoinGroup, and commits use the same generation."""
+    s = Sim()
+    s.to_stable()
+    joins = s.count(JoinGroupRequest)
+    s.tick(500)
+    s.feed(RequestFailed(s.last(HeartbeatRequest).tag, "broker closed the connection"))    # the broker stops
+    assert s.m.coordinator is None and s.m.state == STABLE
+    elapsed = 500
+    while elapsed < 500 + outage_ms:                    # down: every lookup refused
+        out = s.tick(100)
+        elapsed += 100
+        for a in out:
+            assert not isinstance(a, (Revoke, Assign))
+            if isinstance(a, Send) and isinstance(a.request, M.FindCoordinatorRequest):
+                s.feed(RequestFailed(a.tag, "connection refused"))
+    s.tick(100)
+    s.find()                                              # back (the same node)
+    assert s.m.generation == Generation(1, "m1", "range") and s.m.state == STABLE
+    answered = 0
+    while elapsed < 9000:                                 # the rest of the processing: heartbeats answered
+        before = s.count(HeartbeatRequest)
+        s.tick(100)
+        elapsed += 100
+        if s.count(HeartbeatRequest) > before:
+            err = load_answer if (answered == 0 and load_answer is not None) else 0
+            out = s.answer(HeartbeatRequest, HeartbeatResponse(error_code=err))
+            answered += 1
+            if s.m.coordinator is None:                   # NOT_COORDINATOR: found again at once
+                s.tick(0)
+                s.find()
+    assert answered >= 2 and s.m.coordinator is not None
+    for _ in range(3):                                    # the application polls again
+        out = s.poll()
+        assert not [a for a in out if isinstance(a, (Revoke, Assign, Raise))], out
+        s.tick(100)
+    assert s.count(JoinGroupRequest) == joins and not s.m.rejoin_needed
+    assert s.m.owned == frozenset({TopicPartition("t", 0), TopicPartition("t", 1)})
+    assert s.m.commit_generation() == Generation(1, "m1", "range")
