@@ -96,3 +96,20 @@ def test_confluent_kafka_clients_left_open_are_closed_before_the_broker_stops():
     import pytest
     with pytest.raises(RuntimeError):
         c.poll(0)          # a closed Consumer refuses to poll
+
+
+def test_a_sweep_of_the_run_matches_the_workers_processes_and_a_workers_sweep_only_its_own():
+    """xdist: a worker marks its processes <run id>.<worker>; the run's sweep (controller, .ci/run)
+    finds them, another worker's does not."""
+    run_id = "guard-" + uuid.uuid4().hex
+    procs = {w: subprocess.Popen(["sleep", "300"], env={**os.environ, MARKER: f"{run_id}.{w}"},
+                                 start_new_session=True) for w in ("gw0", "gw1")}
+    other = subprocess.Popen(["sleep", "300"], env={**os.environ, MARKER: run_id + "x.gw0"})
+    try:
+        found = {pid for pid, _ in run_processes(run_id, {os.getpid()})}
+        assert found == {procs["gw0"].pid, procs["gw1"].pid}
+        assert {pid for pid, _ in run_processes(f"{run_id}.gw1", set())} == {procs["gw1"].pid}
+    finally:
+        for p in (*procs.values(), other):
+            p.kill()
+            p.wait()
