@@ -102,6 +102,7 @@ class Conn:
                 p = self.pipes[d]
                 p.fault.blackholed = True
                 p.discarded += p.queued
+                self._proxy.discarded_bytes += p.queued
                 p.queue.clear()
                 p.queued = 0
             self.was_blackholed = True
@@ -128,6 +129,9 @@ class FaultProxy:
         self._conns: dict[int, Conn] = {}
         self._next_id = 0
         self.accepted = 0
+        self.discarded_bytes = 0      # thrown away by black holes
+        self.delayed_chunks = 0       # held for a delay > 0
+        self.resets = 0               # connections closed with RST (reset, heal of black holes, refuse)
         self._sel = selectors.DefaultSelector()
         self._listener = socket.socket()
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -284,6 +288,7 @@ class FaultProxy:
             return
         self.accepted += 1
         if self._refusing:
+            self.resets += 1
             _rst_close(client)
             return
         try:
@@ -321,7 +326,10 @@ class FaultProxy:
             return
         if pipe.fault.blackholed:
             pipe.discarded += len(data)
+            self.discarded_bytes += len(data)
             return
+        if pipe.fault.delay_ms:
+            self.delayed_chunks += 1
         pipe.queue.append((time.monotonic() + pipe.fault.delay_ms / 1000.0, data))
         pipe.queued += len(data)
 
@@ -387,6 +395,8 @@ class FaultProxy:
         if conn.closed:
             return
         conn.closed = True
+        if rst:
+            self.resets += 1
         for s in (conn.client, conn.upstream):
             try:
                 self._sel.unregister(s)
