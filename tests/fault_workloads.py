@@ -276,21 +276,21 @@ def read_log(bootstrap: str, topic: str, timeout: float = 30.0) -> dict:
 
 def check_producer(h: ProducerHistory, log: dict, fault: str, stall_s: float = 30.0) -> Report:
     r = Report("idempotent producer", fault, records=len(h.acked))
-    where: dict = {}
+    where: dict = {}                                 # value -> every (partition, offset) holding it
     for p, recs in log.items():
         last = -1
         for off, v in recs:
             if v in where:
                 r.add("duplicates", f"value {v} at {where[v]} and {(p, off)}")
-            where[v] = (p, off)
+            where.setdefault(v, []).append((p, off))
             if int(v) <= last:
                 r.add("out_of_order", f"partition {p}: {v} after {last}")
             last = max(last, int(v))
     for v, (p, off) in h.acked.items():
         if v not in where:
             r.add("lost", f"acknowledged {v} at {(p, off)} is not in the log")
-        elif where[v] != (p, off):
-            r.add("lost", f"acknowledged {v} at {(p, off)} but found at {where[v]}")
+        elif (p, off) not in where[v]:
+            r.add("lost", f"acknowledged {v} at {(p, off)}, which holds another record; {v} is at {where[v]}")
     if h.healed_at is not None and len(h.acked) < h.sent and (h.last_ack_at or 0) < h.healed_at \
             and h.finished_at - h.healed_at > stall_s:
         r.add("stalled", f"no acknowledgement in the {h.finished_at - h.healed_at:.0f}s after the heal")
