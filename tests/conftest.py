@@ -63,7 +63,7 @@ def _spark_kafka_jars() -> None:
 
 
 _spark_kafka_jars()
-HARD_GRACE_S = 60.0
+HARD_GRACE_S = float(os.environ.get("KOHORT_WATCHDOG_GRACE_S", "60"))   # past the test's timeout
 _watchdog: dict = {}
 
 
@@ -189,6 +189,22 @@ def pytest_xdist_make_scheduler(config, log):
                             self._groups.update(json.load(fh))
             group = self._groups.get(nodeid)
             return f"group:{group}" if group is not None else nodeid
+
+        def remove_node(self, node):
+            """A worker crashed (the watchdog ended a stuck test): that test is reported as crashed
+            and not run again (LoadScopeScheduling would queue it again with the rest of its unit,
+            so a stuck test would take down worker after worker); the rest of its unit is requeued."""
+            workload = self.assigned_work.get(node) or {}
+            crashed = next((nodeid for unit in workload.values() for nodeid, done in unit.items() if not done), None)
+            if crashed is None:
+                return super().remove_node(node)
+            for scope in [sc for sc, unit in workload.items() if all(unit.values()) or list(unit) == [crashed]]:
+                del workload[scope]
+            for unit in workload.values():
+                if crashed in unit:
+                    unit[crashed] = True
+            super().remove_node(node)
+            return crashed
 
     return GroupScheduling(config, log)
 
