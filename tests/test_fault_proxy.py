@@ -100,7 +100,7 @@ def nothing_within(s, seconds) -> bool:
     """True when no byte and no EOF arrives within `seconds` (the connection hangs, still open)."""
     s.settimeout(seconds)
     try:
-        data = s.recv(1)
+        s.recv(1)
     except socket.timeout:
         return True
     return False                                   # bytes, or b"" (EOF)
