@@ -64,6 +64,39 @@ class ProxiedBroker:
             self.proxy.close()
 
 
+class ProxiedKafka:
+    """A 1-node Apache Kafka (tests/kafka_cluster.py) behind a FaultProxy, advertising the proxy: the
+    same workloads and faults against Kafka's broker, for comparison."""
+
+    def __init__(self):
+        from tests.kafka_cluster import KafkaCluster
+        self.kc = KafkaCluster(nodes=1)
+        node = self.kc.nodes[0]
+        self.proxy = FaultProxy(("127.0.0.1", node.port))
+        self.kc.extra_config["advertised.listeners"] = f"PLAINTEXT://{self.proxy.address}"
+
+    @property
+    def bootstrap(self) -> str:
+        return self.proxy.address
+
+    def __enter__(self) -> "ProxiedKafka":
+        self.proxy.start()
+        try:
+            self.kc.start()
+        except BaseException:
+            self.proxy.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from tests.ck_tracking import close_open_clients
+        try:
+            close_open_clients()
+            self.kc.close()
+        finally:
+            self.proxy.close()
+
+
 def _delay(proxy):
     proxy.delay(300)
     return lambda: proxy.heal()
@@ -481,5 +514,5 @@ def check_group(h: GroupHistory, log: dict, fault: str, members: str, stall_s: f
     return r
 
 
-__all__ = ["FAULTS", "GroupHistory", "ProducerHistory", "ProxiedBroker", "Report", "check_group",
+__all__ = ["FAULTS", "GroupHistory", "ProducerHistory", "ProxiedBroker", "ProxiedKafka", "Report", "check_group",
            "check_producer", "group_workload", "producer_workload", "read_log"]

@@ -2,12 +2,15 @@
 checker of tests/fault_workloads.py: an idempotent producer (kohort's and librdkafka's) and a classic
 group of a kohort and a confluent-kafka member, under delay, a black hole then heal, a one-way black
 hole, and reset connections. Every anomaly count must be zero. Each run prints its line of the table
-(`pytest -s`); the longer grid runs under -m slow."""
+(`pytest -s`); the longer grid runs under -m slow, also against a 1-node Apache Kafka behind the same
+proxy for comparison."""
 import uuid
 
 import pytest
 
-from tests.fault_workloads import ProxiedBroker, check_group, check_producer, group_workload, producer_workload, read_log
+from tests.fault_workloads import (
+    ProxiedBroker, ProxiedKafka, check_group, check_producer, group_workload, producer_workload, read_log,
+)
 
 
 @pytest.fixture
@@ -20,13 +23,19 @@ def _topic(tag: str) -> str:
     return f"f-{tag}-{uuid.uuid4().hex[:6]}"
 
 
+@pytest.fixture(scope="module")
+def kafka_pb():
+    with ProxiedKafka() as k:
+        yield k
+
+
 def _producer_run(pb, fault, client="kohort", **kw):
     from tests.peers import create_topic
     topic = _topic(f"p-{fault}")
     assert create_topic(pb.bootstrap, topic, 3) == 3
     h = producer_workload(pb, topic, fault, client=client, **kw)
     r = check_producer(h, read_log(pb.bootstrap, topic), fault)
-    r.workload = f"idempotent producer ({client})"
+    r.workload = f"idempotent producer ({client})" + (" on Kafka" if isinstance(pb, ProxiedKafka) else "")
     print("\n" + r.line())
     assert h.acked, "nothing was acknowledged"
     assert h.fault_bit(fault) is None, h.fault_bit(fault)
@@ -36,7 +45,7 @@ def _producer_run(pb, fault, client="kohort", **kw):
 
 def _group_run(pb, fault, members=("kohort", "confluent"), **kw):
     h, log = group_workload(pb, _topic(f"g-{fault}"), fault, members=members, **kw)
-    r = check_group(h, log, fault, "+".join(members))
+    r = check_group(h, log, fault, "+".join(members) + (" on Kafka" if isinstance(pb, ProxiedKafka) else ""))
     assert h.fault_bit(fault) is None, h.fault_bit(fault)
     print("\n" + r.line() + f"  (commit errors during the fault: {len(h.commit_errors)})")
     assert r.clean, (r.line(), r.details)
@@ -65,6 +74,19 @@ def test_grid_producer(pb, fault, client):
 def test_grid_group(pb, fault):
     """A fault longer than session.timeout.ms (8 s > 6 s): members are evicted and rejoin."""
     _group_run(pb, fault, members=("kohort", "kohort", "confluent"), fault_for=8.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("client", ["kohort", "confluent"])
+@pytest.mark.parametrize("fault", ["blackhole", "reset"])
+def test_grid_producer_on_apache_kafka(kafka_pb, fault, client):
+    _producer_run(kafka_pb, fault, client=client, duration=12.0, fault_at=2.0, fault_for=8.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["blackhole", "reset"])
+def test_grid_group_on_apache_kafka(kafka_pb, fault):
+    _group_run(kafka_pb, fault, members=("kohort", "kohort", "confluent"), fault_for=8.0)
 
 
 def test_the_checker_counts_every_kind_of_anomaly():
