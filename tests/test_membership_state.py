@@ -15,7 +15,7 @@ from kohort.protocol.consumer_protocol import (
     ConsumerProtocolAssignment, ConsumerProtocolSubscription, decode_assignment, encode_assignment,
     encode_subscription,
 )
-from kohort.protocol.messages.find_coordinator import FindCoordinatorResponse
+from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kohort.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
 from kohort.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from kohort.protocol.messages.leave_group import LeaveGroupRequest
@@ -744,7 +744,7 @@ def test_coordinator_restart_while_the_application_processes_keeps_the_partition
         elapsed += 100
         for a in out:
             assert not isinstance(a, (Revoke, Assign))
-            if isinstance(a, Send) and isinstance(a.request, M.FindCoordinatorRequest):
+            if isinstance(a, Send) and isinstance(a.request, FindCoordinatorRequest):
                 s.feed(RequestFailed(a.tag, "connection refused"))
     s.tick(100)
     s.find()                                              # back (the same node)
@@ -808,7 +808,7 @@ def test_no_coordinator_trouble_alone_ever_rebalances_the_member(steps):
 
     def pending():
         return [x for x in s.sent if id(x) not in answered and isinstance(x.request, (HeartbeatRequest,
-                                                                                       M.FindCoordinatorRequest))]
+                                                                                       FindCoordinatorRequest))]
 
     def check(out):
         assert not [a for a in out if isinstance(a, (Revoke, Assign, Raise))], out
