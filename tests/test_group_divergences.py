@@ -6,6 +6,8 @@ issue 12; see the scenario's docstring for what it did. On Apache Kafka 4.3.1 (1
 before issue 12 failed 1-7 likewise; 8's client half passed there, because Kafka's Fetch answers the
 diverging epoch that kohort broker did not, and the fetcher already truncated on it.
 """
+import time
+
 import pytest
 
 from tests import group_scenarios as S
@@ -16,9 +18,22 @@ def test_1_metadata_driven_rejoin(kohort_broker):
     S.metadata_driven_rejoin(kohort_broker.bootstrap, "k")
 
 
-@pytest.mark.slow
+def _restart_after_a_second(broker):
+    """Stop the broker (SIGTERM), start it again a second later on the same port and data."""
+    def restart():
+        broker.stop()
+        time.sleep(1)
+        broker.start()
+    return restart
+
+
 def test_2_coordinator_restart_during_processing(kohort_broker):
-    S.coordinator_restart_during_processing(kohort_broker.bootstrap, kohort_broker.restart, "k")
+    S.coordinator_restart_during_processing(kohort_broker.bootstrap, _restart_after_a_second(kohort_broker), "k")
+
+
+def test_2_coordinator_restart_during_processing_confluent_kafka(kohort_broker):
+    """The reference on the same broker and scenario: librdkafka keeps its partitions, no callback."""
+    S.ck_coordinator_restart_during_processing(kohort_broker.bootstrap, _restart_after_a_second(kohort_broker), "k")
 
 
 def test_3_commit_after_rebalance(kohort_broker):

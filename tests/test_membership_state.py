@@ -1,6 +1,7 @@
 """The pure group member (kohort.client.consumer.membership) with a fake clock: every transition and
 every error of its table, as Java's AbstractCoordinator/ConsumerCoordinator handle them."""
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from kohort.assignors import get_assignor
 from kohort.client.consumer import membership as M
@@ -719,3 +720,124 @@ def test_next_deadline():
     s.find()
     s.answer(HeartbeatRequest, HeartbeatResponse(error_code=E.GROUP_AUTHORIZATION_FAILED))
     assert s.m.next_deadline() is None                     # failed: the next poll raises
+
+
+@pytest.mark.parametrize("outage_ms", [1000, 7000])
+@pytest.mark.parametrize("load_answer", [None, E.COORDINATOR_LOAD_IN_PROGRESS, E.NOT_COORDINATOR])
+def test_coordinator_restart_while_the_application_processes_keeps_the_partitions(outage_ms, load_answer):
+    """The coordinator restarts while the application works on one batch for longer than
+    session.timeout.ms (no Poll for 9 s), the heartbeat side running: the heartbeat in flight fails,
+    FindCoordinator is refused while the broker is down (for longer than the session too, 7 s), the
+    coordinator comes back (first heartbeat answered `load_answer`, as a loading or not yet ready
+    coordinator may, then NONE). As Java's AbstractCoordinator: the coordinator is only marked
+    unknown and found again, the generation is kept, the next polls revoke nothing, assign nothing
+    and send no JoinGroup, and commits use the same generation."""
+    s = Sim()
+    s.to_stable()
+    joins = s.count(JoinGroupRequest)
+    s.tick(500)
+    s.feed(RequestFailed(s.last(HeartbeatRequest).tag, "broker closed the connection"))    # the broker stops
+    assert s.m.coordinator is None and s.m.state == STABLE
+    elapsed = 500
+    while elapsed < 500 + outage_ms:                    # down: every lookup refused
+        out = s.tick(100)
+        elapsed += 100
+        for a in out:
+            assert not isinstance(a, (Revoke, Assign))
+            if isinstance(a, Send) and isinstance(a.request, FindCoordinatorRequest):
+                s.feed(RequestFailed(a.tag, "connection refused"))
+    s.tick(100)
+    s.find()                                              # back (the same node)
+    assert s.m.generation == Generation(1, "m1", "range") and s.m.state == STABLE
+    answered = 0
+    while elapsed < 9000:                                 # the rest of the processing: heartbeats answered
+        before = s.count(HeartbeatRequest)
+        s.tick(100)
+        elapsed += 100
+        if s.count(HeartbeatRequest) > before:
+            err = load_answer if (answered == 0 and load_answer is not None) else 0
+            out = s.answer(HeartbeatRequest, HeartbeatResponse(error_code=err))
+            answered += 1
+            if s.m.coordinator is None:                   # NOT_COORDINATOR: found again at once
+                s.tick(0)
+                s.find()
+    assert answered >= 2 and s.m.coordinator is not None
+    for _ in range(3):                                    # the application polls again
+        out = s.poll()
+        assert not [a for a in out if isinstance(a, (Revoke, Assign, Raise))], out
+        s.tick(100)
+    assert s.count(JoinGroupRequest) == joins and not s.m.rejoin_needed
+    assert s.m.owned == frozenset({TopicPartition("t", 0), TopicPartition("t", 1)})
+    assert s.m.commit_generation() == Generation(1, "m1", "range")
+
+
+_OUTCOMES = ["ok", "disconnect", E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.COORDINATOR_LOAD_IN_PROGRESS,
+             E.REQUEST_TIMED_OUT]
+
+
+def _answer_pending(s: "Sim", send: Send, outcome) -> list:
+    """Answer one heartbeat or FindCoordinator the way a restarting coordinator may."""
+    if outcome == "disconnect":
+        return s.feed(RequestFailed(send.tag, "connection lost"))
+    code = 0 if outcome == "ok" else outcome
+    if isinstance(send.request, HeartbeatRequest):
+        return s.feed(Response(send.tag, HeartbeatResponse(error_code=code)))
+    if code in (E.REQUEST_TIMED_OUT,):
+        code = E.COORDINATOR_NOT_AVAILABLE
+    return s.feed(Response(send.tag, FindCoordinatorResponse(error_code=code, node_id=1, host="h", port=9092,
+                                                              coordinators=[])))
+
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("tick"), st.sampled_from([0, 100, 500, 3000, 7000])),
+    st.tuples(st.just("answer"), st.integers(0, 3), st.sampled_from(_OUTCOMES)),
+    st.tuples(st.just("poll"), st.just(0)),
+), max_size=60))
+def test_no_coordinator_trouble_alone_ever_rebalances_the_member(steps):
+    """Whatever a coordinator that goes away and comes back answers in whatever order (connections
+    lost, NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, timeouts, lookups
+    refused; sessions expiring on the member's side; polls or none), as long as it never answers
+    with a membership error the member never revokes, assigns, raises or sends JoinGroup, and keeps
+    its generation: Java's AbstractCoordinator only marks the coordinator unknown and finds it again."""
+    s = Sim()
+    s.to_stable()
+    gen, joins = s.m.generation, s.count(JoinGroupRequest)
+    answered: set = set()
+
+    def pending():
+        return [x for x in s.sent if id(x) not in answered and isinstance(x.request, (HeartbeatRequest,
+                                                                                       FindCoordinatorRequest))]
+
+    def check(out):
+        assert not [a for a in out if isinstance(a, (Revoke, Assign, Raise))], out
+        assert s.count(JoinGroupRequest) == joins and s.m.generation == gen and s.m.state == STABLE
+
+    last_poll = s.now
+    for step in steps:
+        if step[0] == "tick":
+            if s.now + step[1] - last_poll >= 20000:      # within max.poll.interval.ms (the Sim's 20 s)
+                check(s.feed(Poll()))
+                last_poll = s.now
+            check(s.tick(step[1]))
+        elif step[0] == "poll":
+            check(s.feed(Poll()))
+            last_poll = s.now
+        else:
+            waiting = pending()
+            if waiting:
+                send = waiting[step[1] % len(waiting)]
+                answered.add(id(send))
+                check(_answer_pending(s, send, step[2]))
+    for _ in range(200):                                  # then the coordinator is back for good
+        for send in pending():
+            answered.add(id(send))
+            check(_answer_pending(s, send, "ok"))
+        check(s.tick(100))
+        check(s.feed(Poll()))
+        if s.m.coordinator is not None and s.m.last_heartbeat_ms is not None and \
+                s.m.last_heartbeat_ms >= s.now - 1000:
+            break
+    assert s.m.coordinator is not None
+    assert s.m.commit_generation() == gen and not s.m.rejoin_needed

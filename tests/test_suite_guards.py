@@ -96,3 +96,43 @@ def test_confluent_kafka_clients_left_open_are_closed_before_the_broker_stops():
     import pytest
     with pytest.raises(RuntimeError):
         c.poll(0)          # a closed Consumer refuses to poll
+
+
+def test_a_sweep_of_the_run_matches_the_workers_processes_and_a_workers_sweep_only_its_own():
+    """xdist: a worker marks its processes <run id>.<worker>; the run's sweep (controller, .ci/run)
+    finds them, another worker's does not."""
+    run_id = "guard-" + uuid.uuid4().hex
+    procs = {w: subprocess.Popen(["sleep", "300"], env={**os.environ, MARKER: f"{run_id}.{w}"},
+                                 start_new_session=True) for w in ("gw0", "gw1")}
+    other = subprocess.Popen(["sleep", "300"], env={**os.environ, MARKER: run_id + "x.gw0"})
+    try:
+        found = {pid for pid, _ in run_processes(run_id, {os.getpid()})}
+        assert found == {procs["gw0"].pid, procs["gw1"].pid}
+        assert {pid for pid, _ in run_processes(f"{run_id}.gw1", set())} == {procs["gw1"].pid}
+    finally:
+        for p in (*procs.values(), other):
+            p.kill()
+            p.wait()
+
+
+def test_a_test_stuck_in_an_xdist_worker_is_ended_reported_and_leaves_nothing():
+    """A pytest of its own on tests/xdist_stuck_case.py with two workers: the stuck test is killed by
+    its worker's watchdog (timeout 3 s + grace 2 s), xdist reports it and runs the rest."""
+    run_id = "guard-xdist-" + uuid.uuid4().hex
+    env = {**os.environ, MARKER: run_id, "KOHORT_WATCHDOG_GRACE_S": "2"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "pytest", "tests/xdist_stuck_case.py", "-n", "2", "-o", "timeout=3",
+                          "-p", "no:cacheprovider", "-q"], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=120)
+    took = time.monotonic() - t0
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "test_stuck_with_the_gil_held" in text and "2 passed" in text, text
+    assert "crashed" in text, text
+    assert took < 60, took
+    deadline = time.monotonic() + 5
+    while run_processes(run_id, {os.getpid()}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run_processes(run_id, {os.getpid()}) == []

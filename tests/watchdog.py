@@ -10,7 +10,10 @@ deadline to STATE_FILE ("<epoch seconds> <nodeid>"), after it empties the file. 
   GIL held), then SIGKILL pytest and everything the run started, and exit 1.
 
 "Everything the run started" = every process whose environment carries KOHORT_TEST_RUN=<this run's id>
-(children inherit it, also those started in a new session, like JVMs and brokers).
+(children inherit it, also those started in a new session, like JVMs and brokers), or
+KOHORT_TEST_RUN=<this run's id>.<suffix>: an xdist worker marks its processes <run id>.<worker> and
+runs its own watchdog with that id, so a sweep of the run id also ends every worker's processes while
+a worker's sweep ends only its own.
 
 usage: python watchdog.py PYTEST_PID STATE_FILE RUN_ID
 """
@@ -27,6 +30,7 @@ MARKER = "KOHORT_TEST_RUN"
 def run_processes(run_id: str, exclude: set[int]) -> list[tuple[int, str]]:
     """(pid, command line) of live processes whose environment has KOHORT_TEST_RUN=run_id."""
     needle = f"{MARKER}={run_id}".encode()
+    prefix = needle + b"."
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -37,7 +41,7 @@ def run_processes(run_id: str, exclude: set[int]) -> list[tuple[int, str]]:
         try:
             with open(f"/proc/{pid}/environ", "rb") as fh:
                 env = fh.read().split(b"\0")
-            if needle not in env:
+            if needle not in env and not any(e.startswith(prefix) for e in env):
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -111,6 +115,7 @@ def main() -> int:
         try:
             os.kill(pytest_pid, signal.SIGUSR1)
             time.sleep(2.0)
+            os.kill(pytest_pid, signal.SIGKILL)      # an xdist worker: the controller reports its test failed
         except ProcessLookupError:
             pass
         killed = kill_run(run_id, me)

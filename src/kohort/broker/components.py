@@ -125,6 +125,9 @@ async def open_components(broker) -> None:
     async def close_storage():
         await broker.sync.close()
         storage.close()
+        if storage.close_error is not None:
+            log.warning("storage closed without its clean-shutdown marker (the next start recovers the "
+                        "logs): %s", storage.close_error)
     broker._closers.append(close_storage)
 
     broker.spawn(_maintenance(broker))

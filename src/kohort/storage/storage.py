@@ -129,6 +129,7 @@ class Storage:
                  flush_policy: str = DEFAULT_FLUSH_POLICY, topic_defaults: dict | None = None,
                  now_ms: int | None = None):
         self.fs = fs or OsFileSystem()
+        self.close_error: Exception | None = None       # what made close() skip the clean-shutdown marker
         self.data_dir = data_dir
         self.flush_policy = check_flush_policy(flush_policy)
         for name in topic_defaults or {}:
@@ -234,15 +235,25 @@ class Storage:
         self._write_checkpoints()
 
     def close(self) -> None:
-        """Clean shutdown: flush everything, write checkpoints and the clean-shutdown marker."""
+        """Clean shutdown: flush everything, write checkpoints and the clean-shutdown marker. A disk
+        error on the way (a full disk, a failing fsync) leaves the marker out, so the next start
+        recovers the logs from their files; the files are closed and the lock released all the
+        same, and `close_error` keeps what failed."""
         if self.closed:
             return
-        for log in self.logs():
-            log.flush()
-        self._write_checkpoints()
+        try:
+            for log in self.logs():
+                log.flush()
+            self._write_checkpoints()
+        except (OSError, KafkaStorageError) as e:
+            self.close_error = e
         for log in self.logs():
             log.close()
-        self.fs.write_file_atomic(self._path(CLEAN_SHUTDOWN_FILE), b"")
+        if self.close_error is None:
+            try:
+                self.fs.write_file_atomic(self._path(CLEAN_SHUTDOWN_FILE), b"")
+            except OSError as e:
+                self.close_error = e
         self.closed = True
         with self._cv:
             pool, self._sync_pool = self._sync_pool, None

@@ -1,0 +1,518 @@
+"""Workloads run through the fault proxy (tests/fault_proxy.py) against kohort broker, and the checker
+of their histories, in the manner of Jepsen's Kafka tests.
+
+    with ProxiedBroker() as pb:                  # kohort broker advertising the proxy's address
+        h = producer_workload(pb, "t", fault=FAULTS["blackhole"])
+        assert check_producer(h, read_log(pb.bootstrap, "t")).clean
+
+Faults (`FAULTS`): each a function of the proxy returning its heal function, applied `fault_at`
+seconds into the run and healed `fault_for` seconds later:
+  delay      every byte held 300 ms both ways
+  blackhole  bytes thrown away both ways, connections left open and silent; healed by resetting them
+  oneway     client -> broker black-holed only (answers would still flow), healed likewise
+  reset      every open connection reset (RST), then new connections refused for the duration
+
+The checker's anomalies (`Report.anomalies`, each a count):
+  lost             acknowledged records not in the log (producer), or records in the log no member
+                   of the group ever consumed (group)
+  duplicates       the same record twice in the log (idempotent producer), or a record consumed
+                   again below an offset committed before (group: outside the uncommitted window)
+  out_of_order     records of one partition in the log out of the producer's order, or offsets of one
+                   partition going backwards at one member within one assignment
+  stalled          no progress for more than `stall_s` after the fault healed while work remained
+  hung_calls       client calls that returned later than their own timeout (+ slack)
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from tests.brokers import KohortBroker, free_port
+from tests.fault_proxy import FaultProxy
+
+CALL_SLACK_S = 3.0          # a call may overrun its timeout by this much before it counts as hung
+
+
+class ProxiedBroker:
+    """A kohort broker behind a FaultProxy: it advertises the proxy, so every client connection goes
+    through it. `bootstrap` is the proxy's address; `direct` the broker's own."""
+
+    def __init__(self, config: dict | None = None):
+        port = free_port()
+        self.proxy = FaultProxy(("127.0.0.1", port))
+        self.broker = KohortBroker(port=port, config={
+            "advertised.listeners": f"PLAINTEXT://{self.proxy.address}", **(config or {})})
+
+    @property
+    def bootstrap(self) -> str:
+        return self.proxy.address
+
+    def __enter__(self) -> "ProxiedBroker":
+        self.proxy.start()
+        try:
+            self.broker.start()
+        except BaseException:
+            self.proxy.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.broker.__exit__(*exc)
+        finally:
+            self.proxy.close()
+
+
+class ProxiedKafka:
+    """A 1-node Apache Kafka (tests/kafka_cluster.py) behind a FaultProxy, advertising the proxy: the
+    same workloads and faults against Kafka's broker, for comparison."""
+
+    def __init__(self):
+        from tests.kafka_cluster import KafkaCluster
+        self.kc = KafkaCluster(nodes=1)
+        node = self.kc.nodes[0]
+        self.proxy = FaultProxy(("127.0.0.1", node.port))
+        self.kc.extra_config["advertised.listeners"] = f"PLAINTEXT://{self.proxy.address}"
+
+    @property
+    def bootstrap(self) -> str:
+        return self.proxy.address
+
+    def __enter__(self) -> "ProxiedKafka":
+        self.proxy.start()
+        try:
+            self.kc.start()
+        except BaseException:
+            self.proxy.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from tests.ck_tracking import close_open_clients
+        try:
+            close_open_clients()
+            self.kc.close()
+        finally:
+            self.proxy.close()
+
+
+def _delay(proxy):
+    proxy.delay(300)
+    return lambda: proxy.heal()
+
+
+def _blackhole(proxy):
+    proxy.blackhole()
+    return lambda: proxy.heal(reset_blackholed=True)
+
+
+def _oneway(proxy):
+    proxy.blackhole("c2s")
+    return lambda: proxy.heal(reset_blackholed=True)
+
+
+def _reset(proxy):
+    proxy.refuse(True)
+    proxy.reset()
+    return lambda: proxy.heal()
+
+
+FAULTS = {"delay": _delay, "blackhole": _blackhole, "oneway": _oneway, "reset": _reset}
+
+
+@dataclass
+class Report:
+    """One run's figures and anomalies."""
+    workload: str
+    fault: str
+    records: int = 0
+    anomalies: dict = field(default_factory=lambda: dict.fromkeys(
+        ("lost", "duplicates", "out_of_order", "stalled", "hung_calls"), 0))
+    details: list = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not any(self.anomalies.values())
+
+    def add(self, kind: str, detail: str, n: int = 1) -> None:
+        self.anomalies[kind] += n
+        if len(self.details) < 20:
+            self.details.append(f"{kind}: {detail}")
+
+    def line(self) -> str:
+        a = self.anomalies
+        return (f"{self.workload:<22} {self.fault:<10} records={self.records:<6} lost={a['lost']} "
+                f"dup={a['duplicates']} order={a['out_of_order']} stalled={a['stalled']} hung={a['hung_calls']}")
+
+
+class _Timed:
+    """Measures client calls against their own timeouts."""
+
+    def __init__(self) -> None:
+        self.hung: list[str] = []
+
+    def call(self, what: str, timeout_s: float, fn, *args, **kw):
+        t0 = time.monotonic()
+        try:
+            return fn(*args, **kw)
+        finally:
+            took = time.monotonic() - t0
+            if took > timeout_s + CALL_SLACK_S:
+                self.hung.append(f"{what} took {took:.1f}s (timeout {timeout_s}s)")
+
+
+def _schedule(proxy, fault: str | None, fault_at: float, fault_for: float, stop: threading.Event) -> dict:
+    """Run the fault in a thread; returns a dict that gets 'healed_at' (monotonic) once healed."""
+    state: dict = {}
+
+    def run():
+        if fault is None:
+            state["healed_at"] = time.monotonic()
+            return
+        if stop.wait(fault_at):
+            return
+        heal = FAULTS[fault](proxy)
+        state["faulted_at"] = time.monotonic()
+        stop.wait(fault_for)
+        heal()
+        state["healed_at"] = time.monotonic()
+
+    t = threading.Thread(target=run, name="fault-schedule", daemon=True)
+    t.start()
+    state["thread"] = t
+    return state
+
+
+# -- the idempotent producer ----------------------------------------------------------------------------
+@dataclass
+class ProducerHistory:
+    sent: int = 0
+    acked: dict = field(default_factory=dict)       # value -> (partition, offset)
+    failed: dict = field(default_factory=dict)      # value -> error text (indeterminate)
+    hung: list = field(default_factory=list)
+    sent_at: dict = field(default_factory=dict)     # value -> monotonic time of produce()
+    acked_at: dict = field(default_factory=dict)    # value -> monotonic time of its acknowledgement
+    faulted_at: float | None = None
+    healed_at: float | None = None
+    last_ack_at: float | None = None
+    finished_at: float | None = None
+    proxied_connections: int = 0
+
+    def fault_bit(self, fault: str) -> str | None:
+        """None when the fault visibly acted on the run (else why not): no acknowledgement while a
+        black hole or reset was on; acknowledgements at least the delay late while delayed."""
+        if self.faulted_at is None or self.healed_at is None:
+            return "the fault never ran"
+        if not self.proxied_connections:
+            return "no client connection went through the proxy"
+        lo, hi = self.faulted_at + 0.5, self.healed_at
+        during = [v for v, t in self.acked_at.items() if lo < t < hi and self.sent_at[v] > self.faulted_at]
+        if fault == "delay":
+            lat = sorted(self.acked_at[v] - self.sent_at[v] for v in during)
+            if not lat or lat[len(lat) // 2] < 0.3:
+                return f"acknowledgements during the delay were not delayed: {lat[len(lat) // 2] if lat else None}"
+            return None
+        if during:
+            return f"{len(during)} records sent during the {fault} were acknowledged during it"
+        return None
+
+
+def producer_workload(pb: ProxiedBroker, topic: str, fault: str | None, duration: float = 7.0,
+                      fault_at: float = 1.5, fault_for: float = 3.0, rate: int = 400,
+                      client: str = "kohort") -> ProducerHistory:
+    """An idempotent producer (acks=all) sends "<seq>" values (key = seq % 16) at `rate`/s for
+    `duration` s while the fault runs, then flushes with a timeout."""
+    h = ProducerHistory()
+    timed = _Timed()
+    lock = threading.Lock()
+
+    def on_delivery(err, md, value):
+        with lock:
+            if err is None:
+                h.acked[value] = (md.partition, md.offset)
+                h.last_ack_at = h.acked_at[value] = time.monotonic()
+            else:
+                h.failed[value] = str(err)
+
+    if client == "kohort":
+        from kohort import Producer
+        p = Producer({"bootstrap.servers": pb.bootstrap, "enable.idempotence": True, "acks": "all",
+                      "request.timeout.ms": 3000, "delivery.timeout.ms": 60000, "linger.ms": 5,
+                      "max.block.ms": 10000})
+        send = lambda v: p.produce(topic, value=v.encode(), key=str(int(v) % 16).encode(),  # noqa: E731
+                                   on_delivery=lambda e, m, v=v: on_delivery(e, m, v))
+        flush = p.flush
+    else:
+        import confluent_kafka
+        p = confluent_kafka.Producer({"bootstrap.servers": pb.bootstrap, "enable.idempotence": True,
+                                      "acks": "all", "linger.ms": 5, "socket.timeout.ms": 3000,
+                                      "message.timeout.ms": 60000, "log_level": 0})
+
+        def send(v):
+            p.produce(topic, value=v.encode(), key=str(int(v) % 16).encode(),
+                      on_delivery=lambda e, m, v=v: on_delivery(
+                          e, type("M", (), {"partition": m.partition(), "offset": m.offset()}) if e is None else None, v))
+            p.poll(0)
+        flush = p.flush
+    stop = threading.Event()
+    sched = _schedule(pb.proxy, fault, fault_at, fault_for, stop)
+    t0 = time.monotonic()
+    seq = 0
+    try:
+        while time.monotonic() - t0 < duration:
+            h.sent_at[str(seq)] = time.monotonic()
+            timed.call("produce", 10.0, send, str(seq))
+            seq += 1
+            h.sent = seq
+            next_at = t0 + seq / rate
+            pause = next_at - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+        sched["thread"].join(fault_at + fault_for + 5)
+        left = timed.call("flush", 60.0, flush, 60.0)
+        if left:
+            timed.hung.append(f"flush left {left} records undelivered after its 60 s")
+    finally:
+        stop.set()
+        if client == "kohort":
+            timed.call("close", 10.0, p.close, 10.0)
+    h.hung = timed.hung
+    h.faulted_at, h.healed_at = sched.get("faulted_at"), sched.get("healed_at")
+    h.finished_at = time.monotonic()
+    h.proxied_connections = pb.proxy.accepted
+    return h
+
+
+def read_log(bootstrap: str, topic: str, timeout: float = 30.0) -> dict:
+    """Every record of `topic`: {partition: [(offset, value str)]}, read to the end offsets."""
+    from kohort import Consumer
+    from kohort.structs import TopicPartition
+    out: dict = {}
+    with Consumer({"bootstrap.servers": bootstrap, "enable.auto.commit": False}) as c:
+        parts = c.partitions_for_topic(topic, 10)
+        assert parts, f"topic {topic} has no partitions"
+        tps = [TopicPartition(topic, p) for p in parts]
+        end = c.end_offsets(tps, 10)
+        c.assign(tps)
+        c.seek_to_beginning(tps)
+        pos = {tp: 0 for tp in tps}
+        deadline = time.monotonic() + timeout
+        while any(pos[tp] < end[tp] for tp in tps) and time.monotonic() < deadline:
+            for r in c.poll(0.2):
+                out.setdefault(r.partition, []).append((r.offset, r.value.decode()))
+                pos[TopicPartition(topic, r.partition)] = r.offset + 1
+        if any(pos[tp] < end[tp] for tp in tps):
+            raise AssertionError(f"could not read {topic} to its end: {pos} < {end}")
+    return out
+
+
+def check_producer(h: ProducerHistory, log: dict, fault: str, stall_s: float = 30.0) -> Report:
+    r = Report("idempotent producer", fault, records=len(h.acked))
+    where: dict = {}                                 # value -> every (partition, offset) holding it
+    for p, recs in log.items():
+        last = -1
+        for off, v in recs:
+            if v in where:
+                r.add("duplicates", f"value {v} at {where[v]} and {(p, off)}")
+            where.setdefault(v, []).append((p, off))
+            if int(v) <= last:
+                r.add("out_of_order", f"partition {p}: {v} after {last}")
+            last = max(last, int(v))
+    for v, (p, off) in h.acked.items():
+        if v not in where:
+            r.add("lost", f"acknowledged {v} at {(p, off)} is not in the log")
+        elif (p, off) not in where[v]:
+            r.add("lost", f"acknowledged {v} at {(p, off)}, which holds another record; {v} is at {where[v]}")
+    if h.healed_at is not None and len(h.acked) < h.sent and (h.last_ack_at or 0) < h.healed_at \
+            and h.finished_at - h.healed_at > stall_s:
+        r.add("stalled", f"no acknowledgement in the {h.finished_at - h.healed_at:.0f}s after the heal")
+    for x in h.hung:
+        r.add("hung_calls", x)
+    return r
+
+
+# -- a classic group ---------------------------------------------------------------------------------------
+@dataclass
+class GroupHistory:
+    consumed: list = field(default_factory=list)    # (member, partition, offset, value, committed floor)
+    assigned: list = field(default_factory=list)    # (member, event, partitions, t)
+    commit_errors: list = field(default_factory=list)
+    hung: list = field(default_factory=list)
+    healed_at: float | None = None
+    progress_after_heal_s: float | None = None
+    done: bool = False
+    proxy_counts: dict = field(default_factory=dict)
+
+    def fault_bit(self, fault: str) -> str | None:
+        """None when the fault acted on the members' connections (bytes thrown away, connections
+        reset, chunks delayed), else why not."""
+        c = self.proxy_counts
+        need = {"blackhole": "discarded_bytes", "oneway": "discarded_bytes", "reset": "resets",
+                "delay": "delayed_chunks"}[fault]
+        return None if c.get(need) else f"the {fault} did not act on any connection: {c}"
+
+
+class _Member:
+    """One group member consuming in its own thread: poll, record, commit synchronously every 200 ms."""
+
+    def __init__(self, name: str, kind: str, bootstrap: str, group: str, topic: str, h: GroupHistory,
+                 committed: dict, lock: threading.Lock, timed: _Timed):
+        self.name, self.kind, self.h, self.committed, self.lock, self.timed = name, kind, h, committed, lock, timed
+        self.last: dict = {}
+        self.last_progress = time.monotonic()
+        base = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+        self.process_s = 0.002          # "processing" per record: consumption spans the fault
+        if kind == "kohort":
+            from kohort import Consumer
+            self.c = Consumer({**base, "request.timeout.ms": 3000, "default.api.timeout.ms": 10000,
+                               "max.poll.records": 50})
+            self.c.subscribe([topic], on_assign=lambda _c, tps: self._event("assign", tps),
+                             on_revoke=lambda _c, tps: self._event("revoke", tps),
+                             on_lost=lambda _c, tps: self._event("lost", tps))
+        else:
+            import confluent_kafka
+            self.c = confluent_kafka.Consumer({**base, "socket.timeout.ms": 3000, "log_level": 0})
+            self.c.subscribe([topic], on_assign=lambda _c, ps: self._event("assign", ps),
+                             on_revoke=lambda _c, ps: self._event("revoke", ps),
+                             on_lost=lambda _c, ps: self._event("lost", ps))
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"member-{name}", daemon=True)
+
+    def _event(self, what: str, tps) -> None:
+        parts = sorted(tp.partition for tp in tps)
+        for p in parts:
+            self.last.pop(p, None)              # a new assignment: offsets may start over
+        with self.lock:
+            self.h.assigned.append((self.name, what, parts, time.monotonic()))
+
+    def _record(self, partition: int, offset: int, value: str) -> None:
+        with self.lock:
+            floor = self.committed.get(partition, 0)
+            self.h.consumed.append((self.name, partition, offset, value, floor))
+        prev = self.last.get(partition)
+        if prev is not None and offset <= prev:
+            with self.lock:
+                self.h.consumed.append((self.name, partition, offset, value, "backwards"))
+        self.last[partition] = offset
+        self.last_progress = time.monotonic()
+        time.sleep(self.process_s)
+
+    def _run(self) -> None:
+        next_commit = time.monotonic() + 0.2
+        pending: dict = {}
+        while not self.stop.is_set():
+            if self.kind == "kohort":
+                recs = self.timed.call(f"{self.name} poll", 0.5, self.c.poll, 0.5)
+                for r in recs:
+                    self._record(r.partition, r.offset, r.value.decode())
+                    pending[r.partition] = r.offset + 1
+            else:
+                m = self.timed.call(f"{self.name} poll", 0.5, self.c.poll, 0.5)
+                if m is not None and m.error() is None:
+                    self._record(m.partition(), m.offset(), m.value().decode())
+                    pending[m.partition()] = m.offset() + 1
+            if pending and time.monotonic() >= next_commit:
+                next_commit = time.monotonic() + 0.2
+                try:
+                    if self.kind == "kohort":
+                        self.timed.call(f"{self.name} commit", 10.0, self.c.commit)
+                    else:
+                        self.timed.call(f"{self.name} commit", 30.0, self.c.commit, asynchronous=False)
+                except Exception as e:       # commit failures are allowed (they widen the window)
+                    with self.lock:
+                        self.h.commit_errors.append(f"{self.name}: {type(e).__name__}: {e}"[:200])
+                else:
+                    with self.lock:
+                        for p, off in pending.items():
+                            self.committed[p] = max(self.committed.get(p, 0), off)
+                pending = {}
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        if self.thread.is_alive():
+            self.timed.hung.append(f"{self.name} did not stop within 60 s")
+            return
+        self.timed.call(f"{self.name} close", 30.0, self.c.close)
+
+
+def group_workload(pb: ProxiedBroker, topic: str, fault: str | None, members=("kohort", "confluent"),
+                   records: int = 4000, partitions: int = 4, fault_at: float = 1.5, fault_for: float = 3.0,
+                   stall_s: float = 30.0) -> tuple[GroupHistory, dict]:
+    """Members of one classic group consume `topic` (filled before and during the run through the
+    proxy) while the fault runs; ends when every record was consumed after the heal, or `stall_s`
+    after the heal. Returns the history and the log."""
+    from tests.peers import create_topic
+    assert create_topic(pb.bootstrap, topic, partitions) == partitions
+    half = records // 2
+    _fill(pb.bootstrap, topic, 0, half)
+    h = GroupHistory()
+    committed: dict = {}
+    lock = threading.Lock()
+    timed = _Timed()
+    ms = [_Member(f"{kind}-{i}", kind, pb.bootstrap, f"g-{topic}", topic, h, committed, lock, timed)
+          for i, kind in enumerate(members)]
+    stop = threading.Event()
+    for m in ms:
+        m.thread.start()
+    sched = _schedule(pb.proxy, fault, fault_at, fault_for, stop)
+    try:
+        sched["thread"].join(fault_at + fault_for + 10)
+        h.healed_at = sched.get("healed_at", time.monotonic())
+        _fill(pb.bootstrap, topic, half, records - half)          # after the heal: must all arrive
+        deadline = h.healed_at + stall_s
+        while time.monotonic() < deadline:
+            with lock:
+                seen = {(p, o) for _, p, o, _, floor in h.consumed if floor != "backwards"}
+            if len(seen) >= records:
+                h.done = True
+                break
+            time.sleep(0.2)
+        progress = [m.last_progress for m in ms]
+        h.progress_after_heal_s = max(0.0, max(progress) - h.healed_at)
+    finally:
+        stop.set()
+        for m in ms:
+            m.close()
+    h.hung = timed.hung
+    h.proxy_counts = {k: getattr(pb.proxy, k) for k in ("accepted", "discarded_bytes", "delayed_chunks", "resets")}
+    return h, read_log(pb.bootstrap, topic)
+
+
+def _fill(bootstrap: str, topic: str, start: int, count: int) -> None:
+    from kohort import Producer
+    with Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                   "linger.ms": 5}) as p:
+        for i in range(start, start + count):
+            p.produce(topic, value=str(i).encode(), key=str(i % 16).encode())
+        left = p.flush(30)
+    assert not left, f"{left} records of the fill not delivered"
+
+
+def check_group(h: GroupHistory, log: dict, fault: str, members: str, stall_s: float = 30.0) -> Report:
+    r = Report(f"classic group ({members})", fault, records=sum(len(v) for v in log.values()))
+    consumed = {}
+    for name, p, off, v, floor in h.consumed:
+        if floor == "backwards":
+            r.add("out_of_order", f"{name}: partition {p} offset {off} after a later one")
+            continue
+        if (p, off) in consumed and off < floor:
+            r.add("duplicates", f"{name}: partition {p} offset {off} again, below committed {floor}")
+        consumed[(p, off)] = v
+    for p, recs in log.items():
+        for off, v in recs:
+            if (p, off) not in consumed:
+                r.add("lost", f"partition {p} offset {off} ({v}) never consumed")
+            elif consumed[(p, off)] != v:
+                r.add("lost", f"partition {p} offset {off}: consumed {consumed[(p, off)]!r}, log has {v!r}")
+    if not h.done:
+        r.add("stalled", f"not every record consumed within {stall_s:.0f}s after the heal")
+    for x in h.hung:
+        r.add("hung_calls", x)
+    return r
+
+
+__all__ = ["FAULTS", "GroupHistory", "ProducerHistory", "ProxiedBroker", "ProxiedKafka", "Report", "check_group",
+           "check_producer", "group_workload", "producer_workload", "read_log"]
