@@ -68,7 +68,8 @@ class _FullableHandle(MemoryFileHandle):
 def broker_on(fs: FullableFileSystem, monkeypatch):
     """An in-process broker (its own event loop in a thread) whose storage lives on `fs`."""
     make = MemoryStorage
-    monkeypatch.setattr(components, "MemoryStorage", lambda **kw: make(fs=fs, **kw))
+    # the broker passes its own `memory_fs` (None here); the storage is built on `fs` instead
+    monkeypatch.setattr(components, "MemoryStorage", lambda **kw: make(**{**kw, "fs": fs}))
     loop = asyncio.new_event_loop()
     b = Broker(BrokerConfig.from_properties({}), "127.0.0.1", 0, None)
     ready = threading.Event()
