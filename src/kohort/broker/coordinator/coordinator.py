@@ -44,19 +44,22 @@ classic path), including its validation orders and error codes. Points where koh
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from . import codes as C
 from .config import CoordinatorConfig
+from .consumer_group_model import ClassicGroupSnapshot, ClassicSnapshotMember
 from .group import _NO_REPLY as NO_REPLY, ClassicGroup, CommittedOffset, GroupState, Member
 from .model import (
-    Append, CancelTimer, DeleteGroupsResult, DescribedGroup, DescribedMember, DescribeGroupsResult,
+    DeleteGroupsResult, DescribedGroup, DescribedMember, DescribeGroupsResult,
     FetchedPartition, GroupRecord, HeartbeatParams, HeartbeatResult, JoinParams, JoinResult,
     LeaveMemberResult, LeaveParams, LeaveResult, ListedGroup, ListGroupsResult, MemberRecord,
     OffsetCommitParams, OffsetCommitResult, OffsetDeleteParams, OffsetDeleteResult,
     OffsetFetchParams, OffsetFetchResult, OffsetRecord, Outcome, PartitionResult, Record, Response,
-    SetTimer, SyncParams, SyncResult, TxnMarkerRecord, TxnOffsetCommitParams,
+    SyncParams, SyncResult, TxnMarkerRecord, TxnOffsetCommitParams,
 )
+from .machine import GroupMachine, GroupType
+from .serde import ClassicRecordSerde
 from .txn_offsets import PendingTxnOffsets
 
 S = GroupState
@@ -81,8 +84,12 @@ def sync_key(group_id: str) -> tuple:
     return ("sync", group_id)
 
 
-class GroupCoordinator:
+class ClassicGroupCoordinator(GroupMachine):
     """All classic groups of one coordinator (one `__consumer_offsets` shard, or all of them)."""
+
+    GROUP_TYPE = GroupType.CLASSIC
+    TIMER_NAMESPACE = "classic"
+    SERDE = ClassicRecordSerde()
 
     def __init__(self, config: CoordinatorConfig | None = None, *,
                  id_factory: Callable[[], str] | None = None,
@@ -91,10 +98,8 @@ class GroupCoordinator:
         self.config = config or CoordinatorConfig()
         self._new_id = id_factory or (lambda: str(uuid.uuid4()))
         self._decoder = subscription_decoder
+        super().__init__()
         self.groups: dict[str, ClassicGroup] = {}
-        self._timers: dict[tuple, tuple[int, Any]] = {}
-        self._pending: dict[int, _OnDone] = {}
-        self._next_token = 1
         self.phase = "loading" if loading else "active"     # loading | active | inactive
         # KIP-848: the offsets of a group id that is a consumer group with members (kept here as a
         # simple group's) never expire; the runtime sets this to ask the consumer-group coordinator
@@ -103,20 +108,9 @@ class GroupCoordinator:
         self._record_seq = 0        # write order of offset records (see txn_offsets)
 
     # ================================================================ plumbing
-    def _arm(self, out: Outcome, key: tuple, deadline: int, arg: Any = None) -> None:
-        self._timers[key] = (deadline, arg)
-        out.timers.append(SetTimer(key, deadline))
-
-    def _disarm(self, out: Outcome, key: tuple) -> None:
-        if self._timers.pop(key, None) is not None:
-            out.timers.append(CancelTimer(key))
-
     def _append(self, out: Outcome, records: list[Record], on_done: _OnDone,
                 producer: tuple[int, int] | None = None) -> None:
-        token = self._next_token
-        self._next_token += 1
-        self._pending[token] = on_done
-        out.appends.append(Append(token, tuple(records), producer))
+        self._hold(out, records, on_done, producer)
 
     def _next_seq(self) -> int:
         self._record_seq += 1
@@ -132,13 +126,6 @@ class GroupCoordinator:
         if self.phase == "inactive":
             return C.NOT_COORDINATOR
         return C.NONE
-
-    def timer_deadlines(self) -> dict[tuple, int]:
-        """The armed timers (key -> deadline); the runtime's view must match after applying outcomes."""
-        return {k: d for k, (d, _) in self._timers.items()}
-
-    def pending_tokens(self) -> list[int]:
-        return sorted(self._pending)
 
     # ================================================================ lifecycle
     def replay(self, record: Record, producer_id: int = -1) -> None:
@@ -205,7 +192,7 @@ class GroupCoordinator:
             if cur is None or co.record_seq > cur.record_seq:
                 g.offsets[(topic, part)] = co
 
-    def on_loaded(self, now_ms: int) -> Outcome:
+    def on_loaded(self, now_ms: int, topics: Mapping[str, int] | None = None) -> Outcome:
         """Loading finished: become active, arm every member's session timer, rebalance groups over
         group.max.size (KIP-389), and arm the periodic offsets-expiration timer."""
         out = Outcome()
@@ -228,8 +215,7 @@ class GroupCoordinator:
                     self._respond(out, m.take_join_reply(), JoinResult(C.NOT_COORDINATOR, m.member_id))
                 if m.awaiting_sync:
                     self._respond(out, m.take_sync_reply(), SyncResult(C.NOT_COORDINATOR))
-        for key in list(self._timers):
-            self._disarm(out, key)
+        self._disarm_all(out)
         self.groups.clear()
         self._pending.clear()
         self.phase = "inactive"
@@ -245,10 +231,9 @@ class GroupCoordinator:
 
     def fire_timer(self, key: tuple, now_ms: int) -> Outcome:
         out = Outcome()
-        armed = self._timers.get(key)
-        if armed is None or now_ms < armed[0]:
-            return out                          # cancelled, re-armed later, or early: ignore
-        del self._timers[key]
+        armed = self._take_due(key, now_ms)
+        if armed is None:
+            return out
         kind = key[0]
         if kind == "heartbeat":
             self._expire_heartbeat(key[1], key[2], now_ms, out)
@@ -343,7 +328,6 @@ class GroupCoordinator:
         protocol chosen yet, more than `max_size` members); else (Outcome, ClassicGroupSnapshot):
         parked JoinGroup/SyncGroup answered REBALANCE_IN_PROGRESS, member timers cancelled, the
         GroupMetadata record tombstoned; the group stays as an Empty holder of its offsets."""
-        from .classic_members import ClassicGroupSnapshot, ClassicSnapshotMember
         g = self.groups.get(group_id)
         if (g is None or g.is_(S.EMPTY, S.DEAD) or g.protocol_type != "consumer" or not g.protocol_name
                 or len(g.members) > max_size):
