@@ -1,4 +1,4 @@
-"""Group event history (issue 18): per group, a bounded list of what happened to it -- members joining,
+"""Group event history: per group, a bounded list of what happened to it -- members joining,
 leaving, expiring or being fenced, rebalances with Kafka's reason strings, classic generations, KIP-848
 group-epoch bumps and target assignments, state changes, creation, conversion and deletion.
 

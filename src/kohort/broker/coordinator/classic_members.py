@@ -1,7 +1,8 @@
 """Members speaking the classic protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) inside a KIP-848
 consumer group, and the online upgrade of a classic group -- Kafka 4.x's interoperability
 (GroupMetadataManager classicGroup*ToConsumerGroup, ConsumerGroup.fromClassicGroup). A mixin of
-kohort.broker.coordinator.consumer_group.ConsumerGroupCoordinator; pure like it.
+kohort.broker.coordinator.consumer_group.ConsumerGroups; pure like it. The data it shares with that
+machine (groups, members, snapshots, timer keys) lives in consumer_group_model.
 
 * JoinGroup acts as a heartbeat: the subscription (topics, owned partitions, rack) comes from the
   member's embedded ConsumerProtocolSubscription (first protocol); an unknown dynamic member on v4+
