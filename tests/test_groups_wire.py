@@ -338,7 +338,7 @@ def test_pipelined_commits_share_fsync_rounds_and_complete_in_order(tmp_path):
 
 def _snapshot(coordinator):
     return {gid: (g.protocol_type, g.generation_id, g.protocol_name, g.leader_id, g.state.value,
-                  sorted(g.members), {tp: co.offset for tp, co in g.offsets.items()})
+                  sorted(g.members), {tp: co.offset for tp, co in coordinator.offsets.of(g.group_id).items()})
             for gid, g in coordinator.groups.items()}
 
 

@@ -264,7 +264,7 @@ def test_offsets_of_an_active_consumer_group_do_not_expire(tmp_path):
             assert (await w.call(_commit(1), 9)).topics[0].partitions[0].error_code == 0
             classic = b.coordinator.groups.classic
             assert not classic.expire_offsets(b.coordinator.clock() + 61_000).appends
-            assert classic.groups["g"].offsets                   # kept: "a" is still a member
+            assert classic.offsets.of("g")                   # kept: "a" is still a member
             await w.call(H(group_id="g", member_id="a", member_epoch=-1), 1)
             out = classic.expire_offsets(b.coordinator.clock() + 61_000)
             assert out.appends                                   # now they expire

@@ -201,17 +201,18 @@ def snapshot(group: "ConsumerGroup | None", mids=None) -> dict:
     only the group epochs and the records of the members in `mids` (a heartbeat's scope)."""
     if group is None:
         return {}
-    snap: dict = {(K.CONSUMER_GROUP_METADATA, None): group.group_epoch, (K.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, None): group.assignment_epoch}
+    snap: dict = {(K.CONSUMER_GROUP_METADATA, None): group.group_epoch,
+                  (K.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, None): group.assignment_epoch}
     members = group.members
     for mid in (members if mids is None else mids):
         m = members.get(mid)
         if m is None:
             continue
-        snap[(K.CONSUMER_GROUP_MEMBER_METADATA, mid)] = MemberMeta(m.instance_id, m.rack_id, m.client_id, m.client_host,
-                                    m.subscribed_topic_names, m.subscribed_topic_regex,
-                                    m.rebalance_timeout_ms, m.server_assignor, m.classic)
-        snap[(K.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, mid)] = CurrentAssignment(m.member_epoch, m.previous_member_epoch, int(m.state),
-                                           frozen(m.assigned), frozen(m.pending_revocation))
+        snap[(K.CONSUMER_GROUP_MEMBER_METADATA, mid)] = MemberMeta(
+            m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names,
+            m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor, m.classic)
+        snap[(K.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, mid)] = CurrentAssignment(
+            m.member_epoch, m.previous_member_epoch, int(m.state), frozen(m.assigned), frozen(m.pending_revocation))
     for mid in (group.target if mids is None else mids):
         t = group.target.get(mid)
         if t is not None:

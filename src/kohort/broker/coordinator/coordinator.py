@@ -52,7 +52,7 @@ from .consumer_group_model import ClassicGroupSnapshot, ClassicSnapshotMember
 from .group import _NO_REPLY as NO_REPLY, ClassicGroup, CommittedOffset, GroupState, Member
 from .model import (
     DeleteGroupsResult, DescribedGroup, DescribedMember, DescribeGroupsResult,
-    FetchedPartition, GroupRecord, HeartbeatParams, HeartbeatResult, JoinParams, JoinResult,
+    GroupRecord, HeartbeatParams, HeartbeatResult, JoinParams, JoinResult,
     LeaveMemberResult, LeaveParams, LeaveResult, ListedGroup, ListGroupsResult, MemberRecord,
     OffsetCommitParams, OffsetCommitResult, OffsetDeleteParams, OffsetDeleteResult,
     OffsetFetchParams, OffsetFetchResult, OffsetRecord, Outcome, PartitionResult, Record, Response,
@@ -60,7 +60,7 @@ from .model import (
 )
 from .machine import GroupMachine, GroupType
 from .serde import ClassicRecordSerde
-from .txn_offsets import PendingTxnOffsets
+from .offsets import OffsetMetadataManager
 
 S = GroupState
 EXPIRATION_KEY = ("offsets-expiration",)
@@ -104,17 +104,14 @@ class ClassicGroupCoordinator(GroupMachine):
         # KIP-848: the offsets of a group id that is a consumer group with members (kept here as a
         # simple group's) never expire; the runtime sets this to ask the consumer-group coordinator
         self.offsets_in_use: Callable[[str], bool] = lambda group_id: False
-        self.pending_txn = PendingTxnOffsets()
-        self._record_seq = 0        # write order of offset records (see txn_offsets)
+        # every group's committed and pending transactional offsets
+        self.offsets = OffsetMetadataManager(self.config)
+        self.pending_txn = self.offsets.pending_txn
 
     # ================================================================ plumbing
     def _append(self, out: Outcome, records: list[Record], on_done: _OnDone,
                 producer: tuple[int, int] | None = None) -> None:
         self._hold(out, records, on_done, producer)
-
-    def _next_seq(self) -> int:
-        self._record_seq += 1
-        return self._record_seq
 
     @staticmethod
     def _respond(out: Outcome, reply_to: Any, result: Any) -> None:
@@ -134,25 +131,15 @@ class ClassicGroupCoordinator(GroupMachine):
         `producer_id` >= 0: the record came in a transactional batch of that producer whose
         transaction has no marker yet -- a pending offset."""
         if isinstance(record, OffsetRecord):
-            g = self.groups.get(record.group)
-            if record.tombstone:
-                if g is not None:
-                    g.offsets.pop((record.topic, record.partition), None)
-                self.pending_txn.discard(record.group, record.topic, record.partition)
-                return
-            if g is None:      # offsets without group metadata: a "simple" group
-                g = self.groups[record.group] = ClassicGroup(record.group)
-            co = CommittedOffset(record.offset, record.leader_epoch, record.metadata or "",
-                                 record.commit_timestamp, record.expire_timestamp, self._next_seq())
-            if producer_id >= 0:
-                self.pending_txn.put(producer_id, (record.group, record.topic, record.partition), co)
-            else:
-                g.offsets[(record.topic, record.partition)] = co
+            if not record.tombstone and record.group not in self.groups:
+                self.groups[record.group] = ClassicGroup(record.group)     # offsets only: a "simple" group
+            self.offsets.replay(record, producer_id)
         elif isinstance(record, GroupRecord):
             if record.tombstone:
                 g = self.groups.pop(record.group, None)
-                if g is not None and g.offsets:     # offsets outlive the group's metadata (KIP-848 upgrade)
-                    self.groups[record.group] = ClassicGroup(record.group, offsets=g.offsets)
+                if g is not None and self.offsets.has(record.group):
+                    # offsets outlive the group's metadata (a KIP-848 upgrade): a simple group holds them
+                    self.groups[record.group] = ClassicGroup(record.group)
                 return
             g = self.groups.get(record.group)
             if g is None:
@@ -182,15 +169,9 @@ class ClassicGroupCoordinator(GroupMachine):
     def replay_marker(self, producer_id: int, commit: bool, group_filter: Callable[[str], bool]) -> None:
         """A COMMIT/ABORT marker of `producer_id` on the `__consumer_offsets` partition holding the
         groups `group_filter` accepts (load, and live through `write_txn_marker`)."""
-        for (gid, topic, part), co in self.pending_txn.take(producer_id, group_filter):
-            if not commit:
-                continue
-            g = self.groups.get(gid)
-            if g is None:
-                g = self.groups[gid] = ClassicGroup(gid)
-            cur = g.offsets.get((topic, part))
-            if cur is None or co.record_seq > cur.record_seq:
-                g.offsets[(topic, part)] = co
+        for gid in self.offsets.replay_marker(producer_id, commit, group_filter):
+            if gid not in self.groups:
+                self.groups[gid] = ClassicGroup(gid)
 
     def on_loaded(self, now_ms: int, topics: Mapping[str, int] | None = None) -> Outcome:
         """Loading finished: become active, arm every member's session timer, rebalance groups over
@@ -217,6 +198,7 @@ class ClassicGroupCoordinator(GroupMachine):
                     self._respond(out, m.take_sync_reply(), SyncResult(C.NOT_COORDINATOR))
         self._disarm_all(out)
         self.groups.clear()
+        self.offsets.clear()
         self._pending.clear()
         self.phase = "inactive"
         return out
@@ -344,8 +326,7 @@ class ClassicGroupCoordinator(GroupMachine):
                 self._respond(out, m.take_sync_reply(), SyncResult(C.REBALANCE_IN_PROGRESS))
         self._cancel_group_timers(g, out)
         snap = ClassicGroupSnapshot(group_id, g.generation_id, tuple(members))
-        offsets = g.offsets
-        self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now_ms, offsets=offsets)
+        self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now_ms)
         self._append(out, [GroupRecord(group_id, tombstone=True)], lambda o, e, n: None)
         return out, snap
 
@@ -355,9 +336,8 @@ class ClassicGroupCoordinator(GroupMachine):
         assignments, its GroupMetadata record written, heartbeats armed, then a rebalance prepared so
         every member rejoins (Kafka's ClassicGroup.fromConsumerGroup + prepareRebalance)."""
         out = Outcome()
-        old = self.groups.get(snap.group_id)
         g = ClassicGroup(snap.group_id, state=S.STABLE, previous_state=S.EMPTY, state_timestamp=now_ms,
-                         generation_id=snap.generation, offsets=old.offsets if old is not None else {})
+                         generation_id=snap.generation)
         for sm in snap.members:
             g.add(Member(sm.member_id, sm.instance_id, sm.client_id, sm.client_host, sm.rebalance_timeout_ms,
                          sm.session_timeout_ms, "consumer", list(sm.protocols), assignment=sm.assignment),
@@ -858,7 +838,7 @@ class ClassicGroupCoordinator(GroupMachine):
             m = group.members[p.member_id]
             self._arm(out, heartbeat_key(group.group_id, m.member_id), now_ms + m.session_timeout_ms)
         expire = now_ms + p.retention_time_ms if p.retention_time_ms != -1 else None
-        results, records = self._offset_records(group.group_id, p.topics, now_ms, expire)
+        results, records = self.offsets.commit_records(group.group_id, p.topics, now_ms, expire)
         if not records:
             self._respond(out, reply_to, OffsetCommitResult(tuple((t, tuple(rs)) for t, rs in results)))
             return out
@@ -870,41 +850,18 @@ class ClassicGroupCoordinator(GroupMachine):
                                         if r.error_code == C.NONE else r for r in rs))
                               for t, rs in results)
                 g = self.groups.get(group.group_id)
-                if (created and g is group and g.is_(S.EMPTY) and not g.offsets and not g.members
-                        and not g.pending_members):
+                if (created and g is group and g.is_(S.EMPTY) and not self.offsets.has(g.group_id)
+                        and not g.members and not g.pending_members):
                     del self.groups[group.group_id]
             else:
-                g = self.groups.get(group.group_id)
-                if g is None:
-                    g = self.groups[group.group_id] = ClassicGroup(group.group_id, state_timestamp=now)
-                for r in records:
-                    g.offsets[(r.topic, r.partition)] = CommittedOffset(
-                        r.offset, r.leader_epoch, r.metadata, r.commit_timestamp, r.expire_timestamp,
-                        self._next_seq())
+                if self.groups.get(group.group_id) is None:
+                    self.groups[group.group_id] = ClassicGroup(group.group_id, state_timestamp=now)
+                self.offsets.stored(records)
                 final = tuple((t, tuple(rs)) for t, rs in results)
             self._respond(o, reply_to, OffsetCommitResult(final))
 
         self._append(out, records, done)
         return out
-
-    def _offset_records(self, group_id: str, topics, now_ms: int, expire: int | None):
-        """Per partition of an (Txn)OffsetCommit: its result (OFFSET_METADATA_TOO_LARGE past
-        offset.metadata.max.bytes, else NONE) and, for the accepted ones, the record to append."""
-        max_md = self.config.offset_metadata_max_bytes
-        results: list[tuple[str, list[PartitionResult]]] = []
-        records: list[OffsetRecord] = []
-        for topic, parts in topics:
-            rs = []
-            for pp in parts:
-                if pp.committed_metadata is not None and len(pp.committed_metadata) > max_md:
-                    rs.append(PartitionResult(pp.partition_index, C.OFFSET_METADATA_TOO_LARGE))
-                else:
-                    rs.append(PartitionResult(pp.partition_index, C.NONE))
-                    records.append(OffsetRecord(
-                        group_id, topic, pp.partition_index, pp.committed_offset,
-                        pp.committed_leader_epoch, pp.committed_metadata or "", now_ms, expire))
-            results.append((topic, rs))
-        return results, records
 
     def txn_offset_commit(self, p: TxnOffsetCommitParams, now_ms: int, reply_to: Any) -> Outcome:
         """TxnOffsetCommit: validate (Kafka's order), append the offsets in a transactional batch of
@@ -933,7 +890,7 @@ class ClassicGroupCoordinator(GroupMachine):
         if err:
             self._respond(out, reply_to, all_failed(err))
             return out
-        results, records = self._offset_records(group.group_id, p.topics, now_ms, None)
+        results, records = self.offsets.commit_records(group.group_id, p.topics, now_ms, None)
         if not records:
             self._respond(out, reply_to, OffsetCommitResult(tuple((t, tuple(rs)) for t, rs in results)))
             return out
@@ -945,15 +902,13 @@ class ClassicGroupCoordinator(GroupMachine):
                                         if r.error_code == C.NONE else r for r in rs))
                               for t, rs in results)
                 g = self.groups.get(group.group_id)
-                if (created and g is group and g.is_(S.EMPTY) and not g.offsets and not g.members
-                        and not g.pending_members and not self.pending_txn.has_group(g.group_id)):
+                if (created and g is group and g.is_(S.EMPTY) and not self.offsets.has(g.group_id)
+                        and not g.members and not g.pending_members and not self.pending_txn.has_group(g.group_id)):
                     del self.groups[group.group_id]
             else:
                 if self.groups.get(group.group_id) is None:
                     self.groups[group.group_id] = ClassicGroup(group.group_id, state_timestamp=now)
-                for r in records:
-                    self.pending_txn.put(p.producer_id, (r.group, r.topic, r.partition), CommittedOffset(
-                        r.offset, r.leader_epoch, r.metadata, r.commit_timestamp, None, self._next_seq()))
+                self.offsets.stored_pending(p.producer_id, records)
                 final = tuple((t, tuple(rs)) for t, rs in results)
             self._respond(o, reply_to, OffsetCommitResult(final))
 
@@ -1013,27 +968,8 @@ class ClassicGroupCoordinator(GroupMachine):
             self._respond(out, reply_to, OffsetFetchResult(err))
             return out
         group = self.groups.get(p.group_id)
-        offsets = group.offsets if group is not None and not group.is_(S.DEAD) else {}
-        unstable = (lambda t, pt: self.pending_txn.has(p.group_id, t, pt)) if p.require_stable \
-            else (lambda t, pt: False)
-        if p.topics is None:
-            by_topic: dict[str, list[FetchedPartition]] = {}
-            for (topic, part), co in sorted(offsets.items()):
-                by_topic.setdefault(topic, []).append(
-                    FetchedPartition(part, error_code=C.UNSTABLE_OFFSET_COMMIT) if unstable(topic, part) else
-                    FetchedPartition(part, co.offset, co.leader_epoch, co.metadata))
-            topics = tuple((t, tuple(ps)) for t, ps in by_topic.items())
-        else:
-            topics = []
-            for topic, parts in p.topics:
-                ps = []
-                for part in parts:
-                    co = offsets.get((topic, part))
-                    ps.append(FetchedPartition(part, error_code=C.UNSTABLE_OFFSET_COMMIT)
-                              if unstable(topic, part) else FetchedPartition(part) if co is None else
-                              FetchedPartition(part, co.offset, co.leader_epoch, co.metadata))
-                topics.append((topic, tuple(ps)))
-            topics = tuple(topics)
+        topics = self.offsets.fetch(p.group_id, p.topics, p.require_stable,
+                                    visible=group is not None and not group.is_(S.DEAD))
         self._respond(out, reply_to, OffsetFetchResult(C.NONE, topics))
         return out
 
@@ -1060,7 +996,7 @@ class ClassicGroupCoordinator(GroupMachine):
                     rs.append(PartitionResult(part, C.GROUP_SUBSCRIBED_TO_TOPIC))
                 else:
                     rs.append(PartitionResult(part, C.NONE))
-                    co = group.offsets.get((topic, part))
+                    co = self.offsets.of(group.group_id).get((topic, part))
                     if co is not None or self.pending_txn.has(group.group_id, topic, part):
                         doomed.append(((topic, part), co))
             results.append((topic, tuple(rs)))
@@ -1073,10 +1009,7 @@ class ClassicGroupCoordinator(GroupMachine):
             if error:
                 self._respond(o, reply_to, OffsetDeleteResult(C.map_append_error(error)))
                 return
-            for tp, co in doomed:
-                if co is not None and group.offsets.get(tp) is co:
-                    del group.offsets[tp]
-                self.pending_txn.discard(group.group_id, *tp)
+            self.offsets.deleted(group.group_id, doomed)
             self._respond(o, reply_to, result)
 
         self._append(out, [OffsetRecord(group.group_id, t, pt, tombstone=True) for (t, pt), _ in doomed],
@@ -1094,7 +1027,6 @@ class ClassicGroupCoordinator(GroupMachine):
         return out
 
     def _expire_offsets(self, now: int, out: Outcome) -> None:
-        retention = self.config.offsets_retention_ms
         for group in list(self.groups.values()):
             if group.is_(S.DEAD) or self.offsets_in_use(group.group_id):
                 continue
@@ -1108,14 +1040,8 @@ class ClassicGroupCoordinator(GroupMachine):
                 base = lambda co: co.commit_timestamp          # noqa: E731
             else:
                 continue
-            expired = []
-            for (topic, part), co in group.offsets.items():
-                if group.is_subscribed_to_topic(topic) or self.pending_txn.has(group.group_id, topic, part):
-                    continue
-                if (now >= co.expire_timestamp if co.expire_timestamp is not None
-                        else now - base(co) >= retention):
-                    expired.append(((topic, part), co))
-            delete_group = (len(expired) == len(group.offsets) and group.is_(S.EMPTY)
+            expired = self.offsets.expired(group.group_id, now, base, group.is_subscribed_to_topic)
+            delete_group = (len(expired) == len(self.offsets.of(group.group_id)) and group.is_(S.EMPTY)
                             and not self.pending_txn.has_group(group.group_id))
             if not expired and not delete_group:
                 continue
@@ -1143,8 +1069,7 @@ class ClassicGroupCoordinator(GroupMachine):
                     group.dead_rollback = None
             else:
                 for tp, co in expired:
-                    if group.offsets.get(tp) is co:
-                        del group.offsets[tp]
+                    self.offsets.remove(group.group_id, tp, co)
                 if delete_group and self.groups.get(group.group_id) is group:
                     self._cancel_group_timers(group, o)
                     del self.groups[group.group_id]
@@ -1214,11 +1139,8 @@ class ClassicGroupCoordinator(GroupMachine):
             elif not group.is_(S.EMPTY):
                 results[gid] = C.NON_EMPTY_GROUP
             else:
-                expired = list(group.offsets.items())
-                records.extend(OffsetRecord(gid, t, pt, tombstone=True) for (t, pt), _ in expired)
-                records.extend(OffsetRecord(gid, t, pt, tombstone=True)
-                               for t, pt in sorted(self.pending_txn.keys_of_group(gid))
-                               if (t, pt) not in group.offsets)
+                expired = list(self.offsets.of(gid).items())
+                records.extend(self.offsets.tombstones(gid))
                 records.append(GroupRecord(gid, tombstone=True))
                 self._mark_dead(group, now_ms, out)
                 doomed.append((group, expired))
@@ -1233,8 +1155,7 @@ class ClassicGroupCoordinator(GroupMachine):
                 h(o, error, now)
             if not error:
                 for g, _ in doomed:
-                    for t, pt in self.pending_txn.keys_of_group(g.group_id):
-                        self.pending_txn.discard(g.group_id, t, pt)
+                    self.offsets.discard_pending_group(g.group_id)
             if error:
                 mapped = C.map_append_error(error)
                 for g, _ in doomed:

@@ -10,7 +10,8 @@ Outcome contract (for the runtime):
   * `appends`: for each, append `records` to `__consumer_offsets` in list order, then call
     `on_append_done(token, error_code, now_ms)` (0 = stored) on the machine of `token.namespace`
     and apply its Outcome. Some responses and state changes are held until then (the SyncGroup
-    leader's assignment, a new group's metadata, offset commits, deletions). Complete tokens in the order they were issued.
+    leader's assignment, a new group's metadata, offset commits, deletions). Complete tokens in the
+    order they were issued.
   * `timers`: SetTimer(key, deadline_ms, namespace) arms or re-arms `key` (absolute deadline);
     CancelTimer(key, namespace) disarms it. On expiry call `fire_timer(key, now_ms)` on the machine
     whose TIMER_NAMESPACE is `namespace` (one Outcome may carry another machine's timers and appends,

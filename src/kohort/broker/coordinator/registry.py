@@ -3,9 +3,10 @@ it. Handlers, the console, the metrics and the group events ask it (through `run
 nothing else about which machine serves a group; the runtime asks it where to send an operation.
 
 A group id is one group: a KIP-848 consumer group (owned by `ConsumerGroups`) or a classic group
-(owned by `ClassicGroupCoordinator`, which also keeps every group's committed offsets: a consumer
-group's are held there as those of a memberless "simple" group of the same id, part of the consumer
-group, never a group of its own). Pure: reads the machines' state, changes nothing.
+(owned by `ClassicGroupCoordinator`). Committed offsets are kept apart from both, by group id, in the
+classic machine's OffsetMetadataManager (kohort.broker.coordinator.offsets); a consumer group's
+commits go there through the classic machine as those of a memberless "simple" group of the same id,
+part of the consumer group, never a group of its own. Pure: reads the machines' state, changes nothing.
 """
 from __future__ import annotations
 
@@ -79,13 +80,11 @@ class GroupRegistry:
     # -- what callers read -------------------------------------------------------------------------
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         """The group's committed offsets, (topic, partition) -> CommittedOffset (any group type)."""
-        g = self.classic.groups.get(group_id)
-        return dict(g.offsets) if g is not None else {}
+        return dict(self.classic.offsets.of(group_id))
 
     def all_committed_offsets(self) -> Iterator[tuple[str, Mapping[tuple[str, int], CommittedOffset]]]:
         """(group id, its committed offsets) for every group holding any, by group id."""
-        for gid, g in sorted(self.classic.groups.items()):
-            yield gid, g.offsets
+        yield from self.classic.offsets.groups()
 
     def assignor_name(self, group_id: str) -> str | None:
         """The server assignor a consumer group uses (Kafka's vote over its members), or the

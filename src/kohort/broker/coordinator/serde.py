@@ -7,6 +7,7 @@ a topic gone since is left out). Pure: bytes in, records out, no I/O of its own.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Protocol
 
@@ -21,6 +22,13 @@ from .consumer_group_model import (
     ClassicMeta, ConsumerGroupRecord, ConsumerRecordKind as K, CurrentAssignment, MemberMeta,
 )
 from .model import GroupRecord, MemberRecord, OffsetRecord, Record
+
+
+class ClassicRecordKind(enum.IntEnum):
+    """The classic record types of `__consumer_offsets` (Kafka's CoordinatorRecordType)."""
+    LEGACY_OFFSET_COMMIT = 0
+    OFFSET_COMMIT = 1
+    GROUP_METADATA = 2
 
 
 class TopicIds(Protocol):
@@ -79,7 +87,10 @@ def encode_consumer_group_record(r: ConsumerGroupRecord, topic_id: Callable[[str
     """(key, value) bytes of a consumer-group record; `topic_id(name)` gives a topic's id (None for a
     topic that no longer exists: its partitions are left out)."""
     kcls = CGR.KEYS[r.kind]
-    key = kcls(group_id=r.group) if r.kind in (K.CONSUMER_GROUP_METADATA, K.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA) else kcls(group_id=r.group, member_id=r.member_id)
+    if r.kind in (K.CONSUMER_GROUP_METADATA, K.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA):
+        key = kcls(group_id=r.group)
+    else:
+        key = kcls(group_id=r.group, member_id=r.member_id)
     if r.value is None:
         return CGR.encode_key(key), None
 
@@ -155,7 +166,7 @@ def decode_consumer_group_record(key: bytes, value: bytes | None,
 @dataclass(frozen=True)
 class ClassicRecordSerde:
     """Offset commits (types 0, 1) and classic group metadata (type 2)."""
-    KINDS: ClassVar[frozenset[int]] = frozenset({0, 1, 2})
+    KINDS: ClassVar[frozenset[int]] = frozenset(ClassicRecordKind)
     RECORD_CLASSES: ClassVar[tuple[type, ...]] = (OffsetRecord, GroupRecord)
 
     def encode(self, record: Record, topics: TopicIds) -> tuple[bytes, bytes | None]:
@@ -168,7 +179,7 @@ class ClassicRecordSerde:
 @dataclass(frozen=True)
 class ConsumerGroupRecordSerde:
     """KIP-848 consumer-group records (types 3, 5, 6, 7, 8)."""
-    KINDS: ClassVar[frozenset[int]] = frozenset(int(k) for k in K)
+    KINDS: ClassVar[frozenset[int]] = frozenset(K)
     RECORD_CLASSES: ClassVar[tuple[type, ...]] = (ConsumerGroupRecord,)
 
     def encode(self, record: ConsumerGroupRecord, topics: TopicIds) -> tuple[bytes, bytes | None]:

@@ -14,9 +14,9 @@ then the transaction coordinator verifies that the group's `__consumer_offsets` 
 producer's Ongoing transaction at its epoch (KIP-890 part 1 as Kafka's verification:
 INVALID_TXN_STATE, TRANSACTION_ABORTABLE from v4, or INVALID_PRODUCER_EPOCH for a fenced producer;
 CONCURRENT_TRANSACTIONS while the previous transaction completes), so no offset of a finished or
-fenced transaction is ever held pending; then the group's machine checks (KIP-447, v3+ carry generation/member/instance; a
-KIP-848 consumer group checks member and epoch, a stale epoch being ILLEGAL_GENERATION) and the
-offsets are held pending until the transaction's marker.
+fenced transaction is ever held pending; then the group's machine checks (KIP-447, v3+ carry
+generation/member/instance; a KIP-848 consumer group checks member and epoch, a stale epoch being
+ILLEGAL_GENERATION) and the offsets are held pending until the transaction's marker.
 
 Authorization (Kafka's): OffsetCommit needs READ on the group (else GROUP_AUTHORIZATION_FAILED on every
 partition) and READ on each topic (else TOPIC_AUTHORIZATION_FAILED, checked before existence);
