@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import logging
 import time
 from typing import Callable
@@ -164,7 +165,6 @@ class CoordinatorRuntime:
             # their producer's marker (see the header).
             latest: dict[bytes, tuple[int, bytes | None]] = {}
             pending: dict[int, dict[bytes, tuple[int, bytes | None]]] = {}
-            markers: list[tuple[int, int, bool]] = []     # (offset, producer id, commit) in log order
             while offset < end:
                 data = lg.read(offset, READ_CHUNK, max_offset=end)
                 if not data:
@@ -290,28 +290,27 @@ class CoordinatorRuntime:
             err = await self._run(owner, "delete_group", owner.delete_group, p.group_id)
             if err not in (None, C.NONE):
                 return JoinResult(C.COORDINATOR_NOT_AVAILABLE, p.member_id)
-            owner = self._classic
-        if owner is self._consumer:
-            return await self._run(owner, "classic_join", owner.classic_join, p, self._topic_partition_counts())
-        return await self._run(owner, "join_group", owner.join_group, p)
+        return await self._classic_protocol(p, ClassicGroupCoordinator.join_group, ConsumerGroups.classic_join,
+                                            self._topic_partition_counts())
 
     async def sync_group(self, p: SyncParams) -> SyncResult:
-        owner = self.groups.owner(p.group_id)
-        if owner is self._consumer:
-            return await self._run(owner, "classic_sync", owner.classic_sync, p)
-        return await self._run(owner, "sync_group", owner.sync_group, p)
+        return await self._classic_protocol(p, ClassicGroupCoordinator.sync_group, ConsumerGroups.classic_sync)
 
     async def heartbeat(self, p: HeartbeatParams) -> HeartbeatResult:
-        owner = self.groups.owner(p.group_id)
-        if owner is self._consumer:
-            return await self._run(owner, "classic_heartbeat", owner.classic_heartbeat, p)
-        return await self._run(owner, "heartbeat", owner.heartbeat, p)
+        return await self._classic_protocol(p, ClassicGroupCoordinator.heartbeat, ConsumerGroups.classic_heartbeat)
 
     async def leave_group(self, p: LeaveParams) -> LeaveResult:
+        return await self._classic_protocol(p, ClassicGroupCoordinator.leave_group, ConsumerGroups.classic_leave)
+
+    def _classic_protocol(self, p: JoinParams | SyncParams | HeartbeatParams | LeaveParams,
+                          classic_step: Callable, consumer_step: Callable, *consumer_args) -> asyncio.Future:
+        """A classic-protocol request to the owner of `p.group_id`: `consumer_step` (with
+        `consumer_args`) of the consumer-group machine for its groups' classic members, else the classic
+        machine's `classic_step`. The step's name labels it for the group events."""
         owner = self.groups.owner(p.group_id)
         if owner is self._consumer:
-            return await self._run(owner, "classic_leave", owner.classic_leave, p)
-        return await self._run(owner, "leave_group", owner.leave_group, p)
+            return self._run(owner, consumer_step.__name__, functools.partial(consumer_step, owner), p, *consumer_args)
+        return self._run(owner, classic_step.__name__, functools.partial(classic_step, owner), p)
 
     # -- KIP-848 ---------------------------------------------------------------------------------------
     async def consumer_group_heartbeat(self, p: ConsumerHeartbeatParams) -> ConsumerHeartbeatResult:
@@ -323,8 +322,7 @@ class CoordinatorRuntime:
     async def offset_commit(self, p: OffsetCommitParams) -> OffsetCommitResult:
         err = self.groups.validate_offset_commit(p.group_id, p.member_id, p.generation_id, p.api_version)
         if err:
-            return OffsetCommitResult(tuple((t, tuple(PartitionResult(cp.partition_index, err) for cp in parts))
-                                            for t, parts in p.topics))
+            return OffsetCommitResult.failed(p.topics, err)
         if err is not None:       # a consumer group: its offsets are kept as a simple group's
             p = dataclasses.replace(p, generation_id=-1, member_id="", group_instance_id=None)
         return await self._run(self._classic, "offset_commit", self._classic.offset_commit, p)
@@ -336,8 +334,7 @@ class CoordinatorRuntime:
         if err == STALE_MEMBER_EPOCH:
             err = C.ILLEGAL_GENERATION
         if err:
-            return OffsetCommitResult(tuple((t, tuple(PartitionResult(cp.partition_index, err) for cp in parts))
-                                            for t, parts in p.topics))
+            return OffsetCommitResult.failed(p.topics, err)
         if err is not None:
             p = dataclasses.replace(p, generation_id=-1, member_id="", group_instance_id=None)
         return await self._run(self._classic, "txn_offset_commit", self._classic.txn_offset_commit, p)
@@ -483,7 +480,7 @@ class CoordinatorRuntime:
                 log.warning("append to %s-%d failed: %s", OFFSETS_TOPIC, p, e)
                 error = e.error_code or C.UNKNOWN_SERVER_ERROR
                 break
-            except Exception as e:   # noqa: BLE001 - encoding bug or I/O: report, do not wedge
+            except Exception:   # noqa: BLE001 - encoding bug or I/O: report, do not wedge
                 log.exception("append to %s-%d failed", OFFSETS_TOPIC, p)
                 error = C.UNKNOWN_SERVER_ERROR
                 break

@@ -456,14 +456,20 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
                 setattr(new, f, getattr(old, f))
             new.assigned, new.pending_revocation = dict(old.assigned), dict(old.pending_revocation)
             return new, False, old
-        if old is None:
+        return self._static_member_of(group, p, old), False, None
+
+    @staticmethod
+    def _static_member_of(group: ConsumerGroup, p: ConsumerHeartbeatParams,
+                          m: ConsumerMember | None) -> ConsumerMember:
+        """`m`, the member holding `p.instance_id`, if it is `p.member_id`; else the lookup error."""
+        if m is None:
             raise HeartbeatError(C.UNKNOWN_MEMBER_ID,
                                  f"Instance id {p.instance_id} is unknown in group {group.group_id}.")
-        if old.member_id != p.member_id:
+        if m.member_id != p.member_id:
             raise HeartbeatError(C.FENCED_INSTANCE_ID,
                                  f"Static member {p.member_id} with instance id {p.instance_id} was "
-                                 f"fenced by member {old.member_id}.")
-        return old, False, None
+                                 f"fenced by member {m.member_id}.")
+        return m
 
     def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember,
                         out: Outcome) -> None:
@@ -569,14 +575,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
         if group is None:
             raise HeartbeatError(C.GROUP_ID_NOT_FOUND, f"Group {p.group_id} not found.")
         if p.instance_id is not None:
-            m = group.static_member(p.instance_id)
-            if m is None:
-                raise HeartbeatError(C.UNKNOWN_MEMBER_ID,
-                                     f"Instance id {p.instance_id} is unknown in group {group.group_id}.")
-            if m.member_id != p.member_id:
-                raise HeartbeatError(C.FENCED_INSTANCE_ID,
-                                     f"Static member {p.member_id} with instance id {p.instance_id} "
-                                     f"was fenced by member {m.member_id}.")
+            m = self._static_member_of(group, p, group.static_member(p.instance_id))
         else:
             m = group.members.get(p.member_id)
             if m is None:

@@ -117,6 +117,14 @@ class ClassicGroupCoordinator(GroupMachine):
     def _respond(out: Outcome, reply_to: Any, result: Any) -> None:
         out.responses.append(Response(reply_to, result))
 
+    def _addressed(self, group_id: str) -> tuple[int, ClassicGroup | None]:
+        """(error, group) for a request naming `group_id`: the coordinator's availability, then
+        INVALID_GROUP_ID for an empty id; the group (None if unknown) only without an error."""
+        err = self._availability()
+        if not err and not group_id:
+            err = C.INVALID_GROUP_ID
+        return err, self.groups.get(group_id) if not err else None
+
     def _availability(self) -> int:
         if self.phase == "loading":
             return C.COORDINATOR_LOAD_IN_PROGRESS
@@ -771,10 +779,7 @@ class ClassicGroupCoordinator(GroupMachine):
     # ================================================================ LeaveGroup
     def leave_group(self, p: LeaveParams, now_ms: int, reply_to: Any) -> Outcome:
         out = Outcome()
-        err = self._availability()
-        if not err and not p.group_id:
-            err = C.INVALID_GROUP_ID
-        group = self.groups.get(p.group_id) if not err else None
+        err, group = self._addressed(p.group_id)
         if not err and group is None:
             err = C.UNKNOWN_MEMBER_ID
         if not err and group.is_(S.DEAD):
@@ -812,55 +817,18 @@ class ClassicGroupCoordinator(GroupMachine):
     # ================================================================ offsets
     def offset_commit(self, p: OffsetCommitParams, now_ms: int, reply_to: Any) -> Outcome:
         out = Outcome()
-
-        def all_failed(code: int) -> OffsetCommitResult:
-            return OffsetCommitResult(tuple(
-                (t, tuple(PartitionResult(pp.partition_index, code) for pp in parts))
-                for t, parts in p.topics))
-
-        err = self._availability()
-        if not err and not p.group_id:
-            err = C.INVALID_GROUP_ID
-        group = self.groups.get(p.group_id) if not err else None
-        created = False
-        if not err and group is None:
-            if p.generation_id < 0:        # simple (admin / assign()) commit: a simple group
-                group = self.groups[p.group_id] = ClassicGroup(p.group_id, state_timestamp=now_ms)
-                created = True
-            else:
-                err = C.GROUP_ID_NOT_FOUND if p.api_version >= 9 else C.ILLEGAL_GENERATION
+        group, created, err = self._commit_target(
+            p, now_ms, C.GROUP_ID_NOT_FOUND if p.api_version >= 9 else C.ILLEGAL_GENERATION)
         if not err:
             err = self._validate_offset_commit(group, p)
         if err:
-            self._respond(out, reply_to, all_failed(err))
+            self._respond(out, reply_to, OffsetCommitResult.failed(p.topics, err))
             return out
         if group.is_(S.STABLE, S.PREPARING_REBALANCE) and p.member_id in group.members:
             m = group.members[p.member_id]
             self._arm(out, heartbeat_key(group.group_id, m.member_id), now_ms + m.session_timeout_ms)
         expire = now_ms + p.retention_time_ms if p.retention_time_ms != -1 else None
-        results, records = self.offsets.commit_records(group.group_id, p.topics, now_ms, expire)
-        if not records:
-            self._respond(out, reply_to, OffsetCommitResult(tuple((t, tuple(rs)) for t, rs in results)))
-            return out
-
-        def done(o: Outcome, error: int, now: int) -> None:
-            if error:
-                mapped = C.map_append_error(error)
-                final = tuple((t, tuple(PartitionResult(r.partition_index, mapped)
-                                        if r.error_code == C.NONE else r for r in rs))
-                              for t, rs in results)
-                g = self.groups.get(group.group_id)
-                if (created and g is group and g.is_(S.EMPTY) and not self.offsets.has(g.group_id)
-                        and not g.members and not g.pending_members):
-                    del self.groups[group.group_id]
-            else:
-                if self.groups.get(group.group_id) is None:
-                    self.groups[group.group_id] = ClassicGroup(group.group_id, state_timestamp=now)
-                self.offsets.stored(records)
-                final = tuple((t, tuple(rs)) for t, rs in results)
-            self._respond(o, reply_to, OffsetCommitResult(final))
-
-        self._append(out, records, done)
+        self._store_offsets(out, group, created, p.topics, now_ms, expire, reply_to)
         return out
 
     def txn_offset_commit(self, p: TxnOffsetCommitParams, now_ms: int, reply_to: Any) -> Outcome:
@@ -868,32 +836,39 @@ class ClassicGroupCoordinator(GroupMachine):
         the producer, hold them pending once stored. The transaction coordinator's verification
         (the group's partition is in the producer's Ongoing transaction) is the caller's."""
         out = Outcome()
-
-        def all_failed(code: int) -> OffsetCommitResult:
-            return OffsetCommitResult(tuple(
-                (t, tuple(PartitionResult(pp.partition_index, code) for pp in parts))
-                for t, parts in p.topics))
-
-        err = self._availability()
-        if not err and not p.group_id:
-            err = C.INVALID_GROUP_ID
-        group = self.groups.get(p.group_id) if not err else None
-        created = False
-        if not err and group is None:
-            if p.generation_id < 0:
-                group = self.groups[p.group_id] = ClassicGroup(p.group_id, state_timestamp=now_ms)
-                created = True
-            else:
-                err = C.ILLEGAL_GENERATION
+        group, created, err = self._commit_target(p, now_ms, C.ILLEGAL_GENERATION)
         if not err:
             err = self._validate_txn_offset_commit(group, p)
         if err:
-            self._respond(out, reply_to, all_failed(err))
+            self._respond(out, reply_to, OffsetCommitResult.failed(p.topics, err))
             return out
-        results, records = self.offsets.commit_records(group.group_id, p.topics, now_ms, None)
+        self._store_offsets(out, group, created, p.topics, now_ms, None, reply_to,
+                            (p.producer_id, p.producer_epoch))
+        return out
+
+    def _commit_target(self, p: OffsetCommitParams | TxnOffsetCommitParams, now_ms: int,
+                       missing: int) -> tuple[ClassicGroup | None, bool, int]:
+        """(group, created, error) of a commit: a commit without a generation to an unknown group makes
+        a simple group (`created`); with one it gets `missing`."""
+        err, group = self._addressed(p.group_id)
+        created = False
+        if not err and group is None:
+            if p.generation_id < 0:        # simple (admin / assign()) commit: a simple group
+                group = self.groups[p.group_id] = ClassicGroup(p.group_id, state_timestamp=now_ms)
+                created = True
+            else:
+                err = missing
+        return group, created, err
+
+    def _store_offsets(self, out: Outcome, group: ClassicGroup, created: bool, topics, now_ms: int,
+                       expire: int | None, reply_to: Any, producer: tuple[int, int] | None = None) -> None:
+        """Append a validated commit's records (as `producer`'s transactional batch when given) and
+        answer once stored: committed offsets, or pending ones of the producer until its marker. A
+        simple group made for this commit is dropped again when nothing could be stored."""
+        results, records = self.offsets.commit_records(group.group_id, topics, now_ms, expire)
         if not records:
             self._respond(out, reply_to, OffsetCommitResult(tuple((t, tuple(rs)) for t, rs in results)))
-            return out
+            return
 
         def done(o: Outcome, error: int, now: int) -> None:
             if error:
@@ -903,17 +878,20 @@ class ClassicGroupCoordinator(GroupMachine):
                               for t, rs in results)
                 g = self.groups.get(group.group_id)
                 if (created and g is group and g.is_(S.EMPTY) and not self.offsets.has(g.group_id)
-                        and not g.members and not g.pending_members and not self.pending_txn.has_group(g.group_id)):
+                        and not g.members and not g.pending_members
+                        and (producer is None or not self.pending_txn.has_group(g.group_id))):
                     del self.groups[group.group_id]
             else:
                 if self.groups.get(group.group_id) is None:
                     self.groups[group.group_id] = ClassicGroup(group.group_id, state_timestamp=now)
-                self.offsets.stored_pending(p.producer_id, records)
+                if producer is None:
+                    self.offsets.stored(records)
+                else:
+                    self.offsets.stored_pending(producer[0], records)
                 final = tuple((t, tuple(rs)) for t, rs in results)
             self._respond(o, reply_to, OffsetCommitResult(final))
 
-        self._append(out, records, done, producer=(p.producer_id, p.producer_epoch))
-        return out
+        self._append(out, records, done, producer)
 
     @staticmethod
     def _validate_commit_member(group: ClassicGroup, p) -> int | None:
@@ -975,10 +953,7 @@ class ClassicGroupCoordinator(GroupMachine):
 
     def offset_delete(self, p: OffsetDeleteParams, now_ms: int, reply_to: Any) -> Outcome:
         out = Outcome()
-        err = self._availability()
-        if not err and not p.group_id:
-            err = C.INVALID_GROUP_ID
-        group = self.groups.get(p.group_id) if not err else None
+        err, group = self._addressed(p.group_id)
         if not err and (group is None or group.is_(S.DEAD)):
             err = C.GROUP_ID_NOT_FOUND
         if not err and group.is_(S.STABLE, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE) \

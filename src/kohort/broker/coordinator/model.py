@@ -175,6 +175,11 @@ class PartitionResult:
 class OffsetCommitResult:
     topics: tuple[tuple[str, tuple[PartitionResult, ...]], ...]
 
+    @classmethod
+    def failed(cls, topics: tuple[tuple[str, tuple[CommitPartition, ...]], ...], code: int) -> "OffsetCommitResult":
+        """A commit's answer with `code` on every partition of `topics`."""
+        return cls(tuple((t, tuple(PartitionResult(cp.partition_index, code) for cp in parts)) for t, parts in topics))
+
 
 @dataclass(frozen=True)
 class FetchedPartition:
