@@ -32,7 +32,6 @@ from typing import Any, Callable, Iterable
 
 from kohort.broker.coordinator.consumer_group import ConsumerGroupState
 from kohort.broker.coordinator.group import GroupState
-from kohort.broker.coordinator.machine import GroupType
 
 log = logging.getLogger("kohort.broker.coordinator")
 
@@ -115,7 +114,7 @@ def _unchanged(rt, group_id: str, old: _Snap) -> bool:
         return (cg is not None and cg.group_epoch == old.generation and cg.assignment_epoch == old.assignment_epoch
                 and cg.members.keys() == old.members.keys()
                 and (old.state == _STABLE or cg.state.value == old.state))
-    if rt.groups.type_of(group_id) is GroupType.CONSUMER:
+    if rt.groups.consumer_group(group_id) is not None:
         return False                       # converted to a consumer group
     g = rt.groups.classic_group(group_id)
     return (g is not None and g.generation_id == old.generation and g.state.value == old.state

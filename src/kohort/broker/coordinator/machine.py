@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, NamedTuple
 
 from .model import Append, CancelTimer, Outcome, Record, SetTimer
 
@@ -31,8 +30,7 @@ class GroupType(str, enum.Enum):
     SHARE = "share"
 
 
-@dataclass(frozen=True, order=True)
-class AppendToken:
+class AppendToken(NamedTuple):
     """Names one Append until its records are stored: the machine (by timer namespace) and its
     sequence number there."""
     namespace: str
