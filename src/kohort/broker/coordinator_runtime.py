@@ -286,7 +286,8 @@ class CoordinatorRuntime:
         """JoinGroup, answered by the group's owner: a consumer group's machine for its classic
         members; an empty consumer group is deleted first and the join makes a classic group."""
         owner = self.groups.owner(p.group_id)
-        if owner is self._consumer and not self.groups.consumer_group(p.group_id).members:
+        cg = self.groups.consumer_group(p.group_id)
+        if owner is self._consumer and cg is not None and not cg.members:
             err = await self._run(owner, "delete_group", owner.delete_group, p.group_id)
             if err not in (None, C.NONE):
                 return JoinResult(C.COORDINATOR_NOT_AVAILABLE, p.member_id)

@@ -22,11 +22,12 @@ from .coordinator import (
 )
 from .group import ClassicGroup, GroupState, Member
 from .machine import AppendToken, GroupMachine, GroupType
+from .registry import GroupRegistry
 from . import model as _model
 from .model import *  # noqa: F401,F403
 
 __all__ = [
     "CoordinatorConfig", "ClassicGroupCoordinator", "GroupState", "ClassicGroup", "Member",
-    "AppendToken", "GroupMachine", "GroupType",
+    "AppendToken", "GroupMachine", "GroupType", "GroupRegistry",
     "map_append_error", "EXPIRATION_KEY", "heartbeat_key", "initial_delay_key", "join_key", "sync_key",
 ] + [n for n, v in vars(_model).items() if isinstance(v, type) and v.__module__.endswith(".model")]

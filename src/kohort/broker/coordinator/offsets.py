@@ -154,10 +154,10 @@ class OffsetMetadataManager:
         for topic, parts in topics:
             ps = []
             for part in parts:
-                co = offsets.get((topic, part))
+                held = offsets.get((topic, part))
                 ps.append(FetchedPartition(part, error_code=C.UNSTABLE_OFFSET_COMMIT)
-                          if unstable(topic, part) else FetchedPartition(part) if co is None else
-                          FetchedPartition(part, co.offset, co.leader_epoch, co.metadata))
+                          if unstable(topic, part) else FetchedPartition(part) if held is None else
+                          FetchedPartition(part, held.offset, held.leader_epoch, held.metadata))
             out.append((topic, tuple(ps)))
         return tuple(out)
 

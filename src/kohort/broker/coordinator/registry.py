@@ -90,7 +90,7 @@ class GroupRegistry:
         """The server assignor a consumer group uses (Kafka's vote over its members), or the
         classic group's chosen protocol."""
         cg = self.consumer_group(group_id)
-        if cg is not None:
+        if cg is not None and self.consumer is not None:
             return self.consumer.assignor_name(cg)
         g = self.classic.groups.get(group_id)
         return g.protocol_name if g is not None else None
