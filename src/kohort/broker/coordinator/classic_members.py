@@ -32,7 +32,7 @@ from kohort.errors import DecodeError
 from kohort.protocol.consumer_protocol import (
     ConsumerProtocolAssignment, decode_assignment, decode_subscription, encode_assignment, payload_version,
 )
-from . import codes as C
+import kohort.broker.coordinator.codes as C
 from .consumer_group_model import (
     ClassicGroupSnapshot, ClassicMeta, ClassicSnapshotMember, ConsumerGroup, ConsumerMember,
     MemberState, join_key, session_key, snapshot, sync_key,

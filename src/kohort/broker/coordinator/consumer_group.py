@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from kohort.assignors.server import MemberSpec, server_assignor
-from . import codes as C
+import kohort.broker.coordinator.codes as C
 from .classic_members import ClassicMembersMixin
 from .consumer_group_model import (  # noqa: F401 - the consumer-group names, importable from the machine
     FENCED_MEMBER_EPOCH, INVALID_REGULAR_EXPRESSION, INVALID_REQUEST, JOIN_EPOCH, LEAVE_EPOCH,

@@ -46,7 +46,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Callable, Iterable, Mapping
 
-from . import codes as C
+import kohort.broker.coordinator.codes as C
 from .config import CoordinatorConfig
 from .consumer_group_model import ClassicGroupSnapshot, ClassicSnapshotMember
 from .group import _NO_REPLY as NO_REPLY, ClassicGroup, CommittedOffset, GroupState, Member

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 
 from kohort.errors import DecodeError
 
-from . import codes as C
+import kohort.broker.coordinator.codes as C
 
 
 class GroupState(enum.Enum):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator, Mapping
 
-from . import codes as C
+import kohort.broker.coordinator.codes as C
 from .config import CoordinatorConfig
 from .group import CommittedOffset
 from .model import CommitPartition, FetchedPartition, OffsetRecord, PartitionResult
