@@ -43,7 +43,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from kohort.assignors.server import MemberSpec, server_assignor
+from kohort.assignors.server import SERVER_ASSIGNOR_NAMES, MemberSpec, server_assignor
+from kohort.errors import ConfigError
 import kohort.broker.coordinator.codes as C
 from .classic_members import ClassicMembersMixin
 from .consumer_group_model import (  # noqa: F401 - the consumer-group names, importable from the machine
@@ -72,9 +73,6 @@ class ConsumerGroupConfig:
     def from_properties(cls, props: Mapping[str, Any]) -> "ConsumerGroupConfig":
         """From broker properties by Kafka's names; raises ConfigError (a ValueError) naming the
         property when a value is out of its min/max bounds or names an unknown assignor."""
-        from kohort.assignors.server import SERVER_ASSIGNOR_NAMES
-        from kohort.errors import ConfigError
-
         def get(name: str, default: Any) -> Any:
             return props.get(name, default)
         session = int(get("group.consumer.session.timeout.ms", 45000))

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 from kohort.errors import DecodeError
 
 import kohort.broker.coordinator.codes as C
+from .model import JoinMember
 
 
 class GroupState(enum.Enum):
@@ -249,7 +250,6 @@ class ClassicGroup:
         return sorted(tied)[0]
 
     def current_members_for_leader(self) -> tuple:
-        from .model import JoinMember
         return tuple(JoinMember(m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
                      for m in self.members.values())
 
