@@ -15,6 +15,7 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kohort.broker.coordinator import HeartbeatParams  # noqa: E402
+from kohort.broker.coordinator.registry import GroupRegistry  # noqa: E402
 from kohort.broker.group_events import GroupEvents, log_event  # noqa: E402
 from tests.coordinator_harness import Harness  # noqa: E402
 
@@ -31,7 +32,7 @@ def stable_group(n: int):
 
 def run(n: int, beats: int, observe: bool) -> float:
     h, mids, gen = stable_group(n)
-    rt = SimpleNamespace(coordinator=h.c, consumer=None, clock=lambda: h.now)
+    rt = SimpleNamespace(groups=GroupRegistry(h.c), clock=lambda: h.now)
     ev = GroupEvents()
     ev.subscribe(log_event)
     ev.baseline(rt)

@@ -6,7 +6,7 @@ import itertools
 from collections import deque
 
 from kohort.broker.coordinator import (
-    CancelTimer, CommitPartition, CoordinatorConfig, GroupCoordinator, HeartbeatParams, JoinParams,
+    CancelTimer, CommitPartition, CoordinatorConfig, ClassicGroupCoordinator, HeartbeatParams, JoinParams,
     LeaveMember, LeaveParams, OffsetCommitParams, OffsetFetchParams, SetTimer, SyncParams,
 )
 
@@ -17,7 +17,7 @@ class Harness:
     def __init__(self, config: CoordinatorConfig | None = None, *, auto_store: bool = True,
                  now: int = 1_000_000, loading: bool = False, decoder=None) -> None:
         ids = itertools.count(1)
-        self.c = GroupCoordinator(config, id_factory=lambda: f"u{next(ids)}",
+        self.c = ClassicGroupCoordinator(config, id_factory=lambda: f"u{next(ids)}",
                                   subscription_decoder=decoder, loading=loading)
         self.now = now
         self.timers: dict[tuple, int] = {}

@@ -7,9 +7,10 @@ from __future__ import annotations
 import itertools
 from types import SimpleNamespace
 
-from kohort.broker.coordinator import LeaveMember
+from kohort.broker.coordinator import ClassicGroupCoordinator, LeaveMember
+from kohort.broker.coordinator.registry import GroupRegistry
 from kohort.broker.coordinator.consumer_group import (
-    ConsumerGroupConfig, ConsumerGroupCoordinator, ConsumerHeartbeatParams,
+    ConsumerGroupConfig, ConsumerGroups, ConsumerHeartbeatParams,
 )
 from kohort.broker.group_events import GroupEvents
 
@@ -42,7 +43,7 @@ class _Observed:
 
 def classic_harness(**kw):
     h = Harness(**kw)
-    rt = SimpleNamespace(coordinator=h.c, consumer=None, clock=lambda: h.now)
+    rt = SimpleNamespace(groups=GroupRegistry(h.c), clock=lambda: h.now)
     ev = GroupEvents()
     h.c = _Observed(h.c, ev, rt)
     return h, ev
@@ -127,9 +128,9 @@ def test_classic_group_deleted_and_offsets_only_group():
 def test_consumer_group_join_leave_fence_and_epoch_bumps():
     cfg = ConsumerGroupConfig(session_timeout_ms=6000, heartbeat_interval_ms=1000)
     ids = (f"m{i}" for i in itertools.count())
-    c = ConsumerGroupCoordinator(cfg, id_factory=lambda: next(ids))
+    c = ConsumerGroups(cfg, id_factory=lambda: next(ids))
     now = [0]
-    rt = SimpleNamespace(coordinator=SimpleNamespace(groups={}), consumer=c, clock=lambda: now[0])
+    rt = SimpleNamespace(groups=GroupRegistry(ClassicGroupCoordinator(), c), clock=lambda: now[0])
     ev = GroupEvents()
     topics = {"t": 4}
 
@@ -170,7 +171,7 @@ def test_consumer_group_join_leave_fence_and_epoch_bumps():
 
 def test_history_is_bounded_and_a_failing_subscriber_changes_nothing():
     h = Harness()
-    rt = SimpleNamespace(coordinator=h.c, consumer=None, clock=lambda: h.now)
+    rt = SimpleNamespace(groups=GroupRegistry(h.c), clock=lambda: h.now)
     ev = GroupEvents(per_group=4, max_groups=2)
     seen = []
     ev.subscribe(lambda e: (_ for _ in ()).throw(RuntimeError("reader bug")))
@@ -191,9 +192,9 @@ def test_the_steady_heartbeat_shortcut_agrees_with_a_full_snapshot():
     from kohort.broker.group_events import _unchanged, snapshot
     cfg = ConsumerGroupConfig(session_timeout_ms=6000, heartbeat_interval_ms=1000)
     ids = (f"m{i}" for i in itertools.count())
-    c = ConsumerGroupCoordinator(cfg, id_factory=lambda: next(ids))
+    c = ConsumerGroups(cfg, id_factory=lambda: next(ids))
     now = [0]
-    rt = SimpleNamespace(coordinator=SimpleNamespace(groups={}), consumer=c, clock=lambda: now[0])
+    rt = SimpleNamespace(groups=GroupRegistry(ClassicGroupCoordinator(), c), clock=lambda: now[0])
     topics = {"t": 6}
     epochs: dict[str, int] = {}
     owned: dict[str, dict] = {}

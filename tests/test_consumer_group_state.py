@@ -15,9 +15,10 @@ from kohort.assignors import server_range, uniform
 from kohort.broker.coordinator import codes as C
 from kohort.broker.coordinator.consumer_group import (
     FENCED_MEMBER_EPOCH, INVALID_REGULAR_EXPRESSION, INVALID_REQUEST, UNRELEASED_INSTANCE_ID,
-    UNSUPPORTED_ASSIGNOR, STALE_MEMBER_EPOCH, ConsumerGroupConfig, ConsumerGroupCoordinator,
-    ConsumerGroupState, ConsumerHeartbeatParams, MemberState, _snapshot, rebalance_key, session_key,
+    UNSUPPORTED_ASSIGNOR, STALE_MEMBER_EPOCH, ConsumerGroupConfig, ConsumerGroups,
+    ConsumerGroupState, ConsumerHeartbeatParams, MemberState, rebalance_key, session_key,
 )
+from kohort.broker.coordinator.consumer_group_model import ConsumerGroupRecord, diff, snapshot
 from kohort.broker.coordinator.model import SetTimer
 
 G = "g"
@@ -29,10 +30,7 @@ class Harness:
         self.topics = dict(topics or TOPICS)
         ids = (f"gen-{i}" for i in itertools.count())
         self.cfg = ConsumerGroupConfig(**cfg)
-        self.c = ConsumerGroupCoordinator(self.cfg, id_factory=lambda: next(ids))
-        # every heartbeat's records (diffed over the members it can touch) are checked against the
-        # diff of the whole group's snapshots
-        self.c.check_scoped_diff = []
+        self.c = ConsumerGroups(self.cfg, id_factory=lambda: next(ids))
         self.now = 0
         self.log = []          # every record appended, in order
 
@@ -46,7 +44,12 @@ class Harness:
 
     def hb(self, member_id, epoch, owned=None, **kw):
         p = ConsumerHeartbeatParams(G, member_id, epoch, owned=owned, **kw)
+        before = snapshot(self.c.groups.get(G))
         out = self.c.heartbeat(p, self.topics, self.now, "r")
+        # the heartbeat's records (diffed over the members it can touch) must be the diff of the
+        # whole group's snapshots
+        written = [r for a in out.appends for r in a.records if isinstance(r, ConsumerGroupRecord)]
+        assert written == diff(G, before, snapshot(self.c.groups.get(G))), written
         self.last_out = out
         responses = self.store(out)
         assert len(responses) == 1
@@ -54,7 +57,7 @@ class Harness:
 
     def replayed(self):
         """A fresh coordinator rebuilt from the log (last record per key, as compaction keeps)."""
-        c = ConsumerGroupCoordinator(self.cfg)
+        c = ConsumerGroups(self.cfg)
         last = {}
         for r in self.log:
             last.pop((r.kind, r.group, r.member_id), None)
@@ -531,7 +534,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         c = self.h.replayed()
         assert set(c.groups) == set(self.h.c.groups)
         for gid, g in self.h.c.groups.items():
-            assert _snapshot(c.groups[gid]) == _snapshot(g)
+            assert snapshot(c.groups[gid]) == snapshot(g)
 
     @precondition(lambda self: self.clients)
     @rule()
@@ -720,7 +723,7 @@ def test_online_upgrade_of_a_classic_group():
             ClassicSnapshotMember("c2", None, "cli", "/h", 20000, 10000, (("range", _sub()),), _sub(), a2)))
         return Outcome(), snap
     h = Harness()
-    h.c = ConsumerGroupCoordinator(h.cfg, classic_group_active=lambda gid: True, classic_upgrade=upgrade)
+    h.c = ConsumerGroups(h.cfg, classic_group_active=lambda gid: True, classic_upgrade=upgrade)
     r = h.join("n")
     assert released == [G] and r.error_code == 0 and r.member_epoch == 8 and parts(r.assignment) == set()
     g = h.group
@@ -745,7 +748,7 @@ def test_online_downgrade_when_the_last_consumer_member_leaves():
         adopted.append(snap)
         return Outcome()
     h = Harness()
-    h.c = ConsumerGroupCoordinator(h.cfg, classic_downgrade=downgrade)
+    h.c = ConsumerGroups(h.cfg, classic_downgrade=downgrade)
     ra = h.join("a")
     cjoin(h, "c1")
     h.hb("a", 1, owned=ra.assignment)
@@ -764,7 +767,7 @@ def test_online_downgrade_when_the_last_consumer_member_leaves():
 def test_no_downgrade_while_a_consumer_member_remains_or_nobody_is_left():
     adopted = []
     h = Harness()
-    h.c = ConsumerGroupCoordinator(h.cfg, classic_downgrade=lambda s, n: adopted.append(s) or Outcome())
+    h.c = ConsumerGroups(h.cfg, classic_downgrade=lambda s, n: adopted.append(s) or Outcome())
     h.join("a")
     h.join("b")
     cjoin(h, "c1")
@@ -783,7 +786,7 @@ def test_upgrade_stays_done_when_the_joining_request_fails():
             ClassicSnapshotMember("c1", None, "cli", "/h", 20000, 10000, (("range", _sub()),), _sub(), b""),))
         return Outcome(), snap
     h = Harness(max_size=1)
-    h.c = ConsumerGroupCoordinator(h.cfg, classic_group_active=lambda gid: True, classic_upgrade=upgrade)
+    h.c = ConsumerGroups(h.cfg, classic_group_active=lambda gid: True, classic_upgrade=upgrade)
     r = h.join("n")
     assert r.error_code == C.GROUP_MAX_SIZE_REACHED
     assert list(h.group.members) == ["c1"] and h.group.group_epoch == 3
@@ -865,5 +868,5 @@ def test_arbitrary_heartbeats_keep_the_group_consistent(steps):
             assert len(held) == len(set(held)), held
             assert len(g.members) <= 3
     c = h.replayed()
-    assert {gid: _snapshot(g) for gid, g in c.groups.items()} == \
-        {gid: _snapshot(g) for gid, g in h.c.groups.items()}
+    assert {gid: snapshot(g) for gid, g in c.groups.items()} == \
+        {gid: snapshot(g) for gid, g in h.c.groups.items()}

@@ -7,7 +7,8 @@ import asyncio
 
 from hypothesis import given, settings, strategies as st
 
-from kohort.broker.coordinator_runtime import CoordinatorRuntime, decode_coordinator_record
+from kohort.broker.coordinator.serde import decode_classic_record as decode_coordinator_record
+from kohort.broker.coordinator_runtime import CoordinatorRuntime
 from kohort.broker.coordinator.model import (
     GroupRecord, JoinParams, MemberRecord, OffsetFetchParams, OffsetRecord,
 )
@@ -264,13 +265,13 @@ def test_loading_phase_answers_load_in_progress(tmp_path):
             await w.close()
             rt = CoordinatorRuntime(b)              # a second runtime over the same storage, not loaded
             rt.ensure_topic()
-            assert rt.coordinator.phase == "loading"
-            res = await rt.call("join_group", JoinParams("g2", protocols=(("range", b""),)))
+            assert rt.groups.phase == "loading"
+            res = await rt.join_group(JoinParams("g2", protocols=(("range", b""),)))
             assert res.error_code == E.COORDINATOR_LOAD_IN_PROGRESS
-            res = await rt.call("offset_fetch", OffsetFetchParams("g", (("t", (0,)),)))
+            res = await rt.offset_fetch(OffsetFetchParams("g", (("t", (0,)),)))
             assert res.error_code == E.COORDINATOR_LOAD_IN_PROGRESS
             await rt.load()
-            res = await rt.call("offset_fetch", OffsetFetchParams("g", (("t", (0,)),)))
+            res = await rt.offset_fetch(OffsetFetchParams("g", (("t", (0,)),)))
             assert res.error_code == 0 and res.topics[0][1][0].committed_offset == 4
             await rt.close()
             assert isinstance(stored_records(b, "g")[-1][1], OffsetRecord)
@@ -295,7 +296,7 @@ def test_append_failure_is_reported_and_not_applied(tmp_path):
 
 
 def test_records_roundtrip_through_the_mapping():
-    from kohort.broker.coordinator_runtime import encode_coordinator_record
+    from kohort.broker.coordinator.serde import encode_classic_record as encode_coordinator_record
     recs = [OffsetRecord("g", "t", 3, 42, 5, "meta", 1000, None),
             OffsetRecord("g", "t", 3, 42, -1, "", 1000, 99_999),
             OffsetRecord("g", "t", 3, tombstone=True),
@@ -337,7 +338,7 @@ def test_pipelined_commits_share_fsync_rounds_and_complete_in_order(tmp_path):
 
 def _snapshot(coordinator):
     return {gid: (g.protocol_type, g.generation_id, g.protocol_name, g.leader_id, g.state.value,
-                  sorted(g.members), {tp: co.offset for tp, co in g.offsets.items()})
+                  sorted(g.members), {tp: co.offset for tp, co in coordinator.offsets.of(g.group_id).items()})
             for gid, g in coordinator.groups.items()}
 
 
@@ -370,8 +371,8 @@ def test_load_compacts_in_memory_like_sequential_replay(records):
     records = written
     import tempfile
 
-    from kohort.broker.coordinator import GroupCoordinator
-    from kohort.broker.coordinator_runtime import encode_coordinator_record
+    from kohort.broker.coordinator import ClassicGroupCoordinator
+    from kohort.broker.coordinator.serde import encode_classic_record as encode_coordinator_record
     from kohort.protocol.records import build_batch
     from kohort.protocol.consumer_protocol import decode_subscription
 
@@ -384,13 +385,13 @@ def test_load_compacts_in_memory_like_sequential_replay(records):
             rt = CoordinatorRuntime(b)
             rt.ensure_topic()
             await rt.load()
-            snap = _snapshot(rt.coordinator)
+            snap = _snapshot(rt.groups.classic)
             await rt.close()
             return snap
 
     with tempfile.TemporaryDirectory() as d:
         loaded = run(main(d))
-    plain = GroupCoordinator(subscription_decoder=lambda m: decode_subscription(m).topics, loading=True)
+    plain = ClassicGroupCoordinator(subscription_decoder=lambda m: decode_subscription(m).topics, loading=True)
     for r in records:
         plain.replay(r)
     expected = _snapshot(plain)

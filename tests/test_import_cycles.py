@@ -17,19 +17,6 @@ import kohort
 
 ROOT = Path(kohort.__file__).parent
 
-# The classic coordinator, its classic members in consumer groups and the consumer-group machine
-# import each other (with the coordinator package and the modules it re-exports); the branch
-# reshaping broker/coordinator/ breaks this cycle. Remove this exception when that branch lands.
-KNOWN_CYCLE_PACKAGE = "kohort.broker.coordinator"
-KNOWN_CYCLE_CORE = {"kohort.broker.coordinator.coordinator", "kohort.broker.coordinator.classic_members",
-                    "kohort.broker.coordinator.consumer_group"}
-
-
-def known(cycle: frozenset[str]) -> bool:
-    return KNOWN_CYCLE_CORE <= cycle and all(
-        m == KNOWN_CYCLE_PACKAGE or m.startswith(KNOWN_CYCLE_PACKAGE + ".") for m in cycle)
-
-
 def _modules() -> dict[str, Path]:
     mods = {}
     for path in sorted(ROOT.rglob("*.py")):
@@ -131,6 +118,6 @@ def test_the_cycle_finder_finds_lazy_and_relative_cycles():
 
 
 def test_no_import_cycles():
-    found = [sorted(c) for c in cycles(import_graph()) if not known(c)]
+    found = [sorted(c) for c in cycles(import_graph()) ]
     assert found == [], "import cycles (imports inside functions count):\n" + "\n".join(
         " <-> ".join(c) for c in found)

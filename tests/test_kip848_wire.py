@@ -248,7 +248,7 @@ def test_classic_member_in_a_consumer_group(tmp_path):
             await w.call(H(group_id="g", member_id="a", member_epoch=-1), 1)
             r = await w.call(classic_join(), 9)
             assert r.error_code == ErrorCode.MEMBER_ID_REQUIRED
-            assert "g" not in b.coordinator.consumer.groups
+            assert "g" not in b.coordinator.groups.consumer_groups()
             await w.close()
     asyncio.run(go())
 
@@ -262,9 +262,9 @@ def test_offsets_of_an_active_consumer_group_do_not_expire(tmp_path):
             await _topic(w, "t", 1)
             await w.call(_join("a"), 1)
             assert (await w.call(_commit(1), 9)).topics[0].partitions[0].error_code == 0
-            classic = b.coordinator.coordinator
+            classic = b.coordinator.groups.classic
             assert not classic.expire_offsets(b.coordinator.clock() + 61_000).appends
-            assert classic.groups["g"].offsets                   # kept: "a" is still a member
+            assert classic.offsets.of("g")                   # kept: "a" is still a member
             await w.call(H(group_id="g", member_id="a", member_epoch=-1), 1)
             out = classic.expire_offsets(b.coordinator.clock() + 61_000)
             assert out.appends                                   # now they expire

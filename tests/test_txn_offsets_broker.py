@@ -282,14 +282,14 @@ def test_pending_offsets_survive_restart(tmp_path):
             assert await u.init() == 0
             assert await u.add_offsets() == 0 and await u.txn_commit(99) == 0
             assert await u.end(False) == 0
-            live = b.coordinator.coordinator
-            before = ({g: dict(x.offsets) for g, x in live.groups.items()}, dict(live.pending_txn.by_producer))
+            live = b.coordinator.groups.classic
+            before = ({g: dict(live.offsets.of(g)) for g in live.groups}, dict(live.pending_txn.by_producer))
             assert await t.fetch(True) == (E.UNSTABLE_OFFSET_COMMIT, -1)
             pid, epoch = t.pid, t.epoch
             await w.close()
         async with running_broker(tmp_path) as b:
-            c = b.coordinator.coordinator
-            after = ({g: dict(x.offsets) for g, x in c.groups.items()}, dict(c.pending_txn.by_producer))
+            c = b.coordinator.groups.classic
+            after = ({g: dict(c.offsets.of(g)) for g in c.groups}, dict(c.pending_txn.by_producer))
 
             def strip(state):      # record_seq is the write order: same order, other numbers
                 groups, pending = state

@@ -1,59 +1,63 @@
-"""The broker-side runtime of the group coordinator: drives the pure GroupCoordinator
-(kohort.broker.coordinator.coordinator) with real storage, timers and request futures.
+"""The broker-side coordinator runtime: drives the pure group machines of kohort.broker.coordinator
+with real storage, timers and request futures. It holds a LIST of machines (`machines`: the classic
+coordinator, and KIP-848's ConsumerGroups unless `group.coordinator.rebalance.protocols` lacks
+"consumer"); each declares its GROUP_TYPE, its TIMER_NAMESPACE and its SERDE (the record types it
+reads and writes), and the runtime treats them alike. `groups` (GroupRegistry) knows which machine
+owns a group; handlers call the typed operations below and never choose a machine themselves.
 
 * `__consumer_offsets` is created at start if missing (offsets.topic.num.partitions partitions,
   cleanup.policy=compact, segment.bytes=offsets.topic.segment.bytes). An existing topic keeps its
   partition count (a group's records must stay in one partition).
-* Loading: the coordinator starts in its loading phase (operations answer
+* Loading: the machines start in their loading phase (operations answer
   COORDINATOR_LOAD_IN_PROGRESS); every partition is read from its log start to its end, compacted in
-  memory (the last record of each key, in log order), each survivor decoded
-  (`kohort.protocol.consumer_offsets.decode_record`; unknown kinds such as KIP-848 records are
-  skipped with a warning) and replayed in log order, then `on_loaded`. Transactional batches
-  (TxnOffsetCommit) are held per producer id until that producer's marker: COMMIT makes its records
-  the key's last record if they come after the current one (Kafka compares record offsets), ABORT
-  drops them, and those with no marker yet are replayed as pending offsets of their producer; a
-  tombstone drops the pending records of its key -- the same results as the live path.
+  memory (the last record of each key, in log order), each survivor decoded by the serde of the
+  machine whose SERDE.KINDS has its record type (the kinds of a machine not enabled are skipped
+  silently; kinds no machine reads are skipped with a warning) and replayed in log order, then
+  `on_loaded` on every machine. Transactional batches (TxnOffsetCommit) are held per producer id until
+  that producer's marker: COMMIT makes its records the key's last record if they come after the
+  current one (Kafka compares record offsets), ABORT drops them, and those with no marker yet are
+  replayed as pending offsets of their producer; a tombstone drops the pending records of its key --
+  the same results as the live path. `open_coordinator` awaits the load, so a broker normally accepts
+  connections only once loaded.
 * Transactions: a TxnOffsetCommit's Append carries the producer (id, epoch) and is written as that
   producer's transactional batch; `write_txn_marker` (called by the transaction coordinator's
-  runtime for a `__consumer_offsets` partition in the transaction) goes through the coordinator's
-  append order, writes the COMMIT/ABORT control batch, and completes once it is fsynced and the
-  pending offsets are materialised or dropped. The partition's producer state (open transactions,
-  LSO) is kept like any partition's.
-  `open_coordinator` awaits the load, so a broker normally accepts connections only once loaded.
-* Appends: each Append's records are encoded (Kafka's key/value versions) and written as one v2 batch
-  per `__consumer_offsets` partition (group_partition(group_id)), in token order, at once. Each token
-  then waits for the broker's group-commit fsync (`broker.sync.wait_synced()`, the same durability as
-  acks=all produce under log.flush.policy) and is reported with `on_append_done` strictly in token
-  order; the coordinator applies the held state/responses only then.
-* Timers: one asyncio TimerHandle per armed key (re-arming replaces it); on expiry
-  `fire_timer(key, now)`; a timer that fires early by the wall clock is re-scheduled.
-* KIP-848 consumer-protocol groups: `consumer` is the pure ConsumerGroupCoordinator
-  (kohort.broker.coordinator.consumer_group; None when `group.coordinator.rebalance.protocols` lacks
-  "consumer"), driven through `call_consumer`; its timers ("cg-*" keys) share the timer table, its
-  append tokens are ("cg", n) tuples. Its records (types 3/5/6/7/8, Kafka's formats, topic ids mapped
-  from/to names through storage) are written and loaded like the classic ones; their committed
-  offsets are stored by the classic coordinator as those of a simple (memberless) group of the same id.
-* Responses: `reply_to` is an asyncio Future the handler awaits; a future whose request was
+  runtime for a `__consumer_offsets` partition in the transaction) goes through the classic
+  machine's append order, writes the COMMIT/ABORT control batch, and completes once it is fsynced
+  and the pending offsets are materialised or dropped. The partition's producer state (open
+  transactions, LSO) is kept like any partition's.
+* Appends: each Append's records are encoded by the serde owning their class and written as one v2
+  batch per `__consumer_offsets` partition (group_partition(group_id)), in token order, at once. Each
+  token then waits for the broker's group-commit fsync (`broker.sync.wait_synced()`, the same
+  durability as acks=all produce under log.flush.policy) and is reported strictly in token order with
+  `on_append_done` to the machine of `token.namespace`; the machine applies the held state/responses
+  only then.
+* Timers: one asyncio TimerHandle per armed (namespace, key) (re-arming replaces it); on expiry
+  `fire_timer(key, now)` on the machine of that namespace; a timer that fires early by the wall clock
+  is re-scheduled.
+* KIP-848 consumer groups keep their committed offsets in the classic machine, as those of a
+  memberless (simple) group of the same id: the runtime's offset operations validate a commit or
+  fetch with the consumer-group machine (member id, epoch) and store it there.
+* Responses: `reply_to` is an asyncio Future the operation awaits; a future whose request was
   abandoned (client gone) is skipped.
 
-Public: `CoordinatorRuntime(broker, clock=...)` with `start()`, `close()`, `call(op, *args)` ->
-Future, `partition_for(group_id)`, `coordinator`; `open_coordinator(broker)`, also exported as
-`open(broker)`, the hook kohort.broker.components calls. It lives outside the coordinator package,
-which stays pure (no asyncio/time imports; checked by test_coordinator_state).
+Public: `CoordinatorRuntime(broker, clock=...)` with `start()`, `close()`, `groups`, `machines`,
+`partition_for(group_id)`, the typed operations (`join_group` ... `consumer_group_heartbeat`,
+`write_txn_marker`); `open_coordinator(broker)`, also exported as `open(broker)`, the hook
+kohort.broker.components calls. It lives outside the coordinator package, which stays pure (no
+asyncio/time imports; checked by test_coordinator_state).
 """
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
+import functools
 import logging
 import time
 from typing import Callable
 
 from kohort.errors import DecodeError
-from kohort.protocol.consumer_offsets import (
-    OFFSETS_TOPIC, GroupMetadataKey, GroupMember, OffsetCommitKey, decode_record, group_metadata_record,
-    group_metadata_tombstone, group_partition, offset_commit_record, offset_commit_tombstone,
-)
+from kohort.protocol.consumer_offsets import OFFSETS_TOPIC, group_partition, key_version
 from kohort.protocol.consumer_protocol import decode_subscription
 from kohort.protocol.records import build_batch, decode_batch, iter_batch_records, iter_batches
 from kohort.storage import StorageError, TopicAlreadyExistsError
@@ -61,17 +65,18 @@ from kohort.storage import StorageError, TopicAlreadyExistsError
 from kohort.broker.coordinator import codes as C
 from kohort.broker.coordinator.config import CoordinatorConfig
 from kohort.broker.coordinator.consumer_group import (
-    ClassicMeta, ConsumerGroupConfig, ConsumerGroupCoordinator, ConsumerGroupRecord, CurrentAssignment,
-    MemberMeta,
+    STALE_MEMBER_EPOCH, ConsumerGroupConfig, ConsumerGroups, ConsumerHeartbeatParams, ConsumerHeartbeatResult,
 )
-from kohort.protocol import consumer_group_records as CGR
-from kohort.protocol.consumer_offsets import key_version
-from kohort.broker.coordinator.coordinator import GroupCoordinator
-from kohort.broker.coordinator.group import GroupState
-from kohort.broker.group_events import GroupEvents, log_event
+from kohort.broker.coordinator.coordinator import ClassicGroupCoordinator
+from kohort.broker.coordinator.machine import AppendToken, GroupMachine, GroupType
 from kohort.broker.coordinator.model import (
-    CancelTimer, GroupRecord, MemberRecord, OffsetRecord, Outcome, SetTimer, TxnMarkerRecord,
+    CancelTimer, DeleteGroupsResult, DescribeGroupsResult, HeartbeatParams, HeartbeatResult, JoinParams,
+    JoinResult, LeaveParams, LeaveResult, ListedGroup, ListGroupsResult, OffsetCommitParams,
+    OffsetCommitResult, OffsetDeleteParams, OffsetDeleteResult, OffsetFetchParams, OffsetFetchResult,
+    Outcome, PartitionResult, SetTimer, SyncParams, SyncResult, TxnMarkerRecord, TxnOffsetCommitParams,
 )
+from kohort.broker.coordinator.registry import GroupRegistry
+from kohort.broker.group_events import GroupEvents, log_event
 from kohort.broker.producer_state import marker_key, marker_value, parse_marker, CONTROL_COMMIT
 
 log = logging.getLogger("kohort.broker.coordinator")
@@ -87,130 +92,6 @@ def _subscription_topics(data: bytes):
     return decode_subscription(data).topics
 
 
-# -- record mapping ----------------------------------------------------------------------------------
-def encode_coordinator_record(r) -> tuple[bytes, bytes | None]:
-    """(key, value) bytes of a coordinator record (value None = tombstone)."""
-    if isinstance(r, OffsetRecord):
-        if r.tombstone:
-            return offset_commit_tombstone(r.group, r.topic, r.partition)
-        return offset_commit_record(r.group, r.topic, r.partition, r.offset, r.leader_epoch,
-                                    r.metadata or "", r.commit_timestamp, r.expire_timestamp)
-    if isinstance(r, GroupRecord):
-        if r.tombstone:
-            return group_metadata_tombstone(r.group)
-        members = [GroupMember(m.member_id, m.client_id, m.client_host, m.session_timeout,
-                               m.rebalance_timeout, m.subscription, m.assignment, m.group_instance_id)
-                   for m in r.members]
-        return group_metadata_record(r.group, r.protocol_type, r.generation, r.protocol, r.leader,
-                                     r.current_state_timestamp, members)
-    raise TypeError(f"not a coordinator record: {r!r}")
-
-
-def decode_coordinator_record(key: bytes, value: bytes | None):
-    """The coordinator record stored as (key, value); raises DecodeError for what it cannot read
-    (e.g. KIP-848 consumer-group records, key versions 3+)."""
-    k, v = decode_record(key, value)
-    if isinstance(k, OffsetCommitKey):
-        if v is None:
-            return OffsetRecord(k.group, k.topic, k.partition, tombstone=True)
-        expire = v.expire_timestamp if v.expire_timestamp is not None and v.expire_timestamp >= 0 else None
-        return OffsetRecord(k.group, k.topic, k.partition, v.offset, v.leader_epoch, v.metadata or "",
-                            v.commit_timestamp, expire)
-    if isinstance(k, GroupMetadataKey):
-        if v is None:
-            return GroupRecord(k.group, tombstone=True)
-        members = tuple(MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                     m.rebalance_timeout, m.session_timeout, bytes(m.subscription),
-                                     bytes(m.assignment)) for m in v.members)
-        return GroupRecord(k.group, v.protocol_type or "", v.generation, v.protocol, v.leader,
-                           v.current_state_timestamp, members)
-    raise DecodeError(f"not a classic-group record key: {type(k).__name__}")
-
-
-# KIP-848 consumer-group records: names <-> topic ids
-def encode_consumer_group_record(r: ConsumerGroupRecord, topic_id) -> tuple[bytes, bytes | None]:
-    """(key, value) bytes of a consumer-group record; `topic_id(name)` gives a topic's id (None for a
-    topic that no longer exists: its partitions are left out)."""
-    kcls = CGR.KEYS[r.kind]
-    key = kcls(group_id=r.group) if r.kind in (3, 6) else kcls(group_id=r.group, member_id=r.member_id)
-    if r.value is None:
-        return CGR.encode_key(key), None
-
-    def tps(cls, frozen):
-        out = []
-        for name, parts in frozen:
-            tid = topic_id(name)
-            if tid is not None:
-                out.append(cls(topic_id=tid, partitions=list(parts)))
-        return out
-    v = r.value
-    if r.kind == 3:
-        value = CGR.ConsumerGroupMetadataValue(epoch=v)
-    elif r.kind == 6:
-        value = CGR.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=v)
-    elif r.kind == 5:
-        value = CGR.ConsumerGroupMemberMetadataValue(
-            instance_id=v.instance_id, rack_id=v.rack_id, client_id=v.client_id, client_host=v.client_host,
-            subscribed_topic_names=list(v.subscribed_topic_names), subscribed_topic_regex=v.subscribed_topic_regex,
-            rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor)
-        if v.classic is not None:
-            CM = CGR.ConsumerGroupMemberMetadataValue.ClassicMemberMetadata
-            value.classic_member_metadata = CM(
-                session_timeout_ms=v.classic.session_timeout_ms,
-                supported_protocols=[CM.ClassicProtocol(name=n, metadata=md) for n, md in v.classic.protocols])
-    elif r.kind == 7:
-        V = CGR.ConsumerGroupTargetAssignmentMemberValue
-        value = V(topic_partitions=tps(V.TopicPartition, v))
-    else:
-        V = CGR.ConsumerGroupCurrentMemberAssignmentValue
-        value = V(member_epoch=v.member_epoch, previous_member_epoch=v.previous_member_epoch, state=v.state,
-                  assigned_partitions=tps(V.TopicPartitions, v.assigned),
-                  partitions_pending_revocation=tps(V.TopicPartitions, v.pending_revocation))
-    return CGR.encode_key(key), CGR.encode_value(value)
-
-
-def decode_consumer_group_record(key: bytes, value: bytes | None, topic_name) -> ConsumerGroupRecord:
-    """The ConsumerGroupRecord stored as (key, value); `topic_name(id)` gives a topic's name (None for
-    an unknown id: those partitions are dropped). DecodeError for what it cannot read."""
-    k, v = CGR.decode(key, value)
-    kind = type(k).TYPE
-    mid = getattr(k, "member_id", None)
-    if v is None:
-        return ConsumerGroupRecord(kind, k.group_id, mid)
-
-    def frozen(tps):
-        out = {}
-        for tp in tps:
-            name = topic_name(tp.topic_id)
-            if name is not None:
-                out[name] = tuple(sorted(set(out.get(name, ())) | set(tp.partitions)))
-        return tuple(sorted(out.items()))
-    if kind == 3:
-        val = v.epoch
-    elif kind == 6:
-        val = v.assignment_epoch
-    elif kind == 5:
-        cm = v.classic_member_metadata
-        classic = None if cm is None else ClassicMeta(
-            cm.session_timeout_ms, tuple((sp.name, bytes(sp.metadata)) for sp in cm.supported_protocols))
-        val = MemberMeta(v.instance_id, v.rack_id, v.client_id, v.client_host,
-                         tuple(v.subscribed_topic_names), v.subscribed_topic_regex, v.rebalance_timeout_ms,
-                         v.server_assignor, classic)
-    elif kind == 7:
-        val = frozen(v.topic_partitions)
-    else:
-        val = CurrentAssignment(v.member_epoch, v.previous_member_epoch, v.state,
-                                frozen(v.assigned_partitions), frozen(v.partitions_pending_revocation))
-    return ConsumerGroupRecord(kind, k.group_id, mid, val)
-
-
-CONSUMER_GROUP_RECORD_TYPES = frozenset(CGR.KEYS)
-
-
-def _record_group(r) -> str:
-    return r.group
-
-
 # -- runtime -----------------------------------------------------------------------------------------
 class CoordinatorRuntime:
     def __init__(self, broker, clock: Callable[[], int] = wall_clock_ms,
@@ -218,23 +99,29 @@ class CoordinatorRuntime:
         self.broker = broker
         self.clock = clock
         self.config = config or CoordinatorConfig.from_properties(broker.config.values)
-        self.coordinator = GroupCoordinator(self.config, subscription_decoder=_subscription_topics,
-                                            loading=True)
+        classic = ClassicGroupCoordinator(self.config, subscription_decoder=_subscription_topics, loading=True)
         protocols = {x.strip() for x in str(broker.config.values.get(
             "group.coordinator.rebalance.protocols", "classic,consumer")).split(",")}
-        self.consumer: ConsumerGroupCoordinator | None = None
+        consumer: ConsumerGroups | None = None
         if "consumer" in protocols:
             cfg = ConsumerGroupConfig.from_properties(broker.config.values)
-            self.consumer = ConsumerGroupCoordinator(
-                cfg, classic_group_active=self._classic_group_active,
-                classic_upgrade=lambda gid, now: self.coordinator.release_for_upgrade(gid, now, cfg.max_size),
-                classic_downgrade=lambda snap, now: self.coordinator.adopt_from_consumer(snap, now),
+            consumer = ConsumerGroups(
+                cfg, classic_group_active=lambda gid: self.groups.classic_group_active(gid),
+                classic_upgrade=lambda gid, now: classic.release_for_upgrade(gid, now, cfg.max_size),
+                classic_downgrade=lambda snap, now: classic.adopt_from_consumer(snap, now),
                 classic_max_size=self.config.group_max_size)
-            consumer = self.consumer
-            self.coordinator.offsets_in_use = lambda gid: bool(
-                consumer.groups.get(gid) is not None and consumer.groups[gid].members)
+        self.groups = GroupRegistry(classic, consumer)
+        classic.offsets_in_use = self.groups.offsets_in_use
+        self.machines: tuple[GroupMachine, ...] = self.groups.machines
+        self._by_namespace = {m.TIMER_NAMESPACE: m for m in self.machines}
+        self._by_kind = {k: m for m in self.machines for k in m.SERDE.KINDS}
+        self._serde_by_class = {cls: m.SERDE for m in self.machines for cls in m.SERDE.RECORD_CLASSES}
+        # record types of a machine this broker does not run (its groups are not served)
+        self._unserved_kinds = ConsumerGroups.SERDE.KINDS if consumer is None else frozenset()
+        self._classic = classic
+        self._consumer = consumer
         self.num_partitions = broker.config["offsets.topic.num.partitions"]
-        self._timers: dict[tuple, asyncio.TimerHandle] = {}
+        self._timers: dict[tuple[str, tuple], asyncio.TimerHandle] = {}     # (namespace, key) -> handle
         # tokens appended to the log, waiting for their fsync: (token, error_code, sync future)
         self._syncing: collections.deque = collections.deque()
         self._completer: asyncio.Task | None = None
@@ -268,7 +155,6 @@ class CoordinatorRuntime:
     async def load(self) -> None:
         t0 = time.perf_counter()
         storage = self.broker.storage
-        c = self.coordinator
         n = 0
         for p in range(self.num_partitions):
             lg = storage.log(OFFSETS_TOPIC, p)
@@ -279,7 +165,6 @@ class CoordinatorRuntime:
             # their producer's marker (see the header).
             latest: dict[bytes, tuple[int, bytes | None]] = {}
             pending: dict[int, dict[bytes, tuple[int, bytes | None]]] = {}
-            markers: list[tuple[int, int, bool]] = []     # (offset, producer id, commit) in log order
             while offset < end:
                 data = lg.read(offset, READ_CHUNK, max_offset=end)
                 if not data:
@@ -322,27 +207,26 @@ class CoordinatorRuntime:
                                 for key, (off, value) in held.items()], key=lambda e: e[0])
             for off, key, value, pid in entries:
                 try:
-                    if key_version(key) in CONSUMER_GROUP_RECORD_TYPES:
-                        if self.consumer is None:
-                            continue     # consumer protocol disabled: its groups are not served
-                        self.consumer.replay(decode_consumer_group_record(key, value, self._topic_name))
-                        n += 1
-                        continue
-                    r = decode_coordinator_record(key, value)
+                    kind = key_version(key)
+                    machine = self._by_kind.get(kind)
+                    if machine is None:
+                        if kind in self._unserved_kinds:
+                            continue
+                        raise DecodeError(f"record type {kind} is not read by this coordinator")
+                    record = machine.SERDE.decode(key, value, self)
                 except DecodeError as e:
                     log.warning("%s-%d offset %d: skipping record: %s", OFFSETS_TOPIC, p, off, e)
                     continue
-                c.replay(r, pid)
+                machine.replay(record, pid)
                 n += 1
         self.loaded_records = n
         self.load_ms = (time.perf_counter() - t0) * 1000
-        self.apply(c.on_loaded(self.clock()))
-        if self.consumer is not None:
-            self.apply(self.consumer.on_loaded(
-                self.clock(), {t.name: t.num_partitions for t in storage.topics()}))
+        topics = self._topic_partition_counts()
+        for machine in self.machines:
+            self.apply(machine.on_loaded(self.clock(), topics))
         self.events.baseline(self)        # the loaded groups are known: no events for them
-        log.info("group coordinator loaded %d records (%d groups) in %.1f ms", n, len(c.groups),
-                 self.load_ms)
+        log.info("group coordinator loaded %d records (%d groups) in %.1f ms", n,
+                 len(self.groups.group_ids(include_dead=True)), self.load_ms)
 
     async def close(self) -> None:
         """Stop serving: let pending appends finish, answer parked requests, drop timers."""
@@ -352,71 +236,186 @@ class CoordinatorRuntime:
             except (Exception, asyncio.CancelledError):   # noqa: BLE001
                 pass
         self._closed = True
-        out = self.coordinator.unload()
-        self._deliver(out)
-        if self.consumer is not None:
-            self._deliver(self.consumer.unload())
+        for machine in self.machines:
+            self._deliver(machine.unload())
         for h in self._timers.values():
             h.cancel()
         self._timers.clear()
 
-    # -- operations --------------------------------------------------------------------------------
+    # -- storage lookups (the serdes' TopicIds) ----------------------------------------------------
     def partition_for(self, group_id: str) -> int:
         return group_partition(group_id, self.num_partitions)
 
-    def call(self, op: str, *args, **kwargs) -> asyncio.Future:
-        """Run coordinator operation `op` (e.g. "join_group") with (*args, now_ms, reply_to); the
-        returned future gets its result."""
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        if self._closed:
-            fut.set_exception(RuntimeError("group coordinator closed"))
-            return fut
-        out = getattr(self.coordinator, op)(*args, self.clock(), fut, **kwargs)
-        self.apply(out)
-        self.events.observe(self, op, args, out)
-        return fut
-
-    def _topic_name(self, topic_id):
+    def topic_name(self, topic_id):
         try:
             return self.broker.storage.topic_name(topic_id)
         except StorageError:
             return None
 
-    def _topic_id(self, name: str):
+    def topic_id(self, name: str):
         storage = self.broker.storage
         return storage.topic(name).topic_id if storage.has_topic(name) else None
 
-    def _encode(self, r):
-        if isinstance(r, ConsumerGroupRecord):
-            return encode_consumer_group_record(r, self._topic_id)
-        return encode_coordinator_record(r)
+    def _topic_partition_counts(self) -> dict[str, int]:
+        return {t.name: t.num_partitions for t in self.broker.storage.topics()}
 
-    def _classic_group_active(self, group_id: str) -> bool:
-        g = self.coordinator.groups.get(group_id)
-        return g is not None and not g.is_(GroupState.EMPTY, GroupState.DEAD)
+    def _encode(self, r) -> tuple[bytes, bytes | None]:
+        return self._serde_by_class[type(r)].encode(r, self)
 
-    def call_consumer(self, op: str, *args):
-        """Run consumer-group operation `op` ("heartbeat") with (*args, now_ms, reply_to); returns
-        the future of its result (answered at once: nothing is appended)."""
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        if self._closed or self.consumer is None:
-            fut.set_exception(RuntimeError("consumer group coordinator not available"))
+    # -- running a machine's step ------------------------------------------------------------------
+    def _run(self, machine: GroupMachine, op: str, step: Callable, *args, **kwargs) -> asyncio.Future:
+        """Run `step`, an operation of `machine`, with (*args, now_ms, reply_to, **kwargs); apply its
+        Outcome and show it to the group events (`op` names the step for them). The returned future
+        gets the operation's result."""
+        fut = asyncio.get_running_loop().create_future()
+        if self._closed:
+            fut.set_exception(RuntimeError("group coordinator closed"))
             return fut
-        out = getattr(self.consumer, op)(*args, self.clock(), fut)
+        out = step(*args, self.clock(), fut, **kwargs)
         self.apply(out)
-        self.events.observe(self, op, args, out, consumer=True)
+        self.events.observe(self, op, args, out, consumer=machine is self._consumer)
         return fut
+
+    def _consumer_groups(self) -> ConsumerGroups:
+        if self._consumer is None:
+            raise RuntimeError("consumer group coordinator not available")
+        return self._consumer
+
+    # -- classic-protocol membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup ---------------------
+    async def join_group(self, p: JoinParams) -> JoinResult:
+        """JoinGroup, answered by the group's owner: a consumer group's machine for its classic
+        members; an empty consumer group is deleted first and the join makes a classic group."""
+        owner = self.groups.owner(p.group_id)
+        cg = self.groups.consumer_group(p.group_id)
+        if owner is self._consumer and cg is not None and not cg.members:
+            err = await self._run(owner, "delete_group", owner.delete_group, p.group_id)
+            if err not in (None, C.NONE):
+                return JoinResult(C.COORDINATOR_NOT_AVAILABLE, p.member_id)
+        return await self._classic_protocol(p, ClassicGroupCoordinator.join_group, ConsumerGroups.classic_join,
+                                            self._topic_partition_counts())
+
+    async def sync_group(self, p: SyncParams) -> SyncResult:
+        return await self._classic_protocol(p, ClassicGroupCoordinator.sync_group, ConsumerGroups.classic_sync)
+
+    async def heartbeat(self, p: HeartbeatParams) -> HeartbeatResult:
+        return await self._classic_protocol(p, ClassicGroupCoordinator.heartbeat, ConsumerGroups.classic_heartbeat)
+
+    async def leave_group(self, p: LeaveParams) -> LeaveResult:
+        return await self._classic_protocol(p, ClassicGroupCoordinator.leave_group, ConsumerGroups.classic_leave)
+
+    def _classic_protocol(self, p: JoinParams | SyncParams | HeartbeatParams | LeaveParams,
+                          classic_step: Callable, consumer_step: Callable, *consumer_args) -> asyncio.Future:
+        """A classic-protocol request to the owner of `p.group_id`: `consumer_step` (with
+        `consumer_args`) of the consumer-group machine for its groups' classic members, else the classic
+        machine's `classic_step`. The step's name labels it for the group events."""
+        owner = self.groups.owner(p.group_id)
+        if owner is self._consumer:
+            return self._run(owner, consumer_step.__name__, functools.partial(consumer_step, owner), p, *consumer_args)
+        return self._run(owner, classic_step.__name__, functools.partial(classic_step, owner), p)
+
+    # -- KIP-848 ---------------------------------------------------------------------------------------
+    async def consumer_group_heartbeat(self, p: ConsumerHeartbeatParams) -> ConsumerHeartbeatResult:
+        """ConsumerGroupHeartbeat, with the broker's topics as of now."""
+        machine = self._consumer_groups()
+        return await self._run(machine, "heartbeat", machine.heartbeat, p, self._topic_partition_counts())
+
+    # -- committed offsets: the group's machine validates, the classic machine keeps them -------------
+    async def offset_commit(self, p: OffsetCommitParams) -> OffsetCommitResult:
+        err = self.groups.validate_offset_commit(p.group_id, p.member_id, p.generation_id, p.api_version)
+        if err:
+            return OffsetCommitResult.failed(p.topics, err)
+        if err is not None:       # a consumer group: its offsets are kept as a simple group's
+            p = dataclasses.replace(p, generation_id=-1, member_id="", group_instance_id=None)
+        return await self._run(self._classic, "offset_commit", self._classic.offset_commit, p)
+
+    async def txn_offset_commit(self, p: TxnOffsetCommitParams) -> OffsetCommitResult:
+        """TxnOffsetCommit once the transaction coordinator verified the producer: a consumer group
+        checks member and epoch (a stale epoch is ILLEGAL_GENERATION, as Kafka answers it here)."""
+        err = self.groups.validate_offset_commit(p.group_id, p.member_id, p.generation_id, 9)
+        if err == STALE_MEMBER_EPOCH:
+            err = C.ILLEGAL_GENERATION
+        if err:
+            return OffsetCommitResult.failed(p.topics, err)
+        if err is not None:
+            p = dataclasses.replace(p, generation_id=-1, member_id="", group_instance_id=None)
+        return await self._run(self._classic, "txn_offset_commit", self._classic.txn_offset_commit, p)
+
+    async def offset_fetch(self, p: OffsetFetchParams, member_id: str | None = None,
+                           member_epoch: int = -1) -> OffsetFetchResult:
+        """OffsetFetch; `member_id`/`member_epoch` (v9+) are checked by a consumer group."""
+        err = self.groups.validate_offset_fetch(p.group_id, member_id, member_epoch)
+        if err:
+            return OffsetFetchResult(err)
+        return await self._run(self._classic, "offset_fetch", self._classic.offset_fetch, p)
+
+    async def offset_delete(self, p: OffsetDeleteParams) -> OffsetDeleteResult:
+        """OffsetDelete; a consumer group keeps the offsets of topics it subscribes to
+        (GROUP_SUBSCRIBED_TO_TOPIC), as Kafka."""
+        subscribed = self.groups.consumer_subscribed_topics(p.group_id)
+        kept: tuple = ()
+        if subscribed is not None:
+            kept = tuple((t, tuple(PartitionResult(i, C.GROUP_SUBSCRIBED_TO_TOPIC) for i in parts))
+                         for t, parts in p.topics if t in subscribed)
+            p = dataclasses.replace(p, topics=tuple((t, parts) for t, parts in p.topics if t not in subscribed))
+        res = await self._run(self._classic, "offset_delete", self._classic.offset_delete, p)
+        if res.error_code or not kept:
+            return res
+        return OffsetDeleteResult(res.error_code, kept + res.topics)
+
+    # -- administration ----------------------------------------------------------------------------
+    async def describe_groups(self, group_ids: list[str], api_version: int) -> DescribeGroupsResult:
+        """DescribeGroups of the classic machine (a consumer group is answered there as unknown; the
+        handler words it as Kafka does, asking `groups.type_of`)."""
+        return await self._run(self._classic, "describe_groups", self._classic.describe_groups, group_ids,
+                               api_version=api_version)
+
+    async def list_groups(self, states_filter: tuple[str, ...] = (),
+                          types_filter: tuple[str, ...] = ()) -> ListGroupsResult:
+        """ListGroups over every machine: consumer groups with type and protocol type "consumer" (a
+        consumer group's offsets holder is not listed as a classic group of its own)."""
+        res = await self._run(self._classic, "list_groups", self._classic.list_groups,
+                              states_filter=list(states_filter), types_filter=list(types_filter))
+        if self._consumer is None or res.error_code:
+            return res
+        consumer = self.groups.consumer_groups()
+        listed = [g for g in res.groups if g.group_id not in consumer]
+        states = {x.lower() for x in states_filter}
+        types = {x.lower() for x in types_filter}
+        if not types or GroupType.CONSUMER.value in types:
+            for gid, cg in consumer.items():
+                state = cg.state.value
+                if not states or state.lower() in states:
+                    listed.append(ListedGroup(gid, "consumer", state, GroupType.CONSUMER.value))
+        return ListGroupsResult(res.error_code, tuple(listed))
+
+    async def delete_groups(self, group_ids: list[str]) -> DeleteGroupsResult:
+        """DeleteGroups: an empty consumer group's records are tombstoned by its machine (a
+        non-empty one answers NON_EMPTY_GROUP), then the classic machine deletes classic groups and
+        every deleted group's offsets."""
+        consumer_errors: dict[str, int] = {}
+        if self._consumer is not None and self.groups.active:
+            for gid in group_ids:
+                e = await self._run(self._consumer, "delete_group", self._consumer.delete_group, gid)
+                if e is not None:
+                    consumer_errors[gid] = e
+        classic = [g for g in group_ids if consumer_errors.get(g, C.NONE) == C.NONE]
+        res = await self._run(self._classic, "delete_groups", self._classic.delete_groups, classic)
+        results = dict(res.results)
+        for gid, e in consumer_errors.items():
+            if e == C.NONE and results.get(gid) == C.GROUP_ID_NOT_FOUND:
+                results[gid] = C.NONE         # a consumer group that had no committed offsets
+            elif e:
+                results[gid] = e
+        return DeleteGroupsResult(tuple(results.items()))
 
     # -- outcome -----------------------------------------------------------------------------------
     def apply(self, out: Outcome) -> None:
         self._deliver(out)
         for t in out.timers:
             if isinstance(t, SetTimer):
-                self._set_timer(t.key, t.deadline_ms)
+                self._set_timer((t.namespace, t.key), t.deadline_ms)
             elif isinstance(t, CancelTimer):
-                h = self._timers.pop(t.key, None)
+                h = self._timers.pop((t.namespace, t.key), None)
                 if h is not None:
                     h.cancel()
         for a in out.appends:
@@ -430,7 +429,7 @@ class CoordinatorRuntime:
                 fut.set_result(r.result)
 
     # timers
-    def _set_timer(self, key: tuple, deadline_ms: int) -> None:
+    def _set_timer(self, key: tuple[str, tuple], deadline_ms: int) -> None:
         old = self._timers.pop(key, None)
         if old is not None:
             old.cancel()
@@ -440,7 +439,7 @@ class CoordinatorRuntime:
         delay = max(0.0, (deadline_ms - self.clock()) / 1000)
         self._timers[key] = loop.call_later(delay, self._fire, key, deadline_ms)
 
-    def _fire(self, key: tuple, deadline_ms: int) -> None:
+    def _fire(self, key: tuple[str, tuple], deadline_ms: int) -> None:
         if self._timers.get(key) is None:
             return
         now = self.clock()
@@ -449,24 +448,23 @@ class CoordinatorRuntime:
                 (deadline_ms - now) / 1000, self._fire, key, deadline_ms)
             return
         del self._timers[key]
+        namespace, machine_key = key
+        machine = self._by_namespace[namespace]
         try:
-            if key and isinstance(key[0], str) and key[0].startswith("cg-") and self.consumer is not None:
-                out = self.consumer.fire_timer(key, now)
-            else:
-                out = self.coordinator.fire_timer(key, now)
+            out = machine.fire_timer(machine_key, now)
         except Exception:      # noqa: BLE001 - a bug here must not kill the loop's callback
             log.exception("coordinator timer %r failed", key)
             return
         self.apply(out)
-        self.events.observe(self, "timer", (key,), out)
+        self.events.observe(self, "timer", (machine_key,), out, consumer=machine is self._consumer)
 
     # appends
-    def _append(self, token: int, records, producer: tuple[int, int] | None = None) -> None:
+    def _append(self, token: AppendToken, records, producer: tuple[int, int] | None = None) -> None:
         error = C.NONE
         now = self.clock()
         by_partition: dict[int, list] = {}
         for r in records:
-            p = r.partition if isinstance(r, TxnMarkerRecord) else self.partition_for(_record_group(r))
+            p = r.partition if isinstance(r, TxnMarkerRecord) else self.partition_for(r.group)
             by_partition.setdefault(p, []).append(r)
         storage = self.broker.storage
         for p, recs in by_partition.items():
@@ -483,7 +481,7 @@ class CoordinatorRuntime:
                 log.warning("append to %s-%d failed: %s", OFFSETS_TOPIC, p, e)
                 error = e.error_code or C.UNKNOWN_SERVER_ERROR
                 break
-            except Exception as e:   # noqa: BLE001 - encoding bug or I/O: report, do not wedge
+            except Exception:   # noqa: BLE001 - encoding bug or I/O: report, do not wedge
                 log.exception("append to %s-%d failed", OFFSETS_TOPIC, p)
                 error = C.UNKNOWN_SERVER_ERROR
                 break
@@ -522,10 +520,11 @@ class CoordinatorRuntime:
                                coordinator_epoch: int) -> int:
         """Write the transaction coordinator's marker on `__consumer_offsets`-`partition` through
         the group coordinator; -> error code once it is durable and the offsets are applied."""
-        while self.coordinator.phase == "loading":
+        while self.groups.phase == "loading":
             await asyncio.sleep(0.05)
         marker = TxnMarkerRecord(partition, producer_id, producer_epoch, commit, coordinator_epoch)
-        return await self.call("write_txn_marker", marker, lambda gid: self.partition_for(gid) == partition)
+        return await self._run(self._classic, "write_txn_marker", self._classic.write_txn_marker, marker,
+                               lambda gid: self.partition_for(gid) == partition)
 
     async def _complete(self) -> None:
         try:
@@ -540,10 +539,7 @@ class CoordinatorRuntime:
                         log.exception("fsync of %s failed", OFFSETS_TOPIC)
                         error = C.KAFKA_STORAGE_ERROR
                 self._syncing.popleft()
-                if isinstance(token, tuple) and self.consumer is not None:
-                    out = self.consumer.on_append_done(token, error, self.clock())
-                else:
-                    out = self.coordinator.on_append_done(token, error, self.clock())
+                out = self._by_namespace[token.namespace].on_append_done(token, error, self.clock())
                 self.apply(out)
                 self.events.observe(self, "stored", (token,), out)
         finally:
@@ -561,5 +557,4 @@ async def open_coordinator(broker, clock: Callable[[], int] = wall_clock_ms) -> 
 
 open = open_coordinator   # noqa: A001 - the name kohort.broker.components looks up
 
-__all__ = ["CoordinatorRuntime", "open_coordinator", "encode_coordinator_record",
-           "decode_coordinator_record", "wall_clock_ms"]
+__all__ = ["CoordinatorRuntime", "open_coordinator", "wall_clock_ms"]

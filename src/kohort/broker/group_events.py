@@ -1,4 +1,4 @@
-"""Group event history (issue 18): per group, a bounded list of what happened to it -- members joining,
+"""Group event history: per group, a bounded list of what happened to it -- members joining,
 leaving, expiring or being fenced, rebalances with Kafka's reason strings, classic generations, KIP-848
 group-epoch bumps and target assignments, state changes, creation, conversion and deletion.
 
@@ -86,15 +86,13 @@ class _Snap:
 def snapshot(rt, group_id: str) -> _Snap | None:
     """What the events are derived from: the group as the runtime serves it now (a KIP-848 group
     first; the classic coordinator's simple group holding its offsets is not a group of its own)."""
-    consumer = rt.consumer
-    if consumer is not None:
-        cg = consumer.groups.get(group_id)
-        if cg is not None:
-            members = {mid: _Member(m.client_id, m.client_host, m.instance_id,
-                                    (tuple(m.subscribed_topic_names), m.subscribed_topic_regex))
-                       for mid, m in cg.members.items()}
-            return _Snap("consumer", cg.state.value, cg.group_epoch, cg.assignment_epoch, None, None, members)
-    g = rt.coordinator.groups.get(group_id)
+    cg = rt.groups.consumer_group(group_id)
+    if cg is not None:
+        members = {mid: _Member(m.client_id, m.client_host, m.instance_id,
+                                (tuple(m.subscribed_topic_names), m.subscribed_topic_regex))
+                   for mid, m in cg.members.items()}
+        return _Snap("consumer", cg.state.value, cg.group_epoch, cg.assignment_epoch, None, None, members)
+    g = rt.groups.classic_group(group_id)
     if g is None or g.is_(GroupState.DEAD):
         return None
     members = {mid: _Member(m.client_id, m.client_host, m.group_instance_id) for mid, m in g.members.items()}
@@ -112,22 +110,19 @@ def _unchanged(rt, group_id: str, old: _Snap) -> bool:
     recomputed for each of its steady heartbeats (O(members) per heartbeat made a 500-member group's
     heartbeats cost O(members^2) per interval)."""
     if old.type == "consumer":
-        cg = rt.consumer.groups.get(group_id) if rt.consumer is not None else None
+        cg = rt.groups.consumer_group(group_id)
         return (cg is not None and cg.group_epoch == old.generation and cg.assignment_epoch == old.assignment_epoch
                 and cg.members.keys() == old.members.keys()
                 and (old.state == _STABLE or cg.state.value == old.state))
-    if rt.consumer is not None and group_id in rt.consumer.groups:
+    if rt.groups.consumer_group(group_id) is not None:
         return False                       # converted to a consumer group
-    g = rt.coordinator.groups.get(group_id)
+    g = rt.groups.classic_group(group_id)
     return (g is not None and g.generation_id == old.generation and g.state.value == old.state
             and g.leader_id == old.leader and g.protocol_name == old.protocol and g.members.keys() == old.members.keys())
 
 
 def _all_group_ids(rt) -> set[str]:
-    ids = set(rt.coordinator.groups)
-    if rt.consumer is not None:
-        ids |= set(rt.consumer.groups)
-    return ids
+    return rt.groups.group_ids(include_dead=True)
 
 
 class _NoEvents:

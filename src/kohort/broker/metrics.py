@@ -153,8 +153,8 @@ class Metrics:
         rt = getattr(self.broker, "coordinator", None)
         if rt is None:
             return
-        classic = rt.coordinator.groups
-        consumer = rt.consumer.groups if rt.consumer is not None else {}
+        classic = rt.groups.classic_groups()
+        consumer = rt.groups.consumer_groups()
         groups = []        # (group, type, state, members, generation)
         for gid, g in sorted(consumer.items()):
             groups.append((gid, "consumer", g.state.value, len(g.members), g.group_epoch, g.assignment_epoch))
@@ -187,8 +187,8 @@ class Metrics:
             add(f'kohort_group_rebalances_total{{group="{lbl(gid)}"}} {n}')
         storage = getattr(self.broker, "storage", None)
         rows = []
-        for gid, g in sorted(classic.items()):
-            for (topic, part), c in sorted(g.offsets.items()):
+        for gid, offsets in rt.groups.all_committed_offsets():
+            for (topic, part), c in sorted(offsets.items()):
                 end = None
                 if storage is not None and storage.has_topic(topic):
                     try:

@@ -1,4 +1,4 @@
-"""The broker's web console (issue 18), off by default: `kohort broker --console HOST:PORT`
+"""The broker's web console, off by default: `kohort broker --console HOST:PORT`
 (`console.listener=HOST:PORT`). Topics and partitions with their offsets; groups (classic and KIP-848)
 with state, members, assignments, per-partition lag and lag over time; each group's rebalance history
 with reasons. Read-only unless `--console-allow-writes`.

@@ -215,7 +215,7 @@ class Console:
     # -- writes ----------------------------------------------------------------------------------
     def _runtime(self):
         rt = getattr(self.broker, "coordinator", None)
-        if rt is None or rt.coordinator.phase != "active":
+        if rt is None or not rt.groups.active:
             raise HttpError(503, "the group coordinator is not serving (still loading?)")
         return rt
 
@@ -224,15 +224,8 @@ class Console:
         s = state.group_state(self.broker, gid)
         if s is None:
             raise HttpError(404, f"no group {gid!r}")
-        consumer_error = None
-        if rt.consumer is not None:
-            consumer_error = await rt.call_consumer("delete_group", gid)
-        if consumer_error not in (None, 0):
-            raise HttpError(409, f"cannot delete group {gid!r}: {ErrorCode(consumer_error).name}")
-        res = await rt.call("delete_groups", [gid])
+        res = await rt.delete_groups([gid])
         code = dict(res.results).get(gid, 0)
-        if code == ErrorCode.GROUP_ID_NOT_FOUND and consumer_error == 0:
-            code = 0       # a consumer group without committed offsets
         if code:
             raise HttpError(409, f"cannot delete group {gid!r}: {ErrorCode(code).name}")
         return {"group_id": gid, "deleted": True}
@@ -268,7 +261,7 @@ class Console:
         by_topic: dict[str, list] = {}
         for t, p, _, new in plan:
             by_topic.setdefault(t, []).append(CommitPartition(p, new))
-        res = await rt.call("offset_commit", OffsetCommitParams(
+        res = await rt.offset_commit(OffsetCommitParams(
             gid, tuple((t, tuple(ps)) for t, ps in sorted(by_topic.items()))))
         errors = {(t, pr.partition_index): pr.error_code for t, prs in res.topics for pr in prs}
         out = []

@@ -1,8 +1,8 @@
 """What the console's JSON API answers, read directly from the broker's state (no requests, no copies):
 storage (topics, partitions, log start / end offsets, high watermark, last stable offset, size) and
-the group coordinator runtime (classic groups from `rt.coordinator`, KIP-848 consumer groups from
-`rt.consumer`; the classic coordinator's memberless group holding a consumer group's offsets is part of
-that consumer group, as ListGroups shows it).
+the group coordinator's registry (`rt.groups`: classic and KIP-848 consumer groups, each group's
+committed offsets; the classic coordinator's memberless group holding a consumer group's offsets is
+part of that consumer group, as ListGroups shows it).
 
 Lag is computed as kohort's Admin.group_lag and kafka-consumer-groups.sh --describe do: per partition
 that has a committed offset or an owner, lag = max(0, high watermark - committed offset), no lag
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 
-from kohort.broker.coordinator.group import GroupState
 from kohort.errors import DecodeError
 from kohort.protocol.consumer_offsets import OFFSETS_TOPIC
 from kohort.protocol.consumer_protocol import decode_assignment, decode_subscription
@@ -42,7 +41,7 @@ def cluster(broker, console) -> dict:
         "started_ms": broker.started_ms,
         "now_ms": int(time.time() * 1000),
         "data_dir": broker.data_dir,
-        "coordinator": None if rt is None else rt.coordinator.phase,
+        "coordinator": None if rt is None else rt.groups.phase,
         "console": {"allow_writes": console.allow_writes, "lag_sample_ms": console.lag.interval_ms,
                     "lag_points": console.lag.points},
     }
@@ -70,10 +69,7 @@ def topics(broker) -> list[dict]:
 
 # -- groups ------------------------------------------------------------------------------------------
 def group_ids(rt) -> list[str]:
-    ids = {gid for gid, g in rt.coordinator.groups.items() if not g.is_(GroupState.DEAD)}
-    if rt.consumer is not None:
-        ids |= set(rt.consumer.groups)
-    return sorted(ids)
+    return sorted(rt.groups.group_ids())
 
 
 def _classic_assignment(group, member) -> dict:
@@ -104,14 +100,14 @@ def _classic_subscription(group, member) -> list[str]:
 def owners(rt, group_id: str) -> dict[tuple[str, int], dict]:
     """(topic, partition) -> the member holding it: {member_id, client_id, client_host}."""
     own = {}
-    cg = rt.consumer.groups.get(group_id) if rt.consumer is not None else None
+    cg = rt.groups.consumer_group(group_id)
     if cg is not None:
         for m in cg.members.values():
             for t, ps in m.assigned.items():
                 for p in ps:
                     own[(t, p)] = {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host}
         return own
-    g = rt.coordinator.groups.get(group_id)
+    g = rt.groups.classic_group(group_id)
     if g is None:
         return own
     for m in g.members.values():
@@ -124,8 +120,7 @@ def owners(rt, group_id: str) -> dict[tuple[str, int], dict]:
 def group_offsets(broker, group_id: str) -> list[dict]:
     """Per partition with a committed offset or an owner: committed offset, log end, lag, owner."""
     rt = broker.coordinator
-    g = rt.coordinator.groups.get(group_id)
-    committed = dict(g.offsets) if g is not None else {}
+    committed = rt.groups.committed_offsets(group_id)
     own = owners(rt, group_id)
     storage = broker.storage
     rows = []
@@ -144,13 +139,13 @@ def group_offsets(broker, group_id: str) -> list[dict]:
 
 
 def _summary(rt, gid: str) -> dict:
-    cg = rt.consumer.groups.get(gid) if rt.consumer is not None else None
+    cg = rt.groups.consumer_group(gid)
     if cg is not None:
         return {"group_id": gid, "type": "consumer", "protocol_type": "consumer", "state": cg.state.value,
                 "group_epoch": cg.group_epoch, "assignment_epoch": cg.assignment_epoch,
                 "generation": cg.group_epoch, "members": len(cg.members),
-                "assignor": rt.consumer._preferred_assignor(cg) if cg.members else None}
-    g = rt.coordinator.groups[gid]
+                "assignor": rt.groups.assignor_name(gid) if cg.members else None}
+    g = rt.groups.classic_group(gid)
     return {"group_id": gid, "type": "classic", "protocol_type": g.protocol_type or "", "state": g.state.value,
             "generation": g.generation_id, "members": len(g.members), "assignor": g.protocol_name,
             "leader": g.leader_id}
@@ -182,7 +177,7 @@ def group(broker, group_id: str, console=None) -> dict | None:
         return {"group_id": group_id, "type": None, "state": "Dead", "members": [], "offsets": [],
                 "total_lag": None, "lag_history": lag, "events": [e.as_dict() for e in events]}
     d = _summary(rt, group_id)
-    cg = rt.consumer.groups.get(group_id) if rt.consumer is not None else None
+    cg = rt.groups.consumer_group(group_id)
     members = []
     if cg is not None:
         for m in sorted(cg.members.values(), key=lambda m: m.member_id):
@@ -196,7 +191,7 @@ def group(broker, group_id: str, console=None) -> dict | None:
                 "target_assignment": _tp_list(cg.target.get(m.member_id, {})),
             })
     else:
-        g = rt.coordinator.groups[group_id]
+        g = rt.groups.classic_group(group_id)
         for m in sorted(g.members.values(), key=lambda m: m.member_id):
             members.append({
                 "member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,

@@ -1,7 +1,8 @@
 """Members speaking the classic protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) inside a KIP-848
 consumer group, and the online upgrade of a classic group -- Kafka 4.x's interoperability
 (GroupMetadataManager classicGroup*ToConsumerGroup, ConsumerGroup.fromClassicGroup). A mixin of
-kohort.broker.coordinator.consumer_group.ConsumerGroupCoordinator; pure like it.
+kohort.broker.coordinator.consumer_group.ConsumerGroups; pure like it. The data it shares with that
+machine (groups, members, snapshots, timer keys) lives in consumer_group_model.
 
 * JoinGroup acts as a heartbeat: the subscription (topics, owned partitions, rack) comes from the
   member's embedded ConsumerProtocolSubscription (first protocol); an unknown dynamic member on v4+
@@ -25,46 +26,21 @@ kohort.broker.coordinator.consumer_group.ConsumerGroupCoordinator; pure like it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 from kohort.errors import DecodeError
 from kohort.protocol.consumer_protocol import (
     ConsumerProtocolAssignment, decode_assignment, decode_subscription, encode_assignment, payload_version,
 )
-from . import codes as C
+import kohort.broker.coordinator.codes as C
+from .consumer_group_model import (
+    ClassicGroupSnapshot, ClassicMeta, ClassicSnapshotMember, ConsumerGroup, ConsumerMember,
+    MemberState, join_key, session_key, snapshot, sync_key,
+)
 from .model import (
     HeartbeatParams, HeartbeatResult, JoinParams, JoinResult, LeaveMemberResult, LeaveParams, LeaveResult,
     Outcome, Response, SyncParams, SyncResult,
 )
-
-
-@dataclass(frozen=True)
-class ClassicSnapshotMember:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    protocols: tuple[tuple[str, bytes], ...]
-    metadata: bytes          # its subscription in the group's chosen protocol
-    assignment: bytes
-
-
-@dataclass(frozen=True)
-class ClassicGroupSnapshot:
-    group_id: str
-    generation: int
-    members: tuple[ClassicSnapshotMember, ...]
-
-
-def join_key(group_id: str, member_id: str) -> tuple:
-    return ("cg-join", group_id, member_id)
-
-
-def sync_key(group_id: str, member_id: str) -> tuple:
-    return ("cg-sync", group_id, member_id)
 
 
 def _owned(sub) -> dict:
@@ -86,7 +62,6 @@ class ClassicMembersMixin:
     # ------------------------------------------------------------------ upgrade
     def _upgrade(self, group_id: str, now: int, out: Outcome):
         """Convert the live classic group `group_id` into a consumer group (None if it cannot be)."""
-        from .consumer_group import ClassicMeta, ConsumerGroup, ConsumerMember, MemberState, session_key
         if self._classic_upgrade is None:
             return None
         released = self._classic_upgrade(group_id, now)
@@ -151,9 +126,6 @@ class ClassicMembersMixin:
 
     # ------------------------------------------------------------------ JoinGroup
     def classic_join(self, p: JoinParams, topics: Mapping[str, int], now_ms: int, reply_to: Any) -> Outcome:
-        from .consumer_group import (
-            ClassicMeta, ConsumerMember, HeartbeatError, _snapshot, session_key,
-        )
         out = Outcome()
         group = self.groups.get(p.group_id)
 
@@ -171,7 +143,7 @@ class ClassicMembersMixin:
         unknown = not p.member_id
         if unknown and p.group_instance_id is None and p.api_version >= 4:
             return fail(C.MEMBER_ID_REQUIRED, member_id)
-        before = _snapshot(group)
+        before = snapshot(group)
         try:
             sub = decode_subscription(p.protocols[0][1])
         except DecodeError:
@@ -245,7 +217,6 @@ class ClassicMembersMixin:
         return m, C.NONE
 
     def _must_rejoin(self, group, m) -> bool:
-        from .consumer_group import MemberState
         if m.member_epoch < group.group_epoch or m.state == MemberState.UNREVOKED_PARTITIONS:
             return True
         if m.state == MemberState.UNRELEASED_PARTITIONS:
@@ -258,7 +229,6 @@ class ClassicMembersMixin:
 
     # ------------------------------------------------------------------ SyncGroup
     def classic_sync(self, p: SyncParams, now_ms: int, reply_to: Any) -> Outcome:
-        from .consumer_group import MemberState, session_key
         out = Outcome()
         group = self.groups.get(p.group_id)
         if group is None:
@@ -297,7 +267,6 @@ class ClassicMembersMixin:
 
     # ------------------------------------------------------------------ Heartbeat
     def classic_heartbeat(self, p: HeartbeatParams, now_ms: int, reply_to: Any) -> Outcome:
-        from .consumer_group import session_key
         out = Outcome()
         group = self.groups.get(p.group_id)
         if group is None:
@@ -316,13 +285,12 @@ class ClassicMembersMixin:
 
     # ------------------------------------------------------------------ LeaveGroup
     def classic_leave(self, p: LeaveParams, now_ms: int, reply_to: Any) -> Outcome:
-        from .consumer_group import _snapshot
         out = Outcome()
         group = self.groups.get(p.group_id)
         if group is None:
             out.responses.append(Response(reply_to, LeaveResult(C.UNKNOWN_MEMBER_ID)))
             return out
-        before = _snapshot(group)
+        before = snapshot(group)
         results = []
         for lm in p.members:
             if lm.group_instance_id is not None and not lm.member_id:

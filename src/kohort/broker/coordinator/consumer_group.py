@@ -38,46 +38,28 @@ metadata (name -> partition count) into each heartbeat.
 """
 from __future__ import annotations
 
-import enum
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from kohort.assignors.server import MemberSpec, server_assignor
-from kohort.broker.coordinator.classic_members import ClassicMembersMixin
-from . import codes as C
-from .model import Append, CancelTimer, Outcome, Response, SetTimer
+from kohort.assignors.server import SERVER_ASSIGNOR_NAMES, MemberSpec, server_assignor
+from kohort.errors import ConfigError
+import kohort.broker.coordinator.codes as C
+from .classic_members import ClassicMembersMixin
+from .consumer_group_model import (  # noqa: F401 - the consumer-group names, importable from the machine
+    FENCED_MEMBER_EPOCH, INVALID_REGULAR_EXPRESSION, INVALID_REQUEST, JOIN_EPOCH, LEAVE_EPOCH,
+    STALE_MEMBER_EPOCH, STATIC_LEAVE_EPOCH, UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, UNSUPPORTED_VERSION,
+    Assignment, ClassicMeta, ConsumerGroup, ConsumerGroupRecord, ConsumerGroupState, ConsumerHeartbeatParams,
+    ConsumerHeartbeatResult, ConsumerMember, ConsumerRecordKind, CurrentAssignment, HeartbeatError,
+    MemberMeta, MemberState, Scope, diff, error_result, rebalance_key, scoped_after, session_key, snapshot,
+    thawed,
+)
+from .machine import AppendToken, GroupMachine, GroupType
+from .serde import ConsumerGroupRecordSerde
+from .model import Outcome, Response
 
-Assignment = dict[str, frozenset[int]]
-
-JOIN_EPOCH = 0
-LEAVE_EPOCH = -1
-STATIC_LEAVE_EPOCH = -2
-
-# KIP-848 error codes (Kafka's Errors.java), beside the classic ones in codes.py
-INVALID_REQUEST = 42
-UNSUPPORTED_ASSIGNOR = 112
-FENCED_MEMBER_EPOCH = 110
-UNRELEASED_INSTANCE_ID = 111
-STALE_MEMBER_EPOCH = 113
-INVALID_REGULAR_EXPRESSION = 128
-UNSUPPORTED_VERSION = 35
-
-
-class MemberState(enum.IntEnum):
-    STABLE = 0
-    UNREVOKED_PARTITIONS = 1
-    UNRELEASED_PARTITIONS = 2
-    UNKNOWN = 127
-
-
-class ConsumerGroupState(str, enum.Enum):
-    EMPTY = "Empty"
-    ASSIGNING = "Assigning"
-    RECONCILING = "Reconciling"
-    STABLE = "Stable"
-    DEAD = "Dead"
+K = ConsumerRecordKind
 
 
 @dataclass(frozen=True)
@@ -91,9 +73,6 @@ class ConsumerGroupConfig:
     def from_properties(cls, props: Mapping[str, Any]) -> "ConsumerGroupConfig":
         """From broker properties by Kafka's names; raises ConfigError (a ValueError) naming the
         property when a value is out of its min/max bounds or names an unknown assignor."""
-        from kohort.assignors.server import SERVER_ASSIGNOR_NAMES
-        from kohort.errors import ConfigError
-
         def get(name: str, default: Any) -> Any:
             return props.get(name, default)
         session = int(get("group.consumer.session.timeout.ms", 45000))
@@ -122,236 +101,6 @@ class ConsumerGroupConfig:
         return cls(session, interval, max_size, assignors)
 
 
-@dataclass(frozen=True)
-class ConsumerHeartbeatParams:
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned: Mapping[str, frozenset[int]] | None = None   # TopicPartitions; None = unchanged
-    client_id: str = ""
-    client_host: str = ""
-    api_version: int = 1
-
-
-@dataclass(frozen=True)
-class ConsumerHeartbeatResult:
-    error_code: int
-    error_message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = -1
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None
-
-
-@dataclass(frozen=True)
-class ClassicMeta:
-    """What a member using the classic protocol (JoinGroup/SyncGroup) in a consumer group keeps:
-    Kafka's ClassicMemberMetadata (session timeout, supported protocols in preference order)."""
-    session_timeout_ms: int
-    protocols: tuple[tuple[str, bytes], ...]
-
-
-@dataclass
-class ConsumerMember:
-    member_id: str
-    instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: tuple[str, ...] = ()
-    subscribed_topic_regex: str | None = None
-    rebalance_timeout_ms: int = 300000
-    server_assignor: str | None = None
-    member_epoch: int = 0
-    previous_member_epoch: int = 0
-    state: MemberState = MemberState.STABLE
-    assigned: Assignment = field(default_factory=dict)
-    pending_revocation: Assignment = field(default_factory=dict)
-    classic: ClassicMeta | None = None          # set for members using the classic protocol
-
-
-@dataclass
-class ConsumerGroup:
-    group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    members: dict[str, ConsumerMember] = field(default_factory=dict)
-    target: dict[str, Assignment] = field(default_factory=dict)
-    subscribed_metadata: dict[str, int] = field(default_factory=dict)   # topic -> partitions
-
-    @property
-    def state(self) -> ConsumerGroupState:
-        if not self.members:
-            return ConsumerGroupState.EMPTY
-        if self.group_epoch > self.assignment_epoch:
-            return ConsumerGroupState.ASSIGNING
-        for m in self.members.values():
-            if m.state != MemberState.STABLE or m.member_epoch != self.assignment_epoch:
-                return ConsumerGroupState.RECONCILING
-        return ConsumerGroupState.STABLE
-
-    def static_member(self, instance_id: str) -> ConsumerMember | None:
-        for m in self.members.values():
-            if m.instance_id == instance_id:
-                return m
-        return None
-
-    def owners(self) -> dict[tuple[str, int], str]:
-        """(topic, partition) -> member id holding it (assigned or pending revocation)."""
-        own: dict[tuple[str, int], str] = {}
-        for m in self.members.values():
-            for a in (m.assigned, m.pending_revocation):
-                for t, ps in a.items():
-                    for p in ps:
-                        own[(t, p)] = m.member_id
-        return own
-
-
-@dataclass(frozen=True)
-class ConsumerGroupRecord:
-    """One consumer-group record (`kind` = Kafka's record type 3, 5, 6, 7 or 8); `value` None is a
-    tombstone. Values: 3 group epoch; 5 MemberMeta; 6 assignment epoch; 7 target Assignment;
-    8 CurrentAssignment. Topics by name (the runtime maps them to topic ids)."""
-    kind: int
-    group: str
-    member_id: str | None = None
-    value: Any = None
-
-    @property
-    def tombstone(self) -> bool:
-        return self.value is None
-
-
-@dataclass(frozen=True)
-class MemberMeta:
-    instance_id: str | None
-    rack_id: str | None
-    client_id: str
-    client_host: str
-    subscribed_topic_names: tuple[str, ...]
-    subscribed_topic_regex: str | None
-    rebalance_timeout_ms: int
-    server_assignor: str | None
-    classic: ClassicMeta | None = None
-
-
-@dataclass(frozen=True)
-class CurrentAssignment:
-    member_epoch: int
-    previous_member_epoch: int
-    state: int
-    assigned: tuple            # ((topic, (partitions...)), ...) sorted
-    pending_revocation: tuple
-
-
-def _frozen(a: Mapping[str, frozenset[int]]) -> tuple:
-    return tuple((t, tuple(sorted(ps))) for t, ps in sorted(a.items()) if ps)
-
-
-def _thawed(a) -> Assignment:
-    return {t: frozenset(ps) for t, ps in a if ps}
-
-
-def _snapshot(group: "ConsumerGroup | None", mids=None) -> dict:
-    """The group's records as {(kind, member id or None): value}: every member's, or (`mids` given)
-    only the group epochs and the records of the members in `mids` (a heartbeat's scope)."""
-    if group is None:
-        return {}
-    snap: dict = {(3, None): group.group_epoch, (6, None): group.assignment_epoch}
-    members = group.members
-    for mid in (members if mids is None else mids):
-        m = members.get(mid)
-        if m is None:
-            continue
-        snap[(5, mid)] = MemberMeta(m.instance_id, m.rack_id, m.client_id, m.client_host,
-                                    m.subscribed_topic_names, m.subscribed_topic_regex,
-                                    m.rebalance_timeout_ms, m.server_assignor, m.classic)
-        snap[(8, mid)] = CurrentAssignment(m.member_epoch, m.previous_member_epoch, int(m.state),
-                                           _frozen(m.assigned), _frozen(m.pending_revocation))
-    for mid in (group.target if mids is None else mids):
-        t = group.target.get(mid)
-        if t is not None:
-            snap[(7, mid)] = _frozen(t)
-    return snap
-
-
-@dataclass
-class _Scope:
-    """What one heartbeat can change besides the group epochs: the records of the members in `mids`
-    (its own, a static member it replaces) and, only if the target is recomputed (a new dict
-    replaces `target`), every member's target. Everything else keeps its records, so the before /
-    after snapshots skip it: a steady heartbeat costs O(its own assignment), not O(group)."""
-    mids: set
-    target: dict
-
-
-def _scoped_after(group: "ConsumerGroup", scope: _Scope, before: dict) -> tuple[dict, dict]:
-    """(before, after) for `scope` once the heartbeat ran; with every member's target on both sides
-    when the target was recomputed (the others' entries of the old target dict are untouched)."""
-    after = _snapshot(group, scope.mids)
-    if group.target is not scope.target:
-        # only the targets that differ (a target's dict compares equal iff its record would)
-        old, new = scope.target, group.target
-        before = dict(before)
-        for mid, t in old.items():
-            if mid not in scope.mids and new.get(mid) != t:
-                before[(7, mid)] = _frozen(t)
-        after = {k: v for k, v in after.items() if k[0] != 7}
-        for mid, t in new.items():
-            if mid in scope.mids or old.get(mid) != t:
-                after[(7, mid)] = _frozen(t)
-    return before, after
-
-
-def _diff(group_id: str, before: dict, after: dict) -> list[ConsumerGroupRecord]:
-    """The records that turn `before` into `after`, in Kafka's order."""
-    out: list[ConsumerGroupRecord] = []
-    for kind in (8, 7, 5):
-        for (k, mid) in before:
-            if k == kind and mid is not None and (k, mid) not in after:
-                out.append(ConsumerGroupRecord(kind, group_id, mid))
-    for kind in (5, 3, 7, 6, 8):
-        for key, v in after.items():
-            if key[0] == kind and before.get(key) != v:
-                out.append(ConsumerGroupRecord(kind, group_id, key[1], v))
-    for kind in (6, 3):
-        if (kind, None) in before and (kind, None) not in after:
-            out.append(ConsumerGroupRecord(kind, group_id))
-    return out
-
-
-def _error_result(result: Any, code: int) -> Any:
-    """`result` (held for an append) turned into an answer with error `code`."""
-    from .model import JoinResult, LeaveResult
-    if isinstance(result, ConsumerHeartbeatResult):
-        return ConsumerHeartbeatResult(code, f"The coordinator could not store the change ({code}).",
-                                       result.member_id, -1, 0)
-    if isinstance(result, JoinResult):
-        return JoinResult(code, result.member_id)
-    if isinstance(result, LeaveResult):
-        return LeaveResult(code)
-    return code
-
-
-class HeartbeatError(Exception):
-    def __init__(self, code: int, message: str | None = None):
-        super().__init__(message or str(code))
-        self.code = code
-        self.message = message
-
-
-def session_key(group_id: str, member_id: str) -> tuple:
-    return ("cg-session", group_id, member_id)
-
-
-def rebalance_key(group_id: str, member_id: str) -> tuple:
-    return ("cg-rebalance", group_id, member_id)
 
 
 def _norm(a: Mapping[str, Any] | None) -> Assignment | None:
@@ -392,8 +141,12 @@ def _held_by_others(group: ConsumerGroup, m: ConsumerMember, want: set) -> set:
     return held
 
 
-class ConsumerGroupCoordinator(ClassicMembersMixin):
-    """Every consumer-protocol group of one coordinator."""
+class ConsumerGroups(GroupMachine, ClassicMembersMixin):
+    """Every KIP-848 consumer-protocol group of one coordinator."""
+
+    GROUP_TYPE = GroupType.CONSUMER
+    TIMER_NAMESPACE = "consumer"
+    SERDE = ConsumerGroupRecordSerde()
 
     def __init__(self, config: ConsumerGroupConfig | None = None, *,
                  id_factory: Callable[[], str] | None = None,
@@ -401,6 +154,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
                  classic_upgrade: Callable[[str, int], Any] | None = None,
                  classic_downgrade: Callable[[Any, int], Outcome] | None = None,
                  classic_max_size: int = 2**31 - 1) -> None:
+        super().__init__()      # timers: key -> (deadline, the member epoch a rebalance timer was armed at)
         self.config = config or ConsumerGroupConfig()
         self._new_id = id_factory or (lambda: str(uuid.uuid4()))
         self._classic_active = classic_group_active or (lambda gid: False)
@@ -412,59 +166,38 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         self._classic_downgrade = classic_downgrade
         self._classic_max_size = classic_max_size
         self.groups: dict[str, ConsumerGroup] = {}
-        self._timers: dict[tuple, tuple[int, int]] = {}     # key -> (deadline, armed member epoch)
         self._regex_cache: dict[str, re.Pattern] = {}
-        self._pending: dict[tuple, tuple[Any, Any]] = {}     # token -> (reply_to, result)
-        self._deferred: list[Outcome] = []     # another coordinator's outcome, after our append
-        self._next_token = 1
-        # tests: a list to check every scoped heartbeat diff against the whole-group diff
-        self.check_scoped_diff: list | None = None
+        self._deferred: list[Outcome] = []     # another machine's outcome, after our append
 
     # ------------------------------------------------------------------ plumbing
-    def _arm(self, out: Outcome, key: tuple, deadline: int, epoch: int = 0) -> None:
-        self._timers[key] = (deadline, epoch)
-        out.timers.append(SetTimer(key, deadline))
-
-    def _disarm(self, out: Outcome, key: tuple) -> None:
-        if self._timers.pop(key, None) is not None:
-            out.timers.append(CancelTimer(key))
-
-    def timer_deadlines(self) -> dict[tuple, int]:
-        return {k: d for k, (d, _) in self._timers.items()}
 
     def _persist(self, out: Outcome, group_id: str, before: dict, reply_to: Any = None,
-                 result: Any = None, scope: _Scope | None = None) -> None:
+                 result: Any = None, scope: Scope | None = None) -> None:
         """Append what changed in `group_id` since `before` (a whole-group snapshot, or one limited to
         `scope`); the response waits for the append."""
         group = self.groups.get(group_id)
         if scope is None:
-            records = _diff(group_id, before, _snapshot(group))
+            records = diff(group_id, before, snapshot(group))
         else:
-            records = _diff(group_id, *_scoped_after(group, scope, before))
-        if self.check_scoped_diff is not None and scope is not None:
-            full = _diff(group_id, self.check_scoped_diff.pop(), _snapshot(group))
-            assert records == full, (records, full)
+            records = diff(group_id, *scoped_after(group, scope, before))
         if not records:
             if reply_to is not None:
                 out.responses.append(Response(reply_to, result))
         else:
-            token = ("cg", self._next_token)
-            self._next_token += 1
-            self._pending[token] = (reply_to, result)
-            out.appends.append(Append(token, tuple(records)))
+            self._hold(out, records, (reply_to, result))
         for other in self._deferred:
             out.responses.extend(other.responses)
             out.appends.extend(other.appends)
             out.timers.extend(other.timers)
         self._deferred.clear()
 
-    def on_append_done(self, token: tuple, error_code: int, now_ms: int) -> Outcome:
+    def on_append_done(self, token: AppendToken, error_code: int, now_ms: int) -> Outcome:
         out = Outcome()
         reply_to, result = self._pending.pop(token, (None, None))
         if reply_to is None:
             return out
         if error_code:
-            result = _error_result(result, C.map_append_error(error_code))
+            result = error_result(result, C.map_append_error(error_code))
         out.responses.append(Response(reply_to, result))
         return out
 
@@ -474,16 +207,16 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         for token in list(self._pending):
             reply_to, result = self._pending.pop(token)
             if reply_to is not None:
-                out.responses.append(Response(reply_to, _error_result(result, C.NOT_COORDINATOR)))
-        for key in list(self._timers):
-            self._disarm(out, key)
+                out.responses.append(Response(reply_to, error_result(result, C.NOT_COORDINATOR)))
+        self._disarm_all(out)
         return out
 
     # ------------------------------------------------------------------ replay
-    def replay(self, r: ConsumerGroupRecord) -> None:
-        """Apply one record read back from `__consumer_offsets` (log order, compaction tolerated)."""
+    def replay(self, r: ConsumerGroupRecord, producer_id: int = -1) -> None:
+        """Apply one record read back from `__consumer_offsets` (log order, compaction tolerated);
+        consumer-group records are never transactional (`producer_id` is always -1)."""
         g = self.groups.get(r.group)
-        if r.kind == 3:
+        if r.kind == K.CONSUMER_GROUP_METADATA:
             if r.value is None:
                 if g is not None and not g.members:
                     del self.groups[r.group]
@@ -495,14 +228,14 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
             if r.value is None:
                 return
             g = self.groups[r.group] = ConsumerGroup(r.group)
-        if r.kind == 6:
+        if r.kind == K.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
             g.assignment_epoch = 0 if r.value is None else r.value
-        elif r.kind == 7:
+        elif r.kind == K.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
             if r.value is None:
                 g.target.pop(r.member_id, None)
             else:
-                g.target[r.member_id] = _thawed(r.value)
-        elif r.kind == 5:
+                g.target[r.member_id] = thawed(r.value)
+        elif r.kind == K.CONSUMER_GROUP_MEMBER_METADATA:
             if r.value is None:
                 g.members.pop(r.member_id, None)
                 return
@@ -513,7 +246,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
             m.subscribed_topic_names, m.subscribed_topic_regex = v.subscribed_topic_names, v.subscribed_topic_regex
             m.rebalance_timeout_ms, m.server_assignor = v.rebalance_timeout_ms, v.server_assignor
             m.classic = v.classic
-        elif r.kind == 8:
+        elif r.kind == K.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
             m = g.members.get(r.member_id)
             if r.value is None:
                 if m is not None:
@@ -524,7 +257,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
             c: CurrentAssignment = r.value
             m.member_epoch, m.previous_member_epoch = c.member_epoch, c.previous_member_epoch
             m.state = MemberState(c.state) if c.state in MemberState._value2member_map_ else MemberState.UNKNOWN
-            m.assigned, m.pending_revocation = _thawed(c.assigned), _thawed(c.pending_revocation)
+            m.assigned, m.pending_revocation = thawed(c.assigned), thawed(c.pending_revocation)
 
     def on_loaded(self, now_ms: int, topics: Mapping[str, int]) -> Outcome:
         """After replay: topic metadata as of now (no spurious epoch bump), a session timer for every
@@ -546,9 +279,6 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
             pat = self._regex_cache[regex] = re.compile(regex)
         return pat
 
-    def is_consumer_group(self, group_id: str) -> bool:
-        return group_id in self.groups
-
     # ------------------------------------------------------------------ heartbeat
     def heartbeat(self, p: ConsumerHeartbeatParams, topics: Mapping[str, int], now_ms: int,
                   reply_to: Any) -> Outcome:
@@ -561,14 +291,12 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
             # the members this heartbeat can touch: its own and a static member it replaces (a
             # leave from a group with classic members may hand the whole group to the classic
             # coordinator: that snapshot stays whole)
-            scope = _Scope({p.member_id}, group.target)
+            scope = Scope({p.member_id}, group.target)
             if p.instance_id is not None:
                 old = group.static_member(p.instance_id)
                 if old is not None:
                     scope.mids.add(old.member_id)
-        before = _snapshot(group, None if scope is None else scope.mids)
-        if self.check_scoped_diff is not None and scope is not None:
-            self.check_scoped_diff.append(_snapshot(group))
+        before = snapshot(group, None if scope is None else scope.mids)
         try:
             self._validate(p)
             if p.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
@@ -726,14 +454,20 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
                 setattr(new, f, getattr(old, f))
             new.assigned, new.pending_revocation = dict(old.assigned), dict(old.pending_revocation)
             return new, False, old
-        if old is None:
+        return self._static_member_of(group, p, old), False, None
+
+    @staticmethod
+    def _static_member_of(group: ConsumerGroup, p: ConsumerHeartbeatParams,
+                          m: ConsumerMember | None) -> ConsumerMember:
+        """`m`, the member holding `p.instance_id`, if it is `p.member_id`; else the lookup error."""
+        if m is None:
             raise HeartbeatError(C.UNKNOWN_MEMBER_ID,
                                  f"Instance id {p.instance_id} is unknown in group {group.group_id}.")
-        if old.member_id != p.member_id:
+        if m.member_id != p.member_id:
             raise HeartbeatError(C.FENCED_INSTANCE_ID,
                                  f"Static member {p.member_id} with instance id {p.instance_id} was "
-                                 f"fenced by member {old.member_id}.")
-        return old, False, None
+                                 f"fenced by member {m.member_id}.")
+        return m
 
     def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember,
                         out: Outcome) -> None:
@@ -777,7 +511,9 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
             subs.update(t for t in topics if pat.fullmatch(t))
         return {t: topics[t] for t in sorted(subs)}
 
-    def _preferred_assignor(self, group: ConsumerGroup) -> str:
+    def assignor_name(self, group: ConsumerGroup) -> str:
+        """The server assignor `group` uses: the one most of its members ask for (ties by name), else
+        the first of group.consumer.assignors."""
         votes: dict[str, int] = {}
         for m in group.members.values():
             if m.server_assignor:
@@ -792,7 +528,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         for mid, m in group.members.items():
             subs = frozenset(self._member_topics(m, topics))
             specs[mid] = MemberSpec(subs, m.instance_id, group.target.get(mid, {}))
-        assign = server_assignor(self._preferred_assignor(group))
+        assign = server_assignor(self.assignor_name(group))
         result = assign(specs, topics)
         group.target = {mid: {t: frozenset(ps) for t, ps in result.get(mid, {}).items() if ps}
                         for mid in group.members}
@@ -837,14 +573,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         if group is None:
             raise HeartbeatError(C.GROUP_ID_NOT_FOUND, f"Group {p.group_id} not found.")
         if p.instance_id is not None:
-            m = group.static_member(p.instance_id)
-            if m is None:
-                raise HeartbeatError(C.UNKNOWN_MEMBER_ID,
-                                     f"Instance id {p.instance_id} is unknown in group {group.group_id}.")
-            if m.member_id != p.member_id:
-                raise HeartbeatError(C.FENCED_INSTANCE_ID,
-                                     f"Static member {p.member_id} with instance id {p.instance_id} "
-                                     f"was fenced by member {m.member_id}.")
+            m = self._static_member_of(group, p, group.static_member(p.instance_id))
         else:
             m = group.members.get(p.member_id)
             if m is None:
@@ -874,16 +603,15 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
 
     def fire_timer(self, key: tuple, now_ms: int) -> Outcome:
         out = Outcome()
-        armed = self._timers.get(key)
-        if armed is None or armed[0] > now_ms:
+        armed = self._take_due(key, now_ms)
+        if armed is None:
             return out
-        del self._timers[key]
         kind, gid, mid = key
         group = self.groups.get(gid)
         m = group.members.get(mid) if group is not None else None
         if m is None:
             return out
-        before = _snapshot(group)
+        before = snapshot(group)
         if kind in ("cg-session", "cg-join", "cg-sync") or (
                 kind == "cg-rebalance" and m.state == MemberState.UNREVOKED_PARTITIONS
                 and m.member_epoch == armed[1]):
@@ -934,7 +662,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin):
         if group is None or group.members:
             out.responses.append(Response(reply_to, None if group is None else C.NON_EMPTY_GROUP))
             return out
-        before = _snapshot(group)
+        before = snapshot(group)
         del self.groups[group_id]
         self._persist(out, group_id, before, reply_to, C.NONE)
         return out

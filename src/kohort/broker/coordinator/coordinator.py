@@ -44,20 +44,23 @@ classic path), including its validation orders and error codes. Points where koh
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
-from . import codes as C
+import kohort.broker.coordinator.codes as C
 from .config import CoordinatorConfig
+from .consumer_group_model import ClassicGroupSnapshot, ClassicSnapshotMember
 from .group import _NO_REPLY as NO_REPLY, ClassicGroup, CommittedOffset, GroupState, Member
 from .model import (
-    Append, CancelTimer, DeleteGroupsResult, DescribedGroup, DescribedMember, DescribeGroupsResult,
-    FetchedPartition, GroupRecord, HeartbeatParams, HeartbeatResult, JoinParams, JoinResult,
+    DeleteGroupsResult, DescribedGroup, DescribedMember, DescribeGroupsResult,
+    GroupRecord, HeartbeatParams, HeartbeatResult, JoinParams, JoinResult,
     LeaveMemberResult, LeaveParams, LeaveResult, ListedGroup, ListGroupsResult, MemberRecord,
     OffsetCommitParams, OffsetCommitResult, OffsetDeleteParams, OffsetDeleteResult,
     OffsetFetchParams, OffsetFetchResult, OffsetRecord, Outcome, PartitionResult, Record, Response,
-    SetTimer, SyncParams, SyncResult, TxnMarkerRecord, TxnOffsetCommitParams,
+    SyncParams, SyncResult, TxnMarkerRecord, TxnOffsetCommitParams,
 )
-from .txn_offsets import PendingTxnOffsets
+from .machine import GroupMachine, GroupType
+from .serde import ClassicRecordSerde
+from .offsets import OffsetMetadataManager
 
 S = GroupState
 EXPIRATION_KEY = ("offsets-expiration",)
@@ -81,8 +84,12 @@ def sync_key(group_id: str) -> tuple:
     return ("sync", group_id)
 
 
-class GroupCoordinator:
+class ClassicGroupCoordinator(GroupMachine):
     """All classic groups of one coordinator (one `__consumer_offsets` shard, or all of them)."""
+
+    GROUP_TYPE = GroupType.CLASSIC
+    TIMER_NAMESPACE = "classic"
+    SERDE = ClassicRecordSerde()
 
     def __init__(self, config: CoordinatorConfig | None = None, *,
                  id_factory: Callable[[], str] | None = None,
@@ -91,40 +98,32 @@ class GroupCoordinator:
         self.config = config or CoordinatorConfig()
         self._new_id = id_factory or (lambda: str(uuid.uuid4()))
         self._decoder = subscription_decoder
+        super().__init__()
         self.groups: dict[str, ClassicGroup] = {}
-        self._timers: dict[tuple, tuple[int, Any]] = {}
-        self._pending: dict[int, _OnDone] = {}
-        self._next_token = 1
         self.phase = "loading" if loading else "active"     # loading | active | inactive
         # KIP-848: the offsets of a group id that is a consumer group with members (kept here as a
         # simple group's) never expire; the runtime sets this to ask the consumer-group coordinator
         self.offsets_in_use: Callable[[str], bool] = lambda group_id: False
-        self.pending_txn = PendingTxnOffsets()
-        self._record_seq = 0        # write order of offset records (see txn_offsets)
+        # every group's committed and pending transactional offsets
+        self.offsets = OffsetMetadataManager(self.config)
+        self.pending_txn = self.offsets.pending_txn
 
     # ================================================================ plumbing
-    def _arm(self, out: Outcome, key: tuple, deadline: int, arg: Any = None) -> None:
-        self._timers[key] = (deadline, arg)
-        out.timers.append(SetTimer(key, deadline))
-
-    def _disarm(self, out: Outcome, key: tuple) -> None:
-        if self._timers.pop(key, None) is not None:
-            out.timers.append(CancelTimer(key))
-
     def _append(self, out: Outcome, records: list[Record], on_done: _OnDone,
                 producer: tuple[int, int] | None = None) -> None:
-        token = self._next_token
-        self._next_token += 1
-        self._pending[token] = on_done
-        out.appends.append(Append(token, tuple(records), producer))
-
-    def _next_seq(self) -> int:
-        self._record_seq += 1
-        return self._record_seq
+        self._hold(out, records, on_done, producer)
 
     @staticmethod
     def _respond(out: Outcome, reply_to: Any, result: Any) -> None:
         out.responses.append(Response(reply_to, result))
+
+    def _addressed(self, group_id: str) -> tuple[int, ClassicGroup | None]:
+        """(error, group) for a request naming `group_id`: the coordinator's availability, then
+        INVALID_GROUP_ID for an empty id; the group (None if unknown) only without an error."""
+        err = self._availability()
+        if not err and not group_id:
+            err = C.INVALID_GROUP_ID
+        return err, self.groups.get(group_id) if not err else None
 
     def _availability(self) -> int:
         if self.phase == "loading":
@@ -133,13 +132,6 @@ class GroupCoordinator:
             return C.NOT_COORDINATOR
         return C.NONE
 
-    def timer_deadlines(self) -> dict[tuple, int]:
-        """The armed timers (key -> deadline); the runtime's view must match after applying outcomes."""
-        return {k: d for k, (d, _) in self._timers.items()}
-
-    def pending_tokens(self) -> list[int]:
-        return sorted(self._pending)
-
     # ================================================================ lifecycle
     def replay(self, record: Record, producer_id: int = -1) -> None:
         """Rebuild state from one stored record (start-up load; compaction-safe in any order, except
@@ -147,25 +139,15 @@ class GroupCoordinator:
         `producer_id` >= 0: the record came in a transactional batch of that producer whose
         transaction has no marker yet -- a pending offset."""
         if isinstance(record, OffsetRecord):
-            g = self.groups.get(record.group)
-            if record.tombstone:
-                if g is not None:
-                    g.offsets.pop((record.topic, record.partition), None)
-                self.pending_txn.discard(record.group, record.topic, record.partition)
-                return
-            if g is None:      # offsets without group metadata: a "simple" group
-                g = self.groups[record.group] = ClassicGroup(record.group)
-            co = CommittedOffset(record.offset, record.leader_epoch, record.metadata or "",
-                                 record.commit_timestamp, record.expire_timestamp, self._next_seq())
-            if producer_id >= 0:
-                self.pending_txn.put(producer_id, (record.group, record.topic, record.partition), co)
-            else:
-                g.offsets[(record.topic, record.partition)] = co
+            if not record.tombstone and record.group not in self.groups:
+                self.groups[record.group] = ClassicGroup(record.group)     # offsets only: a "simple" group
+            self.offsets.replay(record, producer_id)
         elif isinstance(record, GroupRecord):
             if record.tombstone:
                 g = self.groups.pop(record.group, None)
-                if g is not None and g.offsets:     # offsets outlive the group's metadata (KIP-848 upgrade)
-                    self.groups[record.group] = ClassicGroup(record.group, offsets=g.offsets)
+                if g is not None and self.offsets.has(record.group):
+                    # offsets outlive the group's metadata (a KIP-848 upgrade): a simple group holds them
+                    self.groups[record.group] = ClassicGroup(record.group)
                 return
             g = self.groups.get(record.group)
             if g is None:
@@ -195,17 +177,11 @@ class GroupCoordinator:
     def replay_marker(self, producer_id: int, commit: bool, group_filter: Callable[[str], bool]) -> None:
         """A COMMIT/ABORT marker of `producer_id` on the `__consumer_offsets` partition holding the
         groups `group_filter` accepts (load, and live through `write_txn_marker`)."""
-        for (gid, topic, part), co in self.pending_txn.take(producer_id, group_filter):
-            if not commit:
-                continue
-            g = self.groups.get(gid)
-            if g is None:
-                g = self.groups[gid] = ClassicGroup(gid)
-            cur = g.offsets.get((topic, part))
-            if cur is None or co.record_seq > cur.record_seq:
-                g.offsets[(topic, part)] = co
+        for gid in self.offsets.replay_marker(producer_id, commit, group_filter):
+            if gid not in self.groups:
+                self.groups[gid] = ClassicGroup(gid)
 
-    def on_loaded(self, now_ms: int) -> Outcome:
+    def on_loaded(self, now_ms: int, topics: Mapping[str, int] | None = None) -> Outcome:
         """Loading finished: become active, arm every member's session timer, rebalance groups over
         group.max.size (KIP-389), and arm the periodic offsets-expiration timer."""
         out = Outcome()
@@ -228,9 +204,9 @@ class GroupCoordinator:
                     self._respond(out, m.take_join_reply(), JoinResult(C.NOT_COORDINATOR, m.member_id))
                 if m.awaiting_sync:
                     self._respond(out, m.take_sync_reply(), SyncResult(C.NOT_COORDINATOR))
-        for key in list(self._timers):
-            self._disarm(out, key)
+        self._disarm_all(out)
         self.groups.clear()
+        self.offsets.clear()
         self._pending.clear()
         self.phase = "inactive"
         return out
@@ -245,10 +221,9 @@ class GroupCoordinator:
 
     def fire_timer(self, key: tuple, now_ms: int) -> Outcome:
         out = Outcome()
-        armed = self._timers.get(key)
-        if armed is None or now_ms < armed[0]:
-            return out                          # cancelled, re-armed later, or early: ignore
-        del self._timers[key]
+        armed = self._take_due(key, now_ms)
+        if armed is None:
+            return out
         kind = key[0]
         if kind == "heartbeat":
             self._expire_heartbeat(key[1], key[2], now_ms, out)
@@ -343,7 +318,6 @@ class GroupCoordinator:
         protocol chosen yet, more than `max_size` members); else (Outcome, ClassicGroupSnapshot):
         parked JoinGroup/SyncGroup answered REBALANCE_IN_PROGRESS, member timers cancelled, the
         GroupMetadata record tombstoned; the group stays as an Empty holder of its offsets."""
-        from .classic_members import ClassicGroupSnapshot, ClassicSnapshotMember
         g = self.groups.get(group_id)
         if (g is None or g.is_(S.EMPTY, S.DEAD) or g.protocol_type != "consumer" or not g.protocol_name
                 or len(g.members) > max_size):
@@ -360,8 +334,7 @@ class GroupCoordinator:
                 self._respond(out, m.take_sync_reply(), SyncResult(C.REBALANCE_IN_PROGRESS))
         self._cancel_group_timers(g, out)
         snap = ClassicGroupSnapshot(group_id, g.generation_id, tuple(members))
-        offsets = g.offsets
-        self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now_ms, offsets=offsets)
+        self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now_ms)
         self._append(out, [GroupRecord(group_id, tombstone=True)], lambda o, e, n: None)
         return out, snap
 
@@ -371,9 +344,8 @@ class GroupCoordinator:
         assignments, its GroupMetadata record written, heartbeats armed, then a rebalance prepared so
         every member rejoins (Kafka's ClassicGroup.fromConsumerGroup + prepareRebalance)."""
         out = Outcome()
-        old = self.groups.get(snap.group_id)
         g = ClassicGroup(snap.group_id, state=S.STABLE, previous_state=S.EMPTY, state_timestamp=now_ms,
-                         generation_id=snap.generation, offsets=old.offsets if old is not None else {})
+                         generation_id=snap.generation)
         for sm in snap.members:
             g.add(Member(sm.member_id, sm.instance_id, sm.client_id, sm.client_host, sm.rebalance_timeout_ms,
                          sm.session_timeout_ms, "consumer", list(sm.protocols), assignment=sm.assignment),
@@ -807,10 +779,7 @@ class GroupCoordinator:
     # ================================================================ LeaveGroup
     def leave_group(self, p: LeaveParams, now_ms: int, reply_to: Any) -> Outcome:
         out = Outcome()
-        err = self._availability()
-        if not err and not p.group_id:
-            err = C.INVALID_GROUP_ID
-        group = self.groups.get(p.group_id) if not err else None
+        err, group = self._addressed(p.group_id)
         if not err and group is None:
             err = C.UNKNOWN_MEMBER_ID
         if not err and group.is_(S.DEAD):
@@ -848,111 +817,58 @@ class GroupCoordinator:
     # ================================================================ offsets
     def offset_commit(self, p: OffsetCommitParams, now_ms: int, reply_to: Any) -> Outcome:
         out = Outcome()
-
-        def all_failed(code: int) -> OffsetCommitResult:
-            return OffsetCommitResult(tuple(
-                (t, tuple(PartitionResult(pp.partition_index, code) for pp in parts))
-                for t, parts in p.topics))
-
-        err = self._availability()
-        if not err and not p.group_id:
-            err = C.INVALID_GROUP_ID
-        group = self.groups.get(p.group_id) if not err else None
-        created = False
-        if not err and group is None:
-            if p.generation_id < 0:        # simple (admin / assign()) commit: a simple group
-                group = self.groups[p.group_id] = ClassicGroup(p.group_id, state_timestamp=now_ms)
-                created = True
-            else:
-                err = C.GROUP_ID_NOT_FOUND if p.api_version >= 9 else C.ILLEGAL_GENERATION
+        group, created, err = self._commit_target(
+            p, now_ms, C.GROUP_ID_NOT_FOUND if p.api_version >= 9 else C.ILLEGAL_GENERATION)
         if not err:
             err = self._validate_offset_commit(group, p)
         if err:
-            self._respond(out, reply_to, all_failed(err))
+            self._respond(out, reply_to, OffsetCommitResult.failed(p.topics, err))
             return out
         if group.is_(S.STABLE, S.PREPARING_REBALANCE) and p.member_id in group.members:
             m = group.members[p.member_id]
             self._arm(out, heartbeat_key(group.group_id, m.member_id), now_ms + m.session_timeout_ms)
         expire = now_ms + p.retention_time_ms if p.retention_time_ms != -1 else None
-        results, records = self._offset_records(group.group_id, p.topics, now_ms, expire)
-        if not records:
-            self._respond(out, reply_to, OffsetCommitResult(tuple((t, tuple(rs)) for t, rs in results)))
-            return out
-
-        def done(o: Outcome, error: int, now: int) -> None:
-            if error:
-                mapped = C.map_append_error(error)
-                final = tuple((t, tuple(PartitionResult(r.partition_index, mapped)
-                                        if r.error_code == C.NONE else r for r in rs))
-                              for t, rs in results)
-                g = self.groups.get(group.group_id)
-                if (created and g is group and g.is_(S.EMPTY) and not g.offsets and not g.members
-                        and not g.pending_members):
-                    del self.groups[group.group_id]
-            else:
-                g = self.groups.get(group.group_id)
-                if g is None:
-                    g = self.groups[group.group_id] = ClassicGroup(group.group_id, state_timestamp=now)
-                for r in records:
-                    g.offsets[(r.topic, r.partition)] = CommittedOffset(
-                        r.offset, r.leader_epoch, r.metadata, r.commit_timestamp, r.expire_timestamp,
-                        self._next_seq())
-                final = tuple((t, tuple(rs)) for t, rs in results)
-            self._respond(o, reply_to, OffsetCommitResult(final))
-
-        self._append(out, records, done)
+        self._store_offsets(out, group, created, p.topics, now_ms, expire, reply_to)
         return out
-
-    def _offset_records(self, group_id: str, topics, now_ms: int, expire: int | None):
-        """Per partition of an (Txn)OffsetCommit: its result (OFFSET_METADATA_TOO_LARGE past
-        offset.metadata.max.bytes, else NONE) and, for the accepted ones, the record to append."""
-        max_md = self.config.offset_metadata_max_bytes
-        results: list[tuple[str, list[PartitionResult]]] = []
-        records: list[OffsetRecord] = []
-        for topic, parts in topics:
-            rs = []
-            for pp in parts:
-                if pp.committed_metadata is not None and len(pp.committed_metadata) > max_md:
-                    rs.append(PartitionResult(pp.partition_index, C.OFFSET_METADATA_TOO_LARGE))
-                else:
-                    rs.append(PartitionResult(pp.partition_index, C.NONE))
-                    records.append(OffsetRecord(
-                        group_id, topic, pp.partition_index, pp.committed_offset,
-                        pp.committed_leader_epoch, pp.committed_metadata or "", now_ms, expire))
-            results.append((topic, rs))
-        return results, records
 
     def txn_offset_commit(self, p: TxnOffsetCommitParams, now_ms: int, reply_to: Any) -> Outcome:
         """TxnOffsetCommit: validate (Kafka's order), append the offsets in a transactional batch of
         the producer, hold them pending once stored. The transaction coordinator's verification
         (the group's partition is in the producer's Ongoing transaction) is the caller's."""
         out = Outcome()
-
-        def all_failed(code: int) -> OffsetCommitResult:
-            return OffsetCommitResult(tuple(
-                (t, tuple(PartitionResult(pp.partition_index, code) for pp in parts))
-                for t, parts in p.topics))
-
-        err = self._availability()
-        if not err and not p.group_id:
-            err = C.INVALID_GROUP_ID
-        group = self.groups.get(p.group_id) if not err else None
-        created = False
-        if not err and group is None:
-            if p.generation_id < 0:
-                group = self.groups[p.group_id] = ClassicGroup(p.group_id, state_timestamp=now_ms)
-                created = True
-            else:
-                err = C.ILLEGAL_GENERATION
+        group, created, err = self._commit_target(p, now_ms, C.ILLEGAL_GENERATION)
         if not err:
             err = self._validate_txn_offset_commit(group, p)
         if err:
-            self._respond(out, reply_to, all_failed(err))
+            self._respond(out, reply_to, OffsetCommitResult.failed(p.topics, err))
             return out
-        results, records = self._offset_records(group.group_id, p.topics, now_ms, None)
+        self._store_offsets(out, group, created, p.topics, now_ms, None, reply_to,
+                            (p.producer_id, p.producer_epoch))
+        return out
+
+    def _commit_target(self, p: OffsetCommitParams | TxnOffsetCommitParams, now_ms: int,
+                       missing: int) -> tuple[ClassicGroup | None, bool, int]:
+        """(group, created, error) of a commit: a commit without a generation to an unknown group makes
+        a simple group (`created`); with one it gets `missing`."""
+        err, group = self._addressed(p.group_id)
+        created = False
+        if not err and group is None:
+            if p.generation_id < 0:        # simple (admin / assign()) commit: a simple group
+                group = self.groups[p.group_id] = ClassicGroup(p.group_id, state_timestamp=now_ms)
+                created = True
+            else:
+                err = missing
+        return group, created, err
+
+    def _store_offsets(self, out: Outcome, group: ClassicGroup, created: bool, topics, now_ms: int,
+                       expire: int | None, reply_to: Any, producer: tuple[int, int] | None = None) -> None:
+        """Append a validated commit's records (as `producer`'s transactional batch when given) and
+        answer once stored: committed offsets, or pending ones of the producer until its marker. A
+        simple group made for this commit is dropped again when nothing could be stored."""
+        results, records = self.offsets.commit_records(group.group_id, topics, now_ms, expire)
         if not records:
             self._respond(out, reply_to, OffsetCommitResult(tuple((t, tuple(rs)) for t, rs in results)))
-            return out
+            return
 
         def done(o: Outcome, error: int, now: int) -> None:
             if error:
@@ -961,20 +877,21 @@ class GroupCoordinator:
                                         if r.error_code == C.NONE else r for r in rs))
                               for t, rs in results)
                 g = self.groups.get(group.group_id)
-                if (created and g is group and g.is_(S.EMPTY) and not g.offsets and not g.members
-                        and not g.pending_members and not self.pending_txn.has_group(g.group_id)):
+                if (created and g is group and g.is_(S.EMPTY) and not self.offsets.has(g.group_id)
+                        and not g.members and not g.pending_members
+                        and (producer is None or not self.pending_txn.has_group(g.group_id))):
                     del self.groups[group.group_id]
             else:
                 if self.groups.get(group.group_id) is None:
                     self.groups[group.group_id] = ClassicGroup(group.group_id, state_timestamp=now)
-                for r in records:
-                    self.pending_txn.put(p.producer_id, (r.group, r.topic, r.partition), CommittedOffset(
-                        r.offset, r.leader_epoch, r.metadata, r.commit_timestamp, None, self._next_seq()))
+                if producer is None:
+                    self.offsets.stored(records)
+                else:
+                    self.offsets.stored_pending(producer[0], records)
                 final = tuple((t, tuple(rs)) for t, rs in results)
             self._respond(o, reply_to, OffsetCommitResult(final))
 
-        self._append(out, records, done, producer=(p.producer_id, p.producer_epoch))
-        return out
+        self._append(out, records, done, producer)
 
     @staticmethod
     def _validate_commit_member(group: ClassicGroup, p) -> int | None:
@@ -1029,36 +946,14 @@ class GroupCoordinator:
             self._respond(out, reply_to, OffsetFetchResult(err))
             return out
         group = self.groups.get(p.group_id)
-        offsets = group.offsets if group is not None and not group.is_(S.DEAD) else {}
-        unstable = (lambda t, pt: self.pending_txn.has(p.group_id, t, pt)) if p.require_stable \
-            else (lambda t, pt: False)
-        if p.topics is None:
-            by_topic: dict[str, list[FetchedPartition]] = {}
-            for (topic, part), co in sorted(offsets.items()):
-                by_topic.setdefault(topic, []).append(
-                    FetchedPartition(part, error_code=C.UNSTABLE_OFFSET_COMMIT) if unstable(topic, part) else
-                    FetchedPartition(part, co.offset, co.leader_epoch, co.metadata))
-            topics = tuple((t, tuple(ps)) for t, ps in by_topic.items())
-        else:
-            topics = []
-            for topic, parts in p.topics:
-                ps = []
-                for part in parts:
-                    co = offsets.get((topic, part))
-                    ps.append(FetchedPartition(part, error_code=C.UNSTABLE_OFFSET_COMMIT)
-                              if unstable(topic, part) else FetchedPartition(part) if co is None else
-                              FetchedPartition(part, co.offset, co.leader_epoch, co.metadata))
-                topics.append((topic, tuple(ps)))
-            topics = tuple(topics)
+        topics = self.offsets.fetch(p.group_id, p.topics, p.require_stable,
+                                    visible=group is not None and not group.is_(S.DEAD))
         self._respond(out, reply_to, OffsetFetchResult(C.NONE, topics))
         return out
 
     def offset_delete(self, p: OffsetDeleteParams, now_ms: int, reply_to: Any) -> Outcome:
         out = Outcome()
-        err = self._availability()
-        if not err and not p.group_id:
-            err = C.INVALID_GROUP_ID
-        group = self.groups.get(p.group_id) if not err else None
+        err, group = self._addressed(p.group_id)
         if not err and (group is None or group.is_(S.DEAD)):
             err = C.GROUP_ID_NOT_FOUND
         if not err and group.is_(S.STABLE, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE) \
@@ -1076,7 +971,7 @@ class GroupCoordinator:
                     rs.append(PartitionResult(part, C.GROUP_SUBSCRIBED_TO_TOPIC))
                 else:
                     rs.append(PartitionResult(part, C.NONE))
-                    co = group.offsets.get((topic, part))
+                    co = self.offsets.of(group.group_id).get((topic, part))
                     if co is not None or self.pending_txn.has(group.group_id, topic, part):
                         doomed.append(((topic, part), co))
             results.append((topic, tuple(rs)))
@@ -1089,10 +984,7 @@ class GroupCoordinator:
             if error:
                 self._respond(o, reply_to, OffsetDeleteResult(C.map_append_error(error)))
                 return
-            for tp, co in doomed:
-                if co is not None and group.offsets.get(tp) is co:
-                    del group.offsets[tp]
-                self.pending_txn.discard(group.group_id, *tp)
+            self.offsets.deleted(group.group_id, doomed)
             self._respond(o, reply_to, result)
 
         self._append(out, [OffsetRecord(group.group_id, t, pt, tombstone=True) for (t, pt), _ in doomed],
@@ -1110,7 +1002,6 @@ class GroupCoordinator:
         return out
 
     def _expire_offsets(self, now: int, out: Outcome) -> None:
-        retention = self.config.offsets_retention_ms
         for group in list(self.groups.values()):
             if group.is_(S.DEAD) or self.offsets_in_use(group.group_id):
                 continue
@@ -1124,14 +1015,8 @@ class GroupCoordinator:
                 base = lambda co: co.commit_timestamp          # noqa: E731
             else:
                 continue
-            expired = []
-            for (topic, part), co in group.offsets.items():
-                if group.is_subscribed_to_topic(topic) or self.pending_txn.has(group.group_id, topic, part):
-                    continue
-                if (now >= co.expire_timestamp if co.expire_timestamp is not None
-                        else now - base(co) >= retention):
-                    expired.append(((topic, part), co))
-            delete_group = (len(expired) == len(group.offsets) and group.is_(S.EMPTY)
+            expired = self.offsets.expired(group.group_id, now, base, group.is_subscribed_to_topic)
+            delete_group = (len(expired) == len(self.offsets.of(group.group_id)) and group.is_(S.EMPTY)
                             and not self.pending_txn.has_group(group.group_id))
             if not expired and not delete_group:
                 continue
@@ -1159,8 +1044,7 @@ class GroupCoordinator:
                     group.dead_rollback = None
             else:
                 for tp, co in expired:
-                    if group.offsets.get(tp) is co:
-                        del group.offsets[tp]
+                    self.offsets.remove(group.group_id, tp, co)
                 if delete_group and self.groups.get(group.group_id) is group:
                     self._cancel_group_timers(group, o)
                     del self.groups[group.group_id]
@@ -1230,11 +1114,8 @@ class GroupCoordinator:
             elif not group.is_(S.EMPTY):
                 results[gid] = C.NON_EMPTY_GROUP
             else:
-                expired = list(group.offsets.items())
-                records.extend(OffsetRecord(gid, t, pt, tombstone=True) for (t, pt), _ in expired)
-                records.extend(OffsetRecord(gid, t, pt, tombstone=True)
-                               for t, pt in sorted(self.pending_txn.keys_of_group(gid))
-                               if (t, pt) not in group.offsets)
+                expired = list(self.offsets.of(gid).items())
+                records.extend(self.offsets.tombstones(gid))
                 records.append(GroupRecord(gid, tombstone=True))
                 self._mark_dead(group, now_ms, out)
                 doomed.append((group, expired))
@@ -1249,8 +1130,7 @@ class GroupCoordinator:
                 h(o, error, now)
             if not error:
                 for g, _ in doomed:
-                    for t, pt in self.pending_txn.keys_of_group(g.group_id):
-                        self.pending_txn.discard(g.group_id, t, pt)
+                    self.offsets.discard_pending_group(g.group_id)
             if error:
                 mapped = C.map_append_error(error)
                 for g, _ in doomed:

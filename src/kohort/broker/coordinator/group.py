@@ -1,6 +1,7 @@
 """One classic group's in-memory state: its members, the state machine of Kafka's ClassicGroupState
 (Empty, PreparingRebalance, CompletingRebalance, Stable, Dead), protocol selection by vote, member
-validation (KIP-345 static members) and its committed offsets.
+validation (KIP-345 static members); `CommittedOffset`, the value the offsets store keeps per
+partition (kohort.broker.coordinator.offsets).
 
 Pure data plus small queries; the operations that move a group between states, answer parked
 requests and emit records live in kohort.broker.coordinator.coordinator.
@@ -13,7 +14,8 @@ from typing import Any, Callable, Iterable
 
 from kohort.errors import DecodeError
 
-from . import codes as C
+import kohort.broker.coordinator.codes as C
+from .model import JoinMember
 
 
 class GroupState(enum.Enum):
@@ -129,7 +131,6 @@ class ClassicGroup:
     static_members: dict[str, str] = field(default_factory=dict)  # group_instance_id -> member_id
     pending_sync: set[str] = field(default_factory=set)
     subscribed_topics: frozenset[str] | None = None
-    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     # adaptive initial rebalance (see coordinator header)
     initial_started_ms: int = 0
     initial_last_join_ms: int = 0
@@ -249,7 +250,6 @@ class ClassicGroup:
         return sorted(tied)[0]
 
     def current_members_for_leader(self) -> tuple:
-        from .model import JoinMember
         return tuple(JoinMember(m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
                      for m in self.members.values())
 

@@ -8,12 +8,16 @@ Outcome contract (for the runtime):
   * `responses`: send now. `reply_to` is the opaque handle the caller passed in; one operation may
     answer OTHER parked requests (completing a join phase answers every parked JoinGroup).
   * `appends`: for each, append `records` to `__consumer_offsets` in list order, then call
-    `coordinator.on_append_done(token, error_code, now_ms)` (0 = stored) and apply its Outcome. Some
-    responses and state changes are held until then (the SyncGroup leader's assignment, a new group's
-    metadata, offset commits, deletions). Complete tokens in the order they were issued.
-  * `timers`: SetTimer(key, deadline_ms) arms or re-arms `key` (absolute deadline); CancelTimer(key)
-    disarms it. On expiry call `coordinator.fire_timer(key, now_ms)`. Firing a key that was re-armed
-    later or cancelled is harmless (ignored), so the runtime may be lazy about cancellations.
+    `on_append_done(token, error_code, now_ms)` (0 = stored) on the machine of `token.namespace`
+    and apply its Outcome. Some responses and state changes are held until then (the SyncGroup
+    leader's assignment, a new group's metadata, offset commits, deletions). Complete tokens in the
+    order they were issued.
+  * `timers`: SetTimer(key, deadline_ms, namespace) arms or re-arms `key` (absolute deadline);
+    CancelTimer(key, namespace) disarms it. On expiry call `fire_timer(key, now_ms)` on the machine
+    whose TIMER_NAMESPACE is `namespace` (one Outcome may carry another machine's timers and appends,
+    e.g. an online upgrade releases the classic group inside a consumer-group step). Firing a key
+    that was re-armed later or cancelled is harmless (ignored), so the runtime may be lazy about
+    cancellations.
 """
 from __future__ import annotations
 
@@ -171,6 +175,11 @@ class PartitionResult:
 class OffsetCommitResult:
     topics: tuple[tuple[str, tuple[PartitionResult, ...]], ...]
 
+    @classmethod
+    def failed(cls, topics: tuple[tuple[str, tuple[CommitPartition, ...]], ...], code: int) -> "OffsetCommitResult":
+        """A commit's answer with `code` on every partition of `topics`."""
+        return cls(tuple((t, tuple(PartitionResult(cp.partition_index, code) for cp in parts)) for t, parts in topics))
+
 
 @dataclass(frozen=True)
 class FetchedPartition:
@@ -303,16 +312,19 @@ class Response:
 class SetTimer:
     key: tuple
     deadline_ms: int
+    # the arming machine's TIMER_NAMESPACE: the runtime fires the key on that machine
+    namespace: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
 class CancelTimer:
     key: tuple
+    namespace: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
 class Append:
-    token: int
+    token: Any          # kohort.broker.coordinator.machine.AppendToken
     records: tuple[Record, ...]
     # (producer id, epoch): a transactional batch of that producer (TxnOffsetCommit); None: plain
     producer: tuple[int, int] | None = None

@@ -1,4 +1,4 @@
-"""KIP-848 consumer-protocol group APIs, answered by the runtime's ConsumerGroupCoordinator
+"""KIP-848 consumer-protocol group APIs, answered by the runtime's ConsumerGroups machine
 (kohort.broker.coordinator.consumer_group): ConsumerGroupHeartbeat (68) v0-v1 and
 ConsumerGroupDescribe (69) v0-v1.
 
@@ -15,12 +15,11 @@ TOPIC_AUTHORIZATION_FAILED without its details (KAFKA-18813, Kafka 4.0).
 """
 from __future__ import annotations
 
-import uuid
-
 from kohort.broker.coordinator.consumer_group import ConsumerHeartbeatParams
 from kohort.broker.handlers import handles
 from kohort.broker.authorizer import AclOperation, ResourceType
-from kohort.broker.handlers.groups import client_host, group_denied, runtime, topic_partition_counts
+from kohort.broker.coordinator.machine import GroupType
+from kohort.broker.handlers.groups import client_host, group_denied, runtime
 from kohort.errors import ErrorCode
 from kohort.storage import StorageError
 from kohort.protocol.messages.consumer_group_describe import (
@@ -67,10 +66,10 @@ def _unavailable(ctx):
     rt = runtime(ctx)
     if rt is None:
         return rt, (ErrorCode.COORDINATOR_NOT_AVAILABLE, "no group coordinator on this broker")
-    if rt.consumer is None:
+    if not rt.groups.serves(GroupType.CONSUMER):
         return rt, (ErrorCode.UNSUPPORTED_VERSION, "the consumer group protocol is not enabled "
                     "(group.coordinator.rebalance.protocols)")
-    phase = rt.coordinator.phase
+    phase = rt.groups.phase
     if phase == "loading":
         return rt, (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None)
     if phase != "active":
@@ -99,7 +98,7 @@ async def handle_consumer_group_heartbeat(ctx, req: ConsumerGroupHeartbeatReques
         subscribed_topic_regex=req.subscribed_topic_regex if v >= 1 else None,
         server_assignor=req.server_assignor, owned=_owned_by_name(storage, req.topic_partitions),
         client_id=ctx.client_id or "", client_host=client_host(ctx), api_version=v)
-    res = await rt.call_consumer("heartbeat", p, topic_partition_counts(storage))
+    res = await rt.consumer_group_heartbeat(p)
     assignment = None
     if res.assignment is not None:
         assignment = HB.Assignment(topic_partitions=_by_id(storage, res.assignment,
@@ -127,9 +126,9 @@ async def handle_consumer_group_describe(ctx, req: ConsumerGroupDescribeRequest)
         if err:
             groups.append(DG(error_code=err[0], error_message=err[1], **base))
             continue
-        g = rt.consumer.groups.get(gid)
+        g = rt.groups.consumer_group(gid)
         if g is None:
-            msg = (f"Group {gid} is not a consumer group." if gid in rt.coordinator.groups
+            msg = (f"Group {gid} is not a consumer group." if rt.groups.classic_group(gid) is not None
                    else f"Group {gid} not found.")
             groups.append(DG(error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=msg, **base))
             continue
@@ -153,7 +152,7 @@ async def handle_consumer_group_describe(ctx, req: ConsumerGroupDescribeRequest)
         groups.append(DG(error_code=ErrorCode.NONE, error_message=None, group_id=gid,
                          group_state=g.state.value, group_epoch=g.group_epoch,
                          assignment_epoch=g.assignment_epoch,
-                         assignor_name=rt.consumer._preferred_assignor(g), members=members,
+                         assignor_name=rt.groups.assignor_name(gid), members=members,
                          authorized_operations=ctx.authorized_operations(ResourceType.GROUP, gid,
                                                                          req.include_authorized_operations)))
     return R(throttle_time_ms=0, groups=groups)

@@ -7,7 +7,7 @@ ListGroups filters by state (v4+, KIP-518) and by type (v5+, KIP-848).
 Authorization (Kafka's): DescribeGroups needs DESCRIBE on each group, DeleteGroups DELETE, else
 GROUP_AUTHORIZATION_FAILED for that group; ListGroups lists every group for DESCRIBE on the cluster,
 otherwise only the groups the principal may DESCRIBE (never an error).
-KIP-848 consumer groups (the runtime's `consumer` coordinator) are listed with type and protocol type
+KIP-848 consumer groups are listed (by the runtime, over every machine) with type and protocol type
 "consumer" and their state (Empty, Assigning, Reconciling, Stable); the classic coordinator's simple
 group that only holds their offsets is not listed separately. DescribeGroups answers a consumer group
 as Kafka does for a group that is not classic: GROUP_ID_NOT_FOUND (v6) or Dead (v0-v5); use
@@ -15,7 +15,7 @@ ConsumerGroupDescribe. DeleteGroups deletes an empty consumer group (NON_EMPTY_G
 """
 from __future__ import annotations
 
-from kohort.broker.coordinator.model import ListedGroup
+from kohort.broker.coordinator.machine import GroupType
 from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import handles
 from kohort.broker.handlers.groups import runtime
@@ -37,7 +37,7 @@ async def handle_describe_groups(ctx, req: DescribeGroupsRequest) -> DescribeGro
             DG(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, group_id=g, group_state="", protocol_type="",
                protocol_data="", members=[]) for g in req.groups])
     allowed = ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP, req.groups)
-    res = await rt.call("describe_groups", [g for g in req.groups if g in allowed], api_version=v)
+    res = await rt.describe_groups([g for g in req.groups if g in allowed], api_version=v)
     described = {g.group_id: g for g in res.groups}
     groups = []
     for gid in req.groups:
@@ -47,7 +47,7 @@ async def handle_describe_groups(ctx, req: DescribeGroupsRequest) -> DescribeGro
                              protocol_type="", protocol_data="", members=[]))
             continue
         msg = None
-        if rt.consumer is not None and rt.consumer.is_consumer_group(g.group_id) and not g.error_code:
+        if rt.groups.type_of(g.group_id) is GroupType.CONSUMER and not g.error_code:
             groups.append(DG(error_code=ErrorCode.GROUP_ID_NOT_FOUND if v >= 6 else ErrorCode.NONE,
                              error_message=f"Group {g.group_id} is not a classic group." if v >= 6 else None,
                              group_id=g.group_id, group_state="Dead", protocol_type="", protocol_data="",
@@ -72,20 +72,10 @@ async def handle_list_groups(ctx, req: ListGroupsRequest) -> ListGroupsResponse:
     rt = runtime(ctx)
     if rt is None:
         return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=[])
-    res = await rt.call("list_groups", states_filter=list(req.states_filter or ()) if v >= 4 else (),
-                        types_filter=list(req.types_filter or ()) if v >= 5 else ())
+    res = await rt.list_groups(states_filter=tuple(req.states_filter or ()) if v >= 4 else (),
+                               types_filter=tuple(req.types_filter or ()) if v >= 5 else ())
     LG = ListGroupsResponse.ListedGroup
     listed = list(res.groups)
-    if rt.consumer is not None and not res.error_code:
-        consumer = rt.consumer.groups
-        listed = [g for g in listed if g.group_id not in consumer]
-        states = {x.lower() for x in (req.states_filter or ())} if v >= 4 else set()
-        types = {x.lower() for x in (req.types_filter or ())} if v >= 5 else set()
-        if not types or "consumer" in types:
-            for gid, cg in consumer.items():
-                state = cg.state.value
-                if not states or state.lower() in states:
-                    listed.append(ListedGroup(gid, "consumer", state, "consumer"))
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):
         visible = ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP, (g.group_id for g in listed))
         listed = [g for g in listed if g.group_id in visible]
@@ -103,20 +93,7 @@ async def handle_delete_groups(ctx, req: DeleteGroupsRequest) -> DeleteGroupsRes
             R(group_id=g, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE) for g in req.groups_names])
     deletable = ctx.authorized(AclOperation.DELETE, ResourceType.GROUP, req.groups_names)
     names = [g for g in req.groups_names if g in deletable]
-    consumer_errors = {}
-    if rt.consumer is not None and rt.coordinator.phase == "active":
-        for g in names:
-            e = await rt.call_consumer("delete_group", g)
-            if e is not None:
-                consumer_errors[g] = e
-    classic = [g for g in names if consumer_errors.get(g, 0) == 0]
-    res = await rt.call("delete_groups", classic)
-    results = dict(res.results)
-    for g, e in consumer_errors.items():
-        if e == 0 and results.get(g) == ErrorCode.GROUP_ID_NOT_FOUND:
-            results[g] = ErrorCode.NONE    # a consumer group that had no committed offsets
-        elif e:
-            results[g] = e
+    results = dict((await rt.delete_groups(names)).results)
     return DeleteGroupsResponse(throttle_time_ms=0, results=[
         R(group_id=g, error_code=results[g] if g in deletable else ErrorCode.GROUP_AUTHORIZATION_FAILED)
         for g in req.groups_names])

@@ -14,9 +14,9 @@ then the transaction coordinator verifies that the group's `__consumer_offsets` 
 producer's Ongoing transaction at its epoch (KIP-890 part 1 as Kafka's verification:
 INVALID_TXN_STATE, TRANSACTION_ABORTABLE from v4, or INVALID_PRODUCER_EPOCH for a fenced producer;
 CONCURRENT_TRANSACTIONS while the previous transaction completes), so no offset of a finished or
-fenced transaction is ever held pending; then the group checks (KIP-447, v3+ carry generation/member/instance; a KIP-848
-consumer group checks member and epoch, a stale epoch being ILLEGAL_GENERATION) and the offsets are
-held pending until the transaction's marker.
+fenced transaction is ever held pending; then the group's machine checks (KIP-447, v3+ carry
+generation/member/instance; a KIP-848 consumer group checks member and epoch, a stale epoch being
+ILLEGAL_GENERATION) and the offsets are held pending until the transaction's marker.
 
 Authorization (Kafka's): OffsetCommit needs READ on the group (else GROUP_AUTHORIZATION_FAILED on every
 partition) and READ on each topic (else TOPIC_AUTHORIZATION_FAILED, checked before existence);
@@ -32,7 +32,7 @@ import asyncio
 import dataclasses
 
 from kohort.broker.coordinator.model import (
-    CommitPartition, FetchedPartition, OffsetCommitParams, OffsetCommitResult, PartitionResult, OffsetDeleteParams,
+    CommitPartition, FetchedPartition, OffsetCommitParams, OffsetCommitResult, OffsetDeleteParams,
     OffsetFetchParams, OffsetFetchResult, TxnOffsetCommitParams,
 )
 from kohort.broker.handlers import handles
@@ -111,18 +111,7 @@ async def handle_offset_commit(ctx, req: OffsetCommitRequest) -> OffsetCommitRes
                 generation_id=req.generation_id_or_member_epoch, member_id=req.member_id,
                 group_instance_id=req.group_instance_id if v >= 7 else None,
                 retention_time_ms=req.retention_time_ms if v <= 4 else -1, api_version=v)
-            cerr = None
-            if rt.consumer is not None and rt.coordinator.phase == "active":
-                cerr = rt.consumer.validate_offset_commit(req.group_id, req.member_id,
-                                                          req.generation_id_or_member_epoch, v)
-            if cerr is not None:
-                # a consumer-protocol group: its offsets are stored as a simple group's
-                params = dataclasses.replace(params, generation_id=-1, member_id="", group_instance_id=None)
-            if cerr:
-                res = OffsetCommitResult(tuple((t, tuple(PartitionResult(pp.partition_index, cerr)
-                                                          for pp in parts)) for t, parts in known))
-            else:
-                res = await rt.call("offset_commit", params)
+            res = await rt.offset_commit(params)
             for name, prs in res.topics:
                 results.setdefault(name, []).extend(
                     CPart(partition_index=pr.partition_index, error_code=pr.error_code) for pr in prs)
@@ -137,12 +126,8 @@ async def _fetch_group(rt, group_id: str, topics, require_stable: bool, member_i
                        member_epoch: int = -1) -> OffsetFetchResult:
     if rt is None:
         return OffsetFetchResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    if rt.consumer is not None and rt.coordinator.phase == "active":
-        cerr = rt.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
-        if cerr:
-            return OffsetFetchResult(cerr)
     tps = None if topics is None else tuple((t.name, tuple(t.partition_indexes)) for t in topics)
-    return await rt.call("offset_fetch", OffsetFetchParams(group_id, tps, require_stable))
+    return await rt.offset_fetch(OffsetFetchParams(group_id, tps, require_stable), member_id, member_epoch)
 
 
 async def _fetch_authorized(ctx, rt, group_id: str, topics, require_stable: bool, member_id: str | None = None,
@@ -219,16 +204,7 @@ async def handle_offset_delete(ctx, req: OffsetDeleteRequest) -> OffsetDeleteRes
     T = OffsetDeleteResponse.Topic
     P = T.Partition
     results: dict[str, list] = {}
-    cg = rt.consumer.groups.get(req.group_id) if rt.consumer is not None and rt.coordinator.phase == "active" \
-        else None
-    if cg is not None:      # a consumer group: offsets of topics it subscribes to stay (Kafka)
-        subscribed = set(cg.subscribed_metadata)
-        for name, parts in known:
-            if name in subscribed:
-                results[name] = [P(partition_index=i, error_code=ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
-                                 for i in parts]
-        known = [(name, parts) for name, parts in known if name not in subscribed]
-    res = await rt.call("offset_delete", OffsetDeleteParams(req.group_id, tuple(known)))
+    res = await rt.offset_delete(OffsetDeleteParams(req.group_id, tuple(known)))
     if res.error_code:
         return OffsetDeleteResponse(error_code=res.error_code, throttle_time_ms=0, topics=[])
     for name, prs in res.topics:
@@ -278,17 +254,10 @@ async def handle_txn_offset_commit(ctx, req: TxnOffsetCommitRequest) -> TxnOffse
             code = await b.txn.implicit_add(req.transactional_id, req.producer_id, req.producer_epoch, [tp])
         if code == ErrorCode.INVALID_TXN_STATE and v >= 4:
             code = ErrorCode.TRANSACTION_ABORTABLE
-        cerr = None
-        if not code and rt.consumer is not None and rt.coordinator.phase == "active":
-            cerr = rt.consumer.validate_offset_commit(req.group_id, member, generation, 9)
-            if cerr == ErrorCode.STALE_MEMBER_EPOCH:
-                cerr = ErrorCode.ILLEGAL_GENERATION
-        if code or cerr:
-            all_known(code or cerr)
+        if code:
+            all_known(code)
         else:
-            if cerr is not None:     # a consumer-protocol group: offsets kept as a simple group's
-                generation, member, instance = -1, "", None
-            res: OffsetCommitResult = await rt.call("txn_offset_commit", TxnOffsetCommitParams(
+            res: OffsetCommitResult = await rt.txn_offset_commit(TxnOffsetCommitParams(
                 req.group_id, req.producer_id, req.producer_epoch, tuple(known), generation, member, instance))
             for name, prs in res.topics:
                 results.setdefault(name, []).extend(

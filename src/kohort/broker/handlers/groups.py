@@ -5,11 +5,11 @@ v0-v5, Heartbeat (12) v0-v4, LeaveGroup (13) v0-v5.
 FindCoordinator: this node coordinates every group and transactional id (key_type 0 and 1); v4+
 answers each of the batched `coordinator_keys` (KIP-699). Other key types get INVALID_REQUEST.
 JoinGroup v0 has no rebalance timeout (the session timeout is used); v4+ gets MEMBER_ID_REQUIRED for
-an unknown member (KIP-394); protocol_name is nullable from v7 ("" before). JoinGroup, SyncGroup,
-Heartbeat and LeaveGroup for the id of a KIP-848 consumer group with members are answered by the
-consumer-group coordinator (classic members in a consumer group, kohort.broker.coordinator.
-classic_members); a JoinGroup for an empty consumer group deletes it first (Kafka converts empty groups). LeaveGroup v0-v2 carry one
-member_id and report its error at the top level; v3+ batch members (KIP-345).
+an unknown member (KIP-394); protocol_name is nullable from v7 ("" before). The runtime sends
+JoinGroup, SyncGroup, Heartbeat and LeaveGroup to the group's owner (`runtime.groups.owner`): a KIP-848
+consumer group's machine answers its classic members (kohort.broker.coordinator.classic_members), and
+a JoinGroup for an empty consumer group deletes it first (Kafka converts empty groups). LeaveGroup
+v0-v2 carry one member_id and report its error at the top level; v3+ batch members (KIP-345).
 
 Authorization (Kafka's): FindCoordinator needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or
 the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key from v4; JoinGroup, SyncGroup,
@@ -35,18 +35,6 @@ from kohort.protocol.messages.sync_group import SyncGroupRequest, SyncGroupRespo
 def runtime(ctx):
     """The coordinator runtime, or None when this broker runs without one."""
     return getattr(ctx.broker, "coordinator", None)
-
-
-def _consumer(rt, group_id: str):
-    """The consumer-group coordinator if `group_id` is one of its groups (KIP-848), else None."""
-    consumer = getattr(rt, "consumer", None)
-    if consumer is not None and rt.coordinator.phase == "active" and consumer.is_consumer_group(group_id):
-        return consumer
-    return None
-
-
-def topic_partition_counts(storage) -> dict[str, int]:
-    return {t.name: t.num_partitions for t in storage.topics()}
 
 
 def group_denied(ctx, group_id: str, op: AclOperation = AclOperation.READ) -> int:
@@ -117,13 +105,6 @@ async def handle_join_group(ctx, req: JoinGroupRequest) -> JoinGroupResponse:
         return JoinGroupResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                  generation_id=-1, protocol_name=None if v >= 7 else "", leader="",
                                  member_id=req.member_id, members=[])
-    consumer = _consumer(rt, req.group_id)
-    if consumer is not None and not consumer.groups[req.group_id].members:
-        if await rt.call_consumer("delete_group", req.group_id) not in (None, ErrorCode.NONE):
-            return JoinGroupResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                     generation_id=-1, protocol_name=None if v >= 7 else "", leader="",
-                                     member_id=req.member_id, members=[])
-        consumer = None
     p = JoinParams(
         group_id=req.group_id, member_id=req.member_id,
         group_instance_id=req.group_instance_id if v >= 5 else None,
@@ -133,11 +114,7 @@ async def handle_join_group(ctx, req: JoinGroupRequest) -> JoinGroupResponse:
         protocol_type=req.protocol_type,
         protocols=tuple((pr.name, bytes(pr.metadata)) for pr in req.protocols),
         reason=req.reason if v >= 8 else None, api_version=v)
-    if consumer is not None:
-        res = await rt.call_consumer("classic_join", p, topic_partition_counts(ctx.broker.storage))
-    else:
-        res = await rt.call("join_group", p)
-    return _join_response(v, res)
+    return _join_response(v, await rt.join_group(p))
 
 
 # -- SyncGroup -----------------------------------------------------------------------------------
@@ -156,10 +133,7 @@ async def handle_sync_group(ctx, req: SyncGroupRequest) -> SyncGroupResponse:
         protocol_type=req.protocol_type if v >= 5 else None,
         protocol_name=req.protocol_name if v >= 5 else None,
         assignments=tuple((a.member_id, bytes(a.assignment)) for a in req.assignments), api_version=v)
-    if _consumer(rt, req.group_id) is not None:
-        res = await rt.call_consumer("classic_sync", p)
-    else:
-        res = await rt.call("sync_group", p)
+    res = await rt.sync_group(p)
     return SyncGroupResponse(throttle_time_ms=0, error_code=res.error_code, protocol_type=res.protocol_type,
                              protocol_name=res.protocol_name, assignment=res.assignment)
 
@@ -174,10 +148,7 @@ async def handle_heartbeat(ctx, req: HeartbeatRequest) -> HeartbeatResponse:
         return HeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
     p = HeartbeatParams(req.group_id, req.generation_id, req.member_id,
                         req.group_instance_id if ctx.api_version >= 3 else None)
-    if _consumer(rt, req.group_id) is not None:
-        res = await rt.call_consumer("classic_heartbeat", p)
-    else:
-        res = await rt.call("heartbeat", p)
+    res = await rt.heartbeat(p)
     return HeartbeatResponse(throttle_time_ms=0, error_code=res.error_code)
 
 
@@ -196,10 +167,7 @@ async def handle_leave_group(ctx, req: LeaveGroupRequest) -> LeaveGroupResponse:
                         for m in req.members)
     else:
         members = (LeaveMember(req.member_id),)
-    if _consumer(rt, req.group_id) is not None:
-        res = await rt.call_consumer("classic_leave", LeaveParams(req.group_id, members))
-    else:
-        res = await rt.call("leave_group", LeaveParams(req.group_id, members))
+    res = await rt.leave_group(LeaveParams(req.group_id, members))
     if v < 3:
         code = res.error_code or (res.members[0].error_code if res.members else ErrorCode.NONE)
         return LeaveGroupResponse(throttle_time_ms=0, error_code=code)

@@ -1,0 +1,126 @@
+"""The group registry: every group id the coordinator knows, its GroupType and the machine that owns
+it. Handlers, the console, the metrics and the group events ask it (through `runtime.groups`) and
+nothing else about which machine serves a group; the runtime asks it where to send an operation.
+
+A group id is one group: a KIP-848 consumer group (owned by `ConsumerGroups`) or a classic group
+(owned by `ClassicGroupCoordinator`). Committed offsets are kept apart from both, by group id, in the
+classic machine's OffsetMetadataManager (kohort.broker.coordinator.offsets); a consumer group's
+commits go there through the classic machine as those of a memberless "simple" group of the same id,
+part of the consumer group, never a group of its own. Pure: reads the machines' state, changes nothing.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Mapping
+
+from .consumer_group import ConsumerGroups
+from .consumer_group_model import ConsumerGroup
+from .coordinator import ClassicGroupCoordinator
+from .group import ClassicGroup, CommittedOffset, GroupState
+from .machine import GroupMachine, GroupType
+
+
+class GroupRegistry:
+    def __init__(self, classic: ClassicGroupCoordinator, consumer: ConsumerGroups | None = None) -> None:
+        self.classic = classic
+        self.consumer = consumer          # None when group.coordinator.rebalance.protocols lacks it
+        self.machines: tuple[GroupMachine, ...] = tuple(m for m in (classic, consumer) if m is not None)
+
+    # -- serving -----------------------------------------------------------------------------------
+    @property
+    def phase(self) -> str:
+        """loading | active | inactive (the coordinator loads every machine at once)."""
+        return self.classic.phase
+
+    @property
+    def active(self) -> bool:
+        return self.classic.phase == "active"
+
+    def serves(self, group_type: GroupType) -> bool:
+        """Whether this broker serves groups of `group_type` at all."""
+        return any(m.GROUP_TYPE is group_type for m in self.machines)
+
+    # -- which group, which machine ----------------------------------------------------------------
+    def type_of(self, group_id: str) -> GroupType | None:
+        """The type of the live group `group_id`; None when there is none (unknown or Dead)."""
+        if self.consumer is not None and group_id in self.consumer.groups:
+            return GroupType.CONSUMER
+        g = self.classic.groups.get(group_id)
+        if g is not None and not g.is_(GroupState.DEAD):
+            return GroupType.CLASSIC
+        return None
+
+    def owner(self, group_id: str) -> GroupMachine:
+        """The machine answering group `group_id`'s membership requests: its consumer-group machine
+        when it is a consumer group and the coordinator is serving, else the classic coordinator
+        (which also answers unknown ids, a loading or an unloaded coordinator)."""
+        if self.active and self.consumer is not None and group_id in self.consumer.groups:
+            return self.consumer
+        return self.classic
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        return self.consumer.groups.get(group_id) if self.consumer is not None else None
+
+    def classic_group(self, group_id: str) -> ClassicGroup | None:
+        """The classic coordinator's group (a Dead one or a consumer group's offsets holder too)."""
+        return self.classic.groups.get(group_id)
+
+    def consumer_groups(self) -> Mapping[str, ConsumerGroup]:
+        return self.consumer.groups if self.consumer is not None else {}
+
+    def classic_groups(self) -> Mapping[str, ClassicGroup]:
+        """Every group the classic coordinator holds, simple groups and offsets holders included."""
+        return self.classic.groups
+
+    def group_ids(self, include_dead: bool = False) -> set[str]:
+        """Every group id: consumer groups and classic ones (Dead ones too with `include_dead`)."""
+        ids = {gid for gid, g in self.classic.groups.items() if include_dead or not g.is_(GroupState.DEAD)}
+        ids.update(self.consumer_groups())
+        return ids
+
+    # -- what callers read -------------------------------------------------------------------------
+    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
+        """The group's committed offsets, (topic, partition) -> CommittedOffset (any group type)."""
+        return dict(self.classic.offsets.of(group_id))
+
+    def all_committed_offsets(self) -> Iterator[tuple[str, Mapping[tuple[str, int], CommittedOffset]]]:
+        """(group id, its committed offsets) for every group holding any, by group id."""
+        yield from self.classic.offsets.groups()
+
+    def assignor_name(self, group_id: str) -> str | None:
+        """The server assignor a consumer group uses (Kafka's vote over its members), or the
+        classic group's chosen protocol."""
+        cg = self.consumer_group(group_id)
+        if cg is not None and self.consumer is not None:
+            return self.consumer.assignor_name(cg)
+        g = self.classic.groups.get(group_id)
+        return g.protocol_name if g is not None else None
+
+    def consumer_subscribed_topics(self, group_id: str) -> set[str] | None:
+        """The topics a serving coordinator's consumer group `group_id` subscribes to; None when it is
+        not a consumer group."""
+        cg = self.consumer_group(group_id) if self.active else None
+        return None if cg is None else set(cg.subscribed_metadata)
+
+    def classic_group_active(self, group_id: str) -> bool:
+        """A classic group with members or a rebalance under way (not Empty, not Dead)."""
+        g = self.classic.groups.get(group_id)
+        return g is not None and not g.is_(GroupState.EMPTY, GroupState.DEAD)
+
+    def offsets_in_use(self, group_id: str) -> bool:
+        """A consumer group with members: its offsets do not expire."""
+        cg = self.consumer_group(group_id)
+        return cg is not None and bool(cg.members)
+
+    # -- offsets: the group's machine validates ------------------------------------------------------
+    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
+                               api_version: int) -> int | None:
+        """None when the classic rules apply (not a consumer group, or not serving); else the error
+        code for a commit with this member id and epoch."""
+        if self.consumer is None or not self.active:
+            return None
+        return self.consumer.validate_offset_commit(group_id, member_id, member_epoch, api_version)
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int | None:
+        if self.consumer is None or not self.active:
+            return None
+        return self.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
