@@ -28,11 +28,22 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 
+def _kohort_config(addr, opts) -> dict:
+    """kohort's producer settings for a run: only bootstrap.servers (+ compression.type) with
+    opts.defaults, else the shared settings (acks=all, linger.ms=5); batch.size only when given."""
+    extra = {"batch.size": opts.batch_size} if opts.batch_size else {}
+    if getattr(opts, "defaults", False):
+        base = {"bootstrap.servers": addr}
+        if opts.compression != "none":
+            base["compression.type"] = opts.compression
+    else:
+        base = {"bootstrap.servers": addr, "acks": "all", "linger.ms": 5, "compression.type": opts.compression}
+    return {**base, **extra, **opts.kohort_extra}
+
+
 def run_kohort(addr, topic, n, value, opts):
     from kohort.client.producer import Producer
-    extra = {"batch.size": opts.batch_size} if opts.batch_size else {}
-    p = Producer({"bootstrap.servers": addr, "acks": "all", "linger.ms": 5,
-                  "compression.type": opts.compression, **extra, **opts.kohort_extra})
+    p = Producer(_kohort_config(addr, opts))
     p.partitions_for(topic)            # metadata before timing, as every client below does
     produce = p.produce
     t = time.perf_counter()
@@ -49,9 +60,7 @@ def run_kohort_batch(addr, topic, n, value, opts, chunk=10_000):
     """kohort's columnar Producer.produce_batch: the same records in calls of `chunk` (a list built
     before timing, as an Arrow batch or a DataFrame partition would hand them over)."""
     from kohort.client.producer import Producer
-    extra = {"batch.size": opts.batch_size} if opts.batch_size else {}
-    p = Producer({"bootstrap.servers": addr, "acks": "all", "linger.ms": 5,
-                  "compression.type": opts.compression, **extra, **opts.kohort_extra})
+    p = Producer(_kohort_config(addr, opts))
     p.partitions_for(topic)
     values = [value] * chunk
     futs = []
@@ -70,8 +79,14 @@ def run_kohort_batch(addr, topic, n, value, opts, chunk=10_000):
 def run_confluent(addr, topic, n, value, opts):
     from confluent_kafka import Producer
     extra = {"batch.size": opts.batch_size} if opts.batch_size else {}
-    p = Producer({"bootstrap.servers": addr, "acks": "all", "linger.ms": 5,
-                  "compression.type": opts.compression, "queue.buffering.max.messages": 1000000, **extra})
+    if getattr(opts, "defaults", False):
+        conf = {"bootstrap.servers": addr}
+        if opts.compression != "none":
+            conf["compression.type"] = opts.compression
+    else:
+        conf = {"bootstrap.servers": addr, "acks": "all", "linger.ms": 5, "compression.type": opts.compression,
+                "queue.buffering.max.messages": 1000000}
+    p = Producer({**conf, **extra})
     p.list_topics(topic, timeout=10)
     produce, poll = p.produce, p.poll
     t = time.perf_counter()
@@ -163,6 +178,22 @@ def start_broker(kind):
     return kind, lambda: None
 
 
+def _child(opts) -> int:
+    """One client, one run, in this process: prints "SECONDS <s>" (bench runs each client apart)."""
+    from cases.common import values
+    value = values(opts.size, 1)[0]
+    if opts.profile:
+        import cProfile
+        import pstats
+        prof = cProfile.Profile()
+        dt = prof.runcall(CLIENTS[opts.child], opts.broker, opts.topic, opts.records, value, opts)
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(opts.profile)
+    else:
+        dt = CLIENTS[opts.child](opts.broker, opts.topic, opts.records, value, opts)
+    print(f"SECONDS {dt}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -172,30 +203,55 @@ def main(argv=None) -> int:
     ap.add_argument("--compression", default="none")
     ap.add_argument("--batch-size", type=int, default=None,
                     help="the same batch size (bytes) for every client (default: each client's own default)")
+    ap.add_argument("--defaults", action="store_true",
+                    help="every client at its own defaults: only bootstrap.servers (+ compression.type)")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds, each client in its own process")
+    ap.add_argument("--profile", type=int, default=0, help="cProfile each run, print the top N functions")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("-X", action="append", default=[], help="extra kohort producer setting KEY=VALUE")
     opts = ap.parse_args(argv)
     opts.kohort_extra = dict(x.split("=", 1) for x in opts.X)
+    if opts.child:
+        return _child(opts)
     addr, stop = start_broker(opts.broker)
-    value = b"x" * opts.size
-    results = []
+    results: dict[str, list[float]] = {}
+    names = opts.clients.split(",")
     try:
         from kohort.client.admin import Admin
         admin = Admin({"bootstrap.servers": addr})
-        for name in opts.clients.split(","):
-            topic = f"bench-{name.replace(' ', '-')}-{os.getpid()}-{len(results)}"
-            admin.create_topics({topic: 1})
-            dt = CLIENTS[name](addr, topic, opts.records, value, opts)
-            ends = admin.list_offsets({(topic, 0): -1})
-            rate = opts.records / dt
-            results.append((name, dt, rate, ends[(topic, 0)]))
-            print(f"{name:16s} {opts.records:>9,} records in {dt:7.2f}s  {rate:>10,.0f} records/s  "
-                  f"(log end offset {ends[(topic, 0)]:,})", flush=True)
+        for rnd in range(opts.rounds):
+            for name in names:
+                topic = f"bench-{name.replace(' ', '-')}-{os.getpid()}-{rnd}"
+                admin.create_topics({topic: 1})
+                cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--broker", addr,
+                       "--topic", topic, "--records", str(opts.records), "--size", str(opts.size),
+                       "--compression", opts.compression, "--profile", str(opts.profile)]
+                cmd += (["--batch-size", str(opts.batch_size)] if opts.batch_size else [])
+                cmd += (["--defaults"] if opts.defaults else []) + [f"-X{x}" for x in opts.X]
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+                line = [x for x in r.stdout.splitlines() if x.startswith("SECONDS ")]
+                if r.returncode or not line:
+                    raise RuntimeError(f"{name} failed: {r.stderr[-2000:]}")
+                if opts.profile:
+                    print(r.stderr, file=sys.stderr)
+                dt = float(line[0].split()[1])
+                ends = admin.list_offsets({(topic, 0): -1})
+                rate = opts.records / dt
+                results.setdefault(name, []).append(rate)
+                print(f"round {rnd} {name:20s} {opts.records:>9,} records in {dt:7.2f}s  {rate:>10,.0f} "
+                      f"records/s  (log end offset {ends[(topic, 0)]:,})", flush=True)
         admin.close()
     finally:
         stop()
-    best = max(results, key=lambda r: r[2])
-    print(f"fastest: {best[0]} on {opts.broker}, {opts.records:,} x {opts.size} B, compression "
-          f"{opts.compression}, batch size {opts.batch_size or 'client default'}")
+    med = {k: sorted(v)[len(v) // 2] for k, v in results.items()}
+    ref = med.get("confluent-kafka")
+    for k, v in med.items():
+        ratio = f"  x{v / ref:.2f} vs confluent-kafka" if ref and k != "confluent-kafka" else ""
+        print(f"median {k:20s} {v:>10,.0f} records/s{ratio}")
+    print(f"{opts.records:,} x {opts.size} B, compression {opts.compression}, batch size "
+          f"{opts.batch_size or 'client default'}, {'defaults' if opts.defaults else 'acks=all linger.ms=5'}, "
+          f"{opts.rounds} round(s)")
     return 0
 
 
