@@ -1044,7 +1044,8 @@ typedef struct {
     PyObject *buf;              /* bytearray: the encoded records (None once done) */
     Py_ssize_t count;
     long long base_ts, max_ts;
-    Py_ssize_t size_limit;
+    Py_ssize_t size_limit;      /* room reserved so far: a record past it is not appended */
+    Py_ssize_t cap;             /* batch.size: closed once nearly this large (0: size_limit) */
     char closed;
     PyObject *ts_list;          /* per-record timestamps once they differ from base_ts, else None */
 } RecordBuffer;
@@ -1087,7 +1088,8 @@ static PyMemberDef rb_members[] = {
     {"count", T_PYSSIZET, offsetof(RecordBuffer, count), 0, "records appended"},
     {"base_ts", T_LONGLONG, offsetof(RecordBuffer, base_ts), 0, "the first record's timestamp"},
     {"max_ts", T_LONGLONG, offsetof(RecordBuffer, max_ts), 0, "the largest timestamp"},
-    {"size_limit", T_PYSSIZET, offsetof(RecordBuffer, size_limit), 0, "batch.size"},
+    {"size_limit", T_PYSSIZET, offsetof(RecordBuffer, size_limit), 0, "room reserved so far"},
+    {"cap", T_PYSSIZET, offsetof(RecordBuffer, cap), 0, "batch.size: closed once nearly this large"},
     {"closed", T_BOOL, offsetof(RecordBuffer, closed), 0, "no more records go in"},
     {"ts_list", T_OBJECT, offsetof(RecordBuffer, ts_list), 0, "per-record timestamps or None"},
     {NULL},
@@ -1205,7 +1207,7 @@ static int rb_append_raw(RecordBuffer *rb, const char *key, Py_ssize_t kl, const
     else if (ts > rb->max_ts)
         rb->max_ts = ts;
     rb->count = n + 1;
-    if (used + total + 64 >= rb->size_limit)
+    if (used + total + 64 >= (rb->cap > 0 ? rb->cap : rb->size_limit))
         rb->closed = 1;
     *delta = n;
     return 1;
