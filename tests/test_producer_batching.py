@@ -181,3 +181,38 @@ def test_keyed_records_land_where_java_puts_them(cluster3, c_twin):
         assert [f.result(0).partition for f in futs] == [partition_for_key(k, 3) for k in keys]
     finally:
         p.close(5)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("c_twin", [pytest.param(True, marks=needs_ext), False])
+def test_a_producing_thread_sends_its_batches_itself_before_they_fill(cluster, c_twin):
+    """With batches far from full (1 MB batch.size), the thread calling produce() takes its turn at
+    the I/O every TICK_MS: batches lingered out go out from it, not only from the I/O thread (which
+    would wait for the GIL held by the producing thread)."""
+    import threading
+    import time
+    old = R.use_extension(c_twin)
+    try:
+        p = Producer({"bootstrap.servers": cluster.bootstrap})
+    finally:
+        R.use_extension(old)
+    senders = []
+    send = p.sender._send_batches
+
+    def observed(node, batches):
+        senders.append(threading.current_thread() is threading.main_thread())
+        return send(node, batches)
+    p.sender._send_batches = observed
+    try:
+        p.produce("t", b"first").result(10)          # metadata and producer id out of the way
+        senders.clear()
+        n = 0
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            p.produce("t", b"%06d" % n)
+            n += 1
+        assert p.flush(15) == 0
+        assert any(senders), senders
+        assert cluster.values("t", 0) == [b"first"] + [b"%06d" % i for i in range(n)]
+    finally:
+        p.close(5)

@@ -73,6 +73,11 @@ _PRODUCE_MAX_VERSION = 12           # v13 addresses topics by id only (KIP-516)
 
 
 _time_ns = time.time_ns
+_monotonic_ns = time.monotonic_ns
+# While a thread is producing, it takes a turn at the I/O (Sender.poke) at most this often, so that
+# batches go out and answers are read without a hand-over of the GIL to the I/O thread (which waits
+# up to sys.getswitchinterval(), 5 ms, each time while the producing thread runs Python code).
+TICK_MS = 1.0
 
 
 def _always(_node) -> bool:
@@ -133,6 +138,7 @@ class Producer:
         self._topics: dict[str, _TopicInfo] = {}
         self._meta_cond = threading.Condition()
         self._closed = False
+        self._next_tick_ns = 0
         self.acc = RecordAccumulator(
             batch_size=max(c["batch.size"], 1), linger_ms=c["linger.ms"], buffer_memory=c["buffer.memory"],
             max_block_ms=c["max.block.ms"], delivery_timeout_ms=c["delivery.timeout.ms"],
@@ -149,7 +155,8 @@ class Producer:
             self.produce = self.send = twin.FastProduce(
                 self, self.sender, self.sender.net, self.acc.batches, self.acc.lock, self._sticky_now,
                 DeliveryFuture, types.MethodType(Producer.produce, self), self._batch_full,
-                -1 if custom is not None else 0 if self._ignore_keys else 1, self._max_record)
+                -1 if custom is not None else 0 if self._ignore_keys else 1, self._max_record,
+                self.sender.poke, TICK_MS)
         self.sender.thread.start()
 
     # -- public API -----------------------------------------------------------------------------------
@@ -172,6 +179,9 @@ class Producer:
             fut.add_done_callback(_delivery_adapter(on_delivery))
         if wake:
             self._batch_full(topic, partition, sticky)
+        elif _monotonic_ns() >= self._next_tick_ns:
+            self._next_tick_ns = _monotonic_ns() + int(TICK_MS * 1e6)
+            self.sender.poke()
         if self.stats is not None:
             self.stats.maybe_emit(self._stats_extra)
         return fut
@@ -254,6 +264,7 @@ class Producer:
 
     def _batch_full(self, topic: str, partition: int, sticky: bool) -> None:
         """A record filled its batch: stick to another partition (KIP-480) and send it now."""
+        self._next_tick_ns = _monotonic_ns() + int(TICK_MS * 1e6)
         if sticky:
             info = self._topics.get(topic)
             if info is not None:
@@ -599,10 +610,12 @@ class _Sender:
             self._fail_everything(KohortError("the producer was closed before these records were sent"))
 
     def poke(self) -> None:
-        """Called by the producing thread when a batch filled: do the I/O now if nobody else is."""
+        """Called by the producing thread when a batch filled and every TICK_MS while it produces: do
+        the I/O now if nobody else is. If this thread is polling, it is told that a producer is busy
+        (`last_poke_ms`), so it leaves the next turns to the producing thread."""
+        self.last_poke_ms = _now_ms()
         if self.io_lock.acquire(False):
             try:
-                self.last_poke_ms = _now_ms()
                 self.step(0.0)
             finally:
                 self.io_lock.release()
