@@ -155,6 +155,124 @@ def run_java(addr, topic, n, value, opts):
     return float(line[0].split()[1])
 
 
+def _confluent_config(addr, opts) -> dict:
+    conf = {"bootstrap.servers": addr}
+    if opts.compression != "none":
+        conf["compression.type"] = opts.compression
+    return conf
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def latency_kohort(addr, topic, n, value, rate, opts) -> list[float]:
+    """produce -> acknowledgement times (s) of n records produced at `rate` records/s, kohort at its
+    defaults; a record's time ends when its future's callback runs."""
+    from kohort.client.producer import Producer
+    p = Producer(_kohort_config(addr, opts))
+    p.partitions_for(topic)
+    p.produce(topic, value).result(30)          # connection and producer id before the clock
+    sent = [0.0] * n
+    acked = [0.0] * n
+    clock = time.perf_counter
+
+    def done(i):
+        def cb(_fut):
+            acked[i] = clock()
+        return cb
+    t0 = clock()
+    for i in range(n):
+        due = t0 + i / rate
+        while (d := due - clock()) > 0:
+            time.sleep(min(d, 0.0005))
+        sent[i] = clock()
+        p.produce(topic, value).add_done_callback(done(i))
+    assert p.flush(60) == 0
+    p.close()
+    return [a - s for s, a in zip(sent, acked)]
+
+
+def latency_confluent(addr, topic, n, value, rate, opts) -> list[float]:
+    """The same with confluent-kafka at its defaults; delivery reports are served by poll(0) after
+    every produce() and by poll() between records, as an application at a steady rate would."""
+    from confluent_kafka import Producer
+    p = Producer(_confluent_config(addr, opts))
+    p.list_topics(topic, timeout=10)
+    p.produce(topic, value)
+    p.flush(30)
+    sent = [0.0] * n
+    acked = [0.0] * n
+    clock = time.perf_counter
+
+    def done(i):
+        def cb(err, _msg):
+            acked[i] = clock() if err is None else float("nan")
+        return cb
+    t0 = clock()
+    for i in range(n):
+        due = t0 + i / rate
+        while (d := due - clock()) > 0:
+            p.poll(min(d, 0.0005))
+        sent[i] = clock()
+        p.produce(topic, value, on_delivery=done(i))
+        p.poll(0)
+    assert p.flush(60) == 0
+    return [a - s for s, a in zip(sent, acked)]
+
+
+def memory_kohort(addr, topic, n, value, partitions, opts) -> dict:
+    """RSS growth (KiB) while n records go round-robin to `partitions` partitions at once (kohort at
+    its defaults), peak sampled every 10 ms by a thread; and the time taken."""
+    from kohort.client.producer import Producer
+    p = Producer(_kohort_config(addr, opts))
+    p.partitions_for(topic)
+    return _memory_run(lambda i: p.produce(topic, value, partition=i % partitions), p.flush, n,
+                       after=p.close)
+
+
+def memory_confluent(addr, topic, n, value, partitions, opts) -> dict:
+    from confluent_kafka import Producer
+    p = Producer(_confluent_config(addr, opts))
+    p.list_topics(topic, timeout=10)
+
+    def one(i):
+        try:
+            p.produce(topic, value, partition=i % partitions)
+        except BufferError:
+            p.poll(0.05)
+            p.produce(topic, value, partition=i % partitions)
+        if i & 1023 == 0:
+            p.poll(0)
+    return _memory_run(one, lambda: p.flush(120), n)
+
+
+def _memory_run(one, flush, n, after=None) -> dict:
+    import threading
+    base = _rss_kb()
+    peak = [base]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(0.01):
+            peak[0] = max(peak[0], _rss_kb())
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    t = time.perf_counter()
+    for i in range(n):
+        one(i)
+    left = flush()
+    dt = time.perf_counter() - t
+    stop.set()
+    th.join()
+    peak[0] = max(peak[0], _rss_kb())
+    if after is not None:
+        after()
+    assert left == 0
+    return {"rss_growth_kb": peak[0] - base, "seconds": dt}
+
+
 CLIENTS = {"kohort": run_kohort, "kohort produce_batch": run_kohort_batch, "confluent-kafka": run_confluent,
            "kafka-python": run_kafka_python, "aiokafka": run_aiokafka, "java": run_java}
 
