@@ -3,14 +3,17 @@ KafkaProducer, same broker, one run.
 
 Each client produces N records of S bytes (null keys) to its own fresh single-partition topic and
 flushes; the time from the first produce call to the end of flush gives records/s. Same settings for
-all: acks=all, linger.ms=5, no compression, each client's default batch size (Kafka's 16384 for kohort,
-kafka-python, aiokafka and Java; librdkafka's 1,000,000 for confluent-kafka) unless --batch-size sets one
-for all.
+all: acks=all, linger.ms=5, no compression, each client's default batch size (1,000,000 for kohort and
+librdkafka, Kafka's 16384 for kafka-python, aiokafka and Java) unless --batch-size sets one for all;
+--defaults gives kohort and confluent-kafka only bootstrap.servers (+ compression.type). Each client
+runs in its own process, --rounds N interleaved (medians and the ratio to confluent-kafka at the end).
 
     .venv/bin/python bench/bench_producer.py                      # 1,000,000 x 100 B on a kohort broker
     .venv/bin/python bench/bench_producer.py --broker tansu       # on Tansu
     .venv/bin/python bench/bench_producer.py --broker 127.0.0.1:9092 --records 200000 --clients kohort
     .venv/bin/python bench/bench_producer.py --clients "kohort,kohort produce_batch"   # the columnar API
+    .venv/bin/python bench/bench_producer.py --defaults --clients kohort,confluent-kafka --rounds 3 \
+        --size 1024 --records 50000 --compression lz4 [--profile 20]   # side by side at defaults
 
 "kohort produce_batch" is Producer.produce_batch in calls of 10,000 records (its own column).
 """
