@@ -29,6 +29,8 @@ Connection errors become one clear line naming the addresses tried and what to d
 """
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 import time
 import types
@@ -41,6 +43,7 @@ from kohort.client.config import load_config, parse_bootstrap
 from kohort.client.stats import ClientStats
 from kohort.client.network import NetworkClient, Versioned, unreachable_message
 from kohort.client.partitioner import DefaultPartitioner, murmur2
+from kohort.client.sealer import Sealer
 from kohort.client.txn_manager import PRODUCE_MAX_VERSION as _TXN_PRODUCE_MAX_VERSION
 from kohort.client.txn_manager import TransactionManager
 from kohort.errors import (
@@ -78,6 +81,12 @@ _monotonic_ns = time.monotonic_ns
 # batches go out and answers are read without a hand-over of the GIL to the I/O thread (which waits
 # up to sys.getswitchinterval(), 5 ms, each time while the producing thread runs Python code).
 TICK_MS = 1.0
+
+
+_NO_LOCK = contextlib.nullcontext()
+# A request whose batches take longer than this to seal (compress) is sealed on the Sealer's thread:
+# the hand-over of the GIL to it can take a switch interval while the producing thread runs Python.
+_HANDOFF_S = sys.getswitchinterval()
 
 
 def _always(_node) -> bool:
@@ -559,6 +568,9 @@ class _Sender:
         self.stats = {"requests": 0, "retries": 0, "disconnects": 0, "epoch_bumps": 0}
         self.last_poke_ms = 0
         self.thread = threading.Thread(target=self.run, name="kohort-producer-io", daemon=True)
+        # compressed batches are sealed on a thread of their own (client/sealer.py)
+        self.sealer = Sealer() if producer.compression != COMPRESSION_NONE else None
+        self._seal_s_per_byte = 0.0          # measured; 0 until a request was sealed
 
     @property
     def ever_connected(self) -> bool:
@@ -582,6 +594,8 @@ class _Sender:
         self.running = False
         self.wakeup()
         self.thread.join(10)
+        if self.sealer is not None:
+            self.sealer.stop()
         with self.io_lock:
             self.net.close()
 
@@ -862,8 +876,10 @@ class _Sender:
             self._send_batches(node, batches)
 
     def _send_batches(self, node: int, batches: list) -> None:
+        """Number the batches (sequences are taken here, in drain order) and send them as one Produce
+        request; batches to compress are sealed and sent by the Sealer thread, in order."""
         p = self.p
-        by_topic: dict[str, list] = {}
+        seals = []                       # (batch, sequence) of batches to seal
         for b in batches:
             if b.wire is None or (p.idempotent and (b.producer_id != self.producer_id
                                                      or b.producer_epoch != self.producer_epoch)):
@@ -872,11 +888,41 @@ class _Sender:
                     st = self.parts.setdefault((b.topic, b.partition), _PartitionState())
                     seq = st.next_sequence
                     st.next_sequence = (seq + b.count) & 0x7FFFFFFF
-                b.seal(self.producer_id, self.producer_epoch, seq, p.compression,
-                       0 if self.txn is None else ATTR_TRANSACTIONAL)
+                seals.append((b, seq))
             if p.idempotent:
                 self.parts[(b.topic, b.partition)].in_flight += 1
             b.in_flight = True
+        if p.acks != 0:
+            self.node_requests[node] = self.node_requests.get(node, 0) + 1
+        pid, epoch = self.producer_id, self.producer_epoch
+        self.stats["requests"] += 1
+        sealer = self.sealer
+        if sealer is not None and (sealer.pending() or seals and self._seal_s_per_byte * sum(
+                b.size for b, _ in seals) >= _HANDOFF_S):
+            # compressing takes longer than handing the GIL over would: on the Sealer's thread (and
+            # everything behind a request still being sealed waits its turn: order on the wire)
+            sealer.submit(lambda: self._seal_and_send(node, batches, seals, pid, epoch, self.io_lock))
+        else:
+            self._seal_and_send(node, batches, seals, pid, epoch, _NO_LOCK)
+
+    def _seal_and_send(self, node: int, batches: list, seals: list, pid: int, epoch: int, lock) -> None:
+        """Seal and send (on the Sealer thread, `lock` is io_lock: it guards what completes batches)."""
+        p = self.p
+        attrs = 0 if self.txn is None else ATTR_TRANSACTIONAL
+        try:
+            if seals:
+                t = time.perf_counter()
+                size = sum(b.size for b, _ in seals)
+                for b, seq in seals:
+                    b.seal(pid, epoch, seq, p.compression, attrs)
+                if size >= 65536:      # seconds per byte, smoothed: where the next request is sealed
+                    self._seal_s_per_byte = 0.7 * self._seal_s_per_byte + 0.3 * (time.perf_counter() - t) / size
+        except Exception as e:  # noqa: BLE001 - this request's batches fail, the producer goes on
+            with lock:
+                self._unsent(node, batches, KohortError(f"could not encode a batch: {e!r}"))
+            return
+        by_topic: dict[str, list] = {}
+        for b in batches:
             by_topic.setdefault(b.topic, []).append(b)
         PD = ProduceRequest.TopicProduceData
         PPD = PD.PartitionProduceData
@@ -886,23 +932,36 @@ class _Sender:
                              topic_data=[PD(name=t, partition_data=[PPD(index=b.partition, records=b.wire)
                                                                     for b in bs])
                                          for t, bs in by_topic.items()])
-        self.stats["requests"] += 1
         fut = self.net.send(node, req, expect_response=p.acks != 0,
                             max_version=_PRODUCE_MAX_VERSION if txn is None else _TXN_PRODUCE_MAX_VERSION,
                             min_version=_PRODUCE_MIN_VERSION)
         if p.acks == 0:
-            for b in batches:
-                b.in_flight = False
-                self._finish(b, -1, -1, None)
+            with lock:
+                for b in batches:
+                    b.in_flight = False
+                    self._finish(b, -1, -1, None)
         else:
-            self.node_requests[node] = self.node_requests.get(node, 0) + 1
+            _on_done(fut, lambda resp, err: self._on_produce(batches, resp, err, node))
 
-            def done(resp, err):
-                self.node_requests[node] -= 1
-                self._on_produce(batches, resp, err)
-            _on_done(fut, done)
+    def _unsent(self, node: int, batches: list, err: BaseException) -> None:
+        """A request that could not be built: its batches fail (their sequence numbers leave a gap)."""
+        p = self.p
+        if p.acks != 0:
+            self.node_requests[node] -= 1
+        for b in batches:
+            b.in_flight = False
+            st = self.parts.get((b.topic, b.partition))
+            if st is not None:
+                st.in_flight -= 1
+            if b.base_sequence >= 0 and p.idempotent:
+                self._sequence_gap(err)
+            elif self.txn is not None:
+                self._txn_batch_failed(err)
+            self._finish(b, -1, -1, err)
 
-    def _on_produce(self, batches, resp, err) -> None:
+    def _on_produce(self, batches, resp, err, node: int | None = None) -> None:
+        if node is not None:
+            self.node_requests[node] -= 1
         now = _now_ms()
         results = {}
         if resp is not None:
@@ -915,6 +974,8 @@ class _Sender:
             st = self.parts.get(tp)
             if st is not None:
                 st.in_flight -= 1
+            if b.done:                   # failed meanwhile (the producer failed everything)
+                continue
             if isinstance(err, IncompatibleBrokerVersionError):
                 self._finish(b, -1, -1, err)
                 continue
