@@ -44,7 +44,6 @@ from kohort.client.stats import ClientStats
 from kohort.client.network import NetworkClient, Versioned, unreachable_message
 from kohort.client.partitioner import DefaultPartitioner, murmur2
 from kohort.client.sealer import Sealer
-from kohort.client.txn_manager import PRODUCE_MAX_VERSION as _TXN_PRODUCE_MAX_VERSION
 from kohort.client.txn_manager import TransactionManager
 from kohort.errors import (
     ConfigError,
@@ -65,6 +64,7 @@ from kohort.protocol.compression import (
     COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
 )
+from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
 from kohort.protocol.messages.produce import ProduceRequest
 from kohort.protocol.records import ATTR_TRANSACTIONAL, producer_twin
@@ -570,6 +570,7 @@ class _Sender:
         self.thread = threading.Thread(target=self.run, name="kohort-producer-io", daemon=True)
         # compressed batches are sealed on a thread of their own (client/sealer.py)
         self.sealer = Sealer() if producer.compression != COMPRESSION_NONE else None
+        self.txn_features = None                 # a transactional producer's broker features: None, "asked", dict
         self._seal_s_per_byte = 0.0          # measured; 0 until a request was sealed
 
     @property
@@ -698,6 +699,10 @@ class _Sender:
         aborted transaction, send its next request. Returns ms until it needs another look."""
         m = self.txn
         cond = self.p._txn_cond
+        if self.txn_features is None:
+            self._ask_txn_features()
+        if self.txn_features in (None, "asked"):
+            return 20                          # transactions v1 or v2: known before the first request
         with cond:
             if (m.producer_id, m.producer_epoch) != (self.producer_id, self.producer_epoch) \
                     and self._total_in_flight() == 0:
@@ -723,6 +728,23 @@ class _Sender:
             fut = self.net.send(node, Versioned(req.api_key, req.build, req.max_version))
             _on_done(fut, lambda resp, err, req=req, fut=fut: self._on_txn_answer(req, resp, err, fut))
         return wait
+
+    def _ask_txn_features(self) -> None:
+        """ApiVersions once more, for the broker's finalized features: transaction.version >= 2 lets
+        the transaction manager speak transactions v2 (KIP-890 part 2), as Java 4.x's producer does."""
+        self.txn_features = "asked"
+
+        def done(resp, err):
+            levels = {}
+            if err is None and not resp.error_code:
+                levels = {f.name: f.max_version_level for f in resp.finalized_features or ()}
+            with self.p._txn_cond:
+                self.txn.v2_available = levels.get("transaction.version", 0) >= 2
+                self.txn_features = levels
+                self.p._txn_cond.notify_all()
+            self.wakeup()
+        _on_done(self.net.send(None, ApiVersionsRequest(client_software_name="kohort",
+                                                        client_software_version="0")), done)
 
     def _take_unsent_batches(self) -> list:
         """Queued batches never sent (no sequence numbers yet), removed from the accumulator."""
@@ -933,7 +955,7 @@ class _Sender:
                                                                     for b in bs])
                                          for t, bs in by_topic.items()])
         fut = self.net.send(node, req, expect_response=p.acks != 0,
-                            max_version=_PRODUCE_MAX_VERSION if txn is None else _TXN_PRODUCE_MAX_VERSION,
+                            max_version=_PRODUCE_MAX_VERSION if txn is None else txn.produce_max_version,
                             min_version=_PRODUCE_MIN_VERSION)
         if p.acks == 0:
             with lock:
