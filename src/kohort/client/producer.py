@@ -312,20 +312,30 @@ class Producer:
         deadline = None if timeout is None else time.monotonic() + timeout
         with acc.lock:
             acc.flushing += 1
+        sender = self.sender
         try:
-            self.sender.last_poke_ms = 0
-            self.sender.wakeup()
+            sender.last_poke_ms = 0
+            sender.wakeup()
             while True:
                 with acc.lock:
-                    pending = list(acc.incomplete)
-                if not pending:
+                    pending = next(iter(acc.incomplete), None)
+                if pending is None:
                     return 0
-                for b in pending:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        with acc.lock:
-                            return sum(x.count for x in acc.incomplete)
-                    b.event().wait(left)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    with acc.lock:
+                        return sum(x.count for x in acc.incomplete)
+                wait = 0.05 if left is None else min(left, 0.05)
+                if sender.io_lock.acquire(False):
+                    # this thread drives the I/O while it waits (answers handled, batches sent at
+                    # once, no hand-over of the GIL to the I/O thread)
+                    try:
+                        sender.last_poke_ms = _now_ms()
+                        sender.step(wait)
+                    finally:
+                        sender.io_lock.release()
+                else:
+                    pending.event().wait(wait)
         finally:
             with acc.lock:
                 acc.flushing -= 1
@@ -418,13 +428,26 @@ class Producer:
         try:
             self.sender.last_poke_ms = 0
             self.sender.wakeup()
-            with self._txn_cond:
-                while not result.done:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise KafkaTimeoutError(f"{operation}() did not complete within {t:g}s; its outcome is "
-                                                f"not known yet: call {operation}() again to wait for it")
-                    self._txn_cond.wait(min(left, 0.2))
+            sender = self.sender
+            while not result.done:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KafkaTimeoutError(f"{operation}() did not complete within {t:g}s; its outcome is "
+                                            f"not known yet: call {operation}() again to wait for it")
+                if sender.io_lock.acquire(False):
+                    # this thread drives the I/O while it waits: each answer is handled, and the next
+                    # request (EndTxn once the batches are acknowledged) sent, without a hand-over of
+                    # the GIL to the I/O thread
+                    try:
+                        sender.last_poke_ms = _now_ms()
+                        if not result.done:
+                            sender.step(min(left, 0.05))
+                    finally:
+                        sender.io_lock.release()
+                    continue
+                with self._txn_cond:
+                    if not result.done:
+                        self._txn_cond.wait(min(left, 0.2))
         finally:
             if flush:
                 with acc.lock:
