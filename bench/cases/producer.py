@@ -50,7 +50,8 @@ def latency(client: str, addr: str, topic: str, n: int, size: int, rate: int) ->
     if any(x != x or x <= 0 for x in lat):
         raise RuntimeError(f"{client}: a record was not acknowledged")
     q = statistics.quantiles(lat, n=100)
-    return {"rows": {"p50": statistics.median(lat), "p99": q[98]}, "records": n, "max_ms": lat[-1]}
+    p50 = statistics.median(lat)
+    return {"value": p50, "rows": {"p50": p50, "p99": q[98]}, "records": n, "max_ms": lat[-1]}
 
 
 def memory(client: str, addr: str, topic: str, n: int, size: int, partitions: int) -> dict:
