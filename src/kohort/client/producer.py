@@ -9,8 +9,10 @@ What lives here:
   disconnects, unknown leaders), draining batches per leader, `max.in.flight.requests.per.connection`,
   retries with backoff within `delivery.timeout.ms` (KIP-91). Its sockets are those of a
   caller-driven `NetworkClient` (the client's one network layer: handshake, versions, timeouts,
-  reconnect backoff): the thread whose produce() fills a batch polls it and so sends the batch
-  itself while it is busy; a background thread polls it otherwise.
+  reconnect backoff): the thread calling produce() polls it when a batch fills and every TICK_MS
+  while it produces, and flush() and the transactional waits poll it while they wait; a background
+  thread polls it otherwise. Batches slow to compress are sealed on the `Sealer`'s thread
+  (client/sealer.py).
 * Idempotence (KIP-98, on by default as in Kafka 3.0+, KIP-679): InitProducerId, per-partition
   sequence numbers assigned once when a batch is first sent and kept on retry (the same bytes are
   re-sent); a partition with a batch to retry sends nothing else until the retries go out in sequence
@@ -20,9 +22,11 @@ What lives here:
   DUPLICATE_SEQUENCE_NUMBER counts as success.
 * Transactions (KIP-98, `transactional.id`): `init_transactions`, `begin_transaction`,
   `send_offsets_to_transaction`, `commit_transaction`, `abort_transaction`. The state machine is
-  client/txn_manager.py (Java's TransactionManager); here `_Sender._txn_step` sends its requests, holds
-  a partition's batches back until AddPartitionsToTxn added it, seals them with the transactional flag,
-  drops unsent batches of an aborted transaction, and the application's calls wait on `_txn_cond`.
+  client/txn_manager.py (Java's TransactionManager); here `_Sender._txn_step` learns the broker's
+  finalized transaction.version (transactions v2, KIP-890 part 2, at >= 2), sends the manager's
+  requests, holds a partition's batches back until AddPartitionsToTxn added it (v1), seals them with
+  the transactional flag, drops unsent batches of an aborted transaction, adopts the epoch each
+  EndTxn v5 bumps, and the application's calls wait on `_txn_cond`.
 
 Connection errors become one clear line naming the addresses tried and what to do
 (`network.unreachable_message`, shared by every client).
