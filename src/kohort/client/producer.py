@@ -954,7 +954,8 @@ class _Sender:
         else:
             self._seal_and_send(node, batches, seals, pid, epoch, _NO_LOCK)
 
-    def _seal_and_send(self, node: int, batches: list, seals: list, pid: int, epoch: int, lock) -> None:
+    def _seal_and_send(self, node: int, batches: list, seals: list, pid: int, epoch: int,
+                       lock: contextlib.AbstractContextManager) -> None:
         """Seal and send (on the Sealer thread, `lock` is io_lock: it guards what completes batches)."""
         p = self.p
         attrs = 0 if self.txn is None else ATTR_TRANSACTIONAL
