@@ -3,14 +3,17 @@ KafkaProducer, same broker, one run.
 
 Each client produces N records of S bytes (null keys) to its own fresh single-partition topic and
 flushes; the time from the first produce call to the end of flush gives records/s. Same settings for
-all: acks=all, linger.ms=5, no compression, each client's default batch size (Kafka's 16384 for kohort,
-kafka-python, aiokafka and Java; librdkafka's 1,000,000 for confluent-kafka) unless --batch-size sets one
-for all.
+all: acks=all, linger.ms=5, no compression, each client's default batch size (1,000,000 for kohort and
+librdkafka, Kafka's 16384 for kafka-python, aiokafka and Java) unless --batch-size sets one for all;
+--defaults gives kohort and confluent-kafka only bootstrap.servers (+ compression.type). Each client
+runs in its own process, --rounds N interleaved (medians and the ratio to confluent-kafka at the end).
 
     .venv/bin/python bench/bench_producer.py                      # 1,000,000 x 100 B on a kohort broker
     .venv/bin/python bench/bench_producer.py --broker tansu       # on Tansu
     .venv/bin/python bench/bench_producer.py --broker 127.0.0.1:9092 --records 200000 --clients kohort
     .venv/bin/python bench/bench_producer.py --clients "kohort,kohort produce_batch"   # the columnar API
+    .venv/bin/python bench/bench_producer.py --defaults --clients kohort,confluent-kafka --rounds 3 \
+        --size 1024 --records 50000 --compression lz4 [--profile 20]   # side by side at defaults
 
 "kohort produce_batch" is Producer.produce_batch in calls of 10,000 records (its own column).
 """
@@ -28,11 +31,22 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 
+def _kohort_config(addr, opts) -> dict:
+    """kohort's producer settings for a run: only bootstrap.servers (+ compression.type) with
+    opts.defaults, else the shared settings (acks=all, linger.ms=5); batch.size only when given."""
+    extra = {"batch.size": opts.batch_size} if opts.batch_size else {}
+    if getattr(opts, "defaults", False):
+        base = {"bootstrap.servers": addr}
+        if opts.compression != "none":
+            base["compression.type"] = opts.compression
+    else:
+        base = {"bootstrap.servers": addr, "acks": "all", "linger.ms": 5, "compression.type": opts.compression}
+    return {**base, **extra, **opts.kohort_extra}
+
+
 def run_kohort(addr, topic, n, value, opts):
     from kohort.client.producer import Producer
-    extra = {"batch.size": opts.batch_size} if opts.batch_size else {}
-    p = Producer({"bootstrap.servers": addr, "acks": "all", "linger.ms": 5,
-                  "compression.type": opts.compression, **extra, **opts.kohort_extra})
+    p = Producer(_kohort_config(addr, opts))
     p.partitions_for(topic)            # metadata before timing, as every client below does
     produce = p.produce
     t = time.perf_counter()
@@ -49,9 +63,7 @@ def run_kohort_batch(addr, topic, n, value, opts, chunk=10_000):
     """kohort's columnar Producer.produce_batch: the same records in calls of `chunk` (a list built
     before timing, as an Arrow batch or a DataFrame partition would hand them over)."""
     from kohort.client.producer import Producer
-    extra = {"batch.size": opts.batch_size} if opts.batch_size else {}
-    p = Producer({"bootstrap.servers": addr, "acks": "all", "linger.ms": 5,
-                  "compression.type": opts.compression, **extra, **opts.kohort_extra})
+    p = Producer(_kohort_config(addr, opts))
     p.partitions_for(topic)
     values = [value] * chunk
     futs = []
@@ -70,8 +82,14 @@ def run_kohort_batch(addr, topic, n, value, opts, chunk=10_000):
 def run_confluent(addr, topic, n, value, opts):
     from confluent_kafka import Producer
     extra = {"batch.size": opts.batch_size} if opts.batch_size else {}
-    p = Producer({"bootstrap.servers": addr, "acks": "all", "linger.ms": 5,
-                  "compression.type": opts.compression, "queue.buffering.max.messages": 1000000, **extra})
+    if getattr(opts, "defaults", False):
+        conf = {"bootstrap.servers": addr}
+        if opts.compression != "none":
+            conf["compression.type"] = opts.compression
+    else:
+        conf = {"bootstrap.servers": addr, "acks": "all", "linger.ms": 5, "compression.type": opts.compression,
+                "queue.buffering.max.messages": 1000000}
+    p = Producer({**conf, **extra})
     p.list_topics(topic, timeout=10)
     produce, poll = p.produce, p.poll
     t = time.perf_counter()
@@ -140,6 +158,124 @@ def run_java(addr, topic, n, value, opts):
     return float(line[0].split()[1])
 
 
+def _confluent_config(addr, opts) -> dict:
+    conf = {"bootstrap.servers": addr}
+    if opts.compression != "none":
+        conf["compression.type"] = opts.compression
+    return conf
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def latency_kohort(addr, topic, n, value, rate, opts) -> list[float]:
+    """produce -> acknowledgement times (s) of n records produced at `rate` records/s, kohort at its
+    defaults; a record's time ends when its future's callback runs."""
+    from kohort.client.producer import Producer
+    p = Producer(_kohort_config(addr, opts))
+    p.partitions_for(topic)
+    p.produce(topic, value).result(30)          # connection and producer id before the clock
+    sent = [0.0] * n
+    acked = [0.0] * n
+    clock = time.perf_counter
+
+    def done(i):
+        def cb(_fut):
+            acked[i] = clock()
+        return cb
+    t0 = clock()
+    for i in range(n):
+        due = t0 + i / rate
+        while (d := due - clock()) > 0:
+            time.sleep(min(d, 0.0005))
+        sent[i] = clock()
+        p.produce(topic, value).add_done_callback(done(i))
+    assert p.flush(60) == 0
+    p.close()
+    return [a - s for s, a in zip(sent, acked)]
+
+
+def latency_confluent(addr, topic, n, value, rate, opts) -> list[float]:
+    """The same with confluent-kafka at its defaults; delivery reports are served by poll(0) after
+    every produce() and by poll() between records, as an application at a steady rate would."""
+    from confluent_kafka import Producer
+    p = Producer(_confluent_config(addr, opts))
+    p.list_topics(topic, timeout=10)
+    p.produce(topic, value)
+    p.flush(30)
+    sent = [0.0] * n
+    acked = [0.0] * n
+    clock = time.perf_counter
+
+    def done(i):
+        def cb(err, _msg):
+            acked[i] = clock() if err is None else float("nan")
+        return cb
+    t0 = clock()
+    for i in range(n):
+        due = t0 + i / rate
+        while (d := due - clock()) > 0:
+            p.poll(min(d, 0.0005))
+        sent[i] = clock()
+        p.produce(topic, value, on_delivery=done(i))
+        p.poll(0)
+    assert p.flush(60) == 0
+    return [a - s for s, a in zip(sent, acked)]
+
+
+def memory_kohort(addr, topic, n, value, partitions, opts) -> dict:
+    """RSS growth (KiB) while n records go round-robin to `partitions` partitions at once (kohort at
+    its defaults), peak sampled every 10 ms by a thread; and the time taken."""
+    from kohort.client.producer import Producer
+    p = Producer(_kohort_config(addr, opts))
+    p.partitions_for(topic)
+    return _memory_run(lambda i: p.produce(topic, value, partition=i % partitions), p.flush, n,
+                       after=p.close)
+
+
+def memory_confluent(addr, topic, n, value, partitions, opts) -> dict:
+    from confluent_kafka import Producer
+    p = Producer(_confluent_config(addr, opts))
+    p.list_topics(topic, timeout=10)
+
+    def one(i):
+        try:
+            p.produce(topic, value, partition=i % partitions)
+        except BufferError:
+            p.poll(0.05)
+            p.produce(topic, value, partition=i % partitions)
+        if i & 1023 == 0:
+            p.poll(0)
+    return _memory_run(one, lambda: p.flush(120), n)
+
+
+def _memory_run(one, flush, n, after=None) -> dict:
+    import threading
+    base = _rss_kb()
+    peak = [base]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(0.01):
+            peak[0] = max(peak[0], _rss_kb())
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    t = time.perf_counter()
+    for i in range(n):
+        one(i)
+    left = flush()
+    dt = time.perf_counter() - t
+    stop.set()
+    th.join()
+    peak[0] = max(peak[0], _rss_kb())
+    if after is not None:
+        after()
+    assert left == 0
+    return {"rss_growth_kb": peak[0] - base, "seconds": dt}
+
+
 CLIENTS = {"kohort": run_kohort, "kohort produce_batch": run_kohort_batch, "confluent-kafka": run_confluent,
            "kafka-python": run_kafka_python, "aiokafka": run_aiokafka, "java": run_java}
 
@@ -163,6 +299,22 @@ def start_broker(kind):
     return kind, lambda: None
 
 
+def _child(opts) -> int:
+    """One client, one run, in this process: prints "SECONDS <s>" (bench runs each client apart)."""
+    from cases.common import values
+    value = values(opts.size, 1)[0]
+    if opts.profile:
+        import cProfile
+        import pstats
+        prof = cProfile.Profile()
+        dt = prof.runcall(CLIENTS[opts.child], opts.broker, opts.topic, opts.records, value, opts)
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(opts.profile)
+    else:
+        dt = CLIENTS[opts.child](opts.broker, opts.topic, opts.records, value, opts)
+    print(f"SECONDS {dt}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -172,30 +324,55 @@ def main(argv=None) -> int:
     ap.add_argument("--compression", default="none")
     ap.add_argument("--batch-size", type=int, default=None,
                     help="the same batch size (bytes) for every client (default: each client's own default)")
+    ap.add_argument("--defaults", action="store_true",
+                    help="every client at its own defaults: only bootstrap.servers (+ compression.type)")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds, each client in its own process")
+    ap.add_argument("--profile", type=int, default=0, help="cProfile each run, print the top N functions")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("-X", action="append", default=[], help="extra kohort producer setting KEY=VALUE")
     opts = ap.parse_args(argv)
     opts.kohort_extra = dict(x.split("=", 1) for x in opts.X)
+    if opts.child:
+        return _child(opts)
     addr, stop = start_broker(opts.broker)
-    value = b"x" * opts.size
-    results = []
+    results: dict[str, list[float]] = {}
+    names = opts.clients.split(",")
     try:
         from kohort.client.admin import Admin
         admin = Admin({"bootstrap.servers": addr})
-        for name in opts.clients.split(","):
-            topic = f"bench-{name.replace(' ', '-')}-{os.getpid()}-{len(results)}"
-            admin.create_topics({topic: 1})
-            dt = CLIENTS[name](addr, topic, opts.records, value, opts)
-            ends = admin.list_offsets({(topic, 0): -1})
-            rate = opts.records / dt
-            results.append((name, dt, rate, ends[(topic, 0)]))
-            print(f"{name:16s} {opts.records:>9,} records in {dt:7.2f}s  {rate:>10,.0f} records/s  "
-                  f"(log end offset {ends[(topic, 0)]:,})", flush=True)
+        for rnd in range(opts.rounds):
+            for name in names:
+                topic = f"bench-{name.replace(' ', '-')}-{os.getpid()}-{rnd}"
+                admin.create_topics({topic: 1})
+                cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--broker", addr,
+                       "--topic", topic, "--records", str(opts.records), "--size", str(opts.size),
+                       "--compression", opts.compression, "--profile", str(opts.profile)]
+                cmd += (["--batch-size", str(opts.batch_size)] if opts.batch_size else [])
+                cmd += (["--defaults"] if opts.defaults else []) + [f"-X{x}" for x in opts.X]
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+                line = [x for x in r.stdout.splitlines() if x.startswith("SECONDS ")]
+                if r.returncode or not line:
+                    raise RuntimeError(f"{name} failed: {r.stderr[-2000:]}")
+                if opts.profile:
+                    print(r.stderr, file=sys.stderr)
+                dt = float(line[0].split()[1])
+                ends = admin.list_offsets({(topic, 0): -1})
+                rate = opts.records / dt
+                results.setdefault(name, []).append(rate)
+                print(f"round {rnd} {name:20s} {opts.records:>9,} records in {dt:7.2f}s  {rate:>10,.0f} "
+                      f"records/s  (log end offset {ends[(topic, 0)]:,})", flush=True)
         admin.close()
     finally:
         stop()
-    best = max(results, key=lambda r: r[2])
-    print(f"fastest: {best[0]} on {opts.broker}, {opts.records:,} x {opts.size} B, compression "
-          f"{opts.compression}, batch size {opts.batch_size or 'client default'}")
+    med = {k: sorted(v)[len(v) // 2] for k, v in results.items()}
+    ref = med.get("confluent-kafka")
+    for k, v in med.items():
+        ratio = f"  x{v / ref:.2f} vs confluent-kafka" if ref and k != "confluent-kafka" else ""
+        print(f"median {k:20s} {v:>10,.0f} records/s{ratio}")
+    print(f"{opts.records:,} x {opts.size} B, compression {opts.compression}, batch size "
+          f"{opts.batch_size or 'client default'}, {'defaults' if opts.defaults else 'acks=all linger.ms=5'}, "
+          f"{opts.rounds} round(s)")
     return 0
 
 

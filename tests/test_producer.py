@@ -176,6 +176,66 @@ def test_buffer_memory_unblocks_when_a_batch_completes():
     assert f1.result(1).offset == 5 and not f3.done()
 
 
+def test_defaults_batch_up_to_a_megabyte_and_java_batch_size_still_holds():
+    from kohort.client.config import load_config
+    c = load_config("producer", {"bootstrap.servers": "h:1"})
+    assert (c["batch.size"], c["linger.ms"], c["acks"], c["enable.idempotence"]) == (1_000_000, 5, -1, True)
+    # batch.size=16384 set explicitly: batches close near 16 KiB, as Java's
+    clock = Clock()
+    acc = make_acc(clock, batch_size=16384, buffer_memory=1 << 25)
+    for _ in range(100):
+        acc.append("t", 0, None, b"v" * 1000, None, 1)
+    sizes = [b.size for b in acc.batches[("t", 0)]]
+    assert len(sizes) == 7 and all(15_000 < s <= 16384 for s in sizes[:-1])
+
+
+def test_a_large_batch_reserves_buffer_memory_as_it_grows():
+    clock = Clock()
+    acc = make_acc(clock, batch_size=1_000_000, buffer_memory=1 << 25)
+    acc.append("t", 0, None, b"v" * 1000, None, 1)
+    assert acc.used == 16384                               # not batch.size up front
+    for _ in range(899):
+        acc.append("t", 0, None, b"v" * 1000, None, 1)
+    (b,) = acc.batches[("t", 0)]
+    assert b.count == 900 and not b.closed and b.size <= b.size_limit == b.reserved == acc.used
+    assert acc.used < 2 * b.size                           # doubled as records came, never past need x2
+    while len(acc.batches[("t", 0)]) == 1:
+        acc.append("t", 0, None, b"v" * 1000, None, 1)
+    full = acc.batches[("t", 0)][0]
+    assert full.closed and 990_000 < full.size <= 1_000_000 and full.reserved == 1_000_000
+
+
+def test_a_thousand_partitions_at_once_stay_within_buffer_memory():
+    acc = make_acc(lambda: int(time.monotonic() * 1000), batch_size=1_000_000, buffer_memory=32 * 1024 * 1024,
+                   max_block_ms=50)
+    for p in range(1000):                                  # one open batch per partition, no waiting
+        acc.append("t", p, None, b"v" * 1000, None, 1)
+    assert acc.used == 1000 * 16384
+    with pytest.raises(KafkaTimeoutError, match="buffer.memory"):
+        for _ in range(60):                                # more records: growth stops at buffer.memory
+            for p in range(1000):
+                acc.append("t", p, None, b"v" * 1000, None, 1)
+                assert acc.used <= acc.buffer_memory
+    # growth refused for want of room closed a batch below its cap (to be sent as it is); then the
+    # batch opened next waited for room, up to max.block.ms
+    assert any(b.closed and b.size_limit < b.cap for dq in acc.batches.values() for b in dq)
+
+
+def test_growth_never_waits_for_buffer_memory():
+    acc = RecordAccumulator(batch_size=1_000_000, linger_ms=5, buffer_memory=40_000, max_block_ms=100,
+                            delivery_timeout_ms=10_000, retry_backoff_ms=100,
+                            clock_ms=lambda: int(time.monotonic() * 1000))
+    for _ in range(32):
+        acc.append("t", 0, None, b"v" * 1000, None, 1)     # 16 KiB reserved, then grown to 32 KiB
+    (b,) = acc.batches[("t", 0)]
+    assert acc.used == 32768 and b.count == 32 and not b.closed
+    t0 = time.monotonic()
+    with pytest.raises(KafkaTimeoutError, match="buffer.memory"):
+        acc.append("t", 0, None, b"v" * 1000, None, 1)     # 64 KiB would pass buffer.memory: b closes,
+    assert b.closed and b.count == 32 and acc.used == 32768   # and only the next batch waits for room
+    assert time.monotonic() - t0 >= 0.09
+
+
 def test_reenqueue_keeps_sequence_order():
     clock = Clock()
     acc = make_acc(clock, batch_size=100)

@@ -181,3 +181,75 @@ def test_keyed_records_land_where_java_puts_them(cluster3, c_twin):
         assert [f.result(0).partition for f in futs] == [partition_for_key(k, 3) for k in keys]
     finally:
         p.close(5)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("c_twin", [pytest.param(True, marks=needs_ext), False])
+def test_a_producing_thread_sends_its_batches_itself_before_they_fill(cluster, c_twin):
+    """With batches far from full (1 MB batch.size), the thread calling produce() takes its turn at
+    the I/O every TICK_MS: batches lingered out go out from it, not only from the I/O thread (which
+    would wait for the GIL held by the producing thread)."""
+    import threading
+    import time
+    old = R.use_extension(c_twin)
+    try:
+        p = Producer({"bootstrap.servers": cluster.bootstrap})
+    finally:
+        R.use_extension(old)
+    senders = []
+    send = p.sender._send_batches
+
+    def observed(node, batches):
+        senders.append(threading.current_thread() is threading.main_thread())
+        return send(node, batches)
+    p.sender._send_batches = observed
+    try:
+        p.produce("t", b"first").result(10)          # metadata and producer id out of the way
+        senders.clear()
+        n = 0
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            p.produce("t", b"%06d" % n)
+            n += 1
+        assert p.flush(15) == 0
+        assert any(senders), senders
+        assert cluster.values("t", 0) == [b"first"] + [b"%06d" % i for i in range(n)]
+    finally:
+        p.close(5)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "gzip"])
+def test_compressed_batches_sealed_on_the_sealer_thread_go_out_in_order(cluster, codec):
+    """Batches that take long to compress are sealed on the Sealer's thread; requests still reach
+    the broker in sequence order, every record once."""
+    import threading
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "compression.type": codec, "batch.size": 2000,
+                  "linger.ms": 0})
+    where = []
+    seal_and_send = p.sender._seal_and_send
+
+    def observed(*args):
+        where.append(threading.current_thread().name)
+        return seal_and_send(*args)
+    p.sender._seal_and_send = observed
+    try:
+        p.produce("t", b"first").result(10)
+        p.sender._seal_s_per_byte = 1.0              # as if compressing were slow: every request goes there
+        futs = [p.produce("t", b"%06d" % i * (1 + i % 7)) for i in range(3000)]
+        assert p.flush(30) == 0
+        assert all(f.exception(0) is None for f in futs)
+        assert [f.result(0).offset for f in futs] == list(range(1, 3001))
+        assert cluster.values("t", 0) == [b"first"] + [b"%06d" % i * (1 + i % 7) for i in range(3000)]
+        assert "kohort-producer-sealer" in where
+    finally:
+        p.close(5)
+    assert not p.sender.sealer._thread.is_alive()
+
+
+def test_an_uncompressed_producer_has_no_sealer(cluster):
+    p = Producer({"bootstrap.servers": cluster.bootstrap})
+    try:
+        assert p.sender.sealer is None
+    finally:
+        p.close(5)

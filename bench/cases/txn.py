@@ -6,7 +6,9 @@ Each run writes N records of one 100-byte value to a fresh 1-partition topic, ac
 "idempotent" = no transactions (both clients' default: idempotent); "transactions of K" = a
 transactional.id, init_transactions() before timing, then begin / K produce calls / commit repeated
 until N records are committed. Time from the first produce() (or begin) to the end of the last
-flush/commit.
+flush/commit. Both brokers finalize transaction.version 2, so kohort's producer speaks transactions v2
+(KIP-890 part 2) there and librdkafka v1; the rows "kohort broker, transaction.version 1" (a second
+kohort broker started here) have both clients on v1.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import uuid
 from cases.common import KAFKA_JVM, KOHORT_BROKER, create_topic, values
 
 KAFKA = "Apache Kafka 4.3.1"
+KOHORT_TV1 = "kohort broker, transaction.version 1"
 CLIENTS = ["kohort", "confluent-kafka"]
 MAX_ROUNDS = 3
 _seq = itertools.count()
@@ -88,6 +91,23 @@ def produce(client: str, addr: str, topic: str, n: int, size: int, txn: int) -> 
     return {"value": n / dt, "seconds": dt, "records": n}
 
 
+def _kohort_tv1_addr():
+    """A kohort broker advertising transaction.version 1 (both clients on transactions v1)."""
+    if "tv1" in _kafka or "tv1_error" in _kafka:
+        return _kafka.get("tv1"), _kafka.get("tv1_error")
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        import sys
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        from tests.brokers import KohortBroker
+        b = KohortBroker(config={"transaction.version": 1}).start()
+        _kafka.update(tv1_broker=b, tv1=b.bootstrap)
+    except Exception as e:  # noqa: BLE001 - reported in the table's rows
+        _kafka["tv1_error"] = f"{type(e).__name__}: {e}"
+    return _kafka.get("tv1"), _kafka.get("tv1_error")
+
+
 def _kafka_addr():
     """A one-node Apache Kafka for this run (None, error) when its jars are missing."""
     if "addr" in _kafka or "error" in _kafka:
@@ -110,6 +130,9 @@ def finish(env) -> None:
     kc = _kafka.pop("cluster", None)
     if kc is not None:
         kc.close()
+    b = _kafka.pop("tv1_broker", None)
+    if b is not None:
+        b.stop()
 
 
 def build(env, mode: str, profile: set[str]):
@@ -122,10 +145,12 @@ def build(env, mode: str, profile: set[str]):
                          "'transactions of K': begin, K produce(), commit, repeated (init_transactions() "
                          "before timing)."])
     kaddr, kerr = _kafka_addr()
+    taddr, terr = _kohort_tv1_addr()
     jobs = []
     for broker, addr, err in ((KOHORT_BROKER, env.brokers.addr.get(KOHORT_BROKER),
-                               env.brokers.errors.get(KOHORT_BROKER)), (KAFKA, kaddr, kerr)):
-        for txn in (0, *txn_sizes):
+                               env.brokers.errors.get(KOHORT_BROKER)), (KAFKA, kaddr, kerr),
+                              (KOHORT_TV1, taddr, terr)):
+        for txn in ((0, *txn_sizes) if broker != KOHORT_TV1 else txn_sizes):
             row = f"{broker} · " + ("idempotent, no transactions" if not txn else f"transactions of {txn:,}")
             for client in CLIENTS:
                 jobs.append(Job("txn", row, client, "cases.txn:produce",

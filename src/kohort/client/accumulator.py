@@ -34,6 +34,10 @@ RecordMetadata = namedtuple("RecordMetadata", "topic partition offset timestamp"
 RecordMetadata.__doc__ = "Where an acknowledged record landed (offset -1 when acks=0)."
 
 _BATCH_HEADER_SIZE = BATCH_HEADER_SIZE
+# What a new batch reserves of buffer.memory at first (or batch.size, if smaller); it grows by
+# doubling as records arrive (RecordAccumulator._grow), so a large batch.size costs memory only
+# where records are: 1,000 partitions written at once reserve 16 MiB, not 1,000 x batch.size.
+FIRST_RESERVATION = 16384
 _ZZN = ZZ_TABLE_SIZE
 _ZZ = ZZ
 
@@ -48,7 +52,7 @@ class _PyFutureFields:
 
 
 class _PyBatchRecords:
-    __slots__ = ("buf", "count", "base_ts", "max_ts", "size_limit", "closed", "ts_list")
+    __slots__ = ("buf", "count", "base_ts", "max_ts", "size_limit", "cap", "closed", "ts_list")
 
 
 _twin = producer_twin()          # decided once, at import (KOHORT_NO_EXT=1: the Python classes)
@@ -103,14 +107,17 @@ class DeliveryFuture(_FutureFields):
 
 class ProducerBatch(_BatchRecords):
     """Records for one partition, encoded as they arrive; sealed once into the wire bytes.
-    Fields filled by appends (from its base): buf, count, base_ts, max_ts, size_limit, closed,
-    ts_list."""
+    Fields filled by appends (from its base): buf, count, base_ts, max_ts, size_limit, cap, closed,
+    ts_list. `size_limit` is the room reserved in buffer.memory so far: a record that does not fit
+    it is not appended (the accumulator may grow the reservation, `RecordAccumulator._grow`);
+    `cap` is batch.size: the batch closes once it is nearly that large."""
 
     __slots__ = ("topic", "partition", "created_ms", "callback_futures", "on_delivery", "attempts",
                  "base_sequence", "producer_id", "producer_epoch", "wire", "done", "error", "base_offset",
                  "log_append_time", "lock", "_event", "last_attempt_ms", "reserved", "in_flight")
 
-    def __init__(self, topic: str, partition: int, now_ms: int, size_limit: int, reserved: int):
+    def __init__(self, topic: str, partition: int, now_ms: int, size_limit: int, reserved: int,
+                 cap: int | None = None):
         self.topic = topic
         self.partition = partition
         self.buf = bytearray()
@@ -119,6 +126,7 @@ class ProducerBatch(_BatchRecords):
         self.max_ts = -1
         self.created_ms = now_ms
         self.size_limit = size_limit
+        self.cap = size_limit if cap is None else max(cap, size_limit)
         self.callback_futures = []
         self.on_delivery = None          # list of (future, fn) for per-record on_delivery callbacks
         self.attempts = 0
@@ -177,7 +185,7 @@ class ProducerBatch(_BatchRecords):
                 if self.ts_list is not None:
                     self.ts_list.append(ts)
                 self.count = n + 1
-                if len(buf) + 64 >= self.size_limit:
+                if len(buf) + 64 >= self.cap:
                     self.closed = True
                 return DeliveryFuture(self, n)
         # every other shape: the one record encoder (records.append_record); undone if it does not fit
@@ -196,7 +204,7 @@ class ProducerBatch(_BatchRecords):
         elif self.ts_list is not None:
             self.ts_list.append(ts)
         self.count = n + 1
-        if len(buf) + 64 >= self.size_limit:
+        if len(buf) + 64 >= self.cap:
             self.closed = True
         return DeliveryFuture(self, n)
 
@@ -259,23 +267,44 @@ class RecordAccumulator:
             if self.closed:
                 raise EncodeError("the producer is closed")
             dq = self.batches.get(tp)
+            rec = 64 + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
             if dq:
                 last = dq[-1]
                 if not last.closed:
                     fut = last.try_append(key, value, headers, ts)
+                    if fut is None and self._grow(last, rec):
+                        fut = last.try_append(key, value, headers, ts)
                     if fut is not None:
                         return fut, last.closed      # closed now: the batch is full
                     last.closed = True
             else:
                 dq = self.batches[tp] = deque()
-            rec = 64 + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
-            size = max(self.batch_size, rec + 61)
+            size = max(min(self.batch_size, FIRST_RESERVATION), rec + 61)
             self._reserve(size)
-            b = ProducerBatch(topic, partition, self._clock_ms(), self.batch_size, size)
+            b = ProducerBatch(topic, partition, self._clock_ms(), size, size, self.batch_size)
             fut = b.try_append(key, value, headers, ts)
             dq.append(b)
             self.incomplete.add(b)
             return fut, b.closed or len(dq) > 1
+
+    def _grow(self, b: ProducerBatch, rec: int) -> bool:
+        """Reserve more of buffer.memory for an open batch whose reserved room is used up: double it
+        (at least room for a record of about `rec` bytes), up to its cap (batch.size). Never waits:
+        when buffer.memory has no room, or the record would pass the cap, the batch is closed instead
+        (and a new batch waits for its own first reservation). Holding self.lock."""
+        if b.size_limit >= b.cap:
+            return False
+        need = _BATCH_HEADER_SIZE + len(b.buf) + rec
+        if need > b.cap:
+            return False
+        target = min(b.cap, max(2 * b.size_limit, need))
+        extra = target - b.size_limit
+        if self.used + extra > self.buffer_memory:
+            return False
+        self.used += extra
+        b.reserved += extra
+        b.size_limit = target
+        return True
 
     def _reserve(self, size: int) -> None:
         if self.used + size <= self.buffer_memory or self.used == 0:

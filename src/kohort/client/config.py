@@ -183,7 +183,7 @@ CONSUMER_KEYS = [
 
 PRODUCER_KEYS = [
     _k("acks", "choice", "all", choices=("all", "-1", "0", "1", -1, 0, 1)),
-    _k("batch.size", "int", 16384, lo=0),
+    _k("batch.size", "int", 1_000_000, lo=0),         # librdkafka's; Java's is 16384 (README: Producer)
     _k("linger.ms", "int", 5, lo=0),
     _k("buffer.memory", "int", 33554432, lo=0),
     _k("compression.type", "choice", "none", choices=("none", "gzip", "snappy", "lz4", "zstd")),

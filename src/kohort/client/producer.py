@@ -9,8 +9,10 @@ What lives here:
   disconnects, unknown leaders), draining batches per leader, `max.in.flight.requests.per.connection`,
   retries with backoff within `delivery.timeout.ms` (KIP-91). Its sockets are those of a
   caller-driven `NetworkClient` (the client's one network layer: handshake, versions, timeouts,
-  reconnect backoff): the thread whose produce() fills a batch polls it and so sends the batch
-  itself while it is busy; a background thread polls it otherwise.
+  reconnect backoff): the thread calling produce() polls it when a batch fills and every TICK_MS
+  while it produces, and flush() and the transactional waits poll it while they wait; a background
+  thread polls it otherwise. Batches slow to compress are sealed on the `Sealer`'s thread
+  (client/sealer.py).
 * Idempotence (KIP-98, on by default as in Kafka 3.0+, KIP-679): InitProducerId, per-partition
   sequence numbers assigned once when a batch is first sent and kept on retry (the same bytes are
   re-sent); a partition with a batch to retry sends nothing else until the retries go out in sequence
@@ -20,15 +22,19 @@ What lives here:
   DUPLICATE_SEQUENCE_NUMBER counts as success.
 * Transactions (KIP-98, `transactional.id`): `init_transactions`, `begin_transaction`,
   `send_offsets_to_transaction`, `commit_transaction`, `abort_transaction`. The state machine is
-  client/txn_manager.py (Java's TransactionManager); here `_Sender._txn_step` sends its requests, holds
-  a partition's batches back until AddPartitionsToTxn added it, seals them with the transactional flag,
-  drops unsent batches of an aborted transaction, and the application's calls wait on `_txn_cond`.
+  client/txn_manager.py (Java's TransactionManager); here `_Sender._txn_step` learns the broker's
+  finalized transaction.version (transactions v2, KIP-890 part 2, at >= 2), sends the manager's
+  requests, holds a partition's batches back until AddPartitionsToTxn added it (v1), seals them with
+  the transactional flag, drops unsent batches of an aborted transaction, adopts the epoch each
+  EndTxn v5 bumps, and the application's calls wait on `_txn_cond`.
 
 Connection errors become one clear line naming the addresses tried and what to do
 (`network.unreachable_message`, shared by every client).
 """
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 import time
 import types
@@ -43,7 +49,7 @@ from kohort.client.config import load_config, parse_bootstrap
 from kohort.client.stats import ClientStats
 from kohort.client.network import NetworkClient, Versioned, unreachable_message
 from kohort.client.partitioner import DefaultPartitioner, murmur2
-from kohort.client.txn_manager import PRODUCE_MAX_VERSION as _TXN_PRODUCE_MAX_VERSION
+from kohort.client.sealer import Sealer
 from kohort.client.txn_manager import TransactionManager
 from kohort.errors import (
     ConfigError,
@@ -64,6 +70,7 @@ from kohort.protocol.compression import (
     COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
 )
+from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
 from kohort.protocol.messages.produce import ProduceRequest
 from kohort.protocol.records import ATTR_TRANSACTIONAL, producer_twin
@@ -75,6 +82,17 @@ _PRODUCE_MAX_VERSION = 12           # v13 addresses topics by id only (KIP-516)
 
 
 _time_ns = time.time_ns
+_monotonic_ns = time.monotonic_ns
+# While a thread is producing, it takes a turn at the I/O (Sender.poke) at most this often, so that
+# batches go out and answers are read without a hand-over of the GIL to the I/O thread (which waits
+# up to sys.getswitchinterval(), 5 ms, each time while the producing thread runs Python code).
+TICK_MS = 1.0
+
+
+_NO_LOCK = contextlib.nullcontext()
+# A request whose batches take longer than this to seal (compress) is sealed on the Sealer's thread:
+# the hand-over of the GIL to it can take a switch interval while the producing thread runs Python.
+_HANDOFF_S = sys.getswitchinterval()
 
 
 def _always(_node) -> bool:
@@ -135,6 +153,7 @@ class Producer:
         self._topics: dict[str, _TopicInfo] = {}
         self._meta_cond = threading.Condition()
         self._closed = False
+        self._next_tick_ns = 0
         self.acc = RecordAccumulator(
             batch_size=max(c["batch.size"], 1), linger_ms=c["linger.ms"], buffer_memory=c["buffer.memory"],
             max_block_ms=c["max.block.ms"], delivery_timeout_ms=c["delivery.timeout.ms"],
@@ -151,7 +170,8 @@ class Producer:
             self.produce = self.send = twin.FastProduce(
                 self, self.sender, self.sender.net, self.acc.batches, self.acc.lock, self._sticky_now,
                 DeliveryFuture, types.MethodType(Producer.produce, self), self._batch_full,
-                -1 if custom is not None else 0 if self._ignore_keys else 1, self._max_record)
+                -1 if custom is not None else 0 if self._ignore_keys else 1, self._max_record,
+                self.sender.poke, TICK_MS)
         self.sender.thread.start()
 
     # -- public API -----------------------------------------------------------------------------------
@@ -176,6 +196,9 @@ class Producer:
             fut.add_done_callback(_delivery_adapter(on_delivery))
         if wake:
             self._batch_full(topic, partition, sticky)
+        elif _monotonic_ns() >= self._next_tick_ns:
+            self._next_tick_ns = _monotonic_ns() + int(TICK_MS * 1e6)
+            self.sender.poke()
         if self.stats is not None:
             self.stats.maybe_emit(self._stats_extra)
         return fut
@@ -259,6 +282,7 @@ class Producer:
 
     def _batch_full(self, topic: str, partition: int, sticky: bool) -> None:
         """A record filled its batch: stick to another partition (KIP-480) and send it now."""
+        self._next_tick_ns = _monotonic_ns() + int(TICK_MS * 1e6)
         if sticky:
             info = self._topics.get(topic)
             if info is not None:
@@ -297,20 +321,30 @@ class Producer:
         deadline = None if timeout is None else time.monotonic() + timeout
         with acc.lock:
             acc.flushing += 1
+        sender = self.sender
         try:
-            self.sender.last_poke_ms = 0
-            self.sender.wakeup()
+            sender.last_poke_ms = 0
+            sender.wakeup()
             while True:
                 with acc.lock:
-                    pending = list(acc.incomplete)
-                if not pending:
+                    pending = next(iter(acc.incomplete), None)
+                if pending is None:
                     return 0
-                for b in pending:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        with acc.lock:
-                            return sum(x.count for x in acc.incomplete)
-                    b.event().wait(left)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    with acc.lock:
+                        return sum(x.count for x in acc.incomplete)
+                wait = 0.05 if left is None else min(left, 0.05)
+                if sender.io_lock.acquire(False):
+                    # this thread drives the I/O while it waits (answers handled, batches sent at
+                    # once, no hand-over of the GIL to the I/O thread)
+                    try:
+                        sender.last_poke_ms = _now_ms()
+                        sender.step(wait)
+                    finally:
+                        sender.io_lock.release()
+                else:
+                    pending.event().wait(wait)
         finally:
             with acc.lock:
                 acc.flushing -= 1
@@ -404,13 +438,26 @@ class Producer:
         try:
             self.sender.last_poke_ms = 0
             self.sender.wakeup()
-            with self._txn_cond:
-                while not result.done:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise KafkaTimeoutError(f"{operation}() did not complete within {t:g}s; its outcome is "
-                                                f"not known yet: call {operation}() again to wait for it")
-                    self._txn_cond.wait(min(left, 0.2))
+            sender = self.sender
+            while not result.done:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KafkaTimeoutError(f"{operation}() did not complete within {t:g}s; its outcome is "
+                                            f"not known yet: call {operation}() again to wait for it")
+                if sender.io_lock.acquire(False):
+                    # this thread drives the I/O while it waits: each answer is handled, and the next
+                    # request (EndTxn once the batches are acknowledged) sent, without a hand-over of
+                    # the GIL to the I/O thread
+                    try:
+                        sender.last_poke_ms = _now_ms()
+                        if not result.done:
+                            sender.step(min(left, 0.05))
+                    finally:
+                        sender.io_lock.release()
+                    continue
+                with self._txn_cond:
+                    if not result.done:
+                        self._txn_cond.wait(min(left, 0.2))
         finally:
             if flush:
                 with acc.lock:
@@ -554,6 +601,10 @@ class _Sender:
         self.stats = {"requests": 0, "retries": 0, "disconnects": 0, "epoch_bumps": 0}
         self.last_poke_ms = 0
         self.thread = threading.Thread(target=self.run, name="kohort-producer-io", daemon=True)
+        # compressed batches are sealed on a thread of their own (client/sealer.py)
+        self.sealer = Sealer() if producer.compression != COMPRESSION_NONE else None
+        self.txn_features = None                 # a transactional producer's broker features: None, "asked", dict
+        self._seal_s_per_byte = 0.0          # measured; 0 until a request was sealed
 
     @property
     def ever_connected(self) -> bool:
@@ -577,6 +628,8 @@ class _Sender:
         self.running = False
         self.wakeup()
         self.thread.join(10)
+        if self.sealer is not None:
+            self.sealer.stop()
         with self.io_lock:
             self.net.close()
 
@@ -605,10 +658,12 @@ class _Sender:
             self._fail_everything(KohortError("the producer was closed before these records were sent"))
 
     def poke(self) -> None:
-        """Called by the producing thread when a batch filled: do the I/O now if nobody else is."""
+        """Called by the producing thread when a batch filled and every TICK_MS while it produces: do
+        the I/O now if nobody else is. If this thread is polling, it is told that a producer is busy
+        (`last_poke_ms`), so it leaves the next turns to the producing thread."""
+        self.last_poke_ms = _now_ms()
         if self.io_lock.acquire(False):
             try:
-                self.last_poke_ms = _now_ms()
                 self.step(0.0)
             finally:
                 self.io_lock.release()
@@ -677,6 +732,10 @@ class _Sender:
         aborted transaction, send its next request. Returns ms until it needs another look."""
         m = self.txn
         cond = self.p._txn_cond
+        if self.txn_features is None:
+            self._ask_txn_features()
+        if self.txn_features in (None, "asked"):
+            return 20                          # transactions v1 or v2: known before the first request
         with cond:
             if (m.producer_id, m.producer_epoch) != (self.producer_id, self.producer_epoch) \
                     and self._total_in_flight() == 0:
@@ -702,6 +761,23 @@ class _Sender:
             fut = self.net.send(node, Versioned(req.api_key, req.build, req.max_version))
             _on_done(fut, lambda resp, err, req=req, fut=fut: self._on_txn_answer(req, resp, err, fut))
         return wait
+
+    def _ask_txn_features(self) -> None:
+        """ApiVersions once more, for the broker's finalized features: transaction.version >= 2 lets
+        the transaction manager speak transactions v2 (KIP-890 part 2), as Java 4.x's producer does."""
+        self.txn_features = "asked"
+
+        def done(resp, err):
+            levels = {}
+            if err is None and not resp.error_code:
+                levels = {f.name: f.max_version_level for f in resp.finalized_features or ()}
+            with self.p._txn_cond:
+                self.txn.v2_available = levels.get("transaction.version", 0) >= 2
+                self.txn_features = levels
+                self.p._txn_cond.notify_all()
+            self.wakeup()
+        _on_done(self.net.send(None, ApiVersionsRequest(client_software_name="kohort",
+                                                        client_software_version="0")), done)
 
     def _take_unsent_batches(self) -> list:
         """Queued batches never sent (no sequence numbers yet), removed from the accumulator."""
@@ -855,8 +931,10 @@ class _Sender:
             self._send_batches(node, batches)
 
     def _send_batches(self, node: int, batches: list) -> None:
+        """Number the batches (sequences are taken here, in drain order) and send them as one Produce
+        request; batches to compress are sealed and sent by the Sealer thread, in order."""
         p = self.p
-        by_topic: dict[str, list] = {}
+        seals = []                       # (batch, sequence) of batches to seal
         for b in batches:
             if b.wire is None or (p.idempotent and (b.producer_id != self.producer_id
                                                      or b.producer_epoch != self.producer_epoch)):
@@ -865,11 +943,42 @@ class _Sender:
                     st = self.parts.setdefault((b.topic, b.partition), _PartitionState())
                     seq = st.next_sequence
                     st.next_sequence = (seq + b.count) & 0x7FFFFFFF
-                b.seal(self.producer_id, self.producer_epoch, seq, p.compression,
-                       0 if self.txn is None else ATTR_TRANSACTIONAL)
+                seals.append((b, seq))
             if p.idempotent:
                 self.parts[(b.topic, b.partition)].in_flight += 1
             b.in_flight = True
+        if p.acks != 0:
+            self.node_requests[node] = self.node_requests.get(node, 0) + 1
+        pid, epoch = self.producer_id, self.producer_epoch
+        self.stats["requests"] += 1
+        sealer = self.sealer
+        if sealer is not None and (sealer.pending() or seals and self._seal_s_per_byte * sum(
+                b.size for b, _ in seals) >= _HANDOFF_S):
+            # compressing takes longer than handing the GIL over would: on the Sealer's thread (and
+            # everything behind a request still being sealed waits its turn: order on the wire)
+            sealer.submit(lambda: self._seal_and_send(node, batches, seals, pid, epoch, self.io_lock))
+        else:
+            self._seal_and_send(node, batches, seals, pid, epoch, _NO_LOCK)
+
+    def _seal_and_send(self, node: int, batches: list, seals: list, pid: int, epoch: int,
+                       lock: contextlib.AbstractContextManager) -> None:
+        """Seal and send (on the Sealer thread, `lock` is io_lock: it guards what completes batches)."""
+        p = self.p
+        attrs = 0 if self.txn is None else ATTR_TRANSACTIONAL
+        try:
+            if seals:
+                t = time.perf_counter()
+                size = sum(b.size for b, _ in seals)
+                for b, seq in seals:
+                    b.seal(pid, epoch, seq, p.compression, attrs)
+                if size >= 65536:      # seconds per byte, smoothed: where the next request is sealed
+                    self._seal_s_per_byte = 0.7 * self._seal_s_per_byte + 0.3 * (time.perf_counter() - t) / size
+        except Exception as e:  # noqa: BLE001 - this request's batches fail, the producer goes on
+            with lock:
+                self._unsent(node, batches, KohortError(f"could not encode a batch: {e!r}"))
+            return
+        by_topic: dict[str, list] = {}
+        for b in batches:
             by_topic.setdefault(b.topic, []).append(b)
         PD = ProduceRequest.TopicProduceData
         PPD = PD.PartitionProduceData
@@ -879,23 +988,36 @@ class _Sender:
                              topic_data=[PD(name=t, partition_data=[PPD(index=b.partition, records=b.wire)
                                                                     for b in bs])
                                          for t, bs in by_topic.items()])
-        self.stats["requests"] += 1
         fut = self.net.send(node, req, expect_response=p.acks != 0,
-                            max_version=_PRODUCE_MAX_VERSION if txn is None else _TXN_PRODUCE_MAX_VERSION,
+                            max_version=_PRODUCE_MAX_VERSION if txn is None else txn.produce_max_version,
                             min_version=_PRODUCE_MIN_VERSION)
         if p.acks == 0:
-            for b in batches:
-                b.in_flight = False
-                self._finish(b, -1, -1, None)
+            with lock:
+                for b in batches:
+                    b.in_flight = False
+                    self._finish(b, -1, -1, None)
         else:
-            self.node_requests[node] = self.node_requests.get(node, 0) + 1
+            _on_done(fut, lambda resp, err: self._on_produce(batches, resp, err, node))
 
-            def done(resp, err):
-                self.node_requests[node] -= 1
-                self._on_produce(batches, resp, err)
-            _on_done(fut, done)
+    def _unsent(self, node: int, batches: list, err: BaseException) -> None:
+        """A request that could not be built: its batches fail (their sequence numbers leave a gap)."""
+        p = self.p
+        if p.acks != 0:
+            self.node_requests[node] -= 1
+        for b in batches:
+            b.in_flight = False
+            st = self.parts.get((b.topic, b.partition))
+            if st is not None:
+                st.in_flight -= 1
+            if b.base_sequence >= 0 and p.idempotent:
+                self._sequence_gap(err)
+            elif self.txn is not None:
+                self._txn_batch_failed(err)
+            self._finish(b, -1, -1, err)
 
-    def _on_produce(self, batches, resp, err) -> None:
+    def _on_produce(self, batches, resp, err, node: int | None = None) -> None:
+        if node is not None:
+            self.node_requests[node] -= 1
         now = _now_ms()
         results = {}
         if resp is not None:
@@ -908,6 +1030,8 @@ class _Sender:
             st = self.parts.get(tp)
             if st is not None:
                 st.in_flight -= 1
+            if b.done:                   # failed meanwhile (the producer failed everything)
+                continue
             if isinstance(err, IncompatibleBrokerVersionError):
                 self._finish(b, -1, -1, err)
                 continue

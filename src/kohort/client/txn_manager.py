@@ -18,6 +18,13 @@ abortable error that leaves the sequence numbers unknown (a failed batch, UNKNOW
 INVALID_PRODUCER_ID_MAPPING), aborting also bumps the epoch with InitProducerId(current id, epoch)
 (KIP-360), and the driver restarts every partition's sequence at 0.
 
+Transactions v2 (KIP-890 part 2), when the driver has found the broker's finalized
+transaction.version >= 2 (`v2_available`; taken per transaction at begin_transaction, as Java 4.x):
+no AddPartitionsToTxn (Produce v12 adds a partition itself: `produce_max_version`), no
+AddOffsetsToTxn (TxnOffsetCommit v5 adds the offsets partition), and EndTxn v5, whose answer carries
+the producer id and epoch of the next transaction (the epoch is bumped by every EndTxn, so an
+abortable error needs no InitProducerId bump).
+
 Error classes are Java's (`_classify_*` below): NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE look the
 coordinator up again and retry; other retriable codes (COORDINATOR_LOAD_IN_PROGRESS,
 CONCURRENT_TRANSACTIONS, ...) retry after retry.backoff.ms (20 ms for the first AddPartitions of a
@@ -79,6 +86,12 @@ _P_FIND_COORDINATOR, _P_INIT, _P_ADD, _P_END, _P_BUMP = 0, 1, 2, 3, 4
 MAX_VERSIONS = {InitProducerIdRequest.API_KEY: 5, AddPartitionsToTxnRequest.API_KEY: 3,
                 AddOffsetsToTxnRequest.API_KEY: 4, EndTxnRequest.API_KEY: 4, TxnOffsetCommitRequest.API_KEY: 4}
 PRODUCE_MAX_VERSION = 11        # v12 implies transactions v2 (the broker adds the partition itself)
+# transactions v2 (KIP-890 part 2), when the broker's finalized transaction.version is >= 2: Produce
+# v12 and TxnOffsetCommit v5 add their partition to the transaction themselves (no AddPartitionsToTxn,
+# no AddOffsetsToTxn), and EndTxn v5 bumps the epoch of every transaction, answering the producer id
+# and epoch to use next
+V2_MAX_VERSIONS = {**MAX_VERSIONS, EndTxnRequest.API_KEY: 5, TxnOffsetCommitRequest.API_KEY: 5}
+PRODUCE_MAX_VERSION_V2 = 12
 
 ADD_PARTITIONS_RETRY_BACKOFF_MS = 20
 NO_PRODUCER_ID = -1
@@ -110,7 +123,7 @@ class TxnRequest:
     `node` is filled in by next_request."""
 
     __slots__ = ("api", "priority", "result", "coordinator", "key", "fields", "retry", "not_before_ms", "seq",
-                 "node", "epoch_bump")
+                 "node", "epoch_bump", "v2")
 
     def __init__(self, api: str, priority: int, result: TxnResult, coordinator, key: str | None, **fields):
         self.api, self.priority, self.result = api, priority, result
@@ -121,6 +134,7 @@ class TxnRequest:
         self.seq = 0
         self.node = None
         self.epoch_bump = False
+        self.v2 = False             # a transactions v2 request (KIP-890): V2_MAX_VERSIONS
 
     @property
     def api_key(self) -> int:
@@ -128,7 +142,7 @@ class TxnRequest:
 
     @property
     def max_version(self) -> int | None:
-        return MAX_VERSIONS.get(self.api_key)
+        return (V2_MAX_VERSIONS if self.v2 else MAX_VERSIONS).get(self.api_key)
 
     def build(self, version: int):
         f = self.fields
@@ -212,6 +226,8 @@ class TransactionManager:
         self._seq = 0
         self.in_flight: TxnRequest | None = None
         self._pending: _Pending | None = None
+        self.v2_available = False        # the broker finalized transaction.version >= 2 (set by the driver)
+        self.v2 = False                  # this transaction speaks v2 (taken from v2_available when it begins)
 
     # -- views ------------------------------------------------------------------------------------------
     @property
@@ -268,6 +284,11 @@ class TransactionManager:
         self._throw_if_pending("begin_transaction")
         self._maybe_fail_with_error()
         self._transition(IN_TRANSACTION)
+        self.v2 = self.v2_available      # decided per transaction, as Java's TransactionManager does
+
+    @property
+    def produce_max_version(self) -> int:
+        return PRODUCE_MAX_VERSION_V2 if self.v2 else PRODUCE_MAX_VERSION
 
     def maybe_add_partition(self, tp) -> None:
         """Before a record is queued for `tp` (Java's maybeAddPartition): remember to add it."""
@@ -281,6 +302,10 @@ class TransactionManager:
                 f"cannot add partition {tp} to a transaction in state {self.state} (call begin_transaction())")
         if tp in self.partitions or tp in self.new_partitions or tp in self.pending_partitions:
             return
+        if self.v2:                      # Produce v12 adds the partition itself
+            self.partitions.add(tp)
+            self.transaction_started = True
+            return
         self.new_partitions.add(tp)
 
     def send_offsets(self, offsets: dict, group) -> TxnResult:
@@ -292,6 +317,9 @@ class TransactionManager:
             raise IllegalTransactionStateError(
                 f"cannot send offsets when no transaction is in progress (state {self.state})")
         result = TxnResult("send_offsets_to_transaction")
+        if self.v2:                      # TxnOffsetCommit v5 adds the offsets partition itself
+            self._enqueue_offset_commit(result, dict(offsets), group)
+            return result
         self._enqueue(TxnRequest("AddOffsetsToTxn", _P_ADD, result, COORDINATOR_TRANSACTION, self.transactional_id,
                                  transactional_id=self.transactional_id, producer_id=self.producer_id,
                                  producer_epoch=self.producer_epoch, group_id=group.group_id,
@@ -319,10 +347,12 @@ class TransactionManager:
             self._enqueue(self._add_partitions_request())
         if not isinstance(self._cause(self.last_error), InvalidProducerIdMappingError):
             result = TxnResult("commit_transaction" if commit else "abort_transaction")
-            self._enqueue(TxnRequest("EndTxn", _P_END, result, COORDINATOR_TRANSACTION, self.transactional_id,
-                                     transactional_id=self.transactional_id, producer_id=self.producer_id,
-                                     producer_epoch=self.producer_epoch, committed=commit))
-            if not self.epoch_bump_required:
+            req = TxnRequest("EndTxn", _P_END, result, COORDINATOR_TRANSACTION, self.transactional_id,
+                             transactional_id=self.transactional_id, producer_id=self.producer_id,
+                             producer_epoch=self.producer_epoch, committed=commit)
+            req.v2 = self.v2
+            self._enqueue(req)
+            if not self.epoch_bump_required or self.v2:     # v2: EndTxn itself bumps the epoch
                 return result
         return self._initialize(bump=True)
 
@@ -492,15 +522,7 @@ class TransactionManager:
         f = req.fields
         if code == 0:
             # the offsets go to the group coordinator next, with the same result
-            for tp, om in f["offsets"].items():
-                self.pending_offsets[tp] = om
-            g = f["group"]
-            self._enqueue(TxnRequest("TxnOffsetCommit", _P_ADD, req.result, COORDINATOR_GROUP, g.group_id,
-                                     transactional_id=self.transactional_id, group_id=g.group_id,
-                                     producer_id=self.producer_id, producer_epoch=self.producer_epoch,
-                                     generation_id=g.generation_id, member_id=g.member_id,
-                                     group_instance_id=g.group_instance_id, offsets=dict(self.pending_offsets)))
-            self.transaction_started = True
+            self._enqueue_offset_commit(req.result, f["offsets"], f["group"])
         elif code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR):
             self._lookup(COORDINATOR_TRANSACTION, self.transactional_id)
             self._reenqueue(req, now_ms)
@@ -569,6 +591,11 @@ class TransactionManager:
     def _on_EndTxn(self, req, resp, now_ms):
         code = resp.error_code
         if code == 0:
+            if req.v2 and resp.producer_id >= 0 and resp.producer_epoch >= 0:
+                # KIP-890: the epoch (or, once exhausted, the producer id) to use from now on
+                self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+            if req.v2:
+                self.epoch_bump_required = False
             self._complete_transaction()
             req.result.succeed()
         elif code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR):
@@ -611,6 +638,18 @@ class TransactionManager:
             return
         self._enqueue(TxnRequest("FindCoordinator", _P_FIND_COORDINATOR, TxnResult("find_coordinator"), None, None,
                                  key_type=key_type, find_key=key))
+
+    def _enqueue_offset_commit(self, result: TxnResult, offsets: dict, g) -> None:
+        for tp, om in offsets.items():
+            self.pending_offsets[tp] = om
+        req = TxnRequest("TxnOffsetCommit", _P_ADD, result, COORDINATOR_GROUP, g.group_id,
+                         transactional_id=self.transactional_id, group_id=g.group_id,
+                         producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                         generation_id=g.generation_id, member_id=g.member_id,
+                         group_instance_id=g.group_instance_id, offsets=dict(self.pending_offsets))
+        req.v2 = self.v2
+        self._enqueue(req)
+        self.transaction_started = True
 
     def _add_partitions_request(self) -> TxnRequest:
         self.pending_partitions |= self.new_partitions
@@ -714,4 +753,4 @@ class TransactionManager:
 
 
 __all__ = ["ABORTABLE_ERROR", "ABORTING", "COMMITTING", "FATAL_ERROR", "INITIALIZING", "IN_TRANSACTION",
-           "PRODUCE_MAX_VERSION", "READY", "UNINITIALIZED", "TransactionManager", "TxnRequest", "TxnResult"]
+           "PRODUCE_MAX_VERSION", "PRODUCE_MAX_VERSION_V2", "READY", "UNINITIALIZED", "TransactionManager", "TxnRequest", "TxnResult"]

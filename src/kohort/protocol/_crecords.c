@@ -1044,7 +1044,8 @@ typedef struct {
     PyObject *buf;              /* bytearray: the encoded records (None once done) */
     Py_ssize_t count;
     long long base_ts, max_ts;
-    Py_ssize_t size_limit;
+    Py_ssize_t size_limit;      /* room reserved so far: a record past it is not appended */
+    Py_ssize_t cap;             /* batch.size: closed once nearly this large (0: size_limit) */
     char closed;
     PyObject *ts_list;          /* per-record timestamps once they differ from base_ts, else None */
 } RecordBuffer;
@@ -1087,7 +1088,8 @@ static PyMemberDef rb_members[] = {
     {"count", T_PYSSIZET, offsetof(RecordBuffer, count), 0, "records appended"},
     {"base_ts", T_LONGLONG, offsetof(RecordBuffer, base_ts), 0, "the first record's timestamp"},
     {"max_ts", T_LONGLONG, offsetof(RecordBuffer, max_ts), 0, "the largest timestamp"},
-    {"size_limit", T_PYSSIZET, offsetof(RecordBuffer, size_limit), 0, "batch.size"},
+    {"size_limit", T_PYSSIZET, offsetof(RecordBuffer, size_limit), 0, "room reserved so far"},
+    {"cap", T_PYSSIZET, offsetof(RecordBuffer, cap), 0, "batch.size: closed once nearly this large"},
     {"closed", T_BOOL, offsetof(RecordBuffer, closed), 0, "no more records go in"},
     {"ts_list", T_OBJECT, offsetof(RecordBuffer, ts_list), 0, "per-record timestamps or None"},
     {NULL},
@@ -1205,7 +1207,7 @@ static int rb_append_raw(RecordBuffer *rb, const char *key, Py_ssize_t kl, const
     else if (ts > rb->max_ts)
         rb->max_ts = ts;
     rb->count = n + 1;
-    if (used + total + 64 >= rb->size_limit)
+    if (used + total + 64 >= (rb->cap > 0 ? rb->cap : rb->size_limit))
         rb->closed = 1;
     *delta = n;
     return 1;
@@ -1336,6 +1338,9 @@ typedef struct {
                                                    sticky (partitioner.ignore.keys); -1: a custom
                                                    partitioner (always Python) */
     Py_ssize_t max_record;
+    PyObject *on_tick;                          /* fn() at most every tick_ns while records come (the
+                                                   producing thread drives the I/O), or None */
+    long long tick_ns, next_tick_ns;
 } FastProduce;
 
 static int fp_traverse(FastProduce *self, visitproc visit, void *arg)
@@ -1350,6 +1355,7 @@ static int fp_traverse(FastProduce *self, visitproc visit, void *arg)
     Py_VISIT(self->future_type);
     Py_VISIT(self->fallback);
     Py_VISIT(self->on_full);
+    Py_VISIT(self->on_tick);
     return 0;
 }
 
@@ -1365,6 +1371,7 @@ static int fp_clear(FastProduce *self)
     Py_CLEAR(self->future_type);
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->on_full);
+    Py_CLEAR(self->on_tick);
     return 0;
 }
 
@@ -1546,8 +1553,21 @@ static PyObject *fp_call(PyObject *callable, PyObject *const *args, size_t nargs
     fut->batch = last;                      /* the reference taken by PySequence_GetItem */
     fut->delta = delta;
     fut->callbacks = Py_NewRef(Py_None);
-    if (((RecordBuffer *)last)->closed) {   /* the batch is full: stick elsewhere (KIP-480), send */
-        PyObject *r2 = PyObject_CallFunction(self->on_full, "Onn", topic, partition, (Py_ssize_t)sticky);
+    int full = ((RecordBuffer *)last)->closed;
+    if (full || self->on_tick != Py_None) {
+        struct timespec mono;
+        clock_gettime(CLOCK_MONOTONIC, &mono);
+        long long now_ns = (long long)mono.tv_sec * 1000000000LL + mono.tv_nsec;
+        PyObject *r2 = NULL;
+        if (full) {                         /* the batch is full: stick elsewhere (KIP-480), send */
+            self->next_tick_ns = now_ns + self->tick_ns;
+            r2 = PyObject_CallFunction(self->on_full, "Onn", topic, partition, (Py_ssize_t)sticky);
+        } else if (now_ns >= self->next_tick_ns) {
+            self->next_tick_ns = now_ns + self->tick_ns;
+            r2 = PyObject_CallNoArgs(self->on_tick);
+        } else {
+            return (PyObject *)fut;
+        }
         if (!r2) {
             Py_DECREF(fut);
             return NULL;
@@ -1563,14 +1583,20 @@ fallback:
 static PyObject *fp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"producer", "sender", "net", "batches", "lock", "sticky", "future_type",
-                             "fallback", "on_full", "hash_keys", "max_record", NULL};
+                             "fallback", "on_full", "hash_keys", "max_record", "on_tick", "tick_ms", NULL};
     PyObject *producer, *sender, *net, *batches, *lock, *sticky, *ft, *fallback, *on_full;
+    PyObject *on_tick = Py_None;
     int hash_keys;
     Py_ssize_t max_record;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO!OO!OOOin:FastProduce", kwlist, &producer, &sender, &net,
-                                     &PyDict_Type, &batches, &lock, &PyDict_Type, &sticky, &ft, &fallback,
-                                     &on_full, &hash_keys, &max_record))
+    double tick_ms = 1.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO!OO!OOOin|Od:FastProduce", kwlist, &producer, &sender,
+                                     &net, &PyDict_Type, &batches, &lock, &PyDict_Type, &sticky, &ft,
+                                     &fallback, &on_full, &hash_keys, &max_record, &on_tick, &tick_ms))
         return NULL;
+    if (on_tick != Py_None && !PyCallable_Check(on_tick)) {
+        PyErr_SetString(PyExc_TypeError, "on_tick: a callable or None");
+        return NULL;
+    }
     if (!PyType_Check(ft) || !PyType_IsSubtype((PyTypeObject *)ft, &RecordFuture_Type) ||
         ((PyTypeObject *)ft)->tp_basicsize != RecordFuture_Type.tp_basicsize) {
         PyErr_SetString(PyExc_TypeError, "future_type: a RecordFuture subclass without extra fields");
@@ -1596,6 +1622,9 @@ static PyObject *fp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->on_full = Py_NewRef(on_full);
     self->hash_keys = hash_keys;
     self->max_record = max_record;
+    self->on_tick = Py_NewRef(on_tick);
+    self->tick_ns = (long long)(tick_ms * 1e6);
+    self->next_tick_ns = 0;
     return (PyObject *)self;
 }
 
