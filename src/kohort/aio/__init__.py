@@ -5,6 +5,7 @@ shared metadata and coordinator lookup live in `client.py`, and the group member
 machines the threaded consumer drives (`client/consumer/membership*.py`)."""
 from kohort.aio.client import AIOClient, ClientSettings
 from kohort.aio.connection import AIOConnection, open_connection
+from kohort.aio.consumer import AIOConsumer, ConsumerStoppedError
 from kohort.aio.producer import AIOProducer, RecordMetadata
 
-__all__ = ["AIOClient", "AIOConnection", "AIOProducer", "ClientSettings", "RecordMetadata", "open_connection"]
+__all__ = ["AIOClient", "AIOConnection", "AIOConsumer", "ConsumerStoppedError", "AIOProducer", "ClientSettings", "RecordMetadata", "open_connection"]
