@@ -1,7 +1,10 @@
 """AIOProducer: Kafka's producer on the running asyncio loop, no thread per call.
 
 `await send(...)` puts the record in its partition's open batch (`protocol.records.BatchBuilder`) and
-returns an `asyncio.Future` of its `RecordMetadata`; one sender task seals ready batches (full, or
+returns an `asyncio.Future` of its `RecordMetadata`; it waits while `buffer_memory` bytes or
+`max_queued_records` records are queued (each queued record holds a future: many thousands of live
+futures make CPython's full garbage collections, which run on the loop, long) (every `YIELD_EVERY` records it yields to the loop
+once, so a tight loop of sends does not hold the loop); one sender task seals ready batches (full, or
 older than `linger_ms`, or flushed) and sends one Produce request per leader, with at most one batch
 of a partition in flight at a time, so records stay in order across retries.
 
@@ -34,6 +37,8 @@ log = logging.getLogger("kohort.aio.producer")
 
 CODECS = {None: 0, "none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 OFF_LOOP_BYTES = 64 * 1024          # compressed batches at least this big are built in a worker thread
+FINISH_SLICE = 512                  # futures completed per turn of the loop
+YIELD_EVERY = 64                    # send() gives the loop a turn after this many records
 PRODUCE_MAX_VERSION = 11            # transactions v1 (see DESIGN: Produce v12 switches a 4.x broker to v2)
 _RETRIABLE_PRODUCE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                 ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT,
@@ -57,11 +62,12 @@ class RecordMetadata(NamedTuple):
 
 
 class _Batch:
-    __slots__ = ("tp", "builder", "futures", "created", "wire", "sequence", "count", "attempts", "deadline")
+    __slots__ = ("tp", "builder", "futures", "stamps", "created", "wire", "sequence", "count", "attempts", "deadline")
 
     def __init__(self, tp, builder: BatchBuilder, now: int, deadline: int):
         self.tp, self.builder = tp, builder
-        self.futures: list[tuple[asyncio.Future, int, int]] = []   # (future, offset delta, timestamp)
+        self.futures: list[asyncio.Future] = []     # one per record, in offset-delta order
+        self.stamps: list[int] = []                 # their timestamps
         self.created, self.wire, self.sequence, self.count, self.attempts = now, None, -1, 0, 0
         self.deadline = deadline
 
@@ -73,7 +79,7 @@ class AIOProducer:
                  batch_size: int = 262144, max_request_size: int = 1048576, compression_type: str | None = None,
                  enable_idempotence: bool | None = None, transactional_id: str | None = None,
                  transaction_timeout_ms: int = 60000, delivery_timeout_ms: int = 120000,
-                 buffer_memory: int = 33554432, partitioner: DefaultPartitioner | None = None, **conn):
+                 buffer_memory: int = 33554432, max_queued_records: int = 32768, partitioner: DefaultPartitioner | None = None, **conn):
         if acks == "all":
             acks = -1
         if acks not in (0, 1, -1):
@@ -116,6 +122,9 @@ class AIOProducer:
         self._txn_in_flight = False
         self._closed = False
         self._fatal: BaseException | None = None
+        self._sends = 0
+        self._queued = 0                           # records whose futures are not completed yet
+        self.max_queued_records = max_queued_records
 
     # -- lifecycle -----------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -179,7 +188,7 @@ class AIOProducer:
             partition = self.partitioner.partition(topic, key, len(parts))
         elif partition not in parts:
             raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{topic}[{partition}] does not exist")
-        while self._buffered > self.buffer_memory:
+        while self._buffered > self.buffer_memory or self._queued >= self.max_queued_records:
             self._space.clear()
             await self._space.wait()
             self._check()
@@ -202,12 +211,19 @@ class AIOProducer:
         delta = b.builder.append(key, value, hs, ts)
         self._buffered += b.builder.size_in_bytes - size0
         fut = asyncio.get_running_loop().create_future()
-        b.futures.append((fut, delta, ts))
+        b.futures.append(fut)
+        b.stamps.append(ts)
         b.count += 1
+        self._queued += 1
         if b.builder.size_in_bytes >= self.batch_size:
             self._close_batch(tp, b)
         elif len(self._open) == 1 and b.count == 1:
             self._wake.set()
+        self._sends += 1
+        if self._sends % YIELD_EVERY == 0:
+            # a tight loop of sends never suspends by itself: let the loop run the sender and the
+            # application's other tasks now and then
+            await asyncio.sleep(0)
         return fut
 
     async def send_and_wait(self, topic: str, value=None, key=None, partition: int | None = None,
@@ -438,20 +454,32 @@ class AIOProducer:
 
     def _finish(self, b: _Batch, base_offset: int, append_time: int, err: BaseException | None,
                 log_start: int = -1) -> None:
+        """Complete the batch's futures, at most FINISH_SLICE of them per turn of the loop."""
         self._buffered -= b.builder.size_in_bytes
         self._space.set()
-        for fut, delta, ts in b.futures:
+        futures, stamps, b.futures, b.stamps = b.futures, b.stamps, [], []
+        self._queued -= len(futures)
+        self._finish_slice(b.tp, futures, stamps, 0, base_offset, append_time, err, log_start)
+
+    def _finish_slice(self, tp, futures, stamps, start: int, base_offset: int, append_time: int,
+                      err: BaseException | None, log_start: int) -> None:
+        stop = min(len(futures), start + FINISH_SLICE)
+        topic, partition = tp
+        log_append = append_time is not None and append_time >= 0
+        for delta in range(start, stop):
+            fut = futures[delta]
             if fut.done():
                 continue
             if err is not None:
                 fut.set_exception(err)
             else:
                 off = base_offset + delta if base_offset >= 0 else -1
-                if append_time is not None and append_time >= 0:
-                    fut.set_result(RecordMetadata(b.tp[0], b.tp[1], off, append_time, 1, log_start))
-                else:
-                    fut.set_result(RecordMetadata(b.tp[0], b.tp[1], off, ts, 0, log_start))
-        b.futures = []
+                fut.set_result(RecordMetadata(topic, partition, off, append_time if log_append else stamps[delta],
+                                              1 if log_append else 0, log_start))
+        if stop < len(futures):
+            asyncio.get_running_loop().call_soon(self._finish_slice, tp, futures, stamps, stop, base_offset,
+                                                 append_time, err, log_start)
+            return
         self._pending_batches -= 1
         if self._pending_batches == 0:
             self._idle.set()
