@@ -281,14 +281,18 @@ class AIOConsumer:
         self._wake.set()
 
     async def seek_to_beginning(self, *tps) -> None:
-        for tp in tps or list(self._parts):
-            self._set_position(TopicPartition(*tp), self._state(tp), None, "earliest")
-        await self._resolve_positions()
+        """Move `tps` (all assigned partitions when none are given) to their first offset."""
+        tps = [TopicPartition(*tp) for tp in (tps or list(self._parts))]
+        for tp in tps:
+            self._set_position(tp, self._state(tp), None, "earliest")
+        await self._resolve_positions(tps)
 
     async def seek_to_end(self, *tps) -> None:
-        for tp in tps or list(self._parts):
-            self._set_position(TopicPartition(*tp), self._state(tp), None, "latest")
-        await self._resolve_positions()
+        """Move `tps` (all assigned partitions when none are given) past their last offset."""
+        tps = [TopicPartition(*tp) for tp in (tps or list(self._parts))]
+        for tp in tps:
+            self._set_position(tp, self._state(tp), None, "latest")
+        await self._resolve_positions(tps)
 
     async def seek_to_committed(self, *tps) -> dict:
         tps = [TopicPartition(*tp) for tp in (tps or list(self._parts))]
@@ -305,7 +309,7 @@ class AIOConsumer:
         self._check()
         st = self._state(tp)
         if st.position is None:
-            await self._resolve_positions()
+            await self._resolve_positions([TopicPartition(*tp)])
             st = self._state(tp)
             if st.position is None:
                 self._raise_errors()
@@ -335,9 +339,10 @@ class AIOConsumer:
     def paused(self) -> set[TopicPartition]:
         return {tp for tp, st in self._parts.items() if st.paused}
 
-    async def _resolve_positions(self) -> None:
-        """Committed offsets (group) then ListOffsets for partitions without a position."""
-        need = [tp for tp, st in self._parts.items() if st.position is None and st.reset is None]
+    async def _resolve_positions(self, only=None) -> None:
+        """Committed offsets (group) then ListOffsets for partitions without a position (of `only`, if given)."""
+        parts = self._parts if only is None else {tp: self._parts[tp] for tp in only if tp in self._parts}
+        need = [tp for tp, st in parts.items() if st.position is None and st.reset is None]
         if need:
             committed = {}
             if self.group is not None:
@@ -352,7 +357,7 @@ class AIOConsumer:
                     st.epoch = om.leader_epoch
                 else:
                     st.reset = self.auto_offset_reset
-        reset = {tp: st.reset for tp, st in self._parts.items() if st.position is None and st.reset}
+        reset = {tp: st.reset for tp, st in parts.items() if st.position is None and st.reset}
         if not reset:
             return
         none = [tp for tp, s in reset.items() if s == "none"]
@@ -446,7 +451,8 @@ class AIOConsumer:
                 await asyncio.sleep(self.settings.retry_backoff_ms / 1000)
                 continue
             except Exception as e:
-                self._errors.append(e)
+                if not any(type(x) is type(e) and str(x) == str(e) for x in self._errors):
+                    self._errors.append(e)
                 self._data.set()
                 await asyncio.sleep(self.settings.retry_backoff_ms / 1000)
             try:
@@ -587,8 +593,12 @@ class AIOConsumer:
 
     # -- reading ---------------------------------------------------------------------------------------
     def _raise_errors(self) -> None:
-        if self._errors:
+        while self._errors:
             err = self._errors.pop(0)
+            if isinstance(err, NoOffsetForPartitionError):
+                still = [tp for tp in err.partitions if tp in self._parts and self._parts[tp].position is None]
+                if not still:
+                    continue          # seeked since: nothing to report
             raise err
         if self.group is not None and self.group.error is not None:
             err, self.group.error = self.group.error, None
