@@ -220,3 +220,20 @@ def test_argument_checks_and_errors_match_aiokafka():
             with pytest.raises(TypeError):
                 c.subscribe(topics=["a"], listener=object())
     asyncio.run(checks())
+
+
+def test_every_aiokafka_method_has_a_parity_row():
+    import aiokafka
+
+    import kohort.compat.aiokafka as K
+    from tests.test_cli_parity import STATUSES, sections, ticks
+    rows = sections()["aiokafka (`kohort.compat.aiokafka`)"]
+    listed = {t: r for r in rows for t in ticks(r[0])}
+    assert all(r[2] in STATUSES for r in rows)
+    for name in ("AIOKafkaProducer", "AIOKafkaConsumer"):
+        public = {f"{name}.{m}" for m in dir(getattr(aiokafka, name)) if not m.startswith("_")}
+        assert not public - set(listed), f"aiokafka calls without a row: {sorted(public - set(listed))}"
+    for t, r in listed.items():
+        if r[2] == "same" and t.startswith("AIOKafka"):
+            cls, meth = t.split(".", 1)
+            assert hasattr(getattr(K, cls), meth), f"{t} is marked same but kohort.compat.aiokafka lacks it"

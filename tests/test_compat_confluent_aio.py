@@ -112,3 +112,20 @@ def test_headers_are_supported_and_errors_are_kafka_exceptions(broker):
         with pytest.raises(KafkaException):
             AIOConsumer({"bootstrap.servers": broker.bootstrap})          # no group.id
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_every_confluent_aio_method_has_a_parity_row():
+    import confluent_kafka.aio as real
+
+    import kohort.compat.confluent_kafka.aio as K
+    from tests.test_cli_parity import STATUSES, sections, ticks
+    rows = sections()["confluent-kafka-python asyncio (`kohort.compat.confluent_kafka.aio`)"]
+    listed = {t: r for r in rows for t in ticks(r[0])}
+    assert all(r[2] in STATUSES for r in rows)
+    for name in ("AIOProducer", "AIOConsumer"):
+        public = {f"{name}.{m}" for m in dir(getattr(real, name)) if not m.startswith("_")}
+        assert not public - set(listed), f"confluent_kafka.aio calls without a row: {sorted(public - set(listed))}"
+    for t, r in listed.items():
+        if "." in t and t.split(".")[0] in ("AIOProducer", "AIOConsumer"):
+            cls, meth = t.split(".", 1)
+            assert hasattr(getattr(K, cls), meth), f"{t} has a row but kohort.compat.confluent_kafka.aio lacks it"
