@@ -16,7 +16,7 @@ import time
 import warnings
 
 from kohort.aio.consumer import AIOConsumer
-from kohort.compat.aiokafka import errors as E
+import kohort.compat.aiokafka.errors as E
 from kohort.compat.aiokafka.abc import ConsumerRebalanceListener
 from kohort.compat.aiokafka.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from kohort.errors import KohortError

@@ -16,7 +16,7 @@ import time
 import warnings
 
 from kohort.aio.producer import AIOProducer
-from kohort.compat.aiokafka import errors as E
+import kohort.compat.aiokafka.errors as E
 from kohort.compat.aiokafka.structs import RecordMetadata, TopicPartition
 from kohort.errors import KohortError
 from kohort.protocol.records import append_record
