@@ -311,3 +311,25 @@ def test_loop_stall_while_consuming_and_producing(broker):
               f"max {wmax:.2f} ms; {rate:,.0f} records/s")
     for k, (cp99, cmax, *_rest) in out.items():
         assert cp99 <= 5 and cmax <= (20 if k.startswith("consume") else 60), (k, cp99, cmax)
+
+
+def test_decode_pieces_cover_every_record_once():
+    """A fetch payload of small batches, a large uncompressed one and a large compressed one decodes,
+    piece by bounded piece, to exactly what one decode of the whole gives."""
+    from kohort.aio.consumer import DECODE_SLICE_BYTES, _pieces
+    from kohort.protocol.records import build_batch, decode_records_list
+
+    def batch(base, n, size, codec=0):
+        return build_batch([(None, b"%d" % i + b"x" * size, None, 1000 + i) for i in range(n)], base_offset=base,
+                           compression=codec)
+    payload = batch(0, 10, 100) + batch(10, 3000, 100) + batch(3010, 5, 10) + batch(3015, 2000, 100, codec=1) \
+        + batch(5015, 1, 200_000)
+    whole = decode_records_list(payload, min_offset=7)
+    pieces = _pieces(memoryview(payload))
+    got = []
+    for a, b, lo, hi, _size in pieces:
+        got += decode_records_list(payload[a:b], min_offset=7 if lo is None else max(lo, 7), max_offset=hi)
+    assert got == whole and len(got) == 5016 - 7
+    big = [p for p in pieces if p[2] is not None]
+    assert len(big) >= 3000 * 110 // DECODE_SLICE_BYTES          # the large plain batch is cut by offsets
+    assert sum(p[4] for p in pieces) == len(payload)

@@ -4,8 +4,9 @@ Fetching: one fetch task per leader broker with partitions to read, at most one 
 broker (Kafka's rule); a partition is fetched again while at most one answer's worth of its records
 waits to be read, so the broker serves the next fetch while the application reads the last one.
 Decoding never stalls the loop for long: an answer's record bytes are cut at batch boundaries into
-slices of at most `DECODE_SLICE_BYTES`, each decoded by the compiled decoder
-(`records.decode_records_list`) in one go, with a yield to the loop between slices.
+slices of at most `DECODE_SLICE_BYTES` (an uncompressed batch larger than that into offset ranges),
+each decoded by the compiled decoder (`records.decode_records_list`) in one go, with a turn of the
+loop between slices.
 
 Positions: a partition's `position` (next record to hand out) is kept apart from its `fetch_offset`
 (next to ask for); a seek, pause or revocation bumps its `seek_epoch`, and records fetched under an
@@ -76,6 +77,35 @@ class _Chunk:
     def __init__(self, tp, records, next_offset, seek_epoch, nbytes):
         self.tp, self.records, self.index = tp, records, 0
         self.next_offset, self.seek_epoch, self.nbytes = next_offset, seek_epoch, nbytes
+
+
+def _pieces(view) -> list[tuple[int, int, int | None, int | None, int]]:
+    """How to decode a fetch's record bytes in bounded steps: (start, end, min offset, max offset,
+    bytes counted) per step. Whole batches are grouped up to DECODE_SLICE_BYTES; an uncompressed
+    batch larger than that is decoded in offset ranges of about that many bytes (a compressed one
+    is decoded whole: each range would decompress it again)."""
+    out = []
+    start = end = 0
+    for pos, h in iter_batches(view):
+        stop = pos + h.total_size
+        if h.total_size > DECODE_SLICE_BYTES and h.compression == 0 and h.records_count > 1:
+            if end > start:
+                out.append((start, end, None, None, end - start))
+            step = max(1, h.records_count * DECODE_SLICE_BYTES // h.total_size)
+            lo = h.base_offset
+            while lo <= h.last_offset:
+                hi = lo + step
+                out.append((pos, stop, lo, hi, h.total_size if hi > h.last_offset else 0))
+                lo = hi
+            start = end = stop
+            continue
+        if stop - start > DECODE_SLICE_BYTES and end > start:
+            out.append((start, end, None, None, end - start))
+            start = end
+        end = stop
+    if end > start:
+        out.append((start, end, None, None, end - start))
+    return out
 
 
 class AIOConsumer:
@@ -557,26 +587,24 @@ class AIOConsumer:
                                     aborted=aborted, read_committed=self.isolation == READ_COMMITTED)[0]
             self._buffer(tp, st, recs, nxt, sent[1], nbytes)
             return
-        start = 0
-        end = 0
-        for pos, h in iter_batches(view):
-            stop = pos + h.total_size
-            if stop - start > DECODE_SLICE_BYTES and end > start:
-                self._buffer(tp, st, self._decode_slice(tp, view[start:end], sent[0]), None, sent[1], end - start)
+        pieces = _pieces(view)
+        counted = 0
+        for i, (a, b, lo, hi, size) in enumerate(pieces):
+            last = i == len(pieces) - 1
+            recs = self._decode_slice(tp, view[a:b], sent[0] if lo is None else max(lo, sent[0]), hi)
+            size = nbytes - counted if last else size
+            counted += size
+            self._buffer(tp, st, recs, nxt if last else None, sent[1], size)
+            if not last:
                 await asyncio.sleep(0)
                 if st.seek_epoch != sent[1] or self._parts.get(tp) is not st:
                     return
-                start = end
-            end = stop
-        if end > start:
-            self._buffer(tp, st, self._decode_slice(tp, view[start:end], sent[0]), nxt, sent[1],
-                         nbytes - start)
-        else:
-            self._buffer(tp, st, [], nxt, sent[1], nbytes - start)
+        if not pieces:
+            self._buffer(tp, st, [], nxt, sent[1], nbytes)
 
-    def _decode_slice(self, tp, view, min_offset: int) -> list:
-        recs = decode_records_list(view, False, min_offset=min_offset, record_factory=ConsumerRecord,
-                                   prefix=(tp.topic, tp.partition))
+    def _decode_slice(self, tp, view, min_offset: int, max_offset: int | None = None) -> list:
+        recs = decode_records_list(view, False, min_offset=min_offset, max_offset=max_offset,
+                                   record_factory=ConsumerRecord, prefix=(tp.topic, tp.partition))
         kd, vd = self.key_deserializer, self.value_deserializer
         if kd is None and vd is None:
             return recs

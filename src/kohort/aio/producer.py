@@ -1,6 +1,6 @@
 """AIOProducer: Kafka's producer on the running asyncio loop, no thread per call.
 
-`await send(...)` puts the record in its partition's open batch (`protocol.records.BatchBuilder`) and
+`await send(...)` encodes the record into its partition's open batch (`protocol.records.append_record`) and
 returns an `asyncio.Future` of its `RecordMetadata`; it waits while `buffer_memory` bytes or
 `max_queued_records` records are queued (each queued record holds a future: many thousands of live
 futures make CPython's full garbage collections, which run on the loop, long) (every `YIELD_EVERY` records it yields to the loop
@@ -17,6 +17,7 @@ worker thread (gzip/lz4/zstd release the GIL while they compress), smaller ones 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -31,7 +32,9 @@ from kohort.errors import (
 )
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
 from kohort.protocol.messages.produce import ProduceRequest
-from kohort.protocol.records import BatchBuilder
+from kohort.protocol.records import (
+    ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, _check_bytes, append_record, write_batch,
+)
 
 log = logging.getLogger("kohort.aio.producer")
 
@@ -62,14 +65,25 @@ class RecordMetadata(NamedTuple):
 
 
 class _Batch:
-    __slots__ = ("tp", "builder", "futures", "stamps", "created", "wire", "sequence", "count", "attempts", "deadline")
+    """One partition's records, encoded as they arrive (`records.append_record`), sealed once into
+    wire bytes (`records.write_batch`) with the producer id, epoch and base sequence; a retry resends
+    the same bytes."""
 
-    def __init__(self, tp, builder: BatchBuilder, now: int, deadline: int):
-        self.tp, self.builder = tp, builder
+    __slots__ = ("tp", "buf", "base_ts", "max_ts", "futures", "stamps", "created", "wire", "sequence", "count",
+                 "attempts", "deadline")
+
+    def __init__(self, tp, base_ts: int, now: int, deadline: int):
+        self.tp = tp
+        self.buf = bytearray()
+        self.base_ts = self.max_ts = base_ts
         self.futures: list[asyncio.Future] = []     # one per record, in offset-delta order
         self.stamps: list[int] = []                 # their timestamps
         self.created, self.wire, self.sequence, self.count, self.attempts = now, None, -1, 0, 0
         self.deadline = deadline
+
+
+def _size(b: _Batch) -> int:
+    return BATCH_HEADER_SIZE + len(b.buf)
 
 
 class AIOProducer:
@@ -123,6 +137,7 @@ class AIOProducer:
         self._closed = False
         self._fatal: BaseException | None = None
         self._sends = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._queued = 0                           # records whose futures are not completed yet
         self.max_queued_records = max_queued_records
 
@@ -130,6 +145,7 @@ class AIOProducer:
     async def start(self) -> None:
         if self.client is not None:
             return
+        self._loop = asyncio.get_running_loop()
         self.client = AIOClient(self.settings)
         self.client.auto_create = True
         await self.client.refresh_metadata()
@@ -193,31 +209,41 @@ class AIOProducer:
             await self._space.wait()
             self._check()
         ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
-        hs = list(headers) if headers else None
+        if type(value) is not bytes:
+            _check_bytes("value", value)
+        if type(key) is not bytes:
+            _check_bytes("key", key)
+        hs = None
+        if headers:
+            hs = list(headers)
+            for _hk, hv in hs:
+                _check_bytes("header value", hv)
         tp = (topic, partition)
         if self.txn is not None:
             self.txn.maybe_add_partition(tp)
         b = self._open.get(tp)
-        if b is not None and not b.builder.has_room_for(key, value, hs, self.batch_size):
-            self._close_batch(tp, b)
-            b = None
         if b is None:
-            now = _now_ms()
-            b = _Batch(tp, BatchBuilder(compression=self.compression), now, now + self.delivery_timeout_ms)
-            self._open[tp] = b
-            self._pending_batches += 1
-            self._idle.clear()
-        size0 = b.builder.size_in_bytes
-        delta = b.builder.append(key, value, hs, ts)
-        self._buffered += b.builder.size_in_bytes - size0
-        fut = asyncio.get_running_loop().create_future()
+            b = self._new_batch(tp, ts)
+        buf = b.buf
+        n0 = len(buf)
+        added = append_record(buf, b.count, ts - b.base_ts, key, value, hs)
+        if n0 and BATCH_HEADER_SIZE + len(buf) > self.batch_size:
+            del buf[n0:]                   # does not fit: it opens the next batch
+            self._close_batch(tp, b)
+            b = self._new_batch(tp, ts)
+            buf = b.buf
+            added = append_record(buf, 0, 0, key, value, hs)
+        if ts > b.max_ts:
+            b.max_ts = ts
+        self._buffered += added
+        fut = self._loop.create_future()
         b.futures.append(fut)
         b.stamps.append(ts)
         b.count += 1
         self._queued += 1
-        if b.builder.size_in_bytes >= self.batch_size:
+        if BATCH_HEADER_SIZE + len(buf) >= self.batch_size:
             self._close_batch(tp, b)
-        elif len(self._open) == 1 and b.count == 1:
+        elif b.count == 1 and len(self._open) == 1:
             self._wake.set()
         self._sends += 1
         if self._sends % YIELD_EVERY == 0:
@@ -229,6 +255,14 @@ class AIOProducer:
     async def send_and_wait(self, topic: str, value=None, key=None, partition: int | None = None,
                             timestamp_ms: int | None = None, headers=None) -> RecordMetadata:
         return await (await self.send(topic, value, key, partition, timestamp_ms, headers))
+
+    def _new_batch(self, tp, ts: int) -> _Batch:
+        now = _now_ms()
+        b = _Batch(tp, ts, now, now + self.delivery_timeout_ms)
+        self._open[tp] = b
+        self._pending_batches += 1
+        self._idle.clear()
+        return b
 
     def _close_batch(self, tp, b: _Batch) -> None:
         if self._open.get(tp) is b:
@@ -314,10 +348,10 @@ class AIOProducer:
         for node, batches in by_node.items():
             chosen, size = [], 0
             for b in batches:
-                if chosen and size + b.builder.size_in_bytes > self.max_request_size:
+                if chosen and size + _size(b) > self.max_request_size:
                     continue
                 chosen.append(b)
-                size += b.builder.size_in_bytes
+                size += _size(b)
             for b in chosen:
                 self._ready[b.tp].popleft()
                 self._busy.add(b.tp)
@@ -361,17 +395,19 @@ class AIOProducer:
     async def _seal(self, b: _Batch) -> None:
         if b.wire is not None:
             return
-        bl = b.builder
+        pid, epoch, seq = -1, -1, -1
         if self.idempotent:
             seq = self._seq.get(b.tp, 0)
             self._seq[b.tp] = (seq + b.count) & 0x7FFFFFFF
-            bl.producer_id, bl.producer_epoch, bl.base_sequence = self.producer_id, self.producer_epoch, seq
+            pid, epoch = self.producer_id, self.producer_epoch
             b.sequence = seq
-        bl.transactional = self.txn is not None
-        if bl.compression and bl.size_in_bytes >= OFF_LOOP_BYTES:
-            b.wire = await asyncio.to_thread(bl.build)
+        build = functools.partial(write_batch, b.buf, b.count, b.base_ts, b.max_ts, compression=self.compression,
+                                  attributes=ATTR_TRANSACTIONAL if self.txn is not None else 0,
+                                  producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+        if self.compression and len(b.buf) >= OFF_LOOP_BYTES:
+            b.wire = await asyncio.to_thread(build)
         else:
-            b.wire = bl.build()
+            b.wire = build()
 
     async def _produce(self, node: int, batches: list[_Batch]) -> None:
         try:
@@ -455,7 +491,7 @@ class AIOProducer:
     def _finish(self, b: _Batch, base_offset: int, append_time: int, err: BaseException | None,
                 log_start: int = -1) -> None:
         """Complete the batch's futures, at most FINISH_SLICE of them per turn of the loop."""
-        self._buffered -= b.builder.size_in_bytes
+        self._buffered -= len(b.buf)
         self._space.set()
         futures, stamps, b.futures, b.stamps = b.futures, b.stamps, [], []
         self._queued -= len(futures)
