@@ -333,3 +333,34 @@ def test_decode_pieces_cover_every_record_once():
     big = [p for p in pieces if p[2] is not None]
     assert len(big) >= 3000 * 110 // DECODE_SLICE_BYTES          # the large plain batch is cut by offsets
     assert sum(p[4] for p in pieces) == len(payload)
+
+
+def test_sasl_plain_listener_and_a_wrong_password():
+    """SASL/PLAIN through ClientProtocol's handshake: produce and consume on a SASL_PLAINTEXT listener;
+    a wrong password fails with the broker's SASL_AUTHENTICATION_FAILED, not a retry loop."""
+    from kohort.errors import SaslAuthenticationFailedError
+    from tests.brokers import free_port
+
+    plain, sasl = free_port(), free_port()
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'user_alice="alice-secret";')
+    config = {"listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+              "sasl.enabled.mechanisms": "PLAIN",
+              "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas}
+    topic = name("aio-sasl")
+
+    async def main(bs):
+        auth = dict(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN", sasl_plain_username="alice")
+        async with AIOProducer(bs, sasl_plain_password="alice-secret", **auth) as p:
+            md = await p.send_and_wait(topic, b"secret record")
+        async with AIOConsumer(bootstrap_servers=bs, auto_offset_reset="earliest",
+                               sasl_plain_password="alice-secret", **auth) as c:
+            c.assign([TopicPartition(topic, md.partition)])
+            got = await c.getmany(timeout_ms=5000)
+            assert [r.value for rs in got.values() for r in rs] == [b"secret record"]
+        with pytest.raises(SaslAuthenticationFailedError):
+            async with AIOProducer(bs, sasl_plain_password="wrong", **auth):
+                pass
+
+    with KohortBroker(port=plain, config=config) as b:
+        run(main(f"127.0.0.1:{sasl}"))
