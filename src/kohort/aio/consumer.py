@@ -511,7 +511,16 @@ class AIOConsumer:
     def _spawn(self, coro) -> None:
         t = asyncio.ensure_future(coro)
         self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
+        t.add_done_callback(self._task_done)
+
+    def _task_done(self, t: asyncio.Future) -> None:
+        self._tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            err = t.exception()
+            log.warning("consumer background step failed: %r", err)
+            if not isinstance(err, (KafkaConnectionError, KafkaTimeoutError)):
+                self._errors.append(err)          # raised from the next read
+                self._data.set()
 
     async def _fetch(self, node: int, parts: dict) -> None:
         try:
