@@ -1,0 +1,176 @@
+"""One Kafka connection on the running asyncio loop: an `asyncio.BufferedProtocol` around the
+sans-I/O `protocol.framing.ClientProtocol`.
+
+The loop receives straight into the ClientProtocol's buffer (`get_buffer`/`buffer_updated`), the
+ClientProtocol cuts the frames, matches answers to requests in order and runs the ApiVersions and
+SASL handshake; this module only moves bytes and turns answers into futures.
+
+Cancellation never leaves a half-sent request: a request's bytes are handed to the transport in one
+`write` before the caller can be suspended, so a request is either not sent at all or sent whole.
+A caller cancelled while waiting for the answer only abandons its future; the answer still arrives,
+is matched with its request and dropped. A request that gets no answer within its timeout closes
+the connection (as Kafka's clients do: the in-order matching of later answers cannot be trusted),
+failing the other requests in flight with `KafkaConnectionError`.
+"""
+from __future__ import annotations
+
+import asyncio
+import ssl as _ssl
+from typing import Any
+
+from kohort.client.network import Versioned
+from kohort.errors import ConnectionClosedError, KafkaConnectionError, KafkaTimeoutError
+from kohort.protocol.framing import ClientProtocol, ProtocolViolation
+
+DEFAULT_REQUEST_TIMEOUT_MS = 30000
+
+
+class AIOConnection(asyncio.BufferedProtocol):
+    """A connection to one broker; `await open_connection(...)` makes a ready one."""
+
+    def __init__(self, client_id: str, sasl: tuple | None = None, max_frame: int | None = None,
+                 software_version: str = "0"):
+        kw = {} if max_frame is None else {"max_frame": max_frame}
+        self.proto = ClientProtocol(client_id, sasl=sasl, software_name="kohort-aio",
+                                    software_version=software_version, **kw)
+        self._loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future = self._loop.create_future()
+        self.closed: asyncio.Future = self._loop.create_future()
+        self.transport: asyncio.Transport | None = None
+        self.node_id: int | None = None
+
+    # -- asyncio.BufferedProtocol ------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.proto.initiate()
+        transport.write(self.proto.data_to_send())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.proto.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            answers = self.proto.buffer_updated(nbytes)
+        except ProtocolViolation as e:
+            self._deliver(e.completed)
+            self._fail(KafkaConnectionError(f"protocol violation: {e}"))
+            return
+        except Exception as e:        # the handshake failed (HandshakeError, SASL's KafkaError)
+            self._fail(e)
+            return
+        more = self.proto.data_to_send()
+        if more:
+            self.transport.write(more)
+        if not self.ready.done() and self.proto.ready:
+            self.ready.set_result(None)
+        self._deliver(answers)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc) -> None:
+        err = ConnectionClosedError("the broker closed the connection") if exc is None else \
+            KafkaConnectionError(f"connection lost: {exc}")
+        self._fail(err)
+
+    # -- requests ----------------------------------------------------------------------------------
+    @staticmethod
+    def _deliver(answers) -> None:
+        for a in answers:
+            fut = a.handle
+            if fut is not None and not fut.done():
+                fut.set_result(a.response)
+
+    def _fail(self, err: BaseException) -> None:
+        for fut in self.proto.connection_lost():
+            if fut is not None and not fut.done():
+                fut.set_exception(err)
+        if not self.ready.done():
+            self.ready.set_exception(err)
+            self.ready.exception()        # retrieved: nobody else may be waiting on it
+        if not self.closed.done():
+            self.closed.set_result(err)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    @property
+    def is_open(self) -> bool:
+        return not self.closed.done() and self.transport is not None and not self.transport.is_closing()
+
+    def versions(self) -> dict[int, tuple[int, int]]:
+        return self.proto.versions
+
+    def pick(self, api_key: int, cap: int | None = None, floor: int | None = None) -> int:
+        return self.proto.pick(api_key, cap, floor)
+
+    def send(self, request, *, max_version: int | None = None, min_version: int | None = None,
+             expect_response: bool = True, response_class=None) -> tuple[int, asyncio.Future | None]:
+        """Write one request now -> (version sent, future of its answer; None without answer)."""
+        if not self.is_open:
+            raise KafkaConnectionError("connection is closed")
+        cap = max_version
+        if isinstance(request, Versioned):
+            if request.max_version is not None:
+                cap = request.max_version if cap is None else min(cap, request.max_version)
+            version = self.proto.pick(request.API_KEY, cap, min_version)
+            request = request.build(version)
+        else:
+            version = self.proto.pick(type(request).API_KEY, cap, min_version)
+        fut = None
+        if expect_response:
+            fut = self._loop.create_future()
+            fut.add_done_callback(_retrieve)
+        _, data = self.proto.send_request(request, version, expect_response=expect_response, handle=fut,
+                                          response_class=response_class)
+        self.transport.write(data)
+        return version, fut
+
+    async def request(self, request, *, timeout_ms: int | None = DEFAULT_REQUEST_TIMEOUT_MS,
+                      max_version: int | None = None, min_version: int | None = None,
+                      response_class=None) -> Any:
+        """Send `request` (a message or a `Versioned`) and wait for its answer."""
+        _, fut = self.send(request, max_version=max_version, min_version=min_version,
+                           response_class=response_class)
+        if timeout_ms is None:
+            return await fut
+        # shield: a cancelled caller abandons the answer, it does not cancel the request in flight
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            self._fail(KafkaTimeoutError(f"no answer within {timeout_ms} ms; connection closed"))
+            raise KafkaTimeoutError(f"request {type(request).__name__} got no answer within {timeout_ms} ms") \
+                from None
+
+    def close(self) -> None:
+        self._fail(ConnectionClosedError("connection closed by the client"))
+
+
+def _retrieve(fut: asyncio.Future) -> None:
+    """Mark an abandoned answer's error as seen (its caller was cancelled or timed out)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+async def open_connection(host: str, port: int, *, client_id: str = "kohort-aio", ssl: _ssl.SSLContext | None = None,
+                          sasl: tuple | None = None, timeout_ms: int = 10000) -> AIOConnection:
+    """Connect, run the ApiVersions (and SASL) handshake, return the ready connection."""
+    loop = asyncio.get_running_loop()
+    try:
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(lambda: AIOConnection(client_id, sasl), host, port, ssl=ssl,
+                                   server_hostname=host if ssl is not None else None),
+            timeout_ms / 1000)
+    except (OSError, asyncio.TimeoutError) as e:
+        raise KafkaConnectionError(f"cannot connect to {host}:{port}: {e or 'timed out'}") from None
+    try:
+        await asyncio.wait_for(asyncio.shield(conn.ready), timeout_ms / 1000)
+    except asyncio.TimeoutError:
+        conn.close()
+        raise KafkaConnectionError(f"{host}:{port}: no ApiVersions answer within {timeout_ms} ms") from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+__all__ = ["AIOConnection", "DEFAULT_REQUEST_TIMEOUT_MS", "open_connection"]

@@ -1,0 +1,634 @@
+"""AIOProducer: Kafka's producer on the running asyncio loop, no thread per call.
+
+`await send(...)` encodes the record into its partition's open batch (`protocol.records.append_record`) and
+returns an `asyncio.Future` of its `RecordMetadata`; it waits while `buffer_memory` bytes or
+`max_queued_records` records are queued (each queued record holds a future: many thousands of live
+futures make CPython's full garbage collections, which run on the loop, long) (every `YIELD_EVERY` records it yields to the loop
+once, so a tight loop of sends does not hold the loop); one sender task seals ready batches (full, or
+older than `linger_ms`, or flushed) and sends one Produce request per leader, with at most one batch
+of a partition in flight at a time, so records stay in order across retries.
+
+Idempotence (KIP-98, on by default as in Kafka 3.0+): InitProducerId, per-partition sequence numbers
+fixed when a batch is sealed, retries resend the same bytes. Transactions: the pure
+`client.txn_manager.TransactionManager` decides; the sender task sends what it asks
+(`next_request`) and hands back the answers. Compression of a batch over `OFF_LOOP_BYTES` runs in a
+worker thread (gzip/lz4/zstd release the GIL while they compress), smaller ones on the loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections import deque
+from typing import NamedTuple
+
+from kohort.aio.client import AIOClient, ClientSettings
+from kohort.client.network import Versioned
+from kohort.client.partitioner import DefaultPartitioner
+from kohort.client.txn_manager import TransactionManager
+from kohort.errors import (
+    ErrorCode, KafkaConnectionError, KafkaError, KafkaTimeoutError, KohortError, TransactionAbortedError, for_code,
+)
+from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
+from kohort.protocol.messages.produce import ProduceRequest
+from kohort.protocol.records import (
+    ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, _check_bytes, append_record, write_batch,
+)
+
+log = logging.getLogger("kohort.aio.producer")
+
+CODECS = {None: 0, "none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+OFF_LOOP_BYTES = 64 * 1024          # compressed batches at least this big are built in a worker thread
+FINISH_SLICE = 512                  # futures completed per turn of the loop
+YIELD_EVERY = 64                    # send() gives the loop a turn after this many records
+PRODUCE_MAX_VERSION = 11            # transactions v1 (see DESIGN: Produce v12 switches a 4.x broker to v2)
+_RETRIABLE_PRODUCE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT,
+                                ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                                ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH,
+                                ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.CORRUPT_MESSAGE,
+                                ErrorCode.NETWORK_EXCEPTION})
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int                  # create time given or chosen; log append time when the topic uses it
+    timestamp_type: int             # 0 create time, 1 log append time
+    log_start_offset: int
+
+
+class _Batch:
+    """One partition's records, encoded as they arrive (`records.append_record`), sealed once into
+    wire bytes (`records.write_batch`) with the producer id, epoch and base sequence; a retry resends
+    the same bytes."""
+
+    __slots__ = ("tp", "buf", "base_ts", "max_ts", "futures", "stamps", "created", "wire", "sequence", "count",
+                 "attempts", "deadline")
+
+    def __init__(self, tp, base_ts: int, now: int, deadline: int):
+        self.tp = tp
+        self.buf = bytearray()
+        self.base_ts = self.max_ts = base_ts
+        self.futures: list[asyncio.Future] = []     # one per record, in offset-delta order
+        self.stamps: list[int] = []                 # their timestamps
+        self.created, self.wire, self.sequence, self.count, self.attempts = now, None, -1, 0, 0
+        self.deadline = deadline
+
+
+def _size(b: _Batch) -> int:
+    return BATCH_HEADER_SIZE + len(b.buf)
+
+
+class AIOProducer:
+    """See the module docstring. Use `async with AIOProducer(...) as p:` or start()/stop()."""
+
+    def __init__(self, bootstrap_servers="localhost:9092", *, acks=-1, linger_ms: int = 5,
+                 batch_size: int = 262144, max_request_size: int = 1048576, compression_type: str | None = None,
+                 enable_idempotence: bool | None = None, transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60000, delivery_timeout_ms: int = 120000,
+                 buffer_memory: int = 33554432, max_queued_records: int = 32768, partitioner: DefaultPartitioner | None = None, **conn):
+        if acks == "all":
+            acks = -1
+        if acks not in (0, 1, -1):
+            raise ValueError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
+        if compression_type not in CODECS:
+            raise ValueError(f"compression_type must be one of gzip, snappy, lz4, zstd or None, not {compression_type!r}")
+        if transactional_id is not None:
+            if enable_idempotence is False:
+                raise ValueError("transactional_id needs enable_idempotence")
+            enable_idempotence = True
+        if enable_idempotence is None:
+            enable_idempotence = acks == -1
+        if enable_idempotence and acks != -1:
+            raise ValueError("enable_idempotence needs acks=-1 ('all')")
+        self.settings = ClientSettings.make(bootstrap_servers, **conn)
+        self.acks, self.linger_ms, self.batch_size = acks, linger_ms, batch_size
+        self.max_request_size, self.compression = max_request_size, CODECS[compression_type]
+        self.idempotent = enable_idempotence
+        self.delivery_timeout_ms, self.buffer_memory = delivery_timeout_ms, buffer_memory
+        self.partitioner = partitioner or DefaultPartitioner()
+        self.txn = TransactionManager(transactional_id, transaction_timeout_ms,
+                                      self.settings.retry_backoff_ms) if transactional_id else None
+        self.client: AIOClient | None = None
+        self._open: dict = {}                      # tp -> open _Batch
+        self._ready: dict = {}                     # tp -> deque of sealed-to-be batches, oldest first
+        self._busy: set = set()                    # partitions with a batch in flight
+        self._buffered = 0
+        self._space = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._flushing = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._pending_batches = 0
+        self._sender: asyncio.Task | None = None
+        self._requests: set = set()
+        self.producer_id, self.producer_epoch = -1, -1
+        self._seq: dict = {}
+        self._pid_future: asyncio.Future | None = None
+        self._txn_changed = asyncio.Event()
+        self._txn_in_flight = False
+        self._closed = False
+        self._fatal: BaseException | None = None
+        self._sends = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queued = 0                           # records whose futures are not completed yet
+        self.max_queued_records = max_queued_records
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.client is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self.client = AIOClient(self.settings)
+        self.client.auto_create = True
+        await self.client.refresh_metadata()
+        self._sender = asyncio.create_task(self._run(), name="kohort-aio-sender")
+        if self.txn is not None:
+            await self._txn_wait(self.txn.init_transactions(), "init_transactions")
+
+    async def __aenter__(self) -> "AIOProducer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Flush (bounded by `timeout`), then close every connection."""
+        if self._closed:
+            return
+        try:
+            if self.client is not None:
+                try:
+                    await asyncio.wait_for(self.flush(), timeout)
+                except (asyncio.TimeoutError, KohortError) as e:
+                    log.warning("producer closing with undelivered records: %s", e)
+        finally:
+            self._closed = True
+            self._fail_all(KohortError("the producer was closed"))
+            if self._sender is not None:
+                self._sender.cancel()
+                await asyncio.gather(self._sender, return_exceptions=True)
+            for t in list(self._requests):
+                t.cancel()
+            await asyncio.gather(*self._requests, return_exceptions=True)
+            if self.client is not None:
+                await self.client.close()
+
+    close = stop
+
+    # -- sending -------------------------------------------------------------------------------------
+    async def partitions_for(self, topic: str) -> list[int]:
+        self._check()
+        return list(await self.client.metadata_for(topic))
+
+    async def send(self, topic: str, value=None, key=None, partition: int | None = None,
+                   timestamp_ms: int | None = None, headers=None) -> asyncio.Future:
+        """Queue one record -> a future of its RecordMetadata. Waits only for metadata of a new topic
+        and while more than buffer_memory bytes are queued."""
+        self._check()
+        if self.txn is not None:
+            if not self.txn.has_ongoing_transaction() or self.txn.is_completing():
+                if self.txn.has_error():
+                    raise self.txn.wrap(self.txn.last_error)
+                raise KohortError("send() outside a transaction: call begin_transaction() first")
+        parts = self.client.snapshot.topics.get(topic) or await self.client.metadata_for(topic)
+        if partition is None:
+            partition = self.partitioner.partition(topic, key, len(parts))
+        elif partition not in parts:
+            raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{topic}[{partition}] does not exist")
+        while self._buffered > self.buffer_memory or self._queued >= self.max_queued_records:
+            self._space.clear()
+            await self._space.wait()
+            self._check()
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        if type(value) is not bytes:
+            _check_bytes("value", value)
+        if type(key) is not bytes:
+            _check_bytes("key", key)
+        hs = None
+        if headers:
+            hs = list(headers)
+            for _hk, hv in hs:
+                _check_bytes("header value", hv)
+        tp = (topic, partition)
+        if self.txn is not None:
+            self.txn.maybe_add_partition(tp)
+        b = self._open.get(tp)
+        if b is None:
+            b = self._new_batch(tp, ts)
+        buf = b.buf
+        n0 = len(buf)
+        added = append_record(buf, b.count, ts - b.base_ts, key, value, hs)
+        if n0 and BATCH_HEADER_SIZE + len(buf) > self.batch_size:
+            del buf[n0:]                   # does not fit: it opens the next batch
+            self._close_batch(tp, b)
+            b = self._new_batch(tp, ts)
+            buf = b.buf
+            added = append_record(buf, 0, 0, key, value, hs)
+        if ts > b.max_ts:
+            b.max_ts = ts
+        self._buffered += added
+        fut = self._loop.create_future()
+        b.futures.append(fut)
+        b.stamps.append(ts)
+        b.count += 1
+        self._queued += 1
+        if BATCH_HEADER_SIZE + len(buf) >= self.batch_size:
+            self._close_batch(tp, b)
+        elif b.count == 1 and len(self._open) == 1:
+            self._wake.set()
+        self._sends += 1
+        if self._sends % YIELD_EVERY == 0:
+            # a tight loop of sends never suspends by itself: let the loop run the sender and the
+            # application's other tasks now and then
+            await asyncio.sleep(0)
+        return fut
+
+    async def send_and_wait(self, topic: str, value=None, key=None, partition: int | None = None,
+                            timestamp_ms: int | None = None, headers=None) -> RecordMetadata:
+        return await (await self.send(topic, value, key, partition, timestamp_ms, headers))
+
+    def _new_batch(self, tp, ts: int) -> _Batch:
+        now = _now_ms()
+        b = _Batch(tp, ts, now, now + self.delivery_timeout_ms)
+        self._open[tp] = b
+        self._pending_batches += 1
+        self._idle.clear()
+        return b
+
+    def _close_batch(self, tp, b: _Batch) -> None:
+        if self._open.get(tp) is b:
+            del self._open[tp]
+        self._ready.setdefault(tp, deque()).append(b)
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Send everything queued now (no linger) and wait until every batch has its answer."""
+        self._check_started()
+        self._flushing += 1
+        try:
+            self._wake.set()
+            await self._idle.wait()
+        finally:
+            self._flushing -= 1
+
+    def _check_started(self) -> None:
+        if self.client is None:
+            raise KohortError("the producer is not started: await start() first")
+
+    def _check(self) -> None:
+        self._check_started()
+        if self._closed:
+            raise KohortError("the producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+
+    # -- the sender task -----------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while not self._closed:
+            try:
+                wait = await self._step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("producer sender step failed")
+                wait = 0.1
+            if wait is None or wait > 0:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def _step(self) -> float | None:
+        now = _now_ms()
+        wait: float | None = None
+        if self.txn is not None:
+            wait = self._txn_step(now)
+            if (self.txn.producer_id, self.txn.producer_epoch) != (self.producer_id, self.producer_epoch) \
+                    and not self._busy:
+                self.producer_id, self.producer_epoch = self.txn.producer_id, self.txn.producer_epoch
+                self._seq.clear()
+            if self.producer_id < 0:
+                return wait
+        elif self.idempotent and self.producer_id < 0:
+            if self._pid_future is None or self._pid_future.done():
+                self._pid_future = asyncio.ensure_future(self._init_producer_id())
+            return 0.05
+        # age out open batches whose linger passed (all of them while flushing)
+        linger_due = None
+        for tp, b in list(self._open.items()):
+            if self._flushing or now - b.created >= self.linger_ms:
+                self._close_batch(tp, b)
+            else:
+                due = (b.created + self.linger_ms - now) / 1000
+                linger_due = due if linger_due is None else min(linger_due, due)
+        by_node: dict[int, list[_Batch]] = {}
+        unknown = set()
+        for tp, dq in self._ready.items():
+            if not dq or tp in self._busy:
+                continue
+            if self.txn is not None and not self.txn.is_send_to_partition_allowed(tp):
+                continue
+            leader = self.client.leader_for(tp)
+            if leader is None:
+                unknown.add(tp[0])
+                continue
+            by_node.setdefault(leader, []).append(dq[0])
+        if unknown:
+            self._requests_add(self.client.refresh_metadata(unknown))
+        for node, batches in by_node.items():
+            chosen, size = [], 0
+            for b in batches:
+                if chosen and size + _size(b) > self.max_request_size:
+                    continue
+                chosen.append(b)
+                size += _size(b)
+            for b in chosen:
+                self._ready[b.tp].popleft()
+                self._busy.add(b.tp)
+            self._requests_add(self._produce(node, chosen))
+        waits = [w for w in (wait, linger_due) if w is not None]
+        if unknown:
+            waits.append(self.settings.retry_backoff_ms / 1000)
+        return min(waits) if waits else None
+
+    def _requests_add(self, coro) -> None:
+        t = asyncio.ensure_future(coro)
+        self._requests.add(t)
+        t.add_done_callback(self._request_done)
+
+    def _request_done(self, t: asyncio.Future) -> None:
+        self._requests.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            log.warning("producer request failed: %r", t.exception())
+        self._wake.set()
+
+    async def _init_producer_id(self) -> None:
+        def build(v: int):
+            return InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=2147483647,
+                                         producer_id=-1, producer_epoch=-1)
+        try:
+            resp = await self.client.request(None, Versioned(InitProducerIdRequest.API_KEY, build))
+        except KafkaConnectionError as e:
+            log.debug("InitProducerId failed: %s", e)
+            await asyncio.sleep(self.settings.retry_backoff_ms / 1000)
+            return
+        if resp.error_code:
+            err = for_code(resp.error_code)
+            if not err.retriable:
+                self._fatal = err("InitProducerId failed")
+                self._fail_all(self._fatal)
+            return
+        self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+        self._seq.clear()
+        self._wake.set()
+
+    async def _seal(self, b: _Batch) -> None:
+        if b.wire is not None:
+            return
+        pid, epoch, seq = -1, -1, -1
+        if self.idempotent:
+            seq = self._seq.get(b.tp, 0)
+            self._seq[b.tp] = (seq + b.count) & 0x7FFFFFFF
+            pid, epoch = self.producer_id, self.producer_epoch
+            b.sequence = seq
+        build = functools.partial(write_batch, b.buf, b.count, b.base_ts, b.max_ts, compression=self.compression,
+                                  attributes=ATTR_TRANSACTIONAL if self.txn is not None else 0,
+                                  producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+        if self.compression and len(b.buf) >= OFF_LOOP_BYTES:
+            b.wire = await asyncio.to_thread(build)
+        else:
+            b.wire = build()
+
+    async def _produce(self, node: int, batches: list[_Batch]) -> None:
+        try:
+            for b in batches:
+                await self._seal(b)
+        except BaseException as e:
+            for b in batches:
+                self._busy.discard(b.tp)
+                self._finish(b, -1, -1, e if isinstance(e, Exception) else KohortError("sealing cancelled"))
+            raise
+        PD = ProduceRequest.TopicProduceData
+        PPD = PD.PartitionProduceData
+        by_topic: dict[str, list] = {}
+        for b in batches:
+            b.attempts += 1
+            by_topic.setdefault(b.tp[0], []).append(PPD(index=b.tp[1], records=b.wire))
+        req = ProduceRequest(transactional_id=self.txn.transactional_id if self.txn else None, acks=self.acks,
+                             timeout_ms=self.settings.request_timeout_ms,
+                             topic_data=[PD(name=t, partition_data=ps) for t, ps in by_topic.items()])
+        results: dict = {}
+        err: BaseException | None = None
+        try:
+            if self.acks == 0:
+                conn = await self.client.connection(node)
+                conn.send(req, max_version=PRODUCE_MAX_VERSION, expect_response=False)
+            else:
+                resp = await self.client.request(node, req, max_version=PRODUCE_MAX_VERSION, min_version=3)
+                for t in resp.responses:
+                    for pr in t.partition_responses:
+                        results[(t.name, pr.index)] = pr
+        except (KafkaConnectionError, KafkaTimeoutError) as e:
+            err = e
+        except asyncio.CancelledError:
+            for b in batches:
+                self._busy.discard(b.tp)
+            raise
+        refresh = False
+        for b in batches:
+            self._busy.discard(b.tp)
+            if self.acks == 0:
+                self._finish(b, -1, -1, None)
+                continue
+            if err is not None:
+                self._retry_or_fail(b, err)
+                refresh = True
+                continue
+            pr = results.get(b.tp)
+            if pr is None:
+                self._retry_or_fail(b, KafkaConnectionError("the broker did not answer for this partition"))
+                continue
+            code = pr.error_code
+            if code == 0:
+                self._finish(b, pr.base_offset, pr.log_append_time_ms, None, pr.log_start_offset)
+            elif code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+                self._finish(b, pr.base_offset, pr.log_append_time_ms, None, pr.log_start_offset)
+            elif code in _RETRIABLE_PRODUCE:
+                refresh = True
+                self._retry_or_fail(b, for_code(code)(pr.error_message or ""))
+            else:
+                e = for_code(code)(f"{b.tp[0]}[{b.tp[1]}]: {pr.error_message or ''}")
+                if self.txn is not None:
+                    self.txn.handle_failed_batch(e)
+                elif self.idempotent and code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                                  ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_EPOCH):
+                    self.producer_id = -1        # a new producer id restarts every sequence (KIP-360)
+                self._finish(b, -1, -1, e)
+        if refresh:
+            await self.client.refresh_metadata()
+
+    def _retry_or_fail(self, b: _Batch, err: BaseException) -> None:
+        if _now_ms() < b.deadline and not self._closed:
+            self._ready.setdefault(b.tp, deque()).appendleft(b)
+            return
+        if self.txn is not None:
+            self.txn.handle_failed_batch(err)
+        elif self.idempotent:
+            self.producer_id = -1
+        self._finish(b, -1, -1, KafkaTimeoutError(f"{b.count} record(s) for {b.tp[0]}[{b.tp[1]}] expired after "
+                                                  f"delivery_timeout_ms={self.delivery_timeout_ms}: {err}"))
+
+    def _finish(self, b: _Batch, base_offset: int, append_time: int, err: BaseException | None,
+                log_start: int = -1) -> None:
+        """Complete the batch's futures, at most FINISH_SLICE of them per turn of the loop."""
+        self._buffered -= len(b.buf)
+        self._space.set()
+        futures, stamps, b.futures, b.stamps = b.futures, b.stamps, [], []
+        self._queued -= len(futures)
+        self._finish_slice(b.tp, futures, stamps, 0, base_offset, append_time, err, log_start)
+
+    def _finish_slice(self, tp, futures, stamps, start: int, base_offset: int, append_time: int,
+                      err: BaseException | None, log_start: int) -> None:
+        stop = min(len(futures), start + FINISH_SLICE)
+        topic, partition = tp
+        log_append = append_time is not None and append_time >= 0
+        for delta in range(start, stop):
+            fut = futures[delta]
+            if fut.done():
+                continue
+            if err is not None:
+                fut.set_exception(err)
+            else:
+                off = base_offset + delta if base_offset >= 0 else -1
+                fut.set_result(RecordMetadata(topic, partition, off, append_time if log_append else stamps[delta],
+                                              1 if log_append else 0, log_start))
+        if stop < len(futures):
+            asyncio.get_running_loop().call_soon(self._finish_slice, tp, futures, stamps, stop, base_offset,
+                                                 append_time, err, log_start)
+            return
+        self._pending_batches -= 1
+        if self._pending_batches == 0:
+            self._idle.set()
+        self._txn_changed.set()
+
+    def _fail_all(self, err: BaseException) -> None:
+        for tp, b in list(self._open.items()):
+            self._finish(b, -1, -1, err)
+        self._open.clear()
+        for dq in self._ready.values():
+            while dq:
+                self._finish(dq.popleft(), -1, -1, err)
+        if self.txn is not None:
+            self.txn.fail_all(err)
+        self._txn_changed.set()
+
+    # -- transactions --------------------------------------------------------------------------------
+    def _txn_step(self, now: int) -> float:
+        m = self.txn
+        if m.has_abortable_error() or m.is_aborting() or m.has_fatal_error():
+            cause = TransactionAbortedError("the transaction was aborted before this record was sent" +
+                                            (f" ({m.last_error})" if m.last_error is not None else ""))
+            for tp, b in list(self._open.items()):
+                del self._open[tp]
+                self._finish(b, -1, -1, cause)
+            for dq in self._ready.values():
+                keep = [b for b in dq if b.wire is not None]
+                for b in dq:
+                    if b.wire is None:
+                        self._finish(b, -1, -1, cause)
+                dq.clear()
+                dq.extend(keep)
+        if self._txn_in_flight:
+            return m.next_wakeup_ms(now) / 1000
+        incomplete = self._pending_batches > 0
+        req = m.next_request(now, incomplete)
+        if req is not None:
+            self._txn_in_flight = True
+            self._requests_add(self._txn_send(req))
+        return m.next_wakeup_ms(now) / 1000
+
+    async def _txn_send(self, req) -> None:
+        node = None
+        if req.node is not None:
+            node_id, host, port = req.node
+            node = 0x7FFFFFFF - node_id
+            self.client.set_node_address(node, host, port)
+        try:
+            conn = await self.client.connection(node)
+            version, fut = conn.send(Versioned(req.api_key, req.build, req.max_version))
+            resp = await asyncio.wait_for(asyncio.shield(fut), self.settings.request_timeout_ms / 1000)
+        except asyncio.CancelledError:
+            self._txn_in_flight = False
+            raise
+        except Exception as e:
+            self.txn.handle_failure(req, e, _now_ms())
+        else:
+            if req.api == "InitProducerId":
+                self.txn.coordinator_supports_bump = version >= 3
+            self.txn.handle_response(req, resp, _now_ms())
+        finally:
+            self._txn_in_flight = False
+            self._txn_changed.set()
+            self._wake.set()
+
+    async def _txn_wait(self, result, operation: str, flush: bool = False) -> None:
+        if flush:
+            self._flushing += 1
+        try:
+            self._wake.set()
+            while not result.done:
+                self._txn_changed.clear()
+                await self._txn_changed.wait()
+        finally:
+            if flush:
+                self._flushing -= 1
+        result.acked = True
+        if result.error is not None:
+            raise self.txn.wrap(result.error) from result.error
+
+    def _txn_manager(self) -> TransactionManager:
+        if self.txn is None:
+            raise KohortError("transactions need a transactional_id")
+        self._check()
+        return self.txn
+
+    async def begin_transaction(self) -> None:
+        m = self._txn_manager()
+        try:
+            m.begin_transaction()
+        except KafkaError as e:
+            raise m.wrap(e) from e
+
+    async def send_offsets_to_transaction(self, offsets: dict, group) -> None:
+        """`offsets` {TopicPartition: OffsetAndMetadata or next offset}; `group` a group id or the
+        consumer's group metadata (AIOConsumer.group_metadata())."""
+        from kohort.structs import ConsumerGroupMetadata, OffsetAndMetadata
+        m = self._txn_manager()
+        offs = {}
+        for tp, o in offsets.items():
+            om = o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(int(o), "", None)
+            offs[(tp[0], tp[1])] = (om.offset, om.metadata, om.leader_epoch)
+        if isinstance(group, str):
+            group = ConsumerGroupMetadata(group, -1, "", None)
+        await self._txn_wait(m.send_offsets(offs, group), "send_offsets_to_transaction")
+
+    async def commit_transaction(self) -> None:
+        m = self._txn_manager()
+        await self._txn_wait(m.begin_commit(), "commit_transaction", flush=True)
+
+    async def abort_transaction(self) -> None:
+        m = self._txn_manager()
+        await self._txn_wait(m.begin_abort(), "abort_transaction", flush=True)
+
+
+__all__ = ["AIOProducer", "OFF_LOOP_BYTES", "RecordMetadata"]
