@@ -12,9 +12,7 @@ import uuid
 import pytest
 
 from kohort.cli.main import main
-from tests.kafka_cluster import run_tool
-
-SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+from tests.kafka_cluster import SHARE_GROUPS, run_tool
 
 
 def kohort(capsys, *argv):
