@@ -6,6 +6,7 @@ tool reads what the other wrote (--reset-offsets --execute, --delete-offsets, --
 kohort makes before it connects (Kafka's spelling, the required --dry-run/--execute, bad values)."""
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -131,6 +132,14 @@ def test_live_group_described_alike(capsys, live):
         assert sorted(ours[1:]) == sorted(theirs[1:]), extra       # the same values
         assert len(ours) == {"--verbose": 4, "--members": 3, "--state": 2}[extra[0]], out
     assert rows(out)[0] == ["GROUP", "COORDINATOR", "(ID)", "STATE", "GROUP-EPOCH", "ASSIGNMENT-EPOCH", "#MEMBERS"]
+    # the cluster has this one share group: --all-groups describes it alone
+    assert rows(kohort(capsys, "share-groups", "--describe", "--all-groups", "--state", "--verbose", "-b", bs)[1]) \
+        == rows(out)
+    rc, out, _ = kohort(capsys, "share-groups", "describe", g, "--members", "--json", "-b", bs)
+    (view,) = json.loads(out)
+    assert rc == 0 and view["state"] == "Stable" and view["assignor"] == "simple"
+    assert sorted(m["client_id"] for m in view["members"]) == ["shc-0", "shc-1"]
+    assert sorted(tuple(p) for m in view["members"] for p in m["assignment"]) == [(t, 0), (t, 1), (t, 2)]
     assert [r[2:] for r in sorted(rows(kohort(capsys, "share-groups", "describe", g, "-b", bs)[1])[1:])] == \
         [[str(p), "0", "0"] for p in range(3)]                    # start offset 0, lag 0 (the records were kept)
     _, kout, _ = kafka(bs, "--list", "--state")
