@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 
 from kohort.cli.common import add_connection_args, admin_client, print_json, table
-from kohort.cli.groups import (MISSING, _parse_filter, assignment_text, coordinator_text, parse_datetime_ms,
+from kohort.cli.groups import (_parse_filter, assignment_text, coordinator_text, parse_datetime_ms,
                                topic_partitions)
 from kohort.errors import KohortError
 
