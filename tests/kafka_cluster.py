@@ -445,6 +445,7 @@ CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 GROUPS = "org.apache.kafka.tools.GroupsCommand"
+SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 
 
 class JavaPeer:

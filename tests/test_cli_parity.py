@@ -1,5 +1,5 @@
 """docs/parity.md is checked against the tools themselves: every option kafka-consumer-groups.sh,
-kafka-console-consumer.sh and kafka-console-producer.sh (Kafka 4.3.1, `--help`) and kcat 1.7.1 (`-h`) list
+kafka-share-groups.sh, kafka-console-consumer.sh and kafka-console-producer.sh (Kafka 4.3.1, `--help`) and kcat 1.7.1 (`-h`) list
 has a row, every public method of confluent-kafka's Producer/Consumer/AdminClient/ShareConsumer has a row, every option
 kohort's Spark source knows has a row; every row is same/extra/missing-on-purpose; every **same** command
 line parses with kohort's own parser, every **same** confluent-kafka call exists in the compat module and
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kafka_cluster import CONSOLE_CONSUMER, CONSOLE_PRODUCER, CONSUMER_GROUPS, run_tool
+from tests.kafka_cluster import CONSOLE_CONSUMER, CONSOLE_PRODUCER, CONSUMER_GROUPS, SHARE_GROUPS, run_tool
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "parity.md"
 STATUSES = {"same", "extra", "missing-on-purpose"}
@@ -82,6 +82,13 @@ def test_kafka_consumer_groups(doc, capsys):
     theirs = set(re.findall(r"^(--[a-z-]+)", help_text, re.M)) - {"------"}
     assert len(theirs) > 25
     _check_cli_section(doc["kafka-consumer-groups.sh"], theirs, capsys)
+
+
+def test_kafka_share_groups(doc, capsys):
+    r = run_tool(SHARE_GROUPS, "--help", check=False)
+    theirs = set(re.findall(r"^(--[a-z-]+)", r.stdout + (r.stderr or ""), re.M)) - {"------"}
+    assert len(theirs) > 20
+    _check_cli_section(doc["kafka-share-groups.sh"], theirs, capsys)
 
 
 def test_console_consumer_and_producer(doc, capsys):

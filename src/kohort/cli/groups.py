@@ -112,23 +112,24 @@ def _group_args(s) -> None:
     s.add_argument("--all-groups", action="store_true", help="every group (instead of naming them)")
 
 
-def kafka_style(argv: list[str]) -> list[str]:
+def kafka_style(argv: list[str], actions: dict[str, str] = ACTIONS) -> list[str]:
     """kafka-consumer-groups.sh's spelling → kohort's: `--describe --group G [--group H] --members` →
-    `describe G H --members`; `--timeout MS` → `--timeout S`. Anything else is left as it is."""
+    `describe G H --members`; `--timeout MS` → `--timeout S`. Anything else is left as it is.
+    `actions` maps the tool's action flags to kohort's subcommands (kafka-share-groups.sh has its own)."""
     if not argv or not argv[0].startswith("--") or argv[0] in ("--help", "-h"):
         return argv
-    actions = [a for a in argv if a.split("=", 1)[0] in ACTIONS]
-    if len(actions) != 1:
-        if not actions:
+    found = [a for a in argv if a.split("=", 1)[0] in actions]
+    if len(found) != 1:
+        if not found:
             return argv
-        raise KohortError(f"give exactly one action of {', '.join(ACTIONS)}; got {' '.join(actions)}")
-    action = ACTIONS[actions[0].split("=", 1)[0]]
+        raise KohortError(f"give exactly one action of {', '.join(actions)}; got {' '.join(found)}")
+    action = actions[found[0].split("=", 1)[0]]
     groups: list[str] = []
     rest: list[str] = []
     it = iter(argv)
     for a in it:
         name, eq, val = a.partition("=")
-        if name in ACTIONS:
+        if name in actions:
             if name == "--validate-regex":
                 groups.append(val if eq else next(it, ""))
             continue

@@ -16,7 +16,7 @@ import sys
 
 from kohort.version import __version__
 
-ORDER = ["broker", "produce", "consume", "topics", "groups", "transactions", "pipeline", "demo"]
+ORDER = ["broker", "produce", "consume", "topics", "groups", "share_groups", "transactions", "pipeline", "demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,14 +35,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(parser, argv=None) -> argparse.Namespace:
-    """argv → arguments; kafka-consumer-groups.sh's spelling (`groups --describe --group G`) is
-    turned into kohort's first (cli/groups.py kafka_style)."""
+    """argv → arguments; kafka-consumer-groups.sh's and kafka-share-groups.sh's spelling (`groups
+    --describe --group G`, `share-groups --list`) is turned into kohort's first (cli/groups.py kafka_style)."""
     from kohort.errors import KohortError
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["groups"]:
+    if argv[:1] in (["groups"], ["share-groups"]):
         from kohort.cli.groups import kafka_style
+        from kohort.cli.share_groups import ACTIONS as SHARE_ACTIONS
         try:
-            argv = argv[:1] + kafka_style(argv[1:])
+            argv = argv[:1] + (kafka_style(argv[1:]) if argv[0] == "groups" else
+                               kafka_style(argv[1:], SHARE_ACTIONS))
         except KohortError as e:
             parser.error(str(e))
     return parser.parse_args(argv)

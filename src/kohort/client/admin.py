@@ -508,10 +508,12 @@ class Admin:
         return ShareGroupDescription(d.group_id, d.group_state, d.group_epoch, d.assignment_epoch,
                                      d.assignor_name, sorted(members), node)
 
-    def list_share_group_offsets(self, group: str, partitions=None, timeout=None) -> dict:
+    def list_share_group_offsets(self, group: str, partitions=None, timeout=None, *,
+                                 uninitialized: bool = False) -> dict:
         """{TopicPartition: SharePartitionOffsetInfo} by DescribeShareGroupOffsets (API 90; lag from v1,
-        KIP-1226). `partitions` None: every initialized share-partition of the group. A partition the
-        group has no state for is left out (start offset -1)."""
+        KIP-1226). `partitions` None: every share-partition the coordinator answers for. A partition the
+        group has no state for (start offset -1) is left out, or with `uninitialized` kept as None (as
+        Java's Admin.listShareGroupOffsets maps it to null)."""
         from kohort.protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsRequest as Q
         topics = None
         if partitions is not None:
@@ -533,6 +535,8 @@ class Admin:
                 if p.error_code:
                     raise for_code(p.error_code)(p.error_message or f"group {group!r} {t.topic_name}[{p.partition_index}]")
                 if p.start_offset < 0:
+                    if uninitialized:
+                        out[TopicPartition(t.topic_name, p.partition_index)] = None
                     continue
                 out[TopicPartition(t.topic_name, p.partition_index)] = SharePartitionOffsetInfo(
                     p.start_offset, p.leader_epoch if p.leader_epoch >= 0 else None, p.lag if p.lag >= 0 else None)
