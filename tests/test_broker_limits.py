@@ -15,7 +15,9 @@ from kohort.protocol.framing import encode_request
 from kohort.protocol.messages.fetch import FetchRequest
 from kohort.protocol.messages.list_offsets import ListOffsetsRequest
 from kohort.protocol.messages.metadata import MetadataRequest
-from tests.broker_wire import Wire, batch
+from kohort.broker import connection
+from kohort.protocol.messages.api_versions import ApiVersionsRequest
+from tests.broker_wire import Wire, batch, running_broker
 from tests.brokers import KohortBroker
 from tests.test_broker_protocol import create, produce
 
@@ -155,3 +157,28 @@ def test_requests_naming_100000_partitions_are_bounded_in_memory():
         assert len(r2.topics[0].partitions) == MANY_PARTITIONS
         assert peak - rss0 < 256 * 1024, f"RSS grew from {rss0} kB to {peak} kB"
         print(f"Fetch + ListOffsets of {MANY_PARTITIONS} partitions: {took:.2f} s, RSS {rss0} -> {peak} kB")
+
+
+def test_slow_senders_hold_small_buffers_not_receive_buffers(tmp_path):
+    """Connections with a few bytes of a frame received hold a SMALL_BUFFER each, never a pooled
+    receive buffer; their frames, completed later, are answered."""
+    async def main():
+        async with running_broker(tmp_path) as b:
+            wires = [await Wire.connect(b) for _ in range(50)]
+            frame = encode_request(ApiVersionsRequest(), 0, 5)
+            for w in wires:
+                w.writer.write(frame[:6])
+                await w.writer.drain()
+            deadline = time.monotonic() + 10
+            while sum(c._buf is not None for c in b._conn_states.values()) < 50:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            assert {len(c._buf) for c in b._conn_states.values()} == {connection.SMALL_BUFFER}
+            for w in wires:
+                w.writer.write(frame[6:])
+                await w.writer.drain()
+            for w in wires:
+                corr, resp = await w.recv(18, 0)
+                assert corr == 5 and resp.error_code == 0
+                await w.close()
+    asyncio.run(main())
