@@ -14,8 +14,8 @@ is a finding) or libFuzzer's -rss_limit_mb. libFuzzer's final statistics (execut
 printed at the end.
 
 Minimising (--merge): every input of the work directory, the corpus and the seeds is run under a
-line tracer over kohort's sources; a greedy set cover keeps the inputs that add arcs, at most
-MAX_CORPUS of them.
+line tracer over kohort's sources (on every thread); a greedy set cover keeps the inputs that add
+lines, at most MAX_CORPUS of them.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import importlib
 import os
 import resource
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -127,19 +128,18 @@ def merge(target: str) -> int:
     cands = {hashlib.sha1(d).hexdigest(): d for d in
              inputs_of(work / "corpus", corpus_dir(target)) + list(mod.seeds())}
     src = str(ROOT / "src" / "kohort")
+    current: list[set] = [set()]
+
+    def tracer(frame, event, arg):     # lines of kohort's sources run, on any thread (dispatch's broker)
+        if not frame.f_code.co_filename.startswith(src):
+            return None
+        if event == "line":
+            current[0].add((frame.f_code.co_filename, frame.f_lineno))
+        return tracer
+    threading.settrace(tracer)          # threads started from here on (the dispatch target's broker loop)
     arcs: dict[str, set] = {}
     for h, data in cands.items():
-        seen: set = set()
-        last = [None]
-
-        def tracer(frame, event, arg, seen=seen, last=last):
-            fn = frame.f_code.co_filename
-            if not fn.startswith(src):
-                return None
-            if event == "line":
-                seen.add((fn, last[0], frame.f_lineno))
-                last[0] = frame.f_lineno
-            return tracer
+        current[0] = set()
         sys.settrace(tracer)
         try:
             mod.check(data)
@@ -147,7 +147,8 @@ def merge(target: str) -> int:
             pass
         finally:
             sys.settrace(None)
-        arcs[h] = seen
+        arcs[h] = current[0]
+    threading.settrace(None)
     keep: list[str] = []
     covered: set = set()
     while len(keep) < MAX_CORPUS:
@@ -164,7 +165,7 @@ def merge(target: str) -> int:
     for h in keep:
         (d / h).write_bytes(cands[h])
     total = set().union(*arcs.values()) if arcs else set()
-    print(f"{target}: {len(cands)} inputs -> {len(keep)} kept, {len(covered)} of {len(total)} arcs covered")
+    print(f"{target}: {len(cands)} inputs -> {len(keep)} kept, {len(covered)} of {len(total)} lines covered")
     if hasattr(mod, "close"):
         mod.close()
     return 0
