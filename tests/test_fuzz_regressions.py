@@ -51,3 +51,23 @@ def test_replay(target: str, path: Path):
         tracemalloc.stop()
     assert elapsed < SECONDS, f"{elapsed:.2f} s"
     assert peak < PEAK_BYTES, f"peak {peak} bytes"
+
+
+def test_metadata_v11_naming_a_topic_by_id_is_invalid_request():
+    """What the dispatch target found: Metadata v10-v11 with a null topic name (a topic id) is refused
+    as Kafka refuses it (INVALID_REQUEST for each topic, a null name answered as ""), not answered
+    with a response v11 cannot encode."""
+    import uuid
+
+    from kohort.protocol.messages.metadata import MetadataRequest
+    from tests.fuzz import fuzz_dispatch as d
+    b = d.broker()
+    T = MetadataRequest.MetadataRequestTopic
+    req = MetadataRequest(topics=[T(name=None, topic_id=uuid.uuid4()), T(name=d.TOPIC)],
+                          allow_auto_topic_creation=False)
+    for v in (10, 11):
+        resp = d._call(d._dispatch(b, 3, v, req))
+        assert [(t.error_code, t.name) for t in resp.topics] == [(42, ""), (42, d.TOPIC)]
+        resp.encode(v)
+    resp = d._call(d._dispatch(b, 3, 12, req))          # v12: ids are usable
+    assert [t.error_code for t in resp.topics] == [100, 0]
