@@ -44,7 +44,8 @@ def seeds() -> list[bytes]:
     # SASL PLAIN: handshake, one SaslAuthenticate round, then Metadata (correlation ids 0-3)
     hs = encode_response(SaslHandshakeResponse(error_code=0, mechanisms=["PLAIN"]), 1, 1)
     auth = encode_response(SaslAuthenticateResponse(error_code=0, auth_bytes=b"", session_lifetime_ms=0), 2, 2)
-    out.append(b"\x50" + _api_versions(3, 0) + hs + auth + encode_response(MetadataResponse(brokers=[], topics=[]), 12, 3))
+    meta = encode_response(MetadataResponse(brokers=[], topics=[]), 12, 3)
+    out.append(b"\x50" + _api_versions(3, 0) + hs + auth + meta)
     # SCRAM: the server-first message answered
     first = encode_response(SaslAuthenticateResponse(error_code=0, auth_bytes=b"r=abc,s=c2FsdA==,i=4096"), 2, 2)
     out.append(b"\x90" + _api_versions(3, 0) + hs + first)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
-import os
 import resource
 import sys
 import threading
