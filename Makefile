@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup peers demo test test-slow bench clean spark-matrix dist
+.PHONY: setup peers demo test test-slow bench fuzz clean spark-matrix dist
 
 PEERS := .peers
 MVN ?= mvn -B -q
@@ -98,6 +98,15 @@ test-slow: setup
 
 bench: setup
 	$(BIN)/python bench/run.py
+
+# coverage-guided fuzzing (tests/fuzz/): every target for FUZZ_SECONDS each; findings in .fuzz-work/<target>/findings/
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	@$(BIN)/python -c 'import atheris' 2>/dev/null || $(BIN)/pip install -q atheris
+	@for t in $$($(BIN)/python -m tests.fuzz.run --list); do \
+	  echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
+	  $(BIN)/python -m tests.fuzz.run $$t --seconds $(FUZZ_SECONDS) 2>&1 | grep -E '^(FINDING|findings:)|DONE|stat::(number_of_executed_units|average_exec_per_sec)' || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) .venv-spark $(PEERS) build dist *.egg-info

@@ -5,7 +5,9 @@ Reading: the socket receives into one fixed buffer (`get_buffer`); every complet
 copied out once and dispatched at once (handlers may wait, e.g. fetch long polls, JoinGroup, the
 fsync round of acks=all). The 4-byte size prefix is checked against socket.request.max.bytes (on a
 SASL listener before authentication: sasl.server.max.receive.size) before any of the body is read;
-a frame too large for the buffer is received straight into a buffer of its own size. A malformed
+a frame too large for the buffer is received straight into a buffer of its own size. A read that
+ends with a few bytes of a frame still to come hands the receive buffer back and keeps those bytes
+in a small one (PARTIAL_MOVE, SMALL_BUFFER), so slow senders cannot pin a receive buffer each. A malformed
 frame closes this connection only, with one log line. An unknown API key or version closes the
 connection as Kafka does, except ApiVersions, which is answered with UNSUPPORTED_VERSION and the
 supported ranges (KIP-511).
@@ -60,6 +62,8 @@ RECV_BUFFER = 256 * 1024       # a receive buffer (as asyncio's streams read); f
                                # get a buffer of their own
 _POOL: list = []               # free receive buffers (bytearray, memoryview), shared by the connections
 _POOL_MAX = 16
+PARTIAL_MOVE = 1024            # a partial frame of at most this many bytes leaves the receive buffer
+SMALL_BUFFER = 8 * 1024        # ... for a buffer of this size
 WRITE_HIGH_WATER = 1 << 20     # unsent answer bytes after which a connection is not read
 COALESCE_BYTES = 64 * 1024     # ready answers joined into one write up to this size
 FETCH = 1                      # the API whose record sets may be FileSlices (sent with sendfile)
@@ -303,6 +307,19 @@ class Connection(asyncio.BufferedProtocol):
         if self._start == self._end:
             self._start = self._end = 0
             self._release_buffer()
+        elif self._big is None and self._end - self._start <= PARTIAL_MOVE and len(self._buf) == RECV_BUFFER:
+            self._keep_partial()
+
+    def _keep_partial(self) -> None:
+        """The few bytes of a frame still arriving move to a small buffer of their own and the
+        receive buffer goes back to the pool: a slow sender (a byte a second) holds SMALL_BUFFER
+        bytes, not RECV_BUFFER, while its frame comes in (it grows as _make_room doubles it)."""
+        rest = self._view[self._start:self._end].tobytes()
+        self._release_buffer()
+        self._buf = bytearray(SMALL_BUFFER)
+        self._view = memoryview(self._buf)
+        self._buf[:len(rest)] = rest
+        self._start, self._end = 0, len(rest)
 
     def _release_buffer(self) -> None:
         if self._buf is not None and len(self._buf) == RECV_BUFFER and len(_POOL) < _POOL_MAX:

@@ -1,7 +1,8 @@
 """Metadata (API key 3), v0-v13: this node as the only broker, controller and every partition's
 leader (leader epoch 0); topic ids (v10+); auto-creation when auto.create.topics.enable and the
 request allows it (always for v0-v3, `allow_auto_topic_creation` from v4). A null topic list (v1+)
-or an empty one in v0 means all topics.
+or an empty one in v0 means all topics. A v10-v11 request naming a topic by id (or with a null name)
+is answered INVALID_REQUEST for each topic, as Kafka does (ids are usable from v12).
 
 Authorization (KIP-430 and Kafka's KafkaApis): the all-topics list leaves out topics the principal may
 not DESCRIBE; a named one it may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED whether or not it exists;
@@ -48,6 +49,13 @@ def handle_metadata(ctx, req: MetadataRequest) -> MetadataResponse:
     host, port = ctx.advertised()
     brokers = [MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)]
     topics: list[Topic] = []
+    if v < 12 and req.topics and any(t.name is None or t.topic_id != ZERO_UUID for t in req.topics):
+        # topic ids in v10-v11 requests are unusable (the response has no nullable name before v12):
+        # Kafka refuses the request as INVALID_REQUEST for every topic named, a null name as ""
+        topics = [Topic(error_code=ErrorCode.INVALID_REQUEST, name=t.name or "", topic_id=t.topic_id, partitions=[])
+                  for t in req.topics]
+        return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id=broker.cluster_id,
+                                controller_id=broker.node_id, topics=topics, error_code=0)
     if req.topics is None or (v == 0 and not req.topics):
         visible = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in storage.topics()))
         topics = [topic_entry(broker, info, v) for info in storage.topics() if info.name in visible]
