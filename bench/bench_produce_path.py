@@ -164,7 +164,9 @@ async def drive(frames: list[bytes], policy: str, pipeline: int, profile: bool, 
                "log_end": broker.storage.log(TOPIC, 0).log_end_offset, "fsyncs": broker.storage.fsyncs}
         if prof:
             s = io.StringIO()
-            pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+            st = pstats.Stats(prof, stream=s)
+            st.sort_stats("tottime").print_stats(25)
+            st.sort_stats("cumulative").print_stats(40)
             out["profile"] = s.getvalue()
         conn.connection_lost(None)
         return out

@@ -153,3 +153,16 @@ def test_response_encode_errors_stay_the_schemas():
         out = bytearray(b"head")
         with pytest.raises(EncodeError):
             resp.encode_into(out, v)
+
+
+def test_handler_answer_objects_equal_the_schemas():
+    """The Produce handler builds its answer field by field; the objects equal the constructors'."""
+    from kohort.broker.handlers.produce import _err, _part, _response, _topic
+    assert _part(3, 0, 17, -1, 5) == PR(index=3, error_code=0, base_offset=17, log_append_time_ms=-1,
+                                         log_start_offset=5, record_errors=[])
+    assert _err(1, 87, "bad") == PR(index=1, error_code=87, base_offset=-1, log_append_time_ms=-1,
+                                     log_start_offset=-1, record_errors=[], error_message="bad")
+    parts = [_part(0, 0, 1, 2, 3)]
+    assert _topic("t", parts) == TR(name="t", partition_responses=parts)
+    assert _response([_topic("t", parts)]) == ProduceResponse(responses=[TR(name="t", partition_responses=parts)],
+                                                              throttle_time_ms=0)
