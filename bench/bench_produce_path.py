@@ -130,8 +130,14 @@ async def drive(frames: list[bytes], policy: str, pipeline: int, profile: bool, 
             conn.buffer_updated(len(frame))
 
         async def settle() -> None:
-            while conn._pending:            # the answers waiting on the fsync round
-                await asyncio.sleep(0)
+            # the answers waiting on the fsync round: sleep until the last is done (no busy wait,
+            # whose CPU would count), then let the connection write them
+            while conn._pending:
+                last = conn._pending[-1][0]
+                if isinstance(last, asyncio.Future) and not last.done():
+                    await asyncio.wait([last])
+                else:
+                    await asyncio.sleep(0)
 
         # warm-up (first-use work: producer state recovery, imports, caches)
         t.writes.clear()
@@ -167,6 +173,7 @@ async def drive(frames: list[bytes], policy: str, pipeline: int, profile: bool, 
             st = pstats.Stats(prof, stream=s)
             st.sort_stats("tottime").print_stats(25)
             st.sort_stats("cumulative").print_stats(40)
+            st.sort_stats("ncalls").print_stats(60)
             out["profile"] = s.getvalue()
         conn.connection_lost(None)
         return out

@@ -106,18 +106,23 @@ def _uvarint(buf, p: int, end: int):
 
 def _read_request(cls, r: Reader, version: int):
     """The common v3-v12 request read straight from the buffer, or None (r untouched) when the
-    schema's codec must read it: tagged fields present, a length past the end, bad UTF-8."""
+    schema's codec must read it: tagged fields present, a length past the end, bad UTF-8.
+    Lengths of flexible versions are varints, nearly always of one byte: read inline."""
     buf, p, end = r.buf, r.pos, r.end
     flexible = version >= 9
     Topic = cls.TopicProduceData
     Part = Topic.PartitionProduceData
     try:
         if flexible:
-            got = _uvarint(buf, p, end)
-            if got is None:
-                return None
-            n, p = got
-            n -= 1
+            n = buf[p]
+            if n < 0x80:
+                n -= 1
+                p += 1
+            else:
+                got = _uvarint(buf, p, end)
+                if got is None:
+                    return None
+                n, p = got[0] - 1, got[1]
         else:
             n = _I16.unpack_from(buf, p)[0]
             p += 2
@@ -131,10 +136,17 @@ def _read_request(cls, r: Reader, version: int):
         acks, timeout = _ACKS_TIMEOUT.unpack_from(buf, p)
         p += 6
         if flexible:
-            got = _uvarint(buf, p, end)
-            if got is None or got[0] == 0:          # a null array: the schema's error
+            count = buf[p]
+            if count < 0x80:
+                p += 1
+            else:
+                got = _uvarint(buf, p, end)
+                if got is None:
+                    return None
+                count, p = got
+            if count == 0:                          # a null array: the schema's error
                 return None
-            count, p = got[0] - 1, got[1]
+            count -= 1
         else:
             count = _I32.unpack_from(buf, p)[0]
             p += 4
@@ -145,10 +157,17 @@ def _read_request(cls, r: Reader, version: int):
         topics = []
         for _ in range(count):
             if flexible:
-                got = _uvarint(buf, p, end)
-                if got is None or got[0] == 0:
+                n = buf[p]
+                if n < 0x80:
+                    p += 1
+                else:
+                    got = _uvarint(buf, p, end)
+                    if got is None:
+                        return None
+                    n, p = got
+                if n == 0:
                     return None
-                n, p = got[0] - 1, got[1]
+                n -= 1
             else:
                 n = _I16.unpack_from(buf, p)[0]
                 p += 2
@@ -159,10 +178,17 @@ def _read_request(cls, r: Reader, version: int):
             name = str(buf[p:p + n], "utf-8")
             p += n
             if flexible:
-                got = _uvarint(buf, p, end)
-                if got is None or got[0] == 0:
+                pcount = buf[p]
+                if pcount < 0x80:
+                    p += 1
+                else:
+                    got = _uvarint(buf, p, end)
+                    if got is None:
+                        return None
+                    pcount, p = got
+                if pcount == 0:
                     return None
-                pcount, p = got[0] - 1, got[1]
+                pcount -= 1
             else:
                 pcount = _I32.unpack_from(buf, p)[0]
                 p += 4
@@ -175,7 +201,7 @@ def _read_request(cls, r: Reader, version: int):
                 index = _I32.unpack_from(buf, p)[0]
                 p += 4
                 if flexible:
-                    got = _uvarint(buf, p, end)
+                    got = _uvarint(buf, p, end)       # a records length: several bytes
                     if got is None:
                         return None
                     n, p = got[0] - 1, got[1]
@@ -207,7 +233,7 @@ def _read_request(cls, r: Reader, version: int):
             if p >= end or buf[p] != 0:
                 return None
             p += 1
-    except (struct.error, UnicodeDecodeError):
+    except (struct.error, UnicodeDecodeError, IndexError):
         return None
     if p > end:
         return None
