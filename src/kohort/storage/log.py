@@ -293,9 +293,10 @@ class Log:
                             self.log_start_offset)
 
     def _append_batch(self, records, h: BatchHeader, leader_epoch: int, now_ms: int) -> AppendResult:
-        """append() of one validated batch: one copy of its bytes, BaseOffset and
-        PartitionLeaderEpoch packed in place, one write, the segment's stats and indexes updated
-        from the header's fields."""
+        """append() of one validated batch: BaseOffset and PartitionLeaderEpoch packed in place
+        (in `records` itself when it is a writable memoryview, e.g. a slice of the broker's frame
+        buffer; otherwise in one copy), one write, the segment's stats and indexes updated from
+        the header's fields."""
         if self.closed or self._failed is not None:
             self._check_usable()
         size = h.batch_length + LOG_OVERHEAD
@@ -305,7 +306,11 @@ class Log:
         if size > cfg.max_message_bytes:
             raise MessageTooLargeError(
                 f"record batch of {size} bytes exceeds max.message.bytes={cfg.max_message_bytes}")
-        buf = bytearray(records)
+        if type(records) is memoryview and not records.readonly and records.c_contiguous \
+                and records.format == "B":
+            buf = records          # the request's own writable copy (the broker's frame): patched in place
+        else:
+            buf = bytearray(records)
         base = self.segments[-1].next_offset
         last = base + h.last_offset_delta
         _OFFSET_LENGTH_EPOCH.pack_into(buf, 0, base, h.batch_length, leader_epoch)
