@@ -284,27 +284,18 @@ def _transactional_denied(ctx, req) -> bool:
 
 
 def _after_sync(broker, resp: ProduceResponse):
-    """The answer once the shared fsync round covering these appends is done: a future completed by
-    a callback on the round's future (no task per request); a failed round fails the written
+    """The answer once the shared fsync round covering these appends is done: the round's own
+    future carries it (no task or extra future per request); a failed round fails the written
     partitions with its StorageError."""
-    synced = broker.sync.synced_future()
-    answer = synced.get_loop().create_future()
+    return broker.sync.synced_future(resp, _sync_failed)
 
-    def done(f) -> None:
-        if answer.done():                 # the connection went away (the writer cancelled it)
-            return
-        if f.cancelled():
-            answer.cancel()
-            return
-        e = f.exception()
-        if e is not None:
-            if not isinstance(e, StorageError):
-                answer.set_exception(e)
-                return
-            for t in resp.responses:
-                for p in t.partition_responses:
-                    if p.error_code == 0:
-                        p.error_code, p.error_message, p.base_offset = e.error_code, str(e), -1
-        answer.set_result(resp)
-    synced.add_done_callback(done)
-    return answer
+
+def _sync_failed(answer, resp: ProduceResponse, e: BaseException) -> None:
+    if not isinstance(e, StorageError):
+        answer.set_exception(e)
+        return
+    for t in resp.responses:
+        for p in t.partition_responses:
+            if p.error_code == 0:
+                p.error_code, p.error_message, p.base_offset = e.error_code, str(e), -1
+    answer.set_result(resp)
