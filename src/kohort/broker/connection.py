@@ -75,7 +75,7 @@ def decode_request(payload):
         raise UnsupportedRequestError(api_key, version, corr, client_id)
     r = Reader(payload)
     header = RequestHeader.read(r, request_header_version(cls, version))
-    return header, cls.decode(r, version, exact=False)
+    return header, cls.read(r, version)       # decode(exact=False) less the version check made above
 
 
 class Connection(asyncio.BufferedProtocol):

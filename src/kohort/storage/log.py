@@ -63,6 +63,9 @@ class AppendResult(NamedTuple):
     log_start_offset: int
 
 
+_new_result = tuple.__new__
+
+
 class Log:
     """One partition. Build with `Log.open(...)` (Storage does this)."""
 
@@ -330,7 +333,8 @@ class Log:
         self._mark_dirty(seg)
         if self.epochs.assign(leader_epoch, base):
             self.epochs.save()
-        return AppendResult(base, last, now_ms if lat else -1, self.log_start_offset)
+        # tuple.__new__: the NamedTuple without its Python-level __new__ (once per request)
+        return _new_result(AppendResult, (base, last, now_ms if lat else -1, self.log_start_offset))
 
     def _undo_write(self, seg: Segment, size_before: int, err: Exception) -> None:
         """A failed write may have left part of the bytes: cut them, or take the log offline."""
