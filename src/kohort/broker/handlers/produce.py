@@ -17,6 +17,10 @@ while its previous transaction is still completing. The log
 assigns offsets by patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also
 get MaxTimestamp and a new CRC).
 
+Each batch is validated once, here; the log is handed its header (`Log.append(header=...)`) and
+writes the batch from the request's own frame buffer. The answer's objects are built field by field
+(`_part`, `_topic`, `_response`: the schema constructors' objects without their keyword checks).
+
 acks=0 gets no response. acks=1/all (one replica, so the same) are answered after the group-commit
 fsync (kohort.broker.durability) under log.flush.policy=fsync-before-ack.
 
