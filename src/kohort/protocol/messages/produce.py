@@ -6,7 +6,7 @@ format (KIP-98); v5 log_start_offset; v7 allows ZStandard (KIP-110); v8 record_e
 v9 flexible (KIP-482); v10 current_leader and node_endpoints tagged fields (KIP-951); v11 may return
 TRANSACTION_ABORTABLE and v12 implies AddPartitionsToTxn (KIP-890); v13 topic IDs instead of names (KIP-516).
 
-Both directions of the broker's hot path have a straight-line codec beside the schema's (issue 23):
+Both directions of the broker's hot path have a straight-line codec beside the schema's:
 `ProduceRequest.read` for v3-v12 requests without tagged fields, `ProduceResponse.encode_into` for
 v3-v12 responses whose partitions carry no record errors, no current_leader, no node endpoints and
 no tagged fields seen on the wire. Anything else (and any malformed input, so the schema's
