@@ -561,3 +561,33 @@ def test_metadata_advertises_the_configured_listener(tmp_path):
             r = await w.call(MetadataRequest(topics=[]), 12)
             assert [(x.host, x.port) for x in r.brokers] == [("kafka.example", 19092)]
     run(main())
+
+
+def test_failed_fsync_round_fails_the_produce_answers(tmp_path, monkeypatch):
+    """fsync-before-ack: when the round covering an append fails, its Produce answers carry
+    KAFKA_STORAGE_ERROR (no offset) instead of an acknowledgement; a request that wrote nothing
+    keeps its own error; later requests are refused too (a failed fsync is sticky)."""
+    from kohort.storage.fs import OsFileHandle
+
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            await create(w, "ff", 2)
+            assert (await produce(w, "ff", batch(1))).error_code == 0
+
+            def broken(self):
+                raise OSError(5, "Input/output error")
+            monkeypatch.setattr(OsFileHandle, "datasync", broken)
+            try:
+                req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
+                    PT(name="ff", partition_data=[PT.PartitionProduceData(index=0, records=batch(2)),
+                                                  PT.PartitionProduceData(index=5, records=batch(1))])])
+                parts = (await w.call(req, 9)).responses[0].partition_responses
+                assert [(p.index, p.error_code, p.base_offset) for p in parts] == [
+                    (0, E.KAFKA_STORAGE_ERROR, -1), (5, E.UNKNOWN_TOPIC_OR_PARTITION, -1)]
+                assert "fsync" in parts[0].error_message
+                again = await produce(w, "ff", batch(1))
+                assert again.error_code == E.KAFKA_STORAGE_ERROR and again.base_offset == -1
+            finally:
+                monkeypatch.undo()
+    run(main())

@@ -545,3 +545,58 @@ def test_the_extension_is_built_unless_turned_off():
         assert not R.extension_enabled() and not accumulator.COMPILED
     else:
         assert R.HAVE_EXTENSION and R.extension_enabled() and accumulator.COMPILED
+
+
+def _validate_both(data, pos=0):
+    """records.validate_batch with the compiled check, then without: the same header or the same
+    error (class and message)."""
+    out = []
+    for enabled in (True, False):
+        old = R.use_extension(enabled)
+        try:
+            out.append(("ok", R.validate_batch(data, pos)))
+        except DecodeError as e:
+            out.append(("err", type(e), str(e)))
+        finally:
+            R.use_extension(old)
+    assert out[0] == out[1]
+    if out[0][0] == "ok":
+        assert type(out[0][1]) is R.BatchHeader
+    return out[0]
+
+
+@needs_ext
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.sampled_from(_SEEDS), rseed=st.integers(0, 2**32), fix_crc=st.booleans(),
+       as_type=st.sampled_from([bytes, bytearray, memoryview]), lead=st.integers(0, 3))
+def test_check_batch_equals_validate_batch(seed, rseed, fix_crc, as_type, lead):
+    """The compiled batch check (the broker's Produce path) against the Python checks on valid,
+    mutated, cut and re-CRCed batches, at an offset inside a larger buffer too."""
+    rnd = random.Random(rseed)
+    raw = bytearray(seed)
+    for _ in range(rnd.randint(0, 3)):
+        i = rnd.randrange(len(raw))
+        op = rnd.randrange(3)
+        if op == 0:
+            raw[i] = rnd.randrange(256)
+        elif op == 1:
+            del raw[i:]
+        else:
+            raw[i] = rnd.choice([0x00, 0x7F, 0x80, 0xFF])
+        if len(raw) < 2:
+            break
+    if fix_crc and len(raw) >= 61:
+        struct.pack_into(">I", raw, 17, R._crc32c(bytes(raw[21:21 + max(0, min(len(raw), 12 + struct.unpack_from(">i", raw, 8)[0]) - 21)])))
+    data = as_type(bytes(lead * b"\x07") + bytes(raw))
+    _validate_both(data, lead)
+
+
+@needs_ext
+def test_check_batch_valid_batches_every_codec():
+    for codec in (0, 1, 2, 3, 4):
+        b = R.build_batch([(b"k%d" % i, b"v" * i, [], 1000 + i) for i in range(20)], compression=codec,
+                          producer_id=7, producer_epoch=3, base_sequence=2**31 - 5, base_offset=2**62,
+                          partition_leader_epoch=-1, transactional=True)
+        got = _validate_both(b)
+        assert got[0] == "ok" and got[1].records_count == 20 and got[1].base_offset == 2**62
+    assert R._ext.check_batch(b, -1) is None and R._ext.check_batch(b, len(b)) is None

@@ -304,3 +304,35 @@ def test_a_round_broken_by_any_error_acknowledges_nothing():
 class _Exploding:
     def wait(self):
         raise RuntimeError("not an OSError")
+
+
+@pytest.mark.parametrize("lat", [False, True])
+def test_validated_batch_append_in_place_and_copied(lat):
+    """Log.append(header=...) (the Produce path): a writable memoryview (a slice of the broker's
+    frame buffer) is patched in place and written as is; bytes are copied first. Both store the
+    same bytes as the general append, with offsets, leader epoch (and LogAppendTime) assigned."""
+    from kohort.protocol.records import read_batch_header, validate_batch
+    configs = {"message.timestamp.type": "LogAppendTime"} if lat else {}
+    stores = []
+    for how in ("general", "bytes", "view"):
+        s = MemoryStorage()
+        s.create_topic("t", 1, configs)
+        log = s.log("t", 0)
+        log.append(batch(b"first", ts=1), leader_epoch=3, now_ms=50)
+        b = batch(b"a", b"bb", (b"k", b"ccc"), ts=7)
+        if how == "general":
+            log.append(b, leader_epoch=4, now_ms=99)
+        elif how == "bytes":
+            log.append(b, leader_epoch=4, now_ms=99, header=validate_batch(b))
+        else:
+            frame = bytearray(b"\x00" * 5 + b + b"\x01" * 3)
+            view = memoryview(frame)[5:5 + len(b)]
+            res = log.append(view, leader_epoch=4, now_ms=99, header=validate_batch(view))
+            h = read_batch_header(frame, 5)        # patched where it lies: nothing copied
+            assert (h.base_offset, h.partition_leader_epoch) == (1, 4) and res.base_offset == 1
+            assert frame[:5] == b"\x00" * 5 and frame[-3:] == b"\x01" * 3
+            validate_batch(frame, 5)               # the CRC still holds (LogAppendTime: recomputed)
+        stores.append((log.read(0, 1 << 20), read_all(log), log.log_end_offset, log.segments[-1].max_timestamp))
+    assert stores[0] == stores[1] == stores[2]
+    assert stores[0][2] == 4
+    assert stores[0][3] == (99 if lat else 9)

@@ -41,7 +41,7 @@ def end_to_end_java(port: int, n: int, size: int, partitions: int) -> dict:
 def build(env, mode: str, profile: set[str]):
     from harness import Job, Section
     quick = mode == "quick"
-    sizes = {100: 100_000} if quick else {100: 300_000, 1024: 50_000}
+    sizes = {100: 100_000, 1024: 20_000} if quick else {100: 300_000, 1024: 50_000}
     env.brokers.kafka()
     brokers = dict(env.brokers.addr)
     errors = dict(env.brokers.errors)

@@ -84,7 +84,7 @@ def decode_request(payload):
         raise UnsupportedRequestError(api_key, version, corr, client_id)
     r = Reader(payload)
     header = RequestHeader.read(r, request_header_version(cls, version))
-    return header, cls.decode(r, version, exact=False)
+    return header, cls.read(r, version)       # decode(exact=False) less the version check made above
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -252,7 +252,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._big is not None:
             self._big_got += nbytes
             if self._big_got == self._big_size:
-                payload, self._big = bytes(self._big), None
+                payload, self._big = self._big, None      # exactly the frame's size by now
                 self._on_frame(payload)
         else:
             self._end += nbytes
@@ -287,7 +287,7 @@ class Connection(asyncio.BufferedProtocol):
             body = start + 4
             if end - body >= size:
                 self._start = body + size
-                self._on_frame(bytes(view[body:body + size]))
+                self._on_frame(bytearray(view[body:body + size]))
                 # its answer goes out now if it is ready, before the next frame is worked on: a
                 # pipelining client (5 Produce requests in flight) gets each answer while the broker
                 # works on the rest, so the two overlap instead of going in lockstep rounds
@@ -357,14 +357,16 @@ class Connection(asyncio.BufferedProtocol):
             self._busy = False
         self._update_reading()
 
-    def _on_frame(self, payload: bytes) -> None:
-        """One request: decode it and queue its answer (or what closes the connection)."""
+    def _on_frame(self, payload: bytearray) -> None:
+        """One request: decode it and queue its answer (or what closes the connection). The
+        payload is the frame's own copy, writable: the Produce path patches a batch's BaseOffset
+        and PartitionLeaderEpoch in it and writes it to the log without copying it again."""
         t0 = time.perf_counter()
         size = len(payload)
         auth, pending = self.auth, self._pending
         cid, host = self.conn_id, self.host
         if auth is not None and auth.raw:      # SaslHandshake v0: a raw token, no header
-            verdict, raw, reason = auth.on_raw_token(payload)
+            verdict, raw, reason = auth.on_raw_token(bytes(payload))
             if verdict == CLOSE:
                 log.info("closing connection %d from %s: SASL authentication failed (%s)", cid, host, reason)
                 self._refuse()

@@ -1,5 +1,5 @@
-"""Group commit at the event-loop level: produce handlers with acks=1/all `await wait_synced()` after
-their append; one fsync round (Storage.sync_dirty, run on a dedicated thread) covers every append
+"""Group commit at the event-loop level: produce handlers with acks=1/all wait for `synced_future()`
+after their append (other callers `await wait_synced()`); one fsync round (Storage.sync_dirty, run on a dedicated thread) covers every append
 made before the round started, so concurrent produce requests share one fsync.
 
 With log.flush.policy=os nothing waits (Kafka's page-cache durability)."""
@@ -27,13 +27,15 @@ class SyncPump:
             return
         await self.synced_future()
 
-    def synced_future(self) -> asyncio.Future:
-        """A future done once every append made before this call is durable (its exception the
-        round's error): wait_synced without a coroutine and task per waiter (the produce path).
-        Cancelling it is abandoning the wait; the round still runs."""
+    def synced_future(self, result=None, on_error=None) -> asyncio.Future:
+        """A future done once every append made before this call is durable: wait_synced without a
+        coroutine and task per waiter (the produce path). Its result is `result` (the Produce
+        answer itself, so no second future and callback hop per request); a failed round calls
+        `on_error(future, result, exception)` when given (it settles the future), else the
+        future gets the round's exception. Cancelling it is abandoning the wait; the round still runs."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self._waiting.append(fut)
+        self._waiting.append((fut, result, on_error))
         if self._task is None:
             self._task = loop.create_task(self._run())
         return fut
@@ -50,13 +52,16 @@ class SyncPump:
                     self.seconds += time.perf_counter() - t0
                     self.waiters_served += len(batch)
                 except Exception as e:   # noqa: BLE001 - handed to every waiter
-                    for f in batch:
+                    for f, result, on_error in batch:
                         if not f.done():
-                            f.set_exception(e)
+                            if on_error is None:
+                                f.set_exception(e)
+                            else:
+                                on_error(f, result, e)
                     continue
-                for f in batch:
+                for f, result, _ in batch:
                     if not f.done():
-                        f.set_result(None)
+                        f.set_result(result)
         finally:
             self._task = None
 

@@ -58,6 +58,9 @@ class BatchMeta(NamedTuple):
     timestamp: int
 
 
+_new_meta = tuple.__new__
+
+
 class AbortedTxn(NamedTuple):
     producer_id: int
     first_offset: int
@@ -129,11 +132,17 @@ class PartitionProducers:
             if e is not None and producer_epoch < e.epoch:
                 return
             e = self.entries[producer_id] = ProducerEntry(producer_epoch)
-        e.last_append_ms = max(e.last_append_ms, timestamp if append_ms is None else append_ms)
+        t = timestamp if append_ms is None else append_ms
+        if t > e.last_append_ms:
+            e.last_append_ms = t
         if base_sequence < 0:
             return
-        e.batches.append(BatchMeta(base_sequence, last_sequence(base_sequence, last_offset_delta),
-                                   first_offset, first_offset + last_offset_delta, timestamp))
+        last = base_sequence + last_offset_delta
+        if last > _I32_MAX:
+            last -= _I32_MAX + 1
+        # tuple.__new__: the NamedTuple without its Python-level __new__ (once per batch)
+        e.batches.append(_new_meta(BatchMeta, (base_sequence, last, first_offset,
+                                               first_offset + last_offset_delta, timestamp)))
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers silent for longer than producer.id.expiration.ms (Kafka's

@@ -22,6 +22,11 @@
  *       records of one piece are freed while the next is decoded).
  *   crc32c(data, crc=0) -> int
  *       CRC-32C (Castagnoli): SSE4.2 instructions when the CPU has them, else slicing-by-8 tables.
+ *   check_batch(buf, pos=0) -> tuple | None
+ *       records.validate_batch's success path in one call (the broker's Produce path): the 13
+ *       header fields of the v2 batch at pos when it is complete, has magic 2, Length >= 49, a
+ *       non-negative record count and a matching CRC-32C; None otherwise (validate_batch then
+ *       names the problem in Python).
  *
  * The walk mirrors records.iter_records step for step (same checks in the same order, so the same
  * inputs fail, with the same exception classes). Where Python's unbounded ints give a result that
@@ -1013,6 +1018,34 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(r);
 }
 
+static PyObject *py_check_batch(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    Py_ssize_t pos = 0;
+    if (!PyArg_ParseTuple(args, "y*|n:check_batch", &b, &pos))
+        return NULL;
+    const uint8_t *d = b.buf;
+    PyObject *out = NULL;
+    if (pos < 0 || b.len - pos < BATCH_HEADER_SIZE)
+        goto none;
+    const uint8_t *h = d + pos;
+    int32_t length = be32(h + 8);
+    if (h[MAGIC_OFFSET] != 2 || length < MIN_BATCH_LENGTH || (Py_ssize_t)length > b.len - pos - LOG_OVERHEAD)
+        goto none;
+    int32_t count = be32(h + 57);
+    uint32_t stored = be32u(h + 17);
+    if (count < 0 || crc32c(0, h + ATTRIBUTES_OFFSET, (size_t)(length + LOG_OVERHEAD - ATTRIBUTES_OFFSET)) != stored)
+        goto none;
+    out = Py_BuildValue("(LiiBkhiLLLhii)", (long long)be64(h), length, be32(h + 12), (unsigned char)h[16],
+                        (unsigned long)stored, be16(h + 21), be32(h + 23), (long long)be64(h + 27),
+                        (long long)be64(h + 35), (long long)be64(h + 43), be16(h + 51), be32(h + 53), count);
+    PyBuffer_Release(&b);
+    return out;
+none:
+    PyBuffer_Release(&b);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"decode_error", "corrupt_error", "decompress", "legacy", NULL};
@@ -1920,6 +1953,8 @@ static PyMethodDef methods[] = {
      "tuples from entry position `start`, stopping at the first entry boundary once max_records "
      "are out; next is where to resume, -1 when the payload is done."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0) -> CRC-32C (Castagnoli) of data."},
+    {"check_batch", py_check_batch, METH_VARARGS,
+     "check_batch(buf, pos=0) -> the v2 batch header's 13 fields if complete and its CRC matches, else None."},
     {"murmur2", py_murmur2, METH_O, "murmur2(data) -> Kafka's murmur2 of data as a signed int32."},
     {"append_run", py_append_run, METH_VARARGS,
      "append_run(batch, values, keys, parts, headers, start, stop, ts, max_record, hash_mode, n, p, "

@@ -155,9 +155,10 @@ def encode_response_buffer(response, version: int, correlation_id: int) -> bytea
     and body written once, without the final copy to bytes (a fetch response's record bytes are
     copied once, into this buffer). For a writer that hands it on at once and keeps no reference."""
     cls = type(response)
-    out = bytearray(4)
     hv = response_header_version(cls.API_KEY, cls, version)
-    ResponseHeader(correlation_id=correlation_id).encode_into(out, hv)
+    # response header v0: correlation id; v1: correlation id + an empty tagged-field section
+    out = bytearray(8 if hv == 0 else 9)
+    _SIZE.pack_into(out, 4, correlation_id)
     response.encode_into(out, version)
     _SIZE.pack_into(out, 0, len(out) - 4)
     return out

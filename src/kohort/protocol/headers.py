@@ -6,9 +6,14 @@ except ApiVersions, whose response always uses header v0 so any client can read 
 """
 from __future__ import annotations
 
+import struct
+
+from kohort.protocol.primitives import Reader
 from kohort.protocol.schema import INT16, INT32, LEGACY_NULLABLE_STRING, Message, f
 
 API_VERSIONS_KEY = 18
+_FIXED = struct.Struct(">hhih")     # api key, api version, correlation id, client_id length
+_new = object.__new__
 
 
 class RequestHeader(Message):
@@ -20,6 +25,35 @@ class RequestHeader(Message):
         f("correlation_id", INT32),
         f("client_id", LEGACY_NULLABLE_STRING, "1+", default=None),
     ]
+
+    @classmethod
+    def read(cls, r: Reader, version: int):
+        """Header v1/v2 without tagged fields read in one go (every request passes here); v0,
+        tagged fields and malformed bytes through the schema's codec."""
+        buf, p, end = r.buf, r.pos, r.end
+        if version >= 1 and end - p >= 10:
+            key, ver, corr, n = _FIXED.unpack_from(buf, p)
+            p += 10
+            if n < 0:
+                client_id = None
+            elif p + n <= end:
+                try:
+                    client_id = str(buf[p:p + n], "utf-8")
+                except UnicodeDecodeError:
+                    return super().read(r, version)
+                p += n
+            else:
+                return super().read(r, version)
+            if version >= 2:
+                if p >= end or buf[p] != 0:
+                    return super().read(r, version)
+                p += 1
+            obj = _new(cls)
+            obj.__dict__.update(request_api_key=key, request_api_version=ver, correlation_id=corr,
+                                client_id=client_id)
+            r.pos = p
+            return obj
+        return super().read(r, version)
 
 
 class ResponseHeader(Message):

@@ -218,7 +218,13 @@ def iter_batches(buf, pos: int = 0) -> Iterator[tuple[int, BatchHeader]]:
 
 
 def validate_batch(buf, pos: int = 0) -> BatchHeader:
-    """Check the batch at `pos` is complete and its CRC-32C matches; CorruptRecordError otherwise."""
+    """Check the batch at `pos` is complete and its CRC-32C matches; CorruptRecordError otherwise.
+    With the compiled twin a valid batch is checked in one call (`_crecords.check_batch`); an
+    invalid one always goes through the Python checks below, which name the problem."""
+    if _check_batch is not None and _use_ext:
+        t = _check_batch(buf, pos)
+        if t is not None:
+            return _tuple_new(BatchHeader, t)
     try:
         h = read_batch_header(buf, pos)
     except CorruptRecordError:
@@ -540,6 +546,8 @@ except ImportError:                     # built without a C compiler: pure Pytho
     _ext = None
 
 HAVE_EXTENSION = _ext is not None
+_check_batch = getattr(_ext, "check_batch", None)     # None in a build that predates it
+_tuple_new = tuple.__new__
 _use_ext = HAVE_EXTENSION and not os.environ.get("KOHORT_NO_EXT")
 if _ext is not None:
     _ext.configure(DecodeError, CorruptRecordError, decompress, _legacy_entries)

@@ -203,11 +203,14 @@ class OsFileHandle(FileHandle):
         return out
 
     def append(self, data) -> None:
-        # the file is opened O_APPEND: every write lands at the current end, no fstat needed
-        view = memoryview(data)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
+        # the file is opened O_APPEND: every write lands at the current end, no fstat needed;
+        # a regular file takes the whole buffer in one write, a short write is continued
+        n = os.write(self.fd, data)
+        if n < len(data):
+            view = memoryview(data)[n:]
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)

@@ -46,7 +46,8 @@ class _Index:
         return len(self.keys)
 
     def _add(self, entry: bytes) -> None:
-        self._handle()                   # the file exists from the first entry on
+        if self._h is None:
+            self._handle()               # the file exists from the first entry on
         self._pending += entry
         if len(self._pending) >= PENDING_ENTRIES * self.ENTRY.size:
             self.write_pending()
@@ -115,8 +116,12 @@ class _Index:
         raise NotImplementedError
 
 
+_OFFSET_ENTRY = struct.Struct(">iI")     # relative offset, file position
+_TIME_ENTRY = struct.Struct(">qi")       # timestamp, relative offset
+
+
 class OffsetIndex(_Index):
-    ENTRY = struct.Struct(">iI")
+    ENTRY = _OFFSET_ENTRY
 
     def _decode(self, rel, pos):
         return self.base_offset + rel, pos
@@ -125,11 +130,12 @@ class OffsetIndex(_Index):
         return self.ENTRY.pack(offset - self.base_offset, pos)
 
     def append(self, offset: int, position: int) -> None:
-        if self.keys and offset <= self.keys[-1]:
+        keys = self.keys
+        if keys and offset <= keys[-1]:
             return
-        self.keys.append(offset)
+        keys.append(offset)
         self.values.append(position)
-        self._add(self._encode(offset, position))
+        self._add(_OFFSET_ENTRY.pack(offset - self.base_offset, position))
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the greatest entry with offset <= `offset`, else (base, 0)."""
@@ -150,7 +156,7 @@ class OffsetIndex(_Index):
 
 
 class TimeIndex(_Index):
-    ENTRY = struct.Struct(">qi")
+    ENTRY = _TIME_ENTRY
 
     def _decode(self, ts, rel):
         return ts, self.base_offset + rel
@@ -159,11 +165,12 @@ class TimeIndex(_Index):
         return self.ENTRY.pack(ts, offset - self.base_offset)
 
     def append(self, timestamp: int, offset: int) -> None:
-        if self.keys and (timestamp <= self.keys[-1] or offset <= self.values[-1]):
+        keys, values = self.keys, self.values
+        if keys and (timestamp <= keys[-1] or offset <= values[-1]):
             return
-        self.keys.append(timestamp)
-        self.values.append(offset)
-        self._add(self._encode(timestamp, offset))
+        keys.append(timestamp)
+        values.append(offset)
+        self._add(_TIME_ENTRY.pack(timestamp, offset - self.base_offset))
 
     def lookup(self, timestamp: int) -> int | None:
         """Offset of the greatest entry with timestamp <= `timestamp` (None if there is none)."""

@@ -15,11 +15,14 @@ log only records which segments are dirty (`_dirty`) under that lock.
 from __future__ import annotations
 
 import bisect
+import struct
 import threading
 from typing import Callable, NamedTuple
 
 from kohort.errors import DecodeError
 from kohort.protocol.records import (
+    LOG_OVERHEAD,
+    BatchHeader,
     decode_batch,
     patch_base_offset,
     patch_leader_epoch,
@@ -45,6 +48,8 @@ from kohort.storage.segment import (
     Segment,
 )
 
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")    # BaseOffset, Length, PartitionLeaderEpoch (outside the CRC)
+
 # ListOffsets special timestamps
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -58,12 +63,15 @@ class AppendResult(NamedTuple):
     log_start_offset: int
 
 
+_new_result = tuple.__new__
+
+
 class Log:
     """One partition. Build with `Log.open(...)` (Storage does this)."""
 
     def __init__(self, fs: FileSystem, directory: str, topic: str, partition: int,
                  config: LogConfig, *, lock: threading.Lock | None = None,
-                 on_dirty: Callable[["Log"], None] | None = None):
+                 on_dirty: Callable[["Log", Segment], None] | None = None):
         self.fs = fs
         self.directory = directory
         self.topic = topic
@@ -87,7 +95,7 @@ class Log:
     def open(cls, fs: FileSystem, directory: str, topic: str, partition: int, config: LogConfig,
              *, clean: bool, recovery_point: int = 0, log_start_offset: int = 0, now_ms: int = 0,
              lock: threading.Lock | None = None,
-             on_dirty: Callable[["Log"], None] | None = None) -> "Log":
+             on_dirty: Callable[["Log", Segment], None] | None = None) -> "Log":
         log = cls(fs, directory, topic, partition, config, lock=lock, on_dirty=on_dirty)
         log._load(clean, recovery_point, log_start_offset, now_ms)
         return log
@@ -223,19 +231,27 @@ class Log:
         return max(i, 0)
 
     def _mark_dirty(self, seg: Segment) -> None:
-        with self._lock:
-            self._dirty[seg] = None
-        if self._on_dirty is not None:
-            self._on_dirty(self)
+        on_dirty = self._on_dirty
+        if on_dirty is None:
+            with self._lock:
+                self._dirty[seg] = None
+        else:                     # Storage records the segment under the same lock (one acquisition)
+            on_dirty(self, seg)
 
     # =========================================================================================
     # append
 
-    def append(self, records, *, leader_epoch: int, now_ms: int) -> AppendResult:
+    def append(self, records, *, leader_epoch: int, now_ms: int,
+               header: BatchHeader | None = None) -> AppendResult:
         """Append whole v2 batches (already validated by the broker: CRC, sizes, producer state).
         Offsets are assigned from the log end offset, PartitionLeaderEpoch set to `leader_epoch`.
         The bytes are written to the segment file before this returns; durability on a machine
-        crash needs Storage.sync_dirty()."""
+        crash needs Storage.sync_dirty().
+
+        `header`: `records` is exactly one batch and this is its header, already read and
+        validated by the caller (the Produce path): nothing is parsed again."""
+        if header is not None:
+            return self._append_batch(records, header, leader_epoch, now_ms)
         self._check_usable()
         buf = bytearray(records)
         if not buf:
@@ -278,6 +294,47 @@ class Log:
             self.epochs.save()
         return AppendResult(first.base_offset, last.last_offset, now_ms if lat else -1,
                             self.log_start_offset)
+
+    def _append_batch(self, records, h: BatchHeader, leader_epoch: int, now_ms: int) -> AppendResult:
+        """append() of one validated batch: BaseOffset and PartitionLeaderEpoch packed in place
+        (in `records` itself when it is a writable memoryview, e.g. a slice of the broker's frame
+        buffer; otherwise in one copy), one write, the segment's stats and indexes updated from
+        the header's fields."""
+        if self.closed or self._failed is not None:
+            self._check_usable()
+        size = h.batch_length + LOG_OVERHEAD
+        if size != len(records):
+            raise CorruptRecordError(f"record batch declares {size} bytes, {len(records)} given")
+        cfg = self.config
+        if size > cfg.max_message_bytes:
+            raise MessageTooLargeError(
+                f"record batch of {size} bytes exceeds max.message.bytes={cfg.max_message_bytes}")
+        if type(records) is memoryview and not records.readonly and records.c_contiguous \
+                and records.format == "B":
+            buf = records          # the request's own writable copy (the broker's frame): patched in place
+        else:
+            buf = bytearray(records)
+        base = self.segments[-1].next_offset
+        last = base + h.last_offset_delta
+        _OFFSET_LENGTH_EPOCH.pack_into(buf, 0, base, h.batch_length, leader_epoch)
+        lat = cfg.log_append_time
+        if lat:
+            set_log_append_time(buf, 0, now_ms)
+            max_ts = now_ms
+        else:
+            max_ts = h.max_timestamp
+        seg = self._maybe_roll(size, max_ts, last, now_ms)
+        size_before = seg.size
+        try:
+            seg.append_batch(buf, last, max_ts)
+        except OSError as e:
+            self._undo_write(seg, size_before, e)
+            raise KafkaStorageError(f"write to {seg.log_path} failed: {e}") from e
+        self._mark_dirty(seg)
+        if self.epochs.assign(leader_epoch, base):
+            self.epochs.save()
+        # tuple.__new__: the NamedTuple without its Python-level __new__ (once per request)
+        return _new_result(AppendResult, (base, last, now_ms if lat else -1, self.log_start_offset))
 
     def _undo_write(self, seg: Segment, size_before: int, err: Exception) -> None:
         """A failed write may have left part of the bytes: cut them, or take the log offline."""

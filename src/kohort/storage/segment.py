@@ -92,6 +92,25 @@ class Segment:
         for pos, h in batches:
             self._track(start + pos, h)
 
+    def append_batch(self, data, last_offset: int, max_timestamp: int) -> None:
+        """append() of one batch (offsets assigned) given by its last offset and MaxTimestamp: the
+        same write and the same stats and index entries as `_track`, without a header object."""
+        start = self.size
+        self.log.append(data)
+        n = len(data)
+        self.size = start + n
+        if self.rolling_timestamp is None:
+            self.rolling_timestamp = max_timestamp
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        if self._bytes_since_index > self.index_interval_bytes:
+            self.offset_index.append(last_offset, start)
+            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index = 0
+        self._bytes_since_index += n
+        self.next_offset = last_offset + 1
+
     def truncate_to_position(self, position: int) -> None:
         """Cut the log at `position` (a batch boundary) and bring indexes and stats in line."""
         self.log.truncate(position)

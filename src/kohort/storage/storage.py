@@ -407,8 +407,12 @@ class Storage:
     # =========================================================================================
     # durability: group commit
 
-    def _note_dirty(self, log: Log) -> None:
+    def _note_dirty(self, log: Log, segment=None) -> None:
+        """An append wrote to `segment` of `log`: both are dirty until the next sync round, and the
+        write sequence the round's waiters compare against moves on (one lock acquisition)."""
         with self._cv:
+            if segment is not None:
+                log._dirty[segment] = None
             self._dirty_logs[log] = None
             self._write_seq += 1
 

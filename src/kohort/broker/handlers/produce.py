@@ -17,6 +17,10 @@ while its previous transaction is still completing. The log
 assigns offsets by patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also
 get MaxTimestamp and a new CRC).
 
+Each batch is validated once, here; the log is handed its header (`Log.append(header=...)`) and
+writes the batch from the request's own frame buffer. The answer's objects are built field by field
+(`_part`, `_topic`, `_response`: the schema constructors' objects without their keyword checks).
+
 acks=0 gets no response. acks=1/all (one replica, so the same) are answered after the group-commit
 fsync (kohort.broker.durability) under log.flush.policy=fsync-before-ack.
 
@@ -33,8 +37,10 @@ from kohort.broker.handlers._util import error_of, now_ms
 from kohort.errors import DecodeError, ErrorCode
 from kohort.protocol.compression import CODEC_IDS, COMPRESSION_ZSTD
 from kohort.protocol.messages.produce import ProduceRequest, ProduceResponse
+from kohort.protocol.primitives import ZERO_UUID
 from kohort.protocol.records import (
-    ATTR_TRANSACTIONAL, ATTRIBUTES_OFFSET, MAGIC_OFFSET, build_batch, decode_batch, read_batch_header, validate_batch,
+    ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_TRANSACTIONAL, ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, build_batch,
+    decode_batch, read_batch_header, validate_batch,
 )
 from kohort.storage import StorageError
 
@@ -43,11 +49,37 @@ TARGET_CODEC = {"uncompressed": 0, **{n: c for n, c in CODEC_IDS.items() if n !=
 
 TopicResp = ProduceResponse.TopicProduceResponse
 PartResp = TopicResp.PartitionProduceResponse
+_Leader = PartResp.LeaderIdAndEpoch
+_new = object.__new__
+
+
+# The answer's objects are built field by field: the same objects the schema's constructors make
+# (tests/test_produce_codec.py compares them), without their per-call keyword checks.
+def _part(index: int, code: int, base_offset: int, append_time: int, log_start: int,
+          message: str | None = None) -> PartResp:
+    leader = _new(_Leader)
+    leader.__dict__.update(leader_id=-1, leader_epoch=-1)
+    p = _new(PartResp)
+    p.__dict__.update(index=index, error_code=code, base_offset=base_offset, log_append_time_ms=append_time,
+                      log_start_offset=log_start, record_errors=[], error_message=message,
+                      current_leader=leader)
+    return p
+
+
+def _topic(name: str, parts: list) -> TopicResp:
+    t = _new(TopicResp)
+    t.__dict__.update(name=name, topic_id=ZERO_UUID, partition_responses=parts)
+    return t
+
+
+def _response(topics: list) -> ProduceResponse:
+    r = _new(ProduceResponse)
+    r.__dict__.update(responses=topics, throttle_time_ms=0, node_endpoints=[])
+    return r
 
 
 def _err(index: int, code: int, message: str | None = None) -> PartResp:
-    return PartResp(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
-                    log_start_offset=-1, record_errors=[], error_message=message)
+    return _part(index, code, -1, -1, -1, message)
 
 
 def recompress(records, codec: int) -> bytes:
@@ -67,69 +99,70 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
         log = storage.log(topic, index)
     except StorageError:
         return _err(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{index}"), 0
-    if records is None or len(records) == 0:
+    size = 0 if records is None else len(records)
+    if size == 0:
         return _err(index, ErrorCode.INVALID_RECORD, "no record batch"), 0
-    if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] != 2:
+    if size > MAGIC_OFFSET and records[MAGIC_OFFSET] != 2:
         return _err(index, ErrorCode.INVALID_RECORD,
                     f"record batch magic {records[MAGIC_OFFSET]} is not 2 (required from Produce v3)"), 0
     try:
         h = validate_batch(records, 0)
     except DecodeError as e:
         return _err(index, ErrorCode.CORRUPT_MESSAGE, str(e)), 0
-    if h.total_size != len(records):
+    # the header's fields by position (BatchHeader's properties are function calls)
+    (_, batch_length, _, _, _, attributes, last_delta, _, max_ts, pid, epoch, base_seq, count) = h
+    if batch_length + LOG_OVERHEAD != size:
         return _err(index, ErrorCode.INVALID_RECORD,
                     "a produce request must carry exactly one record batch per partition"), 0
-    if h.records_count <= 0 or h.records_count != h.last_offset_delta + 1:
+    if count <= 0 or count != last_delta + 1:
         return _err(index, ErrorCode.INVALID_RECORD,
-                    f"record count {h.records_count} does not match last offset delta {h.last_offset_delta}"), 0
-    if h.is_control:
+                    f"record count {count} does not match last offset delta {last_delta}"), 0
+    if attributes & ATTR_CONTROL:
         return _err(index, ErrorCode.INVALID_RECORD, "control batches are written by the broker only"), 0
-    if h.is_transactional and h.producer_id < 0:
+    transactional = bool(attributes & ATTR_TRANSACTIONAL)
+    if transactional and pid < 0:
         return _err(index, ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id"), 0
-    if h.compression == COMPRESSION_ZSTD and version < 7:
+    codec = attributes & ATTR_COMPRESSION_MASK
+    if codec == COMPRESSION_ZSTD and version < 7:
         return _err(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7+"), 0
     cfg = log.config
     target = TARGET_CODEC.get(cfg.compression_type)
-    if target is not None and target != h.compression:
+    if target is not None and target != codec:
         try:
             records = recompress(records, target)
         except DecodeError as e:
             return _err(index, ErrorCode.CORRUPT_MESSAGE, str(e)), 0
         h = read_batch_header(records)
-    if h.total_size > cfg.max_message_bytes:
+        size, max_ts = h.total_size, h.max_timestamp
+    if size > cfg.max_message_bytes:
         return _err(index, ErrorCode.MESSAGE_TOO_LARGE,
-                    f"batch of {h.total_size} bytes exceeds max.message.bytes={cfg.max_message_bytes}"), 0
+                    f"batch of {size} bytes exceeds max.message.bytes={cfg.max_message_bytes}"), 0
     pstate = None
-    if h.producer_id >= 0:
+    if pid >= 0:
         pstate = broker.producers.partition(topic, index, log)
-        verdict = pstate.check(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
-                               h.is_transactional)
+        verdict = pstate.check(pid, epoch, base_seq, last_delta, transactional)
         if verdict.error:
             return _err(index, verdict.error), 0
-        if h.is_transactional and verdict.duplicate is None and not pstate.is_open(h.producer_id):
+        if transactional and verdict.duplicate is None and not pstate.is_open(pid):
             # KIP-890 part 1: the first batch of a transaction on this partition must belong to an
             # Ongoing transaction that added the partition (asked of the local coordinator)
-            code = broker.txn.coordinator.verify(h.producer_id, h.producer_epoch, topic, index)
+            code = broker.txn.coordinator.verify(pid, epoch, topic, index)
             if code == ErrorCode.INVALID_TXN_STATE and version >= 11:
                 code = ErrorCode.TRANSACTION_ABORTABLE
             if code:
                 return _err(index, code, f"{topic}-{index} is not in an ongoing transaction of producer "
-                                         f"{h.producer_id} epoch {h.producer_epoch}"), 0
+                                         f"{pid} epoch {epoch}"), 0
         if verdict.duplicate is not None:
-            d = verdict.duplicate
-            return PartResp(index=index, error_code=0, base_offset=d.first_offset, log_append_time_ms=-1,
-                            log_start_offset=log.log_start_offset, record_errors=[]), 0
+            return _part(index, 0, verdict.duplicate.first_offset, -1, log.log_start_offset), 0
     try:
-        res = log.append(records, leader_epoch=broker.leader_epoch, now_ms=now)
+        res = log.append(records, leader_epoch=broker.leader_epoch, now_ms=now, header=h)
     except StorageError as e:
         return _err(index, e.error_code, str(e)), 0
     if pstate is not None:
-        pstate.update(h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
-                      res.base_offset, h.max_timestamp, append_ms=now, transactional=h.is_transactional)
+        pstate.update(pid, epoch, base_seq, last_delta, res.base_offset, max_ts, append_ms=now,
+                      transactional=transactional)
     broker.waiters.notify(topic, index)
-    return PartResp(index=index, error_code=0, base_offset=res.base_offset,
-                    log_append_time_ms=res.log_append_time, log_start_offset=res.log_start_offset,
-                    record_errors=[]), h.records_count
+    return _part(index, 0, res.base_offset, res.log_append_time, res.log_start_offset), count
 
 
 def _needs_implicit_add(broker, req: ProduceRequest) -> list:
@@ -193,41 +226,45 @@ def _produce(ctx, req: ProduceRequest, pre_errors: dict):
     metrics = broker.metrics
     responses = []
     wrote = False
-    writable = ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in req.topic_data))
+    # without an authorizer every topic is writable (no set of names to build)
+    writable = None if broker.acls is None else ctx.authorized(
+        AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in req.topic_data))
     txn_denied = _transactional_denied(ctx, req)
+    bad_acks = acks not in (-1, 0, 1)
     for t in req.topic_data:
         parts = []
+        name = t.name
         for pd in t.partition_data:
-            if acks not in (-1, 0, 1):
+            if bad_acks:
                 parts.append(_err(pd.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}"))
                 continue
-            if txn_denied or t.name not in writable:
+            if txn_denied or (writable is not None and name not in writable):
                 parts.append(_err(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied
                                   else ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
-            if (t.name, pd.index) in pre_errors:
-                code = pre_errors[(t.name, pd.index)]
-                parts.append(_err(pd.index, code, f"{t.name}-{pd.index} could not be added to the transaction"))
+            if pre_errors and (name, pd.index) in pre_errors:
+                code = pre_errors[(name, pd.index)]
+                parts.append(_err(pd.index, code, f"{name}-{pd.index} could not be added to the transaction"))
                 continue
-            if t.name in INTERNAL_TOPICS:
+            if name in INTERNAL_TOPICS:
                 # only the broker writes its internal topics (Kafka: ReplicaManager, internalTopicsAllowed)
                 parts.append(_err(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                  f"cannot append to internal topic {t.name}"))
+                                  f"cannot append to internal topic {name}"))
                 continue
             try:
-                pr, n = append_partition(broker, t.name, pd.index, pd.records, v, now)
+                pr, n = append_partition(broker, name, pd.index, pd.records, v, now)
             except Exception as e:   # noqa: BLE001 - one partition's failure stays in its answer
                 code, msg = error_of(e)
                 pr, n = _err(pd.index, code, msg), 0
-            if pr.error_code == 0:
+            if pr.error_code == 0:      # appended, or a duplicate: answered once durable either way
                 wrote = True
             if n and metrics is not None:
-                metrics.record_messages_in(t.name, n)
+                metrics.record_messages_in(name, n)
             parts.append(pr)
-        responses.append(TopicResp(name=t.name, partition_responses=parts))
+        responses.append(_topic(name, parts))
     if acks == 0:
         return NO_RESPONSE
-    resp = ProduceResponse(responses=responses, throttle_time_ms=0)
+    resp = _response(responses)
     if not (wrote and broker.sync.enabled):
         return resp
     return _after_sync(broker, resp)
@@ -251,27 +288,18 @@ def _transactional_denied(ctx, req) -> bool:
 
 
 def _after_sync(broker, resp: ProduceResponse):
-    """The answer once the shared fsync round covering these appends is done: a future completed by
-    a callback on the round's future (no task per request); a failed round fails the written
+    """The answer once the shared fsync round covering these appends is done: the round's own
+    future carries it (no task or extra future per request); a failed round fails the written
     partitions with its StorageError."""
-    synced = broker.sync.synced_future()
-    answer = synced.get_loop().create_future()
+    return broker.sync.synced_future(resp, _sync_failed)
 
-    def done(f) -> None:
-        if answer.done():                 # the connection went away (the writer cancelled it)
-            return
-        if f.cancelled():
-            answer.cancel()
-            return
-        e = f.exception()
-        if e is not None:
-            if not isinstance(e, StorageError):
-                answer.set_exception(e)
-                return
-            for t in resp.responses:
-                for p in t.partition_responses:
-                    if p.error_code == 0:
-                        p.error_code, p.error_message, p.base_offset = e.error_code, str(e), -1
-        answer.set_result(resp)
-    synced.add_done_callback(done)
-    return answer
+
+def _sync_failed(answer, resp: ProduceResponse, e: BaseException) -> None:
+    if not isinstance(e, StorageError):
+        answer.set_exception(e)
+        return
+    for t in resp.responses:
+        for p in t.partition_responses:
+            if p.error_code == 0:
+                p.error_code, p.error_message, p.base_offset = e.error_code, str(e), -1
+    answer.set_result(resp)

@@ -5,8 +5,23 @@ v1 adds throttle_time_ms to the response; v2 log_append_time_ms; v3 transactiona
 format (KIP-98); v5 log_start_offset; v7 allows ZStandard (KIP-110); v8 record_errors/error_message (KIP-467);
 v9 flexible (KIP-482); v10 current_leader and node_endpoints tagged fields (KIP-951); v11 may return
 TRANSACTION_ABORTABLE and v12 implies AddPartitionsToTxn (KIP-890); v13 topic IDs instead of names (KIP-516).
+
+Both directions of the broker's hot path have a straight-line codec beside the schema's:
+`ProduceRequest.read` for v3-v12 requests without tagged fields, `ProduceResponse.encode_into` for
+v3-v12 responses whose partitions carry no record errors, no current_leader, no node endpoints and
+no tagged fields seen on the wire. Anything else (and any malformed input, so the schema's
+DecodeError names the problem) goes through the schema's codec; both give equal objects and
+identical bytes (tests/test_produce_codec.py compares them).
 """
+import struct
+
+from kohort.protocol.primitives import ZERO_UUID, Reader
 from kohort.protocol.schema import INT16, INT32, INT64, RECORDS, STRING, UUID, ArrayOf, Message, Struct, f
+
+_new = object.__new__
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_ACKS_TIMEOUT = struct.Struct(">hi")
 
 
 class ProduceRequest(Message):
@@ -26,6 +41,14 @@ class ProduceRequest(Message):
             ])),
         ])),
     ]
+
+    @classmethod
+    def read(cls, r: Reader, version: int):
+        if 3 <= version <= 12:
+            obj = _read_request(cls, r, version)
+            if obj is not None:
+                return obj
+        return super().read(r, version)
 
 
 class ProduceResponse(Message):
@@ -62,3 +85,247 @@ class ProduceResponse(Message):
         ]), "10+", tag=0),
     ]
 
+    def encode_into(self, out: bytearray, version: int) -> None:
+        if not (3 <= version <= 12 and _write_response(out, self, version)):
+            super().encode_into(out, version)
+
+
+
+def _uvarint(buf, p: int, end: int):
+    """(value, next position) of an unsigned varint of at most 5 bytes, or None if cut short."""
+    result = shift = 0
+    while p < end and shift < 35:
+        b = buf[p]
+        p += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, p
+        shift += 7
+    return None
+
+
+def _read_request(cls, r: Reader, version: int):
+    """The common v3-v12 request read straight from the buffer, or None (r untouched) when the
+    schema's codec must read it: tagged fields present, a length past the end, bad UTF-8.
+    Lengths of flexible versions are varints, nearly always of one byte: read inline."""
+    buf, p, end = r.buf, r.pos, r.end
+    flexible = version >= 9
+    Topic = cls.TopicProduceData
+    Part = Topic.PartitionProduceData
+    try:
+        if flexible:
+            n = buf[p]
+            if n < 0x80:
+                n -= 1
+                p += 1
+            else:
+                got = _uvarint(buf, p, end)
+                if got is None:
+                    return None
+                n, p = got[0] - 1, got[1]
+        else:
+            n = _I16.unpack_from(buf, p)[0]
+            p += 2
+        if n < 0:
+            tid = None
+        elif p + n > end:
+            return None
+        else:
+            tid = str(buf[p:p + n], "utf-8")
+            p += n
+        acks, timeout = _ACKS_TIMEOUT.unpack_from(buf, p)
+        p += 6
+        if flexible:
+            count = buf[p]
+            if count < 0x80:
+                p += 1
+            else:
+                got = _uvarint(buf, p, end)
+                if got is None:
+                    return None
+                count, p = got
+            if count == 0:                          # a null array: the schema's error
+                return None
+            count -= 1
+        else:
+            count = _I32.unpack_from(buf, p)[0]
+            p += 4
+            if count < 0:
+                return None
+        if count > end - p:
+            return None
+        topics = []
+        for _ in range(count):
+            if flexible:
+                n = buf[p]
+                if n < 0x80:
+                    p += 1
+                else:
+                    got = _uvarint(buf, p, end)
+                    if got is None:
+                        return None
+                    n, p = got
+                if n == 0:
+                    return None
+                n -= 1
+            else:
+                n = _I16.unpack_from(buf, p)[0]
+                p += 2
+                if n < 0:
+                    return None
+            if p + n > end:
+                return None
+            name = str(buf[p:p + n], "utf-8")
+            p += n
+            if flexible:
+                pcount = buf[p]
+                if pcount < 0x80:
+                    p += 1
+                else:
+                    got = _uvarint(buf, p, end)
+                    if got is None:
+                        return None
+                    pcount, p = got
+                if pcount == 0:
+                    return None
+                pcount -= 1
+            else:
+                pcount = _I32.unpack_from(buf, p)[0]
+                p += 4
+                if pcount < 0:
+                    return None
+            if pcount > end - p:
+                return None
+            parts = []
+            for _ in range(pcount):
+                index = _I32.unpack_from(buf, p)[0]
+                p += 4
+                if flexible:
+                    got = _uvarint(buf, p, end)       # a records length: several bytes
+                    if got is None:
+                        return None
+                    n, p = got[0] - 1, got[1]
+                else:
+                    n = _I32.unpack_from(buf, p)[0]
+                    p += 4
+                if n < 0:
+                    records = None
+                elif p + n > end:
+                    return None
+                else:
+                    records = buf[p:p + n]
+                    p += n
+                if flexible:
+                    if p >= end or buf[p] != 0:     # tagged fields: the schema keeps them
+                        return None
+                    p += 1
+                part = _new(Part)
+                part.__dict__.update(index=index, records=records)
+                parts.append(part)
+            if flexible:
+                if p >= end or buf[p] != 0:
+                    return None
+                p += 1
+            topic = _new(Topic)
+            topic.__dict__.update(name=name, partition_data=parts, topic_id=ZERO_UUID)
+            topics.append(topic)
+        if flexible:
+            if p >= end or buf[p] != 0:
+                return None
+            p += 1
+    except (struct.error, UnicodeDecodeError, IndexError):
+        return None
+    if p > end:
+        return None
+    obj = _new(cls)
+    obj.__dict__.update(transactional_id=tid, acks=acks, timeout_ms=timeout, topic_data=topics)
+    r.pos = p
+    return obj
+
+
+_PART_V3 = struct.Struct(">ihqq")        # index, error_code, base_offset, log_append_time_ms
+_PART_V5 = struct.Struct(">ihqqq")       # + log_start_offset
+
+
+def _write_str(out: bytearray, s: str, flexible: bool) -> None:
+    b = s.encode("utf-8")
+    if flexible:
+        _write_uvarint(out, len(b) + 1)
+    else:
+        out += _I16.pack(len(b))
+    out += b
+
+
+def _write_uvarint(out: bytearray, v: int) -> None:
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _write_response(out: bytearray, resp, version: int) -> bool:
+    """The common v3-v12 response written straight into `out`; False (nothing written) when the
+    schema's codec must write it."""
+    d = resp.__dict__
+    if d.get("_unknown_tags") or d.get("_tags_seen") or d.get("node_endpoints"):
+        return False
+    responses = d["responses"]
+    for t in responses:
+        td = t.__dict__
+        if "_unknown_tags" in td or "_tags_seen" in td:
+            return False
+        for p in td["partition_responses"]:
+            pd = p.__dict__
+            if pd["record_errors"] or "_unknown_tags" in pd or "_tags_seen" in pd:
+                return False
+            cl = pd.get("current_leader")
+            if cl is not None and version >= 10:
+                cd = cl.__dict__
+                if cd["leader_id"] != -1 or cd["leader_epoch"] != -1 or len(cd) != 2:
+                    return False
+            elif cl is None and version >= 10:
+                return False
+    flexible = version >= 9
+    start = len(out)
+    try:
+        if flexible:
+            _write_uvarint(out, len(responses) + 1)
+        else:
+            out += _I32.pack(len(responses))
+        for t in responses:
+            td = t.__dict__
+            _write_str(out, td["name"], flexible)
+            parts = td["partition_responses"]
+            if flexible:
+                _write_uvarint(out, len(parts) + 1)
+            else:
+                out += _I32.pack(len(parts))
+            for p in parts:
+                pd = p.__dict__
+                if version >= 5:
+                    out += _PART_V5.pack(pd["index"], pd["error_code"], pd["base_offset"],
+                                         pd["log_append_time_ms"], pd["log_start_offset"])
+                else:
+                    out += _PART_V3.pack(pd["index"], pd["error_code"], pd["base_offset"],
+                                         pd["log_append_time_ms"])
+                if version >= 8:
+                    if flexible:
+                        out.append(1)                       # record_errors: empty compact array
+                    else:
+                        out += b"\0\0\0\0"
+                    msg = pd["error_message"]
+                    if msg is None:
+                        out += b"\0" if flexible else b"\xff\xff"
+                    else:
+                        _write_str(out, msg, flexible)
+                if flexible:
+                    out.append(0)                           # no tagged fields
+            if flexible:
+                out.append(0)
+        out += _I32.pack(d["throttle_time_ms"])
+        if flexible:
+            out.append(0)
+    except (struct.error, AttributeError, KeyError, TypeError, UnicodeEncodeError):
+        del out[start:]                  # the schema's codec reports it as it always has
+        return False
+    return True

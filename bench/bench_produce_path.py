@@ -1,0 +1,244 @@
+"""The broker's Produce request path in one process: CPU per request, without sockets or clients.
+
+A real `Broker` is opened on a temporary data directory (storage, producer state, the group-commit
+fsync pump; no listening socket), and one broker `Connection` is fed pre-encoded Produce frames
+through asyncio's BufferedProtocol calls with an in-memory transport that only counts the bytes
+written. So every request goes the broker's whole way: frame cut, request decode, the handler
+(validation, idempotence check, append to the segment file, index upkeep), the answer's encoding
+and the connection's write -- everything but the socket system calls.
+
+Each request carries one batch of about `--batch-bytes` (16 KiB: Java's batch.size) of records of
+`--size` bytes from an idempotent producer (sequence numbers following on), optionally compressed.
+Frames are handed over `--pipeline` at a time (as a client with that many requests in flight would
+deliver them); with log.flush.policy=fsync-before-ack the answers wait for the shared fsync round,
+whose thread's CPU counts too (process time covers every thread of the process).
+
+Reported per request: CPU µs (time.process_time), wall µs, and with `--profile` the top functions
+by own time (cProfile). For instruction counts that a busy machine does not disturb:
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
+        .venv/bin/python bench/bench_produce_path.py --requests 300 --only "100 B none os"
+    callgrind_annotate /tmp/cg.out | head -40
+Run:
+    .venv/bin/python bench/bench_produce_path.py [--requests 2000] [--profile] [--only LABEL]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+
+from kohort.broker.config import BrokerConfig
+from kohort.broker.connection import Connection
+from kohort.broker.security import Listener
+from kohort.broker.server import Broker
+from kohort.protocol.compression import CODEC_IDS
+from kohort.protocol.framing import decode_response, encode_request
+from kohort.protocol.messages.produce import ProduceRequest
+from kohort.protocol.records import build_batch
+
+TOPIC = "bench"
+PRODUCER_ID = 4000
+
+
+class CountingTransport:
+    """What the connection writes to: keeps the written buffers (their answers are checked after
+    the timing) and whether the connection was closed."""
+
+    def __init__(self) -> None:
+        self.writes: list = []
+        self.closed = False
+        self._reading = True
+
+    def write(self, data) -> None:
+        self.writes.append(data)
+
+    def answers(self) -> list[bytes]:
+        """Every answer frame's payload, in order."""
+        data = b"".join(bytes(w) for w in self.writes)
+        out, pos = [], 0
+        while pos < len(data):
+            n = int.from_bytes(data[pos:pos + 4], "big")
+            out.append(data[pos + 4:pos + 4 + n])
+            pos += 4 + n
+        return out
+
+    def get_extra_info(self, name, default=None):
+        return {"peername": ("127.0.0.1", 1)}.get(name, default)
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+    def is_reading(self) -> bool:
+        return self._reading
+
+    def pause_reading(self) -> None:
+        self._reading = False
+
+    def resume_reading(self) -> None:
+        self._reading = True
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True
+
+    abort = close
+
+
+def make_frames(n: int, size: int, codec: str, batch_bytes: int, version: int) -> list[bytes]:
+    """n Produce frames, each one idempotent batch of records of `size` bytes filling about
+    `batch_bytes` before compression, sequence numbers following on."""
+    per = max(1, batch_bytes // (size + 12))
+    value = os.urandom(size // 2) + b"x" * (size - size // 2)   # half random: compressible, not trivially
+    PT = ProduceRequest.TopicProduceData
+    frames = []
+    seq = 0
+    ts = 1_700_000_000_000
+    for i in range(n):
+        batch = build_batch([(b"%08d" % (seq + j), value, [], ts + j) for j in range(per)],
+                            compression=CODEC_IDS[codec], producer_id=PRODUCER_ID, producer_epoch=0,
+                            base_sequence=seq)
+        seq += per
+        req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
+            PT(name=TOPIC, partition_data=[PT.PartitionProduceData(index=0, records=batch)])])
+        frames.append(encode_request(req, version, i + 1, client_id="bench"))
+    return frames
+
+
+async def drive(frames: list[bytes], policy: str, pipeline: int, profile: bool, version: int) -> dict:
+    d = tempfile.mkdtemp(prefix="kohort-produce-path-")
+    broker = Broker(BrokerConfig.from_properties({"log.flush.policy": policy}), "127.0.0.1", 0,
+                    os.path.join(d, "data"))
+    await broker.open()
+    try:
+        broker.storage.create_topic(TOPIC, 1)
+        conn = Connection(broker, Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0))
+        t = CountingTransport()
+        conn.connection_made(t)
+
+        def feed(frame: bytes) -> None:
+            view = conn.get_buffer(len(frame))
+            view[:len(frame)] = frame
+            conn.buffer_updated(len(frame))
+
+        async def settle() -> None:
+            # the answers waiting on the fsync round: sleep until the last is done (no busy wait,
+            # whose CPU would count), then let the connection write them
+            while conn._pending:
+                last = conn._pending[-1][0]
+                if isinstance(last, asyncio.Future) and not last.done():
+                    await asyncio.wait([last])
+                else:
+                    await asyncio.sleep(0)
+
+        # warm-up (first-use work: producer state recovery, imports, caches)
+        t.writes.clear()
+        warm = frames[:pipeline]
+        for f in warm:
+            feed(f)
+        await settle()
+        work = frames[len(warm):]
+        prof = cProfile.Profile() if profile else None
+        c0, w0 = time.process_time(), time.perf_counter()
+        if prof:
+            prof.enable()
+        for i in range(0, len(work), pipeline):
+            for f in work[i:i + pipeline]:
+                feed(f)
+            await settle()
+        if prof:
+            prof.disable()
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        n = len(work)
+        answers = t.answers()
+        if t.closed or len(answers) != len(frames):
+            raise RuntimeError(f"{len(answers)} answers to {len(frames)} requests (closed: {t.closed})")
+        for a in answers:
+            _, resp = decode_response(a, 0, version)
+            p = resp.responses[0].partition_responses[0]
+            if p.error_code:
+                raise RuntimeError(f"an answer is error {p.error_code}: {p.error_message}")
+        out = {"requests": n, "cpu_us": cpu / n * 1e6, "wall_us": wall / n * 1e6,
+               "log_end": broker.storage.log(TOPIC, 0).log_end_offset, "fsyncs": broker.storage.fsyncs}
+        if prof:
+            s = io.StringIO()
+            st = pstats.Stats(prof, stream=s)
+            st.sort_stats("tottime").print_stats(25)
+            st.sort_stats("cumulative").print_stats(40)
+            st.sort_stats("ncalls").print_stats(60)
+            out["profile"] = s.getvalue()
+        conn.connection_lost(None)
+        return out
+    finally:
+        await broker.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def callgrind(a) -> None:
+    """Two runs of this script under valgrind's callgrind, both building the same frames and
+    feeding `small` and `large` of them: what differs is only the requests worked on."""
+    import re
+    import subprocess
+    if not a.only:
+        raise SystemExit("--callgrind needs --only CASE")
+    small, large = max(a.pipeline, a.requests // 5), a.requests
+    counts = []
+    for feed in (small, large):
+        out = tempfile.mktemp(prefix="kohort-cg-")
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
+               "--requests", str(a.requests), "--feed", str(feed), "--only", a.only,
+               "--pipeline", str(a.pipeline), "--version", str(a.version), "--batch-bytes", str(a.batch_bytes)]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        m = re.search(r"Collected : (\d+)", p.stderr)
+        if p.returncode != 0 or not m:
+            raise SystemExit(f"callgrind run failed: {p.stderr[-2000:]}")
+        counts.append(int(m.group(1)))
+        os.remove(out)
+    per = (counts[1] - counts[0]) / (large - small)
+    print(f"{a.only}: {per:,.0f} instructions per request (callgrind, {large} - {small} requests)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--batch-bytes", type=int, default=16384)
+    ap.add_argument("--pipeline", type=int, default=5, help="frames handed over at once (requests in flight)")
+    ap.add_argument("--version", type=int, default=9, help="Produce version (librdkafka 2.x sends 9-10, Java 4.x 11-12)")
+    ap.add_argument("--profile", action="store_true", help="cProfile the measured requests (slower)")
+    ap.add_argument("--only", default=None, help='one case, e.g. "100 B none os"')
+    ap.add_argument("--feed", type=int, default=None,
+                    help="measure only the first FEED of the --requests frames (--callgrind's two runs)")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="instructions per request of the --only case: two runs under callgrind feeding "
+                         "--requests/5 and --requests frames, their difference divided by the difference")
+    a = ap.parse_args()
+    if a.callgrind:
+        return callgrind(a)
+    cases = [(size, codec, policy) for size in (100, 1024) for codec in ("none", "lz4")
+             for policy in ("os", "fsync-before-ack")]
+    print(f"Produce v{a.version}, one {a.batch_bytes} B batch per request, idempotent, acks=all, "
+          f"{a.pipeline} in flight, {a.requests} requests; python {sys.version.split()[0]}")
+    print(f"{'case':<34}{'CPU us/req':>12}{'wall us/req':>13}{'fsync rounds':>14}")
+    for size, codec, policy in cases:
+        label = f"{size} B {codec} {policy}"
+        if a.only and a.only != label:
+            continue
+        frames = make_frames(a.requests + a.pipeline, size, codec, a.batch_bytes, a.version)
+        if a.feed is not None:
+            frames = frames[:a.feed + a.pipeline]
+        r = asyncio.run(drive(frames, policy, a.pipeline, a.profile, a.version))
+        print(f"{label:<34}{r['cpu_us']:>12.1f}{r['wall_us']:>13.1f}{r['fsyncs']:>14}", flush=True)
+        if a.profile:
+            print(r["profile"])
+
+
+if __name__ == "__main__":
+    main()

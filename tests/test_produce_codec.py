@@ -1,0 +1,197 @@
+"""The straight-line Produce codecs (ProduceRequest.read, ProduceResponse.encode_into for v3-v12)
+against the schema's codec: equal objects, identical bytes, the same errors, and the fallback for
+every shape the straight line leaves to the schema."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kohort.errors import DecodeError, EncodeError
+from kohort.protocol.messages.produce import ProduceRequest, ProduceResponse
+from kohort.protocol.primitives import Reader
+
+PT = ProduceRequest.TopicProduceData
+PD = PT.PartitionProduceData
+TR = ProduceResponse.TopicProduceResponse
+PR = TR.PartitionProduceResponse
+VERSIONS = range(3, 13)
+
+
+def schema_decode(cls, data, version):
+    r = Reader(data)
+    obj = cls._codec(version, cls.is_flexible(version))[0](r)
+    return obj, r.pos
+
+
+def schema_encode(obj, version) -> bytes:
+    out = bytearray()
+    type(obj)._codec(version, type(obj).is_flexible(version))[1](out, obj)
+    return bytes(out)
+
+
+def fast_decode(data, version):
+    r = Reader(data)
+    return ProduceRequest.read(r, version), r.pos
+
+
+names = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20)
+records = st.one_of(st.none(), st.binary(max_size=300))
+requests = st.builds(
+    lambda tid, acks, timeout, topics: ProduceRequest(
+        transactional_id=tid, acks=acks, timeout_ms=timeout,
+        topic_data=[PT(name=n, partition_data=[PD(index=i, records=r) for i, r in parts]) for n, parts in topics]),
+    st.one_of(st.none(), names), st.sampled_from([-1, 0, 1, 2]), st.integers(-2**31, 2**31 - 1),
+    st.lists(st.tuples(names, st.lists(st.tuples(st.integers(-2**31, 2**31 - 1), records), max_size=4)),
+             max_size=4))
+
+
+def _norm(obj):
+    """Records come back as memoryviews: compare their bytes."""
+    d = obj.to_dict()
+    return d
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests, st.sampled_from(VERSIONS))
+def test_request_read_equals_the_schema(req, version):
+    data = schema_encode(req, version)
+    fast, fpos = fast_decode(data, version)
+    slow, spos = schema_decode(ProduceRequest, data, version)
+    assert fpos == spos == len(data)
+    assert _norm(fast) == _norm(slow)
+    assert fast.__dict__.keys() == slow.__dict__.keys()
+    for ft, stt in zip(fast.topic_data, slow.topic_data):
+        assert ft.__dict__.keys() == stt.__dict__.keys()
+
+
+def test_request_read_takes_the_straight_line(monkeypatch):
+    """The common request never reaches the schema's decoder (which would hide a dead fast path)."""
+    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000,
+                         topic_data=[PT(name="t", partition_data=[PD(index=0, records=b"x" * 70)])])
+    datas = {v: schema_encode(req, v) for v in VERSIONS}
+
+    def boom(*a, **k):
+        raise AssertionError("schema decoder used")
+    monkeypatch.setattr(ProduceRequest, "_codecs", {k: (boom, boom) for k in
+                                                    [(v, ProduceRequest.is_flexible(v)) for v in VERSIONS]})
+    for v, data in datas.items():
+        got, pos = fast_decode(data, v)
+        assert pos == len(data) and bytes(got.topic_data[0].partition_data[0].records) == b"x" * 70
+
+
+def test_request_with_tagged_fields_keeps_them():
+    """v9+: a tagged field anywhere goes to the schema, which keeps it (unknown tags written back)."""
+    req = ProduceRequest(transactional_id="tx", acks=1, timeout_ms=5,
+                         topic_data=[PT(name="t", partition_data=[PD(index=3, records=b"abc")])])
+    req.topic_data[0].partition_data[0]._unknown_tags = {7: b"\x01\x02"}
+    for v in range(9, 13):
+        data = schema_encode(req, v)
+        fast, _ = fast_decode(data, v)
+        assert fast.topic_data[0].partition_data[0]._unknown_tags == {7: b"\x01\x02"}
+        assert schema_encode(fast, v) == data
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_request_cut_anywhere_fails_as_the_schema(version):
+    req = ProduceRequest(transactional_id="tx", acks=-1, timeout_ms=30000,
+                         topic_data=[PT(name="topic", partition_data=[PD(index=0, records=b"r" * 20),
+                                                                      PD(index=1, records=None)])])
+    data = schema_encode(req, version)
+    for cut in range(len(data)):
+        with pytest.raises(DecodeError):
+            ProduceRequest.decode(data[:cut], version)
+    bad = bytearray(data)
+    # an invalid UTF-8 topic name: the schema's DecodeError
+    i = bytes(bad).index(b"topic")
+    bad[i] = 0xFF
+    with pytest.raises(DecodeError):
+        ProduceRequest.decode(bytes(bad), version)
+
+
+results = st.builds(
+    lambda code, base, lat, lso, msg: PR(index=0, error_code=code, base_offset=base, log_append_time_ms=lat,
+                                         log_start_offset=lso, record_errors=[], error_message=msg),
+    st.integers(0, 120), st.integers(-1, 2**63 - 1), st.integers(-1, 2**40), st.integers(-1, 2**40),
+    st.one_of(st.none(), st.text(max_size=40)))
+responses = st.builds(
+    lambda topics, throttle: ProduceResponse(
+        responses=[TR(name=n, partition_responses=ps) for n, ps in topics], throttle_time_ms=throttle),
+    st.lists(st.tuples(names, st.lists(results, max_size=4)), max_size=4), st.integers(0, 2**31 - 1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(responses, st.sampled_from(VERSIONS))
+def test_response_encode_equals_the_schema(resp, version):
+    fast = bytearray()
+    resp.encode_into(fast, version)
+    assert bytes(fast) == schema_encode(resp, version)
+    back, _ = schema_decode(ProduceResponse, bytes(fast), version)
+    assert schema_encode(back, version) == bytes(fast)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_response_shapes_left_to_the_schema(version):
+    def one(**kw):
+        p = PR(index=2, error_code=0, base_offset=7, log_append_time_ms=-1, log_start_offset=0, record_errors=[])
+        for k, v in kw.items():
+            setattr(p, k, v)
+        return ProduceResponse(responses=[TR(name="t", partition_responses=[p])], throttle_time_ms=0)
+    cases = [one(record_errors=[PR.BatchIndexAndErrorMessage(batch_index=1, batch_index_error_message="no")]),
+             one(current_leader=PR.LeaderIdAndEpoch(leader_id=1, leader_epoch=4))]
+    node = ProduceResponse(responses=[], throttle_time_ms=0,
+                           node_endpoints=[ProduceResponse.NodeEndpoint(node_id=1, host="h", port=9, rack=None)])
+    cases.append(node)
+    for resp in cases:
+        fast = bytearray()
+        resp.encode_into(fast, version)
+        assert bytes(fast) == schema_encode(resp, version)
+
+
+def test_response_encode_errors_stay_the_schemas():
+    resp = ProduceResponse(responses=[TR(name=None, partition_responses=[])], throttle_time_ms=0)
+    for v in VERSIONS:
+        out = bytearray(b"head")
+        with pytest.raises(EncodeError):
+            resp.encode_into(out, v)
+
+
+def test_handler_answer_objects_equal_the_schemas():
+    """The Produce handler builds its answer field by field; the objects equal the constructors'."""
+    from kohort.broker.handlers.produce import _err, _part, _response, _topic
+    assert _part(3, 0, 17, -1, 5) == PR(index=3, error_code=0, base_offset=17, log_append_time_ms=-1,
+                                         log_start_offset=5, record_errors=[])
+    assert _err(1, 87, "bad") == PR(index=1, error_code=87, base_offset=-1, log_append_time_ms=-1,
+                                     log_start_offset=-1, record_errors=[], error_message="bad")
+    parts = [_part(0, 0, 1, 2, 3)]
+    assert _topic("t", parts) == TR(name="t", partition_responses=parts)
+    assert _response([_topic("t", parts)]) == ProduceResponse(responses=[TR(name="t", partition_responses=parts)],
+                                                              throttle_time_ms=0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(-2**15, 2**15 - 1), st.integers(-2**15, 2**15 - 1), st.integers(-2**31, 2**31 - 1),
+       st.one_of(st.none(), st.text(max_size=30)), st.sampled_from([0, 1, 2]), st.booleans())
+def test_request_header_read_equals_the_schema(key, version, corr, client_id, hv, tagged):
+    """RequestHeader.read (every request passes through it) against the schema's decoder: v0-v2,
+    with a tagged field (kept by the schema), and every truncation."""
+    from kohort.protocol.headers import RequestHeader
+    h = RequestHeader(request_api_key=key, request_api_version=version, correlation_id=corr,
+                      client_id=client_id)
+    if tagged and hv == 2:
+        h._unknown_tags = {3: b"\x09"}
+    data = schema_encode_header(h, hv) + b"\x01\x02"          # a body follows
+    fast, fpos = RequestHeader.read(Reader(data), hv), None
+    r = Reader(data)
+    slow = RequestHeader._codec(hv, hv >= 2)[0](r)
+    r2 = Reader(data)
+    RequestHeader.read(r2, hv)
+    assert fast == slow and r2.pos == r.pos == len(data) - 2
+    for cut in range(len(data) - 2):
+        with pytest.raises(DecodeError):
+            RequestHeader.read(Reader(data[:cut]), hv)
+
+
+def schema_encode_header(h, hv) -> bytes:
+    out = bytearray()
+    type(h)._codec(hv, hv >= 2)[1](out, h)
+    return bytes(out)
