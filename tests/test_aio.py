@@ -260,6 +260,7 @@ def _summary(xs: list) -> tuple[float, float]:
     return statistics.quantiles(xs, n=100, method="inclusive")[98], max(xs)
 
 
+@pytest.mark.slow   # a timing measurement: bench/bench_aio.py reports it beside aiokafka's; not a default-suite check
 def test_loop_stall_while_consuming_and_producing(broker):
     """The loop's worst stall (a 1 ms ticker) while producing then consuming 200k x 100 B and
     20k x 1 KiB at full speed: the CPU time run on the loop in one go stays within the issue's
