@@ -3,7 +3,8 @@
 dependencies from PyPI) where, without PySpark or pyarrow, `kohort broker` starts and answers, kohort's
 producer and consumer round-trip records through it with the compiled twin loaded, `import kohort.spark`
 and `kohort pipeline` fail with one line naming `pip install 'kohort[spark]'`, mypy --strict accepts the
-typed usage example against the installed wheel (py.typed), and the venv stays small: its size beyond
+typed usage example against the installed wheel (py.typed), the pytest plugin serves a throwaway project with no conftest
+(README's example, per-test brokers, restart), and the venv stays small: its size beyond
 Python's own empty venv is printed per package and held to a budget (slow: about 100 s). Fast: every
 module outside kohort.spark imports, and the CLI runs, with pyspark/pyarrow/numpy/pandas refused."""
 from __future__ import annotations
@@ -214,3 +215,64 @@ def test_typed_example_checks_against_the_installed_wheel(venv, tmp_path):
     r = _run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--python-executable",
               path / "bin" / "python", EXAMPLE], check=False, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+THROWAWAY_TESTS = '''
+from confluent_kafka import Consumer, Producer
+import pytest
+
+
+@pytest.mark.parametrize("n", range(20))
+def test_each_test_gets_its_own_broker(kafka_broker, n):
+    assert kafka_broker.topics() == []
+    kafka_broker.create_topic(f"t{n}")
+    p = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    p.produce(f"t{n}", f"v{n}".encode())
+    assert p.flush(10) == 0
+    c = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers, "group.id": "g",
+                  "auto.offset.reset": "earliest"})
+    c.subscribe([f"t{n}"])
+    msg = c.poll(10)
+    c.close()
+    assert msg is not None and msg.error() is None and msg.value() == f"v{n}".encode()
+
+
+def test_restart_keeps_acknowledged_records(kafka_broker):
+    kafka_broker.create_topic("kept")
+    p = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    p.produce("kept", b"before")
+    assert p.flush(10) == 0
+    kafka_broker.restart()
+    c = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers, "group.id": "g",
+                  "auto.offset.reset": "earliest"})
+    c.assign([__import__("confluent_kafka").TopicPartition("kept", 0, 0)])
+    msg = c.poll(10)
+    c.close()
+    assert msg is not None and msg.value() == b"before"
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_pytest_plugin_from_the_wheel_serves_a_project_without_conftest(venv, tmp_path):
+    """A throwaway project whose venv holds only the wheel (+ pytest, confluent-kafka) and which has no
+    conftest: the entry point alone brings `kafka_broker`; README's example and per-test brokers pass;
+    the median fixture set-up measured by `pytest --durations` is printed."""
+    from tests.test_testing_plugin import readme_example
+    path, _ = venv
+    py = path / "bin" / "python"
+    _run([py, "-m", "pip", "install", "-q", "pytest>=8,<10", "confluent-kafka>=2.6,<3"], timeout=900)
+    project = tmp_path / "app"
+    (project / "tests").mkdir(parents=True)
+    (project / "tests" / "test_readme.py").write_text(readme_example())
+    (project / "tests" / "test_app.py").write_text(THROWAWAY_TESTS)
+    r = _run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0", "--durations-min=0", "-vv",
+              "tests"], timeout=900, check=False, cwd=project)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "23 passed" in r.stdout, r.stdout[-2000:]
+    setups = sorted(float(line.split("s ", 1)[0]) for line in r.stdout.splitlines()
+                    if " setup " in line and "tests/test_app.py::test_each_test_gets_its_own_broker" in line)
+    assert len(setups) == 20, r.stdout[-3000:]
+    median_ms = (setups[9] + setups[10]) / 2 * 1000
+    print(f"kafka_broker fixture set-up in a wheel-only venv: median {median_ms:.1f} ms, max {setups[-1] * 1000:.1f} ms "
+          f"over {len(setups)} tests (pytest --durations prints 10 ms steps; the first set-up imports the broker)")
