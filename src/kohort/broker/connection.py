@@ -1,5 +1,5 @@
 """One client connection of the broker: an asyncio BufferedProtocol that cuts request frames out of
-the received bytes and answers them in request order (issue 17).
+the received bytes and answers them in request order.
 
 Reading: the socket receives into one fixed buffer (`get_buffer`); every complete frame in it is
 copied out once and dispatched at once (handlers may wait, e.g. fetch long polls, JoinGroup, the
@@ -566,7 +566,7 @@ class Connection(asyncio.BufferedProtocol):
 
 
 async def _send_spliced(loop, transport, data) -> None:
-    """One frame whose record sets are FileSlices (issue 17): the encoded parts are written, each
+    """One frame whose record sets are FileSlices: the encoded parts are written, each
     slice is sent by the OS (loop.sendfile: os.sendfile once the transport's buffer is empty). A
     slice that cannot be sent whole (its file shrank) ends the connection: the frame's size prefix
     already promised those bytes."""

@@ -2,7 +2,7 @@
 connection reaper.
 
 Each accepted connection is a `Connection` (broker/connection.py): frames cut from the received
-bytes, answered in request order, back-pressure, SASL, sendfile for Fetch record sets (issue 17).
+bytes, answered in request order, back-pressure, SASL, sendfile for Fetch record sets.
 
 Listeners (broker/security.py): one server socket per entry of `listeners` (PLAINTEXT, SSL,
 SASL_PLAINTEXT, SASL_SSL); TLS is done by asyncio before the first byte is read.

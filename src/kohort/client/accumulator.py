@@ -9,7 +9,7 @@ What lives here:
   is inlined here for speed), then sealed into wire bytes (records.write_batch) carrying the
   producer id, epoch and base sequence (KIP-98). A retried batch is re-sent with the very same
   bytes, so its sequence numbers never change on retry.
-* The compiled twin (issue 17): with the C extension enabled (`records.producer_twin()`), the
+* The compiled twin: with the C extension enabled (`records.producer_twin()`), the
   fields a batch fills (`_BatchRecords`) and a future's fields (`_FutureFields`) live in C types of
   `_crecords`, so that its `FastProduce` (Producer.produce's common case) appends records in C;
   ProducerBatch.try_append below stays the reference encoder it must match byte for byte.

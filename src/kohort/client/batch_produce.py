@@ -1,4 +1,4 @@
-"""`Producer.produce_batch`: many records in one call, from Python lists or Arrow arrays (issue 17).
+"""`Producer.produce_batch`: many records in one call, from Python lists or Arrow arrays.
 
 What lives here:
 

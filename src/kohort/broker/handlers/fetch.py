@@ -13,7 +13,7 @@
   (KIP-516): an unknown id is UNKNOWN_TOPIC_ID.
 * An offset outside [log start offset, log end offset] is OFFSET_OUT_OF_RANGE.
 * Without TLS, large record sets are answered as FileSlices (storage), which the server's writer
-  sends with sendfile: their bytes never pass through Python (issue 17).
+  sends with sendfile: their bytes never pass through Python.
 * last_fetched_epoch (v12+, KIP-320/595), checked first as Kafka's Partition.fetchRecords does: when
   that epoch ends before the fetch offset in our log, or our log has only an older epoch, the
   partition is answered at once with no records and `diverging_epoch` = (epoch, its end offset), so

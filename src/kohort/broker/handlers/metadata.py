@@ -30,7 +30,7 @@ Partition = Topic.MetadataResponsePartition
 def _partitions(count: int, node: int, leader_epoch: int) -> tuple:
     """The partition entries of a topic of `count` partitions (all alike on this single node), built
     once per (count, node, epoch) and shared, read-only, by every answer: a full Metadata request
-    for a topic of 10,000 partitions no longer builds 10,000 structs each time (issue 17)."""
+    for a topic of 10,000 partitions does not build 10,000 structs each time."""
     return tuple(Partition(error_code=0, partition_index=p, leader_id=node, leader_epoch=leader_epoch,
                            replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
                  for p in range(count))
