@@ -210,3 +210,45 @@ def test_large_batches_round_trip_through_the_lazily_committed_buffer():
         assert comp.decompress(ZSTD, frame, max_size=len(data)) == data
         with pytest.raises(DecodeError, match="limit"):
             comp.decompress(ZSTD, frame, max_size=len(data) - 1)
+
+
+def test_declared_size_fast_path_refuses_what_the_walk_refuses():
+    """A first frame declaring its size is decoded without the walk; what follows it or cuts it short
+    still ends in DecodeError, and more frames after it still decode (through the walk)."""
+    data = json_records(200)
+    frame = comp.compress(ZSTD, data)
+    assert comp._zstd_declared_size(memoryview(frame)) == len(data)
+    for cut in range(len(frame)):
+        with pytest.raises(DecodeError):
+            comp.decompress(ZSTD, frame[:cut])
+    for junk in (b"\x00", b"\x00" * 3, b"\x00" * 4, b"junk", b"\x28\xb5\x2f\xfd", frame[:9]):
+        with pytest.raises(DecodeError):
+            comp.decompress(ZSTD, frame + junk)
+    skip = struct.pack("<II", 0x184D2A50, 2) + b"ok"
+    assert comp.decompress(ZSTD, frame + skip) == data
+    assert comp.decompress(ZSTD, frame + frame) == data + data
+    assert comp.decompress(ZSTD, frame + stream_frame(b"tail")) == data + b"tail"
+    assert comp.decompress(ZSTD, frame + comp.compress(ZSTD, b"")) == data
+    with pytest.raises(DecodeError, match="limit"):
+        comp.decompress(ZSTD, frame + frame, max_size=len(data) + 1)
+    with pytest.raises(DecodeError, match="limit"):
+        comp.decompress(ZSTD, frame, max_size=len(data) - 1)
+    # a size declared smaller than the content: libzstd refuses the frame, and so does the walk
+    for content in (b"x" * 600, json_records(1)[:600]):     # an RLE block; a compressed block
+        liar = bytearray(comp.compress(ZSTD, content))
+        assert liar[4] & 0xE3 == 0x60 and comp._zstd_declared_size(memoryview(liar)) == 600  # 2-byte size
+        liar[5:7] = (300 - 256).to_bytes(2, "little")
+        assert comp._zstd_declared_size(memoryview(liar)) == 300
+        with pytest.raises(DecodeError):
+            comp.decompress(ZSTD, bytes(liar))
+
+
+def test_threads_decode_side_by_side():
+    """Each thread decodes through its own scratch buffer: outputs never mix."""
+    from concurrent.futures import ThreadPoolExecutor
+    inputs = [json_records(n, seed=n) for n in (1, 16, 300, 1100, 3000)]
+    frames = [f(d) for d in inputs for f in (WRITERS["kohort"], stream_frame)]
+    expected = [d for d in inputs for _ in range(2)]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            assert list(pool.map(lambda f: comp.decompress(ZSTD, f), frames * 3)) == expected * 3

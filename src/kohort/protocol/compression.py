@@ -14,16 +14,20 @@ shape the code:
   released), which also carries snappy: one native package for both.
 
 Decompression is bounded: output above `max_size` (default 256 MiB) raises DecodeError before the
-memory is spent, so a small hostile input cannot make us allocate without limit. zstd input is
-first walked by its frame and block headers, which proves it whole (no truncation, no trailing
-bytes) and bounds its output (declared sizes, raw/RLE block sizes, at most one block's maximum
-per compressed block); it is then decoded into a buffer of that bound, capped at max_size + 1.
-Any failure of an underlying codec library is reported as DecodeError.
+memory is spent, so a small hostile input cannot make us allocate without limit. zstd: a first
+frame declaring a size within the limit (and 8 MiB) is decoded into exactly that size (libzstd
+refuses truncation, trailing bytes and a size that lies); anything else is first walked by its
+frame and block headers, which proves it whole and bounds its output (declared sizes, raw/RLE block
+sizes, at most one block's maximum per compressed block), then decoded into a buffer of that
+bound capped at max_size + 1. Up to 8 MiB that buffer is a per-thread scratch buffer, copied out
+once; above, lazily committed anonymous memory. Any failure of an underlying codec library is
+reported as DecodeError.
 """
 from __future__ import annotations
 
 import mmap
 import struct
+import threading
 import zlib
 
 import cramjam
@@ -216,15 +220,28 @@ def _unzstd(data, max_size: int) -> bytes:
     mv = memoryview(data)
     if not len(mv):
         raise DecodeError("zstd: empty input")
+    # Fast path: a first frame declaring a size that fits (librdkafka's and kohort's single frame).
+    # libzstd holds each frame to its declared size and refuses truncation and trailing bytes; the
+    # output buffer holds that size and no more, so further frames (which do not fit) or any damage
+    # end in an error, and then the frame walk below decides.
+    size = _zstd_declared_size(mv)
+    if 0 <= size <= min(max_size, _ZSTD_SCRATCH_MAX):
+        with _scratch_view(size) as view:
+            try:
+                n = _zstd_decompress_into(mv, view)
+            except cramjam.DecompressionError:
+                pass
+            else:
+                if n == size:
+                    return bytes(view)
     exact, loose = _zstd_output_bound(mv, max_size)
     bound = exact + loose
-    if bound <= min(max_size, _ZSTD_EAGER):
-        out = bytearray(bound)
-        n = _zstd_decompress_into(mv, out)
-        return bytes(out) if n == bound else bytes(memoryview(out)[:n])
-    # Larger output goes to anonymous memory the OS commits page by page as it is written (cheaper
-    # than a zeroed bytearray at these sizes), so a loose bound far above the real output costs
-    # nothing, and a bomb stops one byte past max_size.
+    if bound <= min(max_size, _ZSTD_SCRATCH_MAX):
+        with _scratch_view(bound) as view:
+            n = _zstd_decompress_into(mv, view)
+            return bytes(view[:n])
+    # Larger output goes to anonymous memory the OS commits page by page as it is written, so a
+    # loose bound far above the real output costs nothing, and a bomb stops one byte past max_size.
     size = min(bound, max_size + 1)
     with mmap.mmap(-1, size, **_MMAP_FLAGS) as m:
         try:
@@ -238,7 +255,34 @@ def _unzstd(data, max_size: int) -> bytes:
         return m[:n]
 
 
-_ZSTD_EAGER = 1 << 20          # up to this bound the output buffer is a bytearray, allocated at once
+def _scratch_view(size: int) -> memoryview:
+    """The first `size` bytes of this thread's zstd scratch buffer (grown to `size` if smaller).
+    Output decoded there, into pages already mapped and warm, then copied out once, costs less than
+    fresh memory, which takes a page fault per 4 KiB written."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = _scratch.buf = bytearray(max(size, _ZSTD_SCRATCH_MIN))
+    return memoryview(buf)[:size]
+
+
+def _zstd_declared_size(mv) -> int:
+    """The content size the first zstd frame of `mv` declares; -1 if it declares none."""
+    if len(mv) < 6 or int.from_bytes(mv[:4], "little") != _ZSTD_MAGIC:
+        return -1
+    fhd = mv[4]
+    single_segment, fcs_flag = fhd & 0x20, fhd >> 6
+    if not (fcs_flag or single_segment):
+        return -1
+    p = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[fhd & 0x03]
+    n = (1, 2, 4, 8)[fcs_flag]
+    if len(mv) < p + n:
+        return -1
+    return int.from_bytes(mv[p:p + n], "little") + (256 if n == 2 else 0)
+
+
+_ZSTD_SCRATCH_MIN = 256 << 10    # a thread's zstd scratch buffer: at least this, grown up to
+_ZSTD_SCRATCH_MAX = 8 << 20      # this (larger output goes to a lazily committed mmap)
+_scratch = threading.local()
 _ZSTD_MAGIC = 0xFD2FB528
 _ZSTD_SKIPPABLE_MAGIC = 0x184D2A50        # ..0x184D2A5F: the low 4 bits are free
 _ZSTD_BLOCK_MAX = 128 << 10
