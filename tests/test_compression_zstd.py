@@ -252,3 +252,15 @@ def test_threads_decode_side_by_side():
     with ThreadPoolExecutor(4) as pool:
         for _ in range(5):
             assert list(pool.map(lambda f: comp.decompress(ZSTD, f), frames * 3)) == expected * 3
+
+
+def test_a_bomb_of_rle_blocks_is_refused_from_its_block_headers():
+    """1 MiB of RLE block headers claiming 32 GiB: refused by the walk once the exact sizes pass the
+    cap, before any output is allocated."""
+    rle = ((128 << 10) << 3 | 1 << 1).to_bytes(3, "little") + b"A"
+    last = ((128 << 10) << 3 | 1 << 1 | 1).to_bytes(3, "little") + b"A"
+    bomb = struct.pack("<I", 0xFD2FB528) + bytes([0x00, 0x38]) + rle * 262_000 + last
+    with pytest.raises(DecodeError, match="limit of 268435456 bytes"):
+        comp.decompress(ZSTD, bomb)
+    small = struct.pack("<I", 0xFD2FB528) + bytes([0x00, 0x38]) + rle * 3 + last
+    assert comp.decompress(ZSTD, small) == b"A" * (4 << 17)

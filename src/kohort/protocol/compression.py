@@ -351,6 +351,8 @@ def _zstd_output_bound(mv, max_size: int) -> tuple[int, int]:
             else:                                  # raw (size bytes follow) or RLE (one byte follows)
                 frame_exact += size
                 pos += 3 + (1 if block_type == 1 else size)
+                if exact + frame_exact > max_size:     # a bomb of RLE blocks stops here, early
+                    raise _too_big(max_size)
             if pos > end:
                 raise DecodeError("zstd: truncated frame (block)")
             if last:
