@@ -244,7 +244,7 @@ def test_declared_size_fast_path_refuses_what_the_walk_refuses():
 
 
 def test_threads_decode_side_by_side():
-    """Each thread decodes through its own scratch buffer: outputs never mix."""
+    """Threads decoding at once each take their own scratch buffer from the pool: outputs never mix."""
     from concurrent.futures import ThreadPoolExecutor
     inputs = [json_records(n, seed=n) for n in (1, 16, 300, 1100, 3000)]
     frames = [f(d) for d in inputs for f in (WRITERS["kohort"], stream_frame)]

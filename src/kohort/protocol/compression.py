@@ -19,7 +19,7 @@ frame declaring a size within the limit (and 8 MiB) is decoded into exactly that
 refuses truncation, trailing bytes and a size that lies); anything else is first walked by its
 frame and block headers, which proves it whole and bounds its output (declared sizes, raw/RLE block
 sizes, at most one block's maximum per compressed block), then decoded into a buffer of that
-bound capped at max_size + 1. Up to 8 MiB that buffer is a per-thread scratch buffer, copied out
+bound capped at max_size + 1. Up to 8 MiB that buffer is a pooled scratch buffer, copied out
 once; above, lazily committed anonymous memory. Any failure of an underlying codec library is
 reported as DecodeError.
 """
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import mmap
 import struct
-import threading
 import zlib
 
 import cramjam
@@ -226,20 +225,17 @@ def _unzstd(data, max_size: int) -> bytes:
     # end in an error, and then the frame walk below decides.
     size = _zstd_declared_size(mv)
     if 0 <= size <= min(max_size, _ZSTD_SCRATCH_MAX):
-        with _scratch_view(size) as view:
-            try:
-                n = _zstd_decompress_into(mv, view)
-            except cramjam.DecompressionError:
-                pass
-            else:
-                if n == size:
-                    return bytes(view)
+        try:
+            out = _zstd_via_scratch(mv, size)
+        except cramjam.DecompressionError:
+            pass
+        else:
+            if len(out) == size:
+                return out
     exact, loose = _zstd_output_bound(mv, max_size)
     bound = exact + loose
     if bound <= min(max_size, _ZSTD_SCRATCH_MAX):
-        with _scratch_view(bound) as view:
-            n = _zstd_decompress_into(mv, view)
-            return bytes(view[:n])
+        return _zstd_via_scratch(mv, bound)
     # Larger output goes to anonymous memory the OS commits page by page as it is written, so a
     # loose bound far above the real output costs nothing, and a bomb stops one byte past max_size.
     size = min(bound, max_size + 1)
@@ -255,14 +251,24 @@ def _unzstd(data, max_size: int) -> bytes:
         return m[:n]
 
 
-def _scratch_view(size: int) -> memoryview:
-    """The first `size` bytes of this thread's zstd scratch buffer (grown to `size` if smaller).
-    Output decoded there, into pages already mapped and warm, then copied out once, costs less than
-    fresh memory, which takes a page fault per 4 KiB written."""
-    buf = getattr(_scratch, "buf", None)
+def _zstd_via_scratch(mv, size: int) -> bytes:
+    """Decode `mv` into a scratch buffer of `size` bytes and copy the output out. Output decoded
+    into pages already mapped and warm, then copied once, costs less than fresh memory, which takes
+    a page fault per 4 KiB written. Buffers come from a small pool shared by the threads: a list's
+    pop and append are atomic, so two threads never hold the same buffer."""
+    try:
+        buf = _zstd_scratch.pop()
+    except IndexError:
+        buf = None
     if buf is None or len(buf) < size:
-        buf = _scratch.buf = bytearray(max(size, _ZSTD_SCRATCH_MIN))
-    return memoryview(buf)[:size]
+        buf = bytearray(max(size, _ZSTD_SCRATCH_MIN))
+    try:
+        with memoryview(buf) as whole, whole[:size] as view:
+            n = _zstd_decompress_into(mv, view)
+            return bytes(view[:n])
+    finally:
+        if len(_zstd_scratch) < _ZSTD_SCRATCH_POOL:
+            _zstd_scratch.append(buf)
 
 
 def _zstd_declared_size(mv) -> int:
@@ -280,9 +286,10 @@ def _zstd_declared_size(mv) -> int:
     return int.from_bytes(mv[p:p + n], "little") + (256 if n == 2 else 0)
 
 
-_ZSTD_SCRATCH_MIN = 256 << 10    # a thread's zstd scratch buffer: at least this, grown up to
+_ZSTD_SCRATCH_MIN = 256 << 10    # a zstd scratch buffer: at least this, grown up to
 _ZSTD_SCRATCH_MAX = 8 << 20      # this (larger output goes to a lazily committed mmap)
-_scratch = threading.local()
+_ZSTD_SCRATCH_POOL = 4           # scratch buffers kept between calls
+_zstd_scratch: list[bytearray] = []
 _ZSTD_MAGIC = 0xFD2FB528
 _ZSTD_SKIPPABLE_MAGIC = 0x184D2A50        # ..0x184D2A5F: the low 4 bits are free
 _ZSTD_BLOCK_MAX = 128 << 10
