@@ -9,21 +9,28 @@ shape the code:
   version, then ``[int32 length, raw snappy block]*``. Both decode.
 * lz4 is the LZ4 frame format with independent blocks (Kafka's Java reader refuses linked blocks,
   KAFKA-3160 fixed the header checksum for magic >= 1).
-* zstd (KIP-110) is a zstd frame; Java's streaming writer omits the content size, so the reader
-  streams.
+* zstd (KIP-110) is one or more zstd frames. Java's streaming writer omits the content size,
+  librdkafka and this module write it. Both directions go through cramjam's zstd (libzstd, the GIL
+  released), which also carries snappy: one native package for both.
 
 Decompression is bounded: output above `max_size` (default 256 MiB) raises DecodeError before the
-memory is spent, so a small hostile input cannot make us allocate without limit. Any failure of an
-underlying codec library is reported as DecodeError.
+memory is spent, so a small hostile input cannot make us allocate without limit. zstd: a first
+frame declaring a size within the limit (and 8 MiB) is decoded into exactly that size (libzstd
+refuses truncation, trailing bytes and a size that lies); anything else is first walked by its
+frame and block headers, which proves it whole and bounds its output (declared sizes, raw/RLE block
+sizes, at most one block's maximum per compressed block), then decoded into a buffer of that
+bound capped at max_size + 1. Up to 8 MiB that buffer is a pooled scratch buffer, copied out
+once; above, lazily committed anonymous memory. Any failure of an underlying codec library is
+reported as DecodeError.
 """
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 
 import cramjam
 import lz4.frame as _lz4f
-import zstandard as _zstd
 
 from kohort.errors import DecodeError, EncodeError
 
@@ -50,6 +57,7 @@ _ZSTD_DEFAULT_LEVEL = 3
 _snappy_compress_raw = cramjam.snappy.compress_raw
 _snappy_decompress_raw_into = cramjam.snappy.decompress_raw_into
 _snappy_raw_len = cramjam.snappy.decompress_raw_len
+_zstd_compress = cramjam.zstd.compress
 
 
 def codec_name(codec: int) -> str:
@@ -79,7 +87,8 @@ def compress(codec: int, data, level: int | None = None) -> bytes:
             store_size=False,
         )
     if codec == COMPRESSION_ZSTD:
-        return _zstd.ZstdCompressor(level=_ZSTD_DEFAULT_LEVEL if level is None else level).compress(data)
+        # cramjam's zstd (libzstd) writes the content size: readers size their output from it
+        return bytes(_zstd_compress(data, level=_ZSTD_DEFAULT_LEVEL if level is None else level))
     raise EncodeError(f"unknown compression codec id {codec}")
 
 
@@ -207,101 +216,165 @@ _LZ4_STEP = 4 << 20
 
 
 def _unzstd(data, max_size: int) -> bytes:
-    # Input is fed in small pieces so one call can expand by at most ~_ZSTD_FEED * 128 (a zstd
-    # RLE block is 4 bytes for 128 KiB of output): the limit is enforced between pieces.
     mv = memoryview(data)
     if not len(mv):
         raise DecodeError("zstd: empty input")
-    dctx = _zstd.ZstdDecompressor()
-    # Fast path: one frame that declares its content size (librdkafka, python-zstandard).
-    try:
-        size = _zstd.frame_content_size(mv)
-    except _zstd.ZstdError:
-        size = -1
-    if size > max_size:
-        raise _too_big(max_size)
-    if size >= 0:
+    # Fast path: a first frame declaring a size that fits (librdkafka's and kohort's single frame).
+    # libzstd holds each frame to its declared size and refuses truncation and trailing bytes; the
+    # output buffer holds that size and no more, so further frames (which do not fit) or any damage
+    # end in an error, and then the frame walk below decides.
+    size = _zstd_declared_size(mv)
+    if 0 <= size <= min(max_size, _ZSTD_SCRATCH_MAX):
         try:
-            out = dctx.decompress(mv, max_output_size=max_size, allow_extra_data=False)
-        except _zstd.ZstdError:
-            pass                               # several frames, or damage: the streaming path decides
+            out = _zstd_via_scratch(mv, size)
+        except cramjam.DecompressionError:
+            pass
         else:
             if len(out) == size:
                 return out
-    if _zstd_frames_complete(mv):
-        # well-formed frames without a declared size (librdkafka's, Java's): decoded in bounded steps
+    exact, loose = _zstd_output_bound(mv, max_size)
+    bound = exact + loose
+    if bound <= min(max_size, _ZSTD_SCRATCH_MAX):
+        return _zstd_via_scratch(mv, bound)
+    # Larger output goes to anonymous memory the OS commits page by page as it is written, so a
+    # loose bound far above the real output costs nothing, and a bomb stops one byte past max_size.
+    size = min(bound, max_size + 1)
+    with mmap.mmap(-1, size, **_MMAP_FLAGS) as m:
         try:
-            return _unzstd_steps(dctx, mv, max_size)
-        except _zstd.ZstdError:
-            pass                               # damage inside a block: the checking path below says so
-    out = bytearray()
-    while len(mv):
-        d = dctx.decompressobj()
-        p, end = 0, len(mv)
-        while not d.eof:
-            if p >= end:
-                raise DecodeError("zstd: truncated frame")
-            out += d.decompress(mv[p:p + _ZSTD_FEED])
-            p += _ZSTD_FEED
-            if len(out) > max_size:
-                raise _too_big(max_size)
-        mv = memoryview(d.unused_data + bytes(mv[p:])) if p < end else memoryview(d.unused_data)
-    return bytes(out)
+            n = _zstd_decompress_into(mv, m)
+        except cramjam.DecompressionError as e:
+            if size > max_size and "whole buffer" in str(e):   # the output did not fit the cap
+                raise _too_big(max_size) from None
+            raise
+        if n > max_size:
+            raise _too_big(max_size)
+        return m[:n]
 
 
-_ZSTD_FEED = 1024
-_ZSTD_STEP = 256 << 10
-_ZSTD_MAGIC = 0xFD2FB528
-
-
-def _unzstd_steps(dctx, mv, max_size: int) -> bytes:
-    """Decompress complete frames reading at most _ZSTD_STEP bytes of output at a time (the limit is
-    checked between steps, so a bomb costs at most one step past max_size); about 3x faster than
-    feeding the input 1 KiB at a time. Only for input `_zstd_frames_complete` accepted: the reader
-    does not report a truncated frame by itself."""
-    parts, n = [], 0
-    with dctx.stream_reader(mv, read_across_frames=True) as r:
-        while True:
-            piece = r.read(_ZSTD_STEP)
-            if not piece:
-                break
-            n += len(piece)
-            if n > max_size:
-                raise _too_big(max_size)
-            parts.append(piece)
-    return b"".join(parts)
-
-
-def _zstd_frames_complete(mv) -> bool:
-    """Whether `mv` is a whole number of zstd frames (RFC 8878 section 3.1.1), found by walking the
-    frame headers and block headers without decompressing: no truncation, no trailing bytes, no
-    reserved block types. Skippable frames and anything unusual answer False (the checking path)."""
-    pos, end = 0, len(mv)
+def _zstd_via_scratch(mv, size: int) -> bytes:
+    """Decode `mv` into a scratch buffer of `size` bytes and copy the output out. Output decoded
+    into pages already mapped and warm, then copied once, costs less than fresh memory, which takes
+    a page fault per 4 KiB written. Buffers come from a small pool shared by the threads: a list's
+    pop and append are atomic, so two threads never hold the same buffer."""
     try:
-        while pos < end:
-            if end - pos < 6 or int.from_bytes(mv[pos:pos + 4], "little") != _ZSTD_MAGIC:
-                return False
-            fhd = mv[pos + 4]
-            single_segment = fhd & 0x20
-            if fhd & 0x08:                     # reserved bit
-                return False
-            fcs_flag, did_flag = fhd >> 6, fhd & 0x03
-            pos += 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[did_flag] + \
-                (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
-            while True:
-                if end - pos < 3:
-                    return False
-                header = int.from_bytes(mv[pos:pos + 3], "little")
-                last, block_type, size = header & 1, (header >> 1) & 3, header >> 3
-                if block_type == 3:
-                    return False
+        buf = _zstd_scratch.pop()
+    except IndexError:
+        buf = None
+    if buf is None or len(buf) < size:
+        buf = bytearray(max(size, _ZSTD_SCRATCH_MIN))
+    try:
+        with memoryview(buf) as whole, whole[:size] as view:
+            n = _zstd_decompress_into(mv, view)
+            return bytes(view[:n])
+    finally:
+        if len(_zstd_scratch) < _ZSTD_SCRATCH_POOL:
+            _zstd_scratch.append(buf)
+
+
+def _zstd_declared_size(mv) -> int:
+    """The content size the first zstd frame of `mv` declares; -1 if it declares none."""
+    if len(mv) < 6 or int.from_bytes(mv[:4], "little") != _ZSTD_MAGIC:
+        return -1
+    fhd = mv[4]
+    single_segment, fcs_flag = fhd & 0x20, fhd >> 6
+    if not (fcs_flag or single_segment):
+        return -1
+    p = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[fhd & 0x03]
+    n = (1, 2, 4, 8)[fcs_flag]
+    if len(mv) < p + n:
+        return -1
+    return int.from_bytes(mv[p:p + n], "little") + (256 if n == 2 else 0)
+
+
+_ZSTD_SCRATCH_MIN = 256 << 10    # a zstd scratch buffer: at least this, grown up to
+_ZSTD_SCRATCH_MAX = 8 << 20      # this (larger output goes to a lazily committed mmap)
+_ZSTD_SCRATCH_POOL = 4           # scratch buffers kept between calls
+_zstd_scratch: list[bytearray] = []
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_SKIPPABLE_MAGIC = 0x184D2A50        # ..0x184D2A5F: the low 4 bits are free
+_ZSTD_BLOCK_MAX = 128 << 10
+_MMAP_FLAGS = ({"flags": mmap.MAP_PRIVATE | getattr(mmap, "MAP_NORESERVE", 0)}
+               if hasattr(mmap, "MAP_PRIVATE") else {})
+_zstd_decompress_into = cramjam.zstd.decompress_into
+
+
+def _zstd_output_bound(mv, max_size: int) -> tuple[int, int]:
+    """Walk the frames of `mv` by their headers and block headers (RFC 8878 section 3.1), without
+    decompressing, and bound what they decode to: (exact, loose). `exact` counts what is known
+    exactly (declared content sizes, raw and RLE blocks); `loose` is at most Block_Maximum_Size
+    (min(Window_Size, 128 KiB)) per compressed block of a frame without a declared size. Refuses
+    (DecodeError) a truncated frame or block, bytes after the last frame, a reserved bit or block
+    type, a declared size its blocks cannot hold, and an exact size above max_size. Skippable
+    frames are stepped over. libzstd then checks the block contents and each declared size."""
+    pos, end, exact, loose = 0, len(mv), 0, 0
+    while pos < end:
+        if end - pos < 4:
+            raise DecodeError("zstd: trailing bytes after the last frame")
+        magic = int.from_bytes(mv[pos:pos + 4], "little")
+        if magic & 0xFFFFFFF0 == _ZSTD_SKIPPABLE_MAGIC:
+            if end - pos < 8:
+                raise DecodeError("zstd: truncated skippable frame")
+            pos += 8 + int.from_bytes(mv[pos + 4:pos + 8], "little")
+            if pos > end:
+                raise DecodeError("zstd: truncated skippable frame")
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise DecodeError("zstd: no frame magic" if pos == 0 else
+                              f"zstd: {end - pos} bytes after the last frame are not a frame")
+        if end - pos < 5:
+            raise DecodeError("zstd: truncated frame header")
+        fhd = mv[pos + 4]
+        if fhd & 0x08:
+            raise DecodeError("zstd: reserved bit set in a frame header")
+        single_segment, fcs_flag, did_flag = fhd & 0x20, fhd >> 6, fhd & 0x03
+        fcs_len = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+        p = pos + 5
+        header_end = p + (0 if single_segment else 1) + (0, 1, 2, 4)[did_flag] + fcs_len
+        if header_end > end:
+            raise DecodeError("zstd: truncated frame header")
+        window = 0
+        if not single_segment:
+            wd = mv[p]
+            window = 1 << (10 + (wd >> 3))
+            window += (window >> 3) * (wd & 7)
+        fcs = -1
+        if fcs_len:
+            fcs = int.from_bytes(mv[header_end - fcs_len:header_end], "little") + (256 if fcs_len == 2 else 0)
+            if single_segment:
+                window = fcs
+        block_max = min(window, _ZSTD_BLOCK_MAX)
+        pos = header_end
+        frame_exact = frame_loose = 0
+        while True:
+            if end - pos < 3:
+                raise DecodeError("zstd: truncated frame (block header)")
+            header = int.from_bytes(mv[pos:pos + 3], "little")
+            last, block_type, size = header & 1, (header >> 1) & 3, header >> 3
+            if block_type == 3:
+                raise DecodeError("zstd: reserved block type")
+            if block_type == 2:                    # compressed: decodes to at most block_max
+                frame_loose += block_max
+                pos += 3 + size
+            else:                                  # raw (size bytes follow) or RLE (one byte follows)
+                frame_exact += size
                 pos += 3 + (1 if block_type == 1 else size)
-                if pos > end:
-                    return False
-                if last:
-                    break
-            if fhd & 0x04:                     # content checksum
-                pos += 4
-        return pos == end
-    except (IndexError, ValueError):
-        return False
+                if exact + frame_exact > max_size:     # a bomb of RLE blocks stops here, early
+                    raise _too_big(max_size)
+            if pos > end:
+                raise DecodeError("zstd: truncated frame (block)")
+            if last:
+                break
+        if fhd & 0x04:                             # content checksum
+            pos += 4
+            if pos > end:
+                raise DecodeError("zstd: truncated frame (checksum)")
+        if fcs >= 0:
+            if fcs > frame_exact + frame_loose:
+                raise DecodeError(f"zstd: a frame declares {fcs} bytes, more than its blocks hold")
+            exact += fcs
+        else:
+            exact += frame_exact
+            loose += frame_loose
+        if exact > max_size:
+            raise _too_big(max_size)
+    return exact, loose

@@ -10,7 +10,7 @@ cannot be imported from a zip, so the compiled record decoder (when built) trave
 (`SparkContext.addFile`) and this package, imported from the zip on a worker, adds the zip's
 directory to `kohort.protocol.__path__` before the record code is imported. A worker whose platform
 cannot load it falls back to the Python decoder. Workers still need kohort's third-party
-dependencies: pyarrow, crc32c, lz4, zstandard, cramjam (README, "Spark"). When the workers run this
+dependencies: pyarrow, crc32c, lz4, cramjam (README, "Spark"). When the workers run this
 very interpreter (local mode with PYSPARK_PYTHON pointing at it) nothing is shipped.
 
 PySpark 4.0 to 4.3 and pyarrow come with the `spark` extra (`pip install 'kohort[spark]'`); without

@@ -208,7 +208,7 @@ def build_session(cfg: PipelineConfig, master: str | None = None, app_name: str 
     """A SparkSession for the pipeline with the kohort format registered. With a local master the
     Python workers use this interpreter unless PYSPARK_PYTHON says otherwise; on a cluster (--master
     spark://..., yarn, k8s://...) `kohort.spark.register` ships kohort to the executors, whose Python
-    needs kohort's third-party packages (pyarrow, crc32c, lz4, zstandard, cramjam)."""
+    needs kohort's third-party packages (pyarrow, crc32c, lz4, cramjam)."""
     master = master or cfg.master
     java_home = os.environ.get("JAVA_HOME")
     if not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))) and not shutil.which("java"):
