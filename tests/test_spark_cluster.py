@@ -1,7 +1,7 @@
 """Python workers whose interpreter lacks kohort: `kohort.spark.register` ships kohort to them.
 
 The workers' Python is a bare virtualenv (`python -m venv --without-pip`, same base interpreter) that
-holds only kohort's third-party dependencies (pyarrow, crc32c, lz4, zstandard, cramjam), linked from
+holds only kohort's third-party dependencies (pyarrow, crc32c, lz4, cramjam), linked from
 the test interpreter's site-packages; `import kohort` fails in it. The Spark driver runs in its own
 process with no PYTHONPATH (the JVM would hand it to the workers) and no PYSPARK_PYTHON, with the bare
 virtualenv first on PATH, so Spark's default `python3` is the bare one.
@@ -25,7 +25,7 @@ from kohort.spark.wire import Cluster
 from tests.brokers import KohortBroker, free_port
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-WORKER_DEPS = ["pyarrow", "crc32c", "lz4", "zstandard", "cramjam"]
+WORKER_DEPS = ["pyarrow", "crc32c", "lz4", "cramjam"]
 
 
 def make_bare_python(root: str, log_path: str | None = None) -> str:
