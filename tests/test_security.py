@@ -264,6 +264,35 @@ def test_scram_user_added_while_the_broker_runs_can_log_in(secure):
     assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr
 
 
+@pytest.mark.parametrize("how", ["SSL", "SASL_SSL/SCRAM-SHA-256", "SASL_PLAINTEXT/PLAIN"])
+def test_kohort_producer_large_batches_through_a_small_send_buffer(secure, how):
+    """Produce requests of large batches: written by reference with sendmsg in plaintext, joined
+    first over TLS (an SSLSocket has no sendmsg); a 4 KiB send buffer cuts every write short. Every
+    record comes back intact and in order."""
+    import random
+    import time
+    from kohort import Consumer, Producer
+    from kohort.client.admin import Admin
+    bs, s = _settings(secure, how)
+    topic = "big-" + how.replace("/", "-").lower()
+    with Admin({"bootstrap.servers": bs, **s}) as admin:
+        admin.create_topics([topic], num_partitions=1)
+    rnd = random.Random(how)
+    values = [rnd.randbytes(rnd.choice([100, 20_000, 70_000])) for _ in range(60)]
+    with Producer({"bootstrap.servers": bs, **s, "send.buffer.bytes": 4096, "linger.ms": 20}) as p:
+        futs = [p.produce(topic, value=v) for v in values]
+        p.flush()
+        assert [f.result(0).offset for f in futs] == list(range(len(values)))
+    got = []
+    with Consumer({"bootstrap.servers": bs, **s, "group.id": "g-" + topic, "auto.offset.reset": "earliest",
+                   "enable.auto.commit": False}) as c:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(got) < len(values) and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(0.5)]
+    assert got == values
+
+
 # -- peers: librdkafka (confluent-kafka), kafka-python, Java ---------------------------------------
 CK_SCRIPT = textwrap.dedent("""
     import json, sys, importlib
