@@ -293,6 +293,43 @@ def test_kohort_producer_large_batches_through_a_small_send_buffer(secure, how):
     assert got == values
 
 
+def test_kohort_aio_producer_large_batches_over_sasl_ssl(secure):
+    """The asyncio producer hands each Produce request to asyncio's TLS transport as its list of
+    buffers (writelines): large batches arrive intact and in order."""
+    import asyncio
+    import random
+    import ssl
+    import time
+    from kohort import Consumer
+    from kohort.aio import AIOProducer
+    from kohort.client.admin import Admin
+    bs, s = _settings(secure, "SASL_SSL/SCRAM-SHA-256")
+    topic = "big-aio-sasl-ssl"
+    with Admin({"bootstrap.servers": bs, **s}) as admin:
+        admin.create_topics([topic], num_partitions=1)
+    rnd = random.Random(topic)
+    values = [rnd.randbytes(rnd.choice([100, 20_000, 70_000])) for _ in range(60)]
+
+    async def produce():
+        ctx = ssl.create_default_context(cafile=str(secure.pki / "ca.pem"))
+        async with AIOProducer(bs, security_protocol="SASL_SSL", ssl_context=ctx, sasl_mechanism="SCRAM-SHA-256",
+                               sasl_plain_username="alice", sasl_plain_password=PASSWORDS["alice"],
+                               linger_ms=20, batch_size=1_000_000) as p:
+            futs = [await p.send(topic, value=v) for v in values]
+            await p.flush()
+            return [(await f).offset for f in futs]
+
+    assert asyncio.run(produce()) == list(range(len(values)))
+    got = []
+    with Consumer({"bootstrap.servers": bs, **s, "group.id": "g-" + topic, "auto.offset.reset": "earliest",
+                   "enable.auto.commit": False}) as c:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(got) < len(values) and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(0.5)]
+    assert got == values
+
+
 # -- peers: librdkafka (confluent-kafka), kafka-python, Java ---------------------------------------
 CK_SCRIPT = textwrap.dedent("""
     import json, sys, importlib
