@@ -36,7 +36,8 @@ exchange again through the handshake path (HANDSHAKE), then sends what it held (
 
 Speed: requests are encoded on the I/O thread and all requests queued for a connection go out in
 one gathering sendmsg(), a Produce request's record batches by reference, never copied into a
-request buffer (over TLS, which has no sendmsg, they are joined into one send()); reads use recv_into on the buffer the connection's protocol hands out (`get_buffer`):
+request buffer (over TLS, which has no sendmsg, they are joined into one send()); reads use
+recv_into on the buffer the connection's protocol hands out (`get_buffer`):
 one big receive buffer shared by every connection of this client, from which complete small frames
 are copied once, or, for a frame that does not fit in what has arrived, the rest of its own
 bytearray sized from its prefix (no concatenation, no second copy of large Fetch responses). No
@@ -78,6 +79,7 @@ REAUTH = "REAUTH"      # KIP-368: new requests wait while what is in flight drai
 _RECV_BUF = 4 * 1024 * 1024
 _MAX_FRAME = 100 * 1024 * 1024
 _IOV_MAX = 1024            # buffers one sendmsg may take (Linux's IOV_MAX)
+_SENDMSG = hasattr(socket.socket, "sendmsg")     # not on Windows: there, as over TLS, buffers are joined
 
 
 class Versioned:
@@ -735,12 +737,13 @@ class NetworkClient:
     def _flush(self, conn: _Conn) -> None:
         """Write what `conn.out` holds, as far as the socket takes it: in one gathering sendmsg of
         the buffers as they are (a Produce request's record batches by reference), or, over TLS
-        (an SSLSocket has no sendmsg), joined into one buffer first. What is left stays in
-        `conn.out`, its first buffer cut where the write stopped, and EVENT_WRITE is asked for."""
+        (an SSLSocket has no sendmsg) and where sockets have no sendmsg, joined into one buffer
+        first. What is left stays in `conn.out`, its first buffer cut where the write stopped, and
+        EVENT_WRITE is asked for."""
         out = conn.out
         if out:
             try:
-                if self._tls is None:
+                if self._tls is None and _SENDMSG:
                     n = conn.sock.sendmsg(out if len(out) <= _IOV_MAX else out[:_IOV_MAX])
                 else:
                     if len(out) > 1:
