@@ -7,7 +7,7 @@ connection whose peer only drains, the way NetworkClient writes on a non-blockin
 * copy: `ClientProtocol.send_request` (the batches copied into one request buffer) and send() of
   the rest after each partial write, or
 * gather: `ClientProtocol.send_request_buffers` (the batches by reference) and sendmsg() of the
-  buffers left, cut with NetworkClient's own `_drop_written`.
+  buffers left, cut as NetworkClient cuts them (its own `_drop_written`).
 
 Prints the sending thread's CPU time (time.thread_time: waits for the socket are not counted) per
 request, median of `--rounds` interleaved rounds. Run:
@@ -66,7 +66,11 @@ def send_gather(sock: socket.socket, proto: ClientProtocol, req) -> None:
     _, out = proto.send_request_buffers(req, 9, expect_response=False)
     while out:
         try:
-            _drop_written(out, sock.sendmsg(out))
+            n = sock.sendmsg(out)
+            if len(out) == 1 and n == len(out[0]):
+                out.clear()
+            else:
+                _drop_written(out, n)
         except BlockingIOError:
             select.select([], [sock], [])
 

@@ -755,7 +755,10 @@ class NetworkClient:
                 self._disconnect(conn, KafkaConnectionError(
                     f"connection to broker {conn.node_id} ({conn.host}:{conn.port}) lost while sending: {e}"))
                 return
-            _drop_written(out, n)
+            if len(out) == 1 and n == len(out[0]):
+                out.clear()
+            else:
+                _drop_written(out, n)
         if out:
             if not conn.want_write:
                 conn.want_write = True

@@ -102,17 +102,23 @@ class GatherBuffer(bytearray):
     copying them: `pieces` lists (position in the buffer, bytes-like) in order; the frame is the
     buffer with each one's bytes inserted there. `buffers()` gives that frame as a list of
     bytes-likes for a gathering write (socket.sendmsg); they refer to the pieces, which must not
-    change until written."""
+    change until written. (No __init__: `pieces` is an empty tuple until the first one is noted,
+    so a request without large records costs what a bytearray does.)"""
 
-    __slots__ = ("pieces",)
+    pieces: tuple | list = ()
 
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.pieces: list = []
+    def add_piece(self, v) -> None:
+        """Note `v`'s bytes as the frame's next bytes after what is in the buffer now."""
+        if not self.pieces:
+            self.pieces = []
+        self.pieces.append((len(self), v))
 
     @property
     def frame_size(self) -> int:
-        return len(self) + sum(len(v) for _, v in self.pieces)
+        n = len(self)
+        for _, v in self.pieces:
+            n += len(v)
+        return n
 
     def buffers(self) -> list:
         """The frame in order: slices of this buffer and the pieces between them (no copies)."""

@@ -143,7 +143,7 @@ def _records_writer(write, write_len):
                 v = v.read()
             if v is not None and len(v) >= GATHER_MIN:
                 write_len(out, len(v))
-                out.pieces.append((len(out), v))
+                out.add_piece(v)
                 return
         elif isinstance(v, ExternalRecords):
             if type(out) is SpliceBuffer:
