@@ -199,3 +199,76 @@ def test_handshake_errors_are_clear():
     cp.initiate()
     with pytest.raises(HandshakeError, match="not an ApiVersions response"):
         cp.receive_data(frame(b"\x00\x00\x00\x00\xff"))
+
+
+# -- gathering writes: a Produce request's record batches by reference --------------------------------
+def produce_req(sizes, records_type=bytes):
+    from kohort.protocol.messages.produce import ProduceRequest
+    PD = ProduceRequest.TopicProduceData
+    PPD = PD.PartitionProduceData
+    parts = [PPD(index=i, records=None if n is None else records_type(bytes([i % 251]) * n))
+             for i, n in enumerate(sizes)]
+    return ProduceRequest(transactional_id="tx", acks=-1, timeout_ms=30000,
+                          topic_data=[PD(name="a", partition_data=parts[:2]), PD(name="b", partition_data=parts[2:])])
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 12])
+@pytest.mark.parametrize("records_type", [bytes, bytearray])
+def test_request_buffers_are_the_same_frame_with_large_batches_by_reference(version, records_type):
+    from kohort.protocol.framing import encode_request_buffers
+    from kohort.protocol.records import GATHER_MIN
+    sizes = [GATHER_MIN, None, 100, GATHER_MIN - 1, 0, 300_000, GATHER_MIN + 1]
+    req = produce_req(sizes, records_type)
+    bufs = encode_request_buffers(req, version, 42, "cid")
+    assert b"".join(bufs) == encode_request(req, version, 42, "cid")
+    records = [p.records for t in req.topic_data for p in t.partition_data]
+    by_ref = [r for r in records if r is not None and any(b is r for b in bufs)]
+    assert by_ref == [r for r in records if r is not None and len(r) >= GATHER_MIN]
+    # the rest is one small buffer, sliced around each batch (nothing after the last in v3-v8)
+    assert len(bufs) == 2 * len(by_ref) + (version >= 9)
+    rest = [b for b in bufs if not any(b is r for r in by_ref)]
+    assert all(isinstance(b, memoryview) for b in rest) and len({id(b.obj) for b in rest}) == 1
+    header, body = decode_request(b"".join(bufs)[4:])
+    assert header.correlation_id == 42 and header.request_api_version == version
+    assert [None if p.records is None else bytes(p.records) for t in body.topic_data for p in t.partition_data] \
+        == [None if r is None else bytes(r) for r in records]
+
+
+def test_request_buffers_of_a_request_without_large_records_are_one_buffer():
+    from kohort.protocol.framing import encode_request_buffers
+    bufs = encode_request_buffers(join_req(), 5, 3, "cid")
+    assert len(bufs) == 1 and bytes(bufs[0]) == encode_request(join_req(), 5, 3, "cid")
+    bufs = encode_request_buffers(produce_req([10, None, 2000]), 9, 3, "cid")
+    assert len(bufs) == 1 and bytes(bufs[0]) == encode_request(produce_req([10, None, 2000]), 9, 3, "cid")
+
+
+def test_external_records_in_a_request_are_read_into_its_buffers():
+    from kohort.protocol.framing import encode_request_buffers
+    from kohort.protocol.records import ExternalRecords
+
+    class Held(ExternalRecords):
+        def __init__(self, data):
+            super().__init__(len(data))
+            self.data = data
+
+        def read(self):
+            return self.data
+
+    plain = produce_req([40_000, 10])
+    held = produce_req([40_000, 10])
+    for t in held.topic_data:
+        for p in t.partition_data:
+            p.records = Held(p.records)
+    assert b"".join(encode_request_buffers(held, 9, 1)) == encode_request(plain, 9, 1)
+
+
+def test_send_request_buffers_puts_the_request_in_flight_like_send_request():
+    cp = ClientProtocol("c", max_in_flight=2)
+    c0, bufs = cp.send_request_buffers(produce_req([100_000]), 9, handle="p")
+    c1, data = cp.send_request(join_req(), 5, handle="j")
+    assert (c0, c1) == (0, 1) and cp.in_flight_handles() == ["p", "j"]
+    assert b"".join(bufs) == encode_request(produce_req([100_000]), 9, 0, "c")
+    with pytest.raises(TooManyInFlightError):
+        cp.send_request_buffers(produce_req([100_000]), 9)
+    cp.send_request_buffers(produce_req([100_000]), 9, expect_response=False)
+    assert cp.in_flight == 2

@@ -264,6 +264,72 @@ def test_scram_user_added_while_the_broker_runs_can_log_in(secure):
     assert r.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in r.stderr
 
 
+@pytest.mark.parametrize("how", ["SSL", "SASL_SSL/SCRAM-SHA-256", "SASL_PLAINTEXT/PLAIN"])
+def test_kohort_producer_large_batches_through_a_small_send_buffer(secure, how):
+    """Produce requests of large batches: written by reference with sendmsg in plaintext, joined
+    first over TLS (an SSLSocket has no sendmsg); a 4 KiB send buffer cuts every write short. Every
+    record comes back intact and in order."""
+    import random
+    import time
+    from kohort import Consumer, Producer
+    from kohort.client.admin import Admin
+    bs, s = _settings(secure, how)
+    topic = "big-" + how.replace("/", "-").lower()
+    with Admin({"bootstrap.servers": bs, **s}) as admin:
+        admin.create_topics([topic], num_partitions=1)
+    rnd = random.Random(how)
+    values = [rnd.randbytes(rnd.choice([100, 20_000, 70_000])) for _ in range(60)]
+    with Producer({"bootstrap.servers": bs, **s, "send.buffer.bytes": 4096, "linger.ms": 20}) as p:
+        futs = [p.produce(topic, value=v) for v in values]
+        p.flush()
+        assert [f.result(0).offset for f in futs] == list(range(len(values)))
+    got = []
+    with Consumer({"bootstrap.servers": bs, **s, "group.id": "g-" + topic, "auto.offset.reset": "earliest",
+                   "enable.auto.commit": False}) as c:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(got) < len(values) and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(0.5)]
+    assert got == values
+
+
+def test_kohort_aio_producer_large_batches_over_sasl_ssl(secure):
+    """The asyncio producer hands each Produce request to asyncio's TLS transport as its list of
+    buffers (writelines): large batches arrive intact and in order."""
+    import asyncio
+    import random
+    import ssl
+    import time
+    from kohort import Consumer
+    from kohort.aio import AIOProducer
+    from kohort.client.admin import Admin
+    bs, s = _settings(secure, "SASL_SSL/SCRAM-SHA-256")
+    topic = "big-aio-sasl-ssl"
+    with Admin({"bootstrap.servers": bs, **s}) as admin:
+        admin.create_topics([topic], num_partitions=1)
+    rnd = random.Random(topic)
+    values = [rnd.randbytes(rnd.choice([100, 20_000, 70_000])) for _ in range(60)]
+
+    async def produce():
+        ctx = ssl.create_default_context(cafile=str(secure.pki / "ca.pem"))
+        async with AIOProducer(bs, security_protocol="SASL_SSL", ssl_context=ctx, sasl_mechanism="SCRAM-SHA-256",
+                               sasl_plain_username="alice", sasl_plain_password=PASSWORDS["alice"],
+                               linger_ms=20, batch_size=1_000_000) as p:
+            futs = [await p.send(topic, value=v) for v in values]
+            await p.flush()
+            return [(await f).offset for f in futs]
+
+    assert asyncio.run(produce()) == list(range(len(values)))
+    got = []
+    with Consumer({"bootstrap.servers": bs, **s, "group.id": "g-" + topic, "auto.offset.reset": "earliest",
+                   "enable.auto.commit": False}) as c:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(got) < len(values) and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(0.5)]
+    assert got == values
+
+
 # -- peers: librdkafka (confluent-kafka), kafka-python, Java ---------------------------------------
 CK_SCRIPT = textwrap.dedent("""
     import json, sys, importlib

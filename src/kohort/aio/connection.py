@@ -6,7 +6,9 @@ ClientProtocol cuts the frames, matches answers to requests in order and runs th
 SASL handshake; this module only moves bytes and turns answers into futures.
 
 Cancellation never leaves a half-sent request: a request's bytes are handed to the transport in one
-`write` before the caller can be suspended, so a request is either not sent at all or sent whole.
+`writelines` before the caller can be suspended, so a request is either not sent at all or sent whole.
+That call gets the request as its protocol's list of buffers, a Produce request's record batches by
+reference (the transport joins them, or, where asyncio writes with sendmsg, sends them as they are).
 A caller cancelled while waiting for the answer only abandons its future; the answer still arrives,
 is matched with its request and dropped. A request that gets no answer within its timeout closes
 the connection (as Kafka's clients do: the in-order matching of later answers cannot be trusted),
@@ -120,9 +122,9 @@ class AIOConnection(asyncio.BufferedProtocol):
         if expect_response:
             fut = self._loop.create_future()
             fut.add_done_callback(_retrieve)
-        _, data = self.proto.send_request(request, version, expect_response=expect_response, handle=fut,
-                                          response_class=response_class)
-        self.transport.write(data)
+        _, bufs = self.proto.send_request_buffers(request, version, expect_response=expect_response, handle=fut,
+                                                  response_class=response_class)
+        self.transport.writelines(bufs)
         return version, fut
 
     async def request(self, request, *, timeout_ms: int | None = DEFAULT_REQUEST_TIMEOUT_MS,

@@ -33,7 +33,7 @@ from kohort.errors import (
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
 from kohort.protocol.messages.produce import ProduceRequest
 from kohort.protocol.records import (
-    ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, _check_bytes, append_record, write_batch,
+    ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, _check_bytes, append_record, write_batch_buffer,
 )
 
 log = logging.getLogger("kohort.aio.producer")
@@ -66,8 +66,8 @@ class RecordMetadata(NamedTuple):
 
 class _Batch:
     """One partition's records, encoded as they arrive (`records.append_record`), sealed once into
-    wire bytes (`records.write_batch`) with the producer id, epoch and base sequence; a retry resends
-    the same bytes."""
+    wire bytes (`records.write_batch_buffer`) with the producer id, epoch and base sequence; a retry
+    resends the same bytes, never changed (requests refer to them rather than copy them)."""
 
     __slots__ = ("tp", "buf", "base_ts", "max_ts", "futures", "stamps", "created", "wire", "sequence", "count",
                  "attempts", "deadline")
@@ -401,7 +401,8 @@ class AIOProducer:
             self._seq[b.tp] = (seq + b.count) & 0x7FFFFFFF
             pid, epoch = self.producer_id, self.producer_epoch
             b.sequence = seq
-        build = functools.partial(write_batch, b.buf, b.count, b.base_ts, b.max_ts, compression=self.compression,
+        build = functools.partial(write_batch_buffer, b.buf, b.count, b.base_ts, b.max_ts,
+                                  compression=self.compression,
                                   attributes=ATTR_TRANSACTIONAL if self.txn is not None else 0,
                                   producer_id=pid, producer_epoch=epoch, base_sequence=seq)
         if self.compression and len(b.buf) >= OFF_LOOP_BYTES:

@@ -6,7 +6,7 @@ What lives here:
   batch is acknowledged (`result(timeout)` → `RecordMetadata`, or raises the delivery error).
 * `ProducerBatch`: one RecordBatch v2 being filled (records encoded straight into a bytearray by
   protocol/records.py's encoder; only the commonest shape -- no key, no headers, same millisecond --
-  is inlined here for speed), then sealed into wire bytes (records.write_batch) carrying the
+  is inlined here for speed), then sealed into wire bytes (records.write_batch_buffer) carrying the
   producer id, epoch and base sequence (KIP-98). A retried batch is re-sent with the very same
   bytes, so its sequence numbers never change on retry.
 * The compiled twin: with the C extension enabled (`records.producer_twin()`), the
@@ -27,7 +27,7 @@ from collections import deque, namedtuple
 
 from kohort.errors import EncodeError, KafkaTimeoutError
 from kohort.protocol.records import (
-    BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, append_record, producer_twin, write_batch,
+    BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, append_record, producer_twin, write_batch_buffer,
 )
 
 RecordMetadata = namedtuple("RecordMetadata", "topic partition offset timestamp")
@@ -209,13 +209,14 @@ class ProducerBatch(_BatchRecords):
         return DeliveryFuture(self, n)
 
     def seal(self, producer_id: int, producer_epoch: int, base_sequence: int, compression: int,
-             attributes: int = 0) -> bytes:
+             attributes: int = 0) -> bytearray:
         """Build the wire bytes once (producer id/epoch/sequence in the header; `attributes` adds the
-        transactional flag of a transactional producer); reused on retry."""
+        transactional flag of a transactional producer); reused on retry, never changed (requests
+        refer to them rather than copy them)."""
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
-        out = write_batch(self.buf, self.count, self.base_ts, self.max_ts, compression=compression,
+        out = write_batch_buffer(self.buf, self.count, self.base_ts, self.max_ts, compression=compression,
                           attributes=attributes, producer_id=producer_id, producer_epoch=producer_epoch,
                           base_sequence=base_sequence)
         self.wire = out

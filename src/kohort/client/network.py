@@ -35,7 +35,9 @@ is retried. Re-authentication (KIP-368): when the broker gives the session a lif
 exchange again through the handshake path (HANDSHAKE), then sends what it held (READY).
 
 Speed: requests are encoded on the I/O thread and all requests queued for a connection go out in
-one send(); reads use recv_into on the buffer the connection's protocol hands out (`get_buffer`):
+one gathering sendmsg(), a Produce request's record batches by reference, never copied into a
+request buffer (over TLS, which has no sendmsg, they are joined into one send()); reads use
+recv_into on the buffer the connection's protocol hands out (`get_buffer`):
 one big receive buffer shared by every connection of this client, from which complete small frames
 are copied once, or, for a frame that does not fit in what has arrived, the rest of its own
 bytearray sized from its prefix (no concatenation, no second copy of large Fetch responses). No
@@ -76,6 +78,8 @@ REAUTH = "REAUTH"      # KIP-368: new requests wait while what is in flight drai
 
 _RECV_BUF = 4 * 1024 * 1024
 _MAX_FRAME = 100 * 1024 * 1024
+_IOV_MAX = 1024            # buffers one sendmsg may take (Linux's IOV_MAX)
+_SENDMSG = hasattr(socket.socket, "sendmsg")     # not on Windows: there, as over TLS, buffers are joined
 
 
 class Versioned:
@@ -704,8 +708,8 @@ class NetworkClient:
                 conn.proto.check(api_key, v)
             if isinstance(request, Versioned):
                 request = request.build(v)
-            corr, data = conn.proto.send_request(request, v, expect_response=req.expect, handle=req,
-                                                 response_class=req.response_class)
+            corr, data = conn.proto.send_request_buffers(request, v, expect_response=req.expect, handle=req,
+                                                         response_class=req.response_class)
         except UnsupportedVersionError as e:
             cls = REQUESTS.get(api_key)
             ours = (cls.MIN_VERSION, cls.MAX_VERSION) if cls else (0, -1)
@@ -716,9 +720,9 @@ class NetworkClient:
         except Exception as e:  # encoding errors belong to the caller
             _fail(req.future, e)
             return False
-        conn.out.append(data)
+        conn.out += data
         if self.stats is not None:
-            self.stats.on_request(conn.node_id, corr, api_key, len(data), req.expect)
+            self.stats.on_request(conn.node_id, corr, api_key, sum(map(len, data)), req.expect)
         req.version = v
         req.future.api_version = v
         if req.expect:
@@ -731,31 +735,37 @@ class NetworkClient:
         return True
 
     def _flush(self, conn: _Conn) -> None:
+        """Write what `conn.out` holds, as far as the socket takes it: in one gathering sendmsg of
+        the buffers as they are (a Produce request's record batches by reference), or, over TLS
+        (an SSLSocket has no sendmsg) and where sockets have no sendmsg, joined into one buffer
+        first. What is left stays in `conn.out`, its first buffer cut where the write stopped, and
+        EVENT_WRITE is asked for."""
         out = conn.out
-        if not out:
-            if conn.want_write:
-                conn.want_write = False
-                self._set_events(conn, selectors.EVENT_READ)
-            return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        try:
-            n = conn.sock.send(data)
-        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-            n = 0
-        except OSError as e:
-            self._disconnect(conn, KafkaConnectionError(
-                f"connection to broker {conn.node_id} ({conn.host}:{conn.port}) lost while sending: {e}"))
-            return
-        if n == len(data):
-            out.clear()
-            if conn.want_write:
-                conn.want_write = False
-                self._set_events(conn, selectors.EVENT_READ)
-        else:
-            conn.out = [memoryview(data)[n:]] if n else [data]
+        if out:
+            try:
+                if self._tls is None and _SENDMSG:
+                    n = conn.sock.sendmsg(out if len(out) <= _IOV_MAX else out[:_IOV_MAX])
+                else:
+                    if len(out) > 1:
+                        out[:] = [b"".join(out)]
+                    n = conn.sock.send(out[0])
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                n = 0
+            except OSError as e:
+                self._disconnect(conn, KafkaConnectionError(
+                    f"connection to broker {conn.node_id} ({conn.host}:{conn.port}) lost while sending: {e}"))
+                return
+            if len(out) == 1 and n == len(out[0]):
+                out.clear()
+            else:
+                _drop_written(out, n)
+        if out:
             if not conn.want_write:
                 conn.want_write = True
                 self._set_events(conn, selectors.EVENT_READ | selectors.EVENT_WRITE)
+        elif conn.want_write:
+            conn.want_write = False
+            self._set_events(conn, selectors.EVENT_READ)
 
     def _set_events(self, conn: _Conn, events: int) -> None:
         if conn.events != events and conn.sock is not None:
@@ -915,6 +925,19 @@ def unreachable_message(addresses, errors, elapsed_s: float) -> str:
     return (f"cannot reach any Kafka broker at {tried} ({why}) after {elapsed_s:.1f}s; check "
             f"bootstrap.servers (-b/--bootstrap-server or $KOHORT_BOOTSTRAP for the kohort command) "
             f"and that the broker is running and reachable")
+
+
+def _drop_written(out: list, n: int) -> None:
+    """Remove the first `n` bytes (just written) from the buffers in `out`: the buffers written
+    whole go (and empty ones at the front), the one cut short becomes a memoryview of its rest."""
+    i = 0
+    k = len(out)
+    while i < k and n >= len(out[i]):
+        n -= len(out[i])
+        i += 1
+    if n:
+        out[i] = memoryview(out[i])[n:]
+    del out[:i]
 
 
 def _fail(fut: Future, err: BaseException) -> None:

@@ -30,7 +30,7 @@ from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from kohort.protocol.messages.sasl_handshake import SaslHandshakeRequest
 from kohort.protocol.primitives import Reader
-from kohort.protocol.records import SpliceBuffer
+from kohort.protocol.records import GatherBuffer, SpliceBuffer
 from kohort.protocol.sasl import SaslClient, SaslFailure
 
 _SIZE = struct.Struct(">i")
@@ -114,6 +114,21 @@ def encode_request(request, version: int, correlation_id: int, client_id: str | 
     request.encode_into(out, version)
     _SIZE.pack_into(out, 0, len(out) - 4)
     return bytes(out)
+
+
+def encode_request_buffers(request, version: int, correlation_id: int, client_id: str | None = "kohort") -> list:
+    """The frame of `encode_request` as a list of bytes-likes for a gathering write: the record
+    bytes of a RECORDS field (GATHER_MIN bytes or more, e.g. a Produce request's batches) are
+    referred to, not copied; the rest is encoded into one small buffer that the list slices. The
+    caller keeps the list (and so the record bytes) until it is written."""
+    cls = type(request)
+    hv = request_header_version(cls, version)
+    out = GatherBuffer(4)
+    RequestHeader(request_api_key=cls.API_KEY, request_api_version=version,
+                  correlation_id=correlation_id, client_id=client_id).encode_into(out, hv)
+    request.encode_into(out, version)
+    _SIZE.pack_into(out, 0, out.frame_size - 4)
+    return out.buffers()
 
 
 def peek_request_header(payload) -> tuple[int, int, int]:
@@ -274,6 +289,8 @@ class ClientProtocol:
 
     Sending: `send_request(request, version, handle=...) -> (correlation_id, bytes)`: the bytes are
     what the driver writes (not queued in `data_to_send`, so a driver can batch its own writes);
+    `send_request_buffers` gives the same frame as a list of buffers for a gathering write, a
+    Produce request's record batches among them by reference rather than copied into it;
     `handle` is any object of the driver's (its future, its request record) given back with the
     response. At most `max_in_flight` requests await responses (None: no limit; `can_send`).
 
@@ -499,10 +516,21 @@ class ClientProtocol:
         """Encode `request` in `version` -> (correlation_id, bytes to write). With `expect_response`
         the request is in flight until its response; `response_class` decodes that response instead
         of the registered class (same wire layout). Raises TooManyInFlightError when `can_send` is False."""
+        return self._send(encode_request, request, version, expect_response, handle, response_class)
+
+    def send_request_buffers(self, request, version: int, *, expect_response: bool = True, handle: Any = None,
+                             response_class=None) -> tuple[int, list]:
+        """`send_request` for a gathering writer: -> (correlation_id, list of bytes-likes whose
+        concatenation is the frame). Large record bytes (a Produce request's batches) are in the
+        list by reference, not copied (`encode_request_buffers`): write them with socket.sendmsg,
+        or join them where the transport cannot gather (TLS)."""
+        return self._send(encode_request_buffers, request, version, expect_response, handle, response_class)
+
+    def _send(self, encode, request, version: int, expect_response: bool, handle: Any, response_class):
         if expect_response and not self.can_send:
             raise TooManyInFlightError(f"{self.max_in_flight} requests already in flight on this connection")
         corr = self._take_corr()
-        data = encode_request(request, version, corr, self.client_id)
+        data = encode(request, version, corr, self.client_id)
         if expect_response:
             self._in_flight.append((corr, type(request).API_KEY, version, response_class, handle))
         return corr, data
@@ -616,5 +644,5 @@ __all__ = [
     "READY", "ResponseReceived", "TooManyInFlightError",
     "decode_response_lenient", "last_rigid_version", "DEFAULT_MAX_FRAME", "FrameReader", "FrameTooLargeError",
     "UnsupportedRequestError", "UnsupportedVersionError", "decode_request", "decode_response",
-    "encode_request", "encode_response", "encode_response_buffer", "frame", "frame_size", "peek_request_header", "pick_version",
+    "encode_request", "encode_request_buffers", "encode_response", "encode_response_buffer", "frame", "frame_size", "peek_request_header", "pick_version",
 ]

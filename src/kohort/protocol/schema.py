@@ -20,7 +20,7 @@ from typing import Any, Callable
 from kohort.errors import DecodeError, EncodeError
 from kohort.protocol import primitives as P
 from kohort.protocol.primitives import Reader
-from kohort.protocol.records import ExternalRecords, SpliceBuffer
+from kohort.protocol.records import GATHER_MIN, ExternalRecords, GatherBuffer, SpliceBuffer
 
 MISSING = object()
 _NEW_STRUCT = object()   # default of a non-nullable nested struct field: a fresh default instance
@@ -135,9 +135,17 @@ def _w_len32(out: bytearray, n: int) -> None:
 
 def _records_writer(write, write_len):
     """Records given as ExternalRecords (sent with sendfile): into a SpliceBuffer only the length is written
-    and the place noted; into any other buffer their bytes are read and written as usual."""
+    and the place noted; into any other buffer their bytes are read and written as usual. Records of
+    at least GATHER_MIN bytes written into a GatherBuffer: only the length, the bytes noted as a piece."""
     def w(out, v):
-        if isinstance(v, ExternalRecords):
+        if type(out) is GatherBuffer:
+            if isinstance(v, ExternalRecords):
+                v = v.read()
+            if v is not None and len(v) >= GATHER_MIN:
+                write_len(out, len(v))
+                out.add_piece(v)
+                return
+        elif isinstance(v, ExternalRecords):
             if type(out) is SpliceBuffer:
                 write_len(out, v.size)
                 out.splices.append((len(out), v))
