@@ -440,17 +440,17 @@ def test_unsubscribe_sends_acknowledgements_and_subscribe_rejoins(kshare, admin)
 
 
 def test_broker_without_share_groups_is_a_clear_error_from_poll():
-    """kohort's broker does not serve share groups yet: ShareGroupHeartbeat is not advertised."""
+    """A kohort broker whose share.version feature is 0 answers ShareGroupHeartbeat UNSUPPORTED_VERSION."""
     from kohort.errors import ERRORS, ErrorCode
     from tests.brokers import KohortBroker
-    with KohortBroker() as kb:
+    with KohortBroker(config={"share.version": 0}) as kb:
         with Producer({"bootstrap.servers": kb.bootstrap}) as p:
             p.send("jobs", value=b"x")
             p.flush()
         c = ShareConsumer({"bootstrap.servers": kb.bootstrap, "group.id": "g"})
         try:
             c.subscribe(["jobs"])
-            with pytest.raises(ERRORS[ErrorCode.UNSUPPORTED_VERSION], match="ShareGroupHeartbeat"):
+            with pytest.raises(ERRORS[ErrorCode.UNSUPPORTED_VERSION], match="share.version is 0"):
                 deadline = time.monotonic() + 10
                 while time.monotonic() < deadline:
                     c.poll(0.2)

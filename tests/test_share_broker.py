@@ -1,0 +1,175 @@
+"""Share groups (KIP-932) served by kohort broker, in process over loopback: the share.version feature
+in ApiVersions, ShareGroupHeartbeat/ShareGroupDescribe through the runtime's share machine (records in
+`__consumer_offsets`, replayed after a restart), ListGroups/DescribeGroups/DeleteGroups with the share
+type, a group id of another type refused as Kafka refuses it, and the Admin share calls."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from kohort import Admin
+from kohort.errors import ErrorCode
+from kohort.protocol.messages.api_versions import ApiVersionsRequest
+from kohort.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
+from kohort.protocol.messages.describe_groups import DescribeGroupsRequest
+from kohort.protocol.messages.join_group import JoinGroupRequest
+from kohort.protocol.messages.offset_commit import OffsetCommitRequest
+from kohort.protocol.messages.share_group_describe import ShareGroupDescribeRequest
+from kohort.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest
+from kohort.testing.inprocess import broker
+from tests.rawclient import RawClient
+
+FAST = {"group.share.assignment.interval.ms": 0, "group.share.heartbeat.interval.ms": 200,
+        "group.share.session.timeout.ms": 1500}
+
+
+def _hb(c, group, member, epoch, topics=None):
+    return c.request(ShareGroupHeartbeatRequest(group_id=group, member_id=member, member_epoch=epoch,
+                                                subscribed_topic_names=topics), 1)
+
+
+def _join_until_assigned(c, group, member, topic, count, timeout=5.0):
+    r = _hb(c, group, member, 0, [topic])
+    assert r.error_code == 0, r
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        parts = {p for tp in (r.assignment.topic_partitions if r.assignment else []) for p in tp.partitions}
+        if len(parts) == count:
+            return r
+        time.sleep(0.05)
+        r = _hb(c, group, member, r.member_epoch)
+        assert r.error_code == 0, r
+    raise AssertionError(f"no full assignment: {r}")
+
+
+@pytest.fixture()
+def kb():
+    with broker(FAST) as b:
+        yield b
+
+
+def test_api_versions_finalize_share_version_and_advertise_share_apis(kb):
+    c = RawClient(kb.bootstrap_servers)
+    try:
+        r = c.request(ApiVersionsRequest(client_software_name="t", client_software_version="0"), 3)
+        assert {(f.name, f.min_version, f.max_version) for f in r.supported_features} >= {("share.version", 0, 1)}
+        assert {(f.name, f.min_version_level, f.max_version_level) for f in r.finalized_features} >= {
+            ("share.version", 1, 1)}
+        assert c.versions[76] == (1, 1) and c.versions[77] == (1, 1)
+    finally:
+        c.close()
+
+
+def test_share_version_0_answers_unsupported_version():
+    with broker({"share.version": 0}) as b:
+        c = RawClient(b.bootstrap_servers)
+        try:
+            r = c.request(ApiVersionsRequest(client_software_name="t", client_software_version="0"), 3)
+            assert "share.version" not in {f.name for f in r.finalized_features}
+            assert _hb(c, "g", "m", 0, ["t"]).error_code == ErrorCode.UNSUPPORTED_VERSION
+        finally:
+            c.close()
+
+
+def test_heartbeat_assigns_after_initialization_describe_and_replay_after_restart():
+    with broker(FAST, storage="tmp") as kb:
+        kb.create_topic("t", 3)
+        c = RawClient(kb.bootstrap_servers)
+        r = _hb(c, "g", "m1", 0, ["t"])
+        # a new group's first answer is empty: partitions become assignable once their state exists
+        assert r.error_code == 0 and r.member_epoch == 1 and r.assignment.topic_partitions == []
+        r = _join_until_assigned(c, "g", "m1", "t", 3)
+        epoch = r.member_epoch
+        d = c.request(ShareGroupDescribeRequest(group_ids=["g", "nope"], include_authorized_operations=False), 1)
+        g, nope = d.groups
+        assert (g.error_code, g.group_state, g.assignor_name, g.group_epoch) == (0, "Stable", "simple", epoch)
+        assert [(m.member_id, m.client_host, m.subscribed_topic_names) for m in g.members] == [
+            ("m1", "/127.0.0.1", ["t"])]
+        assert g.members[0].assignment.topic_partitions[0].topic_name == "t"
+        assert (nope.error_code, nope.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group nope not found.")
+        # errors of the machine come through the wire
+        assert _hb(c, "g", "m1", epoch + 5).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+        assert _hb(c, "g", "ghost", 3).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        assert _hb(c, "g", "", 0, ["t"]).error_code == ErrorCode.INVALID_REQUEST
+        c.close()
+        kb.restart()
+        c = RawClient(kb.bootstrap_servers)
+        try:
+            d = c.request(ShareGroupDescribeRequest(group_ids=["g"], include_authorized_operations=False), 1)
+            g = d.groups[0]
+            assert (g.error_code, g.group_epoch, [m.member_id for m in g.members]) == (0, epoch, ["m1"])
+            assert sorted(g.members[0].assignment.topic_partitions[0].partitions) == [0, 1, 2]
+            r = _hb(c, "g", "m1", epoch)
+            assert (r.error_code, r.member_epoch) == (0, epoch)
+        finally:
+            c.close()
+
+
+def test_group_ids_of_other_types_are_refused_as_kafka_refuses_them(kb):
+    kb.create_topic("t", 1)
+    c = RawClient(kb.bootstrap_servers)
+    try:
+        assert _hb(c, "sg", "m1", 0, ["t"]).error_code == 0
+        # a share group's id for a consumer group, a classic group, offsets
+        r = c.request(ConsumerGroupHeartbeatRequest(group_id="sg", member_id="c1", member_epoch=0,
+                                                    rebalance_timeout_ms=5000, subscribed_topic_names=["t"],
+                                                    topic_partitions=[]), 0)
+        assert (r.error_code, r.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group sg is not a consumer group.")
+        r = c.request(JoinGroupRequest(group_id="sg", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                       member_id="", protocol_type="consumer", protocols=[]), 5)
+        assert r.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        T = OffsetCommitRequest.Topic
+        r = c.request(OffsetCommitRequest(group_id="sg", generation_id_or_member_epoch=-1, member_id="", topics=[
+            T(name="t", partitions=[T.Partition(partition_index=0, committed_offset=1)])]), 8)
+        assert r.topics[0].partitions[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        d = c.request(DescribeGroupsRequest(groups=["sg"]), 6).groups[0]
+        assert (d.error_code, d.error_message, d.group_state) == (
+            ErrorCode.GROUP_ID_NOT_FOUND, "Group sg is not a classic group.", "Dead")
+        # a consumer group's id for a share group
+        r = c.request(ConsumerGroupHeartbeatRequest(group_id="cg", member_id="c1", member_epoch=0,
+                                                    rebalance_timeout_ms=5000, subscribed_topic_names=["t"],
+                                                    topic_partitions=[]), 0)
+        assert r.error_code == 0
+        r = _hb(c, "cg", "m1", 0, ["t"])
+        assert (r.error_code, r.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group cg is not a share group.")
+        d = c.request(ShareGroupDescribeRequest(group_ids=["cg"], include_authorized_operations=False), 1).groups[0]
+        assert (d.error_code, d.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group cg is not a share group.")
+    finally:
+        c.close()
+
+
+def test_admin_lists_describes_and_deletes_share_groups(kb):
+    kb.create_topic("t", 2)
+    group = "ag-" + uuid.uuid4().hex[:6]
+    c = RawClient(kb.bootstrap_servers)
+    admin = Admin({"bootstrap.servers": kb.bootstrap_servers})
+    try:
+        _join_until_assigned(c, group, "m1", "t", 2)
+        listed = {g.group_id: g for g in admin.list_share_groups()}
+        assert listed[group].state == "Stable" and (listed[group].group_type, listed[group].protocol_type) == ("share", "share")
+        assert group not in {g.group_id for g in admin.list_groups(types=("consumer",))}
+        desc = admin.describe_share_groups([group])[group]
+        assert (desc.state, desc.assignor, [m.member_id for m in desc.members]) == ("Stable", "simple", ["m1"])
+        res = admin.delete_share_groups([group])
+        assert res[group] is not None        # NON_EMPTY_GROUP while m1 is in it
+        assert _hb(c, group, "m1", -1).member_epoch == -1
+        assert [g.state for g in admin.list_share_groups() if g.group_id == group] == ["Empty"]
+        assert admin.delete_share_groups([group]) == {group: None}
+        assert group not in {g.group_id for g in admin.list_share_groups()}
+    finally:
+        admin.close()
+        c.close()
+
+
+def test_session_timeout_removes_a_silent_member(kb):
+    kb.create_topic("t", 1)
+    c = RawClient(kb.bootstrap_servers)
+    try:
+        _hb(c, "g2", "m1", 0, ["t"])
+        time.sleep(2.0)          # session 1.5 s
+        d = c.request(ShareGroupDescribeRequest(group_ids=["g2"], include_authorized_operations=False), 1).groups[0]
+        assert (d.group_state, d.members) == ("Empty", [])
+    finally:
+        c.close()
