@@ -371,6 +371,20 @@ class CoordinatorRuntime:
                 d.error_message = f"Group {d.group_id} is not a share group."
         return described
 
+    async def share_alter_offsets(self, group_id: str, partitions: dict) -> int:
+        """AlterShareGroupOffsets in the group: (topic id -> (name, partitions)) -> error code."""
+        machine = self._share_groups()
+        if self.groups.type_of(group_id) not in (None, GroupType.SHARE):
+            return C.GROUP_ID_NOT_FOUND
+        return await self._run(machine, "share_alter_offsets", machine.alter_offsets, group_id, partitions)
+
+    async def share_delete_offsets(self, group_id: str, topic_ids: list) -> tuple[int, dict]:
+        """DeleteShareGroupOffsets in the group -> (error code, {topic id: error code})."""
+        machine = self._share_groups()
+        if self.groups.type_of(group_id) not in (None, GroupType.SHARE):
+            return C.GROUP_ID_NOT_FOUND, {}
+        return await self._run(machine, "share_delete_offsets", machine.delete_offsets, group_id, topic_ids)
+
     # -- committed offsets: the group's machine validates, the classic machine keeps them -------------
     async def offset_commit(self, p: OffsetCommitParams) -> OffsetCommitResult:
         err = self.groups.validate_offset_commit(p.group_id, p.member_id, p.generation_id, p.api_version)
@@ -454,6 +468,9 @@ class CoordinatorRuntime:
                 if self.groups.share_group(gid) is not None:
                     consumer_errors[gid] = await self._run(self._share, "share_delete_group",
                                                            self._share.delete_group, gid)
+                    leader = getattr(self.broker, "share_leader", None)
+                    if consumer_errors[gid] == C.NONE and leader is not None:
+                        leader.forget(gid)       # its share state goes with it
         if self._consumer is not None and self.groups.active:
             for gid in group_ids:
                 if gid in consumer_errors:

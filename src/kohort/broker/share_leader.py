@@ -16,7 +16,8 @@ of kohort.broker.share — the share sessions (`ShareSessionCache`) and one `Sha
   none is attached).
 
 Public: `ShareLeader(broker)`, `leader_of(broker)` (made on first use, kept as `broker.share_leader`),
-`partition(...)`, `after_change(...)`, `release_member(...)`, `acknowledge(...)`, `close()`.
+`partition(...)`, `after_change(...)`, `release_member(...)`, `acknowledge(...)`, the offsets
+(`offset_and_lag`, `reset`, `forget`), `close()`.
 """
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ class ShareLeader:
         self.partitions: dict[PartitionKey, SharePartition] = {}
         self._timers: dict[PartitionKey, tuple[int, asyncio.TimerHandle]] = {}
         # the share-state driver: (key, write) -> None, and key -> persisted (start offset, batches) or None
-        self.persist: Callable[[PartitionKey, StateWrite], None] | None = None
+        self.persist: Callable[[PartitionKey, StateWrite | None], None] | None = None   # None: deleted
         self.load_state: Callable[[PartitionKey], Any] | None = None
 
     # -- configs -------------------------------------------------------------------------------------
@@ -144,6 +145,31 @@ class ShareLeader:
             return int(res.error), res.message
         self.after_change(key, res.write)
         return ErrorCode.NONE, None
+
+    def offset_and_lag(self, group_id: str, topic_id: _uuid.UUID, topic: str, index: int) -> tuple[int, int]:
+        """(start offset, lag) of a share partition (KIP-1226: high watermark - SPSO - records
+        delivered past SPSO); (-1, -1) while it has no state on this leader."""
+        sp = self.partitions.get((group_id, topic_id, index))
+        if sp is None:
+            return -1, -1
+        hwm = self.broker.storage.log(topic, index).high_watermark
+        return sp.start_offset, max(0, hwm - sp.start_offset - sp.delivery_complete_count())
+
+    def reset(self, group_id: str, topic_id: _uuid.UUID, index: int, start_offset: int) -> None:
+        """AlterShareGroupOffsets: the partition starts afresh at `start_offset`, nothing in flight."""
+        key = (group_id, topic_id, index)
+        self.partitions[key] = SharePartition(start_offset, self.partition_config(group_id))
+        self.after_change(key, StateWrite(start_offset, (), 0))
+
+    def forget(self, group_id: str, topic_id: _uuid.UUID | None = None) -> None:
+        """DeleteShareGroupOffsets / DeleteGroups: drop the group's share partitions (of one topic)."""
+        for key in [k for k in self.partitions if k[0] == group_id and topic_id in (None, k[1])]:
+            del self.partitions[key]
+            old = self._timers.pop(key, None)
+            if old is not None:
+                old[1].cancel()
+            if self.persist is not None:
+                self.persist(key, None)
 
     def release_member(self, group_id: str, member_id: str) -> None:
         """The member's share session closed: what it holds on every partition goes back."""

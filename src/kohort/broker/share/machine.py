@@ -25,8 +25,8 @@ from kohort.broker.coordinator import codes as C
 from kohort.broker.coordinator.machine import AppendToken, GroupMachine, GroupType
 from kohort.broker.coordinator.model import Outcome, Response
 from kohort.broker.share.group import (
-    CancelTimer as ShareCancelTimer, InitializeState, ShareGroupConfig, ShareGroupCoordinator, ShareOutcome,
-    TopicMetadata,
+    CancelTimer as ShareCancelTimer, InitializeState, ShareGroup, ShareGroupConfig, ShareGroupCoordinator,
+    ShareOutcome, TopicMetadata,
 )
 from kohort.protocol import share_group_records as R
 from kohort.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
@@ -114,6 +114,56 @@ class ShareGroups(GroupMachine):
         self._hold(out, [ShareGroupRecord(k, v) for k, v in records], _Held(reply_to, C.NONE))
         return out
 
+    def alter_offsets(self, group_id: str, partitions: Mapping[_uuid.UUID, tuple[str, frozenset[int]]],
+                      now_ms: int, reply_to: Any) -> Outcome:
+        """AlterShareGroupOffsets: an Empty group (made when absent) has the share state of
+        `partitions` (topic id -> (name, partitions)) set afresh, recorded initialized; answers an
+        error code (NON_EMPTY_GROUP while it has members) once stored."""
+        g = self.groups.get(group_id)
+        if g is not None and g.members:
+            return Outcome(responses=[Response(reply_to, C.NON_EMPTY_GROUP)])
+        records = []
+        if g is None:
+            g = self.groups[group_id] = ShareGroup(group_id)
+            records.append((R.ShareGroupMetadataKey(group_id=group_id),
+                            R.ShareGroupMetadataValue(epoch=g.group_epoch, metadata_hash=g.metadata_hash)))
+        for tid, (name, ps) in partitions.items():
+            have = g.initialized.get(tid, (name, frozenset()))[1]
+            g.initialized[tid] = (name, have | frozenset(ps))
+            rest = g.initializing.get(tid, (name, frozenset()))[1] - frozenset(ps)
+            if rest:
+                g.initializing[tid] = (name, rest)
+            else:
+                g.initializing.pop(tid, None)
+        records.append(self.coordinator._state_metadata_record(g))
+        out = Outcome()
+        self._hold(out, [ShareGroupRecord(k, v) for k, v in records], _Held(reply_to, C.NONE))
+        return out
+
+    def delete_offsets(self, group_id: str, topic_ids: Sequence[_uuid.UUID], now_ms: int,
+                       reply_to: Any) -> Outcome:
+        """DeleteShareGroupOffsets: the Empty group forgets the share state of whole topics. Answers
+        (group error code, {topic id: error code}) once stored; a topic without state is
+        UNKNOWN_TOPIC_OR_PARTITION."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return Outcome(responses=[Response(reply_to, (C.GROUP_ID_NOT_FOUND, {}))])
+        if g.members:
+            return Outcome(responses=[Response(reply_to, (C.NON_EMPTY_GROUP, {}))])
+        errors = {}
+        for tid in topic_ids:
+            known = tid in g.initialized or tid in g.initializing
+            errors[tid] = C.NONE if known else C.UNKNOWN_TOPIC_OR_PARTITION
+            g.initialized.pop(tid, None)
+            g.initializing.pop(tid, None)
+        out = Outcome()
+        if any(e == C.NONE for e in errors.values()):
+            self._hold(out, [ShareGroupRecord(*self.coordinator._state_metadata_record(g))],
+                       _Held(reply_to, (C.NONE, errors)))
+        else:
+            out.responses.append(Response(reply_to, (C.NONE, errors)))
+        return out
+
     def state_initialized(self, group_id: str, partitions: Mapping[_uuid.UUID, frozenset[int]],
                           now_ms: int) -> Outcome:
         """The share state of `partitions` is persisted: record them initialized (assignable)."""
@@ -188,7 +238,10 @@ class ShareGroups(GroupMachine):
 
 
 def _failed(result: Any, code: int) -> Any:
-    """`result` (a heartbeat response or a DeleteGroups error code) as failed with `code`."""
+    """`result` (a heartbeat response, an error code, or DeleteShareGroupOffsets' (code, errors))
+    as failed with `code`."""
     if isinstance(result, ShareGroupHeartbeatResponse):
         return ShareGroupHeartbeatResponse(error_code=code, member_epoch=-1, heartbeat_interval_ms=0)
+    if isinstance(result, tuple):
+        return code, {}
     return code
