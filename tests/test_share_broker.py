@@ -173,3 +173,54 @@ def test_session_timeout_removes_a_silent_member(kb):
         assert (d.group_state, d.members) == ("Empty", [])
     finally:
         c.close()
+
+
+def test_broker_restart_acknowledged_never_again_in_flight_back():
+    """__share_group_state replayed at start: accepted records are not delivered again, records that
+    were acquired (never acknowledged) come back, with their delivery counts going on."""
+    from kohort import Producer, ShareConsumer
+    from kohort.client.share.consumer import AcknowledgeType
+    cfg = {**FAST, "group.share.record.lock.duration.ms": 60000}
+    with broker(cfg, storage="tmp") as kb:
+        kb.create_topic("t", 1)
+        admin = Admin({"bootstrap.servers": kb.bootstrap_servers})
+        admin.alter_configs(("group", "g"), {"share.auto.offset.reset": "earliest"})
+        admin.close()
+        with Producer({"bootstrap.servers": kb.bootstrap_servers}) as p:
+            for i in range(6):
+                p.send("t", value=b"v%d" % i, partition=0)
+            p.flush()
+        c = ShareConsumer({"bootstrap.servers": kb.bootstrap_servers, "group.id": "g",
+                           "share.acknowledgement.mode": "explicit"})
+        c.subscribe(["t"])
+        got = []
+        deadline = time.monotonic() + 15
+        while len(got) < 6 and time.monotonic() < deadline:
+            got += c.poll(0.3)
+        assert sorted(r.offset for r in got) == list(range(6))
+        for r in got:
+            if r.offset < 3:
+                c.acknowledge(r, AcknowledgeType.ACCEPT)
+        assert all(e is None for e in c.commit_sync(10).values())
+        # offsets 3-5 stay acquired (lock 60 s) when the broker goes down: no close, no release
+        kb.restart()
+        c2 = ShareConsumer({"bootstrap.servers": kb.bootstrap_servers, "group.id": "g"})
+        c2.subscribe(["t"])
+        again = []
+        deadline = time.monotonic() + 15
+        while len(again) < 3 and time.monotonic() < deadline:
+            again += c2.poll(0.3)
+        time.sleep(0.5)
+        again += c2.poll(0.5)
+        assert sorted(r.offset for r in again) == [3, 4, 5]
+        assert {r.delivery_count for r in again} == {1}      # acquisitions are not persisted (Kafka's rule)
+        c2.commit_sync(10)
+        c2.close(timeout=5)
+        c.close(timeout=2)
+        admin = Admin({"bootstrap.servers": kb.bootstrap_servers})
+        try:
+            offs = admin.list_share_group_offsets("g")
+            from kohort.structs import TopicPartition
+            assert offs[TopicPartition("t", 0)].start_offset == 6 and offs[TopicPartition("t", 0)].lag == 0
+        finally:
+            admin.close()

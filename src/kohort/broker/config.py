@@ -146,6 +146,9 @@ SPEC.update({
     "group.share.delivery.count.limit": (_positive_int, 5),
     "group.share.partition.max.record.locks": (_positive_int, 2000),
     "group.share.max.share.sessions": (_positive_int, 2000),
+    # __share_group_state (kohort.broker.share_state_runtime)
+    "share.coordinator.state.topic.num.partitions": (_positive_int, 50),
+    "share.coordinator.snapshot.update.records.per.snapshot": (int, 500),
 })
 
 

@@ -78,6 +78,7 @@ from kohort.broker.coordinator.model import (
 from kohort.broker.coordinator.registry import GroupRegistry
 from kohort.broker.share.group import ShareGroupConfig
 from kohort.broker.share.machine import ShareGroups
+from kohort.broker.share_leader import open_share_leader
 from kohort.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
 from kohort.broker.group_events import GroupEvents, log_event
 from kohort.broker.producer_state import marker_key, marker_value, parse_marker, CONTROL_COMMIT
@@ -645,6 +646,8 @@ async def open_coordinator(broker, clock: Callable[[], int] = wall_clock_ms) -> 
     broker.coordinator = rt
     broker._closers.append(rt.close)
     await rt.start()
+    if rt.groups.share is not None:      # the share partitions' leader state, from __share_group_state
+        open_share_leader(broker)
     return rt
 
 

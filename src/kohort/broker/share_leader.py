@@ -3,7 +3,7 @@ of kohort.broker.share — the share sessions (`ShareSessionCache`) and one `Sha
 (share group, topic id, partition) — with the log, the clock and the fetch waiters.
 
 * A share partition is made at the first ShareFetch that names it, from the state persisted for it
-  when there is one (kohort.broker.share.state through `state`), else at the offset the group's
+  when there is one (`state`, kohort.broker.share_state_runtime), else at the offset the group's
   `share.auto.offset.reset` resolves: `earliest` the log start, `latest` (default) the high
   watermark, `by_duration:<ISO-8601 duration>` the first record at or after now minus that duration
   (the high watermark when there is none).
@@ -12,10 +12,10 @@ of kohort.broker.share — the share sessions (`ShareSessionCache`) and one `Sha
 * Lock timers: after every change the partition's `next_deadline_ms()` is armed as one asyncio
   timer per partition; on expiry `expire_locks(now)` releases what passed and wakes the ShareFetch
   long polls waiting on that partition (kohort.broker.waiters), as an append does.
-* Every `StateWrite` a change returns goes to `persist` (the share-state driver; memory only when
-  none is attached).
+* Every `StateWrite` a change returns is written to `__share_group_state` through `state` (memory
+  only when none is attached); a new partition's start offset is written first.
 
-Public: `ShareLeader(broker)`, `leader_of(broker)` (made on first use, kept as `broker.share_leader`),
+Public: `ShareLeader(broker)`, `open_share_leader(broker)` (kept as `broker.share_leader`), `leader_of`,
 `partition(...)`, `after_change(...)`, `release_member(...)`, `acknowledge(...)`, the offsets
 (`offset_and_lag`, `reset`, `forget`), `close()`.
 """
@@ -62,9 +62,7 @@ class ShareLeader:
         self.sessions = ShareSessionCache(int(cfg.get("group.share.max.share.sessions", 2000)))
         self.partitions: dict[PartitionKey, SharePartition] = {}
         self._timers: dict[PartitionKey, tuple[int, asyncio.TimerHandle]] = {}
-        # the share-state driver: (key, write) -> None, and key -> persisted (start offset, batches) or None
-        self.persist: Callable[[PartitionKey, StateWrite | None], None] | None = None   # None: deleted
-        self.load_state: Callable[[PartitionKey], Any] | None = None
+        self.state: Any = None        # kohort.broker.share_state_runtime.ShareStateRuntime, or None
 
     # -- configs -------------------------------------------------------------------------------------
     def group_config(self, group_id: str, name: str) -> str | None:
@@ -108,12 +106,14 @@ class ShareLeader:
         sp = self.partitions.get(key)
         if sp is None:
             cfg = self.partition_config(group_id)
-            persisted = self.load_state(key) if self.load_state is not None else None
+            persisted = self.state.read(key) if self.state is not None else None
             if persisted is not None and persisted[0] >= 0:
                 start, batches = persisted
                 sp = SharePartition.from_state(start, batches, cfg)
             else:
                 sp = SharePartition(self.reset_offset(group_id, topic, index), cfg)
+                if self.state is not None:
+                    self.state.initialize(key, sp.start_offset)
             lg = self.broker.storage.log(topic, index)
             if lg.log_start_offset > sp.start_offset:
                 self._persist(key, sp.update_log_start_offset(lg.log_start_offset))
@@ -132,8 +132,8 @@ class ShareLeader:
             self._wake(key)
 
     def _persist(self, key: PartitionKey, write: StateWrite | None) -> None:
-        if write is not None and self.persist is not None:
-            self.persist(key, write)
+        if write is not None and self.state is not None:
+            self.state.write(key, write)
 
     def acknowledge(self, member_id: str, key: PartitionKey, batches: Sequence[AckBatch]) -> tuple[int, str | None]:
         """Apply a partition's acknowledgement batches -> (error code, message)."""
@@ -159,7 +159,9 @@ class ShareLeader:
         """AlterShareGroupOffsets: the partition starts afresh at `start_offset`, nothing in flight."""
         key = (group_id, topic_id, index)
         self.partitions[key] = SharePartition(start_offset, self.partition_config(group_id))
-        self.after_change(key, StateWrite(start_offset, (), 0))
+        if self.state is not None:
+            self.state.initialize(key, start_offset)
+        self._arm(key)
 
     def forget(self, group_id: str, topic_id: _uuid.UUID | None = None) -> None:
         """DeleteShareGroupOffsets / DeleteGroups: drop the group's share partitions (of one topic)."""
@@ -168,8 +170,8 @@ class ShareLeader:
             old = self._timers.pop(key, None)
             if old is not None:
                 old[1].cancel()
-            if self.persist is not None:
-                self.persist(key, None)
+            if self.state is not None:
+                self.state.delete(key)
 
     def release_member(self, group_id: str, member_id: str) -> None:
         """The member's share session closed: what it holds on every partition goes back."""
@@ -219,8 +221,23 @@ class ShareLeader:
         self._timers.clear()
 
 
+def open_share_leader(broker: Any) -> ShareLeader:
+    """Attach the broker's ShareLeader (`broker.share_leader`) with its persisted share state
+    loaded from `__share_group_state`; its timers stop when the broker stops."""
+    from kohort.broker.share_state_runtime import ShareStateRuntime
+    sl = ShareLeader(broker)
+    sl.state = ShareStateRuntime(broker).open()
+    broker.share_leader = sl
+
+    async def close() -> None:
+        sl.close()
+    broker._closers.append(close)
+    return sl
+
+
 def leader_of(broker: Any) -> ShareLeader:
-    """The broker's ShareLeader, made on first use."""
+    """The broker's ShareLeader (opened with the group coordinator; made here, memory only, when the
+    broker runs without one)."""
     sl = getattr(broker, "share_leader", None)
     if sl is None:
         sl = ShareLeader(broker)

@@ -15,6 +15,7 @@ own read path (kohort.broker.handlers.fetch).
 * RENEW (v2, IsRenewAck): the acknowledgements only; ShareFetch must then have MaxWaitMs, MinBytes,
   MaxBytes and MaxRecords 0 (else INVALID_REQUEST) and fetches nothing.
 * A closed session (epoch -1) releases what the member holds on every partition of the group.
+* Acknowledgements are answered once their share state is durable in `__share_group_state`.
 * Answers: AcquisitionLockTimeoutMs is the group's lock duration; at epoch 0 every session
   partition is answered, later only those with records, errors or acknowledgements. Partition
   errors: UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED (READ on the
@@ -176,6 +177,8 @@ async def handle_share_fetch(ctx, req: ShareFetchRequest) -> ShareFetchResponse:
     ack_results = _acknowledge_all(ctx, sl, group, member, acks, names, allowed)
     if sess.release:
         sl.release_member(group, member)
+    if (acks or sess.release) and sl.state is not None:
+        await sl.state.wait_durable()          # acknowledgements are answered once stored
     fetch = [] if (renew or sess.release) else sorted(sess.partitions, key=lambda tp: (str(tp[0]), tp[1]))
     full = req.share_session_epoch == 0
     answers: dict[tuple[_uuid.UUID, int], FPart] = {}
@@ -256,6 +259,8 @@ async def handle_share_acknowledge(ctx, req: ShareAcknowledgeRequest) -> ShareAc
     results = _acknowledge_all(ctx, sl, group, member, acks, names, allowed)
     if sess.release:
         sl.release_member(group, member)
+    if sl.state is not None:
+        await sl.state.wait_durable()
     by_topic: dict[_uuid.UUID, list] = {}
     L = APart.LeaderIdAndEpoch
     for (tid, index), (code, msg) in sorted(results.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
