@@ -224,3 +224,38 @@ def test_broker_restart_acknowledged_never_again_in_flight_back():
             assert offs[TopicPartition("t", 0)].start_offset == 6 and offs[TopicPartition("t", 0)].lag == 0
         finally:
             admin.close()
+
+
+def test_console_state_shows_share_groups_members_start_offsets_and_lag():
+    from kohort import Producer, ShareConsumer
+    from kohort.broker.console import state
+    with broker(FAST) as kb:
+        kb.create_topic("t", 2)
+        admin = Admin({"bootstrap.servers": kb.bootstrap_servers})
+        admin.alter_configs(("group", "cg"), {"share.auto.offset.reset": "earliest"})
+        admin.close()
+        with Producer({"bootstrap.servers": kb.bootstrap_servers}) as p:
+            for i in range(10):
+                p.send("t", value=b"x", partition=i % 2)
+            p.flush()
+        c = ShareConsumer({"bootstrap.servers": kb.bootstrap_servers, "group.id": "cg",
+                           "share.acknowledgement.mode": "explicit"})
+        c.subscribe(["t"])
+        try:
+            got = []
+            deadline = time.monotonic() + 15
+            while len(got) < 10 and time.monotonic() < deadline:
+                got += c.poll(0.3)
+            assert len(got) == 10
+
+            async def read():
+                return state.groups(kb._broker), state.group(kb._broker, "cg")
+            listed, one = kb._run(read())
+            row = [g for g in listed if g["group_id"] == "cg"][0]
+            assert (row["type"], row["state"], row["members"], row["assignor"]) == ("share", "Stable", 1, "simple")
+            assert [m["assignment"] for m in one["members"]] == [[{"topic": "t", "partitions": [0, 1]}]]
+            # 5 records per partition acquired, none acknowledged: all in flight, all lagging
+            assert [(o["partition"], o["start_offset"], o["in_flight"], o["lag"]) for o in one["offsets"]] == [
+                (0, 0, 5, 5), (1, 0, 5, 5)]
+        finally:
+            c.close(timeout=5)
