@@ -259,3 +259,59 @@ def test_console_state_shows_share_groups_members_start_offsets_and_lag():
                 (0, 0, 5, 5), (1, 0, 5, 5)]
         finally:
             c.close(timeout=5)
+
+
+def test_group_configs_on_the_group_resource(kb):
+    from kohort.errors import ERRORS
+    admin = Admin({"bootstrap.servers": kb.bootstrap_servers})
+    try:
+        admin.alter_configs(("group", "cfg"), {"share.auto.offset.reset": "by_duration:PT1H",
+                                               "share.record.lock.duration.ms": "15000",
+                                               "consumer.session.timeout.ms": "50000"})
+        got = admin.describe_configs([("group", "cfg")])[(32, "cfg")]
+        assert (got["share.auto.offset.reset"].value, got["share.auto.offset.reset"].source) == ("by_duration:PT1H", 8)
+        assert (got["share.record.lock.duration.ms"].value, got["share.record.lock.duration.ms"].source) == ("15000", 8)
+        assert (got["share.delivery.count.limit"].value, got["share.delivery.count.limit"].source) == ("5", 5)
+        assert got["consumer.session.timeout.ms"].value == "50000"
+        for bad in ({"share.auto.offset.reset": "soon"}, {"share.auto.offset.reset": "by_duration:1h"},
+                    {"no.such.config": "1"}, {"share.delivery.count.limit": "11"},
+                    {"share.isolation.level": "serializable"}, {"share.record.lock.duration.ms": "x"},
+                    {"share.heartbeat.interval.ms": "60000"}):
+            with pytest.raises(ERRORS[ErrorCode.INVALID_CONFIG]):
+                admin.alter_configs(("group", "cfg"), bad)
+        # nothing of a refused change was applied
+        got = admin.describe_configs([("group", "cfg")])[(32, "cfg")]
+        assert got["share.auto.offset.reset"].value == "by_duration:PT1H"
+        assert got["share.delivery.count.limit"].source == 5
+    finally:
+        admin.close()
+
+
+def test_by_duration_reset_starts_at_the_first_record_that_recent(kb):
+    """share.auto.offset.reset=by_duration:PT1H: records older than an hour are skipped."""
+    from kohort import Producer, ShareConsumer
+    from kohort.broker.share_leader import parse_duration_ms
+    kb.create_topic("bd", 1)
+    admin = Admin({"bootstrap.servers": kb.bootstrap_servers})
+    admin.alter_configs(("group", "bd"), {"share.auto.offset.reset": "by_duration:PT1H"})
+    admin.close()
+    now = int(time.time() * 1000)
+    with Producer({"bootstrap.servers": kb.bootstrap_servers}) as p:
+        for i, age_ms in enumerate((3 * 3600_000, 2 * 3600_000, 60_000, 0)):
+            p.send("bd", value=b"r%d" % i, partition=0, timestamp=now - age_ms)
+        p.flush()
+    c = ShareConsumer({"bootstrap.servers": kb.bootstrap_servers, "group.id": "bd"})
+    c.subscribe(["bd"])
+    try:
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += c.poll(0.3)
+        assert [r.offset for r in got] == [2, 3]
+    finally:
+        c.close(timeout=5)
+    assert parse_duration_ms("PT1H") == 3600_000 and parse_duration_ms("P1DT30M") == 88200_000
+    assert parse_duration_ms("PT0.5S") == 500
+    for bad in ("1h", "P", "PT", "-PT1H"):
+        with pytest.raises(ValueError):
+            parse_duration_ms(bad)
