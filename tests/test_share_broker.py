@@ -315,3 +315,53 @@ def test_by_duration_reset_starts_at_the_first_record_that_recent(kb):
     for bad in ("1h", "P", "PT", "-PT1H"):
         with pytest.raises(ValueError):
             parse_duration_ms(bad)
+
+
+@pytest.mark.slow
+def test_broker_sigkill_acknowledged_never_again_in_flight_back(tmp_path):
+    """kohort broker SIGKILLed while records are acquired: after it comes back (same data directory)
+    confluent-kafka's ShareConsumer gets exactly the records that were not acknowledged."""
+    import confluent_kafka as ck
+    from kohort import Producer, ShareConsumer
+    from kohort.client.share.consumer import AcknowledgeType
+    from tests.brokers import KohortBroker
+    cfg = {**FAST, "group.share.record.lock.duration.ms": 60000}
+    kb = KohortBroker(data_dir=str(tmp_path), config=cfg).start()
+    try:
+        admin = Admin({"bootstrap.servers": kb.bootstrap})
+        admin.create_topics(["k"], num_partitions=1, replication_factor=1)
+        admin.alter_configs(("group", "gk"), {"share.auto.offset.reset": "earliest"})
+        admin.close()
+        with Producer({"bootstrap.servers": kb.bootstrap}) as p:
+            for i in range(8):
+                p.send("k", value=b"v%d" % i, partition=0)
+            p.flush()
+        c = ShareConsumer({"bootstrap.servers": kb.bootstrap, "group.id": "gk",
+                           "share.acknowledgement.mode": "explicit"})
+        c.subscribe(["k"])
+        got = []
+        deadline = time.monotonic() + 15
+        while len(got) < 8 and time.monotonic() < deadline:
+            got += c.poll(0.3)
+        assert sorted(r.offset for r in got) == list(range(8))
+        for r in got:
+            if r.offset in (0, 1, 2, 5):
+                c.acknowledge(r, AcknowledgeType.ACCEPT)
+            elif r.offset == 6:
+                c.acknowledge(r, AcknowledgeType.REJECT)
+        assert all(e is None for e in c.commit_sync(10).values())
+        kb.kill()                         # SIGKILL: no clean shutdown
+        c.close(timeout=1)
+        kb.start()
+        cc = ck.ShareConsumer({"bootstrap.servers": kb.bootstrap, "group.id": "gk"})
+        cc.subscribe(["k"])
+        again = []
+        deadline = time.monotonic() + 20
+        while len(again) < 3 and time.monotonic() < deadline:
+            again += [m for m in cc.poll(0.5) if m.error() is None]
+        time.sleep(0.5)
+        again += [m for m in cc.poll(0.5) if m.error() is None]
+        assert sorted(m.offset() for m in again) == [3, 4, 7]
+        cc.close()
+    finally:
+        kb.stop()
