@@ -365,3 +365,54 @@ def test_broker_sigkill_acknowledged_never_again_in_flight_back(tmp_path):
         cc.close()
     finally:
         kb.stop()
+
+
+MEMBER = """
+import sys, time
+import confluent_kafka as ck
+c = ck.ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+                      "share.acknowledgement.mode": "explicit"})
+c.subscribe([sys.argv[3]])
+n = 0
+while True:
+    for m in c.poll(0.2):
+        if m.error() is None:
+            n += 1
+            print(m.offset(), flush=True)     # acquired, never acknowledged
+"""
+
+
+@pytest.mark.slow
+def test_sigkilled_members_records_go_to_the_others_when_its_lock_expires():
+    import subprocess
+    import sys
+    from kohort import Producer, ShareConsumer
+    with broker(FAST) as kb:
+        kb.create_topic("sk", 1)
+        admin = Admin({"bootstrap.servers": kb.bootstrap_servers})
+        admin.alter_configs(("group", "gsk"), {"share.auto.offset.reset": "earliest",
+                                               "share.record.lock.duration.ms": "2000"})
+        admin.close()
+        with Producer({"bootstrap.servers": kb.bootstrap_servers}) as p:
+            for i in range(5):
+                p.send("sk", value=b"v%d" % i, partition=0)
+            p.flush()
+        proc = subprocess.Popen([sys.executable, "-c", MEMBER, kb.bootstrap_servers, "gsk", "sk"],
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            seen = [int(proc.stdout.readline()) for _ in range(5)]
+            assert sorted(seen) == list(range(5))
+        finally:
+            proc.kill()                   # SIGKILL: no acknowledgement, no session close
+            proc.wait()
+        t0 = time.monotonic()
+        c = ShareConsumer({"bootstrap.servers": kb.bootstrap_servers, "group.id": "gsk"})
+        c.subscribe(["sk"])
+        try:
+            got = []
+            while len(got) < 5 and time.monotonic() - t0 < 15:
+                got += c.poll(0.3)
+            assert sorted(r.offset for r in got) == list(range(5))
+            assert {r.delivery_count for r in got} == {2}
+        finally:
+            c.close(timeout=5)
