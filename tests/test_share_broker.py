@@ -416,3 +416,43 @@ def test_sigkilled_members_records_go_to_the_others_when_its_lock_expires():
             assert {r.delivery_count for r in got} == {2}
         finally:
             c.close(timeout=5)
+
+
+def test_a_closed_connection_ends_its_share_session_and_releases_the_records():
+    from kohort import Producer, ShareConsumer
+    from kohort.protocol.messages.share_fetch import ShareFetchRequest
+    cfg = {**FAST, "group.share.record.lock.duration.ms": 60000}
+    with broker(cfg) as kb:
+        kb.create_topic("cc", 1)
+        admin = Admin({"bootstrap.servers": kb.bootstrap_servers})
+        admin.alter_configs(("group", "gcc"), {"share.auto.offset.reset": "earliest"})
+        tid = admin.describe_topics(["cc"])[0].topic_id
+        admin.close()
+        with Producer({"bootstrap.servers": kb.bootstrap_servers}) as p:
+            for i in range(3):
+                p.send("cc", value=b"v%d" % i, partition=0)
+            p.flush()
+        c = RawClient(kb.bootstrap_servers)
+        _join_until_assigned(c, "gcc", "raw-member", "cc", 1)
+        F = ShareFetchRequest.FetchTopic
+        r = c.request(ShareFetchRequest(group_id="gcc", member_id="raw-member", share_session_epoch=0,
+                                        max_wait_ms=2000, min_bytes=1, max_bytes=1 << 20, max_records=500,
+                                        batch_size=500, share_acquire_mode=0, is_renew_ack=False,
+                                        topics=[F(topic_id=uuid.UUID(str(tid)), partitions=[
+                                            F.FetchPartition(partition_index=0, acknowledgement_batches=[])])],
+                                        forgotten_topics_data=[]), 2)
+        acquired = [(a.first_offset, a.last_offset) for t in r.responses for p in t.partitions
+                    for a in p.acquired_records]
+        assert acquired == [(0, 2)]
+        c.close()                          # no acknowledgement, no session close: the socket just goes
+        t0 = time.monotonic()
+        other = ShareConsumer({"bootstrap.servers": kb.bootstrap_servers, "group.id": "gcc"})
+        other.subscribe(["cc"])
+        try:
+            got = []
+            while len(got) < 3 and time.monotonic() - t0 < 15:
+                got += other.poll(0.3)
+            # within 15 s: long before the 60 s lock would have expired
+            assert sorted(r.offset for r in got) == [0, 1, 2] and {r.delivery_count for r in got} == {2}
+        finally:
+            other.close(timeout=5)

@@ -12,6 +12,9 @@ of kohort.broker.share — the share sessions (`ShareSessionCache`) and one `Sha
 * Lock timers: after every change the partition's `next_deadline_ms()` is armed as one asyncio
   timer per partition; on expiry `expire_locks(now)` releases what passed and wakes the ShareFetch
   long polls waiting on that partition (kohort.broker.waiters), as an append does.
+* A share session ends with the connection it was opened on: once a second the sessions whose
+  connection is gone (no longer among the broker's open connections) are closed and their members'
+  records released, as Kafka's ShareSessionCache does on a connection close.
 * Every `StateWrite` a change returns is written to `__share_group_state` through `state` (memory
   only when none is attached); a new partition's start offset is written first.
 
@@ -35,6 +38,7 @@ from kohort.errors import ErrorCode
 log = logging.getLogger("kohort.broker.share")
 
 PartitionKey = tuple[str, _uuid.UUID, int]      # (group id, topic id, partition)
+SWEEP_S = 1.0                                   # how often sessions of closed connections are ended
 
 # share.auto.offset.reset=by_duration:<ISO-8601 duration PnDTnHnMn.nS> (Java's Duration.parse subset)
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$", re.IGNORECASE)
@@ -63,6 +67,7 @@ class ShareLeader:
         self.partitions: dict[PartitionKey, SharePartition] = {}
         self._timers: dict[PartitionKey, tuple[int, asyncio.TimerHandle]] = {}
         self.state: Any = None        # kohort.broker.share_state_runtime.ShareStateRuntime, or None
+        self._sweeper: asyncio.TimerHandle | None = None
 
     # -- configs -------------------------------------------------------------------------------------
     def group_config(self, group_id: str, name: str) -> str | None:
@@ -183,6 +188,21 @@ class ShareLeader:
         for group_id, member_id in self.sessions.connection_closed(connection):
             self.release_member(group_id, member_id)
 
+    def sweep_closed_connections(self) -> None:
+        """Close the sessions of connections that are gone, releasing their members' records."""
+        open_ids = getattr(self.broker, "_conn_states", None)
+        if open_ids is None:
+            return
+        for conn in {s.connection for s in self.sessions.sessions.values()} - set(open_ids):
+            self.connection_closed(conn)
+
+    def _sweep_every_second(self) -> None:
+        try:
+            self.sweep_closed_connections()
+        except Exception:      # noqa: BLE001 - keep sweeping
+            log.exception("share session sweep failed")
+        self._sweeper = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep_every_second)
+
     # -- lock timers ---------------------------------------------------------------------------------
     def _arm(self, key: PartitionKey) -> None:
         sp = self.partitions.get(key)
@@ -216,6 +236,9 @@ class ShareLeader:
         self.broker.waiters.notify(name, key[2])
 
     def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for _, h in self._timers.values():
             h.cancel()
         self._timers.clear()
@@ -228,6 +251,7 @@ def open_share_leader(broker: Any) -> ShareLeader:
     sl = ShareLeader(broker)
     sl.state = ShareStateRuntime(broker).open()
     broker.share_leader = sl
+    sl._sweeper = asyncio.get_running_loop().call_later(SWEEP_S, sl._sweep_every_second)
 
     async def close() -> None:
         sl.close()
