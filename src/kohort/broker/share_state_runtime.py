@@ -2,8 +2,9 @@
 (kohort.broker.share.state) in the `__share_group_state` topic, as kohort.broker.txn drives the
 transaction coordinator over its own topic.
 
-* The topic is created at start if missing (share.coordinator.state.topic.num.partitions
-  partitions, Kafka's 50 by default; cleanup.policy=delete, retention.ms=-1 as Kafka makes it). A
+* The topic is created when the first share state is written, as Kafka creates it on first need
+  (share.coordinator.state.topic.num.partitions partitions, Kafka's 50 by default;
+  cleanup.policy=delete, retention.ms=-1 as Kafka makes it): a broker without share groups has none. A
   share-partition's records go to `state_partition(group, topic id, partition)` (Kafka's hash).
 * Load: every partition is read from its log start, each record decoded (ShareSnapshot type 0,
   ShareUpdate type 1, Kafka's formats in kohort.protocol.share_state_records) and replayed in log
@@ -51,17 +52,25 @@ class ShareStateRuntime:
 
     # -- start ---------------------------------------------------------------------------------------
     def open(self) -> "ShareStateRuntime":
+        """Load the topic when it exists."""
         storage = self.broker.storage
-        if not storage.has_topic(STATE_TOPIC):
-            try:
-                storage.create_topic(STATE_TOPIC, self.num_partitions,
-                                     {"cleanup.policy": "delete", "retention.ms": -1}, now_ms=_now_ms())
-            except TopicAlreadyExistsError:
-                pass
-        self.num_partitions = storage.topic(STATE_TOPIC).num_partitions
-        for p in range(self.num_partitions):
-            self._load_partition(p)
+        if storage.has_topic(STATE_TOPIC):
+            self.num_partitions = storage.topic(STATE_TOPIC).num_partitions
+            for p in range(self.num_partitions):
+                self._load_partition(p)
         return self
+
+    def _ensure_topic(self) -> None:
+        storage = self.broker.storage
+        if storage.has_topic(STATE_TOPIC):
+            return
+        try:
+            storage.create_topic(STATE_TOPIC, self.num_partitions,
+                                 {"cleanup.policy": "delete", "retention.ms": -1}, now_ms=_now_ms())
+            log.info("created %s with %d partitions", STATE_TOPIC, self.num_partitions)
+        except TopicAlreadyExistsError:
+            pass
+        self.num_partitions = storage.topic(STATE_TOPIC).num_partitions
 
     def _load_partition(self, p: int) -> None:
         lg = self.broker.storage.log(STATE_TOPIC, p)
@@ -119,6 +128,7 @@ class ShareStateRuntime:
 
     def _append(self, key: StateKey, record: tuple[Any, Any]) -> None:
         k, v = record
+        self._ensure_topic()
         now = _now_ms()
         p = R.state_partition(key[0], key[1], key[2], self.num_partitions)
         batch = build_batch([(R.encode_key(k), R.encode_value(v), [], now)])
