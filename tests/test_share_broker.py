@@ -456,3 +456,19 @@ def test_a_closed_connection_ends_its_share_session_and_releases_the_records():
             assert sorted(r.offset for r in got) == [0, 1, 2] and {r.delivery_count for r in got} == {2}
         finally:
             other.close(timeout=5)
+
+
+def test_share_group_configs_set_the_heartbeat_interval_and_session_timeout(kb):
+    kb.create_topic("hc", 1)
+    admin = Admin({"bootstrap.servers": kb.bootstrap_servers})
+    admin.alter_configs(("group", "ghc"), {"share.heartbeat.interval.ms": "700", "share.session.timeout.ms": "6000"})
+    admin.close()
+    c = RawClient(kb.bootstrap_servers)
+    try:
+        r = _hb(c, "ghc", "m1", 0, ["hc"])
+        assert (r.error_code, r.heartbeat_interval_ms) == (0, 700)
+        time.sleep(2.0)          # past the broker's 1.5 s session: the group's 6 s applies
+        assert _hb(c, "ghc", "m1", r.member_epoch).error_code == 0
+        assert _hb(c, "other", "m1", 0, ["hc"]).heartbeat_interval_ms == 200       # the broker's setting
+    finally:
+        c.close()

@@ -121,7 +121,8 @@ class CoordinatorRuntime:
                 session_timeout_ms=int(values.get("group.share.session.timeout.ms", 45000)),
                 heartbeat_interval_ms=int(values.get("group.share.heartbeat.interval.ms", 5000)),
                 max_size=int(values.get("group.share.max.size", 200)),
-                assignment_interval_ms=int(values.get("group.share.assignment.interval.ms", 1000))))
+                assignment_interval_ms=int(values.get("group.share.assignment.interval.ms", 1000))),
+                group_config=self._share_group_config)
         self.groups = GroupRegistry(classic, consumer, share)
         classic.offsets_in_use = self.groups.offsets_in_use
         self.machines: tuple[GroupMachine, ...] = self.groups.machines
@@ -341,6 +342,22 @@ class CoordinatorRuntime:
         return await self._run(machine, "heartbeat", machine.heartbeat, p, self._topic_partition_counts())
 
     # -- KIP-932 share groups ------------------------------------------------------------------------
+    def _share_group_config(self, group_id: str) -> ShareGroupConfig | None:
+        """A share group's membership settings from its group configs (kohort.broker.group_configs:
+        share.session.timeout.ms, share.heartbeat.interval.ms, share.assignment.interval.ms), None
+        when it has none of them."""
+        store = getattr(self.broker, "group_configs", None)
+        own = store.get(group_id) if store is not None else {}
+        names = ("share.session.timeout.ms", "share.heartbeat.interval.ms", "share.assignment.interval.ms")
+        if not any(n in own for n in names):
+            return None
+        base = self._share_groups().config
+        return ShareGroupConfig(
+            session_timeout_ms=int(own.get(names[0], base.session_timeout_ms)),
+            heartbeat_interval_ms=int(own.get(names[1], base.heartbeat_interval_ms)),
+            max_size=base.max_size,
+            assignment_interval_ms=int(own.get(names[2], base.assignment_interval_ms)))
+
     def _share_groups(self) -> ShareGroups:
         if self._share is None:
             raise RuntimeError("share groups are not enabled (share.version 0)")

@@ -11,8 +11,9 @@ must stay below its session timeout). `GroupConfigStore` keeps the values by gro
 Who reads them: the share partitions (kohort.broker.share_leader) read share.auto.offset.reset,
 share.isolation.level, share.record.lock.duration.ms, share.delivery.count.limit,
 share.partition.max.record.locks and share.renew.acknowledge.enable when a share partition is
-made. The membership configs (consumer.*, share.session/heartbeat/assignment) are stored and
-described; the group machines use the broker's settings.
+made; the share-group machine reads share.session.timeout.ms, share.heartbeat.interval.ms and
+share.assignment.interval.ms at each heartbeat. The consumer.* ones are stored and described; the
+consumer-group machine uses the broker's settings.
 """
 from __future__ import annotations
 

@@ -80,9 +80,10 @@ class ShareGroups(GroupMachine):
     SERDE = ShareGroupRecordSerde()
 
     def __init__(self, config: ShareGroupConfig | None = None,
-                 on_initialize: Callable[[InitializeState], None] | None = None) -> None:
+                 on_initialize: Callable[[InitializeState], None] | None = None,
+                 group_config: Callable[[str], ShareGroupConfig | None] | None = None) -> None:
         super().__init__()
-        self.coordinator = ShareGroupCoordinator(config)
+        self.coordinator = ShareGroupCoordinator(config, group_config)
         # the share-state driver's hook: persist the initial state of these partitions, then call
         # `state_initialized`; None: they are initialized at once (memory only)
         self.on_initialize = on_initialize
