@@ -204,6 +204,12 @@ def test_broker_restart_acknowledged_never_again_in_flight_back():
         assert all(e is None for e in c.commit_sync(10).values())
         # offsets 3-5 stay acquired (lock 60 s) when the broker goes down: no close, no release
         kb.restart()
+        admin = Admin({"bootstrap.servers": kb.bootstrap_servers})
+        try:       # group configs are kept in the data directory
+            got_cfg = admin.describe_configs([("group", "g")])[(32, "g")]["share.auto.offset.reset"]
+            assert (got_cfg.value, got_cfg.source) == ("earliest", 8)
+        finally:
+            admin.close()
         c2 = ShareConsumer({"bootstrap.servers": kb.bootstrap_servers, "group.id": "g"})
         c2.subscribe(["t"])
         again = []

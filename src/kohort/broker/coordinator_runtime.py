@@ -80,6 +80,7 @@ from kohort.broker.share.group import ShareGroupConfig
 from kohort.broker.share.machine import ShareGroups
 from kohort.broker.share_leader import open_share_leader
 from kohort.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
+from kohort.broker.group_configs import store_of
 from kohort.broker.group_events import GroupEvents, log_event
 from kohort.broker.producer_state import marker_key, marker_value, parse_marker, CONTROL_COMMIT
 
@@ -346,8 +347,7 @@ class CoordinatorRuntime:
         """A share group's membership settings from its group configs (kohort.broker.group_configs:
         share.session.timeout.ms, share.heartbeat.interval.ms, share.assignment.interval.ms), None
         when it has none of them."""
-        store = getattr(self.broker, "group_configs", None)
-        own = store.get(group_id) if store is not None else {}
+        own = store_of(self.broker).get(group_id)
         names = ("share.session.timeout.ms", "share.heartbeat.interval.ms", "share.assignment.interval.ms")
         if not any(n in own for n in names):
             return None

@@ -5,8 +5,10 @@ with IncrementalAlterConfigs and read with DescribeConfigs, as Kafka's GroupConf
 (DescribeConfigs' ConfigType), the broker setting that gives its default and its check. An unknown
 name or a bad value is refused (`GroupConfigError`, answered INVALID_CONFIG); a change is checked
 on the group's whole config merged over the broker defaults (a share group's heartbeat interval
-must stay below its session timeout). `GroupConfigStore` keeps the values by group id, in memory
-(the broker's lifetime). Pure: no I/O.
+must stay below its session timeout). `GroupConfigStore` keeps the values by group id (pure: no
+I/O); `store_of(broker)` attaches it to the broker, kept in `<data dir>/group_configs.json` (written
+atomically before IncrementalAlterConfigs answers, as Kafka keeps them in its metadata log; memory
+only when the broker has no data directory).
 
 Who reads them: the share partitions (kohort.broker.share_leader) read share.auto.offset.reset,
 share.isolation.level, share.record.lock.duration.ms, share.delivery.count.limit,
@@ -87,9 +89,11 @@ def default_value(name: str, broker_config: Mapping[str, object]) -> str:
 
 
 class GroupConfigStore:
-    def __init__(self, broker_config: Mapping[str, object]) -> None:
+    def __init__(self, broker_config: Mapping[str, object], groups: Mapping[str, Mapping[str, str]] | None = None,
+                 on_change: Callable[[dict[str, dict[str, str]]], None] | None = None) -> None:
         self.broker_config = broker_config
-        self._groups: dict[str, dict[str, str]] = {}
+        self._groups: dict[str, dict[str, str]] = {g: dict(v) for g, v in (groups or {}).items() if v}
+        self.on_change = on_change          # called with every group's configs after a change
 
     def get(self, group_id: str, default: dict | None = None) -> dict[str, str]:
         """The configs set on `group_id` (name -> value), without defaults."""
@@ -129,11 +133,34 @@ class GroupConfigStore:
                 self._groups[group_id] = merged
             else:
                 self._groups.pop(group_id, None)
+            if self.on_change is not None:
+                self.on_change({g: dict(v) for g, v in self._groups.items()})
+
+
+GROUP_CONFIGS_FILE = "group_configs.json"
 
 
 def store_of(broker) -> GroupConfigStore:
-    """The broker's GroupConfigStore (`broker.group_configs`), made on first use."""
+    """The broker's GroupConfigStore (`broker.group_configs`), made on first use from
+    `<data dir>/group_configs.json` when the broker has a data directory."""
     store = getattr(broker, "group_configs", None)
-    if store is None:
+    if store is not None:
+        return store
+    data_dir = getattr(broker, "data_dir", None)
+    if not data_dir:
         store = broker.group_configs = GroupConfigStore(broker.config.values)
+        return store
+    import json
+    import os
+    from kohort.storage.fs import write_json_atomic
+    path = os.path.join(data_dir, GROUP_CONFIGS_FILE)
+    try:
+        with open(path) as fh:
+            groups = json.load(fh)["groups"]
+    except FileNotFoundError:
+        groups = {}
+
+    def save(groups: dict) -> None:
+        write_json_atomic(path, {"version": 1, "groups": groups})
+    store = broker.group_configs = GroupConfigStore(broker.config.values, groups, save)
     return store

@@ -31,6 +31,7 @@ import time
 import uuid as _uuid
 from typing import Any, Callable, Sequence
 
+from kohort.broker.group_configs import store_of
 from kohort.broker.share.partition import AckBatch, SharePartition, SharePartitionConfig, StateWrite
 from kohort.broker.share.sessions import ShareSessionCache
 from kohort.errors import ErrorCode
@@ -72,8 +73,7 @@ class ShareLeader:
     # -- configs -------------------------------------------------------------------------------------
     def group_config(self, group_id: str, name: str) -> str | None:
         """A group config's value (IncrementalAlterConfigs on the GROUP resource) or None."""
-        store = getattr(self.broker, "group_configs", None)
-        return None if store is None else store.get(group_id, {}).get(name)
+        return store_of(self.broker).get(group_id).get(name)
 
     def partition_config(self, group_id: str) -> SharePartitionConfig:
         b = self.broker.config
