@@ -1,5 +1,5 @@
-"""kohort's ShareConsumer (KIP-932) and the share-group Admin calls against Apache Kafka 4.3.1, one
-node with share groups on (its default), fast share settings (lock 4 s, heartbeat 0.5 s, delivery
+"""kohort's ShareConsumer (KIP-932) and the share-group Admin calls against Apache Kafka 4.3.1 (one
+node with share groups on, its default) and against kohort's broker, each scenario on both, with fast share settings (lock 4 s, heartbeat 0.5 s, delivery
 count limit 3, assignment interval 0) and `__share_group_state` with replication factor 1. Each group
 reads from the earliest offset (group config share.auto.offset.reset=earliest, set with
 Admin.alter_configs on the GROUP resource). Also: kohort and confluent-kafka ShareConsumer members in
@@ -27,8 +27,14 @@ SHARE_BROKER_CONFIG = {
 }
 
 
-@pytest.fixture(scope="module")
-def kshare():
+@pytest.fixture(scope="module", params=["kafka", "kohort"])
+def kshare(request):
+    """Apache Kafka 4.3.1 (1 node) or kohort's broker, both with the fast share settings."""
+    if request.param == "kohort":
+        from tests.brokers import KohortBroker
+        with KohortBroker(config=SHARE_BROKER_CONFIG) as kb:
+            yield kb
+        return
     from tests.kafka_cluster import KafkaCluster
     kc = KafkaCluster(nodes=1, extra_config=SHARE_BROKER_CONFIG)
     kc.start()
@@ -440,17 +446,17 @@ def test_unsubscribe_sends_acknowledgements_and_subscribe_rejoins(kshare, admin)
 
 
 def test_broker_without_share_groups_is_a_clear_error_from_poll():
-    """kohort's broker does not serve share groups yet: ShareGroupHeartbeat is not advertised."""
+    """A kohort broker whose share.version feature is 0 answers ShareGroupHeartbeat UNSUPPORTED_VERSION."""
     from kohort.errors import ERRORS, ErrorCode
     from tests.brokers import KohortBroker
-    with KohortBroker() as kb:
+    with KohortBroker(config={"share.version": 0}) as kb:
         with Producer({"bootstrap.servers": kb.bootstrap}) as p:
             p.send("jobs", value=b"x")
             p.flush()
         c = ShareConsumer({"bootstrap.servers": kb.bootstrap, "group.id": "g"})
         try:
             c.subscribe(["jobs"])
-            with pytest.raises(ERRORS[ErrorCode.UNSUPPORTED_VERSION], match="ShareGroupHeartbeat"):
+            with pytest.raises(ERRORS[ErrorCode.UNSUPPORTED_VERSION], match="share.version is 0"):
                 deadline = time.monotonic() + 10
                 while time.monotonic() < deadline:
                     c.poll(0.2)

@@ -32,7 +32,8 @@ def _b(v):
 
 def _rebalance_protocols(v) -> str:
     """group.coordinator.rebalance.protocols: a list of classic/consumer that must contain classic
-    (Kafka: "Disabling the 'classic' protocol is not supported"); kohort has no share/streams groups."""
+    (Kafka: "Disabling the 'classic' protocol is not supported"); share groups are never listed here (they
+    are on while the share.version feature is 1, as Kafka's), kohort has no streams groups."""
     names = [x.strip().lower() for x in str(v).split(",") if x.strip()]
     unknown = [n for n in names if n not in ("classic", "consumer")]
     if unknown:
@@ -40,6 +41,14 @@ def _rebalance_protocols(v) -> str:
     if "classic" not in names:
         raise ValueError("disabling the 'classic' protocol is not supported")
     return ",".join(dict.fromkeys(names))
+
+
+def _share_version(v) -> int:
+    """share.version: the share-groups feature level, 0 (off) or 1 (on)."""
+    n = int(str(v).strip())
+    if n not in (0, 1):
+        raise ValueError("share.version is 0 or 1")
+    return n
 
 
 # name -> (parser, default). Topic-level defaults use the broker's log.* names (Kafka's mapping).
@@ -125,6 +134,24 @@ def _positive_int(v) -> int:
     return n
 
 
+SPEC.update({
+    # share groups (KIP-932): the share.version feature (0 off, 1 on, finalized in ApiVersions) and
+    # Kafka's broker defaults of the group.share.* settings
+    "share.version": (_share_version, 1),
+    "group.share.session.timeout.ms": (_positive_int, 45000),
+    "group.share.heartbeat.interval.ms": (_positive_int, 5000),
+    "group.share.max.size": (_positive_int, 200),
+    "group.share.assignment.interval.ms": (int, 1000),
+    "group.share.record.lock.duration.ms": (_positive_int, 30000),
+    "group.share.delivery.count.limit": (_positive_int, 5),
+    "group.share.partition.max.record.locks": (_positive_int, 2000),
+    "group.share.max.share.sessions": (_positive_int, 2000),
+    # __share_group_state (kohort.broker.share_state_runtime)
+    "share.coordinator.state.topic.num.partitions": (_positive_int, 50),
+    "share.coordinator.snapshot.update.records.per.snapshot": (int, 500),
+})
+
+
 SPEC.update({"console.listener": (str, ""), "console.allow.writes": (_b, False),
              "console.lag.sample.ms": (_positive_int, 5000)})
 # security (broker/security.py): listeners and their protocols, TLS with PEM files, SASL. Each of these
@@ -187,9 +214,9 @@ UNUSED: dict[str, str] = {
     "socket.receive.buffer.bytes": "the operating system's socket buffer sizes are used",
     "socket.listen.backlog.size": "asyncio's listen backlog is used",
     "transaction.state.log.replication.factor": _SINGLE_NODE, "transaction.state.log.min.isr": _SINGLE_NODE,
-    "share.coordinator.state.topic.replication.factor": "kohort has no share groups",
-    "share.coordinator.state.topic.min.isr": "kohort has no share groups",
-    "group.share.enable": "kohort has no share groups",
+    "share.coordinator.state.topic.replication.factor": _SINGLE_NODE,
+    "share.coordinator.state.topic.min.isr": _SINGLE_NODE,
+    "group.share.enable": "Kafka 4.1-4.2's switch: share groups follow the share.version feature",
     "min.insync.replicas": "one replica per partition: acks=all is the leader's write",
     "unclean.leader.election.enable": _SINGLE_NODE, "auto.leader.rebalance.enable": _SINGLE_NODE,
     "broker.rack": _SINGLE_NODE, "broker.heartbeat.interval.ms": _SINGLE_NODE,
@@ -201,7 +228,6 @@ UNUSED: dict[str, str] = {
     "log.dir.failure.timeout.ms": "one log directory",
     "log.roll.jitter.ms": "segments roll at log.roll.ms", "log.roll.jitter.hours": "segments roll at log.roll.ms",
     "metric.reporters": "metrics are served by --metrics (Prometheus)",
-    "group.share.max.size": "kohort has no share groups",
 }
 # prefixes of whole families with no meaning for one node
 UNUSED_PREFIXES: dict[str, str] = {
@@ -213,7 +239,9 @@ UNUSED_PREFIXES: dict[str, str] = {
     "controlled.shutdown.": _SINGLE_NODE,
     "metadata.log.": "no KRaft metadata log",
     "metadata.max.": "no KRaft metadata log",
-    "share.": "kohort has no share groups",
+    "share.coordinator.": "share-group state is kept by the one node's share coordinator: nothing to tune",
+    "group.share.min.": "group configs are checked against their own ranges, not broker bounds",
+    "group.share.max.": "group configs are checked against their own ranges, not broker bounds",
     "metrics.": "metrics are served by --metrics (Prometheus)",
 }
 # Kafka's other time units for the same settings (the *.ms setting wins, then minutes, then hours)

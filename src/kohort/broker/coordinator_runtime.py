@@ -1,7 +1,7 @@
 """The broker-side coordinator runtime: drives the pure group machines of kohort.broker.coordinator
 with real storage, timers and request futures. It holds a LIST of machines (`machines`: the classic
-coordinator, and KIP-848's ConsumerGroups unless `group.coordinator.rebalance.protocols` lacks
-"consumer"); each declares its GROUP_TYPE, its TIMER_NAMESPACE and its SERDE (the record types it
+coordinator, KIP-848's ConsumerGroups unless `group.coordinator.rebalance.protocols` lacks
+"consumer", and KIP-932's ShareGroups while the `share.version` feature is 1); each declares its GROUP_TYPE, its TIMER_NAMESPACE and its SERDE (the record types it
 reads and writes), and the runtime treats them alike. `groups` (GroupRegistry) knows which machine
 owns a group; handlers call the typed operations below and never choose a machine themselves.
 
@@ -76,6 +76,11 @@ from kohort.broker.coordinator.model import (
     Outcome, PartitionResult, SetTimer, SyncParams, SyncResult, TxnMarkerRecord, TxnOffsetCommitParams,
 )
 from kohort.broker.coordinator.registry import GroupRegistry
+from kohort.broker.share.group import ShareGroupConfig
+from kohort.broker.share.machine import ShareGroups
+from kohort.broker.share_leader import open_share_leader
+from kohort.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
+from kohort.broker.group_configs import store_of
 from kohort.broker.group_events import GroupEvents, log_event
 from kohort.broker.producer_state import marker_key, marker_value, parse_marker, CONTROL_COMMIT
 
@@ -110,16 +115,27 @@ class CoordinatorRuntime:
                 classic_upgrade=lambda gid, now: classic.release_for_upgrade(gid, now, cfg.max_size),
                 classic_downgrade=lambda snap, now: classic.adopt_from_consumer(snap, now),
                 classic_max_size=self.config.group_max_size)
-        self.groups = GroupRegistry(classic, consumer)
+        share: ShareGroups | None = None
+        values = broker.config.values
+        if int(values.get("share.version", 1)) >= 1:
+            share = ShareGroups(ShareGroupConfig(
+                session_timeout_ms=int(values.get("group.share.session.timeout.ms", 45000)),
+                heartbeat_interval_ms=int(values.get("group.share.heartbeat.interval.ms", 5000)),
+                max_size=int(values.get("group.share.max.size", 200)),
+                assignment_interval_ms=int(values.get("group.share.assignment.interval.ms", 1000))),
+                group_config=self._share_group_config)
+        self.groups = GroupRegistry(classic, consumer, share)
         classic.offsets_in_use = self.groups.offsets_in_use
         self.machines: tuple[GroupMachine, ...] = self.groups.machines
         self._by_namespace = {m.TIMER_NAMESPACE: m for m in self.machines}
         self._by_kind = {k: m for m in self.machines for k in m.SERDE.KINDS}
         self._serde_by_class = {cls: m.SERDE for m in self.machines for cls in m.SERDE.RECORD_CLASSES}
         # record types of a machine this broker does not run (its groups are not served)
-        self._unserved_kinds = ConsumerGroups.SERDE.KINDS if consumer is None else frozenset()
+        self._unserved_kinds = ((ConsumerGroups.SERDE.KINDS if consumer is None else frozenset())
+                                | (ShareGroups.SERDE.KINDS if share is None else frozenset()))
         self._classic = classic
         self._consumer = consumer
+        self._share = share
         self.num_partitions = broker.config["offsets.topic.num.partitions"]
         self._timers: dict[tuple[str, tuple], asyncio.TimerHandle] = {}     # (namespace, key) -> handle
         # tokens appended to the log, waiting for their fsync: (token, error_code, sync future)
@@ -308,6 +324,10 @@ class CoordinatorRuntime:
         """A classic-protocol request to the owner of `p.group_id`: `consumer_step` (with
         `consumer_args`) of the consumer-group machine for its groups' classic members, else the classic
         machine's `classic_step`. The step's name labels it for the group events."""
+        if self.groups.active and self.groups.share_group(p.group_id) is not None:
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result(_not_this_type(classic_step, p))
+            return fut
         owner = self.groups.owner(p.group_id)
         if owner is self._consumer:
             return self._run(owner, consumer_step.__name__, functools.partial(consumer_step, owner), p, *consumer_args)
@@ -317,7 +337,71 @@ class CoordinatorRuntime:
     async def consumer_group_heartbeat(self, p: ConsumerHeartbeatParams) -> ConsumerHeartbeatResult:
         """ConsumerGroupHeartbeat, with the broker's topics as of now."""
         machine = self._consumer_groups()
+        if self.groups.active and self.groups.share_group(p.group_id) is not None:
+            return ConsumerHeartbeatResult(C.GROUP_ID_NOT_FOUND, f"Group {p.group_id} is not a consumer group.",
+                                           p.member_id, -1, 0)
         return await self._run(machine, "heartbeat", machine.heartbeat, p, self._topic_partition_counts())
+
+    # -- KIP-932 share groups ------------------------------------------------------------------------
+    def _share_group_config(self, group_id: str) -> ShareGroupConfig | None:
+        """A share group's membership settings from its group configs (kohort.broker.group_configs:
+        share.session.timeout.ms, share.heartbeat.interval.ms, share.assignment.interval.ms), None
+        when it has none of them."""
+        own = store_of(self.broker).get(group_id)
+        names = ("share.session.timeout.ms", "share.heartbeat.interval.ms", "share.assignment.interval.ms")
+        if not any(n in own for n in names):
+            return None
+        base = self._share_groups().config
+        return ShareGroupConfig(
+            session_timeout_ms=int(own.get(names[0], base.session_timeout_ms)),
+            heartbeat_interval_ms=int(own.get(names[1], base.heartbeat_interval_ms)),
+            max_size=base.max_size,
+            assignment_interval_ms=int(own.get(names[2], base.assignment_interval_ms)))
+
+    def _share_groups(self) -> ShareGroups:
+        if self._share is None:
+            raise RuntimeError("share groups are not enabled (share.version 0)")
+        return self._share
+
+    def share_topic_metadata(self) -> dict:
+        """name -> (topic id, partition count) of every topic, as the share machine keys them."""
+        return {t.name: (t.topic_id, t.num_partitions) for t in self.broker.storage.topics()}
+
+    async def share_group_heartbeat(self, req: ShareGroupHeartbeatRequest, client_id: str = "",
+                                    client_host: str = "") -> ShareGroupHeartbeatResponse:
+        """ShareGroupHeartbeat; a group id used by a classic or consumer group is GROUP_ID_NOT_FOUND
+        ("Group X is not a share group.", as Kafka)."""
+        machine = self._share_groups()
+        if self.groups.type_of(req.group_id) not in (None, GroupType.SHARE):
+            return ShareGroupHeartbeatResponse(error_code=C.GROUP_ID_NOT_FOUND, member_epoch=-1,
+                                               heartbeat_interval_ms=0,
+                                               error_message=f"Group {req.group_id} is not a share group.")
+        return await self._run(machine, "share_heartbeat", machine.heartbeat, req, self.share_topic_metadata(),
+                               client_id, client_host)
+
+    async def share_group_describe(self, group_ids: list[str]) -> list:
+        """ShareGroupDescribe's DescribedGroup entries; other group types: "Group X is not a share group."."""
+        machine = self._share_groups()
+        names = {t.topic_id: t.name for t in self.broker.storage.topics()}
+        described = await self._run(machine, "share_describe", machine.describe, group_ids, names)
+        for d in described:
+            if d.error_code == C.GROUP_ID_NOT_FOUND and self.groups.type_of(d.group_id) is not None:
+                d.error_message = f"Group {d.group_id} is not a share group."
+        return described
+
+    async def share_alter_offsets(self, group_id: str, partitions: dict) -> int:
+        """AlterShareGroupOffsets in the group: (topic id -> (name, partitions)) -> error code."""
+        machine = self._share_groups()
+        if self.groups.type_of(group_id) not in (None, GroupType.SHARE):
+            return C.GROUP_ID_NOT_FOUND
+        return await self._run(machine, "share_alter_offsets", machine.alter_offsets, group_id, partitions)
+
+    async def share_delete_offsets(self, group_id: str, topic_ids: list) -> tuple[int, dict]:
+        """DeleteShareGroupOffsets in the group -> (error code, {topic id: error code})."""
+        machine = self._share_groups()
+        if self.groups.type_of(group_id) not in (None, GroupType.SHARE):
+            return C.GROUP_ID_NOT_FOUND, {}
+        return await self._run(machine, "share_delete_offsets", machine.delete_offsets, group_id, topic_ids)
 
     # -- committed offsets: the group's machine validates, the classic machine keeps them -------------
     async def offset_commit(self, p: OffsetCommitParams) -> OffsetCommitResult:
@@ -375,12 +459,16 @@ class CoordinatorRuntime:
         consumer group's offsets holder is not listed as a classic group of its own)."""
         res = await self._run(self._classic, "list_groups", self._classic.list_groups,
                               states_filter=list(states_filter), types_filter=list(types_filter))
-        if self._consumer is None or res.error_code:
+        if res.error_code:
             return res
         consumer = self.groups.consumer_groups()
         listed = [g for g in res.groups if g.group_id not in consumer]
         states = {x.lower() for x in states_filter}
         types = {x.lower() for x in types_filter}
+        if not types or GroupType.SHARE.value in types:
+            for gid, sg in self.groups.share_groups().items():
+                if not states or sg.state.lower() in states:
+                    listed.append(ListedGroup(gid, "share", sg.state, GroupType.SHARE.value))
         if not types or GroupType.CONSUMER.value in types:
             for gid, cg in consumer.items():
                 state = cg.state.value
@@ -393,8 +481,18 @@ class CoordinatorRuntime:
         non-empty one answers NON_EMPTY_GROUP), then the classic machine deletes classic groups and
         every deleted group's offsets."""
         consumer_errors: dict[str, int] = {}
+        if self._share is not None and self.groups.active:
+            for gid in group_ids:
+                if self.groups.share_group(gid) is not None:
+                    consumer_errors[gid] = await self._run(self._share, "share_delete_group",
+                                                           self._share.delete_group, gid)
+                    leader = getattr(self.broker, "share_leader", None)
+                    if consumer_errors[gid] == C.NONE and leader is not None:
+                        leader.forget(gid)       # its share state goes with it
         if self._consumer is not None and self.groups.active:
             for gid in group_ids:
+                if gid in consumer_errors:
+                    continue
                 e = await self._run(self._consumer, "delete_group", self._consumer.delete_group, gid)
                 if e is not None:
                     consumer_errors[gid] = e
@@ -546,12 +644,27 @@ class CoordinatorRuntime:
             self._completer = None
 
 
+def _not_this_type(classic_step: Callable, p) -> object:
+    """The answer of a classic-protocol request for a share group's id (GROUP_ID_NOT_FOUND, Kafka's
+    "Group X is not a classic group.")."""
+    name = classic_step.__name__
+    if name == "join_group":
+        return JoinResult(C.GROUP_ID_NOT_FOUND, p.member_id)
+    if name == "sync_group":
+        return SyncResult(C.GROUP_ID_NOT_FOUND)
+    if name == "leave_group":
+        return LeaveResult(C.GROUP_ID_NOT_FOUND)
+    return HeartbeatResult(C.GROUP_ID_NOT_FOUND)
+
+
 async def open_coordinator(broker, clock: Callable[[], int] = wall_clock_ms) -> CoordinatorRuntime:
     """Attach the group coordinator to `broker` (as `broker.coordinator`), loaded and serving."""
     rt = CoordinatorRuntime(broker, clock)
     broker.coordinator = rt
     broker._closers.append(rt.close)
     await rt.start()
+    if rt.groups.share is not None:      # the share partitions' leader state, from __share_group_state
+        open_share_leader(broker)
     return rt
 
 

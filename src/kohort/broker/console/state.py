@@ -1,6 +1,7 @@
 """What the console's JSON API answers, read directly from the broker's state (no requests, no copies):
 storage (topics, partitions, log start / end offsets, high watermark, last stable offset, size) and
-the group coordinator's registry (`rt.groups`: classic and KIP-848 consumer groups, each group's
+the group coordinator's registry (`rt.groups`: classic, KIP-848 consumer and KIP-932 share groups
+(members, start offsets, lag and records in flight from the share partitions), each group's
 committed offsets; the classic coordinator's memberless group holding a consumer group's offsets is
 part of that consumer group, as ListGroups shows it).
 
@@ -100,6 +101,15 @@ def _classic_subscription(group, member) -> list[str]:
 def owners(rt, group_id: str) -> dict[tuple[str, int], dict]:
     """(topic, partition) -> the member holding it: {member_id, client_id, client_host}."""
     own = {}
+    sg = rt.groups.share_group(group_id)
+    if sg is not None:         # share members share partitions: the first one by member id is shown
+        names = _share_names(rt)
+        for m in sorted(sg.members.values(), key=lambda m: m.member_id):
+            for t, ps in _share_assignment(names, m.assigned).items():
+                for p in ps:
+                    own.setdefault((t, p), {"member_id": m.member_id, "client_id": m.client_id,
+                                            "client_host": m.client_host})
+        return own
     cg = rt.groups.consumer_group(group_id)
     if cg is not None:
         for m in cg.members.values():
@@ -120,8 +130,10 @@ def owners(rt, group_id: str) -> dict[tuple[str, int], dict]:
 def group_offsets(broker, group_id: str) -> list[dict]:
     """Per partition with a committed offset or an owner: committed offset, log end, lag, owner."""
     rt = broker.coordinator
-    committed = rt.groups.committed_offsets(group_id)
     own = owners(rt, group_id)
+    if rt.groups.share_group(group_id) is not None:
+        return _share_offsets(broker, group_id, own)
+    committed = rt.groups.committed_offsets(group_id)
     storage = broker.storage
     rows = []
     for (t, p) in sorted(set(committed) | set(own)):
@@ -138,7 +150,42 @@ def group_offsets(broker, group_id: str) -> list[dict]:
     return rows
 
 
+def _share_names(rt) -> dict:
+    return {t.topic_id: t.name for t in rt.broker.storage.topics()}
+
+
+def _share_assignment(names: dict, assigned: dict) -> dict[str, list[int]]:
+    """A share member's assignment (topic id -> partitions) by topic name."""
+    return {names[t]: sorted(ps) for t, ps in assigned.items() if t in names and ps}
+
+
+def _share_offsets(broker, group_id: str, own: dict) -> list[dict]:
+    """A share group's partitions on this leader: start offset (SPSO), lag (KIP-1226), records
+    in flight (acquired) and one owner."""
+    leader = getattr(broker, "share_leader", None)
+    if leader is None:
+        return []
+    names = {t.topic_id: t.name for t in broker.storage.topics()}
+    rows = []
+    for (gid, tid, p), sp in sorted(leader.partitions.items(), key=lambda kv: (names.get(kv[0][1], ""), kv[0][2])):
+        if gid != group_id or tid not in names:
+            continue
+        t = names[tid]
+        start, lag = leader.offset_and_lag(gid, tid, t, p)
+        m = own.get((t, p))
+        rows.append({"topic": t, "partition": p, "start_offset": start, "committed_offset": None,
+                     "log_end_offset": broker.storage.log(t, p).high_watermark, "lag": lag,
+                     "in_flight": sp.in_flight_count(), "member_id": m["member_id"] if m else None,
+                     "client_id": m["client_id"] if m else None, "client_host": m["client_host"] if m else None})
+    return rows
+
+
 def _summary(rt, gid: str) -> dict:
+    sg = rt.groups.share_group(gid)
+    if sg is not None:
+        return {"group_id": gid, "type": "share", "protocol_type": "share", "state": sg.state,
+                "group_epoch": sg.group_epoch, "assignment_epoch": sg.assignment_epoch,
+                "generation": sg.group_epoch, "members": len(sg.members), "assignor": "simple"}
     cg = rt.groups.consumer_group(gid)
     if cg is not None:
         return {"group_id": gid, "type": "consumer", "protocol_type": "consumer", "state": cg.state.value,
@@ -179,7 +226,17 @@ def group(broker, group_id: str, console=None) -> dict | None:
     d = _summary(rt, group_id)
     cg = rt.groups.consumer_group(group_id)
     members = []
-    if cg is not None:
+    sg = rt.groups.share_group(group_id)
+    if sg is not None:
+        names = _share_names(rt)
+        for m in sorted(sg.members.values(), key=lambda m: m.member_id):
+            members.append({
+                "member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
+                "rack_id": m.rack_id, "member_epoch": m.member_epoch,
+                "subscribed_topics": sorted(m.subscribed_topic_names), "protocol": "share",
+                "assignment": _tp_list(_share_assignment(names, m.assigned)),
+            })
+    elif cg is not None:
         for m in sorted(cg.members.values(), key=lambda m: m.member_id):
             members.append({
                 "member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,

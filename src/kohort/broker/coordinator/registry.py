@@ -2,28 +2,35 @@
 it. Handlers, the console, the metrics and the group events ask it (through `runtime.groups`) and
 nothing else about which machine serves a group; the runtime asks it where to send an operation.
 
-A group id is one group: a KIP-848 consumer group (owned by `ConsumerGroups`) or a classic group
-(owned by `ClassicGroupCoordinator`). Committed offsets are kept apart from both, by group id, in the
+A group id is one group: a KIP-848 consumer group (owned by `ConsumerGroups`), a share group (KIP-932,
+owned by `ShareGroups`, which has no committed offsets) or a classic group (owned by
+`ClassicGroupCoordinator`). Committed offsets are kept apart from both, by group id, in the
 classic machine's OffsetMetadataManager (kohort.broker.coordinator.offsets); a consumer group's
 commits go there through the classic machine as those of a memberless "simple" group of the same id,
 part of the consumer group, never a group of its own. Pure: reads the machines' state, changes nothing.
 """
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
+from . import codes as C
 from .consumer_group import ConsumerGroups
 from .consumer_group_model import ConsumerGroup
 from .coordinator import ClassicGroupCoordinator
 from .group import ClassicGroup, CommittedOffset, GroupState
 from .machine import GroupMachine, GroupType
 
+if TYPE_CHECKING:      # the share machine lives in kohort.broker.share, which imports this package
+    from kohort.broker.share.machine import ShareGroups
+
 
 class GroupRegistry:
-    def __init__(self, classic: ClassicGroupCoordinator, consumer: ConsumerGroups | None = None) -> None:
+    def __init__(self, classic: ClassicGroupCoordinator, consumer: ConsumerGroups | None = None,
+                 share: "ShareGroups | None" = None) -> None:
         self.classic = classic
         self.consumer = consumer          # None when group.coordinator.rebalance.protocols lacks it
-        self.machines: tuple[GroupMachine, ...] = tuple(m for m in (classic, consumer) if m is not None)
+        self.share = share                # None when the share.version feature is 0
+        self.machines: tuple[GroupMachine, ...] = tuple(m for m in (classic, consumer, share) if m is not None)
 
     # -- serving -----------------------------------------------------------------------------------
     @property
@@ -44,6 +51,8 @@ class GroupRegistry:
         """The type of the live group `group_id`; None when there is none (unknown or Dead)."""
         if self.consumer is not None and group_id in self.consumer.groups:
             return GroupType.CONSUMER
+        if self.share is not None and group_id in self.share.groups:
+            return GroupType.SHARE
         g = self.classic.groups.get(group_id)
         if g is not None and not g.is_(GroupState.DEAD):
             return GroupType.CLASSIC
@@ -56,6 +65,13 @@ class GroupRegistry:
         if self.active and self.consumer is not None and group_id in self.consumer.groups:
             return self.consumer
         return self.classic
+
+    def share_group(self, group_id: str) -> Any:
+        """The share group `group_id` (kohort.broker.share.group.ShareGroup), or None."""
+        return self.share.groups.get(group_id) if self.share is not None else None
+
+    def share_groups(self) -> Mapping[str, Any]:
+        return self.share.groups if self.share is not None else {}
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         return self.consumer.groups.get(group_id) if self.consumer is not None else None
@@ -72,9 +88,10 @@ class GroupRegistry:
         return self.classic.groups
 
     def group_ids(self, include_dead: bool = False) -> set[str]:
-        """Every group id: consumer groups and classic ones (Dead ones too with `include_dead`)."""
+        """Every group id: consumer, share and classic groups (Dead ones too with `include_dead`)."""
         ids = {gid for gid, g in self.classic.groups.items() if include_dead or not g.is_(GroupState.DEAD)}
         ids.update(self.consumer_groups())
+        ids.update(self.share_groups())
         return ids
 
     # -- what callers read -------------------------------------------------------------------------
@@ -115,12 +132,16 @@ class GroupRegistry:
     def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
                                api_version: int) -> int | None:
         """None when the classic rules apply (not a consumer group, or not serving); else the error
-        code for a commit with this member id and epoch."""
+        code for a commit with this member id and epoch (GROUP_ID_NOT_FOUND for a share group)."""
+        if self.active and self.share_group(group_id) is not None:
+            return C.GROUP_ID_NOT_FOUND
         if self.consumer is None or not self.active:
             return None
         return self.consumer.validate_offset_commit(group_id, member_id, member_epoch, api_version)
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int | None:
+        if self.active and self.share_group(group_id) is not None:
+            return C.GROUP_ID_NOT_FOUND
         if self.consumer is None or not self.active:
             return None
         return self.consumer.validate_offset_fetch(group_id, member_id, member_epoch)

@@ -2,19 +2,23 @@
 
 Topics (resource type 2) describe and alter their configs in kohort.storage; the broker (type 4,
 named by its node id or "" for the cluster default) is described from its static .properties and
-cannot be altered at run time (INVALID_REQUEST). DescribeConfigs gives sources (v1+), synonyms when
+cannot be altered at run time (INVALID_REQUEST). Groups (type 32) describe and alter their group configs
+(kohort.broker.group_configs: consumer.* and share.*; source GROUP_CONFIG, or DEFAULT_CONFIG from the
+broker's group.* settings) through DescribeConfigs and IncrementalAlterConfigs (SET and DELETE). DescribeConfigs gives sources (v1+), synonyms when
 asked (v1+), config types and documentation when asked (v3+); v0 gets is_default instead.
 IncrementalAlterConfigs (KIP-339) supports SET, DELETE, and APPEND/SUBTRACT on list configs
 (cleanup.policy); AlterConfigs replaces all of a topic's overrides. validate_only checks without
 changing anything. Config errors are INVALID_CONFIG with the reason.
 Authorization: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for
-broker resources, on the cluster (CLUSTER_AUTHORIZATION_FAILED).
+broker resources, on the cluster (CLUSTER_AUTHORIZATION_FAILED), or on the group
+(GROUP_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
 
 import difflib
 
 from kohort.broker.authorizer import AclOperation, ResourceType
+from kohort.broker.group_configs import GroupConfigError, store_of
 from kohort.broker.handlers import handles
 from kohort.broker.topic_configs import (LIST, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC,
                                          TOPIC_CONFIG_INFO, broker_config_entries, topic_config_entries)
@@ -30,6 +34,7 @@ Entry = Result.DescribeConfigsResourceResult
 Synonym = Entry.DescribeConfigsSynonym
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+RESOURCE_GROUP = 32
 
 
 def _denied(ctx, resource_type: int, name: str, op: AclOperation) -> int:
@@ -39,6 +44,9 @@ def _denied(ctx, resource_type: int, name: str, op: AclOperation) -> int:
         return ErrorCode.NONE if ok else ErrorCode.TOPIC_AUTHORIZATION_FAILED
     if resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
         return ErrorCode.NONE if ctx.authorize_cluster(op) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    if resource_type == RESOURCE_GROUP:
+        ok = ctx.authorize(op, ResourceType.GROUP, name)
+        return ErrorCode.NONE if ok else ErrorCode.GROUP_AUTHORIZATION_FAILED
     return ErrorCode.NONE
 
 
@@ -73,6 +81,10 @@ def handle_describe_configs(ctx, req):
         elif r.resource_type == RESOURCE_BROKER_LOGGER:
             results.append(Result(error_code=0, error_message=None, **base))
             continue
+        elif r.resource_type == RESOURCE_GROUP:
+            entries = [(n, val, src, [(n, val, src)], ctype, None)
+                       for n, val, src, ctype in store_of(broker).describe(r.resource_name)]
+            read_only = False
         else:
             results.append(Result(error_code=ErrorCode.INVALID_REQUEST,
                                   error_message=f"unsupported resource type {r.resource_type}", **base))
@@ -143,6 +155,25 @@ def _check_name(seen: dict, name: str) -> None:
         raise _ConfigError(f"unknown topic config {name!r}{hint}")
 
 
+def _alter_group(broker, r, validate_only: bool) -> tuple[int, str | None]:
+    """IncrementalAlterConfigs of a group's configs: SET and DELETE; a bad key or value is INVALID_CONFIG."""
+    changes: dict[str, str | None] = {}
+    for c in r.configs:
+        if c.name in changes:
+            return ErrorCode.INVALID_CONFIG, f"config {c.name} appears twice"
+        if c.config_operation == SET:
+            changes[c.name] = c.value
+        elif c.config_operation == DELETE:
+            changes[c.name] = None
+        else:
+            return ErrorCode.INVALID_CONFIG, f"group configs take SET and DELETE, not operation {c.config_operation}"
+    try:
+        store_of(broker).alter(r.resource_name, changes, validate_only)
+    except GroupConfigError as e:
+        return ErrorCode.INVALID_CONFIG, str(e)
+    return ErrorCode.NONE, None
+
+
 @handles(IncrementalAlterConfigsRequest, "0-1")
 def handle_incremental_alter_configs(ctx, req):
     R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
@@ -164,8 +195,12 @@ def handle_incremental_alter_configs(ctx, req):
                     raise _ConfigError(f"unknown config operation {c.config_operation}")
             return ch
         code = _denied(ctx, r.resource_type, r.resource_name, AclOperation.ALTER_CONFIGS)
-        code, msg = (code, "Authorization failed.") if code else _alter(
-            ctx.broker, r.resource_type, r.resource_name, changes_fn, req.validate_only, True)
+        if code:
+            code, msg = code, "Authorization failed."
+        elif r.resource_type == RESOURCE_GROUP:
+            code, msg = _alter_group(ctx.broker, r, req.validate_only)
+        else:
+            code, msg = _alter(ctx.broker, r.resource_type, r.resource_name, changes_fn, req.validate_only, True)
         out.append(R(error_code=code, error_message=msg, resource_type=r.resource_type,
                      resource_name=r.resource_name))
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=out)

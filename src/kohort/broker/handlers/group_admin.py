@@ -11,7 +11,8 @@ KIP-848 consumer groups are listed (by the runtime, over every machine) with typ
 "consumer" and their state (Empty, Assigning, Reconciling, Stable); the classic coordinator's simple
 group that only holds their offsets is not listed separately. DescribeGroups answers a consumer group
 as Kafka does for a group that is not classic: GROUP_ID_NOT_FOUND (v6) or Dead (v0-v5); use
-ConsumerGroupDescribe. DeleteGroups deletes an empty consumer group (NON_EMPTY_GROUP otherwise).
+ConsumerGroupDescribe (a share group the same way). DeleteGroups deletes an empty consumer or share group
+(NON_EMPTY_GROUP otherwise).
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ async def handle_describe_groups(ctx, req: DescribeGroupsRequest) -> DescribeGro
                              protocol_type="", protocol_data="", members=[]))
             continue
         msg = None
-        if rt.groups.type_of(g.group_id) is GroupType.CONSUMER and not g.error_code:
+        gtype = rt.groups.type_of(g.group_id)
+        if gtype is GroupType.SHARE or (gtype is GroupType.CONSUMER and not g.error_code):
             groups.append(DG(error_code=ErrorCode.GROUP_ID_NOT_FOUND if v >= 6 else ErrorCode.NONE,
                              error_message=f"Group {g.group_id} is not a classic group." if v >= 6 else None,
                              group_id=g.group_id, group_state="Dead", protocol_type="", protocol_data="",

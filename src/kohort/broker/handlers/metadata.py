@@ -21,7 +21,7 @@ from kohort.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from kohort.storage import StorageError, validate_topic_name
 
 ZERO_UUID = uuid.UUID(int=0)
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})   # Kafka's Topic.INTERNAL_TOPICS
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})  # Kafka's Topic.INTERNAL_TOPICS
 Topic = MetadataResponse.MetadataResponseTopic
 Partition = Topic.MetadataResponsePartition
 

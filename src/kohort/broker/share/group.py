@@ -27,6 +27,10 @@ Model (Kafka 4.3's GroupMetadataManager for share groups):
   member targets (13), target metadata (12), current member assignments (14); a departed member's
   14/13/10 tombstones first. `replay` rebuilds the groups from them.
 
+Settings: `ShareGroupConfig` (the broker's group.share.*), or a group's own (its group configs
+share.session.timeout.ms, share.heartbeat.interval.ms, share.assignment.interval.ms) through the
+`group_config` hook.
+
 Topics: the caller passes the topic metadata (name -> (topic id, partition count)) into each
 heartbeat; assignments are kept by topic id, as on the wire.
 """
@@ -36,7 +40,7 @@ import dataclasses
 import hashlib
 import uuid as _uuid
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from kohort.broker.share import assignor
 from kohort.errors import ErrorCode
@@ -147,9 +151,17 @@ def _clean(a: Assignment) -> Assignment:
 class ShareGroupCoordinator:
     """Every share group this coordinator owns."""
 
-    def __init__(self, config: ShareGroupConfig | None = None):
+    def __init__(self, config: ShareGroupConfig | None = None,
+                 group_config: Callable[[str], ShareGroupConfig | None] | None = None):
         self.config = config or ShareGroupConfig()
+        # a group's own settings (its group configs over the broker's), or None for the broker's
+        self.group_config = group_config
         self.groups: dict[str, ShareGroup] = {}
+
+    def config_for(self, group_id: str) -> ShareGroupConfig:
+        """The settings that apply to `group_id`: its group configs over the broker's."""
+        own = self.group_config(group_id) if self.group_config is not None else None
+        return own if own is not None else self.config
 
     # -- heartbeat ------------------------------------------------------------------------------------
     def heartbeat(self, req: ShareGroupHeartbeatRequest, topics: TopicMetadata, now_ms: int, *,
@@ -226,13 +238,13 @@ class ShareGroupCoordinator:
             updated.assigned = target
             out.records.append(self._current_record(group.group_id, updated))
         resp = ShareGroupHeartbeatResponse(member_id=updated.member_id, member_epoch=updated.member_epoch,
-                                           heartbeat_interval_ms=self.config.heartbeat_interval_ms)
+                                           heartbeat_interval_ms=self.config_for(group.group_id).heartbeat_interval_ms)
         if joining or changed or req.subscribed_topic_names is not None:
             A = ShareGroupHeartbeatResponse.Assignment
             resp.assignment = A(topic_partitions=_tp_list(A.TopicPartitions, updated.assigned))
         out.response = resp
         out.timers.append(SetTimer(session_timer_key(group.group_id, updated.member_id),
-                                   now_ms + self.config.session_timeout_ms))
+                                   now_ms + self.config_for(group.group_id).session_timeout_ms))
         return out
 
     @staticmethod
@@ -316,7 +328,7 @@ class ShareGroupCoordinator:
         (assignment epoch 0) at once."""
         if group.assignment_epoch == 0 or group.assignment_timestamp_ms < 0:
             return True
-        return now_ms - group.assignment_timestamp_ms >= self.config.assignment_interval_ms
+        return now_ms - group.assignment_timestamp_ms >= self.config_for(group.group_id).assignment_interval_ms
 
     def _compute_target(self, group: ShareGroup, topics: TopicMetadata, out: ShareOutcome, now_ms: int) -> None:
         ids = {n: tid for n, (tid, _) in topics.items()}
@@ -470,7 +482,7 @@ class ShareGroupCoordinator:
 
     def on_loaded(self, now_ms: int) -> list[SetTimer]:
         """After replay: a fresh session timer for every member (Kafka does the same at load)."""
-        return [SetTimer(session_timer_key(g.group_id, m), now_ms + self.config.session_timeout_ms)
+        return [SetTimer(session_timer_key(g.group_id, m), now_ms + self.config_for(g.group_id).session_timeout_ms)
                 for g in self.groups.values() for m in g.members]
 
 
