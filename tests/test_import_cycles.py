@@ -28,12 +28,27 @@ def _modules() -> dict[str, Path]:
     return mods
 
 
+def _executed_nodes(tree: ast.AST):
+    """Every node of the module, function bodies included (a lazy import still runs), except the bodies
+    of `if TYPE_CHECKING:` blocks, which never run."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.If) and (
+                (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+                or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
 def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
     """The kohort modules `name` imports, anywhere in its source."""
     is_pkg = path.name == "__init__.py"
     package = name if is_pkg else name.rpartition(".")[0]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _executed_nodes(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):

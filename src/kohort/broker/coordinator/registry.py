@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from . import codes as C
+from .codes import GROUP_ID_NOT_FOUND
 from .consumer_group import ConsumerGroups
 from .consumer_group_model import ConsumerGroup
 from .coordinator import ClassicGroupCoordinator
@@ -134,14 +134,14 @@ class GroupRegistry:
         """None when the classic rules apply (not a consumer group, or not serving); else the error
         code for a commit with this member id and epoch (GROUP_ID_NOT_FOUND for a share group)."""
         if self.active and self.share_group(group_id) is not None:
-            return C.GROUP_ID_NOT_FOUND
+            return GROUP_ID_NOT_FOUND
         if self.consumer is None or not self.active:
             return None
         return self.consumer.validate_offset_commit(group_id, member_id, member_epoch, api_version)
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int | None:
         if self.active and self.share_group(group_id) is not None:
-            return C.GROUP_ID_NOT_FOUND
+            return GROUP_ID_NOT_FOUND
         if self.consumer is None or not self.active:
             return None
         return self.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
