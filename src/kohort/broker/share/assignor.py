@@ -6,7 +6,8 @@ each partition gets desiredSharing = ceil(M / T) members, and the desiredSharing
 over the members as evenly as possible (3 members, 2 partitions: 2, 1, 1 partitions). Starting from
 the current assignment, it drops partitions no longer subscribed (or gone), trims members holding more
 than their quota and partitions shared by more than desiredSharing members, then fills the rest,
-least-shared partitions first. Balance beats stickiness. When every member subscribes to the same
+least-shared partitions first (a member that already shares every partition still short of sharers
+trades with one that does not). Balance beats stickiness. When every member subscribes to the same
 topics the partitions are balanced as one set; mixed subscriptions are balanced topic by topic among
 the members subscribed to it. Not rack-aware.
 """
@@ -77,13 +78,37 @@ def _assign_set(tps: list[TopicIdPartition], members: list[str], cur: Mapping[st
     for m in ranked:                       # fill: least-shared partitions first
         while len(mine[m]) < quota[m]:
             free = [tp for tp in tps if m not in sharers[tp] and len(sharers[tp]) < sharing]
-            if not free:
+            if free:
+                tp = min(free, key=lambda x: (len(sharers[x]), order[x]))
+                mine[m].append(tp)
+                sharers[tp].append(m)
+            elif not _trade(m, tps, members, sharing, mine, sharers):
                 break
-            tp = min(free, key=lambda x: (len(sharers[x]), order[x]))
-            mine[m].append(tp)
-            sharers[tp].append(m)
     for m in members:
         out[m].update(mine[m])
+
+
+def _trade(m: str, tps: list[TopicIdPartition], members: list[str], sharing: int,
+           mine: dict[str, list[TopicIdPartition]], sharers: dict[TopicIdPartition, list[str]]) -> bool:
+    """`m` has quota left but already shares every partition still short of sharers: another member x
+    that does not share such a partition p hands `m` one of its partitions q, and takes p instead (x
+    keeps its count, m gains one, p gains a sharer). False when no such trade exists."""
+    for p in tps:
+        if len(sharers[p]) >= sharing:
+            continue
+        for x in members:
+            if x == m or x in sharers[p]:
+                continue
+            for q in mine[x]:
+                if m not in sharers[q]:
+                    mine[x].remove(q)
+                    sharers[q].remove(x)
+                    mine[m].append(q)
+                    sharers[q].append(m)
+                    mine[x].append(p)
+                    sharers[p].append(x)
+                    return True
+    return False
 
 
 def _order(tp: TopicIdPartition):
