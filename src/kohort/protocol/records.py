@@ -679,15 +679,16 @@ def decode_records_list(buf, check_crc: bool = False, max_size: int = DEFAULT_MA
     `DecompressionBudget` shared with other calls); passing it raises DecodeError naming the
     batch's position and base offset.
     """
-    budget = max_size if type(max_size) is DecompressionBudget else DecompressionBudget(max_size)
     if _use_ext:
-        left = budget.left
+        shared = type(max_size) is DecompressionBudget
+        left = max_size.left if shared else 0
         try:
-            return _ext.decode_fetch(buf, check_crc, budget, min_offset, max_offset,
+            return _ext.decode_fetch(buf, check_crc, max_size, min_offset, max_offset,
                                      record_factory, prefix)
         except _NeedsPython:
-            budget.left = left              # the Python decoder starts over
-    return _py_decode_records_list(buf, check_crc, budget, min_offset, max_offset,
+            if shared:
+                max_size.left = left        # the Python decoder starts over
+    return _py_decode_records_list(buf, check_crc, max_size, min_offset, max_offset,
                                    record_factory, prefix)
 
 
@@ -786,14 +787,15 @@ def decode_columns(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZ
     """Data records of a fetch payload (min_offset <= offset < max_offset) as `Columns`, for the
     Spark source's Arrow batches. ValueError if keys or values pass 2 GiB in one call; `max_size`
     bounds what all batches decompress to together, as in decode_records_list."""
-    budget = max_size if type(max_size) is DecompressionBudget else DecompressionBudget(max_size)
     if _use_ext:
-        left = budget.left
+        shared = type(max_size) is DecompressionBudget
+        left = max_size.left if shared else 0
         try:
-            return Columns._make(_ext.decode_columns(buf, check_crc, budget, min_offset, max_offset))
+            return Columns._make(_ext.decode_columns(buf, check_crc, max_size, min_offset, max_offset))
         except _NeedsPython:
-            budget.left = left              # the Python decoder starts over
-    return _py_decode_columns(buf, check_crc, budget, min_offset, max_offset)
+            if shared:
+                max_size.left = left        # the Python decoder starts over
+    return _py_decode_columns(buf, check_crc, max_size, min_offset, max_offset)
 
 
 def _bitmap(flags: list) -> bytes:
