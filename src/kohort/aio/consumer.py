@@ -30,7 +30,7 @@ from collections import deque
 
 from kohort.aio.client import AIOClient, ClientSettings
 from kohort.aio.group import AIOGroupMember
-from kohort.client.consumer.fetcher import _partition_error, decode_partition
+from kohort.client.consumer.fetcher import decode_partition, partition_decode_error
 from kohort.client.consumer.membership_common import MemberConfig
 from kohort.client.consumer.offsets import (
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED, NoOffsetForPartitionError,
@@ -610,7 +610,7 @@ class AIOConsumer:
                 self._set_position(tp, st, st.position)
                 if before == budget.limit:
                     log.error("records of %s fetched at offset %s could not be decoded: %s", tp, sent[0], e)
-                    self._errors.append(_partition_error(tp, sent[0], e))
+                    self._errors.append(partition_decode_error(tp, sent[0], e))
                     self._data.set()
                 else:
                     first.add(tp)

@@ -155,7 +155,7 @@ def _decode_read_committed(topic, partition, d, fetch_offset, check_crcs, aborte
     return out
 
 
-def _partition_error(tp, fetch_offset: int, e: Exception) -> Exception:
+def partition_decode_error(tp, fetch_offset: int, e: Exception) -> Exception:
     """A decode failure of one partition's fetched records, naming the partition and offset
     (same class for DecodeError and its subclasses, the cause chained)."""
     msg = (f"records of {tp.topic}-{tp.partition} fetched at offset {fetch_offset} could not be "
@@ -441,7 +441,7 @@ class Fetcher:
                 if e is not None:
                     log.error("records of %s fetched at offset %s could not be decoded: %s", c.tp,
                               fetch_offset, e)
-                    self._errors.append(_partition_error(c.tp, fetch_offset, e))
+                    self._errors.append(partition_decode_error(c.tp, fetch_offset, e))
             for c, extra in grown:
                 c.nbytes += extra
                 self._buffered_bytes[c.tp] = self._buffered_bytes.get(c.tp, 0) + extra
@@ -734,4 +734,4 @@ def list_offsets(network, cluster, tps_to_ts: dict, isolation_level: int, timeou
     return result
 
 
-__all__ = ["FetchSession", "Fetcher", "decode_partition", "list_offsets"]
+__all__ = ["FetchSession", "Fetcher", "decode_partition", "list_offsets", "partition_decode_error"]
