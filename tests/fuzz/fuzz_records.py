@@ -2,7 +2,8 @@
 twin (_crecords): the same bytes give the same records, or the same DecodeError, in both.
 
 Input layout: one byte of flags (check_crc, a small max_size, a min_offset), the rest is a fetch
-payload (batches of any magic, compressed or not). Compared per input: decode_records_list (tuples
+payload (batches of any magic, compressed or not). max_size is the bulk decoders' budget for all
+batches together, and iter_records' limit per batch. Compared per input: decode_records_list (tuples
 and the ConsumerRecord-shaped factory form), decode_columns and the streaming iter_records (which
 yields the records before a fault, then raises). Only DecodeError may escape.
 """

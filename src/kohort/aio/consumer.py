@@ -6,7 +6,11 @@ waits to be read, so the broker serves the next fetch while the application read
 Decoding never stalls the loop for long: an answer's record bytes are cut at batch boundaries into
 slices of at most `DECODE_SLICE_BYTES` (an uncompressed batch larger than that into offset ranges),
 each decoded by the compiled decoder (`records.decode_records_list`) in one go, with a turn of the
-loop between slices.
+loop between slices. What an answer's partitions decompress to shares one `DecompressionBudget`
+(256 MiB), as in client/consumer/fetcher.py: a partition refused for want of what is left is
+fetched again from its position and decoded first next time; one that fails alone raises an error
+naming it and its offset from the next read and keeps its position. Records holding more bytes than
+were fetched count their decompressed size against max_partition_fetch_bytes.
 
 Positions: a partition's `position` (next record to hand out) is kept apart from its `fetch_offset`
 (next to ask for); a seek, pause or revocation bumps its `seek_epoch`, and records fetched under an
@@ -26,7 +30,7 @@ from collections import deque
 
 from kohort.aio.client import AIOClient, ClientSettings
 from kohort.aio.group import AIOGroupMember
-from kohort.client.consumer.fetcher import decode_partition
+from kohort.client.consumer.fetcher import decode_partition, partition_decode_error
 from kohort.client.consumer.membership_common import MemberConfig
 from kohort.client.consumer.offsets import (
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED, NoOffsetForPartitionError,
@@ -37,7 +41,9 @@ from kohort.client.requests import read_list_offsets
 from kohort.errors import ErrorCode, KafkaConnectionError, KafkaTimeoutError, KohortError, for_code
 from kohort.protocol.messages.fetch import FetchRequest
 from kohort.protocol.messages.list_offsets import ListOffsetsRequest
-from kohort.protocol.records import decode_records_list, iter_batches, scan_batches
+from kohort.protocol.records import (
+    DEFAULT_MAX_SIZE, DecompressionBudget, decode_records_list, iter_batches, scan_batches,
+)
 from kohort.structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 log = logging.getLogger("kohort.aio.consumer")
@@ -160,6 +166,7 @@ class AIOConsumer:
         self._fetching: set[int] = set()
         self._tasks: set = set()
         self._errors: list[BaseException] = []
+        self._budget_first: set[TopicPartition] = set()     # decoded first in the next answer
         self._fetch_task: asyncio.Task | None = None
         self._subscription: tuple | None = None
         self._initial_topics = topics
@@ -586,23 +593,47 @@ class AIOConsumer:
         if refresh:
             self._spawn(self.client.refresh_metadata())
         self._wake.set()            # the next fetch goes out before this answer is decoded
+        budget = DecompressionBudget(DEFAULT_MAX_SIZE)
+        first = self._budget_first
+        if first:       # partitions refused for want of budget last time are decoded first now
+            todo.sort(key=lambda t: t[0] not in first)
         for tp, st, view, sent, nxt, legacy, aborted in todo:
-            await self._decode(tp, st, view, sent, nxt, legacy, aborted)
+            before = budget.left
+            if before == budget.limit:
+                first.discard(tp)
+            try:
+                await self._decode(tp, st, view, sent, nxt, legacy, aborted, budget)
+            except Exception as e:
+                if st.seek_epoch != sent[1] or self._parts.get(tp) is not st:
+                    continue
+                # fetch again from the position; what was buffered or fetched after it is stale
+                self._set_position(tp, st, st.position)
+                if before == budget.limit:
+                    log.error("records of %s fetched at offset %s could not be decoded: %s", tp, sent[0], e)
+                    self._errors.append(partition_decode_error(tp, sent[0], e))
+                    self._data.set()
+                else:
+                    first.add(tp)
 
-    async def _decode(self, tp, st: _PState, view, sent, nxt: int, legacy: bool, aborted) -> None:
+    async def _decode(self, tp, st: _PState, view, sent, nxt: int, legacy: bool, aborted,
+                      budget: DecompressionBudget) -> None:
         nbytes = len(view)
+        before = budget.left
         if (self.isolation == READ_COMMITTED and aborted) or legacy:
             recs = decode_partition(tp.topic, tp.partition, view, sent[0], check_crcs=self.check_crcs,
-                                    aborted=aborted, read_committed=self.isolation == READ_COMMITTED)[0]
-            self._buffer(tp, st, recs, nxt, sent[1], nbytes)
+                                    aborted=aborted, read_committed=self.isolation == READ_COMMITTED,
+                                    max_size=budget)[0]
+            self._buffer(tp, st, recs, nxt, sent[1], nbytes + self._grown(tp, st, sent[1], before - budget.left, nbytes))
             return
         pieces = _pieces(view)
         counted = 0
         for i, (a, b, lo, hi, size) in enumerate(pieces):
             last = i == len(pieces) - 1
-            recs = self._decode_slice(tp, view[a:b], sent[0] if lo is None else max(lo, sent[0]), hi)
+            recs = self._decode_slice(tp, view[a:b], sent[0] if lo is None else max(lo, sent[0]), hi, budget)
             size = nbytes - counted if last else size
             counted += size
+            if last:
+                size += self._grown(tp, st, sent[1], before - budget.left, nbytes)
             self._buffer(tp, st, recs, nxt if last else None, sent[1], size)
             if not last:
                 await asyncio.sleep(0)
@@ -611,8 +642,17 @@ class AIOConsumer:
         if not pieces:
             self._buffer(tp, st, [], nxt, sent[1], nbytes)
 
-    def _decode_slice(self, tp, view, min_offset: int, max_offset: int | None = None) -> list:
-        recs = decode_records_list(view, False, min_offset=min_offset, max_offset=max_offset,
+    def _grown(self, tp, st: _PState, seek_epoch: int, spent: int, nbytes: int) -> int:
+        """Bytes the decoded records hold beyond the fetched `nbytes` (decompressed `spent`), now
+        counted as buffered too (unless the partition moved since: then they are dropped)."""
+        if spent <= nbytes or st.seek_epoch != seek_epoch or self._parts.get(tp) is not st:
+            return 0
+        st.buffered += spent - nbytes
+        return spent - nbytes
+
+    def _decode_slice(self, tp, view, min_offset: int, max_offset: int | None = None,
+                      budget: int | DecompressionBudget = DEFAULT_MAX_SIZE) -> list:
+        recs = decode_records_list(view, False, budget, min_offset=min_offset, max_offset=max_offset,
                                    record_factory=ConsumerRecord, prefix=(tp.topic, tp.partition))
         kd, vd = self.key_deserializer, self.value_deserializer
         if kd is None and vd is None:

@@ -15,11 +15,14 @@
  *       prefix (topic, partition); a tuple subclass without extra storage (ConsumerRecord, a
  *       namedtuple) is filled directly without calling its __new__.
  *       min_offset <= offset < max_offset filters records (None: unbounded).
+ *       max_size bounds what all the call's batches decompress to together (one budget, not one
+ *       limit per batch): an int, or records.DecompressionBudget whose `left` is spent and
+ *       written back (one budget for the partitions of a Fetch response).
  *   decode_columns(buf, check_crc=False, max_size=..., min_offset=None, max_offset=None) -> tuple
  *       The same records as Arrow-shaped buffers (see records.Columns for the layout).
  *   decode_chunk(buf, start, check_crc, max_size, max_records) -> (list, next)
  *       decode_fetch's tuples in pieces of whole entries (iter_records streams with it, so the
- *       records of one piece are freed while the next is decoded).
+ *       records of one piece are freed while the next is decoded); max_size limits each batch.
  *   crc32c(data, crc=0) -> int
  *       CRC-32C (Castagnoli): SSE4.2 instructions when the CPU has them, else slicing-by-8 tables.
  *   check_batch(buf, pos=0) -> tuple | None
@@ -269,7 +272,10 @@ typedef struct {
     PyObject *src_bytes;       /* bytes view of src for the legacy reader (created lazily) */
     PyObject *src_view;        /* memoryview of src for decompress (created lazily) */
     int check_crc;
-    PyObject *max_size;        /* int, borrowed */
+    PyObject *max_size;        /* int, borrowed: each decompression's limit when not budgeted */
+    int budgeted;              /* decode_fetch/decode_columns: one budget for the whole call */
+    long long budget_left;     /* decompressed bytes this call may still produce */
+    PyObject *budget_obj;      /* records.DecompressionBudget given by the caller, borrowed, or NULL */
     Py_ssize_t start, next;    /* walk from `start`; `next`: where a chunked walk stopped, -1 at the end */
     Py_ssize_t max_records;    /* chunked walk (tuples only): stop at the first entry boundary past this */
     PyObject *last_ts_obj;     /* the last timestamp made, and its value */
@@ -645,10 +651,16 @@ static int legacy_entry(sink_t *s, const uint8_t *d, Py_ssize_t n, Py_ssize_t po
         else if (!(s->src_bytes = PyBytes_FromStringAndSize((const char *)d, n)))
             return -1;
     }
+    PyObject *limit = s->budgeted ? PyLong_FromLongLong(s->budget_left) : Py_NewRef(s->max_size);
+    if (!limit)
+        return -1;
     PyObject *got = PyObject_CallFunction(g_legacy, "OnnOO", s->src_bytes, pos, end,
-                                          s->check_crc ? Py_True : Py_False, s->max_size);
+                                          s->check_crc ? Py_True : Py_False, limit);
+    Py_DECREF(limit);
     if (!got)
         return -1;
+    /* a compressed legacy wrapper spends its records' keys and values from the budget */
+    int charge = s->budgeted && end - pos > 17 && (d[pos + 17] & 0x07);
     if (!PyList_CheckExact(got)) {
         Py_DECREF(got);
         PyErr_SetString(PyExc_TypeError, "legacy reader must return a list");
@@ -688,6 +700,8 @@ static int legacy_entry(sink_t *s, const uint8_t *d, Py_ssize_t n, Py_ssize_t po
             PyErr_SetString(PyExc_TypeError, "legacy headers must be a list");
             goto fail;
         }
+        if (charge)
+            s->budget_left -= (long long)r.key_len + (long long)r.value_len;
         /* key/value point into `got`, which stays alive until emit has copied them */
         if (emit(s, &r) < 0)
             goto fail;
@@ -697,6 +711,63 @@ static int legacy_entry(sink_t *s, const uint8_t *d, Py_ssize_t n, Py_ssize_t po
 fail:
     Py_DECREF(got);
     return -1;
+}
+
+/* -- the decompression budget of decode_fetch / decode_columns ---------------------------------- */
+/* A DecodeError raised by decompress() under a budget is raised again (same class) naming the
+ * batch: records.py's _budget_error words it identically. */
+static void budget_error(Py_ssize_t pos, int64_t base_offset, long long left)
+{
+    if (!PyErr_ExceptionMatches(g_decode_error))
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyErr_Format(type, "record batch at offset %zd (base offset %lld), %lld bytes left of the "
+                 "fetch's decompression budget: %S", pos, (long long)base_offset, left,
+                 value ? value : Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+/* max_size of decode_fetch / decode_columns: an int (the budget of this call) or an object whose
+ * `left` attribute is the budget, written back when the call ends (records.DecompressionBudget,
+ * shared by the partitions of one Fetch response). */
+static int budget_start(sink_t *s, PyObject *max_size)
+{
+    s->budgeted = 1;
+    if (PyLong_Check(max_size)) {
+        s->budget_left = PyLong_AsLongLong(max_size);
+        return s->budget_left == -1 && PyErr_Occurred() ? -1 : 0;
+    }
+    PyObject *left = PyObject_GetAttrString(max_size, "left");
+    if (!left)
+        return -1;
+    s->budget_left = PyLong_AsLongLong(left);
+    Py_DECREF(left);
+    if (s->budget_left == -1 && PyErr_Occurred())
+        return -1;
+    s->budget_obj = max_size;
+    return 0;
+}
+
+static int budget_end(sink_t *s)
+{
+    if (!s->budget_obj)
+        return 0;
+    PyObject *exc_t, *exc_v, *exc_tb;
+    PyErr_Fetch(&exc_t, &exc_v, &exc_tb);          /* keep the walk's error, if any */
+    PyObject *left = PyLong_FromLongLong(s->budget_left);
+    int rc = left ? PyObject_SetAttrString(s->budget_obj, "left", left) : -1;
+    Py_XDECREF(left);
+    if (exc_t) {
+        if (rc < 0)
+            PyErr_Clear();
+        PyErr_Restore(exc_t, exc_v, exc_tb);
+        return -1;
+    }
+    return rc;
 }
 
 /* -- the fetch payload walk (records.iter_records, step for step) ------------------------------- */
@@ -761,15 +832,27 @@ static int walk(sink_t *s, const uint8_t *d, Py_ssize_t n)
                 PyObject *slice = PySequence_GetSlice(s->src_view, pos + BATCH_HEADER_SIZE, end);
                 if (!slice)
                     return -1;
-                PyObject *raw = PyObject_CallFunction(g_decompress, "iOO", codec, slice, s->max_size);
-                Py_DECREF(slice);
-                if (!raw)
+                PyObject *limit = s->budgeted ? PyLong_FromLongLong(s->budget_left)
+                                              : Py_NewRef(s->max_size);
+                if (!limit) {
+                    Py_DECREF(slice);
                     return -1;
+                }
+                PyObject *raw = PyObject_CallFunction(g_decompress, "iOO", codec, slice, limit);
+                Py_DECREF(slice);
+                Py_DECREF(limit);
+                if (!raw) {
+                    if (s->budgeted)
+                        budget_error(pos, base_offset, s->budget_left);
+                    return -1;
+                }
                 Py_buffer rb;
                 if (PyObject_GetBuffer(raw, &rb, PyBUF_SIMPLE) < 0) {
                     Py_DECREF(raw);
                     return -1;
                 }
+                if (s->budgeted)
+                    s->budget_left -= rb.len;
                 int rc = decode_body(s, rb.buf, 0, rb.len, count, base_offset, base_ts, lat, max_ts,
                                      leader_epoch);
                 PyBuffer_Release(&rb);
@@ -884,6 +967,8 @@ static PyObject *py_decode_fetch(PyObject *self, PyObject *args, PyObject *kw)
         max_size = default_max;
     }
     s.max_size = max_size;
+    if (budget_start(&s, max_size) < 0)
+        goto fail;
     if (opt_offset(min_o, &s.has_min, &s.min_offset) < 0 ||
         opt_offset(max_o, &s.has_max, &s.max_offset) < 0)
         goto fail;
@@ -913,6 +998,8 @@ static PyObject *py_decode_fetch(PyObject *self, PyObject *args, PyObject *kw)
     if (!(s.out = PyList_New(0)))
         goto fail;
     int rc = run(&s, buf);
+    if (budget_end(&s) < 0)
+        rc = -1;
     if (s.mode == MODE_TUPLES || s.factory_direct)
         retrack(s.out, s.mode == MODE_TUPLES ? 4 : (s.prefix ? PyTuple_GET_SIZE(s.prefix) : 0) + 5);
     if (rc < 0)
@@ -986,11 +1073,13 @@ static PyObject *py_decode_columns(PyObject *self, PyObject *args, PyObject *kw)
     }
     s.max_size = max_size;
     int32_t zero = 0;
-    if (opt_offset(min_o, &s.has_min, &s.min_offset) < 0 ||
+    if (budget_start(&s, max_size) < 0 ||
+        opt_offset(min_o, &s.has_min, &s.min_offset) < 0 ||
         opt_offset(max_o, &s.has_max, &s.max_offset) < 0 ||
         vec_put(&s.key_offs, &zero, 4) < 0 || vec_put(&s.val_offs, &zero, 4) < 0)
         goto done;
-    if (run(&s, buf) < 0)
+    int rc = run(&s, buf);
+    if (budget_end(&s) < 0 || rc < 0)
         goto done;
     /* (count, offsets, timestamps, timestamp_types, key_validity, key_offsets, key_data,
      *  value_validity, value_offsets, value_data, headers) */

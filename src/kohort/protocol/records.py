@@ -10,7 +10,10 @@ What lives here:
   ``(offset, timestamp, key, value, headers)`` and skipping control batches. It inlines the common
   one- and two-byte varints and works on one ``bytes`` object so keys/values are single slices.
 * `decode_records_list` (the same records as one list, optionally filtered by offset and built by a
-  caller's record class) and `decode_columns` (Arrow-shaped column buffers, `Columns`).
+  caller's record class) and `decode_columns` (Arrow-shaped column buffers, `Columns`). Their
+  `max_size` is one budget for everything the call decompresses (`DecompressionBudget` shares one
+  across the partitions of a Fetch response), so a few small compressed batches cannot build
+  unbounded record lists; `iter_records` streams and limits each batch alone.
 * The compiled twin: when the C extension `kohort.protocol._crecords` was built and the environment
   variable KOHORT_NO_EXT is unset or empty, the three functions above run in C (`HAVE_EXTENSION`,
   `extension_enabled()`, `use_extension()`); the pure-Python decoders (`_py_*`) stay the reference
@@ -530,8 +533,32 @@ def decode_batch(buf, pos: int = 0, check_crc: bool = True,
     return h, records
 
 
+class DecompressionBudget:
+    """How many bytes the batches of one bulk decode (decode_records_list, decode_columns) may
+    still decompress to, together: `left` is spent as batches are decompressed (legacy compressed
+    wrappers spend their records' keys and values). Pass one as `max_size` to several calls (the
+    partitions of one Fetch response) to bound them all; an int max_size is a fresh budget."""
+
+    __slots__ = ("limit", "left")
+
+    def __init__(self, limit: int = DEFAULT_MAX_SIZE):
+        if limit < 0:
+            raise ValueError(f"decompression budget must be >= 0, got {limit}")
+        self.limit = limit
+        self.left = limit
+
+    def __repr__(self) -> str:
+        return f"DecompressionBudget(limit={self.limit}, left={self.left})"
+
+
+def _budget_error(e: DecodeError, pos: int, base_offset: int, left: int) -> DecodeError:
+    """A decompression failure under a budget, naming the batch (the C twin words it alike)."""
+    return type(e)(f"record batch at offset {pos} (base offset {base_offset}), {left} bytes left "
+                   f"of the fetch's decompression budget: {e}")
+
+
 def _py_iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE,
-                     _start: int = 0):
+                     _start: int = 0, _budget: DecompressionBudget | None = None, _base: int = 0):
     """Pure-Python iter_records. Fast path: (offset, timestamp, key, value, headers) for every data record of a fetch payload.
 
     Walks all complete batches (a partial trailing batch ends the walk), skips control batches and
@@ -553,8 +580,12 @@ def _py_iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_S
         if length < LEGACY_RECORD_OVERHEAD_V0:
             raise CorruptRecordError(f"entry at offset {pos} declares length {length}")
         if d[pos + MAGIC_OFFSET] < MAGIC_V2:
-            for r in _iter_legacy(d, pos, end, check_crc, 0, True, max_size):
-                yield (r.offset, r.timestamp, r.key, r.value, r.headers)
+            if _budget is None:
+                for r in _iter_legacy(d, pos, end, check_crc, 0, True, max_size):
+                    yield (r.offset, r.timestamp, r.key, r.value, r.headers)
+            else:
+                for r in _legacy_entries(d, pos, end, check_crc, _budget.left, _budget):
+                    yield r[:5]
             pos = end
             continue
         if length < _MIN_BATCH_LENGTH:
@@ -568,7 +599,15 @@ def _py_iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_S
         if not attributes & ATTR_CONTROL:
             codec = attributes & ATTR_COMPRESSION_MASK
             if codec:
-                data = decompress(codec, memoryview(d)[pos + BATCH_HEADER_SIZE:end], max_size)
+                if _budget is None:
+                    data = decompress(codec, memoryview(d)[pos + BATCH_HEADER_SIZE:end], max_size)
+                else:
+                    try:
+                        data = decompress(codec, memoryview(d)[pos + BATCH_HEADER_SIZE:end],
+                                          _budget.left)
+                    except DecodeError as ex:
+                        raise _budget_error(ex, _base + pos, base_offset, _budget.left) from None
+                    _budget.left -= len(data)
                 p, e = 0, len(data)
             else:
                 data, p, e = d, pos + BATCH_HEADER_SIZE, end
@@ -580,11 +619,16 @@ def _py_iter_records(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_S
 
 
 
-def _legacy_entries(d: bytes, pos: int, end: int, check_crc: bool, max_size: int) -> list:
+def _legacy_entries(d: bytes, pos: int, end: int, check_crc: bool, max_size: int,
+                    budget: DecompressionBudget | None = None) -> list:
     """The legacy entry d[pos:end] as (offset, timestamp, key, value, headers, timestamp_type)
-    tuples: what the C walker calls for magic 0/1 entries."""
-    return [(r.offset, r.timestamp, r.key, r.value, r.headers, r.timestamp_type)
-            for r in _iter_legacy(d, pos, end, check_crc, 0, True, max_size)]
+    tuples: what the C walker calls for magic 0/1 entries (it spends the budget itself). With
+    `budget`, a compressed wrapper's records spend their keys' and values' bytes from it."""
+    out = [(r.offset, r.timestamp, r.key, r.value, r.headers, r.timestamp_type)
+           for r in _iter_legacy(d, pos, end, check_crc, 0, True, max_size)]
+    if budget is not None and end - pos > 17 and d[pos + 17] & 0x07:
+        budget.left -= sum(len(r[2] or b"") + len(r[3] or b"") for r in out)
+    return out
 
 
 # -- the compiled twin and the bulk entry points --------------------------------------------------
@@ -678,25 +722,33 @@ def decode_records_list(buf, check_crc: bool = False, max_size: int = DEFAULT_MA
     (topic, partition). In C, a tuple subclass without per-instance storage (ConsumerRecord, a
     namedtuple) is filled directly and its __new__ is not called. Malformed input raises
     DecodeError and returns nothing.
+
+    `max_size` bounds the bytes all batches decompress to together (an int, or a
+    `DecompressionBudget` shared with other calls); passing it raises DecodeError naming the
+    batch's position and base offset.
     """
     if _use_ext:
+        shared = type(max_size) is DecompressionBudget
+        left = max_size.left if shared else 0
         try:
             return _ext.decode_fetch(buf, check_crc, max_size, min_offset, max_offset,
                                      record_factory, prefix)
         except _NeedsPython:
-            pass
+            if shared:
+                max_size.left = left        # the Python decoder starts over
     return _py_decode_records_list(buf, check_crc, max_size, min_offset, max_offset,
                                    record_factory, prefix)
 
 
 def _py_decode_records_list(buf, check_crc=False, max_size=DEFAULT_MAX_SIZE, min_offset=None,
                             max_offset=None, record_factory=None, prefix=()) -> list:
+    budget = max_size if type(max_size) is DecompressionBudget else DecompressionBudget(max_size)
     if record_factory is None:
         if prefix:
             raise TypeError("prefix needs a record_factory")
-        recs = _py_iter_records(buf, check_crc, max_size)
+        recs = _py_iter_records(buf, check_crc, budget.limit, _budget=budget)
     else:
-        recs = _py_iter_batches_full(buf, check_crc, max_size)
+        recs = _py_iter_batches_full(buf, check_crc, budget)
     if min_offset is not None or max_offset is not None:
         lo = min_offset if min_offset is not None else -(1 << 200)
         hi = max_offset if max_offset is not None else 1 << 200
@@ -706,7 +758,7 @@ def _py_decode_records_list(buf, check_crc=False, max_size=DEFAULT_MAX_SIZE, min
     return [record_factory(*prefix, o, ts, tt, k, v, hs, ep) for o, ts, k, v, hs, tt, ep in recs]
 
 
-def _py_iter_batches_full(buf, check_crc: bool, max_size: int):
+def _py_iter_batches_full(buf, check_crc: bool, budget: DecompressionBudget):
     """_py_iter_records' walk, with (timestamp_type, leader_epoch or None) added to each tuple."""
     d = buf if type(buf) is bytes else bytes(buf)
     n = len(d)
@@ -719,7 +771,7 @@ def _py_iter_batches_full(buf, check_crc: bool, max_size: int):
         if length < LEGACY_RECORD_OVERHEAD_V0:
             raise CorruptRecordError(f"entry at offset {pos} declares length {length}")
         if d[pos + MAGIC_OFFSET] < MAGIC_V2:
-            for r in _legacy_entries(d, pos, end, check_crc, max_size):
+            for r in _legacy_entries(d, pos, end, check_crc, budget.left, budget):
                 yield r + (None,)
         else:
             if length < _MIN_BATCH_LENGTH:
@@ -731,7 +783,8 @@ def _py_iter_batches_full(buf, check_crc: bool, max_size: int):
             if epoch == NO_PARTITION_LEADER_EPOCH:
                 epoch = None
             # the complete batch through the reference walker: same checks, same errors
-            for r in _py_iter_records(d[pos:end], check_crc, max_size):
+            for r in _py_iter_records(d[pos:end], check_crc, budget.limit, _budget=budget,
+                                      _base=pos):
                 yield r + (tstype, epoch)
         pos = end
 
@@ -780,12 +833,16 @@ class Columns(namedtuple("Columns", (
 def decode_columns(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE, *,
                    min_offset: int | None = None, max_offset: int | None = None) -> Columns:
     """Data records of a fetch payload (min_offset <= offset < max_offset) as `Columns`, for the
-    Spark source's Arrow batches. ValueError if keys or values pass 2 GiB in one call."""
+    Spark source's Arrow batches. ValueError if keys or values pass 2 GiB in one call; `max_size`
+    bounds what all batches decompress to together, as in decode_records_list."""
     if _use_ext:
+        shared = type(max_size) is DecompressionBudget
+        left = max_size.left if shared else 0
         try:
             return Columns._make(_ext.decode_columns(buf, check_crc, max_size, min_offset, max_offset))
         except _NeedsPython:
-            pass
+            if shared:
+                max_size.left = left        # the Python decoder starts over
     return _py_decode_columns(buf, check_crc, max_size, min_offset, max_offset)
 
 

@@ -19,6 +19,15 @@ aborted_transactions list and the ABORT markers; the broker stops at the last st
 Truncation (KIP-320): Fetch v12+ carries last_fetched_epoch and a diverging_epoch in the answer;
 the position then moves back to the divergence point. Offset out of range goes through
 auto.offset.reset (none raises an error naming the partitions).
+
+Memory: fetch.max.bytes / max.partition.fetch.bytes bound the compressed bytes of a response; what
+they decompress to is bounded by one `DecompressionBudget` per response (256 MiB, shared by its
+partitions), and the bytes a partition's decoded records hold count against the pipelining limits
+(decompressed size when larger than the fetched bytes). A partition whose records do not fit what
+the budget has left after the response's other partitions is fetched again from its position and
+decoded first in the next response; one that does not fit a whole budget, or whose bytes do not decode, raises an error naming it and
+its offset from poll(), and keeps its position (as Kafka's consumer, until the application seeks
+past the record).
 """
 from __future__ import annotations
 
@@ -40,8 +49,8 @@ from kohort.protocol.messages.list_offsets import ListOffsetsRequest
 from kohort.protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest
 from kohort.protocol.primitives import ZERO_UUID
 from kohort.protocol.records import (
-    AbortedTransactions, decode_records_list, iter_batch_records, iter_batches, scan_batches,
-    validate_batch,
+    DEFAULT_MAX_SIZE, AbortedTransactions, DecodeError, DecompressionBudget, decode_records_list,
+    iter_batches, scan_batches, validate_batch,
 )
 from kohort.structs import ConsumerRecord, TopicPartition
 
@@ -107,27 +116,33 @@ class _Completed:
 
 def decode_partition(topic: str, partition: int, data, fetch_offset: int, *, check_crcs: bool = True,
                      aborted=None, read_committed: bool = False, key_deserializer=None,
-                     value_deserializer=None) -> tuple[list, int, int | None]:
+                     value_deserializer=None,
+                     max_size: int | DecompressionBudget = DEFAULT_MAX_SIZE) -> tuple[list, int, int | None]:
     """Records at or after `fetch_offset` in a Fetch response's record bytes.
 
     -> (records, next fetch offset, leader epoch of the last batch read or None). The common case
     goes through records.decode_records_list (C when built), which fills ConsumerRecord tuples
-    directly; read_committed with aborted transactions in the response walks batch by batch."""
+    directly; read_committed with aborted transactions in the response decodes the kept batches
+    one by one. `max_size` bounds what all batches decompress to together (an int, or a
+    DecompressionBudget shared with the response's other partitions)."""
     d = data if type(data) is bytes else bytes(data)
     next_offset, last_epoch, legacy = scan_batches(d, fetch_offset, check_crcs)
     if read_committed and aborted:
-        out = _decode_read_committed(topic, partition, d, fetch_offset, False, aborted)
+        out = _decode_read_committed(topic, partition, d, fetch_offset, False, aborted, max_size)
     else:
         # v2 CRCs were checked in scan_batches (the crc32c package is much faster per byte)
-        out = decode_records_list(d, check_crcs and legacy, min_offset=fetch_offset,
+        out = decode_records_list(d, check_crcs and legacy, max_size, min_offset=fetch_offset,
                                   record_factory=ConsumerRecord, prefix=(topic, partition))
     return _deserialize(out, key_deserializer, value_deserializer), next_offset, last_epoch
 
 
-def _decode_read_committed(topic, partition, d, fetch_offset, check_crcs, aborted) -> list:
+def _decode_read_committed(topic, partition, d, fetch_offset, check_crcs, aborted,
+                           max_size: int | DecompressionBudget = DEFAULT_MAX_SIZE) -> list:
     """KIP-98 consumer-side filtering (records.AbortedTransactions) into ConsumerRecords."""
     out: list = []
+    budget = max_size if type(max_size) is DecompressionBudget else DecompressionBudget(max_size)
     keep = AbortedTransactions(aborted).keep
+    view = memoryview(d)
     for pos, h in iter_batches(d):
         if h.next_offset <= fetch_offset:
             continue
@@ -135,12 +150,19 @@ def _decode_read_committed(topic, partition, d, fetch_offset, check_crcs, aborte
             validate_batch(d, pos)
         if not keep(d, pos, h):
             continue
-        tt = h.timestamp_type
-        ep = h.partition_leader_epoch if h.partition_leader_epoch >= 0 else None
-        for o, ts, k, v, hs in iter_batch_records(d, pos, h):
-            if o >= fetch_offset:
-                out.append(_new(ConsumerRecord, (topic, partition, o, ts, tt, k, v, hs, ep)))
+        out += decode_records_list(view[pos:pos + h.total_size], False, budget, min_offset=fetch_offset,
+                                   record_factory=ConsumerRecord, prefix=(topic, partition))
     return out
+
+
+def partition_decode_error(tp, fetch_offset: int, e: Exception) -> Exception:
+    """A decode failure of one partition's fetched records, naming the partition and offset
+    (same class for DecodeError and its subclasses, the cause chained)."""
+    msg = (f"records of {tp.topic}-{tp.partition} fetched at offset {fetch_offset} could not be "
+           f"decoded: {e}. If needed, seek past the record to continue consumption.")
+    err = type(e)(msg) if isinstance(e, DecodeError) else DecodeError(msg)
+    err.__cause__ = e
+    return err
 
 
 def _deserialize(records: list, kd, vd) -> list:
@@ -164,6 +186,9 @@ class Fetcher:
         self.max_bytes = config["fetch.max.bytes"]
         self.partition_max_bytes = config["max.partition.fetch.bytes"]
         self.check_crcs = config["check.crcs"]
+        # what the records of one Fetch response may decompress to, all partitions together
+        self.decompression_budget = DEFAULT_MAX_SIZE
+        self._budget_first: set[TopicPartition] = set()     # decoded first in the next response
         self.read_committed = config["isolation.level"] == "read_committed"
         self.isolation_level = READ_COMMITTED if self.read_committed else 0
         self.rack_id = config["client.rack"]
@@ -365,31 +390,61 @@ class Fetcher:
         return todo
 
     def _decode_and_buffer(self, todo) -> None:
-        """Phase 2: decode records (C fast path) and hand them to poll()."""
+        """Phase 2: decode records (C fast path) and hand them to poll(), partition by partition,
+        all under one decompression budget (see the module docstring)."""
         kd, vd = self.key_deserializer, self.value_deserializer
-        done = []
-        try:
-            for c, data, fetch_offset, legacy, aborted in todo:
+        budget = DecompressionBudget(self.decompression_budget)
+        done, grown, failed = [], [], []
+        first = self._budget_first
+        if first:       # partitions refused for want of budget last time are decoded first now
+            todo = sorted(todo, key=lambda t: t[0].tp not in first)
+        for c, data, fetch_offset, legacy, aborted in todo:
+            before = budget.left
+            if before == budget.limit:
+                first.discard(c.tp)
+            try:
                 if self.read_committed and aborted:
-                    recs = _decode_read_committed(c.tp[0], c.tp[1], bytes(data), fetch_offset, False, aborted)
+                    recs = _decode_read_committed(c.tp[0], c.tp[1], bytes(data), fetch_offset, False,
+                                                  aborted, budget)
                 else:
-                    recs = decode_records_list(data, self.check_crcs and legacy, min_offset=fetch_offset,
-                                               record_factory=ConsumerRecord, prefix=(c.tp[0], c.tp[1]))
+                    recs = decode_records_list(data, self.check_crcs and legacy, budget,
+                                               min_offset=fetch_offset, record_factory=ConsumerRecord,
+                                               prefix=(c.tp[0], c.tp[1]))
                 c.records = _deserialize(recs, kd, vd)
-                done.append(c)
-        except Exception as e:
-            log.exception("records of a fetch response could not be decoded")
-            with self.lock:
-                self._errors.append(e)
+            except Exception as e:
+                # alone with the whole budget it fails for good; else it is fetched again later
+                if before == budget.limit:
+                    failed.append((c, fetch_offset, e))
+                else:
+                    first.add(c.tp)
+                    failed.append((c, fetch_offset, None))
+                continue
+            done.append(c)
+            spent = before - budget.left
+            if spent > c.nbytes:
+                grown.append((c, spent - c.nbytes))
         with self.lock:
             for c, *_ in todo:
                 try:
                     self._decoding.remove(c)
                 except ValueError:
                     pass
-            for c, *_ in todo:
-                if c.records is None:   # undecodable: its bytes no longer count as buffered
-                    self._release(c)
+            parts = self.subs.partitions
+            for c, fetch_offset, e in failed:
+                self._release(c)        # undecoded: its bytes no longer count as buffered
+                st = parts.get(c.tp)
+                if st is None or st.seek_epoch != c.seek_epoch:
+                    continue
+                # fetch again from the position; what was fetched after it is stale
+                st.fetch_offset, st.fetch_epoch = st.position, st.position_epoch
+                st.seek_epoch += 1
+                if e is not None:
+                    log.error("records of %s fetched at offset %s could not be decoded: %s", c.tp,
+                              fetch_offset, e)
+                    self._errors.append(partition_decode_error(c.tp, fetch_offset, e))
+            for c, extra in grown:
+                c.nbytes += extra
+                self._buffered_bytes[c.tp] = self._buffered_bytes.get(c.tp, 0) + extra
             for c in done:
                 self._buffer.append(c)
                 self.records_fetched += len(c.records)
@@ -679,4 +734,4 @@ def list_offsets(network, cluster, tps_to_ts: dict, isolation_level: int, timeou
     return result
 
 
-__all__ = ["FetchSession", "Fetcher", "decode_partition", "list_offsets"]
+__all__ = ["FetchSession", "Fetcher", "decode_partition", "list_offsets", "partition_decode_error"]
