@@ -102,8 +102,30 @@ def _metadata(client, topic: str | None) -> ClusterMetadata:
                            str(b0) if b0 else None)
 
 
-class AIOProducer:
+class _StartedOnce:
+    """The kohort.aio client of a compat class, started on first use (one start however many callers
+    wait for it) and refused once the compat object is closed."""
+
+    _WHAT = "client"
+    _started: asyncio.Task | None = None
+    _closed = False
+
+    async def _start_once(self, client):
+        if self._closed:
+            raise KafkaException(KafkaError(KafkaError._STATE, f"the {self._WHAT} is closed"))
+        if self._started is None:
+            self._started = asyncio.ensure_future(client.start())
+        try:
+            await asyncio.shield(self._started)
+        except KohortError as e:
+            raise wrap(e) from e
+        return client
+
+
+class AIOProducer(_StartedOnce):
     """confluent_kafka.aio.AIOProducer over kohort.aio.AIOProducer. Build it inside a coroutine."""
+
+    _WHAT = "producer"
 
     def __init__(self, producer_conf: dict, max_workers: int = 4, executor=None, batch_size: int = 1000,
                  buffer_timeout: float = 1.0):
@@ -118,15 +140,7 @@ class AIOProducer:
         self._closed = False
 
     async def _ready(self) -> _KProducer:
-        if self._closed:
-            raise KafkaException(KafkaError(KafkaError._STATE, "the producer is closed"))
-        if self._started is None:
-            self._started = asyncio.ensure_future(self._p.start())
-        try:
-            await asyncio.shield(self._started)
-        except KohortError as e:
-            raise wrap(e) from e
-        return self._p
+        return await self._start_once(self._p)
 
     async def produce(self, topic: str, value=None, key=None, *args, partition: int = -1, timestamp: int = 0,
                       headers=None, on_delivery=None, callback=None, **kwargs) -> asyncio.Future:
@@ -252,8 +266,10 @@ def _ctp(tp, offset: int = OFFSET_INVALID) -> TopicPartition:
     return TopicPartition(tp[0], tp[1], offset)
 
 
-class AIOConsumer:
+class AIOConsumer(_StartedOnce):
     """confluent_kafka.aio.AIOConsumer over kohort.aio.AIOConsumer. Build it inside a coroutine."""
+
+    _WHAT = "consumer"
 
     def __init__(self, consumer_conf: dict, max_workers: int = 100, executor=None):
         asyncio.get_running_loop()
@@ -275,15 +291,7 @@ class AIOConsumer:
         self._cbs = (None, None, None)
 
     async def _ready(self) -> _KConsumer:
-        if self._closed:
-            raise KafkaException(KafkaError(KafkaError._STATE, "the consumer is closed"))
-        if self._started is None:
-            self._started = asyncio.ensure_future(self._c.start())
-        try:
-            await asyncio.shield(self._started)
-        except KohortError as e:
-            raise wrap(e) from e
-        return self._c
+        return await self._start_once(self._c)
 
     # -- subscription ----------------------------------------------------------------------------------
     async def subscribe(self, topics, on_assign=None, on_revoke=None, on_lost=None) -> None:
