@@ -14,6 +14,7 @@ a later `commit()` without arguments commits. librdkafka's default isolation.lev
 """
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 
@@ -102,9 +103,10 @@ def _metadata(client, topic: str | None) -> ClusterMetadata:
                            str(b0) if b0 else None)
 
 
-class _StartedOnce:
-    """The kohort.aio client of a compat class, started on first use (one start however many callers
-    wait for it) and refused once the compat object is closed."""
+class _StartedOnce(abc.ABC):
+    """What the compat producer and consumer share: their kohort.aio client started on first use (one
+    start however many callers wait for it) and refused once closed; `async with`; the calls not offered.
+    Each class gives `_ready` (its client, started) and `close`."""
 
     _WHAT = "client"
     _started: asyncio.Task | None = None
@@ -120,6 +122,24 @@ class _StartedOnce:
         except KohortError as e:
             raise wrap(e) from e
         return client
+
+    @abc.abstractmethod
+    async def _ready(self):
+        """The kohort.aio client, started."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop the client (once; later calls return at once)."""
+
+    async def set_sasl_credentials(self, *args, **kwargs):
+        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "set_sasl_credentials() is not offered"))
+
+    async def __aenter__(self):
+        await self._ready()
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
 
 
 class AIOProducer(_StartedOnce):
@@ -244,22 +264,12 @@ class AIOProducer(_StartedOnce):
         except KohortError as e:
             raise wrap(e) from e
 
-    async def set_sasl_credentials(self, *args, **kwargs):
-        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "set_sasl_credentials() is not offered"))
-
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         if self._started is not None:
             await self._p.stop()
-
-    async def __aenter__(self):
-        await self._ready()
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.close()
 
 
 def _ctp(tp, offset: int = OFFSET_INVALID) -> TopicPartition:
@@ -462,9 +472,6 @@ class AIOConsumer(_StartedOnce):
         c = await self._ready()
         return c.client.snapshot.cluster_id
 
-    async def set_sasl_credentials(self, *args, **kwargs):
-        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "set_sasl_credentials() is not offered"))
-
     async def close(self) -> None:
         if self._closed:
             return
@@ -477,13 +484,6 @@ class AIOConsumer(_StartedOnce):
                 except KohortError as e:
                     log.warning("commit of stored offsets on close failed: %s", e)
             await c.stop()
-
-    async def __aenter__(self):
-        await self._ready()
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.close()
 
 
 class _Listener:
