@@ -146,6 +146,12 @@ def print_views(args, views: list[dict], failed: int, show: Callable[[dict], Non
     return 1 if failed else 0
 
 
+def show_view(v: dict, args, *, state: Callable[[dict, bool], None], members: Callable[[dict, bool], None],
+              offsets: Callable[[dict, bool], None]) -> None:
+    """One view printed as describe's --state, --members or (the default) --offsets asks, --verbose or not."""
+    (state if args.state else members if args.members else offsets)(v, args.verbose)
+
+
 def assignment_text(pairs) -> str:
     """Kafka's assignment string: `topic:0,1;other:2` (topics sorted, partitions sorted)."""
     by: dict = {}

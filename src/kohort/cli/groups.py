@@ -22,7 +22,7 @@ import time
 from kohort.cli.common import Progress, add_connection_args, admin_client, print_json, table
 from kohort.cli.group_common import (MISSING, add_describe_args, add_group_args, add_reset_mode, add_reset_scope,
                                      add_to_datetime, assignment_text, describe_views, group_names, parse_datetime_ms,
-                                     parse_filter, print_views, topic_partitions)
+                                     parse_filter, print_views, show_view, topic_partitions)
 from kohort.errors import KohortError
 
 # kafka-consumer-groups.sh --list --state: the states of classic and consumer groups (GroupState)
@@ -236,12 +236,7 @@ def _show(v: dict, args) -> None:
         return
     elif v["state"] != "Stable":
         print(f"Warning: Consumer group '{v['group']}' is rebalancing.", file=sys.stderr)
-    if args.state:
-        _print_state(v, args.verbose)
-    elif args.members:
-        _print_members(v, args.verbose)
-    else:
-        _print_offsets(v, args.verbose)
+    show_view(v, args, state=_print_state, members=_print_members, offsets=_print_offsets)
 
 
 def _print_state(v: dict, verbose: bool) -> None:

@@ -23,7 +23,7 @@ import sys
 from kohort.cli.common import add_connection_args, admin_client, print_json, table
 from kohort.cli.group_common import (add_describe_args, add_group_args, add_reset_mode, add_reset_scope,
                                      add_to_datetime, assignment_text, describe_views, group_names, parse_datetime_ms,
-                                     parse_filter, print_views, topic_partitions)
+                                     parse_filter, print_views, show_view, topic_partitions)
 from kohort.errors import KohortError
 
 # GroupState.groupStatesForType(SHARE), in the order Kafka's tool names them
@@ -144,16 +144,8 @@ def cmd_describe(args) -> int:
         views, failed = describe_views(
             a, args, lambda: _group_names(args, every),
             lambda g: share_group_view(a, g, args.timeout, offsets=not (args.state or args.members)), failure)
-    return print_views(args, views, failed, lambda v: _show(v, args))
-
-
-def _show(v: dict, args) -> None:
-    if args.state:
-        _print_state(v, args.verbose)
-    elif args.members:
-        _print_members(v, args.verbose)
-    else:
-        _print_offsets(v, args.verbose)
+    return print_views(args, views, failed, lambda v: show_view(v, args, state=_print_state, members=_print_members,
+                                                                 offsets=_print_offsets))
 
 
 def _empty_notice(v: dict) -> None:
