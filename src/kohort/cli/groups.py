@@ -18,12 +18,13 @@ from __future__ import annotations
 import re
 import sys
 import time
-from datetime import datetime, timezone
 
 from kohort.cli.common import Progress, add_connection_args, admin_client, print_json, table
+from kohort.cli.group_common import (MISSING, add_describe_args, add_group_args, add_reset_mode, add_reset_scope,
+                                     add_to_datetime, assignment_text, describe_views, group_names, parse_datetime_ms,
+                                     parse_filter, print_views, show_view, topic_partitions)
 from kohort.errors import KohortError
 
-MISSING = "-"
 # kafka-consumer-groups.sh --list --state: the states of classic and consumer groups (GroupState)
 STATES = {s.lower(): s for s in ("Unknown", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead",
                                  "Empty", "Assigning", "Reconciling")}
@@ -48,13 +49,10 @@ def register(subparsers) -> None:
     s.set_defaults(func=cmd_list)
 
     s = sub.add_parser("describe", help="offsets, lag and owners per partition; --members, --state")
-    _group_args(s)
-    what = s.add_mutually_exclusive_group()
-    what.add_argument("--offsets", action="store_true", help="partitions with offsets and lag (the default)")
-    what.add_argument("--members", action="store_true", help="members and their assignments")
-    what.add_argument("--state", action="store_true", help="state, coordinator, assignor and member count")
-    s.add_argument("--verbose", action="store_true",
-                   help="also leader epochs (--offsets), epochs and target assignments (--members, --state)")
+    add_group_args(s)
+    add_describe_args(s, offsets="partitions with offsets and lag (the default)",
+                      state="state, coordinator, assignor and member count",
+                      verbose="also leader epochs (--offsets), epochs and target assignments (--members, --state)")
     add_connection_args(s)
     s.set_defaults(func=cmd_describe)
 
@@ -64,19 +62,12 @@ def register(subparsers) -> None:
     s.set_defaults(func=cmd_lag)
 
     s = sub.add_parser("reset-offsets", help="move groups' committed offsets (inactive groups only)")
-    _group_args(s)
-    where = s.add_mutually_exclusive_group()
-    where.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P..]",
-                       help="topic (optionally some partitions) to reset (repeatable)")
-    where.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
-    to = s.add_mutually_exclusive_group(required=True)
-    to.add_argument("--to-earliest", action="store_true")
-    to.add_argument("--to-latest", action="store_true")
+    add_group_args(s)
+    to = add_reset_scope(s, all_topics="every topic the group has offsets for")
     to.add_argument("--to-current", action="store_true")
     to.add_argument("--to-offset", type=int, metavar="OFFSET")
     to.add_argument("--shift-by", type=int, metavar="N", help="move by N (negative: back)")
-    to.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:MM:SS[.mmm][+HH:MM]",
-                    help="the first offset at or after this time (UTC unless an offset is given)")
+    add_to_datetime(to)
     to.add_argument("--to-timestamp", type=int, metavar="MS", help="like --to-datetime, in epoch ms")
     to.add_argument("--by-duration", metavar="PnDTnHnMnS",
                     help="the first offset at or after now minus this ISO-8601 duration, e.g. PT1H30M")
@@ -84,14 +75,12 @@ def register(subparsers) -> None:
                     help="the offsets of a CSV file (topic,partition,offset or group,topic,partition,offset; "
                          "what --export prints)")
     s.add_argument("--export", action="store_true", help="print the plan as Kafka's CSV instead of a table")
-    mode = s.add_mutually_exclusive_group()
-    mode.add_argument("--execute", action="store_true", help="apply the reset (default: dry run)")
-    mode.add_argument("--dry-run", action="store_true", help="only show the plan (the default)")
+    add_reset_mode(s, execute="apply the reset (default: dry run)", dry_run="only show the plan (the default)")
     add_connection_args(s)
     s.set_defaults(func=cmd_reset)
 
     s = sub.add_parser("delete", help="delete groups (they must be empty)")
-    _group_args(s)
+    add_group_args(s)
     add_connection_args(s)
     s.set_defaults(func=cmd_delete)
 
@@ -105,11 +94,6 @@ def register(subparsers) -> None:
     s = sub.add_parser("validate-regex", help="check a regular expression for regex subscriptions (KIP-848)")
     s.add_argument("regex", metavar="REGEX")
     s.set_defaults(func=cmd_validate_regex)
-
-
-def _group_args(s) -> None:
-    s.add_argument("groups", nargs="*", metavar="GROUP")
-    s.add_argument("--all-groups", action="store_true", help="every group (instead of naming them)")
 
 
 def kafka_style(argv: list[str], actions: dict[str, str] = ACTIONS) -> list[str]:
@@ -147,21 +131,9 @@ def kafka_style(argv: list[str], actions: dict[str, str] = ACTIONS) -> list[str]
 
 
 # -- list -----------------------------------------------------------------------------------------------
-def _parse_filter(text, valid: dict, what: str) -> list[str]:
-    if not text:
-        return []
-    out = []
-    for x in text.split(","):
-        x = x.strip()
-        if x.lower() not in valid:
-            raise KohortError(f"invalid {what} list {text!r}; valid {what}s are: {', '.join(valid.values())}")
-        out.append(valid[x.lower()])
-    return out
-
-
 def cmd_list(args) -> int:
-    states = _parse_filter(args.state, STATES, "state")
-    types = _parse_filter(args.type, {t: t for t in TYPES}, "type")
+    states = parse_filter(args.state, STATES, "state")
+    types = parse_filter(args.type, {t: t for t in TYPES}, "type")
     with admin_client(args) as a:
         groups = a.list_groups(timeout=args.timeout, states=states, types=types)
     # the broker filters; filtering again keeps the answer right on a broker that ignores the filters
@@ -185,13 +157,7 @@ def _type_text(g) -> str:
 
 
 def _group_names(a, args) -> list[str]:
-    if args.all_groups:
-        if args.groups:
-            raise KohortError("give GROUP names or --all-groups, not both")
-        return [g.group_id for g in a.list_groups(timeout=args.timeout)]
-    if not args.groups:
-        raise KohortError("name at least one GROUP (or --all-groups)")
-    return list(args.groups)
+    return group_names(args, lambda: [g.group_id for g in a.list_groups(timeout=args.timeout)])
 
 
 # -- describe -------------------------------------------------------------------------------------------
@@ -248,57 +214,29 @@ def offset_rows(a, view: dict, timeout) -> list[dict]:
     return rows
 
 
-def assignment_text(pairs) -> str:
-    """Kafka's assignment string: `topic:0,1;other:2` (topics sorted, partitions sorted)."""
-    by: dict = {}
-    for t, p in pairs:
-        by.setdefault(t, []).append(p)
-    return ";".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(by.items())) or MISSING
-
-
-def coordinator_text(addresses: dict, node) -> str:
-    """`host:port  (id)`, as kafka-consumer-groups.sh --state prints the coordinator."""
-    addr = addresses.get(node)
-    return f"{addr}  ({node})" if addr else str(node)
-
-
 def cmd_describe(args) -> int:
-    views, failed = [], 0
+    def complete(v: dict) -> None:
+        if not args.members:
+            v["partitions"] = offset_rows(a, v, args.timeout)
+
+    def failure(g: str, e: KohortError) -> None:
+        print(f"kohort groups: group {g}: {e}", file=sys.stderr)
+
     with admin_client(args) as a:
-        addresses = {b.node_id: f"{b.host}:{b.port}" for b in a.describe_cluster(args.timeout).brokers} \
-            if args.state else {}
-        for g in _group_names(a, args):
-            try:
-                v = group_view(a, g, args.timeout)
-            except KohortError as e:
-                print(f"kohort groups: group {g}: {e}", file=sys.stderr)
-                failed += 1
-                continue
-            if args.state:
-                v["coordinator_address"] = coordinator_text(addresses, v["coordinator"])
-            elif not args.members:
-                v["partitions"] = offset_rows(a, v, args.timeout)
-            views.append(v)
-    if args.json:
-        print_json(views)
-        return 1 if failed else 0
-    for i, v in enumerate(views):
-        if i:
-            print()
-        if v["state"] == "Empty":
-            print(f"Consumer group '{v['group']}' has no active members.", file=sys.stderr)
-        elif v["state"] == "Dead":
-            print(f"Consumer group '{v['group']}' does not exist.", file=sys.stderr)
-            continue
-        elif v["state"] != "Stable":
-            print(f"Warning: Consumer group '{v['group']}' is rebalancing.", file=sys.stderr)
-        if args.state:
-            _print_state(v, args.verbose)
-        elif args.members:
-            _print_members(v, args.verbose)
-        else:
-            _print_offsets(v, args.verbose)
-    return 1 if failed else 0
+        views, failed = describe_views(a, args, lambda: _group_names(a, args),
+                                       lambda g: group_view(a, g, args.timeout), failure, complete)
+    return print_views(args, views, failed, lambda v: _show(v, args))
+
+
+def _show(v: dict, args) -> None:
+    if v["state"] == "Empty":
+        print(f"Consumer group '{v['group']}' has no active members.", file=sys.stderr)
+    elif v["state"] == "Dead":
+        print(f"Consumer group '{v['group']}' does not exist.", file=sys.stderr)
+        return
+    elif v["state"] != "Stable":
+        print(f"Warning: Consumer group '{v['group']}' is rebalancing.", file=sys.stderr)
+    show_view(v, args, state=_print_state, members=_print_members, offsets=_print_offsets)
 
 
 def _print_state(v: dict, verbose: bool) -> None:
@@ -374,17 +312,6 @@ def cmd_lag(args) -> int:
 
 
 # -- reset-offsets --------------------------------------------------------------------------------------
-def parse_datetime_ms(text: str) -> int:
-    """ISO-8601 date-time to epoch ms; naive times are UTC."""
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise KohortError(f"--to-datetime: {text!r} is not YYYY-MM-DDTHH:MM:SS[.mmm][+HH:MM]") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1000)
-
-
 _DURATION = re.compile(r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?"
                        r"(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?", re.IGNORECASE)
 
@@ -461,28 +388,6 @@ def _partitions(a, args, group: str):
             raise KohortError(f"group {group!r} has no committed offsets; name topics with --topic")
         return tps
     return topic_partitions(a, args.topic, args.timeout)
-
-
-def topic_partitions(a, specs, timeout) -> list:
-    """`TOPIC` (every partition) or `TOPIC:P,P` arguments → [(topic, partition)], checked against the
-    cluster."""
-    out = []
-    named = [t.partition(":") for t in specs]
-    descs = {d.name: d for d in a.describe_topics([n for n, _, _ in named], timeout=timeout)}
-    for name, sep, parts in named:
-        if sep and parts:
-            try:
-                ps = [int(x) for x in parts.split(",") if x.strip()]
-            except ValueError:
-                raise KohortError(f"--topic {name}:{parts}: partitions must be integers") from None
-            have = {p.partition for p in descs[name].partitions}
-            bad = [p for p in ps if p not in have]
-            if bad:
-                raise KohortError(f"topic {name!r} has no partition(s) {bad}")
-        else:
-            ps = [p.partition for p in descs[name].partitions]
-        out.extend((name, p) for p in ps)
-    return out
 
 
 def cmd_reset(args) -> int:

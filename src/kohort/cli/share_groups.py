@@ -21,8 +21,9 @@ from __future__ import annotations
 import sys
 
 from kohort.cli.common import add_connection_args, admin_client, print_json, table
-from kohort.cli.groups import (_parse_filter, assignment_text, coordinator_text, parse_datetime_ms,
-                               topic_partitions)
+from kohort.cli.group_common import (add_describe_args, add_group_args, add_reset_mode, add_reset_scope,
+                                     add_to_datetime, assignment_text, describe_views, group_names, parse_datetime_ms,
+                                     parse_filter, print_views, show_view, topic_partitions)
 from kohort.errors import KohortError
 
 # GroupState.groupStatesForType(SHARE), in the order Kafka's tool names them
@@ -30,6 +31,7 @@ STATES = {s.lower(): s for s in ("Dead", "Stable", "Empty")}
 ACTIONS = {"--list": "list", "--describe": "describe", "--delete": "delete", "--reset-offsets": "reset-offsets",
            "--delete-offsets": "delete-offsets"}
 PROG = "kohort share-groups"
+EVERY = "every share group"
 
 
 def register(subparsers) -> None:
@@ -46,32 +48,20 @@ def register(subparsers) -> None:
     s.set_defaults(func=cmd_list)
 
     s = sub.add_parser("describe", help="start offsets and lag per partition; --members, --state")
-    _group_args(s)
-    what = s.add_mutually_exclusive_group()
-    what.add_argument("--offsets", action="store_true", help="share-partitions with start offset and lag (default)")
-    what.add_argument("--members", action="store_true", help="members and their assignments")
-    what.add_argument("--state", action="store_true", help="coordinator, state and member count")
-    s.add_argument("--verbose", action="store_true",
-                   help="also leader epochs (--offsets), member epochs (--members), group and assignment "
-                        "epochs (--state)")
+    add_group_args(s, EVERY)
+    add_describe_args(s, offsets="share-partitions with start offset and lag (default)",
+                      state="coordinator, state and member count",
+                      verbose="also leader epochs (--offsets), member epochs (--members), group and assignment "
+                              "epochs (--state)")
     add_connection_args(s)
     s.set_defaults(func=cmd_describe)
 
     s = sub.add_parser("reset-offsets", help="move a share group's start offsets (Empty groups only)")
     s.add_argument("groups", nargs="*", metavar="GROUP")
-    where = s.add_mutually_exclusive_group()
-    where.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P..]",
-                       help="topic (optionally some partitions) to reset (repeatable)")
-    where.add_argument("--all-topics", action="store_true", help="every partition the group has state for")
-    to = s.add_mutually_exclusive_group(required=True)
-    to.add_argument("--to-earliest", action="store_true")
-    to.add_argument("--to-latest", action="store_true")
-    to.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:MM:SS[.mmm][+HH:MM]",
-                    help="the first offset at or after this time (UTC unless an offset is given)")
+    to = add_reset_scope(s, all_topics="every partition the group has state for")
+    add_to_datetime(to)
     to.add_argument("--to-offset", type=int, metavar="OFFSET", help="this offset (kept within the log)")
-    mode = s.add_mutually_exclusive_group()
-    mode.add_argument("--execute", action="store_true", help="apply the reset")
-    mode.add_argument("--dry-run", action="store_true", help="only show the plan")
+    add_reset_mode(s, execute="apply the reset", dry_run="only show the plan")
     add_connection_args(s)
     s.set_defaults(func=cmd_reset)
 
@@ -83,14 +73,9 @@ def register(subparsers) -> None:
     s.set_defaults(func=cmd_delete_offsets)
 
     s = sub.add_parser("delete", help="delete share groups (they must be Empty)")
-    _group_args(s)
+    add_group_args(s, EVERY)
     add_connection_args(s)
     s.set_defaults(func=cmd_delete)
-
-
-def _group_args(s) -> None:
-    s.add_argument("groups", nargs="*", metavar="GROUP")
-    s.add_argument("--all-groups", action="store_true", help="every share group (instead of naming them)")
 
 
 def _one_group(args, action: str) -> str:
@@ -106,7 +91,7 @@ def _error(text: str) -> None:
 
 # -- list -----------------------------------------------------------------------------------------------
 def cmd_list(args) -> int:
-    states = _parse_filter(args.state, STATES, "state")
+    states = parse_filter(args.state, STATES, "state")
     with admin_client(args) as a:
         groups = a.list_groups(timeout=args.timeout, states=states, types=("share",))
     groups = sorted((g for g in groups if not states or g.state in states), key=lambda g: g.group_id)
@@ -120,14 +105,9 @@ def cmd_list(args) -> int:
     return 0
 
 
-def _group_names(a, args) -> list[str]:
-    if args.all_groups:
-        if args.groups:
-            raise KohortError("give GROUP names or --all-groups, not both")
-        return sorted(g.group_id for g in a.list_share_groups(timeout=args.timeout))
-    if not args.groups:
-        raise KohortError("name at least one GROUP (--group) or --all-groups")
-    return sorted(set(args.groups))
+def _group_names(args, every) -> list[str]:
+    """The groups asked for, sorted, each once; `every()` lists the share groups for --all-groups."""
+    return sorted(set(group_names(args, every)))
 
 
 # -- describe -------------------------------------------------------------------------------------------
@@ -154,33 +134,18 @@ def share_group_view(a, g: str, timeout, *, offsets: bool) -> dict:
 
 
 def cmd_describe(args) -> int:
-    views, failed = [], 0
+    def failure(g: str, e: KohortError) -> None:
+        _error(f"Executing share group command failed due to {e}")
+
     with admin_client(args) as a:
-        addresses = {b.node_id: f"{b.host}:{b.port}" for b in a.describe_cluster(args.timeout).brokers} \
-            if args.state else {}
-        for g in _group_names(a, args):
-            try:
-                v = share_group_view(a, g, args.timeout, offsets=not (args.state or args.members))
-            except KohortError as e:
-                _error(f"Executing share group command failed due to {e}")
-                failed += 1
-                continue
-            if args.state:
-                v["coordinator_address"] = coordinator_text(addresses, v["coordinator"])
-            views.append(v)
-    if args.json:
-        print_json(views)
-        return 1 if failed else 0
-    for i, v in enumerate(views):
-        if i:
-            print()
-        if args.state:
-            _print_state(v, args.verbose)
-        elif args.members:
-            _print_members(v, args.verbose)
-        else:
-            _print_offsets(v, args.verbose)
-    return 1 if failed else 0
+        def every() -> list[str]:
+            return [g.group_id for g in a.list_share_groups(timeout=args.timeout)]
+
+        views, failed = describe_views(
+            a, args, lambda: _group_names(args, every),
+            lambda g: share_group_view(a, g, args.timeout, offsets=not (args.state or args.members)), failure)
+    return print_views(args, views, failed, lambda v: show_view(v, args, state=_print_state, members=_print_members,
+                                                                 offsets=_print_offsets))
 
 
 def _empty_notice(v: dict) -> None:
@@ -314,7 +279,7 @@ def cmd_delete(args) -> int:
         if args.all_groups and args.groups:
             raise KohortError("give GROUP names or --all-groups, not both")
         listed = {g.group_id: g.state for g in a.list_share_groups(timeout=args.timeout)}
-        names = sorted(listed) if args.all_groups else _group_names(a, args)
+        names = _group_names(args, lambda: list(listed))
         errors: dict[str, str] = {}
         for g in names:
             if g not in listed:

@@ -27,6 +27,8 @@ What lives here: `Admin(config)` (role "admin" of `kohort.client.config`), block
   `describe_producers` (DescribeProducers at the partition leader), `abort_transaction` (WriteTxnMarkers
   ABORT to the partition leader: closes a hanging transaction).
 
+The requests of topics and groups, their result types and the errors of their answers are
+`client.admin_protocol`'s (shared with `aio.admin.AIOAdmin`); the blocking I/O is here.
 Group requests go to the group's coordinator (FindCoordinator), retried on NOT_COORDINATOR /
 COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE. Every wait is bounded by
 `default.api.timeout.ms` (or a `timeout` argument); an unreachable cluster is one clear error.
@@ -39,9 +41,18 @@ from collections.abc import Iterable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, NamedTuple
 
+from kohort.client import admin_protocol as AP
 from kohort.client import requests as R
+from kohort.client.admin_protocol import (
+    COORDINATOR_RETRY,
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    PartitionInfo,
+    TopicDescription,
+)
 from kohort.client.config import load_config, parse_bootstrap
-from kohort.client.network import NetworkClient, Versioned, unreachable_message
+from kohort.client.network import NetworkClient, unreachable_message
 from kohort.errors import (
     ErrorCode,
     IncompatibleBrokerVersionError,
@@ -50,21 +61,15 @@ from kohort.errors import (
     KohortError,
     for_code,
 )
-from kohort.protocol.consumer_protocol import decode_assignment
 from kohort.protocol.messages.create_partitions import CreatePartitionsRequest
-from kohort.protocol.messages.create_topics import CreateTopicsRequest
-from kohort.protocol.messages.delete_groups import DeleteGroupsRequest
-from kohort.protocol.messages.delete_topics import DeleteTopicsRequest
 from kohort.protocol.messages.describe_configs import DescribeConfigsRequest
-from kohort.protocol.messages.describe_groups import DescribeGroupsRequest
 from kohort.protocol.messages.describe_producers import DescribeProducersRequest
 from kohort.protocol.messages.describe_transactions import DescribeTransactionsRequest
 from kohort.protocol.messages.list_transactions import ListTransactionsRequest
 from kohort.protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from kohort.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
-from kohort.protocol.messages.list_groups import ListGroupsRequest
 from kohort.client.consumer.offsets import OFFSETS_BY_NAME_MAX_VERSION
-from kohort.structs import OffsetAndMetadata, TopicPartition
+from kohort.structs import TopicPartition
 
 EARLIEST = -2          # ListOffsets special timestamps
 LATEST = -1
@@ -72,25 +77,8 @@ RESOURCE_TOPIC = 2     # DescribeConfigs resource types
 RESOURCE_BROKER = 4
 RESOURCE_GROUP = 32    # group configs (share.auto.offset.reset, share.isolation.level, ...; KIP-848/KIP-932)
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3   # IncrementalAlterConfigs (KIP-339)
-_COORDINATOR_RETRY = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                      ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 INACTIVE_STATES = ("Empty", "Dead")
 RESET_TARGETS = ("earliest", "latest", "timestamp", "datetime", "offset", "shift-by", "current", "offsets")
-
-
-class PartitionInfo(NamedTuple):
-    partition: int
-    leader: int
-    replicas: list
-    isr: list
-    error_code: int = 0
-
-
-class TopicDescription(NamedTuple):
-    name: str
-    partitions: list          # [PartitionInfo]
-    is_internal: bool = False
-    topic_id: str | None = None
 
 
 class BrokerInfo(NamedTuple):
@@ -104,30 +92,6 @@ class ClusterDescription(NamedTuple):
     cluster_id: str | None
     controller_id: int
     brokers: list             # [BrokerInfo]
-
-
-class GroupListing(NamedTuple):
-    group_id: str
-    protocol_type: str
-    state: str                # "" when the broker does not report states (ListGroups < v4)
-    group_type: str = ""      # "classic" / "consumer" (KIP-848); "" before ListGroups v5
-
-
-class MemberDescription(NamedTuple):
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    assignment: list          # [TopicPartition] (decoded for protocol type "consumer")
-
-
-class GroupDescription(NamedTuple):
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol: str
-    members: list             # [MemberDescription]
-    coordinator: int
 
 
 class ConsumerGroupMember(NamedTuple):
@@ -295,7 +259,7 @@ class Admin:
                     brokers[node] = (host, port)
                     self.nc.update_brokers(brokers)
                 return node
-            if code in _COORDINATOR_RETRY and time.monotonic() < deadline:
+            if code in COORDINATOR_RETRY and time.monotonic() < deadline:
                 time.sleep(0.1)
                 continue
             raise for_code(code)(f"FindCoordinator for {'group' if key_type == R.COORDINATOR_GROUP else 'transactional id'}"
@@ -313,7 +277,7 @@ class Admin:
             node = self._coordinator(group, timeout)
             resp = self._call(node, build, timeout, max_version=max_version)
             code = check(resp) if check else 0
-            if code in _COORDINATOR_RETRY and time.monotonic() < deadline:
+            if code in COORDINATOR_RETRY and time.monotonic() < deadline:
                 time.sleep(0.1)
                 continue
             return node, resp
@@ -322,65 +286,30 @@ class Admin:
     def list_topics(self, include_internal: bool = False, timeout: float | None = None) -> list[str]:
         md = self._metadata(None, timeout)
         self._refresh_brokers(md)
-        return sorted(t.name for t in md.topics if not t.error_code and (include_internal or not t.is_internal))
+        return AP.topic_names(md, include_internal)
 
     def describe_topics(self, topics: Iterable[str] | None = None,
                         timeout: float | None = None) -> list[TopicDescription]:
         """Describe `topics` (None: all). A missing topic raises UnknownTopicOrPartitionError naming it."""
         md = self._metadata(None if topics is None else list(topics), timeout)
         self._refresh_brokers(md)
-        out = []
-        for t in md.topics:
-            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                raise for_code(t.error_code)(f"topic {t.name!r} does not exist (see: kohort topics list)")
-            if t.error_code:
-                raise for_code(t.error_code)(f"topic {t.name!r}")
-            if topics is None and t.is_internal:
-                continue
-            parts = sorted((PartitionInfo(p.partition_index, p.leader_id, list(p.replica_nodes),
-                                          list(p.isr_nodes), p.error_code) for p in t.partitions))
-            tid = str(t.topic_id) if getattr(t, "topic_id", None) is not None else None
-            out.append(TopicDescription(t.name, parts, bool(t.is_internal), tid))
-        return sorted(out)
+        return AP.topic_descriptions(md, all_topics=topics is None)
 
     def create_topics(self, topics: Iterable[Any], num_partitions: int = 1, replication_factor: int = -1,
                       configs: dict | None = None, validate_only: bool = False, timeout=None) -> dict:
         """Create topics: `topics` is names or {name: num_partitions} or {name: dict(num_partitions=,
         replication_factor=, configs=)}. Returns {name: None | KafkaError}; raises nothing per topic."""
-        specs = []
-        items = topics.items() if isinstance(topics, dict) else ((n, None) for n in topics)
-        for name, spec in items:
-            if isinstance(spec, int):
-                spec = {"num_partitions": spec}
-            spec = spec or {}
-            np_ = spec.get("num_partitions", num_partitions)
-            rf = spec.get("replication_factor", replication_factor)
-            cf = spec.get("configs", configs) or {}
-            if not isinstance(name, str) or not name:
-                raise KohortError(f"topic name must be a non-empty string, got {name!r}")
-            if np_ != -1 and np_ < 1:
-                raise KohortError(f"topic {name!r}: num_partitions must be >= 1, got {np_}")
-            CT = CreateTopicsRequest.CreatableTopic
-            specs.append(CT(name=name, num_partitions=np_, replication_factor=rf, assignments=[],
-                            configs=[CT.CreatableTopicConfig(name=k, value=str(v)) for k, v in cf.items()]))
         t = self.timeout if timeout is None else timeout
-        req = CreateTopicsRequest(topics=specs, timeout_ms=int(t * 1000), validate_only=validate_only)
+        req = AP.create_topics_request(topics, num_partitions, replication_factor, configs, validate_only,
+                                       int(t * 1000))
         resp = self._call(self._controller(timeout), req, timeout)
-        return {r.name: (for_code(r.error_code)(r.error_message or f"topic {r.name!r}") if r.error_code else None)
-                for r in resp.topics}
+        return AP.topic_results(resp.topics)
 
     def delete_topics(self, topics: Iterable[str], timeout: float | None = None) -> dict[str, Any]:
         names = list(topics)
         t = self.timeout if timeout is None else timeout
-
-        def build(v):
-            if v >= 6:
-                return DeleteTopicsRequest(topics=[DeleteTopicsRequest.DeleteTopicState(name=n) for n in names],
-                                           timeout_ms=int(t * 1000))
-            return DeleteTopicsRequest(topic_names=names, timeout_ms=int(t * 1000))
-        resp = self._call(self._controller(timeout), Versioned(DeleteTopicsRequest.API_KEY, build), timeout)
-        return {r.name: (for_code(r.error_code)(r.error_message or f"topic {r.name!r}") if r.error_code else None)
-                for r in resp.responses}
+        resp = self._call(self._controller(timeout), AP.delete_topics_request(names, int(t * 1000)), timeout)
+        return AP.topic_results(resp.responses)
 
     def create_partitions(self, new_totals: dict, validate_only: bool = False, timeout: float | None = None) -> dict:
         """Grow topics to {name: new total partition count}."""
@@ -389,8 +318,7 @@ class Admin:
         req = CreatePartitionsRequest(topics=[CPT(name=n, count=c, assignments=None) for n, c in new_totals.items()],
                                       timeout_ms=int(t * 1000), validate_only=validate_only)
         resp = self._call(self._controller(timeout), req, timeout)
-        return {r.name: (for_code(r.error_code)(r.error_message or f"topic {r.name!r}") if r.error_code else None)
-                for r in resp.results}
+        return AP.topic_results(resp.results)
 
     # -- cluster and configs ---------------------------------------------------------------------------
     def describe_cluster(self, timeout: float | None = None) -> ClusterDescription:
@@ -436,13 +364,8 @@ class Admin:
         self._refresh_brokers(md)
         seen = {}
         for b in md.brokers:
-            resp = self._call(b.node_id, ListGroupsRequest(states_filter=list(states), types_filter=list(types)),
-                              timeout)
-            if resp.error_code and resp.error_code not in _COORDINATOR_RETRY:
-                raise for_code(resp.error_code)(f"ListGroups on broker {b.node_id}")
-            for g in resp.groups:
-                seen[g.group_id] = GroupListing(g.group_id, g.protocol_type or "", g.group_state or "",
-                                                g.group_type or "")
+            AP.read_list_groups(self._call(b.node_id, AP.list_groups_request(states, types), timeout), b.node_id,
+                                seen)
         return sorted(seen.values())
 
     def describe_consumer_groups(self, groups, timeout: float | None = None) -> dict:
@@ -600,8 +523,7 @@ class Admin:
     def describe_groups(self, groups, timeout: float | None = None) -> list[GroupDescription]:
         out = []
         for g in groups:
-            node, resp = self._group_call(g, DescribeGroupsRequest(groups=[g]), timeout,
-                                          check=lambda r: r.groups[0].error_code if r.groups else 0)
+            node, resp = self._group_call(g, AP.describe_groups_request(g), timeout, check=AP.describe_groups_code)
             d = resp.groups[0]
             if d.error_code == ErrorCode.GROUP_ID_NOT_FOUND or (not d.error_code and d.group_state == "Dead"):
                 # not a classic group: a KIP-848 consumer group answers ConsumerGroupDescribe (as Kafka's
@@ -622,29 +544,14 @@ class Admin:
                 raise for_code(d.error_code)(f"group {g!r} does not exist (see: kohort groups list)")
             if d.error_code:
                 raise for_code(d.error_code)(f"group {g!r}")
-            members = []
-            for m in d.members:
-                assignment = []
-                if d.protocol_type == "consumer" and m.member_assignment:
-                    try:
-                        a = decode_assignment(m.member_assignment)
-                        assignment = sorted(TopicPartition(t.topic, p) for t in a.assigned_partitions
-                                            for p in t.partitions)
-                    except KohortError:
-                        assignment = []
-                members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id,
-                                                 m.client_host, assignment))
-            out.append(GroupDescription(d.group_id, d.group_state, d.protocol_type, d.protocol_data,
-                                        sorted(members), node))
+            out.append(AP.classic_group_description(d, node))
         return out
 
     def delete_groups(self, groups, timeout: float | None = None) -> dict:
         out = {}
         for g in groups:
-            _, resp = self._group_call(g, DeleteGroupsRequest(groups_names=[g]), timeout,
-                                       check=lambda r: r.results[0].error_code if r.results else 0)
-            code = resp.results[0].error_code if resp.results else 0
-            out[g] = for_code(code)(f"group {g!r}") if code else None
+            _, resp = self._group_call(g, AP.delete_groups_request(g), timeout, check=AP.delete_groups_code)
+            out[g] = AP.delete_groups_result(resp, g)
         return out
 
     def list_group_offsets(self, group: str, partitions=None, timeout: float | None = None) -> dict:
@@ -653,40 +560,14 @@ class Admin:
         _, resp = self._group_call(group, R.offset_fetch(group, tps, require_stable=False), timeout,
                                    check=lambda r: R.read_offset_fetch(r)[0])
         code, got = R.read_offset_fetch(resp)
-        if code:
-            raise for_code(code)(f"OffsetFetch for group {group!r}")
-        out = {}
-        for tp, (perr, om) in got.items():
-            if perr:
-                raise for_code(perr)(f"group {group!r} {tp.topic}[{tp.partition}]")
-            if om is not None:
-                out[tp] = om
-        return out
+        return AP.committed_offsets(got, code, group)
 
     def alter_group_offsets(self, group: str, offsets: dict, timeout: float | None = None) -> None:
         """Commit {TopicPartition: offset} for an inactive group (generation -1, no member id)."""
-        plain = {}
-        for tp, off in offsets.items():
-            o = off.offset if isinstance(off, OffsetAndMetadata) else int(off)
-            if o < 0:
-                raise KohortError(f"offset for {tp[0]}[{tp[1]}] must be >= 0, got {o}")
-            plain[tp] = o
-        req = R.simple_offset_commit(group, plain)
-
-        def first_code(r):
-            for t in r.topics:
-                for p in t.partitions:
-                    if p.error_code:
-                        return p.error_code
-            return 0
-        _, resp = self._group_call(group, req, timeout, check=first_code,
+        req = R.simple_offset_commit(group, AP.admin_commit_offsets(offsets))
+        _, resp = self._group_call(group, req, timeout, check=AP.first_partition_code,
                                    max_version=OFFSETS_BY_NAME_MAX_VERSION)
-        code = first_code(resp)
-        if code == ErrorCode.UNKNOWN_MEMBER_ID or code == ErrorCode.ILLEGAL_GENERATION or \
-                code == ErrorCode.REBALANCE_IN_PROGRESS:
-            raise for_code(code)(f"group {group!r} has active members; stop its consumers first")
-        if code:
-            raise for_code(code)(f"OffsetCommit for group {group!r}")
+        AP.check_admin_commit(resp, group)
 
     def list_offsets(self, specs: dict, timeout: float | None = None) -> dict:
         """{TopicPartition: EARLIEST | LATEST | timestamp_ms} -> {TopicPartition: offset} from the leaders
@@ -709,10 +590,7 @@ class Admin:
         out = {}
         for node, tss in by_node.items():
             resp = self._call(node, R.list_offsets_request(0, tss, 0), timeout)
-            for tp, (code, off, _, _) in R.read_list_offsets(resp).items():
-                if code:
-                    raise for_code(code)(f"ListOffsets {tp.topic}[{tp.partition}]")
-                out[tp] = off
+            AP.read_list_offsets_into(R.read_list_offsets(resp), out)
         return out
 
     # -- transactions (KIP-664) ----------------------------------------------------------------------
@@ -751,7 +629,7 @@ class Admin:
             while True:
                 node = self._coordinator(tid, timeout, key_type=R.COORDINATOR_TRANSACTION)
                 d = self._call(node, DescribeTransactionsRequest(transactional_ids=[tid]), timeout).transaction_states[0]
-                if d.error_code in _COORDINATOR_RETRY and time.monotonic() < deadline:
+                if d.error_code in COORDINATOR_RETRY and time.monotonic() < deadline:
                     time.sleep(0.1)
                     continue
                 break

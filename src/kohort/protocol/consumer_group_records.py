@@ -20,39 +20,29 @@ decoded as unknown (DecodeError) and skipped by the loader.
 """
 from __future__ import annotations
 
-from kohort.errors import DecodeError
-from kohort.protocol import primitives as P
-from kohort.protocol.primitives import Reader
+from kohort.protocol.coordinator_records import RecordCodec, string_key
 from kohort.protocol.schema import BYTES, INT8, INT32, STRING, UUID, Array, ArrayOf, Message, Struct, f
 
 VALUE_VERSION = 0
 
 
-def _key(*names):
-    class K(Message):
-        VALID = "0"
-        FLEXIBLE = "none"
-        SCHEMA = [f(n, STRING) for n in names]
-    return K
-
-
-class ConsumerGroupMetadataKey(_key("group_id")):
+class ConsumerGroupMetadataKey(string_key("group_id")):
     TYPE = 3
 
 
-class ConsumerGroupMemberMetadataKey(_key("group_id", "member_id")):
+class ConsumerGroupMemberMetadataKey(string_key("group_id", "member_id")):
     TYPE = 5
 
 
-class ConsumerGroupTargetAssignmentMetadataKey(_key("group_id")):
+class ConsumerGroupTargetAssignmentMetadataKey(string_key("group_id")):
     TYPE = 6
 
 
-class ConsumerGroupTargetAssignmentMemberKey(_key("group_id", "member_id")):
+class ConsumerGroupTargetAssignmentMemberKey(string_key("group_id", "member_id")):
     TYPE = 7
 
 
-class ConsumerGroupCurrentMemberAssignmentKey(_key("group_id", "member_id")):
+class ConsumerGroupCurrentMemberAssignmentKey(string_key("group_id", "member_id")):
     TYPE = 8
 
 
@@ -119,34 +109,8 @@ VALUES = {3: ConsumerGroupMetadataValue, 5: ConsumerGroupMemberMetadataValue,
           8: ConsumerGroupCurrentMemberAssignmentValue}
 
 
-def encode_key(key: Message) -> bytes:
-    out = bytearray()
-    P.w_int16(out, key.TYPE)
-    key.encode_into(out, 0)
-    return bytes(out)
-
-
-def encode_value(value: Message | None) -> bytes | None:
-    if value is None:
-        return None
-    out = bytearray()
-    P.w_int16(out, VALUE_VERSION)
-    value.encode_into(out, VALUE_VERSION)
-    return bytes(out)
-
-
-def decode(key_bytes, value_bytes):
-    """(key, value or None) of a consumer-group record; DecodeError for other record types."""
-    r = Reader(key_bytes)
-    kind = r.int16()
-    kcls = KEYS.get(kind)
-    if kcls is None:
-        raise DecodeError(f"__consumer_offsets record type {kind} is not a consumer-group record kohort reads")
-    key = kcls.decode(r, 0)
-    if value_bytes is None:
-        return key, None
-    vr = Reader(value_bytes)
-    version = vr.int16()
-    if version != VALUE_VERSION:
-        raise DecodeError(f"{VALUES[kind].__name__} version {version} unknown (valid 0)")
-    return key, VALUES[kind].decode(vr, version)
+CODEC = RecordCodec(KEYS, VALUES, "__consumer_offsets record type {kind} is not a consumer-group record "
+                    "kohort reads", VALUE_VERSION)
+encode_key = CODEC.encode_key
+encode_value = CODEC.encode_value
+decode = CODEC.decode

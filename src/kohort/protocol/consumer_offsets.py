@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kohort.errors import DecodeError, EncodeError
-from kohort.protocol import primitives as P
+from kohort.protocol.coordinator_records import encode_versioned
 from kohort.protocol.primitives import Reader
 from kohort.protocol.schema import BYTES, INT32, INT64, STRING, ArrayOf, Message, f
 
@@ -93,15 +93,8 @@ _KEY_CLASSES = {0: OffsetCommitKey, 1: OffsetCommitKey, 2: GroupMetadataKey}
 
 
 # -- versioned encoding ------------------------------------------------------------------------------
-def _encode(obj: Message, version: int) -> bytes:
-    out = bytearray()
-    P.w_int16(out, version)
-    obj.encode_into(out, version)
-    return bytes(out)
-
-
 def encode_offset_commit_key(key: OffsetCommitKey, version: int = OFFSET_COMMIT_KEY_VERSION) -> bytes:
-    return _encode(key, version)
+    return encode_versioned(key, version)
 
 
 def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = None) -> bytes:
@@ -111,16 +104,16 @@ def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = N
                    else OFFSET_COMMIT_VALUE_VERSION)
     elif value.expire_timestamp != -1 and version != 1:
         raise EncodeError(f"expire_timestamp exists only in OffsetCommitValue v1, not v{version}")
-    return _encode(value, version)
+    return encode_versioned(value, version)
 
 
 def encode_group_metadata_key(key: GroupMetadataKey, version: int = GROUP_METADATA_KEY_VERSION) -> bytes:
-    return _encode(key, version)
+    return encode_versioned(key, version)
 
 
 def encode_group_metadata_value(value: GroupMetadataValue,
                                 version: int = GROUP_METADATA_VALUE_VERSION) -> bytes:
-    return _encode(value, version)
+    return encode_versioned(value, version)
 
 
 def _read_version(data, what: str) -> tuple[Reader, int]:

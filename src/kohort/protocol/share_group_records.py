@@ -20,43 +20,33 @@ as any other type).
 """
 from __future__ import annotations
 
-from kohort.errors import DecodeError
-from kohort.protocol import primitives as P
-from kohort.protocol.primitives import Reader
+from kohort.protocol.coordinator_records import RecordCodec, string_key
 from kohort.protocol.schema import INT8, INT32, INT64, STRING, UUID, Array, ArrayOf, Message, f
 
 VALUE_VERSION = 0
 
 
-def _key(*names):
-    class K(Message):
-        VALID = "0"
-        FLEXIBLE = "none"
-        SCHEMA = [f(n, STRING) for n in names]
-    return K
-
-
-class ShareGroupMemberMetadataKey(_key("group_id", "member_id")):
+class ShareGroupMemberMetadataKey(string_key("group_id", "member_id")):
     TYPE = 10
 
 
-class ShareGroupMetadataKey(_key("group_id")):
+class ShareGroupMetadataKey(string_key("group_id")):
     TYPE = 11
 
 
-class ShareGroupTargetAssignmentMetadataKey(_key("group_id")):
+class ShareGroupTargetAssignmentMetadataKey(string_key("group_id")):
     TYPE = 12
 
 
-class ShareGroupTargetAssignmentMemberKey(_key("group_id", "member_id")):
+class ShareGroupTargetAssignmentMemberKey(string_key("group_id", "member_id")):
     TYPE = 13
 
 
-class ShareGroupCurrentMemberAssignmentKey(_key("group_id", "member_id")):
+class ShareGroupCurrentMemberAssignmentKey(string_key("group_id", "member_id")):
     TYPE = 14
 
 
-class ShareGroupStatePartitionMetadataKey(_key("group_id")):
+class ShareGroupStatePartitionMetadataKey(string_key("group_id")):
     TYPE = 15
 
 
@@ -134,34 +124,8 @@ VALUES = {10: ShareGroupMemberMetadataValue, 11: ShareGroupMetadataValue,
           14: ShareGroupCurrentMemberAssignmentValue, 15: ShareGroupStatePartitionMetadataValue}
 
 
-def encode_key(key: Message) -> bytes:
-    out = bytearray()
-    P.w_int16(out, key.TYPE)
-    key.encode_into(out, 0)
-    return bytes(out)
-
-
-def encode_value(value: Message | None) -> bytes | None:
-    if value is None:
-        return None
-    out = bytearray()
-    P.w_int16(out, VALUE_VERSION)
-    value.encode_into(out, VALUE_VERSION)
-    return bytes(out)
-
-
-def decode(key_bytes, value_bytes):
-    """(key, value or None) of a share-group record; DecodeError for other record types."""
-    r = Reader(key_bytes)
-    kind = r.int16()
-    kcls = KEYS.get(kind)
-    if kcls is None:
-        raise DecodeError(f"__consumer_offsets record type {kind} is not a share-group record kohort reads")
-    key = kcls.decode(r, 0)
-    if value_bytes is None:
-        return key, None
-    vr = Reader(value_bytes)
-    version = vr.int16()
-    if version != VALUE_VERSION:
-        raise DecodeError(f"{VALUES[kind].__name__} version {version} unknown (valid 0)")
-    return key, VALUES[kind].decode(vr, version)
+CODEC = RecordCodec(KEYS, VALUES, "__consumer_offsets record type {kind} is not a share-group record "
+                    "kohort reads", VALUE_VERSION)
+encode_key = CODEC.encode_key
+encode_value = CODEC.encode_value
+decode = CODEC.decode

@@ -23,10 +23,8 @@ from __future__ import annotations
 import base64
 import uuid as _uuid
 
-from kohort.errors import DecodeError
-from kohort.protocol import primitives as P
 from kohort.protocol.consumer_offsets import java_string_hash, java_utils_abs
-from kohort.protocol.primitives import Reader
+from kohort.protocol.coordinator_records import RecordCodec
 from kohort.protocol.schema import INT8, INT16, INT32, INT64, STRING, UUID, ArrayOf, Message, f
 
 SNAPSHOT_TYPE = 0
@@ -88,37 +86,11 @@ KEYS = {SNAPSHOT_TYPE: ShareSnapshotKey, UPDATE_TYPE: ShareUpdateKey}
 VALUES = {SNAPSHOT_TYPE: ShareSnapshotValue, UPDATE_TYPE: ShareUpdateValue}
 
 
-def encode_key(key: _ShareKey) -> bytes:
-    out = bytearray()
-    P.w_int16(out, key.TYPE)
-    key.encode_into(out, 0)
-    return bytes(out)
-
-
-def encode_value(value: ShareSnapshotValue | ShareUpdateValue | None) -> bytes | None:
-    if value is None:
-        return None
-    out = bytearray()
-    P.w_int16(out, VALUE_VERSION)
-    value.encode_into(out, VALUE_VERSION)
-    return bytes(out)
-
-
-def decode(key_bytes, value_bytes) -> tuple[_ShareKey, ShareSnapshotValue | ShareUpdateValue | None]:
-    """(key, value or None) of a `__share_group_state` record; DecodeError for anything else."""
-    r = Reader(key_bytes)
-    kind = r.int16()
-    kcls = KEYS.get(kind)
-    if kcls is None:
-        raise DecodeError(f"__share_group_state record type {kind} unknown (valid 0, 1)")
-    key = kcls.decode(r, 0)
-    if value_bytes is None:
-        return key, None
-    vr = Reader(value_bytes)
-    version = vr.int16()
-    if version != VALUE_VERSION:
-        raise DecodeError(f"{VALUES[kind].__name__} version {version} unknown (valid 0)")
-    return key, VALUES[kind].decode(vr, version)
+CODEC = RecordCodec(KEYS, VALUES, "__share_group_state record type {kind} unknown (valid 0, 1)",
+                    VALUE_VERSION)
+encode_key = CODEC.encode_key
+encode_value = CODEC.encode_value
+decode = CODEC.decode
 
 
 def kafka_uuid_str(u: _uuid.UUID) -> str:

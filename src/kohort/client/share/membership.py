@@ -27,7 +27,8 @@ import uuid as _uuid
 from dataclasses import dataclass
 from typing import Any
 
-from kohort.client.consumer.membership import Raise, Send
+from kohort.client.consumer.membership import Raise, RequestFailed, Response, Send
+from kohort.client.consumer.membership_848 import FATAL, FENCE, OK, REDISCOVER, RETRY, SURFACE
 from kohort.errors import ErrorCode as E, for_code
 from kohort.protocol.share_state_records import kafka_uuid_str
 from kohort.protocol.messages.share_group_heartbeat import (
@@ -37,13 +38,8 @@ from kohort.protocol.messages.share_group_heartbeat import (
 UNSUBSCRIBED, JOINING, STABLE, LEAVING, FATAL_STATE = "UNSUBSCRIBED", "JOINING", "STABLE", "LEAVING", "FATAL"
 SHARE_GROUP_HEARTBEAT = 76
 
-OK = "ok"
-REDISCOVER = "rediscover"      # coordinator unknown: look it up, heartbeat again (full) once found
-RETRY = "retry"                # heartbeat again after retry.backoff.ms (full)
-FENCE = "fence"                # assignment dropped, rejoin with epoch 0 and the same member id
-SURFACE = "surface"            # raise from the next poll, stay in the group, retry after the backoff
-FATAL = "fatal"                # the member is done: every later poll raises
-
+# The actions of the KIP-848 member's table (membership_848): for a share member FENCE drops the
+# assignment (share groups revoke nothing) before rejoining with epoch 0 and the same member id.
 HEARTBEAT_ERROR_ACTIONS: dict[int, str] = {
     E.NONE: OK,
     E.NOT_COORDINATOR: REDISCOVER,
@@ -82,19 +78,6 @@ class CoordinatorLost:
 
 
 @dataclass(frozen=True)
-class Response:
-    tag: Any
-    body: Any
-
-
-@dataclass(frozen=True)
-class RequestFailed:
-    tag: Any
-    error: str
-    unsupported: bool = False
-
-
-@dataclass(frozen=True)
 class Close:
     pass
 
@@ -104,7 +87,7 @@ class Poll:
     """The application polls: a pending surfaced or fatal error is raised here."""
 
 
-# -- actions (Send and Raise are the other members') ------------------------------------------------------
+# -- actions (Send and Raise are the other members', as are the Response and RequestFailed events) -------
 @dataclass(frozen=True)
 class LookupCoordinator:
     """Find the group coordinator (FindCoordinator key type 0) and report CoordinatorFound."""

@@ -10,7 +10,6 @@ coroutines) are not told of a revocation on stop(); kohort's errors are raised a
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 import warnings
@@ -23,16 +22,6 @@ from kohort.errors import KohortError
 from kohort.structs import OffsetAndMetadata as _KOffset
 
 log = logging.getLogger("kohort.compat.aiokafka")
-
-
-def _translated(fn):
-    @functools.wraps(fn)
-    async def wrapper(*args, **kwargs):
-        try:
-            return await fn(*args, **kwargs)
-        except KohortError as e:
-            raise E.translate(e) from e
-    return wrapper
 
 
 def _tp(t) -> TopicPartition:
@@ -121,7 +110,7 @@ class AIOKafkaConsumer:
             self._assign_all = False
 
     # -- lifecycle -------------------------------------------------------------------------------------
-    @_translated
+    @E.translated
     async def start(self) -> None:
         await self._c.start()
         if self._initial:
@@ -194,7 +183,7 @@ class AIOKafkaConsumer:
     def partitions_for_topic(self, topic):
         return self._c.partitions_for_topic(topic)
 
-    @_translated
+    @E.translated
     async def topics(self) -> set:
         return await self._c.topics()
 
@@ -207,14 +196,14 @@ class AIOKafkaConsumer:
                               None, len(k) if k is not None else -1, len(v) if v is not None else -1,
                               [(hk, hv) for hk, hv in r.headers])
 
-    @_translated
+    @E.translated
     async def getone(self, *partitions) -> ConsumerRecord:
         self._check()
         r = await self._c.getone(*partitions)
         self._last_poll = int(time.time() * 1000)
         return self._record(r)
 
-    @_translated
+    @E.translated
     async def getmany(self, *partitions, timeout_ms=0, max_records=None) -> dict:
         self._check()
         got = await self._c.getmany(*partitions, timeout_ms=timeout_ms, max_records=max_records)
@@ -248,24 +237,24 @@ class AIOKafkaConsumer:
             raise ValueError("Offset must be a positive integer")
         self._c.seek(self._assigned(partition), offset)
 
-    @_translated
+    @E.translated
     async def seek_to_beginning(self, *partitions) -> bool:
         await self._c.seek_to_beginning(*(self._assigned(tp) for tp in partitions))
         return True
 
-    @_translated
+    @E.translated
     async def seek_to_end(self, *partitions) -> bool:
         await self._c.seek_to_end(*(self._assigned(tp) for tp in partitions))
         return True
 
-    @_translated
+    @E.translated
     async def seek_to_committed(self, *partitions) -> dict:
         if self._group_id is None:
             raise E.IllegalOperation("Requires group_id")
         got = await self._c.seek_to_committed(*(self._assigned(tp) for tp in partitions))
         return {_tp(tp): o for tp, o in got.items()}
 
-    @_translated
+    @E.translated
     async def position(self, partition) -> int:
         return await self._c.position(self._assigned(partition))
 
@@ -285,7 +274,7 @@ class AIOKafkaConsumer:
         return _tps(self._c.paused())
 
     # -- offsets ---------------------------------------------------------------------------------------
-    @_translated
+    @E.translated
     async def commit(self, offsets=None) -> None:
         if self._group_id is None:
             raise E.IllegalOperation("Requires group_id")
@@ -301,21 +290,21 @@ class AIOKafkaConsumer:
                 plain[tp] = _KOffset(int(o[0]), o[1] or "", None)
         await self._c.commit(plain)
 
-    @_translated
+    @E.translated
     async def committed(self, partition):
         if self._group_id is None:
             raise E.IllegalOperation("Requires group_id")
         return await self._c.committed(partition)
 
-    @_translated
+    @E.translated
     async def beginning_offsets(self, partitions) -> dict:
         return {_tp(tp): o for tp, o in (await self._c.beginning_offsets(partitions)).items()}
 
-    @_translated
+    @E.translated
     async def end_offsets(self, partitions) -> dict:
         return {_tp(tp): o for tp, o in (await self._c.end_offsets(partitions)).items()}
 
-    @_translated
+    @E.translated
     async def offsets_for_times(self, timestamps) -> dict:
         got = await self._c.offsets_for_times(timestamps)
         return {_tp(tp): (None if v is None else OffsetAndTimestamp(v.offset, v.timestamp)) for tp, v in got.items()}

@@ -1,5 +1,6 @@
 """aiokafka 0.14's exception classes by aiokafka's names, and `translate`, which turns an error of
-kohort.aio into its aiokafka counterpart (a broker error keeps its Kafka code as `errno`).
+kohort.aio into its aiokafka counterpart (a broker error keeps its Kafka code as `errno`);
+`translated` wraps a coroutine method of the compat classes so that its kohort errors leave translated.
 
 `KafkaError` is a RuntimeError with `retriable` and `invalid_metadata`; broker errors are
 `BrokerResponseError`s with `errno`, `message` and `description`; `for_code(code)` gives the class of
@@ -7,6 +8,8 @@ a wire error code. A broker error is named as kohort names it (`ErrorCode` in Ca
 unless aiokafka calls it otherwise (`ALIASES`), and then both names work.
 """
 from __future__ import annotations
+
+import functools
 
 from kohort import errors as _k
 
@@ -143,3 +146,14 @@ def translate(err: BaseException) -> BaseException:
     if isinstance(err, _k.KohortError):
         return KafkaError(str(err))
     return err
+
+
+def translated(fn):
+    """`fn` (a coroutine function) with its kohort errors raised as `translate` makes them."""
+    @functools.wraps(fn)
+    async def wrapper(*args, **kwargs):
+        try:
+            return await fn(*args, **kwargs)
+        except _k.KohortError as e:
+            raise translate(e) from e
+    return wrapper

@@ -11,28 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import time
 import warnings
 
 from kohort.aio.producer import AIOProducer
 import kohort.compat.aiokafka.errors as E
 from kohort.compat.aiokafka.structs import RecordMetadata, TopicPartition
-from kohort.errors import KohortError
 from kohort.protocol.records import append_record
 
 _COUNTER = [0]
 _CODECS = (None, "gzip", "snappy", "lz4", "zstd")
-
-
-def _translated(fn):
-    @functools.wraps(fn)
-    async def wrapper(*args, **kwargs):
-        try:
-            return await fn(*args, **kwargs)
-        except KohortError as e:
-            raise E.translate(e) from e
-    return wrapper
 
 
 class BatchBuilder:
@@ -128,7 +116,7 @@ class AIOKafkaProducer:
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------------------
-    @_translated
+    @E.translated
     async def start(self) -> None:
         await self._p.start()
 
@@ -146,7 +134,7 @@ class AIOKafkaProducer:
         await self.stop()
 
     # -- sending ---------------------------------------------------------------------------------------
-    @_translated
+    @E.translated
     async def partitions_for(self, topic: str) -> set[int]:
         return set(await self._p.partitions_for(topic))
 
@@ -166,7 +154,7 @@ class AIOKafkaProducer:
         if t is not None and (not t.has_ongoing_transaction() or t.is_completing()) and not t.has_error():
             raise E.IllegalOperation("Can't send messages while not in transaction")
 
-    @_translated
+    @E.translated
     async def send(self, topic, value=None, key=None, partition=None, timestamp_ms=None, headers=None):
         if value is None and key is None:
             raise ValueError("Need at least one: key or value")
@@ -189,7 +177,7 @@ class AIOKafkaProducer:
     def create_batch(self) -> BatchBuilder:
         return BatchBuilder(self._max_batch_size, None, None)
 
-    @_translated
+    @E.translated
     async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int):
         self._check_txn()
         batch.close()
@@ -213,7 +201,7 @@ class AIOKafkaProducer:
             f.add_done_callback(done)
         return out
 
-    @_translated
+    @E.translated
     async def flush(self) -> None:
         await self._p.flush()
 
@@ -222,17 +210,17 @@ class AIOKafkaProducer:
         if not self._transactional:
             raise E.IllegalOperation("You need to configure transaction_id to use transactions")
 
-    @_translated
+    @E.translated
     async def begin_transaction(self) -> None:
         self._need_txn()
         await self._p.begin_transaction()
 
-    @_translated
+    @E.translated
     async def commit_transaction(self) -> None:
         self._need_txn()
         await asyncio.shield(self._p.commit_transaction())
 
-    @_translated
+    @E.translated
     async def abort_transaction(self) -> None:
         self._need_txn()
         await asyncio.shield(self._p.abort_transaction())
@@ -249,7 +237,7 @@ class AIOKafkaProducer:
         else:
             await self.commit_transaction()
 
-    @_translated
+    @E.translated
     async def send_offsets_to_transaction(self, offsets, group_id) -> None:
         self._need_txn()
         plain = {}

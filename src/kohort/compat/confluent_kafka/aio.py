@@ -14,6 +14,7 @@ a later `commit()` without arguments commits. librdkafka's default isolation.lev
 """
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 
@@ -102,8 +103,49 @@ def _metadata(client, topic: str | None) -> ClusterMetadata:
                            str(b0) if b0 else None)
 
 
-class AIOProducer:
+class _StartedOnce(abc.ABC):
+    """What the compat producer and consumer share: their kohort.aio client started on first use (one
+    start however many callers wait for it) and refused once closed; `async with`; the calls not offered.
+    Each class gives `_ready` (its client, started) and `close`."""
+
+    _WHAT = "client"
+    _started: asyncio.Task | None = None
+    _closed = False
+
+    async def _start_once(self, client):
+        if self._closed:
+            raise KafkaException(KafkaError(KafkaError._STATE, f"the {self._WHAT} is closed"))
+        if self._started is None:
+            self._started = asyncio.ensure_future(client.start())
+        try:
+            await asyncio.shield(self._started)
+        except KohortError as e:
+            raise wrap(e) from e
+        return client
+
+    @abc.abstractmethod
+    async def _ready(self):
+        """The kohort.aio client, started."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop the client (once; later calls return at once)."""
+
+    async def set_sasl_credentials(self, *args, **kwargs):
+        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "set_sasl_credentials() is not offered"))
+
+    async def __aenter__(self):
+        await self._ready()
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+
+class AIOProducer(_StartedOnce):
     """confluent_kafka.aio.AIOProducer over kohort.aio.AIOProducer. Build it inside a coroutine."""
+
+    _WHAT = "producer"
 
     def __init__(self, producer_conf: dict, max_workers: int = 4, executor=None, batch_size: int = 1000,
                  buffer_timeout: float = 1.0):
@@ -118,15 +160,7 @@ class AIOProducer:
         self._closed = False
 
     async def _ready(self) -> _KProducer:
-        if self._closed:
-            raise KafkaException(KafkaError(KafkaError._STATE, "the producer is closed"))
-        if self._started is None:
-            self._started = asyncio.ensure_future(self._p.start())
-        try:
-            await asyncio.shield(self._started)
-        except KohortError as e:
-            raise wrap(e) from e
-        return self._p
+        return await self._start_once(self._p)
 
     async def produce(self, topic: str, value=None, key=None, *args, partition: int = -1, timestamp: int = 0,
                       headers=None, on_delivery=None, callback=None, **kwargs) -> asyncio.Future:
@@ -230,9 +264,6 @@ class AIOProducer:
         except KohortError as e:
             raise wrap(e) from e
 
-    async def set_sasl_credentials(self, *args, **kwargs):
-        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "set_sasl_credentials() is not offered"))
-
     async def close(self) -> None:
         if self._closed:
             return
@@ -240,20 +271,15 @@ class AIOProducer:
         if self._started is not None:
             await self._p.stop()
 
-    async def __aenter__(self):
-        await self._ready()
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.close()
-
 
 def _ctp(tp, offset: int = OFFSET_INVALID) -> TopicPartition:
     return TopicPartition(tp[0], tp[1], offset)
 
 
-class AIOConsumer:
+class AIOConsumer(_StartedOnce):
     """confluent_kafka.aio.AIOConsumer over kohort.aio.AIOConsumer. Build it inside a coroutine."""
+
+    _WHAT = "consumer"
 
     def __init__(self, consumer_conf: dict, max_workers: int = 100, executor=None):
         asyncio.get_running_loop()
@@ -275,15 +301,7 @@ class AIOConsumer:
         self._cbs = (None, None, None)
 
     async def _ready(self) -> _KConsumer:
-        if self._closed:
-            raise KafkaException(KafkaError(KafkaError._STATE, "the consumer is closed"))
-        if self._started is None:
-            self._started = asyncio.ensure_future(self._c.start())
-        try:
-            await asyncio.shield(self._started)
-        except KohortError as e:
-            raise wrap(e) from e
-        return self._c
+        return await self._start_once(self._c)
 
     # -- subscription ----------------------------------------------------------------------------------
     async def subscribe(self, topics, on_assign=None, on_revoke=None, on_lost=None) -> None:
@@ -454,9 +472,6 @@ class AIOConsumer:
         c = await self._ready()
         return c.client.snapshot.cluster_id
 
-    async def set_sasl_credentials(self, *args, **kwargs):
-        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "set_sasl_credentials() is not offered"))
-
     async def close(self) -> None:
         if self._closed:
             return
@@ -469,13 +484,6 @@ class AIOConsumer:
                 except KohortError as e:
                     log.warning("commit of stored offsets on close failed: %s", e)
             await c.stop()
-
-    async def __aenter__(self):
-        await self._ready()
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.close()
 
 
 class _Listener:
