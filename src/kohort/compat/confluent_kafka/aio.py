@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from kohort.aio.consumer import AIOConsumer as _KConsumer
 from kohort.aio.producer import AIOProducer as _KProducer
@@ -105,8 +107,8 @@ def _metadata(client, topic: str | None) -> ClusterMetadata:
 class AIOProducer:
     """confluent_kafka.aio.AIOProducer over kohort.aio.AIOProducer. Build it inside a coroutine."""
 
-    def __init__(self, producer_conf: dict, max_workers: int = 4, executor=None, batch_size: int = 1000,
-                 buffer_timeout: float = 1.0):
+    def __init__(self, producer_conf: dict[str, Any], max_workers: int = 4, executor: Any = None,
+                 batch_size: int = 1000, buffer_timeout: float = 1.0) -> None:
         asyncio.get_running_loop()            # as the original: only inside a running loop
         conf = dict(producer_conf)
         conf.setdefault("enable.idempotence", False)        # librdkafka's defaults
@@ -128,8 +130,11 @@ class AIOProducer:
             raise wrap(e) from e
         return self._p
 
-    async def produce(self, topic: str, value=None, key=None, *args, partition: int = -1, timestamp: int = 0,
-                      headers=None, on_delivery=None, callback=None, **kwargs) -> asyncio.Future:
+    async def produce(self, topic: str, value: str | bytes | None = None, key: str | bytes | None = None,
+                      *args: Any, partition: int = -1, timestamp: int = 0,
+                      headers: list[tuple[str, bytes | None]] | dict[str, bytes | None] | None = None,
+                      on_delivery: Callable[..., Any] | None = None, callback: Callable[..., Any] | None = None,
+                      **kwargs: Any) -> asyncio.Future[Message]:
         """Queue a message -> a Future of its delivered Message (KafkaException when it failed)."""
         if args or kwargs:
             raise TypeError(f"produce() got unexpected arguments {args or ''}{kwargs or ''}")
@@ -255,7 +260,7 @@ def _ctp(tp, offset: int = OFFSET_INVALID) -> TopicPartition:
 class AIOConsumer:
     """confluent_kafka.aio.AIOConsumer over kohort.aio.AIOConsumer. Build it inside a coroutine."""
 
-    def __init__(self, consumer_conf: dict, max_workers: int = 100, executor=None):
+    def __init__(self, consumer_conf: dict[str, Any], max_workers: int = 100, executor: Any = None) -> None:
         asyncio.get_running_loop()
         conf = dict(consumer_conf)
         conf.setdefault("isolation.level", "read_committed")             # librdkafka's default
@@ -286,7 +291,9 @@ class AIOConsumer:
         return self._c
 
     # -- subscription ----------------------------------------------------------------------------------
-    async def subscribe(self, topics, on_assign=None, on_revoke=None, on_lost=None) -> None:
+    async def subscribe(self, topics: list[str], on_assign: Callable[..., Any] | None = None,
+                        on_revoke: Callable[..., Any] | None = None,
+                        on_lost: Callable[..., Any] | None = None) -> None:
         c = await self._ready()
         self._cbs = (on_assign, on_revoke, on_lost)
         names = [t for t in topics if not t.startswith("^")]
@@ -330,7 +337,7 @@ class AIOConsumer:
         c = await self._ready()
         c.assign([])
 
-    async def assignment(self) -> list:
+    async def assignment(self) -> list[TopicPartition]:
         c = await self._ready()
         return sorted(_ctp(tp) for tp in c.assignment())
 
@@ -339,7 +346,7 @@ class AIOConsumer:
         msgs = await self.consume(1, timeout)
         return msgs[0] if msgs else None
 
-    async def consume(self, num_messages: int = 1, timeout: float = -1) -> list:
+    async def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         c = await self._ready()
         t = timeout_s(timeout)
         try:
