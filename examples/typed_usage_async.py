@@ -85,7 +85,8 @@ def share_group(bootstrap: str, topic: str, n: int) -> int:
     assert all(e is None for e in results.values()), results
     consumer.close()                    # what it acquired and did not acknowledge is released
 
-    other = ck.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "typed-share"})
+    other = ck.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "typed-share",
+                              "share.acknowledgement.mode": "explicit"})
     other.subscribe([topic])
     deadline = time.monotonic() + 60
     while seen < n and time.monotonic() < deadline:
