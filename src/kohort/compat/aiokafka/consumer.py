@@ -121,9 +121,9 @@ class AIOKafkaConsumer:
             sasl_plain_password=sasl_plain_password)
         self._initial = topics
         self._exclude_internal = exclude_internal_topics
-        self._last_poll = None
+        self._last_poll: int | None = None
         self._stopped = False
-        self._listener = None
+        self._listener: ConsumerRebalanceListener | None = None
         if topics and group_id is None:
             # aiokafka: topics without a group are assigned every partition on start
             self._assign_all = True
@@ -304,7 +304,7 @@ class AIOKafkaConsumer:
         if offsets is None:
             await self._c.commit(None)
             return
-        plain = {}
+        plain: dict[Any, _KOffset] = {}
         for tp, o in offsets.items():
             tp = self._assigned(tp) if self._c._subscription is not None else TopicPartition(*tp)
             if isinstance(o, int):

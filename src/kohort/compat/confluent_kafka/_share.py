@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import Callable, Iterable, Sequence, overload
+from typing import Any, Callable, Iterable, Sequence, overload
 
 from kohort.client.share.acknowledgements import IllegalStateError
 from kohort.client.share.consumer import UNSUPPORTED_CONFIGS
@@ -77,7 +77,7 @@ class Messages(Sequence[Message]):
     def __len__(self) -> int:
         return len(self._records)
 
-    def count(self, value: object = None) -> int:          # confluent-kafka: count() is the number of messages
+    def count(self, value: Any = None) -> int:          # confluent-kafka: count() is the number of messages
         return len(self._records) if value is None else self._records.count(value)
 
     def is_empty(self) -> bool:

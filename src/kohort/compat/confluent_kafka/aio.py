@@ -277,7 +277,7 @@ class AIOConsumer:
         self._stored: dict = {}
         self._started: asyncio.Task | None = None
         self._closed = False
-        self._cbs = (None, None, None)
+        self._cbs: tuple[Callable[..., Any] | None, ...] = (None, None, None)
 
     async def _ready(self) -> _KConsumer:
         if self._closed:
