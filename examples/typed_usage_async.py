@@ -33,7 +33,8 @@ async def aio_client(bootstrap: str, topic: str, n: int) -> int:
     """Admin, producer and consumer of kohort.aio; returns how many records came back."""
     admin = AIOAdmin(bootstrap)
     await admin.start()
-    await admin.create_topics([topic], num_partitions=2)
+    created: dict[str, KafkaError | None] = await admin.create_topics([topic], num_partitions=2)
+    assert created[topic] is None, created
     names: list[str] = await admin.list_topics()
     assert topic in names
     await admin.close()
@@ -72,8 +73,14 @@ def share_group(bootstrap: str, topic: str, n: int) -> int:
         p.produce(topic, value=b"%d" % i)
     p.flush(30.0)
 
+    committed: list[int] = []
+
+    def on_commit(offsets: dict[TopicPartition, set[int]], error: KafkaError | None) -> None:
+        if error is None:
+            committed.extend(o for acked in offsets.values() for o in acked)
+
     consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "typed-share",
-                              "share.acknowledgement.mode": "explicit"})
+                              "share.acknowledgement.mode": "explicit"}, acknowledgement_commit_callback=on_commit)
     consumer.subscribe([topic])
     seen = 0
     deadline = time.monotonic() + 60
@@ -83,7 +90,8 @@ def share_group(bootstrap: str, topic: str, n: int) -> int:
             seen += 1
     results: dict[TopicPartition, KafkaError | None] = consumer.commit_sync(30.0)
     assert all(e is None for e in results.values()), results
-    consumer.close()                    # what it acquired and did not acknowledge is released
+    consumer.close()
+    assert len(committed) == seen, (committed, seen)                    # what it acquired and did not acknowledge is released
 
     other = ck.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "typed-share",
                               "share.acknowledgement.mode": "explicit"})

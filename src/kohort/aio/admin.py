@@ -6,13 +6,15 @@ controller, group requests to the group's coordinator (retried while it moves or
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
+from typing import Any
 
 from kohort.aio.client import AIOClient, ClientSettings
 from kohort.client import requests as R
 from kohort.client.admin import GroupDescription, GroupListing, MemberDescription, PartitionInfo, TopicDescription
 from kohort.client.consumer.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OFFSETS_BY_NAME_MAX_VERSION
 from kohort.client.network import Versioned
-from kohort.errors import ErrorCode, KohortError, for_code
+from kohort.errors import ErrorCode, KafkaError, KohortError, for_code
 from kohort.protocol.consumer_protocol import decode_assignment
 from kohort.protocol.messages.create_topics import CreateTopicsRequest
 from kohort.protocol.messages.delete_groups import DeleteGroupsRequest
@@ -81,7 +83,7 @@ class AIOAdmin:
         md = await self._metadata(None)
         return sorted(t.name for t in md.topics if not t.error_code and (include_internal or not t.is_internal))
 
-    async def describe_topics(self, topics=None) -> list[TopicDescription]:
+    async def describe_topics(self, topics: Iterable[str] | None = None) -> list[TopicDescription]:
         md = await self._metadata(None if topics is None else list(topics))
         out = []
         for t in md.topics:
@@ -95,8 +97,9 @@ class AIOAdmin:
             out.append(TopicDescription(t.name, parts, bool(t.is_internal), tid))
         return sorted(out)
 
-    async def create_topics(self, topics, num_partitions: int = 1, replication_factor: int = -1,
-                            configs: dict | None = None, validate_only: bool = False) -> dict:
+    async def create_topics(self, topics: Iterable[str] | dict[str, int | dict[str, Any]], num_partitions: int = 1,
+                            replication_factor: int = -1, configs: dict[str, Any] | None = None,
+                            validate_only: bool = False) -> dict[str, KafkaError | None]:
         """`topics`: names, or {name: partitions or dict(num_partitions=, replication_factor=, configs=)}.
         -> {name: None or its KafkaError}."""
         CT = CreateTopicsRequest.CreatableTopic
@@ -119,7 +122,7 @@ class AIOAdmin:
         return {r.name: (for_code(r.error_code)(r.error_message or f"topic {r.name!r}") if r.error_code else None)
                 for r in resp.topics}
 
-    async def delete_topics(self, topics) -> dict:
+    async def delete_topics(self, topics: Iterable[str]) -> dict[str, KafkaError | None]:
         names = list(topics)
         t = self.timeout_ms
 
