@@ -90,8 +90,8 @@ def share_group(bootstrap: str, topic: str, n: int) -> int:
             seen += 1
     results: dict[TopicPartition, KafkaError | None] = consumer.commit_sync(30.0)
     assert all(e is None for e in results.values()), results
-    consumer.close()
-    assert len(committed) == seen, (committed, seen)                    # what it acquired and did not acknowledge is released
+    consumer.close()                    # what it acquired and did not acknowledge is released
+    assert len(committed) == seen, (committed, seen)
 
     other = ck.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "typed-share",
                               "share.acknowledgement.mode": "explicit"})

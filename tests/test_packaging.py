@@ -3,7 +3,8 @@
 dependencies from PyPI) where, without PySpark or pyarrow, `kohort broker` starts and answers, kohort's
 producer and consumer round-trip records through it with the compiled twin loaded, `import kohort.spark`
 and `kohort pipeline` fail with one line naming `pip install 'kohort[spark]'`, mypy --strict accepts the
-typed usage examples (threaded and asyncio) against the installed wheel (py.typed), the pytest plugin serves a throwaway project with no conftest
+typed usage examples (threaded and asyncio) against the installed wheel (py.typed), the pytest plugin
+serves a throwaway project with no conftest
 (README's example, per-test brokers, restart), and the venv stays small: its size beyond
 Python's own empty venv is printed per package and held to a budget (slow: about 100 s). Fast: every
 module outside kohort.spark imports, and the CLI runs, with pyspark/pyarrow/numpy/pandas refused."""

@@ -179,7 +179,8 @@ class AIOKafkaProducer:
 
     @_translated
     async def send(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
-                   timestamp_ms: int | None = None, headers: list[tuple[str, bytes | None]] | None = None) -> asyncio.Future[RecordMetadata]:
+                   timestamp_ms: int | None = None,
+                   headers: list[tuple[str, bytes | None]] | None = None) -> asyncio.Future[RecordMetadata]:
         if value is None and key is None:
             raise ValueError("Need at least one: key or value")
         if self._closed:
@@ -195,7 +196,8 @@ class AIOKafkaProducer:
         return _map_future(fut)
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
-                            timestamp_ms: int | None = None, headers: list[tuple[str, bytes | None]] | None = None) -> RecordMetadata:
+                            timestamp_ms: int | None = None,
+                            headers: list[tuple[str, bytes | None]] | None = None) -> RecordMetadata:
         fut = await self.send(topic, value, key, partition, timestamp_ms, headers)
         return await fut
 
