@@ -3,7 +3,8 @@
 dependencies from PyPI) where, without PySpark or pyarrow, `kohort broker` starts and answers, kohort's
 producer and consumer round-trip records through it with the compiled twin loaded, `import kohort.spark`
 and `kohort pipeline` fail with one line naming `pip install 'kohort[spark]'`, mypy --strict accepts the
-typed usage example against the installed wheel (py.typed), the pytest plugin serves a throwaway project with no conftest
+typed usage examples (threaded and asyncio) against the installed wheel (py.typed), the pytest plugin
+serves a throwaway project with no conftest
 (README's example, per-test brokers, restart), and the venv stays small: its size beyond
 Python's own empty venv is printed per package and held to a budget (slow: about 100 s). Fast: every
 module outside kohort.spark imports, and the CLI runs, with pyspark/pyarrow/numpy/pandas refused."""
@@ -22,7 +23,7 @@ import pytest
 from tests.brokers import READY, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "typed_usage.py"
+EXAMPLES = [ROOT / "examples" / "typed_usage.py", ROOT / "examples" / "typed_usage_async.py"]
 # The goal is 30 MB beyond an empty venv: kohort with the .pyc pip writes, lz4, cramjam (snappy and zstd)
 # and crc32c. python-zstandard (23.5 MB: its wheels carry two 12 MB backends, C and cffi) is not a core
 # dependency. The budget guards that figure, printed per package; the core install pulling PySpark back
@@ -211,10 +212,11 @@ def test_wheel_in_a_fresh_venv_runs_broker_client_and_cli(venv, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_typed_example_checks_against_the_installed_wheel(venv, tmp_path):
-    """mypy --strict on the usage example, kohort's types taken from the wheel (py.typed), not src/."""
+    """mypy --strict on the usage examples (threaded and asyncio), kohort's types taken from the wheel
+    (py.typed), not src/."""
     path, _ = venv
     r = _run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--python-executable",
-              path / "bin" / "python", EXAMPLE], check=False, cwd=tmp_path)
+              path / "bin" / "python", *EXAMPLES], check=False, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
 
 

@@ -1,7 +1,10 @@
-"""kohort's public API is typed (PEP 561, `py.typed`): `mypy --strict` accepts examples/typed_usage.py,
-rejects misuse of the same API (so the check has teeth), the example runs against a real kohort broker,
-and the names spelled out for type checkers (ErrorCode's members, ConsumerRecord's fields) match what
-exists at run time. tests/test_packaging.py repeats the mypy check against the installed wheel."""
+"""kohort's public API is typed (PEP 561, `py.typed`): `mypy --strict` accepts examples/typed_usage.py
+(threaded client, structs, errors, confluent-kafka compat) and examples/typed_usage_async.py (kohort.aio,
+kohort.testing, share groups, aiokafka and confluent_kafka.aio compat), rejects misuse of the same API
+(so the check has teeth), the examples run against real brokers (kohort's in-process broker; Apache
+Kafka for share groups, which kohort's broker does not serve), and the names spelled out for type
+checkers (ErrorCode's members, ConsumerRecord's fields) match what exists at run time.
+tests/test_packaging.py repeats the mypy check against the installed wheel."""
 from __future__ import annotations
 
 import ast
@@ -18,6 +21,7 @@ from tests.brokers import KohortBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "typed_usage.py"
+ASYNC_EXAMPLE = ROOT / "examples" / "typed_usage_async.py"
 
 
 def _mypy(tmp_path: Path, *files: Path) -> subprocess.CompletedProcess:
@@ -30,7 +34,7 @@ def _mypy(tmp_path: Path, *files: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.timeout(600)
 def test_typed_usage_example_passes_mypy_strict_and_misuse_does_not(tmp_path):
-    ok = _mypy(tmp_path, EXAMPLE)
+    ok = _mypy(tmp_path, EXAMPLE, ASYNC_EXAMPLE)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     bad = tmp_path / "misuse.py"
     bad.write_text(
@@ -42,11 +46,25 @@ def test_typed_usage_example_passes_mypy_strict_and_misuse_does_not(tmp_path):
         "    p.produce(b'topic', value=b'v')\n"             # the topic is a str
         "    v: str = m.value()\n"                          # bytes | None
         "    e: int = ErrorCode.NO_SUCH_ERROR\n"            # not one of Kafka's names
-        "    k: str = c.poll()[0].key\n")                   # bytes | None
+        "    k: str = c.poll()[0].key\n"                   # bytes | None
+        "from kohort.aio import AIOConsumer, AIOProducer\n"
+        "from kohort.compat import aiokafka, confluent_kafka as ck\n"
+        "from kohort.compat.confluent_kafka import aio as ckaio\n"
+        "from kohort.structs import TopicPartition\n"
+        "from kohort.testing import BrokerFactory, InProcessBroker\n"
+        "async def g(p: AIOProducer, c: AIOConsumer, cp: ckaio.AIOProducer) -> None:\n"
+        "    await p.send_and_wait('t', value='text')\n"                          # value is bytes
+        "    n: int = (await c.getmany())[TopicPartition('t', 0)]\n"           # a list of records
+        "    m: ck.Message = await cp.produce('t', b'v')\n"                       # a Future of the Message
+        "    aiokafka.AIOKafkaConsumer('t', group_id=1)\n"                        # group_id is a str
+        "def h(f: BrokerFactory, b: InProcessBroker, ms: ck.Messages) -> None:\n"
+        "    f(storage='disk')\n"                                                 # 'memory' or 'tmp'
+        "    b.fail_next('Produce')\n"                                            # the error is required
+        "    v: str = ms[0].value()\n")                                           # bytes | None
     r = _mypy(tmp_path, bad)
     assert r.returncode == 1, r.stdout
     lines = [ln for ln in r.stdout.splitlines() if ": error:" in ln]
-    assert sorted(int(ln.split(":")[1]) for ln in lines) == [5, 6, 7, 8, 9], r.stdout
+    assert sorted(int(ln.split(":")[1]) for ln in lines) == [5, 6, 7, 8, 9, 16, 17, 18, 19, 21, 22, 23], r.stdout
 
 
 def test_typed_usage_example_runs_against_a_broker():
@@ -56,6 +74,33 @@ def test_typed_usage_example_runs_against_a_broker():
                            timeout=180, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "typed-usage: 3 partitions, 30 records; compat: 10 records" in r.stdout
+
+
+def test_typed_async_example_runs_on_the_in_process_broker():
+    """No argument: the example starts kohort.testing's broker itself."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    r = subprocess.run([sys.executable, str(ASYNC_EXAMPLE)], capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "aio: 20 records; aiokafka: 10 records; confluent_kafka.aio: 10 records" in r.stdout
+    assert "testing: fixtures ok" in r.stdout
+
+
+@pytest.mark.timeout(300)
+def test_typed_async_example_share_groups_run_against_kafka():
+    """The share-group part (kohort.ShareConsumer, then confluent-kafka's ShareConsumer in the same group)
+    against Apache Kafka with share groups on."""
+    from tests.kafka_cluster import KafkaCluster
+    from tests.test_share_consumer_kafka import SHARE_BROKER_CONFIG
+    kc = KafkaCluster(nodes=1, extra_config=SHARE_BROKER_CONFIG)
+    kc.start()
+    try:
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+        r = subprocess.run([sys.executable, str(ASYNC_EXAMPLE), "--share", kc.bootstrap], capture_output=True,
+                           text=True, timeout=180, env=env)
+    finally:
+        kc.close()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "share: 10 records" in r.stdout
 
 
 def test_error_code_members_for_type_checkers_match_the_table():

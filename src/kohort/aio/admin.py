@@ -7,13 +7,15 @@ the controller, group requests to the group's coordinator (retried while it move
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
+from typing import Any
 
 from kohort.aio.client import AIOClient, ClientSettings
 from kohort.client import admin_protocol as AP
 from kohort.client import requests as R
 from kohort.client.admin_protocol import COORDINATOR_RETRY, GroupDescription, GroupListing, TopicDescription
 from kohort.client.consumer.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OFFSETS_BY_NAME_MAX_VERSION
-from kohort.errors import ErrorCode, KohortError, for_code
+from kohort.errors import ErrorCode, KafkaError, KohortError, for_code
 from kohort.structs import TopicPartition
 
 EARLIEST, LATEST = EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -73,12 +75,13 @@ class AIOAdmin:
     async def list_topics(self, include_internal: bool = False) -> list[str]:
         return AP.topic_names(await self._metadata(None), include_internal)
 
-    async def describe_topics(self, topics=None) -> list[TopicDescription]:
+    async def describe_topics(self, topics: Iterable[str] | None = None) -> list[TopicDescription]:
         md = await self._metadata(None if topics is None else list(topics))
         return AP.topic_descriptions(md, all_topics=topics is None)
 
-    async def create_topics(self, topics, num_partitions: int = 1, replication_factor: int = -1,
-                            configs: dict | None = None, validate_only: bool = False) -> dict:
+    async def create_topics(self, topics: Iterable[str] | dict[str, int | dict[str, Any]], num_partitions: int = 1,
+                            replication_factor: int = -1, configs: dict[str, Any] | None = None,
+                            validate_only: bool = False) -> dict[str, KafkaError | None]:
         """`topics`: names, or {name: partitions or dict(num_partitions=, replication_factor=, configs=)}.
         -> {name: None or its KafkaError}."""
         req = AP.create_topics_request(topics, num_partitions, replication_factor, configs, validate_only,
@@ -86,7 +89,7 @@ class AIOAdmin:
         resp = await self._c().request(await self._controller(), req)
         return AP.topic_results(resp.topics)
 
-    async def delete_topics(self, topics) -> dict:
+    async def delete_topics(self, topics: Iterable[str]) -> dict[str, KafkaError | None]:
         req = AP.delete_topics_request(list(topics), self.timeout_ms)
         return AP.topic_results((await self._c().request(await self._controller(), req)).responses)
 

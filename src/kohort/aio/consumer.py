@@ -27,6 +27,7 @@ import logging
 import re
 import time
 from collections import deque
+from collections.abc import Mapping
 
 from kohort.aio.client import AIOClient, ClientSettings
 from kohort.aio.group import AIOGroupMember
@@ -342,7 +343,7 @@ class AIOConsumer:
                 self._set_position(tp, st, None, self.auto_offset_reset)
         return {tp: (om.offset if om is not None else None) for tp, om in got.items()}
 
-    async def position(self, tp) -> int:
+    async def position(self, tp: tuple[str, int]) -> int:
         self._check()
         st = self._state(tp)
         if st.position is None:
@@ -447,7 +448,7 @@ class AIOConsumer:
                 for tp, v in got.items()}
 
     # -- offsets ---------------------------------------------------------------------------------------
-    async def commit(self, offsets: dict | None = None) -> None:
+    async def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
         """Commit `offsets` ({tp: next offset or OffsetAndMetadata}; None: every position)."""
         self._check()
         if self.group is None:
@@ -469,7 +470,7 @@ class AIOConsumer:
         return await self.group.committed([TopicPartition(*tp) for tp in tps],
                                           timeout=self.settings.request_timeout_ms / 1000)
 
-    async def committed(self, tp) -> int | None:
+    async def committed(self, tp: tuple[str, int]) -> int | None:
         om = (await self.committed_many([tp])).get(TopicPartition(*tp))
         return None if om is None else om.offset
 
@@ -732,7 +733,8 @@ class AIOConsumer:
         st.position, st.epoch = rec[2] + 1, rec[8]
         return rec
 
-    async def getmany(self, *partitions, timeout_ms: int = 0, max_records: int | None = None) -> dict:
+    async def getmany(self, *partitions: tuple[str, int], timeout_ms: int = 0,
+                      max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
         """{tp: [ConsumerRecord]} of what is fetched, waiting up to timeout_ms for something."""
         self._check()
         if self.group is not None:
@@ -755,7 +757,7 @@ class AIOConsumer:
             if self._stopped:
                 raise ConsumerStoppedError("the consumer is stopped")
 
-    async def getone(self, *partitions) -> ConsumerRecord:
+    async def getone(self, *partitions: tuple[str, int]) -> ConsumerRecord:
         """The next record (of `partitions`, if given), waiting as long as it takes."""
         if not partitions and self._chunks:
             rec = self._take_one()

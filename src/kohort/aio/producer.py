@@ -55,6 +55,10 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+# what a record's key, value and header values may be
+Buffer = bytes | bytearray | memoryview
+
+
 class RecordMetadata(NamedTuple):
     topic: str
     partition: int
@@ -189,8 +193,9 @@ class AIOProducer:
         self._check()
         return list(await self.client.metadata_for(topic))
 
-    async def send(self, topic: str, value=None, key=None, partition: int | None = None,
-                   timestamp_ms: int | None = None, headers=None) -> asyncio.Future:
+    async def send(self, topic: str, value: Buffer | None = None, key: Buffer | None = None,
+                   partition: int | None = None, timestamp_ms: int | None = None,
+                   headers: list[tuple[str, Buffer | None]] | None = None) -> asyncio.Future[RecordMetadata]:
         """Queue one record -> a future of its RecordMetadata. Waits only for metadata of a new topic
         and while more than buffer_memory bytes are queued."""
         self._check()
@@ -252,8 +257,9 @@ class AIOProducer:
             await asyncio.sleep(0)
         return fut
 
-    async def send_and_wait(self, topic: str, value=None, key=None, partition: int | None = None,
-                            timestamp_ms: int | None = None, headers=None) -> RecordMetadata:
+    async def send_and_wait(self, topic: str, value: Buffer | None = None, key: Buffer | None = None,
+                            partition: int | None = None, timestamp_ms: int | None = None,
+                            headers: list[tuple[str, Buffer | None]] | None = None) -> RecordMetadata:
         return await (await self.send(topic, value, key, partition, timestamp_ms, headers))
 
     def _new_batch(self, tp, ts: int) -> _Batch:

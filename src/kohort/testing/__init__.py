@@ -7,7 +7,8 @@
 
 `broker()` / `InProcessBroker` live in kohort/testing/inprocess.py; the pytest plugin (fixtures
 `kafka_broker`, `kafka_broker_session`, `kafka_broker_factory`) in kohort/testing/plugin.py, registered
-as the `kohort` pytest11 entry point. pytest imports this package on every run of a project that has
+as the `kohort` pytest11 entry point. For annotating tests: a fixture broker is an `InProcessBroker`,
+`kafka_broker_factory` a `BrokerFactory`. pytest imports this package on every run of a project that has
 kohort installed, so its names are imported on first use, not here.
 """
 from __future__ import annotations
@@ -15,9 +16,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kohort.testing.inprocess import BrokerNotRunningError, InProcessBroker, broker
+    from kohort.testing.inprocess import BrokerFactory, BrokerNotRunningError, InProcessBroker, Storage, broker
 
-__all__ = ["broker", "InProcessBroker", "BrokerNotRunningError"]
+__all__ = ["broker", "InProcessBroker", "BrokerNotRunningError", "BrokerFactory", "Storage"]
 
 
 def __getattr__(name: str) -> Any:

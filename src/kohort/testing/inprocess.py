@@ -26,7 +26,7 @@ import tempfile
 import threading
 from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from kohort.broker.faults import DELAY, DROP, ERROR, Fault, FaultPlan, api_key_of, error_code_of
 
@@ -37,6 +37,15 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 Storage = Literal["memory", "tmp"]
+
+
+class BrokerFactory(Protocol):
+    """What the `kafka_broker_factory` fixture yields: `factory(config=None, *, storage="memory")` -> a
+    started broker configured by Kafka's broker config names ("tmp": storage in a temporary directory)."""
+
+    def __call__(self, config: Mapping[str, Any] | None = None, *, storage: Storage = "memory") -> InProcessBroker:
+        ...
+
 
 # Defaults of a test broker, as test set-ups of Kafka commonly choose them (the config given wins):
 # groups start at once (a test does not wait 3 s per group) and __consumer_offsets has one partition

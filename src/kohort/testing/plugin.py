@@ -20,18 +20,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from kohort.testing.inprocess import InProcessBroker
-
-BrokerFactory = Callable[..., "InProcessBroker"]
+    from kohort.testing.inprocess import BrokerFactory, InProcessBroker, Storage
 
 
 def _factory(tmp_path_factory: pytest.TempPathFactory) -> tuple[BrokerFactory, Callable[[], None]]:
     from kohort.testing.inprocess import InProcessBroker
     made: list[InProcessBroker] = []
 
-    def make(config: Mapping[str, Any] | None = None, *, storage: str = "memory") -> InProcessBroker:
+    def make(config: Mapping[str, Any] | None = None, *, storage: Storage = "memory") -> InProcessBroker:
         data_dir = str(tmp_path_factory.mktemp("kohort-broker")) if storage == "tmp" else None
-        b = InProcessBroker(config, storage=storage, data_dir=data_dir)   # type: ignore[arg-type]
+        b = InProcessBroker(config, storage=storage, data_dir=data_dir)
         made.append(b)
         return b.start()
 

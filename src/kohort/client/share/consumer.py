@@ -41,7 +41,7 @@ import threading
 import time
 import uuid as _uuid
 from collections import deque
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from kohort.client.cluster import Cluster
 from kohort.client.config import load_config
@@ -75,6 +75,9 @@ UNSUPPORTED_CONFIGS = (
     "group.protocol", "group.remote.assignor",
 )
 _ACQUIRE_MODES = {"batch_optimized": ACQUIRE_MODE_BATCH_OPTIMIZED, "record_limit": ACQUIRE_MODE_RECORD_LIMIT}
+
+# callback(offsets, error): the offsets acknowledged per share-partition, and None or the error of their commit
+AcknowledgementCommitCallback = Callable[[dict[TopicPartition, set[int]], KafkaError | None], None]
 
 
 class AcknowledgeType:
@@ -110,8 +113,9 @@ class _Leader:
 class ShareConsumer:
     """A share-group consumer. See the module docstring and Java's KafkaShareConsumer."""
 
-    def __init__(self, config: dict | None = None, *, acknowledgement_commit_callback: Callable | None = None,
-                 **kwargs):
+    def __init__(self, config: Mapping[str, Any] | None = None, *,
+                 acknowledgement_commit_callback: AcknowledgementCommitCallback | None = None,
+                 **kwargs: Any) -> None:
         """`config`: Kafka's consumer keys (see the module docstring); keyword arguments with "_" for
         "." too. `acknowledgement_commit_callback(offsets, error)`: see set_acknowledgement_commit_callback."""
         conf = dict(config or {})
@@ -308,7 +312,7 @@ class ShareConsumer:
             self._commit(sync=False)
             self._dispatch_callbacks()
 
-    def set_acknowledgement_commit_callback(self, callback: Callable | None) -> None:
+    def set_acknowledgement_commit_callback(self, callback: AcknowledgementCommitCallback | None) -> None:
         """callback(offsets: {TopicPartition: set[int]}, error: KafkaError | None), run on the
         application thread (in poll, commit_sync, commit_async or close)."""
         if callback is not None and not callable(callback):

@@ -13,6 +13,8 @@ import asyncio
 import logging
 import time
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 from kohort.aio.consumer import AIOConsumer
 import kohort.compat.aiokafka.errors as E
@@ -64,19 +66,24 @@ def _assignor_name(a) -> str:
 
 
 class AIOKafkaConsumer:
-    def __init__(self, *topics, loop=None, bootstrap_servers="localhost", client_id="aiokafka-0.14.0",
-                 group_id=None, group_instance_id=None, key_deserializer=None, value_deserializer=None,
-                 fetch_max_wait_ms=500, fetch_max_bytes=52428800, fetch_min_bytes=1,
-                 max_partition_fetch_bytes=1048576, request_timeout_ms=40000, retry_backoff_ms=100,
-                 auto_offset_reset="latest", enable_auto_commit=True, auto_commit_interval_ms=5000,
-                 check_crcs=True, metadata_max_age_ms=300000, partition_assignment_strategy=("roundrobin",),
-                 max_poll_interval_ms=300000, rebalance_timeout_ms=None, session_timeout_ms=10000,
-                 heartbeat_interval_ms=3000, consumer_timeout_ms=200, max_poll_records=None,
-                 ssl_context=None, security_protocol="PLAINTEXT", api_version="auto",
-                 exclude_internal_topics=True, connections_max_idle_ms=540000, isolation_level="read_uncommitted",
-                 sasl_mechanism="PLAIN", sasl_plain_password=None, sasl_plain_username=None,
-                 sasl_kerberos_service_name="kafka", sasl_kerberos_domain_name=None,
-                 sasl_oauth_token_provider=None, client_rack=None):
+    def __init__(self, *topics: str, loop: Any = None, bootstrap_servers: str | list[str] = "localhost",
+                 client_id: str = "aiokafka-0.14.0", group_id: str | None = None,
+                 group_instance_id: str | None = None, key_deserializer: Callable[[bytes], Any] | None = None,
+                 value_deserializer: Callable[[bytes], Any] | None = None, fetch_max_wait_ms: int = 500,
+                 fetch_max_bytes: int = 52428800, fetch_min_bytes: int = 1,
+                 max_partition_fetch_bytes: int = 1048576, request_timeout_ms: int = 40000,
+                 retry_backoff_ms: int = 100, auto_offset_reset: str = "latest", enable_auto_commit: bool = True,
+                 auto_commit_interval_ms: int = 5000, check_crcs: bool = True, metadata_max_age_ms: int = 300000,
+                 partition_assignment_strategy: Any = ("roundrobin",), max_poll_interval_ms: int = 300000,
+                 rebalance_timeout_ms: int | None = None, session_timeout_ms: int = 10000,
+                 heartbeat_interval_ms: int = 3000, consumer_timeout_ms: int = 200,
+                 max_poll_records: int | None = None, ssl_context: Any = None, security_protocol: str = "PLAINTEXT",
+                 api_version: str = "auto", exclude_internal_topics: bool = True,
+                 connections_max_idle_ms: int = 540000, isolation_level: str = "read_uncommitted",
+                 sasl_mechanism: str = "PLAIN", sasl_plain_password: str | None = None,
+                 sasl_plain_username: str | None = None, sasl_kerberos_service_name: str = "kafka",
+                 sasl_kerberos_domain_name: str | None = None, sasl_oauth_token_provider: Any = None,
+                 client_rack: str | None = None) -> None:
         if api_version != "auto":
             warnings.warn("api_version is ignored (aiokafka 0.14 ignores it too)", DeprecationWarning, stacklevel=2)
         if max_poll_records is not None and (not isinstance(max_poll_records, int) or max_poll_records < 1):
@@ -100,9 +107,9 @@ class AIOKafkaConsumer:
             sasl_plain_password=sasl_plain_password)
         self._initial = topics
         self._exclude_internal = exclude_internal_topics
-        self._last_poll = None
+        self._last_poll: int | None = None
         self._stopped = False
-        self._listener = None
+        self._listener: ConsumerRebalanceListener | None = None
         if topics and group_id is None:
             # aiokafka: topics without a group are assigned every partition on start
             self._assign_all = True
@@ -151,7 +158,8 @@ class AIOKafkaConsumer:
             raise E.ConsumerStoppedError()
 
     # -- subscription ----------------------------------------------------------------------------------
-    def subscribe(self, topics=(), pattern=None, listener=None) -> None:
+    def subscribe(self, topics: list[str] | tuple[str, ...] | set[str] = (), pattern: str | None = None,
+                  listener: ConsumerRebalanceListener | None = None) -> None:
         if not (topics or pattern) or (topics and pattern):
             raise TypeError("You must choose topics or pattern, but not both")
         if listener is not None and not isinstance(listener, ConsumerRebalanceListener):
@@ -168,7 +176,7 @@ class AIOKafkaConsumer:
     def unsubscribe(self) -> None:
         self._c.unsubscribe()
 
-    def subscription(self) -> frozenset:
+    def subscription(self) -> frozenset[str]:
         return frozenset(self._c.subscription())
 
     def assign(self, partitions) -> None:
@@ -177,7 +185,7 @@ class AIOKafkaConsumer:
         except KohortError as e:
             raise E.IllegalStateError(str(e)) from e       # noqa: F821
 
-    def assignment(self) -> set:
+    def assignment(self) -> set[TopicPartition]:
         return _tps(self._c.assignment())
 
     def partitions_for_topic(self, topic):
@@ -197,14 +205,15 @@ class AIOKafkaConsumer:
                               [(hk, hv) for hk, hv in r.headers])
 
     @E.translated
-    async def getone(self, *partitions) -> ConsumerRecord:
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         self._check()
         r = await self._c.getone(*partitions)
         self._last_poll = int(time.time() * 1000)
         return self._record(r)
 
     @E.translated
-    async def getmany(self, *partitions, timeout_ms=0, max_records=None) -> dict:
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: int = 0,
+                      max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
         self._check()
         got = await self._c.getmany(*partitions, timeout_ms=timeout_ms, max_records=max_records)
         self._last_poll = int(time.time() * 1000)
@@ -255,7 +264,7 @@ class AIOKafkaConsumer:
         return {_tp(tp): o for tp, o in got.items()}
 
     @E.translated
-    async def position(self, partition) -> int:
+    async def position(self, partition: TopicPartition) -> int:
         return await self._c.position(self._assigned(partition))
 
     def highwater(self, partition):
@@ -275,13 +284,13 @@ class AIOKafkaConsumer:
 
     # -- offsets ---------------------------------------------------------------------------------------
     @E.translated
-    async def commit(self, offsets=None) -> None:
+    async def commit(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
         if self._group_id is None:
             raise E.IllegalOperation("Requires group_id")
         if offsets is None:
             await self._c.commit(None)
             return
-        plain = {}
+        plain: dict[Any, _KOffset] = {}
         for tp, o in offsets.items():
             tp = self._assigned(tp) if self._c._subscription is not None else TopicPartition(*tp)
             if isinstance(o, int):
@@ -291,7 +300,7 @@ class AIOKafkaConsumer:
         await self._c.commit(plain)
 
     @E.translated
-    async def committed(self, partition):
+    async def committed(self, partition: TopicPartition) -> int | None:
         if self._group_id is None:
             raise E.IllegalOperation("Requires group_id")
         return await self._c.committed(partition)

@@ -10,6 +10,8 @@ unless aiokafka calls it otherwise (`ALIASES`), and then both names work.
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 from kohort import errors as _k
 
@@ -148,10 +150,14 @@ def translate(err: BaseException) -> BaseException:
     return err
 
 
-def translated(fn):
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def translated(fn: Callable[_P, Awaitable[_T]]) -> Callable[_P, Coroutine[Any, Any, _T]]:
     """`fn` (a coroutine function) with its kohort errors raised as `translate` makes them."""
     @functools.wraps(fn)
-    async def wrapper(*args, **kwargs):
+    async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
         try:
             return await fn(*args, **kwargs)
         except _k.KohortError as e:

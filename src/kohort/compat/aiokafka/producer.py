@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 import time
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 from kohort.aio.producer import AIOProducer
 import kohort.compat.aiokafka.errors as E
@@ -74,14 +76,20 @@ class _BatchRecordInfo:
 class AIOKafkaProducer:
     _PRODUCER_CLIENT_ID_SEQUENCE = 0
 
-    def __init__(self, *, loop=None, bootstrap_servers="localhost", client_id=None, metadata_max_age_ms=300000,
-                 request_timeout_ms=40000, api_version="auto", acks=None, key_serializer=None,
-                 value_serializer=None, compression_type=None, max_batch_size=16384, partitioner=None,
-                 max_request_size=1048576, linger_ms=0, retry_backoff_ms=100, security_protocol="PLAINTEXT",
-                 ssl_context=None, connections_max_idle_ms=540000, enable_idempotence=False,
-                 transactional_id=None, transaction_timeout_ms=60000, sasl_mechanism="PLAIN",
-                 sasl_plain_password=None, sasl_plain_username=None, sasl_kerberos_service_name="kafka",
-                 sasl_kerberos_domain_name=None, sasl_oauth_token_provider=None, client_rack=None):
+    def __init__(self, *, loop: Any = None, bootstrap_servers: str | list[str] = "localhost",
+                 client_id: str | None = None, metadata_max_age_ms: int = 300000,
+                 request_timeout_ms: int = 40000, api_version: str = "auto", acks: int | str | None = None,
+                 key_serializer: Callable[[Any], bytes] | None = None,
+                 value_serializer: Callable[[Any], bytes] | None = None, compression_type: str | None = None,
+                 max_batch_size: int = 16384, partitioner: Any = None,
+                 max_request_size: int = 1048576, linger_ms: int = 0, retry_backoff_ms: int = 100,
+                 security_protocol: str = "PLAINTEXT", ssl_context: Any = None,
+                 connections_max_idle_ms: int = 540000, enable_idempotence: bool = False,
+                 transactional_id: str | None = None, transaction_timeout_ms: int = 60000,
+                 sasl_mechanism: str = "PLAIN", sasl_plain_password: str | None = None,
+                 sasl_plain_username: str | None = None, sasl_kerberos_service_name: str = "kafka",
+                 sasl_kerberos_domain_name: str | None = None, sasl_oauth_token_provider: Any = None,
+                 client_rack: str | None = None) -> None:
         if api_version != "auto":
             warnings.warn("api_version is ignored (aiokafka 0.14 ignores it too)", DeprecationWarning, stacklevel=2)
         if compression_type not in _CODECS:
@@ -155,7 +163,9 @@ class AIOKafkaProducer:
             raise E.IllegalOperation("Can't send messages while not in transaction")
 
     @E.translated
-    async def send(self, topic, value=None, key=None, partition=None, timestamp_ms=None, headers=None):
+    async def send(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
+                   timestamp_ms: int | None = None,
+                   headers: list[tuple[str, bytes | None]] | None = None) -> asyncio.Future[RecordMetadata]:
         if value is None and key is None:
             raise ValueError("Need at least one: key or value")
         if self._closed:
@@ -170,7 +180,9 @@ class AIOKafkaProducer:
         fut = await self._p.send(topic, v, k, partition, timestamp_ms, headers)
         return _map_future(fut)
 
-    async def send_and_wait(self, topic, value=None, key=None, partition=None, timestamp_ms=None, headers=None):
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
+                            timestamp_ms: int | None = None,
+                            headers: list[tuple[str, bytes | None]] | None = None) -> RecordMetadata:
         fut = await self.send(topic, value, key, partition, timestamp_ms, headers)
         return await fut
 

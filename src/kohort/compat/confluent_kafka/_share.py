@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, overload
 
 from kohort.client.share.acknowledgements import IllegalStateError
 from kohort.client.share.consumer import UNSUPPORTED_CONFIGS
@@ -50,21 +50,26 @@ class AcknowledgeType(enum.IntEnum):
     REJECT = 3
 
 
-class Messages(Sequence):
+class Messages(Sequence[Message]):
     """The batch poll() returns: a read-only sequence of Message."""
 
     __slots__ = ("_records",)
 
-    def __init__(self, records: list | None = None):
+    def __init__(self, records: list[Message] | None = None) -> None:
         self._records = list(records or [])
 
     @classmethod
-    def _from_list(cls, records: list) -> "Messages":
+    def _from_list(cls, records: list[Message]) -> "Messages":
         m = cls.__new__(cls)
         m._records = records
         return m
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> Message: ...
+    @overload
+    def __getitem__(self, i: slice) -> Messages: ...
+
+    def __getitem__(self, i: int | slice) -> Message | Messages:
         if isinstance(i, slice):
             return Messages._from_list(self._records[i])
         return self._records[i]
@@ -72,13 +77,13 @@ class Messages(Sequence):
     def __len__(self) -> int:
         return len(self._records)
 
-    def count(self, value=None) -> int:          # confluent-kafka: count() is the number of messages
+    def count(self, value: Any = None) -> int:          # confluent-kafka: count() is the number of messages
         return len(self._records) if value is None else self._records.count(value)
 
     def is_empty(self) -> bool:
         return not self._records
 
-    def records(self) -> list:
+    def records(self) -> list[Message]:
         return list(self._records)
 
     def __repr__(self) -> str:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from kohort.aio.consumer import AIOConsumer as _KConsumer
 from kohort.aio.producer import AIOProducer as _KProducer
@@ -147,8 +149,8 @@ class AIOProducer(_StartedOnce):
 
     _WHAT = "producer"
 
-    def __init__(self, producer_conf: dict, max_workers: int = 4, executor=None, batch_size: int = 1000,
-                 buffer_timeout: float = 1.0):
+    def __init__(self, producer_conf: dict[str, Any], max_workers: int = 4, executor: Any = None,
+                 batch_size: int = 1000, buffer_timeout: float = 1.0) -> None:
         asyncio.get_running_loop()            # as the original: only inside a running loop
         conf = dict(producer_conf)
         conf.setdefault("enable.idempotence", False)        # librdkafka's defaults
@@ -162,8 +164,11 @@ class AIOProducer(_StartedOnce):
     async def _ready(self) -> _KProducer:
         return await self._start_once(self._p)
 
-    async def produce(self, topic: str, value=None, key=None, *args, partition: int = -1, timestamp: int = 0,
-                      headers=None, on_delivery=None, callback=None, **kwargs) -> asyncio.Future:
+    async def produce(self, topic: str, value: str | bytes | None = None, key: str | bytes | None = None,
+                      *args: Any, partition: int = -1, timestamp: int = 0,
+                      headers: list[tuple[str, bytes | None]] | dict[str, bytes | None] | None = None,
+                      on_delivery: Callable[..., Any] | None = None, callback: Callable[..., Any] | None = None,
+                      **kwargs: Any) -> asyncio.Future[Message]:
         """Queue a message -> a Future of its delivered Message (KafkaException when it failed)."""
         if args or kwargs:
             raise TypeError(f"produce() got unexpected arguments {args or ''}{kwargs or ''}")
@@ -281,7 +286,7 @@ class AIOConsumer(_StartedOnce):
 
     _WHAT = "consumer"
 
-    def __init__(self, consumer_conf: dict, max_workers: int = 100, executor=None):
+    def __init__(self, consumer_conf: dict[str, Any], max_workers: int = 100, executor: Any = None) -> None:
         asyncio.get_running_loop()
         conf = dict(consumer_conf)
         conf.setdefault("isolation.level", "read_committed")             # librdkafka's default
@@ -298,13 +303,15 @@ class AIOConsumer(_StartedOnce):
         self._stored: dict = {}
         self._started: asyncio.Task | None = None
         self._closed = False
-        self._cbs = (None, None, None)
+        self._cbs: tuple[Callable[..., Any] | None, ...] = (None, None, None)
 
     async def _ready(self) -> _KConsumer:
         return await self._start_once(self._c)
 
     # -- subscription ----------------------------------------------------------------------------------
-    async def subscribe(self, topics, on_assign=None, on_revoke=None, on_lost=None) -> None:
+    async def subscribe(self, topics: list[str], on_assign: Callable[..., Any] | None = None,
+                        on_revoke: Callable[..., Any] | None = None,
+                        on_lost: Callable[..., Any] | None = None) -> None:
         c = await self._ready()
         self._cbs = (on_assign, on_revoke, on_lost)
         names = [t for t in topics if not t.startswith("^")]
@@ -348,7 +355,7 @@ class AIOConsumer(_StartedOnce):
         c = await self._ready()
         c.assign([])
 
-    async def assignment(self) -> list:
+    async def assignment(self) -> list[TopicPartition]:
         c = await self._ready()
         return sorted(_ctp(tp) for tp in c.assignment())
 
@@ -357,7 +364,7 @@ class AIOConsumer(_StartedOnce):
         msgs = await self.consume(1, timeout)
         return msgs[0] if msgs else None
 
-    async def consume(self, num_messages: int = 1, timeout: float = -1) -> list:
+    async def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         c = await self._ready()
         t = timeout_s(timeout)
         try:
