@@ -12,7 +12,8 @@ Spark streaming into Parquet vs the raw consumer, consumer scaling with partitio
 group convergence after a member joins or leaves, classic vs KIP-848 consumer protocol, kohort broker vs
 Apache Kafka 4.3.1 with kohort's consumers (kip848), and how the broker's cost grows with group size,
 partition count and connection count, kohort broker vs Apache Kafka (scale: growth curves in
-bench/out/scale-<dimension>.png, drawn by bench/plots.py with matplotlib).
+bench/out/scale-<dimension>.png, drawn by bench/plots.py with matplotlib), and the asyncio clients
+(aio: kohort.aio vs aiokafka, confluent_kafka.aio and kohort's sync consumer, with the event loop's stall).
 Prints the tables and writes bench/out/bench-<time>.jsonl (one line per measurement, with machine
 info), bench/out/bench-<time>.md, and latest.jsonl / latest.md copies.
 """
@@ -33,7 +34,7 @@ for p in (HERE, ROOT, os.path.join(ROOT, "src")):
 
 import harness  # noqa: E402
 
-CASES = ["consumer", "producer", "broker", "groups", "spark", "scaling", "kip848", "tls", "txn", "scale"]
+CASES = ["consumer", "producer", "broker", "groups", "spark", "scaling", "kip848", "tls", "txn", "scale", "aio"]
 
 
 class Env:

@@ -1,9 +1,9 @@
 """AIOProducer: Kafka's producer on the running asyncio loop, no thread per call.
 
 `await send(...)` encodes the record into its partition's open batch (`protocol.records.append_record`) and
-returns an `asyncio.Future` of its `RecordMetadata`; it waits while `buffer_memory` bytes or
-`max_queued_records` records are queued (each queued record holds a future: many thousands of live
-futures make CPython's full garbage collections, which run on the loop, long) (every `YIELD_EVERY` records it yields to the loop
+returns a `RecordFuture` of its `RecordMetadata` (record_future.py: a handle on the batch's one shared
+future, so no per-record object stays alive in the producer); it waits while `buffer_memory` bytes or
+`max_queued_records` records are queued (every `YIELD_EVERY` records it yields to the loop
 once, so a tight loop of sends does not hold the loop); one sender task seals ready batches (full, or
 older than `linger_ms`, or flushed) and sends one Produce request per leader, with at most one batch
 of a partition in flight at a time, so records stay in order across retries.
@@ -21,11 +21,11 @@ import functools
 import logging
 import time
 from collections import deque
-from typing import NamedTuple
 
 from kohort.aio.client import AIOClient, ClientSettings
 from kohort.client.network import Versioned
 from kohort.client.partitioner import DefaultPartitioner
+from kohort.aio.record_future import BatchResult, RecordFuture, RecordMetadata
 from kohort.client.txn_manager import TransactionManager
 from kohort.errors import (
     ErrorCode, KafkaConnectionError, KafkaError, KafkaTimeoutError, KohortError, TransactionAbortedError, for_code,
@@ -40,7 +40,6 @@ log = logging.getLogger("kohort.aio.producer")
 
 CODECS = {None: 0, "none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 OFF_LOOP_BYTES = 64 * 1024          # compressed batches at least this big are built in a worker thread
-FINISH_SLICE = 512                  # futures completed per turn of the loop
 YIELD_EVERY = 64                    # send() gives the loop a turn after this many records
 PRODUCE_MAX_VERSION = 11            # transactions v1 (see DESIGN: Produce v12 switches a 4.x broker to v2)
 _RETRIABLE_PRODUCE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -59,29 +58,19 @@ def _now_ms() -> int:
 Buffer = bytes | bytearray | memoryview
 
 
-class RecordMetadata(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int                  # create time given or chosen; log append time when the topic uses it
-    timestamp_type: int             # 0 create time, 1 log append time
-    log_start_offset: int
-
-
 class _Batch:
     """One partition's records, encoded as they arrive (`records.append_record`), sealed once into
     wire bytes (`records.write_batch_buffer`) with the producer id, epoch and base sequence; a retry
     resends the same bytes, never changed (requests refer to them rather than copy them)."""
 
-    __slots__ = ("tp", "buf", "base_ts", "max_ts", "futures", "stamps", "created", "wire", "sequence", "count",
+    __slots__ = ("tp", "buf", "base_ts", "max_ts", "result", "created", "wire", "sequence", "count",
                  "attempts", "deadline")
 
-    def __init__(self, tp, base_ts: int, now: int, deadline: int):
+    def __init__(self, tp, base_ts: int, now: int, deadline: int, result: asyncio.Future):
         self.tp = tp
         self.buf = bytearray()
         self.base_ts = self.max_ts = base_ts
-        self.futures: list[asyncio.Future] = []     # one per record, in offset-delta order
-        self.stamps: list[int] = []                 # their timestamps
+        self.result = result                        # BatchResult, shared by the records' RecordFutures
         self.created, self.wire, self.sequence, self.count, self.attempts = now, None, -1, 0, 0
         self.deadline = deadline
 
@@ -142,7 +131,7 @@ class AIOProducer:
         self._fatal: BaseException | None = None
         self._sends = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queued = 0                           # records whose futures are not completed yet
+        self._queued = 0                           # records whose batches have no answer yet
         self.max_queued_records = max_queued_records
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -195,7 +184,7 @@ class AIOProducer:
 
     async def send(self, topic: str, value: Buffer | None = None, key: Buffer | None = None,
                    partition: int | None = None, timestamp_ms: int | None = None,
-                   headers: list[tuple[str, Buffer | None]] | None = None) -> asyncio.Future[RecordMetadata]:
+                   headers: list[tuple[str, Buffer | None]] | None = None) -> RecordFuture:
         """Queue one record -> a future of its RecordMetadata. Waits only for metadata of a new topic
         and while more than buffer_memory bytes are queued."""
         self._check()
@@ -241,9 +230,7 @@ class AIOProducer:
         if ts > b.max_ts:
             b.max_ts = ts
         self._buffered += added
-        fut = self._loop.create_future()
-        b.futures.append(fut)
-        b.stamps.append(ts)
+        fut = RecordFuture(b.result, tp, b.count, ts)
         b.count += 1
         self._queued += 1
         if BATCH_HEADER_SIZE + len(buf) >= self.batch_size:
@@ -264,7 +251,7 @@ class AIOProducer:
 
     def _new_batch(self, tp, ts: int) -> _Batch:
         now = _now_ms()
-        b = _Batch(tp, ts, now, now + self.delivery_timeout_ms)
+        b = _Batch(tp, ts, now, now + self.delivery_timeout_ms, self._loop.create_future())
         self._open[tp] = b
         self._pending_batches += 1
         self._idle.clear()
@@ -497,32 +484,16 @@ class AIOProducer:
 
     def _finish(self, b: _Batch, base_offset: int, append_time: int, err: BaseException | None,
                 log_start: int = -1) -> None:
-        """Complete the batch's futures, at most FINISH_SLICE of them per turn of the loop."""
+        """Complete the batch's shared future: every record's RecordFuture reads its result from it."""
         self._buffered -= len(b.buf)
         self._space.set()
-        futures, stamps, b.futures, b.stamps = b.futures, b.stamps, [], []
-        self._queued -= len(futures)
-        self._finish_slice(b.tp, futures, stamps, 0, base_offset, append_time, err, log_start)
-
-    def _finish_slice(self, tp, futures, stamps, start: int, base_offset: int, append_time: int,
-                      err: BaseException | None, log_start: int) -> None:
-        stop = min(len(futures), start + FINISH_SLICE)
-        topic, partition = tp
-        log_append = append_time is not None and append_time >= 0
-        for delta in range(start, stop):
-            fut = futures[delta]
-            if fut.done():
-                continue
+        self._queued -= b.count
+        if not b.result.done():
             if err is not None:
-                fut.set_exception(err)
+                b.result.set_exception(err)
             else:
-                off = base_offset + delta if base_offset >= 0 else -1
-                fut.set_result(RecordMetadata(topic, partition, off, append_time if log_append else stamps[delta],
-                                              1 if log_append else 0, log_start))
-        if stop < len(futures):
-            asyncio.get_running_loop().call_soon(self._finish_slice, tp, futures, stamps, stop, base_offset,
-                                                 append_time, err, log_start)
-            return
+                b.result.set_result(BatchResult(base_offset, append_time if append_time is not None else -1,
+                                                log_start))
         self._pending_batches -= 1
         if self._pending_batches == 0:
             self._idle.set()
