@@ -176,3 +176,28 @@ def test_the_checker_counts_every_kind_of_anomaly():
     clean = check_group(GroupHistory(consumed=[("a", 0, 0, "x", 0), ("b", 0, 0, "x", 0)], done=True),
                         {0: [(0, "x")]}, "reset", "a+b")
     assert clean.clean                     # consumed again above the committed offset: allowed
+
+
+def test_the_report_table_sums_runs_per_fault_workload_and_broker(tmp_path, monkeypatch):
+    """tests/fault_report.py on rows written by record(): one line per fault × workload × broker, the
+    runs and records and each anomaly summed, the details of anomalous runs after the table."""
+    from tests import fault_report
+    from tests.fault_workloads import Report
+    path = tmp_path / "r.jsonl"
+    monkeypatch.setenv("KOHORT_FAULT_RESULTS", str(path))
+    for n in (100, 200):
+        record(Report("idempotent producer (kohort)", "reset", records=n), "kohort")
+    bad = Report("classic group (kohort)", "blackhole", records=50)
+    bad.add("lost", "partition 0 offset 7 (7) never consumed")
+    record(bad, "Kafka 3n")
+    out = fault_report.table(fault_report.load(str(path)))
+    lines = out.splitlines()
+    assert lines[0].split() == ["fault", "workload", "broker", "runs", "records", *fault_report.KINDS]
+    row = next(ln for ln in lines if ln.startswith("reset"))
+    assert row.split()[-9:] == ["kohort", "2", "300", "0", "0", "0", "0", "0", "0"], row
+    row = next(ln for ln in lines if ln.startswith("blackhole"))
+    assert row.split()[-9:] == ["3n", "1", "50", "1", "0", "0", "0", "0", "0"], row
+    assert "partition 0 offset 7 (7) never consumed" in out.split("runs with anomalies:")[1]
+    path.write_text('{"fault": "x"\n')
+    with pytest.raises(SystemExit, match="not a JSON row"):
+        fault_report.load(str(path))
