@@ -429,6 +429,9 @@ class GroupHistory:
     commit_errors: list = field(default_factory=list)
     hung: list = field(default_factory=list)
     healed_at: float | None = None
+    faulted_at: float | None = None
+    joined: list = field(default_factory=list)      # names of the members that joined at the fault
+    coordinators: list = field(default_factory=list)  # (node killed, node coordinating after the kill)
     progress_after_heal_s: float | None = None
     done: bool = False
     proxy_counts: dict = field(default_factory=dict)
@@ -436,6 +439,16 @@ class GroupHistory:
     def fault_bit(self, fault: str) -> str | None:
         """None when the fault acted on the members' connections (bytes thrown away, connections
         reset, chunks delayed), else why not."""
+        if fault in NODE_FAULTS:
+            if self.faulted_at is None:
+                return "the fault never ran"
+            if fault == "kill-coordinator" and not (self.coordinators and self.coordinators[0][1] is not None
+                                                    and self.coordinators[0][0] != self.coordinators[0][1]):
+                return f"the coordinator did not move: {self.coordinators}"
+            late = [e for e in self.assigned if e[0] in self.joined and e[1] == "assign" and e[3] > self.faulted_at]
+            if self.joined and not late:
+                return f"no member that joined at the fault was assigned anything: {self.assigned}"
+            return None
         c = self.proxy_counts
         need = {"blackhole": "discarded_bytes", "oneway": "discarded_bytes", "reset": "resets",
                 "delay": "delayed_chunks"}[fault]
@@ -558,10 +571,19 @@ def group_workload(pb: ProxiedBroker, topic: str, fault: str | None, members=("k
     left: list = []
 
     def churn() -> None:
+        h.faulted_at = time.monotonic()
         for i, kind in enumerate(join_at_fault):
             m = _Member(f"{kind}-j{i}", kind, pb.bootstrap, group, topic, h, committed, lock, timed)
             ms.append(m)
+            h.joined.append(m.name)
             m.thread.start()
+        if getattr(pb, "killed", None) is not None and fault == "kill-coordinator":
+            def successor() -> None:
+                try:
+                    h.coordinators.append((pb.killed, pb.kc.coordinator(group)))
+                except Exception as e:          # no coordinator found: the fault bit says so
+                    h.coordinators.append((pb.killed, None, repr(e)))
+            threading.Thread(target=successor, name="successor", daemon=True).start()
         for m in ms[:leave_at_fault]:
             t = threading.Thread(target=m.close, name=f"leave-{m.name}", daemon=True)
             t.start()

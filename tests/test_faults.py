@@ -63,9 +63,9 @@ def _group_run(pb, fault, members=("kohort", "confluent"), **kw):
     r = check_group(h, log, fault, "+".join(m.removesuffix("848") for m in members) + joined.replace("848", ""),
                     protocol=protocol)
     record(r, _broker(pb))
-    if fault not in ("kill-coordinator",):
-        assert h.fault_bit(fault) is None, h.fault_bit(fault)
-    print("\n" + r.line() + f"  [{_broker(pb)}] (commit errors during the fault: {len(h.commit_errors)})")
+    assert h.fault_bit(fault) is None, h.fault_bit(fault)
+    moved = f" coordinator {h.coordinators[0][0]} -> {h.coordinators[0][1]};" if h.coordinators else ""
+    print("\n" + r.line() + f"  [{_broker(pb)}]{moved} (commit errors during the fault: {len(h.commit_errors)})")
     assert r.clean, (r.line(), r.details)
     return r
 
