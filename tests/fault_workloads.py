@@ -1,6 +1,6 @@
 """Workloads run through the fault proxy (tests/fault_proxy.py) against kohort broker, and the checker
-of their histories, in the manner of Jepsen's Kafka tests. Each checked run can append its row (`record`) to a JSON-lines
-file that tests/fault_report.py turns into the table.
+of their histories, in the manner of Jepsen's Kafka tests. Each checked run can append its row
+(`record`) to a JSON-lines file that tests/fault_report.py turns into the table.
 
     with ProxiedBroker() as pb:                  # kohort broker advertising the proxy's address
         h = producer_workload(pb, "t", fault=FAULTS["blackhole"])
@@ -291,8 +291,10 @@ class ProducerHistory:
         black hole or reset was on; acknowledgements at least the delay late while delayed."""
         if self.faulted_at is None or self.healed_at is None:
             return "the fault never ran"
-        if fault in NODE_FAULTS:
-            return None
+        if fault == "kill-leader":     # partition 0 went on being acknowledged: by a new leader
+            moved = [v for v, t in self.acked_at.items() if self.faulted_at < t < self.healed_at
+                     and self.sent_at[v] > self.faulted_at and self.acked[v][0] == 0]
+            return None if moved else "no record of partition 0 sent after the kill was acknowledged before the restart"
         if not self.proxied_connections:
             return "no client connection went through the proxy"
         lo, hi = self.faulted_at + 0.5, self.healed_at
@@ -431,7 +433,7 @@ class GroupHistory:
     healed_at: float | None = None
     faulted_at: float | None = None
     joined: list = field(default_factory=list)      # names of the members that joined at the fault
-    coordinators: list = field(default_factory=list)  # (node killed, node coordinating after the kill)
+    coordinators: list = field(default_factory=list)  # (node killed, its successor, seconds after the kill)
     progress_after_heal_s: float | None = None
     done: bool = False
     proxy_counts: dict = field(default_factory=dict)
@@ -522,17 +524,21 @@ class _Member:
                     pending[m.partition()] = m.offset() + 1
             if pending and time.monotonic() >= next_commit:
                 next_commit = time.monotonic() + 0.2
+                # the floor is what the client says it committed: the positions of the partitions it
+                # owns at the call, not those consumed under an assignment revoked since
                 try:
                     if self.kind == "kohort":
-                        self.timed.call(f"{self.name} commit", 10.0, self.c.commit)
+                        done = self.timed.call(f"{self.name} commit", 10.0, self.c.commit)
+                        done = {tp.partition: om.offset for tp, om in (done or {}).items()}
                     else:
-                        self.timed.call(f"{self.name} commit", 30.0, self.c.commit, asynchronous=False)
+                        done = self.timed.call(f"{self.name} commit", 30.0, self.c.commit, asynchronous=False)
+                        done = {tp.partition: tp.offset for tp in done or () if tp.error is None and tp.offset >= 0}
                 except Exception as e:       # commit failures are allowed (they widen the window)
                     with self.lock:
                         self.h.commit_errors.append(f"{self.name}: {type(e).__name__}: {e}"[:200])
                 else:
                     with self.lock:
-                        for p, off in pending.items():
+                        for p, off in done.items():
                             self.committed[p] = max(self.committed.get(p, 0), off)
                 pending = {}
 
@@ -579,10 +585,17 @@ def group_workload(pb: ProxiedBroker, topic: str, fault: str | None, members=("k
             m.thread.start()
         if getattr(pb, "killed", None) is not None and fault == "kill-coordinator":
             def successor() -> None:
-                try:
-                    h.coordinators.append((pb.killed, pb.kc.coordinator(group)))
-                except Exception as e:          # no coordinator found: the fault bit says so
-                    h.coordinators.append((pb.killed, None, repr(e)))
+                # Kafka names the dead node until the controller fences it (broker.session.timeout.ms)
+                killed, node, deadline = pb.killed, None, time.monotonic() + fault_for
+                while time.monotonic() < deadline:
+                    try:
+                        node = pb.kc.coordinator(group, timeout=fault_for)
+                    except Exception:           # no coordinator yet
+                        node = None
+                    if node not in (None, killed):
+                        break
+                    time.sleep(0.3)
+                h.coordinators.append((killed, node, round(time.monotonic() - h.faulted_at, 1)))
             threading.Thread(target=successor, name="successor", daemon=True).start()
         for m in ms[:leave_at_fault]:
             t = threading.Thread(target=m.close, name=f"leave-{m.name}", daemon=True)

@@ -49,7 +49,8 @@ def _producer_run(pb, fault, client="kohort", **kw):
     r = check_producer(h, read_log(pb.bootstrap, topic), fault)
     r.workload = f"idempotent producer ({client})"
     record(r, _broker(pb))
-    print("\n" + r.line() + f"  [{_broker(pb)}]")
+    failed = f" failed={len(h.failed)} ({next(iter(h.failed.values()))})" if h.failed else ""
+    print("\n" + r.line() + f"  [{_broker(pb)}]{failed}")
     assert h.acked, "nothing was acknowledged"
     assert h.fault_bit(fault) is None, h.fault_bit(fault)
     assert r.clean, (r.line(), r.details)
@@ -64,7 +65,7 @@ def _group_run(pb, fault, members=("kohort", "confluent"), **kw):
                     protocol=protocol)
     record(r, _broker(pb))
     assert h.fault_bit(fault) is None, h.fault_bit(fault)
-    moved = f" coordinator {h.coordinators[0][0]} -> {h.coordinators[0][1]};" if h.coordinators else ""
+    moved = "".join(f" coordinator {a} -> {b} after {t}s;" for a, b, t in h.coordinators)
     print("\n" + r.line() + f"  [{_broker(pb)}]{moved} (commit errors during the fault: {len(h.commit_errors)})")
     assert r.clean, (r.line(), r.details)
     return r
@@ -146,7 +147,7 @@ def test_coordinator_moves_while_kip848_group_reconciles(kafka3_pb):
     reconciles on the coordinator that takes over. No partition owned by two members at once (by
     their own callbacks), nothing lost, the group consumes everything after the node is back."""
     _group_run(kafka3_pb, "kill-coordinator", members=("kohort848", "kohort848", "confluent848"),
-               join_at_fault=("kohort848", "confluent848"), leave_at_fault=1, partitions=6, fault_for=6.0)
+               join_at_fault=("kohort848", "confluent848"), leave_at_fault=1, partitions=6, fault_for=12.0)
 
 
 def test_the_checker_counts_every_kind_of_anomaly():
