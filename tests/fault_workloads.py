@@ -43,6 +43,8 @@ class ProxiedBroker:
     """A kohort broker behind a FaultProxy: it advertises the proxy, so every client connection goes
     through it. `bootstrap` is the proxy's address; `direct` the broker's own."""
 
+    nodes = 1
+
     def __init__(self, config: dict | None = None):
         port = free_port()
         self.proxy = FaultProxy(("127.0.0.1", port))
@@ -560,7 +562,7 @@ def group_workload(pb: ProxiedBroker, topic: str, fault: str | None, members=("k
     At the moment the fault is applied, members of the kinds `join_at_fault` join and the first
     `leave_at_fault` members leave (close). Returns the history and the log."""
     from tests.peers import create_topic
-    assert create_topic(pb.bootstrap, topic, partitions) == partitions
+    assert create_topic(pb.bootstrap, topic, partitions, replication=getattr(pb, "nodes", 1)) == partitions
     half = records // 2
     _fill(pb.bootstrap, topic, 0, half)
     h = GroupHistory()

@@ -44,7 +44,7 @@ def _broker(pb) -> str:
 def _producer_run(pb, fault, client="kohort", **kw):
     from tests.peers import create_topic
     topic = _topic(f"p-{fault}")
-    assert create_topic(pb.bootstrap, topic, 3) == 3
+    assert create_topic(pb.bootstrap, topic, 3, replication=getattr(pb, "nodes", 1)) == 3
     h = producer_workload(pb, topic, fault, client=client, **kw)
     r = check_producer(h, read_log(pb.bootstrap, topic), fault)
     r.workload = f"idempotent producer ({client})"
@@ -69,6 +69,8 @@ def _group_run(pb, fault, members=("kohort", "confluent"), **kw):
     assert h.fault_bit(fault) is None, (h.fault_bit(fault), _events(h))
     moved = "".join(f" coordinator {a} -> {b} after {t}s;" for a, b, t in h.coordinators)
     print("\n" + r.line() + f"  [{_broker(pb)}]{moved} (commit errors during the fault: {len(h.commit_errors)})")
+    if not r.clean:
+        print("evidence:", _events(h), r.details)
     assert r.clean, (r.line(), r.details, _events(h))
     return r
 
