@@ -211,7 +211,8 @@ class Report:
     def line(self) -> str:
         a = self.anomalies
         return (f"{self.workload:<22} {self.fault:<10} records={self.records:<6} lost={a['lost']} "
-                f"dup={a['duplicates']} order={a['out_of_order']} owners2={a['two_owners']} stalled={a['stalled']} hung={a['hung_calls']}")
+                f"dup={a['duplicates']} order={a['out_of_order']} owners2={a['two_owners']} "
+                f"stalled={a['stalled']} hung={a['hung_calls']}")
 
 
 class _Timed:
@@ -716,6 +717,7 @@ def check_group(h: GroupHistory, log: dict, fault: str, members: str, stall_s: f
     return r
 
 
-__all__ = ["FAULTS", "NODE_FAULTS", "ProxyGroup", "GroupHistory", "ProducerHistory", "ProxiedBroker", "ProxiedKafka", "Report", "check_group",
+__all__ = ["FAULTS", "GroupHistory", "NODE_FAULTS", "ProducerHistory", "ProxiedBroker", "ProxiedKafka", "ProxyGroup",
+           "Report", "check_group",
            "check_producer", "group_workload", "ownership", "owners_at", "producer_workload", "read_log", "record",
            "results_path", "two_owners"]
