@@ -1,5 +1,6 @@
 """Workloads run through the fault proxy (tests/fault_proxy.py) against kohort broker, and the checker
-of their histories, in the manner of Jepsen's Kafka tests.
+of their histories, in the manner of Jepsen's Kafka tests. Each checked run can append its row
+(`record`) to a JSON-lines file that tests/fault_report.py turns into the table.
 
     with ProxiedBroker() as pb:                  # kohort broker advertising the proxy's address
         h = producer_workload(pb, "t", fault=FAULTS["blackhole"])
@@ -11,6 +12,8 @@ seconds into the run and healed `fault_for` seconds later:
   blackhole  bytes thrown away both ways, connections left open and silent; healed by resetting them
   oneway     client -> broker black-holed only (answers would still flow), healed likewise
   reset      every open connection reset (RST), then new connections refused for the duration
+Node faults (`NODE_FAULTS`, a ProxiedKafka of 3 nodes): `kill-leader` SIGKILLs the leader of the
+topic's partition 0, `kill-coordinator` the group's coordinator; healed by restarting the node.
 
 The checker's anomalies (`Report.anomalies`, each a count):
   lost             acknowledged records not in the log (producer), or records in the log no member
@@ -19,6 +22,8 @@ The checker's anomalies (`Report.anomalies`, each a count):
                    again below an offset committed before (group: outside the uncommitted window)
   out_of_order     records of one partition in the log out of the producer's order, or offsets of one
                    partition going backwards at one member within one assignment
+  two_owners       a partition owned by two members at once, by the members' own assignment callbacks
+                   (timestamped); an ownership ended by on_lost (a fenced member) is not an owner's
   stalled          no progress for more than `stall_s` after the fault healed while work remained
   hung_calls       client calls that returned later than their own timeout (+ slack)
 """
@@ -37,6 +42,8 @@ CALL_SLACK_S = 3.0          # a call may overrun its timeout by this much before
 class ProxiedBroker:
     """A kohort broker behind a FaultProxy: it advertises the proxy, so every client connection goes
     through it. `bootstrap` is the proxy's address; `direct` the broker's own."""
+
+    nodes = 1
 
     def __init__(self, config: dict | None = None):
         port = free_port()
@@ -64,27 +71,54 @@ class ProxiedBroker:
             self.proxy.close()
 
 
-class ProxiedKafka:
-    """A 1-node Apache Kafka (tests/kafka_cluster.py) behind a FaultProxy, advertising the proxy: the
-    same workloads and faults against Kafka's broker, for comparison."""
+class ProxyGroup:
+    """Several FaultProxy, one per broker, faulted and healed together; counters are their sums."""
 
-    def __init__(self):
+    def __init__(self, proxies: list[FaultProxy]):
+        self.proxies = proxies
+
+    def __getattr__(self, name: str):
+        if name in ("accepted", "discarded_bytes", "delayed_chunks", "resets"):
+            return sum(getattr(p, name) for p in self.proxies)
+        if name in ("delay", "pause", "resume", "blackhole", "refuse", "reset", "heal"):
+            return lambda *a, **kw: [getattr(p, name)(*a, **kw) for p in self.proxies]
+        raise AttributeError(name)
+
+
+class ProxiedKafka:
+    """An Apache Kafka of 1 or 3 nodes (tests/kafka_cluster.py), each node behind a FaultProxy of its
+    own and advertising it, so every client connection to every broker goes through a proxy; with 3
+    nodes the brokers replicate and elect over a second listener (INTERNAL) that no proxy sits on.
+    `proxy` is the group of proxies, faulted together."""
+
+    def __init__(self, nodes: int = 1):
         from tests.kafka_cluster import KafkaCluster
-        self.kc = KafkaCluster(nodes=1)
-        node = self.kc.nodes[0]
-        self.proxy = FaultProxy(("127.0.0.1", node.port))
-        self.kc.extra_config["advertised.listeners"] = f"PLAINTEXT://{self.proxy.address}"
+        self.kc = KafkaCluster(nodes=nodes, extra_listeners=[("INTERNAL", "PLAINTEXT")] if nodes > 1 else None)
+        self.proxies = [FaultProxy(("127.0.0.1", n.port)) for n in self.kc.nodes]
+        self.proxy = ProxyGroup(self.proxies)
+        if nodes == 1:
+            self.kc.extra_config["advertised.listeners"] = f"PLAINTEXT://{self.proxies[0].address}"
+        else:
+            self.kc.extra_config["inter.broker.listener.name"] = "INTERNAL"
+            for node, proxy in zip(self.kc.nodes, self.proxies):
+                node.write_config = _advertising(node, proxy)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.kc.nodes)
 
     @property
     def bootstrap(self) -> str:
-        return self.proxy.address
+        return ",".join(p.address for p in self.proxies)
 
     def __enter__(self) -> "ProxiedKafka":
-        self.proxy.start()
+        for p in self.proxies:
+            p.start()
         try:
-            self.kc.start()
+            self.kc.start(timeout=180)
         except BaseException:
-            self.proxy.close()
+            for p in self.proxies:
+                p.close()
             raise
         return self
 
@@ -94,7 +128,21 @@ class ProxiedKafka:
             close_open_clients()
             self.kc.close()
         finally:
-            self.proxy.close()
+            for p in self.proxies:
+                p.close()
+
+
+def _advertising(node, proxy: FaultProxy):
+    """node.write_config that advertises the proxy on PLAINTEXT and the node itself on INTERNAL (a
+    later key of a properties file wins over an earlier one)."""
+    write = node.write_config
+
+    def write_config() -> None:
+        write()
+        with open(node.config_path, "a") as f:
+            f.write(f"advertised.listeners=PLAINTEXT://{proxy.address},"
+                    f"INTERNAL://{node.listener_address('INTERNAL')}\n")
+    return write_config
 
 
 def _delay(proxy):
@@ -121,6 +169,26 @@ def _reset(proxy):
 FAULTS = {"delay": _delay, "blackhole": _blackhole, "oneway": _oneway, "reset": _reset}
 
 
+def _kill_leader(pb, topic: str):
+    """SIGKILL the Kafka node leading partition 0 of `topic`; healed by restarting it."""
+    node = pb.kc.leader(topic, 0)
+    pb.kc.kill(node)
+    pb.killed = node
+    return lambda: pb.kc.restart(node, timeout=180)
+
+
+def _kill_coordinator(pb, group: str):
+    """SIGKILL the Kafka node coordinating `group`; healed by restarting it."""
+    node = pb.kc.coordinator(group)
+    pb.kc.kill(node)
+    pb.killed = node
+    return lambda: pb.kc.restart(node, timeout=180)
+
+
+# faults of a node of a ProxiedKafka rather than of the network: f(pb, topic or group) -> heal
+NODE_FAULTS = {"kill-leader": _kill_leader, "kill-coordinator": _kill_coordinator}
+
+
 @dataclass
 class Report:
     """One run's figures and anomalies."""
@@ -128,7 +196,7 @@ class Report:
     fault: str
     records: int = 0
     anomalies: dict = field(default_factory=lambda: dict.fromkeys(
-        ("lost", "duplicates", "out_of_order", "stalled", "hung_calls"), 0))
+        ("lost", "duplicates", "out_of_order", "two_owners", "stalled", "hung_calls"), 0))
     details: list = field(default_factory=list)
 
     @property
@@ -143,7 +211,8 @@ class Report:
     def line(self) -> str:
         a = self.anomalies
         return (f"{self.workload:<22} {self.fault:<10} records={self.records:<6} lost={a['lost']} "
-                f"dup={a['duplicates']} order={a['out_of_order']} stalled={a['stalled']} hung={a['hung_calls']}")
+                f"dup={a['duplicates']} order={a['out_of_order']} owners2={a['two_owners']} "
+                f"stalled={a['stalled']} hung={a['hung_calls']}")
 
 
 class _Timed:
@@ -162,8 +231,11 @@ class _Timed:
                 self.hung.append(f"{what} took {took:.1f}s (timeout {timeout_s}s)")
 
 
-def _schedule(proxy, fault: str | None, fault_at: float, fault_for: float, stop: threading.Event) -> dict:
-    """Run the fault in a thread; returns a dict that gets 'healed_at' (monotonic) once healed."""
+def _schedule(pb, fault: str | None, fault_at: float, fault_for: float, stop: threading.Event,
+              target: str = "", on_fault=None) -> dict:
+    """Run the fault in a thread; returns a dict that gets 'healed_at' (monotonic) once healed.
+    `target` is the topic or group a node fault picks its node by; `on_fault()` runs right after
+    the fault is applied (members joining or leaving at that moment)."""
     state: dict = {}
 
     def run():
@@ -172,8 +244,10 @@ def _schedule(proxy, fault: str | None, fault_at: float, fault_for: float, stop:
             return
         if stop.wait(fault_at):
             return
-        heal = FAULTS[fault](proxy)
+        heal = NODE_FAULTS[fault](pb, target) if fault in NODE_FAULTS else FAULTS[fault](pb.proxy)
         state["faulted_at"] = time.monotonic()
+        if on_fault is not None:
+            on_fault()
         stop.wait(fault_for)
         heal()
         state["healed_at"] = time.monotonic()
@@ -182,6 +256,22 @@ def _schedule(proxy, fault: str | None, fault_at: float, fault_for: float, stop:
     t.start()
     state["thread"] = t
     return state
+
+
+def results_path() -> str:
+    """Where every checked run appends its row (JSON lines) for tests/fault_report.py."""
+    import os
+    import tempfile
+    return os.environ.get("KOHORT_FAULT_RESULTS", os.path.join(tempfile.gettempdir(), "kohort-fault-results.jsonl"))
+
+
+def record(r: Report, broker: str) -> None:
+    """Append one run's row to results_path(): fault, workload, broker, records, anomaly counts and
+    the first details (the reproduction's evidence)."""
+    import json
+    with open(results_path(), "a") as f:
+        f.write(json.dumps({"fault": r.fault, "workload": r.workload, "broker": broker, "records": r.records,
+                            "anomalies": r.anomalies, "details": r.details[:5], "t": time.time()}) + "\n")
 
 
 # -- the idempotent producer ----------------------------------------------------------------------------
@@ -204,6 +294,10 @@ class ProducerHistory:
         black hole or reset was on; acknowledgements at least the delay late while delayed."""
         if self.faulted_at is None or self.healed_at is None:
             return "the fault never ran"
+        if fault == "kill-leader":     # partition 0 went on being acknowledged: by a new leader
+            moved = [v for v, t in self.acked_at.items() if self.faulted_at < t < self.healed_at
+                     and self.sent_at[v] > self.faulted_at and self.acked[v][0] == 0]
+            return None if moved else "no record of partition 0 sent after the kill was acknowledged before the restart"
         if not self.proxied_connections:
             return "no client connection went through the proxy"
         lo, hi = self.faulted_at + 0.5, self.healed_at
@@ -256,7 +350,7 @@ def producer_workload(pb: ProxiedBroker, topic: str, fault: str | None, duration
             p.poll(0)
         flush = p.flush
     stop = threading.Event()
-    sched = _schedule(pb.proxy, fault, fault_at, fault_for, stop)
+    sched = _schedule(pb, fault, fault_at, fault_for, stop, target=topic)
     t0 = time.monotonic()
     seq = 0
     try:
@@ -269,7 +363,7 @@ def producer_workload(pb: ProxiedBroker, topic: str, fault: str | None, duration
             pause = next_at - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-        sched["thread"].join(fault_at + fault_for + 5)
+        sched["thread"].join(fault_at + fault_for + (180 if fault in NODE_FAULTS else 5))
         left = timed.call("flush", 60.0, flush, 60.0)
         if left:
             timed.hung.append(f"flush left {left} records undelivered after its 60 s")
@@ -340,6 +434,9 @@ class GroupHistory:
     commit_errors: list = field(default_factory=list)
     hung: list = field(default_factory=list)
     healed_at: float | None = None
+    faulted_at: float | None = None
+    joined: list = field(default_factory=list)      # names of the members that joined at the fault
+    coordinators: list = field(default_factory=list)  # (node killed, its successor, seconds after the kill)
     progress_after_heal_s: float | None = None
     done: bool = False
     proxy_counts: dict = field(default_factory=dict)
@@ -347,6 +444,16 @@ class GroupHistory:
     def fault_bit(self, fault: str) -> str | None:
         """None when the fault acted on the members' connections (bytes thrown away, connections
         reset, chunks delayed), else why not."""
+        if fault in NODE_FAULTS:
+            if self.faulted_at is None:
+                return "the fault never ran"
+            if fault == "kill-coordinator" and not (self.coordinators and self.coordinators[0][1] is not None
+                                                    and self.coordinators[0][0] != self.coordinators[0][1]):
+                return f"the coordinator did not move: {self.coordinators}"
+            late = [e for e in self.assigned if e[0] in self.joined and e[1] == "assign" and e[3] > self.faulted_at]
+            if self.joined and not late:
+                return f"no member that joined at the fault was assigned anything: {self.assigned}"
+            return None
         c = self.proxy_counts
         need = {"blackhole": "discarded_bytes", "oneway": "discarded_bytes", "reset": "resets",
                 "delay": "delayed_chunks"}[fault]
@@ -362,7 +469,12 @@ class _Member:
         self.last: dict = {}
         self.last_progress = time.monotonic()
         base = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+                "enable.auto.commit": False}
+        if kind.endswith("848"):        # KIP-848: the broker times the session and assigns
+            base["group.protocol"] = "consumer"
+        else:
+            base.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+        self.kind = kind = kind.removesuffix("848")
         self.process_s = 0.002          # "processing" per record: consumption spans the fault
         if kind == "kohort":
             from kohort import Consumer
@@ -415,17 +527,21 @@ class _Member:
                     pending[m.partition()] = m.offset() + 1
             if pending and time.monotonic() >= next_commit:
                 next_commit = time.monotonic() + 0.2
+                # the floor is what the client says it committed: the positions of the partitions it
+                # owns at the call, not those consumed under an assignment revoked since
                 try:
                     if self.kind == "kohort":
-                        self.timed.call(f"{self.name} commit", 10.0, self.c.commit)
+                        done = self.timed.call(f"{self.name} commit", 10.0, self.c.commit)
+                        done = {tp.partition: om.offset for tp, om in (done or {}).items()}
                     else:
-                        self.timed.call(f"{self.name} commit", 30.0, self.c.commit, asynchronous=False)
+                        done = self.timed.call(f"{self.name} commit", 30.0, self.c.commit, asynchronous=False)
+                        done = {tp.partition: tp.offset for tp in done or () if tp.error is None and tp.offset >= 0}
                 except Exception as e:       # commit failures are allowed (they widen the window)
                     with self.lock:
                         self.h.commit_errors.append(f"{self.name}: {type(e).__name__}: {e}"[:200])
                 else:
                     with self.lock:
-                        for p, off in pending.items():
+                        for p, off in done.items():
                             self.committed[p] = max(self.committed.get(p, 0), off)
                 pending = {}
 
@@ -440,26 +556,58 @@ class _Member:
 
 def group_workload(pb: ProxiedBroker, topic: str, fault: str | None, members=("kohort", "confluent"),
                    records: int = 4000, partitions: int = 4, fault_at: float = 1.5, fault_for: float = 3.0,
-                   stall_s: float = 30.0) -> tuple[GroupHistory, dict]:
-    """Members of one classic group consume `topic` (filled before and during the run through the
-    proxy) while the fault runs; ends when every record was consumed after the heal, or `stall_s`
-    after the heal. Returns the history and the log."""
+                   stall_s: float = 30.0, join_at_fault=(), leave_at_fault: int = 0) -> tuple[GroupHistory, dict]:
+    """Members of one group consume `topic` (filled before and during the run through the proxy)
+    while the fault runs; ends when every record was consumed after the heal, or `stall_s` after
+    the heal. A member kind ending in "848" speaks group.protocol=consumer (KIP-848), else classic.
+    At the moment the fault is applied, members of the kinds `join_at_fault` join and the first
+    `leave_at_fault` members leave (close). Returns the history and the log."""
     from tests.peers import create_topic
-    assert create_topic(pb.bootstrap, topic, partitions) == partitions
+    assert create_topic(pb.bootstrap, topic, partitions, replication=getattr(pb, "nodes", 1)) == partitions
     half = records // 2
     _fill(pb.bootstrap, topic, 0, half)
     h = GroupHistory()
     committed: dict = {}
     lock = threading.Lock()
     timed = _Timed()
-    ms = [_Member(f"{kind}-{i}", kind, pb.bootstrap, f"g-{topic}", topic, h, committed, lock, timed)
+    group = f"g-{topic}"
+    ms = [_Member(f"{kind}-{i}", kind, pb.bootstrap, group, topic, h, committed, lock, timed)
           for i, kind in enumerate(members)]
     stop = threading.Event()
     for m in ms:
         m.thread.start()
-    sched = _schedule(pb.proxy, fault, fault_at, fault_for, stop)
+    _await_assignment(h, lock, {m.name for m in ms}, partitions, 60.0)
+    left: list = []
+
+    def churn() -> None:
+        h.faulted_at = time.monotonic()
+        for i, kind in enumerate(join_at_fault):
+            m = _Member(f"{kind}-j{i}", kind, pb.bootstrap, group, topic, h, committed, lock, timed)
+            ms.append(m)
+            h.joined.append(m.name)
+            m.thread.start()
+        if getattr(pb, "killed", None) is not None and fault == "kill-coordinator":
+            def successor() -> None:
+                # Kafka names the dead node until the controller fences it (broker.session.timeout.ms)
+                killed, node, deadline = pb.killed, None, time.monotonic() + fault_for
+                while time.monotonic() < deadline:
+                    try:
+                        node = pb.kc.coordinator(group, timeout=fault_for)
+                    except Exception:           # no coordinator yet
+                        node = None
+                    if node not in (None, killed):
+                        break
+                    time.sleep(0.3)
+                h.coordinators.append((killed, node, round(time.monotonic() - h.faulted_at, 1)))
+            threading.Thread(target=successor, name="successor", daemon=True).start()
+        for m in ms[:leave_at_fault]:
+            t = threading.Thread(target=m.close, name=f"leave-{m.name}", daemon=True)
+            t.start()
+            left.append(t)
+
+    sched = _schedule(pb, fault, fault_at, fault_for, stop, target=group, on_fault=churn)
     try:
-        sched["thread"].join(fault_at + fault_for + 10)
+        sched["thread"].join(fault_at + fault_for + (180 if fault in NODE_FAULTS else 10))
         h.healed_at = sched.get("healed_at", time.monotonic())
         _fill(pb.bootstrap, topic, half, records - half)          # after the heal: must all arrive
         deadline = h.healed_at + stall_s
@@ -474,11 +622,63 @@ def group_workload(pb: ProxiedBroker, topic: str, fault: str | None, members=("k
         h.progress_after_heal_s = max(0.0, max(progress) - h.healed_at)
     finally:
         stop.set()
-        for m in ms:
+        for t in left:
+            t.join(60)
+        for m in ms[leave_at_fault:] if left else ms:
             m.close()
     h.hung = timed.hung
     h.proxy_counts = {k: getattr(pb.proxy, k) for k in ("accepted", "discarded_bytes", "delayed_chunks", "resets")}
     return h, read_log(pb.bootstrap, topic)
+
+
+def _await_assignment(h: GroupHistory, lock: threading.Lock, names: set, partitions: int, timeout: float) -> None:
+    """Until the members' callbacks say every partition is owned (the group is stable before the fault)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with lock:
+            owned = owners_at(h.assigned, time.monotonic())
+        if len(owned) == partitions:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the group never owned all {partitions} partitions: {h.assigned}")
+
+
+def ownership(assigned: list) -> dict:
+    """{partition: [(member, start, end or None, how it ended)]} from the members' own callbacks: an
+    assign adds its partitions to the member (incremental and eager alike), a revoke or a loss takes
+    them away."""
+    out: dict = {}
+    open_: dict = {}                    # (member, partition) -> start
+    for member, what, parts, t in sorted(assigned, key=lambda e: e[3]):
+        for p in parts:
+            if what == "assign":
+                open_.setdefault((member, p), t)
+            elif (member, p) in open_:
+                out.setdefault(p, []).append((member, open_.pop((member, p)), t, what))
+    for (member, p), t in open_.items():
+        out.setdefault(p, []).append((member, t, None, "held"))
+    return out
+
+
+def owners_at(assigned: list, t: float) -> dict:
+    """{partition: {members owning it at time t}}."""
+    return {p: owners for p, iv in ownership(assigned).items()
+            if (owners := {m for m, a, b, _ in iv if a <= t and (b is None or t < b)})}
+
+
+def two_owners(assigned: list) -> list[str]:
+    """Every time a partition was owned by two members at once by their own callbacks. A member's
+    ownership ended by on_lost (fenced by the coordinator, its commits refused) is a zombie's, not
+    an owner's: its overlap with the next owner is not counted."""
+    found = []
+    for p, iv in ownership(assigned).items():
+        for i, (m1, a1, b1, how1) in enumerate(iv):
+            for m2, a2, b2, how2 in iv[i + 1:]:
+                if m1 == m2 or "lost" in (how1, how2):
+                    continue
+                if a1 < (b2 if b2 is not None else float("inf")) and a2 < (b1 if b1 is not None else float("inf")):
+                    found.append(f"partition {p}: {m1} [{a1:.2f}, {b1}) and {m2} [{a2:.2f}, {b2}) ({how1}/{how2})")
+    return found
 
 
 def _fill(bootstrap: str, topic: str, start: int, count: int) -> None:
@@ -491,8 +691,11 @@ def _fill(bootstrap: str, topic: str, start: int, count: int) -> None:
     assert not left, f"{left} records of the fill not delivered"
 
 
-def check_group(h: GroupHistory, log: dict, fault: str, members: str, stall_s: float = 30.0) -> Report:
-    r = Report(f"classic group ({members})", fault, records=sum(len(v) for v in log.values()))
+def check_group(h: GroupHistory, log: dict, fault: str, members: str, stall_s: float = 30.0,
+                protocol: str = "classic") -> Report:
+    r = Report(f"{protocol} group ({members})", fault, records=sum(len(v) for v in log.values()))
+    for x in two_owners(h.assigned):
+        r.add("two_owners", x)
     consumed = {}
     for name, p, off, v, floor in h.consumed:
         if floor == "backwards":
@@ -514,5 +717,7 @@ def check_group(h: GroupHistory, log: dict, fault: str, members: str, stall_s: f
     return r
 
 
-__all__ = ["FAULTS", "GroupHistory", "ProducerHistory", "ProxiedBroker", "ProxiedKafka", "Report", "check_group",
-           "check_producer", "group_workload", "producer_workload", "read_log"]
+__all__ = ["FAULTS", "GroupHistory", "NODE_FAULTS", "ProducerHistory", "ProxiedBroker", "ProxiedKafka", "ProxyGroup",
+           "Report", "check_group",
+           "check_producer", "group_workload", "ownership", "owners_at", "producer_workload", "read_log", "record",
+           "results_path", "two_owners"]
