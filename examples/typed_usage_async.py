@@ -4,12 +4,12 @@ tests/test_packaging.py against the installed wheel) and runs it.
 
     python examples/typed_usage_async.py                    # starts an in-process broker (kohort.testing)
     python examples/typed_usage_async.py HOST:PORT          # a running broker
-    python examples/typed_usage_async.py --share HOST:PORT  # share groups (KIP-932), e.g. Apache Kafka 4.x
+    python examples/typed_usage_async.py --share HOST:PORT  # only the share groups (KIP-932) part
 
 Covers kohort.aio (AIOProducer, AIOConsumer, AIOAdmin), kohort.testing (broker(), InProcessBroker and
 its faults, the fixtures' types), kohort.compat.aiokafka, kohort.compat.confluent_kafka.aio, and share
-groups through kohort.ShareConsumer and confluent-kafka's ShareConsumer. kohort's own broker has no
-share groups (group.share.enable), so that part needs a broker that serves them.
+groups through kohort.ShareConsumer and confluent-kafka's ShareConsumer (on kohort's broker or any
+Kafka 4.2+).
 """
 from __future__ import annotations
 
