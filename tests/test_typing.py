@@ -1,8 +1,8 @@
 """kohort's public API is typed (PEP 561, `py.typed`): `mypy --strict` accepts examples/typed_usage.py
 (threaded client, structs, errors, confluent-kafka compat) and examples/typed_usage_async.py (kohort.aio,
 kohort.testing, share groups, aiokafka and confluent_kafka.aio compat), rejects misuse of the same API
-(so the check has teeth), the examples run against real brokers (kohort's in-process broker; Apache
-Kafka for share groups, which kohort's broker does not serve), and the names spelled out for type
+(so the check has teeth), the examples run against real brokers (kohort's in-process broker; the share-group
+part on Apache Kafka 4.3.1, as a second broker beside kohort's own share-group tests), and the names spelled out for type
 checkers (ErrorCode's members, ConsumerRecord's fields) match what exists at run time.
 tests/test_packaging.py repeats the mypy check against the installed wheel."""
 from __future__ import annotations
