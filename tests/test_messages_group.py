@@ -21,6 +21,7 @@ from kafka.protocol.schemas import load_json
 
 from kohort.errors import DecodeError, EncodeError
 from kohort.protocol import consumer_offsets as CO
+from kohort.protocol.coordinator_records import encode_versioned
 from kohort.protocol import consumer_protocol as CP
 from kohort.protocol import schema as S
 from kohort.protocol.messages import REQUESTS, RESPONSES
@@ -419,13 +420,13 @@ def test_group_metadata_record_golden_and_tombstones():
 def test_consumer_offsets_every_version_round_trips(cls, data):
     for version in range(cls.MIN_VERSION, cls.MAX_VERSION + 1):
         obj = data.draw(message_strategy(cls, version))
-        raw = CO._encode(obj, version)
+        raw = encode_versioned(obj, version)
         if cls in (CO.OffsetCommitKey, CO.GroupMetadataKey):
             back = CO.decode_key(raw)
         else:
             key = CO.OffsetCommitKey() if cls is CO.OffsetCommitValue else CO.GroupMetadataKey()
             back = CO.decode_value(key, raw)
-        assert back == obj and CO._encode(back, version) == raw
+        assert back == obj and encode_versioned(back, version) == raw
 
 
 def test_consumer_offsets_flexible_v4_and_errors():
