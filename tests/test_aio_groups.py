@@ -128,13 +128,19 @@ def test_mixed_group_member_sigkilled_nothing_lost(broker, protocol):
         for t, p, off, v, who in consumed():
             seen.setdefault((p, off), []).append((t, v, who))
         assert set(seen) == every(len(produced)), "a record read that was never produced"
-        dups = 0
+        dups = early = 0
         for (p, off), hits in seen.items():
             if len(hits) > 1:
                 dups += len(hits) - 1
+                if max(h[0] for h in hits) < t_kill:
+                    # both reads before the kill: the first rebalances, where a member's commit can fail
+                    # (COMMITFAIL) and the next owner reads from the last committed offset
+                    early += 1
+                    continue
                 assert victim_index in {h[2] for h in hits}, (p, off, hits)
                 assert off >= victim_commits.get(p, 0), (p, off, hits, victim_commits)
-        print(f"{protocol}: {dups} records read twice (read by the killed member, not committed)")
+        print(f"{protocol}: {dups} records read twice ({early} in the first rebalances, the rest read by the "
+              "killed member past its last commit)")
         for i, m in enumerate(members):
             if i != victim_index:
                 m.terminate()
