@@ -247,8 +247,11 @@ class Cluster:
             self._not_before = 0.0
             snap.version = self.snapshot.version + 1
             self.snapshot = snap
+            # a topic or a partition answered with an error meaning "ask again" (a partition whose
+            # leader is down says LEADER_NOT_AVAILABLE with leader -1): refresh after the backoff
+            # until a leader is named (Java's Metadata, InvalidMetadataException at either level)
             if any(code in STALE_METADATA_ERRORS and code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                   for code in snap.topic_errors.values()):
+                   for code in (*snap.topic_errors.values(), *(p.error_code for p in snap.partitions.values()))):
                 self._need_update = True
                 self._not_before = time.monotonic() + self._retry_backoff
             self._updated.notify_all()
