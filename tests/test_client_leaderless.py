@@ -35,7 +35,8 @@ def _pump(cluster: Cluster, cond, timeout: float) -> bool:
 def test_metadata_is_refreshed_while_a_partition_has_no_leader():
     sc = ScriptedCluster(2, {"t": 2})
     sc.move_leader("t", 1, -1)
-    conf = {"bootstrap.servers": sc.bootstrap, "retry.backoff.ms": 100, "metadata.max.age.ms": 300_000}
+    conf = {"bootstrap.servers": sc.bootstrap, "retry.backoff.ms": 50, "retry.backoff.max.ms": 400,
+            "metadata.max.age.ms": 300_000}
     net = NetworkClient(conf)
     cluster = Cluster(net, conf)
     try:
@@ -46,6 +47,11 @@ def test_metadata_is_refreshed_while_a_partition_has_no_leader():
         # nobody asks for a refresh: the leaderless partition alone keeps metadata being refreshed
         seen = sc.metadata_requests
         assert _pump(cluster, lambda: sc.metadata_requests >= seen + 2, 5.0), sc.metadata_requests
+        # while the answers stay stale the wait doubles (50, 100, 200, 400, 400 ms...): over 2 s a
+        # handful of requests, not the forty a flat 50 ms would send
+        seen = sc.metadata_requests
+        _pump(cluster, lambda: False, 2.0)
+        assert 2 <= sc.metadata_requests - seen <= 8, sc.metadata_requests - seen
         sc.move_leader("t", 1, 1)
         assert _pump(cluster, lambda: cluster.leader_for(TopicPartition("t", 1)) == 1, 5.0)
         # a leader is named: refreshes stop (metadata.max.age.ms is 5 minutes)
