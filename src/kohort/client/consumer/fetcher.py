@@ -238,8 +238,8 @@ class Fetcher:
                 self._inflight.add(node)
         # a fetchable partition without a known leader (its leader is down, or metadata has not
         # named one yet) asks for fresh metadata on every round, whether or not other partitions
-        # are fetched meanwhile (Java's prepareFetchRequests): the refresh is paced by
-        # retry.backoff.ms in Cluster, and the partition is fetched once a leader is named
+        # are fetched meanwhile (Java's prepareFetchRequests); Cluster spaces out refreshes whose
+        # answers stay stale; the partition is fetched once a leader is named
         missing = [tp for tp in self.subs.fetchable()
                    if (info := cluster.partitions.get(tp)) is None or info.leader < 0]
         if missing:
@@ -654,7 +654,7 @@ class Fetcher:
                 info = self.cluster.partition_info(tp)
                 if info is None or info.leader < 0:
                     # its leader is down or not known yet: ask for metadata (paced by
-                    # retry.backoff.ms) and validate once a leader is named
+                    # Cluster's backoff) and validate once a leader is named
                     leaderless.add(tp[0])
                     continue
                 by_node.setdefault(info.leader, {})[tp] = (st.position_epoch, info.leader_epoch, st.seek_epoch)
