@@ -5,7 +5,9 @@ InitProducerId and Produce. Produce appends to in-memory logs and checks idempot
 (in order → append; an already-written batch → its original offset; a gap → OUT_OF_ORDER_SEQUENCE_NUMBER;
 an unknown producer id with a non-zero sequence → UNKNOWN_PRODUCER_ID). Faults are scripted:
 
-* `move_leader(topic, partition, node)`: the old leader answers NOT_LEADER_OR_FOLLOWER;
+* `move_leader(topic, partition, node)`: the old leader answers NOT_LEADER_OR_FOLLOWER; node -1 makes
+  the partition leaderless: Metadata names leader -1 with LEADER_NOT_AVAILABLE, as Kafka does for a
+  partition whose only replica is down; `metadata_requests` counts the Metadata requests answered;
 * `fail_next(topic, partition, code, n=1)`: the next n batches get that error code (nothing written);
 * `drop_after_append(n=1)`: write the next n produce requests, then close the connection unanswered;
 * `forget_producers()`: lose every producer's state (as a broker whose log was truncated would);
@@ -28,7 +30,7 @@ from kohort.protocol.messages.produce import ProduceResponse
 from kohort.protocol.records import iter_batches, iter_records
 
 VERSIONS = {18: (0, 3), 3: (1, 8), 22: (0, 2), 0: (3, 8)}
-NOT_LEADER, OUT_OF_ORDER, UNKNOWN_PID = 6, 45, 59
+NOT_LEADER, OUT_OF_ORDER, UNKNOWN_PID, LEADER_NOT_AVAILABLE = 6, 45, 59, 5
 
 
 class ScriptedCluster:
@@ -52,6 +54,7 @@ class ScriptedCluster:
         self.most_gathered = 0                    # the most requests that were waiting at once
         self.next_pid = 1000
         self.produce_requests = 0
+        self.metadata_requests = 0
         self.conns: list[socket.socket] = []
         self.closed = False
         for t, parts in (topics or {}).items():
@@ -143,6 +146,8 @@ class ScriptedCluster:
                                                               for k, (lo, hi) in self.versions.items()],
                                        throttle_time_ms=0), False
         if api_key == 3:
+            with self.lock:
+                self.metadata_requests += 1
             return self._metadata(req), False
         if api_key == 22:
             with self.lock:
@@ -168,7 +173,8 @@ class ScriptedCluster:
                     topics.append(T(error_code=3, name=name, is_internal=False, partitions=[]))
                     continue
                 topics.append(T(error_code=0, name=name, is_internal=False, partitions=[
-                    P(error_code=0, partition_index=p, leader_id=self.leaders[(name, p)], leader_epoch=0,
+                    P(error_code=LEADER_NOT_AVAILABLE if self.leaders[(name, p)] < 0 else 0, partition_index=p,
+                      leader_id=self.leaders[(name, p)], leader_epoch=0,
                       replica_nodes=[self.leaders[(name, p)]], isr_nodes=[self.leaders[(name, p)]],
                       offline_replicas=[]) for p in parts]))
             return MetadataResponse(throttle_time_ms=0, brokers=[B(node_id=i, host="127.0.0.1", port=port)

@@ -5,7 +5,9 @@ subscription) and keeps an immutable `Snapshot` that readers use without locks; 
 in a new snapshot. A refresh is requested on errors that mean stale metadata (NOT_LEADER_OR_FOLLOWER,
 UNKNOWN_TOPIC_OR_PARTITION, FENCED/UNKNOWN_LEADER_EPOCH, a connection lost), when a newer leader
 epoch is seen (KIP-320), and at least every metadata.max.age.ms. A failed refresh retries after
-retry.backoff.ms. The broker address book of the NetworkClient is updated from each response.
+retry.backoff.ms; an answer naming a topic or partition error of that kind (a partition without a
+leader) is followed by another, after a wait doubling up to retry.backoff.max.ms. The broker
+address book of the NetworkClient is updated from each response.
 """
 from __future__ import annotations
 
@@ -57,6 +59,8 @@ class Cluster:
         self.network = network
         self._max_age = config["metadata.max.age.ms"] / 1000
         self._retry_backoff = config["retry.backoff.ms"] / 1000
+        self._retry_backoff_max = max(self._retry_backoff, config.get("retry.backoff.max.ms", 1000) / 1000)
+        self._stale_answers = 0      # answers in a row that still carried a stale-metadata error
         if auto_create is None:
             auto_create = config.get("allow.auto.create.topics")
         self._auto_create = True if auto_create is None else bool(auto_create)
@@ -247,10 +251,18 @@ class Cluster:
             self._not_before = 0.0
             snap.version = self.snapshot.version + 1
             self.snapshot = snap
+            # a topic or a partition answered with an error meaning "ask again" (a partition whose
+            # leader is down says LEADER_NOT_AVAILABLE with leader -1): refresh until a leader is
+            # named (Java's Metadata, InvalidMetadataException at either level), the wait doubling
+            # from retry.backoff.ms to retry.backoff.max.ms while the answers stay stale (KIP-580)
             if any(code in STALE_METADATA_ERRORS and code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                   for code in snap.topic_errors.values()):
+                   for code in (*snap.topic_errors.values(), *(p.error_code for p in snap.partitions.values()))):
                 self._need_update = True
-                self._not_before = time.monotonic() + self._retry_backoff
+                backoff = min(self._retry_backoff * 2 ** min(self._stale_answers, 30), self._retry_backoff_max)
+                self._stale_answers += 1
+                self._not_before = time.monotonic() + backoff
+            else:
+                self._stale_answers = 0
             self._updated.notify_all()
         self.network.update_brokers({n: (h, p) for n, (h, p, _) in snap.brokers.items()})
         for fn in self._listeners:

@@ -236,12 +236,16 @@ class Fetcher:
                                                     self.partition_max_bytes, st.seek_epoch)
             for node in by_node:
                 self._inflight.add(node)
-        if not by_node:
-            missing = [tp for tp in self.subs.fetchable() if self.cluster.leader_for(tp) is None]
-            if missing:
-                self._raise_if_denied({tp[0] for tp in missing})
-                self.cluster.add_topics({tp[0] for tp in missing})
-                self.cluster.request_update()
+        # a fetchable partition without a known leader (its leader is down, or metadata has not
+        # named one yet) asks for fresh metadata on every round, whether or not other partitions
+        # are fetched meanwhile (Java's prepareFetchRequests); Cluster spaces out refreshes whose
+        # answers stay stale; the partition is fetched once a leader is named
+        missing = [tp for tp in self.subs.fetchable()
+                   if (info := cluster.partitions.get(tp)) is None or info.leader < 0]
+        if missing:
+            self._raise_if_denied({tp[0] for tp in missing})
+            self.cluster.add_topics({tp[0] for tp in missing})
+            self.cluster.request_update()
         for node, parts in by_node.items():
             self._send(node, parts, cluster)
 
@@ -642,15 +646,23 @@ class Fetcher:
         the epoch of our position ends; if that is before our position the log was truncated and we
         continue from the end offset (Kafka's LogTruncation handling with a reset policy)."""
         by_node: dict[int, dict] = {}
+        leaderless: set[str] = set()
         with self.lock:
             for tp, st in self.subs.partitions.items():
                 if not st.awaiting_validation or tp in self._validating:
                     continue
                 info = self.cluster.partition_info(tp)
                 if info is None or info.leader < 0:
+                    # its leader is down or not known yet: ask for metadata (paced by
+                    # Cluster's backoff) and validate once a leader is named
+                    leaderless.add(tp[0])
                     continue
                 by_node.setdefault(info.leader, {})[tp] = (st.position_epoch, info.leader_epoch, st.seek_epoch)
                 self._validating.add(tp)
+        if leaderless:
+            self._raise_if_denied(leaderless)
+            self.cluster.add_topics(leaderless)
+            self.cluster.request_update()
         for node, parts in by_node.items():
             def build(v, parts=parts):
                 R = OffsetForLeaderEpochRequest

@@ -431,6 +431,10 @@ class GroupMember:
             self.fetcher.send_fetches()
         coordinator = self.m.coordinator
         if coordinator is None:
+            # partitions taken with assign() find the coordinator here: no join looks it up for them
+            # (Java's refreshCommittedOffsetsIfNeeded, ensureCoordinatorReady)
+            if self.subs.missing_position():
+                self._run(self._handle(NeedCoordinator()))
             return
         need = [tp for tp in self.subs.missing_position() if tp not in self._fetching_committed]
         if not need:
