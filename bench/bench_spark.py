@@ -198,6 +198,43 @@ def _durations(progress) -> dict:
     return {k: round(v, 2) for k, v in out.items()}
 
 
+def spark_stream_noop(spark, addr: str, topic: str, total: int, work: str, name: str,
+                      fmt: str = "kohort", options: dict | None = None) -> tuple[float, int]:
+    """readStream.format(fmt) from earliest -> Spark's noop sink (rows read and dropped: only the
+    source is measured), trigger(availableNow); -> (rows/s, batches). Rows checked as the sum of
+    numInputRows over the query's progress reports."""
+    df = _reader(spark.readStream, fmt, addr, topic, options).load()
+    t = time.perf_counter()
+    q = (df.writeStream.format("noop").option("checkpointLocation", os.path.join(work, name + "-ckpt"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    dt = time.perf_counter() - t
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception())[:500])
+    rows = sum(p.get("numInputRows", 0) for p in q.recentProgress)
+    if rows != total:
+        raise RuntimeError(f"noop stream read {rows} rows, expected {total}")
+    STREAM_DURATIONS[name] = {"query_s": round(dt, 2), **_durations(q.recentProgress)}
+    return total / dt, len(q.recentProgress)
+
+
+def spark_batch_noop(spark, addr: str, topic: str, total: int, fmt: str = "kohort",
+                     options: dict | None = None) -> float:
+    """spark.read.format(fmt) earliest..latest -> write.format("noop"); -> rows/s. Rows are counted
+    on the way through by an Observation (observed metrics), not by a second read."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+    obs = Observation("noop-rows")
+    df = _reader(spark.read, fmt, addr, topic, options).load().observe(obs, F.count(F.lit(1)).alias("rows"))
+    t = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    dt = time.perf_counter() - t
+    rows = obs.get["rows"]
+    if rows != total:
+        raise RuntimeError(f"noop batch read {rows} rows, expected {total}")
+    return total / dt
+
+
 def spark_batch_parquet(spark, addr: str, topic: str, total: int, work: str, name: str,
                         fmt: str = "kohort", options: dict | None = None) -> float:
     """spark.read.format(fmt) earliest..latest -> write.parquet; -> rows/s (rows read back checked)."""
