@@ -18,6 +18,8 @@ interleaved for `--rounds` rounds:
                    trigger(availableNow=True), timed from start() to awaitTermination(); rows read back
                    must equal --records;
   batch read    -- spark.read earliest..latest -> write.parquet;
+  stream/batch -> noop -- the same two reads into Spark's noop sink: the source alone, to set beside
+                   the raw consumer;
   sink          -- df.write of --records generated (cached) values into a fresh topic.
 SparkSession start-up (local[2]) and a small warm-up query per format are not timed.
 
@@ -324,6 +326,10 @@ def main(argv=None) -> int:
                 res.setdefault(f"{fmt}: stream -> Parquet", []).append(rate)
                 res.setdefault(f"{fmt}: batch read -> Parquet", []).append(
                     spark_batch_parquet(spark, addr, "bench-spark", a.records, work, f"batch{r}-{fmt}", fmt))
+                rate, _ = spark_stream_noop(spark, addr, "bench-spark", a.records, work, f"noop{r}-{fmt}", fmt)
+                res.setdefault(f"{fmt}: stream -> noop", []).append(rate)
+                res.setdefault(f"{fmt}: batch read -> noop", []).append(
+                    spark_batch_noop(spark, addr, "bench-spark", a.records, fmt))
                 res.setdefault(f"{fmt}: sink (df.write)", []).append(
                     spark_sink(spark, addr, f"bench-sink-{fmt}-{r}", a.records, a.size, fmt, a.partitions))
                 print(f"    {fmt}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in res.items() if k.startswith(fmt)),
@@ -339,8 +345,11 @@ def main(argv=None) -> int:
               f"broker {a.broker}, local[2], {os.cpu_count()} cores)")
         if "kohort: stream -> Parquet" in med:
             print(f"kohort stream / raw consumer: {med['kohort: stream -> Parquet'] / raw:.2f}x")
+            for what in ("stream -> noop", "batch read -> noop"):
+                print(f"kohort {what} / raw consumer: {med['kohort: ' + what] / raw:.2f}x")
         if "kohort" in fmts and "kafka" in fmts:
-            for what in ("stream -> Parquet", "batch read -> Parquet", "sink (df.write)"):
+            for what in ("stream -> Parquet", "batch read -> Parquet", "stream -> noop", "batch read -> noop",
+                         "sink (df.write)"):
                 print(f"kohort / spark-sql-kafka, {what}: {med['kohort: ' + what] / med['kafka: ' + what]:.2f}x")
     finally:
         if spark is not None:
