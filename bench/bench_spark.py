@@ -18,6 +18,8 @@ interleaved for `--rounds` rounds:
                    trigger(availableNow=True), timed from start() to awaitTermination(); rows read back
                    must equal --records;
   batch read    -- spark.read earliest..latest -> write.parquet;
+  stream/batch -> noop -- the same two reads into Spark's noop sink: the source alone, to set beside
+                   the raw consumer;
   sink          -- df.write of --records generated (cached) values into a fresh topic.
 SparkSession start-up (local[2]) and a small warm-up query per format are not timed.
 
@@ -198,6 +200,43 @@ def _durations(progress) -> dict:
     return {k: round(v, 2) for k, v in out.items()}
 
 
+def spark_stream_noop(spark, addr: str, topic: str, total: int, work: str, name: str,
+                      fmt: str = "kohort", options: dict | None = None) -> tuple[float, int]:
+    """readStream.format(fmt) from earliest -> Spark's noop sink (rows read and dropped: only the
+    source is measured), trigger(availableNow); -> (rows/s, batches). Rows checked as the sum of
+    numInputRows over the query's progress reports."""
+    df = _reader(spark.readStream, fmt, addr, topic, options).load()
+    t = time.perf_counter()
+    q = (df.writeStream.format("noop").option("checkpointLocation", os.path.join(work, name + "-ckpt"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    dt = time.perf_counter() - t
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception())[:500])
+    rows = sum(p.get("numInputRows", 0) for p in q.recentProgress)
+    if rows != total:
+        raise RuntimeError(f"noop stream read {rows} rows, expected {total}")
+    STREAM_DURATIONS[name] = {"query_s": round(dt, 2), **_durations(q.recentProgress)}
+    return total / dt, len(q.recentProgress)
+
+
+def spark_batch_noop(spark, addr: str, topic: str, total: int, fmt: str = "kohort",
+                     options: dict | None = None) -> float:
+    """spark.read.format(fmt) earliest..latest -> write.format("noop"); -> rows/s. Rows are counted
+    on the way through by an Observation (observed metrics), not by a second read."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+    obs = Observation("noop-rows")
+    df = _reader(spark.read, fmt, addr, topic, options).load().observe(obs, F.count(F.lit(1)).alias("rows"))
+    t = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    dt = time.perf_counter() - t
+    rows = obs.get["rows"]
+    if rows != total:
+        raise RuntimeError(f"noop batch read {rows} rows, expected {total}")
+    return total / dt
+
+
 def spark_batch_parquet(spark, addr: str, topic: str, total: int, work: str, name: str,
                         fmt: str = "kohort", options: dict | None = None) -> float:
     """spark.read.format(fmt) earliest..latest -> write.parquet; -> rows/s (rows read back checked)."""
@@ -287,6 +326,10 @@ def main(argv=None) -> int:
                 res.setdefault(f"{fmt}: stream -> Parquet", []).append(rate)
                 res.setdefault(f"{fmt}: batch read -> Parquet", []).append(
                     spark_batch_parquet(spark, addr, "bench-spark", a.records, work, f"batch{r}-{fmt}", fmt))
+                rate, _ = spark_stream_noop(spark, addr, "bench-spark", a.records, work, f"noop{r}-{fmt}", fmt)
+                res.setdefault(f"{fmt}: stream -> noop", []).append(rate)
+                res.setdefault(f"{fmt}: batch read -> noop", []).append(
+                    spark_batch_noop(spark, addr, "bench-spark", a.records, fmt))
                 res.setdefault(f"{fmt}: sink (df.write)", []).append(
                     spark_sink(spark, addr, f"bench-sink-{fmt}-{r}", a.records, a.size, fmt, a.partitions))
                 print(f"    {fmt}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in res.items() if k.startswith(fmt)),
@@ -302,8 +345,11 @@ def main(argv=None) -> int:
               f"broker {a.broker}, local[2], {os.cpu_count()} cores)")
         if "kohort: stream -> Parquet" in med:
             print(f"kohort stream / raw consumer: {med['kohort: stream -> Parquet'] / raw:.2f}x")
+            for what in ("stream -> noop", "batch read -> noop"):
+                print(f"kohort {what} / raw consumer: {med['kohort: ' + what] / raw:.2f}x")
         if "kohort" in fmts and "kafka" in fmts:
-            for what in ("stream -> Parquet", "batch read -> Parquet", "sink (df.write)"):
+            for what in ("stream -> Parquet", "batch read -> Parquet", "stream -> noop", "batch read -> noop",
+                         "sink (df.write)"):
                 print(f"kohort / spark-sql-kafka, {what}: {med['kohort: ' + what] / med['kafka: ' + what]:.2f}x")
     finally:
         if spark is not None:
