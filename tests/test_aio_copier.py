@@ -1,7 +1,9 @@
 """An asyncio transactional copier (tests/aio_copier.py, kohort.aio) SIGKILLed five times mid-stream and
 restarted with the same transactional.id and group.instance.id copies every input record exactly
 once: a read_committed reader of the output sees each input value once, and the group's committed
-offsets are the input's end."""
+offsets are the input's end. A TxnOffsetCommit answered ILLEGAL_GENERATION (what a rebalance under the
+transaction gives) makes the copier abort and rewind to the committed offsets, and it still copies
+every record exactly once."""
 from __future__ import annotations
 
 import asyncio
@@ -16,6 +18,7 @@ import pytest
 
 from kohort.aio import AIOAdmin, AIOConsumer, AIOProducer
 from kohort.structs import TopicPartition
+from tests.aio_copier import copy
 from tests.brokers import KohortBroker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,3 +81,50 @@ def test_copier_sigkilled_five_times_copies_exactly_once():
                 return await admin.list_group_offsets(group)
         offs = asyncio.run(committed())
         assert {tp.partition: om.offset for tp, om in offs.items()} == {p: N // PARTS for p in range(PARTS)}
+
+
+@pytest.mark.parametrize("error", ["ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID"])
+def test_copier_aborts_and_rewinds_when_txn_offset_commit_is_refused(kafka_broker, error):
+    n = 200
+    kafka_broker.create_topic("src", partitions=PARTS)
+    kafka_broker.create_topic("dst", partitions=PARTS)
+    bs = kafka_broker.bootstrap_servers
+
+    async def run() -> tuple[list[str], list[bytes], dict]:
+        async with AIOProducer(bs) as p:
+            for i in range(n):
+                await p.send("src", b"%d" % i, partition=i % PARTS)
+            await p.flush()
+        kafka_broker.fail_next("TxnOffsetCommit", error)
+        lines: list[str] = []
+        stop = asyncio.Event()
+
+        def report(line: str) -> None:
+            lines.append(line)
+            if sum(int(ln.split()[1]) for ln in lines if ln.startswith("COMMIT")) >= n:
+                stop.set()
+        consumer = AIOConsumer(bootstrap_servers=bs, group_id="g", group_instance_id="copier-1",
+                               enable_auto_commit=False, auto_offset_reset="earliest",
+                               isolation_level="read_committed")
+        async with AIOProducer(bs, transactional_id="copier") as producer, consumer:
+            consumer.subscribe(["src"])
+            await asyncio.wait_for(copy(consumer, producer, "dst", report, stop), 60)
+        async with AIOConsumer(bootstrap_servers=bs, auto_offset_reset="earliest",
+                               isolation_level="read_committed") as c:
+            c.assign([TopicPartition("dst", p) for p in range(PARTS)])
+            out: list[bytes] = []
+            while len(out) < n:
+                for recs in (await asyncio.wait_for(c.getmany(timeout_ms=1000), 30)).values():
+                    out += [r.value for r in recs]
+            for recs in (await c.getmany(timeout_ms=300)).values():
+                out += [r.value for r in recs]
+        async with AIOAdmin(bs) as admin:
+            offs = await admin.list_group_offsets("g")
+        return lines, out, offs
+
+    lines, out, offs = asyncio.run(run())
+    assert kafka_broker.faults_applied("TxnOffsetCommit") == 1
+    aborts = [ln for ln in lines if ln.startswith("ABORT")]
+    assert len(aborts) == 1 and error in aborts[0], lines
+    assert sorted(out, key=int) == [b"%d" % i for i in range(n)]
+    assert {tp.partition: om.offset for tp, om in offs.items()} == {p: n // PARTS for p in range(PARTS)}
