@@ -3,7 +3,8 @@ restarted with the same transactional.id and group.instance.id copies every inpu
 once: a read_committed reader of the output sees each input value once, and the group's committed
 offsets are the input's end. A TxnOffsetCommit answered ILLEGAL_GENERATION (what a rebalance under the
 transaction gives) makes the copier abort and rewind to the committed offsets, and it still copies
-every record exactly once."""
+every record exactly once. An idle member's heartbeat task sleeps between deadlines (the copier's
+group member must not spin on the loop it shares with the copy)."""
 from __future__ import annotations
 
 import asyncio
@@ -128,3 +129,32 @@ def test_copier_aborts_and_rewinds_when_txn_offset_commit_is_refused(kafka_broke
     assert len(aborts) == 1 and error in aborts[0], lines
     assert sorted(out, key=int) == [b"%d" % i for i in range(n)]
     assert {tp.partition: om.offset for tp, om in offs.items()} == {p: n // PARTS for p in range(PARTS)}
+
+
+def test_an_idle_group_member_heartbeat_task_sleeps_until_its_deadline(kafka_broker):
+    """The heartbeat task feeds the machine a Tick only when its next deadline (or another task's
+    event) is due, so an idle member leaves the loop, and the CPU, free between heartbeats."""
+    from kohort.client.consumer.membership_common import Tick
+    kafka_broker.create_topic("idle")
+    ticks = 0
+
+    async def run() -> None:
+        nonlocal ticks
+        async with AIOConsumer(bootstrap_servers=kafka_broker.bootstrap_servers, group_id="g-idle",
+                               heartbeat_interval_ms=3000) as c:
+            c.subscribe(["idle"])
+            deadline = time.monotonic() + 20
+            while not c.assignment() and time.monotonic() < deadline:
+                await c.getmany(timeout_ms=100)
+            assert c.assignment()
+            m = c.group.m
+            handle = m.handle
+
+            def counting(ev, now):
+                nonlocal ticks
+                ticks += isinstance(ev, Tick)
+                return handle(ev, now)
+            m.handle = counting
+            await c.getmany(timeout_ms=1000)
+    asyncio.run(run())
+    assert 0 < ticks <= 20, ticks
