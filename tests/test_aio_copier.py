@@ -24,7 +24,7 @@ from tests.aio_copier import copy
 from tests.brokers import KohortBroker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-N, PARTS = 3000, 2
+N, PARTS = 10000, 2
 
 
 @pytest.mark.slow
