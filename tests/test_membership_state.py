@@ -586,6 +586,29 @@ def test_leader_metadata_wait_is_bounded():
     assert s.count(SyncGroupRequest) == 1
 
 
+def test_returning_static_leader_told_to_skip_the_assignment_does_not_rejoin_when_its_metadata_lands():
+    """KIP-814: a restarted static leader (no metadata yet) is told to skip the assignment; it still
+    waits for the group's topics' metadata before syncing, so their first metadata is no change and
+    the group stays in its generation (a rejoin would fail a transaction's TxnOffsetCommit)."""
+    s = Sim(instance="i")
+    s.feed(Subscribe(("t",)))
+    s.poll()
+    s.find()
+    s.poll()
+    resp = s.join_response(member="m1", leader="m1", members=[s.member("m1", ["t"])])
+    resp.skip_assignment = True
+    out = s.answer(JoinGroupRequest, resp)
+    assert RequestMetadata(frozenset({"t"})) in out and s.count(SyncGroupRequest) == 0
+    s.feed(MetadataUpdate(1, {"t": 2}))
+    assert s.last(SyncGroupRequest).request.assignments == []
+    s.answer(SyncGroupRequest, SyncGroupResponse(error_code=0, assignment=assignment(("t", 0), ("t", 1))))
+    s.poll()
+    assert s.m.state == STABLE
+    s.feed(MetadataUpdate(2, {"t": 2}))
+    s.poll()
+    assert s.count(JoinGroupRequest) == 1 and not s.m.rejoin_needed
+
+
 @pytest.mark.parametrize("change", [{"t": 3}, {}])
 def test_leader_rejoins_when_partitions_grow_or_topic_disappears(change):
     s = Sim()

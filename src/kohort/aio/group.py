@@ -177,11 +177,11 @@ class AIOGroupMember:
     # -- the heartbeat task ----------------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
         while not self._closing:
-            self._wake_hb.clear()
             try:
                 self._handle(Tick())
             except Exception:
                 log.exception("group %s: heartbeat tick failed", self.group_id)
+            self._wake_hb.clear()      # _handle sets it; only another task's event may cut the wait short
             due = self.m.next_deadline()
             wait_ms = 500 if due is None else min(500, max(5, due - _now_ms()))
             try:

@@ -564,8 +564,11 @@ class Membership(MemberMachine):
         self.is_leader = True
         self._group_topics = frozenset(topics)
         unknown = frozenset(t for t in topics if t not in self._meta)
-        if unknown and not getattr(resp, "skip_assignment", False):
-            # ask for metadata of the topics we never saw; assign once it lands (not once they exist)
+        if unknown:
+            # ask for metadata of the topics we never saw; assign once it lands (not once they exist).
+            # A returning static leader told to skip the assignment (KIP-814) waits too: the metadata
+            # snapshot taken at the assignment must hold the topics, or their first metadata would look
+            # like a change and rejoin the group (Java's onLeaderElected refreshes metadata either way)
             out.append(RequestMetadata(frozenset(topics)))
             self._leader_wait = (resp, sent, self._meta_version, now + self.cfg.request_timeout_ms)
             return
