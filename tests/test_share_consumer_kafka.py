@@ -120,7 +120,13 @@ def test_three_members_each_record_accepted_once(kshare, admin):
                     per_member[i] += 1
         for c in members:
             assert all(e is None for e in c.commit_sync(10).values())
+        # two members can read all 90 records before the third has joined: describe until all three show,
+        # each with an assignment
+        deadline = time.monotonic() + 15
         d = admin.describe_share_groups([g])[g]
+        while (len(d.members) < 3 or not all(m.assignment for m in d.members)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            d = admin.describe_share_groups([g])[g]
         assert d.state == "Stable" and d.assignor == "simple" and len(d.members) == 3
         assert {m.member_id for m in d.members} == {c.member_id for c in members}
         assert all(m.subscribed_topics == [t] and m.assignment for m in d.members)
