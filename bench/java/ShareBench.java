@@ -74,15 +74,15 @@ public class ShareBench {
         List<Throwable> failures = Collections.synchronizedList(new ArrayList<>());
         for (int i = 0; i < n; i++) {
             Thread t = new Thread(() -> {
+                boolean counted = false;
                 try (KafkaShareConsumer<byte[], byte[]> c = consumer(bootstrap, group, "implicit")) {
                     c.subscribe(Collections.singletonList(topic));
                     subscribed.countDown();
+                    counted = true;
                     go.await();
-                    long bytes = 0;
                     while (!stop.get()) {
                         int got = 0;
                         for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(100))) {
-                            bytes += r.value() == null ? 0 : r.value().length;
                             got++;
                         }
                         if (got > 0) {
@@ -94,6 +94,7 @@ public class ShareBench {
                     }
                 } catch (Throwable e) {
                     failures.add(e);
+                    if (!counted) subscribed.countDown();     // READY comes, then the failure is reported
                 } finally {
                     closed.countDown();
                 }
@@ -103,6 +104,7 @@ public class ShareBench {
             threads.add(t);
         }
         subscribed.await();
+        if (!failures.isEmpty()) throw new RuntimeException(failures.get(0));
         System.out.println("READY");
         System.out.flush();
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
