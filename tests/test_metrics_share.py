@@ -6,13 +6,19 @@ expiries, SPSO / lag / in-flight gauges, group counts by type and state, failed 
 the group's events from the first heartbeat to the member's leave."""
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
 from kohort import Admin, Producer, ShareConsumer
+from kohort.broker.group_events import log_message
+from kohort.broker.share.partition import (
+    AckBatch, AcknowledgeType as T, LogBatch, SharePartition, SharePartitionConfig, SharePartitionCounters,
+)
 from kohort.client.share.consumer import AcknowledgeType
 from kohort.protocol.messages.share_acknowledge import ShareAcknowledgeRequest
 from kohort.protocol.messages.share_fetch import ShareFetchRequest
+from kohort.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest
 from kohort.testing.inprocess import broker
 from tests.rawclient import RawClient
 
@@ -60,6 +66,31 @@ def _poll(c, n: int, timeout: float = 15.0) -> list:
 def _committed(c) -> None:
     res = c.commit_sync(10)
     assert res and all(e is None for e in res.values()), res
+
+
+def test_share_partition_counters_with_a_fake_clock():
+    """The pure share partition's counters: acquisitions, redeliveries, lock expiries and the records
+    archived at the delivery count limit, whichever way they reach it (RELEASE, lock expiry, the
+    member's release). With a limit of 2 a record's second (last) delivery goes out alone."""
+    log = [LogBatch(0, 4), LogBatch(5, 9)]
+    sp = SharePartition(0, SharePartitionConfig(record_lock_duration_ms=1000, delivery_count_limit=2))
+    sp.acquire("a", log, 0, max_records=100)
+    assert sp.counters == SharePartitionCounters(acquired=10)
+    assert (sp.in_flight_message_count(), sp.in_flight_batch_count(), sp.delivery_count_histogram()) == (10, 2, {1: 10})
+    sp.expire_locks(999)                                     # not yet
+    assert sp.counters.lock_timeouts == 0
+    sp.expire_locks(1000)                                    # all ten expire: available again, count 1
+    assert sp.counters == SharePartitionCounters(acquired=10, lock_timeouts=10)
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in sp.acquire("b", log, 2000, max_records=100).acquired] == [(0, 0, 2)]
+    sp.acknowledge("b", [AckBatch(0, 0, (int(T.RELEASE),))], 2000)          # released at the limit: archived
+    assert sp.counters == SharePartitionCounters(acquired=11, redelivered=1, lock_timeouts=10, delivery_limit_archived=1)
+    sp.acquire("c", log, 2100, max_records=100)             # offset 1, alone
+    sp.expire_locks(3100)                                    # expires at the limit: archived
+    sp.acquire("d", log, 3200, max_records=100)             # offset 2, alone
+    sp.release_member("d")                                   # its session closed: archived
+    assert sp.counters == SharePartitionCounters(acquired=13, redelivered=3, lock_timeouts=11,
+                                                 delivery_limit_archived=3)
+    assert (sp.start_offset, sp.in_flight_message_count(), sp.delivery_count_histogram()) == (3, 7, {1: 7})
 
 
 def test_share_partition_gauges_and_counters_follow_a_real_share_group():
@@ -213,6 +244,8 @@ def test_share_group_events_from_join_to_leave():
             b_id = b.member_id
             joined = [e for e in _events(kb, "se") if e.kind == "MemberJoined" and e.member_id == b_id][0]
             assert joined.members == 2 and joined.state == "Stable"
+            assert log_message(joined) == (
+                logging.INFO, f"[GroupId se] Member {b_id} joins the share group using the share protocol.")
             bumps = [e for e in _events(kb, "se") if e.kind == "GroupEpochBumped"]
             assert bumps[-1].reason.endswith(f"Member {b_id} joins the share group using the share protocol "
                                              f"(client id cb, subscribed to e)")
@@ -220,6 +253,7 @@ def test_share_group_events_from_join_to_leave():
             b.close(timeout=5)
         left = [e for e in _events(kb, "se") if e.member_id == b_id and e.kind == "MemberLeft"]
         assert [e.reason for e in left] == [f"Member {b_id} left the share group"]
+        assert log_message(left[0]) == (logging.INFO, f"[GroupId se] Member {b_id} left the share group.")
         a.close(timeout=5)
         evs = _events(kb, "se")
         assert [e.reason for e in evs if e.kind == "MemberLeft" and e.member_id == a_id] == [
@@ -232,3 +266,28 @@ def test_share_group_events_from_join_to_leave():
         with Admin({"bootstrap.servers": kb.bootstrap_servers}) as adm:
             assert adm.delete_share_groups(["se"]) == {"se": None}
         assert _events(kb, "se")[-1].kind == "GroupDeleted"
+
+
+def test_a_share_member_whose_session_expires_is_fenced_in_the_events():
+    with broker({**CONFIG, "group.share.session.timeout.ms": 1500}) as kb:
+        kb.create_topic("x", 1)
+        raw = RawClient(kb.bootstrap_servers)
+        member = str(uuid.uuid4())
+        try:
+            r = raw.request(ShareGroupHeartbeatRequest(group_id="sx", member_id=member, member_epoch=0,
+                                                       subscribed_topic_names=["x"]), 1)
+            assert r.error_code == 0, r
+        finally:
+            raw.close()
+        deadline = time.monotonic() + 10      # no further heartbeat: fenced after 1.5 s
+        while not any(e.kind == "MemberExpired" for e in _events(kb, "sx")):
+            assert time.monotonic() < deadline, _events(kb, "sx")
+            time.sleep(0.1)
+        ev = [e for e in _events(kb, "sx") if e.kind == "MemberExpired"]
+        assert [(e.member_id, e.reason, e.members, e.state) for e in ev] == [
+            (member, f"Member {member} fenced from the group because the member session expired", 0, "Empty")]
+        assert log_message(ev[0]) == (
+            logging.INFO, f"[GroupId sx] Member {member} fenced from the group because the member session expired.")
+        m = _metrics(kb)
+        assert m['kohort_group_members{group="sx"}'] == 0
+        assert m['kohort_share_group_count{state="Empty"}'] == 1

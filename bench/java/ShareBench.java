@@ -81,10 +81,7 @@ public class ShareBench {
                     counted = true;
                     go.await();
                     while (!stop.get()) {
-                        int got = 0;
-                        for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(100))) {
-                            got++;
-                        }
+                        int got = c.poll(Duration.ofMillis(100)).count();
                         if (got > 0) {
                             long t1 = System.nanoTime();
                             firstNs.accumulateAndGet(t1, Math::min);
