@@ -76,14 +76,17 @@ def test_share_partition_counters_with_a_fake_clock():
     sp = SharePartition(0, SharePartitionConfig(record_lock_duration_ms=1000, delivery_count_limit=2))
     sp.acquire("a", log, 0, max_records=100)
     assert sp.counters == SharePartitionCounters(acquired=10)
-    assert (sp.in_flight_message_count(), sp.in_flight_batch_count(), sp.delivery_count_histogram()) == (10, 2, {1: 10})
+    assert (sp.in_flight_message_count(), sp.in_flight_batch_count(), sp.delivery_count_histogram()) == (
+        10, 2, {1: 10})
     sp.expire_locks(999)                                     # not yet
     assert sp.counters.lock_timeouts == 0
     sp.expire_locks(1000)                                    # all ten expire: available again, count 1
     assert sp.counters == SharePartitionCounters(acquired=10, lock_timeouts=10)
-    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in sp.acquire("b", log, 2000, max_records=100).acquired] == [(0, 0, 2)]
+    got = sp.acquire("b", log, 2000, max_records=100).acquired
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in got] == [(0, 0, 2)]
     sp.acknowledge("b", [AckBatch(0, 0, (int(T.RELEASE),))], 2000)          # released at the limit: archived
-    assert sp.counters == SharePartitionCounters(acquired=11, redelivered=1, lock_timeouts=10, delivery_limit_archived=1)
+    assert sp.counters == SharePartitionCounters(acquired=11, redelivered=1, lock_timeouts=10,
+                                                 delivery_limit_archived=1)
     sp.acquire("c", log, 2100, max_records=100)             # offset 1, alone
     sp.expire_locks(3100)                                    # expires at the limit: archived
     sp.acquire("d", log, 3200, max_records=100)             # offset 2, alone
@@ -107,7 +110,8 @@ def test_share_partition_gauges_and_counters_follow_a_real_share_group():
             assert m['kohort_share_group_count{state="Empty"}'] == 0
             assert m['kohort_group_state{group="sg",type="share",state="Stable"}'] == 1
             assert m['kohort_group_members{group="sg"}'] == 1
-            assert m['kohort_group_generation{group="sg"}'] == m['kohort_group_target_assignment_epoch{group="sg"}'] >= 1
+            epoch = m['kohort_group_generation{group="sg"}']
+            assert epoch == m['kohort_group_target_assignment_epoch{group="sg"}'] >= 1
             assert m['kohort_group_rebalances_total{group="sg"}'] >= 1
             for p in range(3):
                 lbl = f'group="sg",topic="t",partition="{p}"'
@@ -162,7 +166,8 @@ def test_share_partition_gauges_and_counters_follow_a_real_share_group():
             assert all(m[f'kohort_share_partition_{n}{{group="sg",topic="t",partition="{p}"}}'] == 0
                        for p in (0, 2) for n in ("delivery_limit_archived_total", "acquisition_lock_timeouts_total"))
             # the share requests' rates and times are the per-API series; none failed
-            assert m['kohort_requests_total{api="ShareFetch"}'] == m['kohort_request_seconds_count{api="ShareFetch"}'] > 0
+            fetches = m['kohort_requests_total{api="ShareFetch"}']
+            assert fetches == m['kohort_request_seconds_count{api="ShareFetch"}'] > 0
             assert m['kohort_requests_total{api="ShareGroupHeartbeat"}'] > 0
             assert m['kohort_share_requests_failed_total{api="ShareFetch"}'] == 0
             assert m['kohort_share_requests_failed_total{api="ShareAcknowledge"}'] == 0
