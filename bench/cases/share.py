@@ -151,7 +151,6 @@ def member_main(client: str, addr: str, group: str, topic: str) -> None:
     print("READY", flush=True)
     go.wait()
     n = 0
-    nbytes = 0
     t_first = t_last = 0.0
     reported, last_report = 0, 0.0
     while not stop.is_set():
@@ -161,7 +160,6 @@ def member_main(client: str, addr: str, group: str, topic: str) -> None:
             if not n:
                 t_first = t_last
             n += len(got)
-            nbytes += sum(x[2] for x in got)
         now = time.monotonic()
         if n != reported and now - last_report >= 0.05:
             print(f"N {n} {t_first} {t_last}", flush=True)
