@@ -9,9 +9,8 @@ ShareConsumer and Java's KafkaShareConsumer (bench/java/ShareBench.java).
   (ShareBench `members`). Every member is constructed and subscribed before the go; the rate is records
   over the time from the first record any member got to the last one (the join -- first heartbeat,
   share-state initialization, assignment -- is left out and kept as `join_ms`). The members then
-  close() (acknowledging their last batch), and the group's share-partition start offsets
-  (DescribeShareGroupOffsets) must reach the log end of every partition: every record accepted, or
-  the cell is an error.
+  close() (acknowledging their last batch), and DescribeShareGroupOffsets must show lag 0 (KIP-1226)
+  on every partition: every record accepted, or the cell is an error.
 * `redelivery(client, addr, rounds)`: one member in explicit mode on a 1-partition topic. Each round
   produces one record, polls it (delivery 1), then times from acknowledge(RELEASE) + commit_sync()
   until poll() returns the same offset again (delivery 2); it is then accepted. Round 0 (join, first
@@ -244,8 +243,10 @@ def _share_group(addr: str) -> str:
 
 
 def _check_all_accepted(addr: str, group: str, topic: str, partitions: int, timeout: float = 20.0) -> dict:
-    """Wait until the group's share-partition start offsets reach the log end of every partition;
-    -> {partition: end offset}."""
+    """Wait until DescribeShareGroupOffsets says nothing is left to deliver on every partition: lag 0
+    (KIP-1226; Apache Kafka reports the start offset of its last persisted state, which may stay
+    below the log end with the records past it acknowledged, lag 0), or, from a broker without lag,
+    a start offset at the log end; -> {partition: log end offset}."""
     from kohort.client.admin import LATEST, Admin
     from kohort.structs import TopicPartition
     tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -254,11 +255,12 @@ def _check_all_accepted(addr: str, group: str, topic: str, partitions: int, time
         deadline = time.monotonic() + timeout
         while True:
             got = a.list_share_group_offsets(group)
-            starts = {tp.partition: (info.start_offset if info is not None else -1) for tp, info in got.items()}
-            if all(starts.get(tp.partition, -1) >= ends[tp] for tp in tps):
+            done = {tp.partition: got.get(tp) is not None and (
+                got[tp].lag == 0 if got[tp].lag is not None else got[tp].start_offset >= ends[tp]) for tp in tps}
+            if all(done.values()):
                 return {tp.partition: ends[tp] for tp in tps}
             if time.monotonic() > deadline:
-                raise RuntimeError(f"not every record accepted: start offsets {starts}, log ends "
+                raise RuntimeError(f"not every record accepted: {got}, log ends "
                                    f"{ {tp.partition: ends[tp] for tp in tps} }")
             time.sleep(0.2)
 
@@ -378,7 +380,7 @@ def build(env, mode: str, profile: set[str]):
                    notes=[f"A fresh share group reads a seeded {PARTITIONS}-partition topic ({records:,} x "
                           f"{RECORD_SIZE} B) with N members in implicit acknowledgement mode; records/s from the "
                           f"first record any member got to the last one (the join is left out), then every "
-                          f"record must be accepted (the share-partition start offsets reach the log ends). "
+                          f"record must be accepted (DescribeShareGroupOffsets: lag 0 on every partition). "
                           f"Python members one per process, Java members threads of one JVM "
                           f"(bench/java/ShareBench.java). Both brokers with share heartbeat 0.5 s, "
                           f"group.share.assignment.interval.ms=0, default locks. Ratio: kohort's ShareConsumer "
