@@ -54,7 +54,7 @@ def _setup(kb, topic: str, group: str, per_partition: int, partitions: int, **gr
         p.flush()
 
 
-def _poll(c, n: int, timeout: float = 15.0) -> list:
+def _poll(c, n: int, timeout: float = 30.0) -> list:
     got = []
     deadline = time.monotonic() + timeout
     while len(got) < n and time.monotonic() < deadline:
