@@ -12,8 +12,11 @@ Spark streaming into Parquet vs the raw consumer, consumer scaling with partitio
 group convergence after a member joins or leaves, classic vs KIP-848 consumer protocol, kohort broker vs
 Apache Kafka 4.3.1 with kohort's consumers (kip848), and how the broker's cost grows with group size,
 partition count and connection count, kohort broker vs Apache Kafka (scale: growth curves in
-bench/out/scale-<dimension>.png, drawn by bench/plots.py with matplotlib), and the asyncio clients
-(aio: kohort.aio vs aiokafka, confluent_kafka.aio and kohort's sync consumer, with the event loop's stall).
+bench/out/scale-<dimension>.png, drawn by bench/plots.py with matplotlib), the asyncio clients
+(aio: kohort.aio vs aiokafka, confluent_kafka.aio and kohort's sync consumer, with the event loop's stall),
+and share groups (share: KIP-932 throughput with 1, 3 and 10 members and redelivery latency after a
+RELEASE, kohort's ShareConsumer vs confluent-kafka's and Java's KafkaShareConsumer, kohort broker vs
+Apache Kafka 4.3.1).
 Prints the tables and writes bench/out/bench-<time>.jsonl (one line per measurement, with machine
 info), bench/out/bench-<time>.md, and latest.jsonl / latest.md copies.
 """
@@ -34,7 +37,8 @@ for p in (HERE, ROOT, os.path.join(ROOT, "src")):
 
 import harness  # noqa: E402
 
-CASES = ["consumer", "producer", "broker", "groups", "spark", "scaling", "kip848", "tls", "txn", "scale", "aio"]
+CASES = ["consumer", "producer", "broker", "groups", "spark", "scaling", "kip848", "tls", "txn", "scale", "aio",
+         "share"]
 
 
 class Env:

@@ -1,6 +1,7 @@
 """Group event history: per group, a bounded list of what happened to it -- members joining,
 leaving, expiring or being fenced, rebalances with Kafka's reason strings, classic generations, KIP-848
-group-epoch bumps and target assignments, state changes, creation, conversion and deletion.
+and KIP-932 (share) group-epoch bumps and target assignments, a share member's new assignment, state
+changes, creation, conversion and deletion.
 
 Read-only towards the coordinators: the runtime (broker/coordinator_runtime.py) calls
 `events.observe(rt, op, args, out)` once after each step it drives (an operation, a timer, a stored
@@ -16,7 +17,10 @@ for (M) members." (a rebalance's reason; the member's own: "Member M has left gr
 `LeaveGroup` request; client reason: R"), "removing member M on heartbeat expiration.", "Updating
 metadata for member M during S; client reason: R", "Leader M re-joining group during Stable; client
 reason: R") and its KIP-848 messages ("Member M fenced from the group because the member session
-expired", ...); the classic ones are checked against Apache Kafka 4.3.1's own log.
+expired", ...) and its share-group messages ("Member M joins the share group using the share protocol",
+"Member M left the share group", "Member M fenced from the group because the member session expired",
+"Member M new assignment state: epoch=E, ..."); the classic ones are checked against Apache Kafka
+4.3.1's own log.
 
 Bounds: `per_group` events per group (oldest dropped), `max_groups` histories (the least recently
 changed dropped). `subscribe(fn)` lets other readers receive each event as it is made: the runtime
@@ -44,6 +48,9 @@ _CLASSIC_PARAM_OPS = frozenset({"join_group", "sync_group", "leave_group", "hear
                                 "offset_delete"})
 _CONSUMER_PARAM_OPS = frozenset({"heartbeat", "classic_join", "classic_sync", "classic_leave",
                                  "classic_heartbeat"})
+# share-group operations whose first argument is the group id (the heartbeat's is its request)
+_SHARE_GROUP_ID_OPS = frozenset({"share_delete_group", "share_alter_offsets", "share_delete_offsets"})
+_DELETE_OPS = frozenset({"delete_groups", "delete_group", "share_delete_group"})
 
 
 @dataclass(frozen=True)
@@ -52,12 +59,13 @@ class GroupEvent:
     group: str
     kind: str               # GroupCreated, MemberJoined, MemberLeft, MemberExpired, MemberFenced,
                             # MemberReplaced, RebalanceStarted, GenerationStarted, GroupEpochBumped,
-                            # TargetAssignmentComputed, StateChanged, GroupConverted, GroupDeleted
+                            # TargetAssignmentComputed, MemberAssignmentChanged (share), StateChanged,
+                            # GroupConverted, GroupDeleted
     reason: str
     member_id: str | None = None
-    generation: int = -1    # classic generation, or KIP-848 group epoch, after the event
+    generation: int = -1    # classic generation, or KIP-848 / share group epoch, after the event
     state: str = ""         # the group's state after the event
-    type: str = ""          # "classic" | "consumer"
+    type: str = ""          # "classic" | "consumer" | "share"
     members: int = -1       # members after the event
 
     def as_dict(self) -> dict:
@@ -74,18 +82,27 @@ class _Member:
 
 @dataclass(frozen=True)
 class _Snap:
-    type: str                     # "classic" | "consumer"
+    type: str                     # "classic" | "consumer" | "share"
     state: str
-    generation: int               # classic generation / consumer group epoch
+    generation: int               # classic generation / consumer or share group epoch
     assignment_epoch: int
     leader: str | None
     protocol: str | None
     members: dict
+    assignments: dict | None = None   # share: member id -> (member epoch, previous epoch, assignment text)
 
 
 def snapshot(rt, group_id: str) -> _Snap | None:
     """What the events are derived from: the group as the runtime serves it now (a KIP-848 group
     first; the classic coordinator's simple group holding its offsets is not a group of its own)."""
+    sg = rt.groups.share_group(group_id)
+    if sg is not None:
+        names = _topic_names(rt)
+        members = {mid: _Member(m.client_id, m.client_host, None, (tuple(m.subscribed_topic_names), None))
+                   for mid, m in sg.members.items()}
+        assignments = {mid: (m.member_epoch, m.previous_member_epoch, _assignment_text(m.assigned, names))
+                       for mid, m in sg.members.items()}
+        return _Snap("share", sg.state, sg.group_epoch, sg.assignment_epoch, None, None, members, assignments)
     cg = rt.groups.consumer_group(group_id)
     if cg is not None:
         members = {mid: _Member(m.client_id, m.client_host, m.instance_id,
@@ -100,6 +117,17 @@ def snapshot(rt, group_id: str) -> _Snap | None:
                  members)
 
 
+def _topic_names(rt) -> dict:
+    storage = getattr(getattr(rt, "broker", None), "storage", None)
+    return {t.topic_id: t.name for t in storage.topics()} if storage is not None else {}
+
+
+def _assignment_text(assigned: dict, names: dict) -> str:
+    """A share member's assignment as Kafka's log prints one: topic-partition list by topic name."""
+    parts = [f"{names.get(tid, tid)}-{p}" for tid, ps in assigned.items() for p in sorted(ps)]
+    return ", ".join(sorted(parts))
+
+
 def _unchanged(rt, group_id: str, old: _Snap) -> bool:
     """A cheap check that the group is as `old` saw it, without building a snapshot: steady heartbeats
     (the most frequent steps) change nothing events are made of. A member's metadata changes only with a
@@ -108,7 +136,13 @@ def _unchanged(rt, group_id: str, old: _Snap) -> bool:
     Stable stays Stable while its epochs and members stay (a member leaves its target epoch only for a
     new target, which bumps the assignment epoch), so its state -- a walk over every member -- is not
     recomputed for each of its steady heartbeats (O(members) per heartbeat made a 500-member group's
-    heartbeats cost O(members^2) per interval)."""
+    heartbeats cost O(members^2) per interval). A share member's assignment changes only with its member
+    epoch, so a share group is unchanged while its epochs, members and member epochs are."""
+    if old.type == "share":
+        sg = rt.groups.share_group(group_id)
+        return (sg is not None and sg.group_epoch == old.generation and sg.assignment_epoch == old.assignment_epoch
+                and sg.members.keys() == old.members.keys()
+                and all(m.member_epoch == old.assignments[mid][0] for mid, m in sg.members.items()))
     if old.type == "consumer":
         cg = rt.groups.consumer_group(group_id)
         return (cg is not None and cg.group_epoch == old.generation and cg.assignment_epoch == old.assignment_epoch
@@ -199,6 +233,10 @@ class GroupEvents:
     def _touched(self, rt, op: str, args: tuple, consumer: bool) -> set[str]:
         if op == "stored":
             return self._tokens.pop(args[0], set())
+        if op == "share_heartbeat":
+            return {args[0].group_id}
+        if op in _SHARE_GROUP_ID_OPS:
+            return {args[0]}
         if op == "timer":
             key = args[0]
             if len(key) > 1 and isinstance(key[1], str):
@@ -250,6 +288,8 @@ def _leave_reason(args: tuple, member_id: str) -> str | None:
 def _removed(gid: str, mid: str, old: _Snap, new: _Snap | None, op: str, args: tuple,
              consumer: bool) -> tuple[str, str]:
     """(kind, reason) of member `mid` no longer in the group."""
+    if op == "share_heartbeat" and args and args[0].member_id == mid:
+        return "MemberLeft", f"Member {mid} left the share group"
     if op in ("leave_group", "classic_leave"):
         r = _leave_reason(args, mid)
         if r is not None:
@@ -262,6 +302,8 @@ def _removed(gid: str, mid: str, old: _Snap, new: _Snap | None, op: str, args: t
             return "MemberExpired", f"removing member {mid}: it did not rejoin before the rebalance timeout"
         if kind == "sync":
             return "MemberExpired", f"removing member {mid} on pending sync request expiration"
+        if kind == "share-session":
+            return "MemberExpired", f"Member {mid} fenced from the group because the member session expired"
         if kind == "cg-session":
             return "MemberExpired", f"Member {mid} fenced from the group because the member session expired"
         if kind == "cg-rebalance":
@@ -278,7 +320,7 @@ def _removed(gid: str, mid: str, old: _Snap, new: _Snap | None, op: str, args: t
                                           f"rejoined as {nid}; member {mid} replaced")
     if consumer and op == "heartbeat" and args and args[0].member_id == mid:
         return "MemberLeft", f"Member {mid} left the consumer group"
-    if op in ("delete_groups", "delete_group"):
+    if op in _DELETE_OPS:
         return "MemberLeft", f"member {mid} removed: group deleted"
     return "MemberLeft", f"member {mid} removed by {op}"
 
@@ -294,6 +336,10 @@ def _added(mid: str, m: _Member, op: str, args: tuple, consumer: bool) -> str:
         sub = f"regex {regex!r}" if regex else ", ".join(names) or "nothing"
         inst = f" with instance id {m.instance_id}" if m.instance_id else ""
         return f"Member {mid} joined the consumer group{inst} (client id {m.client_id}, subscribed to {sub})"
+    if op == "share_heartbeat":
+        names, _ = m.subscription or ((), None)
+        return (f"Member {mid} joins the share group using the share protocol (client id {m.client_id}, "
+                f"subscribed to {', '.join(names) or 'nothing'})")
     return f"member {mid} added by {op}"
 
 
@@ -308,7 +354,7 @@ def derive(gid: str, old: _Snap | None, new: _Snap | None, op: str, args: tuple,
                               len(s.members) if new else 0))
 
     if new is None:
-        if op in ("delete_groups", "delete_group"):
+        if op in _DELETE_OPS:
             why = "deleted by DeleteGroups"
         elif op == "timer" and args[0] and args[0][0] == "offsets-expiration":
             why = "empty group removed: its last committed offsets expired (offsets.retention.minutes)"
@@ -364,6 +410,13 @@ def derive(gid: str, old: _Snap | None, new: _Snap | None, op: str, args: tuple,
             ev("GroupEpochBumped", f"group epoch {old.generation} -> {new.generation}: {reason}")
         if new.assignment_epoch != old.assignment_epoch:
             ev("TargetAssignmentComputed", f"target assignment computed for group epoch {new.assignment_epoch}")
+        if new.type == "share":
+            before = old.assignments or {}
+            for mid, (epoch, prev, text) in (new.assignments or {}).items():
+                if mid in before and before[mid] == (epoch, prev, text) or (mid not in before and epoch == 0):
+                    continue
+                ev("MemberAssignmentChanged", f"Member {mid} new assignment state: epoch={epoch}, previousEpoch="
+                                              f"{prev}, assignedPartitions=[{text}]", mid)
         if new.state != old.state:
             ev("StateChanged", f"{old.state} -> {new.state}")
     return evs
@@ -371,6 +424,7 @@ def derive(gid: str, old: _Snap | None, new: _Snap | None, op: str, args: tuple,
 
 def _op_name(op: str, consumer: bool) -> str:
     names = {"join_group": "JoinGroup", "offset_commit": "OffsetCommit", "classic_join": "JoinGroup",
+             "share_heartbeat": "ShareGroupHeartbeat", "share_alter_offsets": "AlterShareGroupOffsets",
              "heartbeat": "ConsumerGroupHeartbeat" if consumer else "Heartbeat", "stored": "a stored record"}
     return names.get(op, op)
 
@@ -419,6 +473,12 @@ def log_message(ev: GroupEvent) -> tuple[int, str]:
         return logging.INFO, f"Stabilized group {g} generation {ev.generation} with {ev.members} members."
     if ev.kind == "StateChanged":
         return logging.DEBUG, f"[Group {g}] {ev.reason}."
+    if ev.type == "share":
+        if ev.kind == "MemberJoined":
+            return logging.INFO, f"[GroupId {g}] Member {m} joins the share group using the share protocol."
+        if ev.kind == "GroupEpochBumped":
+            return logging.INFO, f"[GroupId {g}] Bumped group epoch to {ev.generation}."
+        return logging.INFO, f"[GroupId {g}] {ev.reason}."
     if ev.type == "consumer":
         if ev.kind == "MemberJoined":
             return logging.INFO, f"[GroupId {g}] Member {m} joins the consumer group using the consumer protocol."

@@ -15,6 +15,8 @@ of kohort.broker.share — the share sessions (`ShareSessionCache`) and one `Sha
 * A share session ends with the connection it was opened on: once a second the sessions whose
   connection is gone (no longer among the broker's open connections) are closed and their members'
   records released, as Kafka's ShareSessionCache does on a connection close.
+* Applied acknowledgements are counted by type in the broker's metrics (`record_share_acknowledgements`);
+  a partition's own counters (`SharePartition.counters`) run on across an offsets reset.
 * Every `StateWrite` a change returns is written to `__share_group_state` through `state` (memory
   only when none is attached); a new partition's start offset is written first.
 
@@ -148,6 +150,9 @@ class ShareLeader:
         res = sp.acknowledge(member_id, batches, self.clock())
         if res.error is not None:
             return int(res.error), res.message
+        metrics = getattr(self.broker, "metrics", None)
+        if metrics is not None:
+            metrics.record_share_acknowledgements(batches)
         self.after_change(key, res.write)
         return ErrorCode.NONE, None
 
@@ -163,7 +168,10 @@ class ShareLeader:
     def reset(self, group_id: str, topic_id: _uuid.UUID, index: int, start_offset: int) -> None:
         """AlterShareGroupOffsets: the partition starts afresh at `start_offset`, nothing in flight."""
         key = (group_id, topic_id, index)
-        self.partitions[key] = SharePartition(start_offset, self.partition_config(group_id))
+        old = self.partitions.get(key)
+        sp = self.partitions[key] = SharePartition(start_offset, self.partition_config(group_id))
+        if old is not None:
+            sp.counters = old.counters           # the metrics' counters run on across a reset
         if self.state is not None:
             self.state.initialize(key, start_offset)
         self._arm(key)

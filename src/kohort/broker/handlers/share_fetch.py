@@ -15,6 +15,9 @@ own read path (kohort.broker.handlers.fetch).
 * RENEW (v2, IsRenewAck): the acknowledgements only; ShareFetch must then have MaxWaitMs, MinBytes,
   MaxBytes and MaxRecords 0 (else INVALID_REQUEST) and fetches nothing.
 * A closed session (epoch -1) releases what the member holds on every partition of the group.
+* An answer with an error (top level or on a partition) is counted in the broker's metrics as a
+  failed ShareFetch / ShareAcknowledge (Kafka's FailedShareFetchRequestsPerSec,
+  FailedShareAcknowledgementRequestsPerSec).
 * Acknowledgements are answered once their share state is durable in `__share_group_state`.
 * Answers: AcquisitionLockTimeoutMs is the group's lock duration; at epoch 0 every session
   partition is answered, later only those with records, errors or acknowledgements. Partition
@@ -144,8 +147,24 @@ def _fetch_error(code: int, message: str | None = None) -> ShareFetchResponse:
               responses=[], node_endpoints=[])
 
 
+def _count_failed(ctx, api: str, resp: ShareFetchResponse | ShareAcknowledgeResponse) -> None:
+    """Count `resp` in the broker's failed share requests when it carries an error: top level, or
+    on a partition (a fetch error or an acknowledgement error)."""
+    failed = bool(resp.error_code) or any(
+        p.error_code or getattr(p, "acknowledge_error_code", 0) for t in resp.responses for p in t.partitions)
+    metrics = getattr(ctx.broker, "metrics", None)
+    if failed and metrics is not None:
+        metrics.record_share_request_failed(api)
+
+
 @handles(ShareFetchRequest, "1-2")
 async def handle_share_fetch(ctx, req: ShareFetchRequest) -> ShareFetchResponse:
+    resp = await _share_fetch(ctx, req)
+    _count_failed(ctx, "ShareFetch", resp)
+    return resp
+
+
+async def _share_fetch(ctx, req: ShareFetchRequest) -> ShareFetchResponse:
     v = ctx.api_version
     if not _enabled(ctx):
         return _fetch_error(ErrorCode.UNSUPPORTED_VERSION, "share groups are not enabled (share.version is 0)")
@@ -230,6 +249,12 @@ async def handle_share_fetch(ctx, req: ShareFetchRequest) -> ShareFetchResponse:
 
 @handles(ShareAcknowledgeRequest, "1-2")
 async def handle_share_acknowledge(ctx, req: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse:
+    resp = await _share_acknowledge(ctx, req)
+    _count_failed(ctx, "ShareAcknowledge", resp)
+    return resp
+
+
+async def _share_acknowledge(ctx, req: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse:
     v = ctx.api_version
 
     def error(code: int, message: str | None = None) -> ShareAcknowledgeResponse:

@@ -27,6 +27,9 @@ What lives here (Kafka's SharePartition, 4.3 behaviour):
   the earliest lock deadline, for the driver's timer. `release_member` releases all a member holds
   (share session closed). A record going back to AVAILABLE with count >= share.delivery.count.limit
   is ARCHIVED instead.
+* counters (`counters`, a `SharePartitionCounters`): records acquired and re-acquired, records
+  released by lock expiry (Kafka's AcquisitionLockTimeoutPerSec), records archived because they
+  reached share.delivery.count.limit; cumulative ints the broker's metrics read, nothing else.
 * persistence: every change that Kafka persists returns a `StateWrite` (start offset + the changed
   ranges with state and delivery count, never ACQUIRED; acquisitions are not written), which
   `kohort.broker.share.state` turns into ShareUpdate/ShareSnapshot records; `from_state` rebuilds a
@@ -136,6 +139,15 @@ class StateWrite:
 
 
 @dataclass
+class SharePartitionCounters:
+    """Cumulative record counts of one share partition (read by kohort.broker.metrics)."""
+    acquired: int = 0                 # acquisitions (each delivery of a record counts once)
+    redelivered: int = 0              # acquisitions with a delivery count above 1
+    lock_timeouts: int = 0            # ACQUIRED records released because their lock expired
+    delivery_limit_archived: int = 0  # records ARCHIVED on reaching share.delivery.count.limit
+
+
+@dataclass
 class AcknowledgeResult:
     error: ErrorCode | None
     write: StateWrite | None = None
@@ -218,6 +230,7 @@ class SharePartition:
         self.start_offset = start_offset
         self._firsts: list[int] = []                      # sorted first offsets of cached batches
         self._cache: dict[int, InFlightBatch] = {}
+        self.counters = SharePartitionCounters()
 
     # -- views ------------------------------------------------------------------------------------
     @property
@@ -257,6 +270,23 @@ class SharePartition:
     def in_flight_count(self) -> int:
         return sum(hi - lo + 1 for b in self.batches() for lo, hi, r in b.recs()
                    if r.state is RecordState.ACQUIRED)
+
+    def in_flight_message_count(self) -> int:
+        """Kafka's InFlightMessageCount: SPEO - SPSO + 1 while records are cached, else 0."""
+        return self.end_offset - self.start_offset + 1 if self._firsts else 0
+
+    def in_flight_batch_count(self) -> int:
+        """Kafka's InFlightBatchCount: the cached batches."""
+        return len(self._firsts)
+
+    def delivery_count_histogram(self) -> dict[int, int]:
+        """delivery count -> records AVAILABLE or ACQUIRED at or past SPSO with that count."""
+        out: dict[int, int] = {}
+        for b in self.batches():
+            for lo, hi, r in b.recs():
+                if r.state in (RecordState.AVAILABLE, RecordState.ACQUIRED) and hi >= self.start_offset:
+                    out[r.count] = out.get(r.count, 0) + hi - max(lo, self.start_offset) + 1
+        return out
 
     def delivery_complete_count(self) -> int:
         """Terminal records at or past SPSO (KIP-1226's DeliveryCompleteCount)."""
@@ -375,6 +405,10 @@ class SharePartition:
                 self._insert_batch(InFlightBatch(lo, hi, _Rec(RecordState.ARCHIVED, 0)))
             moved = self._advance_start()
             write = self._write(list(_coalesce(archived)), moved)
+        for first, last_o, count, _bid in runs:
+            self.counters.acquired += last_o - first + 1
+            if count > 1:
+                self.counters.redelivered += last_o - first + 1
         return AcquireResult(self._acquired_ranges(runs, batch_size), write)
 
     @staticmethod
@@ -419,6 +453,8 @@ class SharePartition:
         changed: list[int] = []
         deadline = now_ms + self.config.record_lock_duration_ms
         limit = self.config.delivery_count_limit
+        self.counters.delivery_limit_archived += sum(
+            1 for o, t in plan if t is AcknowledgeType.RELEASE and self._lookup(o).count >= limit)
         for (lo, hi), t in _runs_by_type(plan):
             if t is AcknowledgeType.RENEW:
                 for rec in self._touch(lo, hi):
@@ -439,20 +475,26 @@ class SharePartition:
     # -- releases -----------------------------------------------------------------------------------
     def expire_locks(self, now_ms: int) -> StateWrite | None:
         """Release every ACQUIRED record whose lock deadline is at or before `now_ms`."""
-        return self._release(lambda r: r.deadline is not None and r.deadline <= now_ms)
+        return self._release(lambda r: r.deadline is not None and r.deadline <= now_ms, expired=True)
 
     def release_member(self, member_id: str) -> StateWrite | None:
         """Release every record `member_id` holds (its share session closed or it left)."""
         return self._release(lambda r: r.member == member_id)
 
-    def _release(self, which) -> StateWrite | None:
+    def _release(self, which, expired: bool = False) -> StateWrite | None:
         limit = self.config.delivery_count_limit
         changed: list[int] = []
+        counters = self.counters
         for b in self.batches():
             for lo, hi, r in list(b.recs()):
                 if r.state is RecordState.ACQUIRED and which(r):
                     r.state = RecordState.ARCHIVED if r.count >= limit else RecordState.AVAILABLE
                     r.member = r.deadline = None
+                    n = hi - lo + 1
+                    if expired:
+                        counters.lock_timeouts += n
+                    if r.state is RecordState.ARCHIVED:
+                        counters.delivery_limit_archived += n
                     changed.extend(range(max(lo, self.start_offset), hi + 1))
         moved = self._advance_start()
         if not changed and not moved:
