@@ -253,22 +253,30 @@ def test_classic_member_in_a_consumer_group(tmp_path):
     asyncio.run(go())
 
 
-def test_offsets_of_an_active_consumer_group_do_not_expire(tmp_path):
-    """The classic coordinator keeps a consumer group's offsets (as a simple group's); they must not
-    expire after offsets.retention.minutes while the consumer group has members."""
+def test_offsets_of_a_consumer_group_expire_unless_subscribed(tmp_path):
+    """A consumer group's offsets are kept by group id (no classic group for them): with a member,
+    those of its subscribed topics stay past offsets.retention.minutes; once it is empty they expire
+    and the group with them (Kafka's cleanupGroupMetadata)."""
     async def go():
         async with running_broker(tmp_path, {"offsets.retention.minutes": 1}) as b:
             w = await Wire.connect(b)
             await _topic(w, "t", 1)
             await w.call(_join("a"), 1)
             assert (await w.call(_commit(1), 9)).topics[0].partitions[0].error_code == 0
-            classic = b.coordinator.groups.classic
-            assert not classic.expire_offsets(b.coordinator.clock() + 61_000).appends
-            assert classic.offsets.of("g")                   # kept: "a" is still a member
+            rt = b.coordinator
+            classic = rt.groups.classic
+            assert "g" not in classic.groups
+            assert not classic.expire_offsets(rt.clock() + 61_000).appends
+            assert rt.groups.committed_offsets("g")           # kept: "a" subscribes to "t"
             await w.call(H(group_id="g", member_id="a", member_epoch=-1), 1)
-            out = classic.expire_offsets(b.coordinator.clock() + 61_000)
+            out = classic.expire_offsets(rt.clock() + 61_000)
             assert out.appends                                   # now they expire
-            b.coordinator.apply(out)
+            rt.apply(out)
+            for _ in range(100):
+                if rt.groups.type_of("g") is None:
+                    break
+                await asyncio.sleep(0.01)
+            assert rt.groups.type_of("g") is None and not rt.groups.committed_offsets("g")
             await w.close()
     asyncio.run(go())
 
