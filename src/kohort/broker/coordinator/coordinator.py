@@ -1074,7 +1074,7 @@ class ClassicGroupCoordinator(GroupMachine):
             if err:
                 described.append(DescribedGroup(err, gid))
             elif group is None or group.is_(S.DEAD):
-                described.append(DescribedGroup(C.GROUP_ID_NOT_FOUND, gid) if api_version >= 6
+                described.append(DescribedGroup(C.GROUP_ID_NOT_FOUND, gid, S.DEAD.value) if api_version >= 6
                                  else DescribedGroup(C.NONE, gid, S.DEAD.value))
             elif group.is_(S.STABLE):
                 described.append(DescribedGroup(
