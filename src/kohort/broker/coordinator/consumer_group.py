@@ -190,9 +190,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
         else:
             self._hold(out, records, (reply_to, result))
         for other in self._deferred:
-            out.responses.extend(other.responses)
-            out.appends.extend(other.appends)
-            out.timers.extend(other.timers)
+            out.extend(other)
         self._deferred.clear()
 
     def on_append_done(self, token: AppendToken, error_code: int, now_ms: int) -> Outcome:
@@ -381,9 +379,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
         if fresh and self._classic_release_empty is not None:
             released = self._classic_release_empty(group.group_id, now)
             if released is not None:            # its tombstone is stored before this group's records
-                out.responses.extend(released.responses)
-                out.appends.extend(released.appends)
-                out.timers.extend(released.timers)
+                out.extend(released)
         self.groups[group.group_id] = group
         if replaced is not None:
             self._replace_static(group, replaced, member, out)

@@ -318,9 +318,7 @@ class ClassicGroupCoordinator(GroupMachine):
 
             self._append(out, [record], done)
             return out
-        out.responses.extend(inner.responses)
-        out.appends.extend(inner.appends)
-        out.timers.extend(inner.timers)
+        out.extend(inner)
         return out
 
     def _revert_new_group(self, group: ClassicGroup, mapped: int, out: Outcome) -> None:
@@ -1029,10 +1027,7 @@ class ClassicGroupCoordinator(GroupMachine):
                 if records:
                     self._append(out, records, self._deletion_done(gid, None, expired))
                 if delete_group and self.delete_other_group is not None:
-                    other_out = self.delete_other_group(gid, now)
-                    out.responses.extend(other_out.responses)
-                    out.appends.extend(other_out.appends)
-                    out.timers.extend(other_out.timers)
+                    out.extend(self.delete_other_group(gid, now))
                 continue
             classic = self.groups[gid]
             if delete_group:
