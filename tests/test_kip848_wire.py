@@ -9,6 +9,7 @@ import pytest
 from kohort.broker.config import BrokerConfig
 from kohort.broker.coordinator.consumer_group import ConsumerGroupConfig
 from kohort.errors import ConfigError, ErrorCode
+from kohort.protocol.consumer_offsets import OFFSETS_TOPIC, group_partition, key_version
 from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest as D
 from kohort.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest as H
@@ -19,6 +20,7 @@ from kohort.protocol.messages.list_groups import ListGroupsRequest
 from kohort.protocol.messages.offset_commit import OffsetCommitRequest as OC
 from kohort.protocol.messages.offset_delete import OffsetDeleteRequest as ODel
 from kohort.protocol.messages.offset_fetch import OffsetFetchRequest as OF
+from kohort.protocol.records import iter_records
 from tests.broker_wire import Wire, running_broker
 
 
@@ -172,6 +174,14 @@ def test_consumer_group_survives_a_broker_restart(tmp_path):
             f = await w.call(OF(groups=[G(group_id="g", member_id="a", member_epoch=2,
                                           topics=[G.Topics(name="t", partition_indexes=[0])])]), 9)
             assert f.groups[0].topics[0].partitions[0].committed_offset == 5
+            # what was stored and replayed: OffsetCommit records keyed by the group and its consumer
+            # group records, no GroupMetadata record; no classic group for the id after the load
+            lg = b.storage.log(OFFSETS_TOPIC, group_partition("g", b.coordinator.num_partitions))
+            kinds = {key_version(bytes(r[2])) for r in iter_records(lg.read(lg.log_start_offset, 1 << 24))}
+            assert 1 in kinds and 3 in kinds and 2 not in kinds
+            assert "g" not in b.coordinator.groups.classic_groups()
+            lg = await w.call(ListGroupsRequest(states_filter=[], types_filter=[]), 5)
+            assert [(x.group_id, x.group_type) for x in lg.groups] == [("g", "consumer")]
             await w.close()
     asyncio.run(go())
 
