@@ -62,10 +62,14 @@ def test_registry_knows_each_group_type_and_its_owner():
     assert reg.serves(GroupType.CONSUMER) and not reg.serves(GroupType.SHARE)
     assert reg.assignor_name("new") == "uniform" and reg.assignor_name("classic") == "range"
     assert dict(reg.committed_offsets("simple"))[("t", 0)].offset == 5
-    assert reg.validate_offset_commit("classic", "x", 1, 9) is None          # classic rules apply
-    assert reg.validate_offset_commit("new", "m1", 99, 9) == 113             # STALE_MEMBER_EPOCH
+    # offsets are validated by the group of the id, whatever machine owns it
+    assert reg.other_group("new") is consumer.groups["new"] and reg.other_group("classic") is None
+    assert h.commit_errors(h.commit("classic", {("t", 0): 1}, 1, "x", api_version=9)) == {("t", 0): 25}
+    assert h.commit_errors(h.commit("new", {("t", 0): 1}, 99, "m1", api_version=9)) == {("t", 0): 113}
+    assert "new" not in h.c.groups                                        # no classic group stands in for it
     h.c.phase = "loading"
-    assert reg.owner("new") is h.c and reg.validate_offset_commit("new", "m1", 99, 9) is None
+    assert reg.owner("new") is h.c
+    assert h.commit_errors(h.commit("new", {("t", 0): 1}, 99, "m1", api_version=9)) == {("t", 0): 14}
     assert not GroupRegistry(h.c).serves(GroupType.CONSUMER)
 
 

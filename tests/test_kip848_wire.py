@@ -9,6 +9,7 @@ import pytest
 from kohort.broker.config import BrokerConfig
 from kohort.broker.coordinator.consumer_group import ConsumerGroupConfig
 from kohort.errors import ConfigError, ErrorCode
+from kohort.protocol.consumer_offsets import OFFSETS_TOPIC, group_partition, key_version
 from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest as D
 from kohort.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest as H
@@ -19,6 +20,7 @@ from kohort.protocol.messages.list_groups import ListGroupsRequest
 from kohort.protocol.messages.offset_commit import OffsetCommitRequest as OC
 from kohort.protocol.messages.offset_delete import OffsetDeleteRequest as ODel
 from kohort.protocol.messages.offset_fetch import OffsetFetchRequest as OF
+from kohort.protocol.records import iter_records
 from tests.broker_wire import Wire, running_broker
 
 
@@ -172,6 +174,14 @@ def test_consumer_group_survives_a_broker_restart(tmp_path):
             f = await w.call(OF(groups=[G(group_id="g", member_id="a", member_epoch=2,
                                           topics=[G.Topics(name="t", partition_indexes=[0])])]), 9)
             assert f.groups[0].topics[0].partitions[0].committed_offset == 5
+            # what was stored and replayed: OffsetCommit records keyed by the group and its consumer
+            # group records, no GroupMetadata record; no classic group for the id after the load
+            lg = b.storage.log(OFFSETS_TOPIC, group_partition("g", b.coordinator.num_partitions))
+            kinds = {key_version(bytes(r[2])) for r in iter_records(lg.read(lg.log_start_offset, 1 << 24))}
+            assert 1 in kinds and 3 in kinds and 2 not in kinds
+            assert "g" not in b.coordinator.groups.classic_groups()
+            lg = await w.call(ListGroupsRequest(states_filter=[], types_filter=[]), 5)
+            assert [(x.group_id, x.group_type) for x in lg.groups] == [("g", "consumer")]
             await w.close()
     asyncio.run(go())
 
@@ -253,22 +263,30 @@ def test_classic_member_in_a_consumer_group(tmp_path):
     asyncio.run(go())
 
 
-def test_offsets_of_an_active_consumer_group_do_not_expire(tmp_path):
-    """The classic coordinator keeps a consumer group's offsets (as a simple group's); they must not
-    expire after offsets.retention.minutes while the consumer group has members."""
+def test_offsets_of_a_consumer_group_expire_unless_subscribed(tmp_path):
+    """A consumer group's offsets are kept by group id (no classic group for them): with a member,
+    those of its subscribed topics stay past offsets.retention.minutes; once it is empty they expire
+    and the group with them (Kafka's cleanupGroupMetadata)."""
     async def go():
         async with running_broker(tmp_path, {"offsets.retention.minutes": 1}) as b:
             w = await Wire.connect(b)
             await _topic(w, "t", 1)
             await w.call(_join("a"), 1)
             assert (await w.call(_commit(1), 9)).topics[0].partitions[0].error_code == 0
-            classic = b.coordinator.groups.classic
-            assert not classic.expire_offsets(b.coordinator.clock() + 61_000).appends
-            assert classic.offsets.of("g")                   # kept: "a" is still a member
+            rt = b.coordinator
+            classic = rt.groups.classic
+            assert "g" not in classic.groups
+            assert not classic.expire_offsets(rt.clock() + 61_000).appends
+            assert rt.groups.committed_offsets("g")           # kept: "a" subscribes to "t"
             await w.call(H(group_id="g", member_id="a", member_epoch=-1), 1)
-            out = classic.expire_offsets(b.coordinator.clock() + 61_000)
+            out = classic.expire_offsets(rt.clock() + 61_000)
             assert out.appends                                   # now they expire
-            b.coordinator.apply(out)
+            rt.apply(out)
+            for _ in range(200):                                 # the tombstones are stored, then applied
+                if rt.groups.type_of("g") is None and not rt.groups.committed_offsets("g"):
+                    break
+                await asyncio.sleep(0.01)
+            assert rt.groups.type_of("g") is None and not rt.groups.committed_offsets("g")
             await w.close()
     asyncio.run(go())
 

@@ -34,9 +34,9 @@ owns a group; handlers call the typed operations below and never choose a machin
 * Timers: one asyncio TimerHandle per armed (namespace, key) (re-arming replaces it); on expiry
   `fire_timer(key, now)` on the machine of that namespace; a timer that fires early by the wall clock
   is re-scheduled.
-* KIP-848 consumer groups keep their committed offsets in the classic machine, as those of a
-  memberless (simple) group of the same id: the runtime's offset operations validate a commit or
-  fetch with the consumer-group machine (member id, epoch) and store it there.
+* Committed offsets of every group type are kept by group id (kohort.broker.coordinator.offsets)
+  and their operations run on the classic machine, which owns the offset records; each commit,
+  fetch or delete is validated by the group of its id, whatever machine owns it.
 * Responses: `reply_to` is an asyncio Future the operation awaits; a future whose request was
   abandoned (client gone) is skipped.
 
@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import functools
 import logging
 import time
@@ -65,7 +64,7 @@ from kohort.storage import StorageError, TopicAlreadyExistsError
 from kohort.broker.coordinator import codes as C
 from kohort.broker.coordinator.config import CoordinatorConfig
 from kohort.broker.coordinator.consumer_group import (
-    STALE_MEMBER_EPOCH, ConsumerGroupConfig, ConsumerGroups, ConsumerHeartbeatParams, ConsumerHeartbeatResult,
+    ConsumerGroupConfig, ConsumerGroups, ConsumerHeartbeatParams, ConsumerHeartbeatResult,
 )
 from kohort.broker.coordinator.coordinator import ClassicGroupCoordinator
 from kohort.broker.coordinator.machine import AppendToken, GroupMachine, GroupType
@@ -73,7 +72,7 @@ from kohort.broker.coordinator.model import (
     CancelTimer, DeleteGroupsResult, DescribeGroupsResult, HeartbeatParams, HeartbeatResult, JoinParams,
     JoinResult, LeaveParams, LeaveResult, ListedGroup, ListGroupsResult, OffsetCommitParams,
     OffsetCommitResult, OffsetDeleteParams, OffsetDeleteResult, OffsetFetchParams, OffsetFetchResult,
-    Outcome, PartitionResult, SetTimer, SyncParams, SyncResult, TxnMarkerRecord, TxnOffsetCommitParams,
+    Outcome, SetTimer, SyncParams, SyncResult, TxnMarkerRecord, TxnOffsetCommitParams,
 )
 from kohort.broker.coordinator.registry import GroupRegistry
 from kohort.broker.share.group import ShareGroupConfig
@@ -114,6 +113,7 @@ class CoordinatorRuntime:
                 cfg, classic_group_active=lambda gid: self.groups.classic_group_active(gid),
                 classic_upgrade=lambda gid, now: classic.release_for_upgrade(gid, now, cfg.max_size),
                 classic_downgrade=lambda snap, now: classic.adopt_from_consumer(snap, now),
+                classic_release_empty=classic.release_empty,
                 classic_max_size=self.config.group_max_size)
         share: ShareGroups | None = None
         values = broker.config.values
@@ -125,7 +125,6 @@ class CoordinatorRuntime:
                 assignment_interval_ms=int(values.get("group.share.assignment.interval.ms", 1000))),
                 group_config=self._share_group_config)
         self.groups = GroupRegistry(classic, consumer, share)
-        classic.offsets_in_use = self.groups.offsets_in_use
         self.machines: tuple[GroupMachine, ...] = self.groups.machines
         self._by_namespace = {m.TIMER_NAMESPACE: m for m in self.machines}
         self._by_kind = {k: m for m in self.machines for k in m.SERDE.KINDS}
@@ -403,48 +402,24 @@ class CoordinatorRuntime:
             return C.GROUP_ID_NOT_FOUND, {}
         return await self._run(machine, "share_delete_offsets", machine.delete_offsets, group_id, topic_ids)
 
-    # -- committed offsets: the group's machine validates, the classic machine keeps them -------------
+    # -- committed offsets: kept by group id, each validated by the group of its id ----------------
     async def offset_commit(self, p: OffsetCommitParams) -> OffsetCommitResult:
-        err = self.groups.validate_offset_commit(p.group_id, p.member_id, p.generation_id, p.api_version)
-        if err:
-            return OffsetCommitResult.failed(p.topics, err)
-        if err is not None:       # a consumer group: its offsets are kept as a simple group's
-            p = dataclasses.replace(p, generation_id=-1, member_id="", group_instance_id=None)
         return await self._run(self._classic, "offset_commit", self._classic.offset_commit, p)
 
     async def txn_offset_commit(self, p: TxnOffsetCommitParams) -> OffsetCommitResult:
-        """TxnOffsetCommit once the transaction coordinator verified the producer: a consumer group
-        checks member and epoch (a stale epoch is ILLEGAL_GENERATION, as Kafka answers it here)."""
-        err = self.groups.validate_offset_commit(p.group_id, p.member_id, p.generation_id, 9)
-        if err == STALE_MEMBER_EPOCH:
-            err = C.ILLEGAL_GENERATION
-        if err:
-            return OffsetCommitResult.failed(p.topics, err)
-        if err is not None:
-            p = dataclasses.replace(p, generation_id=-1, member_id="", group_instance_id=None)
+        """TxnOffsetCommit once the transaction coordinator verified the producer (a consumer
+        group's stale member epoch is ILLEGAL_GENERATION here, as Kafka answers it)."""
         return await self._run(self._classic, "txn_offset_commit", self._classic.txn_offset_commit, p)
 
     async def offset_fetch(self, p: OffsetFetchParams, member_id: str | None = None,
                            member_epoch: int = -1) -> OffsetFetchResult:
         """OffsetFetch; `member_id`/`member_epoch` (v9+) are checked by a consumer group."""
-        err = self.groups.validate_offset_fetch(p.group_id, member_id, member_epoch)
-        if err:
-            return OffsetFetchResult(err)
-        return await self._run(self._classic, "offset_fetch", self._classic.offset_fetch, p)
+        return await self._run(self._classic, "offset_fetch", self._classic.offset_fetch, p,
+                               member_id=member_id, member_epoch=member_epoch)
 
     async def offset_delete(self, p: OffsetDeleteParams) -> OffsetDeleteResult:
-        """OffsetDelete; a consumer group keeps the offsets of topics it subscribes to
-        (GROUP_SUBSCRIBED_TO_TOPIC), as Kafka."""
-        subscribed = self.groups.consumer_subscribed_topics(p.group_id)
-        kept: tuple = ()
-        if subscribed is not None:
-            kept = tuple((t, tuple(PartitionResult(i, C.GROUP_SUBSCRIBED_TO_TOPIC) for i in parts))
-                         for t, parts in p.topics if t in subscribed)
-            p = dataclasses.replace(p, topics=tuple((t, parts) for t, parts in p.topics if t not in subscribed))
-        res = await self._run(self._classic, "offset_delete", self._classic.offset_delete, p)
-        if res.error_code or not kept:
-            return res
-        return OffsetDeleteResult(res.error_code, kept + res.topics)
+        """OffsetDelete; a group keeps the offsets of topics it subscribes to (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        return await self._run(self._classic, "offset_delete", self._classic.offset_delete, p)
 
     # -- administration ----------------------------------------------------------------------------
     async def describe_groups(self, group_ids: list[str], api_version: int) -> DescribeGroupsResult:
@@ -455,14 +430,14 @@ class CoordinatorRuntime:
 
     async def list_groups(self, states_filter: tuple[str, ...] = (),
                           types_filter: tuple[str, ...] = ()) -> ListGroupsResult:
-        """ListGroups over every machine: consumer groups with type and protocol type "consumer" (a
-        consumer group's offsets holder is not listed as a classic group of its own)."""
+        """ListGroups over every machine: classic groups (simple ones too), share groups, consumer
+        groups with type and protocol type "consumer" (an Empty one too, offsets or not)."""
         res = await self._run(self._classic, "list_groups", self._classic.list_groups,
                               states_filter=list(states_filter), types_filter=list(types_filter))
         if res.error_code:
             return res
         consumer = self.groups.consumer_groups()
-        listed = [g for g in res.groups if g.group_id not in consumer]
+        listed = list(res.groups)
         states = {x.lower() for x in states_filter}
         types = {x.lower() for x in types_filter}
         if not types or GroupType.SHARE.value in types:
@@ -479,7 +454,7 @@ class CoordinatorRuntime:
     async def delete_groups(self, group_ids: list[str]) -> DeleteGroupsResult:
         """DeleteGroups: an empty consumer group's records are tombstoned by its machine (a
         non-empty one answers NON_EMPTY_GROUP), then the classic machine deletes classic groups and
-        every deleted group's offsets."""
+        the offsets of every deleted group."""
         consumer_errors: dict[str, int] = {}
         if self._share is not None and self.groups.active:
             for gid in group_ids:
@@ -496,15 +471,13 @@ class CoordinatorRuntime:
                 e = await self._run(self._consumer, "delete_group", self._consumer.delete_group, gid)
                 if e is not None:
                     consumer_errors[gid] = e
-        classic = [g for g in group_ids if consumer_errors.get(g, C.NONE) == C.NONE]
-        res = await self._run(self._classic, "delete_groups", self._classic.delete_groups, classic)
+        classic = [g for g in group_ids if g not in consumer_errors]
+        deleted = [g for g, e in consumer_errors.items() if e == C.NONE]
+        res = await self._run(self._classic, "delete_groups", self._classic.delete_groups, classic,
+                              deleted_elsewhere=deleted)
         results = dict(res.results)
-        for gid, e in consumer_errors.items():
-            if e == C.NONE and results.get(gid) == C.GROUP_ID_NOT_FOUND:
-                results[gid] = C.NONE         # a consumer group that had no committed offsets
-            elif e:
-                results[gid] = e
-        return DeleteGroupsResult(tuple(results.items()))
+        results.update((gid, e) for gid, e in consumer_errors.items() if e)
+        return DeleteGroupsResult(tuple((g, results[g]) for g in dict.fromkeys(group_ids)))
 
     # -- outcome -----------------------------------------------------------------------------------
     def apply(self, out: Outcome) -> None:

@@ -3,7 +3,9 @@ that knows which machine owns a group.
 
 Modules: `machine` (GroupType, AppendToken, GroupMachine: the timer and pending-append plumbing every
 machine shares), `coordinator` (ClassicGroupCoordinator: classic groups, JoinGroup to DeleteGroups,
-and the committed offsets), `group` (one classic group, Kafka's ClassicGroupState), `consumer_group`
+and the offset operations of every group), `offsets` (OffsetMetadataManager: committed offsets by
+group id; the rules asking the group of an id, of any type, whether it may commit or fetch),
+`group` (one classic group, Kafka's ClassicGroupState), `consumer_group`
 (ConsumerGroups: KIP-848 consumer-protocol groups), `consumer_group_model` (their groups, members,
 records and snapshots), `classic_members` (classic members inside consumer groups, online upgrade and
 downgrade), `registry` (GroupRegistry: every group id, its GroupType and owning machine), `serde`

@@ -68,9 +68,7 @@ class ClassicMembersMixin:
         if released is None:
             return None
         classic_out, snap = released
-        out.responses.extend(classic_out.responses)
-        out.appends.extend(classic_out.appends)
-        out.timers.extend(classic_out.timers)
+        out.extend(classic_out)
         g = ConsumerGroup(group_id, group_epoch=snap.generation, assignment_epoch=snap.generation)
         for sm in snap.members:
             try:

@@ -1,4 +1,4 @@
-"""Kafka error codes the classic group coordinator returns (Kafka's numbers, as plain ints), and the
+"""Kafka error codes the group machines and the offsets return (Kafka's numbers, as plain ints), and the
 mapping of storage (append) errors to what a client is told.
 
 Plain ints keep this pure module independent of kohort.errors; the values are Kafka's `Errors.java`
@@ -27,6 +27,7 @@ INVALID_GROUP_ID = 24
 UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
+UNSUPPORTED_VERSION = 35
 KAFKA_STORAGE_ERROR = 56
 NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
@@ -35,6 +36,7 @@ GROUP_MAX_SIZE_REACHED = 81
 FENCED_INSTANCE_ID = 82
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 UNSTABLE_OFFSET_COMMIT = 88
+STALE_MEMBER_EPOCH = 113
 
 _APPEND_ERROR_MAP = {
     NETWORK_EXCEPTION: COORDINATOR_LOAD_IN_PROGRESS,

@@ -153,6 +153,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
                  classic_group_active: Callable[[str], bool] | None = None,
                  classic_upgrade: Callable[[str, int], Any] | None = None,
                  classic_downgrade: Callable[[Any, int], Outcome] | None = None,
+                 classic_release_empty: Callable[[str, int], Outcome | None] | None = None,
                  classic_max_size: int = 2**31 - 1) -> None:
         super().__init__()      # timers: key -> (deadline, the member epoch a rebalance timer was armed at)
         self.config = config or ConsumerGroupConfig()
@@ -164,6 +165,9 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
         # (ClassicGroupSnapshot, now) -> Outcome: the classic coordinator adopts the classic members
         # left when the last consumer-protocol member leaves (online downgrade)
         self._classic_downgrade = classic_downgrade
+        # (group_id, now) -> the classic coordinator's Outcome deleting its Empty group of that id (a
+        # simple group too) when a consumer group is made with it, or None when it has none
+        self._classic_release_empty = classic_release_empty
         self._classic_max_size = classic_max_size
         self.groups: dict[str, ConsumerGroup] = {}
         self._regex_cache: dict[str, re.Pattern] = {}
@@ -186,9 +190,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
         else:
             self._hold(out, records, (reply_to, result))
         for other in self._deferred:
-            out.responses.extend(other.responses)
-            out.appends.extend(other.appends)
-            out.timers.extend(other.timers)
+            out.extend(other)
         self._deferred.clear()
 
     def on_append_done(self, token: AppendToken, error_code: int, now_ms: int) -> Outcome:
@@ -364,6 +366,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
                 self.groups[group.group_id] = group    # converted, whatever happens to this request
             else:
                 group = ConsumerGroup(p.group_id)
+        fresh = p.group_id not in self.groups
         member, new_member, replaced = self._member(group, p)
         if new_member and len(group.members) >= self.config.max_size:
             raise HeartbeatError(C.GROUP_MAX_SIZE_REACHED,
@@ -373,6 +376,10 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
         if not new_member and p.member_epoch != JOIN_EPOCH:
             self._check_epoch(member, p.member_epoch, owned)
         # the group exists from here on (a join that failed validation created nothing)
+        if fresh and self._classic_release_empty is not None:
+            released = self._classic_release_empty(group.group_id, now)
+            if released is not None:            # its tombstone is stored before this group's records
+                out.extend(released)
         self.groups[group.group_id] = group
         if replaced is not None:
             self._replace_static(group, replaced, member, out)
@@ -623,40 +630,21 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
     # ------------------------------------------------------------------ offsets and admin
     def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
                                api_version: int) -> int | None:
-        """None if `group_id` is not a consumer group (the classic rules apply), else the error
-        code for a commit with this member id/epoch (Kafka 4.0-4.2: exact epoch match)."""
+        """None if `group_id` is not a consumer group, else the group's error code for a commit with
+        this member id/epoch (ConsumerGroup.validate_offset_commit)."""
         group = self.groups.get(group_id)
         if group is None:
             return None
-        if member_epoch < 0 and not group.members:
-            return C.NONE
-        m = group.members.get(member_id)
-        if m is None:
-            return C.UNKNOWN_MEMBER_ID
-        if m.classic is not None:       # a classic member commits with its generation (= epoch)
-            return C.NONE if member_epoch == m.member_epoch else C.ILLEGAL_GENERATION
-        if api_version < 9:
-            return UNSUPPORTED_VERSION
-        if member_epoch != m.member_epoch:
-            return STALE_MEMBER_EPOCH
-        return C.NONE
+        return group.validate_offset_commit(member_id, None, member_epoch, False, api_version)
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int | None:
         group = self.groups.get(group_id)
-        if group is None:
-            return None
-        if member_id is None and member_epoch < 0:
-            return C.NONE
-        m = group.members.get(member_id or "")
-        if m is None:
-            return C.UNKNOWN_MEMBER_ID
-        if member_epoch != m.member_epoch:
-            return STALE_MEMBER_EPOCH
-        return C.NONE
+        return None if group is None else group.validate_offset_fetch(member_id, member_epoch)
 
-    def delete_group(self, group_id: str, now_ms: int, reply_to: Any) -> Outcome:
-        """DeleteGroups for one consumer group; the result (answered once the 6 and 3 tombstones are
-        stored) is None if it is not a consumer group, NON_EMPTY_GROUP if members remain, else NONE."""
+    def delete_group(self, group_id: str, now_ms: int, reply_to: Any = None) -> Outcome:
+        """DeleteGroups for one consumer group (also an Empty group whose offsets all expired); the
+        result (answered once the 6 and 3 tombstones are stored) is None if it is not a consumer
+        group, NON_EMPTY_GROUP if members remain, else NONE. Its offsets are the offsets' to delete."""
         out = Outcome()
         group = self.groups.get(group_id)
         if group is None or group.members:

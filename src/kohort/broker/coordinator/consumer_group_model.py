@@ -2,15 +2,18 @@
 (kohort.broker.coordinator.consumer_group) and its classic members (classic_members): groups, members,
 their records of `__consumer_offsets` (`ConsumerRecordKind`, Kafka's CoordinatorRecordType numbers),
 the snapshots a step is diffed over to know which records to write, the heartbeat's params and result,
-the timer keys, and the classic group handed over in an online upgrade or downgrade. Pure data and
+the timer keys, and the classic group handed over in an online upgrade or downgrade; what a consumer
+group answers the offsets (kohort.broker.coordinator.offsets.OffsetsGroup). Pure data and
 pure functions: no clock, no I/O.
 """
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
+import kohort.broker.coordinator.codes as C
+from .group import CommittedOffset, from_commit
 from .model import JoinResult, LeaveResult
 
 Assignment = dict[str, frozenset[int]]
@@ -24,9 +27,9 @@ INVALID_REQUEST = 42
 UNSUPPORTED_ASSIGNOR = 112
 FENCED_MEMBER_EPOCH = 110
 UNRELEASED_INSTANCE_ID = 111
-STALE_MEMBER_EPOCH = 113
+STALE_MEMBER_EPOCH = C.STALE_MEMBER_EPOCH
 INVALID_REGULAR_EXPRESSION = 128
-UNSUPPORTED_VERSION = 35
+UNSUPPORTED_VERSION = C.UNSUPPORTED_VERSION
 
 
 class MemberState(enum.IntEnum):
@@ -148,6 +151,54 @@ class ConsumerGroup:
                     for p in ps:
                         own[(t, p)] = m.member_id
         return own
+
+    # -- what the offsets ask (Kafka's ConsumerGroup.validateOffsetCommit/Fetch/Delete, ...) ----------
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, member_epoch: int,
+                               transactional: bool, api_version: int) -> int:
+        """A commit without an epoch only to an empty group; else a member, committing with
+        OffsetCommit v9+ (a consumer-protocol member, unless transactional) at its epoch."""
+        if member_epoch < 0 and not self.members:
+            return C.NONE
+        m = self.members.get(member_id)
+        if m is None:
+            return C.UNKNOWN_MEMBER_ID
+        if not transactional and m.classic is None and api_version < 9:
+            return C.UNSUPPORTED_VERSION
+        return _member_epoch_error(m, member_epoch)
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int:
+        """Without member id and epoch (admin, old clients) always; else the member at its epoch."""
+        if member_id is None and member_epoch < 0:
+            return C.NONE
+        m = self.members.get(member_id or "")
+        if m is None:
+            return C.UNKNOWN_MEMBER_ID
+        return _member_epoch_error(m, member_epoch)
+
+    def validate_offset_delete(self) -> int:
+        return C.NONE          # members or not; the subscribed topics are refused per topic
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        """A member subscribes to `topic` (by name, or by a regex it resolved to)."""
+        if not self.members:
+            return False
+        return topic in self.subscribed_metadata or any(topic in m.subscribed_topic_names
+                                                        for m in self.members.values())
+
+    def offset_expiration_base(self) -> Callable[[CommittedOffset], int] | None:
+        return from_commit                 # members or not: from the commit
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+
+def _member_epoch_error(m: "ConsumerMember", epoch: int) -> int:
+    """Kafka's validateMemberEpoch: a classic-protocol member commits with its generation (its member
+    epoch; ILLEGAL_GENERATION otherwise), a consumer-protocol member with its exact epoch
+    (STALE_MEMBER_EPOCH otherwise)."""
+    if epoch == m.member_epoch:
+        return C.NONE
+    return C.ILLEGAL_GENERATION if m.classic is not None else C.STALE_MEMBER_EPOCH
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The classic group coordinator (Kafka's classic group protocol: JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit/Fetch/Delete, DescribeGroups, ListGroups, DeleteGroups) as a PURE state
+LeaveGroup, DescribeGroups, ListGroups, DeleteGroups) and the offset operations of every group
+(OffsetCommit/Fetch/Delete, TxnOffsetCommit, expiration) as a PURE state
 machine: no I/O, no threads, no clock. Every entry point takes `now_ms` and returns an Outcome
 (responses to send now, records to append with their completion tokens, timers to arm/cancel); see
 kohort.broker.coordinator.model for the contract.
@@ -38,6 +39,13 @@ classic path), including its validation orders and error codes. Points where koh
   commits: generation < 0 on an Empty (or unknown: a simple group is made) group is accepted; else the
   member (UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID) and generation (ILLEGAL_GENERATION; an unknown group
   with generation >= 0 too); no REBALANCE_IN_PROGRESS check.
+* Offsets of every group type go through this machine (it owns the offset records, as Kafka's shard
+  does): each commit, fetch and delete is validated by the group of its id whatever its type
+  (`other_group`: a KIP-848 consumer group or a share group, else a classic group; the rules are in
+  kohort.broker.coordinator.offsets), and expiration visits every group (`other_group_ids` too) and
+  asks each when its offsets expire; an Empty consumer group whose offsets all expired (or that has
+  none) is deleted by its own machine (`delete_other_group`), as Kafka's cleanupGroupMetadata. No
+  classic group stands in for a group of another type.
 * OffsetCommit v0/v1 per-partition commit timestamps are not modelled (Kafka 4 dropped v0/v1).
 * Protocol vote ties (HashMap order in Kafka) go to the leader's preference.
 """
@@ -60,7 +68,7 @@ from .model import (
 )
 from .machine import GroupMachine, GroupType
 from .serde import ClassicRecordSerde
-from .offsets import OffsetMetadataManager
+from .offsets import OffsetMetadataManager, OffsetsGroup, validate_offset_commit, validate_offset_fetch
 
 S = GroupState
 EXPIRATION_KEY = ("offsets-expiration",)
@@ -101,10 +109,13 @@ class ClassicGroupCoordinator(GroupMachine):
         super().__init__()
         self.groups: dict[str, ClassicGroup] = {}
         self.phase = "loading" if loading else "active"     # loading | active | inactive
-        # KIP-848: the offsets of a group id that is a consumer group with members (kept here as a
-        # simple group's) never expire; the runtime sets this to ask the consumer-group coordinator
-        self.offsets_in_use: Callable[[str], bool] = lambda group_id: False
-        # every group's committed and pending transactional offsets
+        # the group of another type (a KIP-848 consumer group, a share group) with this id, asked
+        # by the offset operations; the registry connects it to the other machines
+        self.other_group: Callable[[str], OffsetsGroup | None] = lambda group_id: None
+        # deletes another machine's Empty group whose offsets all expired -> that machine's Outcome
+        self.delete_other_group: Callable[[str, int], Outcome] | None = None
+        self.other_group_ids: Callable[[], Iterable[str]] = lambda: ()     # expiration visits them too
+        # every group's committed and pending transactional offsets, by group id
         self.offsets = OffsetMetadataManager(self.config)
         self.pending_txn = self.offsets.pending_txn
 
@@ -139,15 +150,10 @@ class ClassicGroupCoordinator(GroupMachine):
         `producer_id` >= 0: the record came in a transactional batch of that producer whose
         transaction has no marker yet -- a pending offset."""
         if isinstance(record, OffsetRecord):
-            if not record.tombstone and record.group not in self.groups:
-                self.groups[record.group] = ClassicGroup(record.group)     # offsets only: a "simple" group
-            self.offsets.replay(record, producer_id)
+            self.offsets.replay(record, producer_id)       # simple groups are made in on_loaded
         elif isinstance(record, GroupRecord):
             if record.tombstone:
-                g = self.groups.pop(record.group, None)
-                if g is not None and self.offsets.has(record.group):
-                    # offsets outlive the group's metadata (a KIP-848 upgrade): a simple group holds them
-                    self.groups[record.group] = ClassicGroup(record.group)
+                self.groups.pop(record.group, None)
                 return
             g = self.groups.get(record.group)
             if g is None:
@@ -178,14 +184,28 @@ class ClassicGroupCoordinator(GroupMachine):
         """A COMMIT/ABORT marker of `producer_id` on the `__consumer_offsets` partition holding the
         groups `group_filter` accepts (load, and live through `write_txn_marker`)."""
         for gid in self.offsets.replay_marker(producer_id, commit, group_filter):
-            if gid not in self.groups:
-                self.groups[gid] = ClassicGroup(gid)
+            if self.phase != "loading":
+                self._ensure_offsets_group(gid)
+
+    def _ensure_offsets_group(self, group_id: str) -> None:
+        """Offsets of `group_id` were stored: with no group of any type by that id, Kafka's simple
+        classic group (Empty, no protocol type) holds them."""
+        if group_id not in self.groups and self.other_group(group_id) is None:
+            self.groups[group_id] = ClassicGroup(group_id)
 
     def on_loaded(self, now_ms: int, topics: Mapping[str, int] | None = None) -> Outcome:
         """Loading finished: become active, arm every member's session timer, rebalance groups over
         group.max.size (KIP-389), and arm the periodic offsets-expiration timer."""
         out = Outcome()
         self.phase = "active"
+        # what replay left: a simple group where offsets have no group of any type (Kafka makes it at
+        # the offset record), none where another machine's group has the id (Kafka replaces it)
+        for gid in [gid for gid, g in self.groups.items() if g.is_simple() and self.other_group(gid) is not None]:
+            del self.groups[gid]
+        for gid, _ in self.offsets.groups():
+            self._ensure_offsets_group(gid)
+        for gid in self.pending_txn.group_ids():
+            self._ensure_offsets_group(gid)
         for g in self.groups.values():
             for m in g.members.values():
                 self._arm(out, heartbeat_key(g.group_id, m.member_id), now_ms + m.session_timeout_ms)
@@ -298,9 +318,7 @@ class ClassicGroupCoordinator(GroupMachine):
 
             self._append(out, [record], done)
             return out
-        out.responses.extend(inner.responses)
-        out.appends.extend(inner.appends)
-        out.timers.extend(inner.timers)
+        out.extend(inner)
         return out
 
     def _revert_new_group(self, group: ClassicGroup, mapped: int, out: Outcome) -> None:
@@ -317,7 +335,7 @@ class ClassicGroupCoordinator(GroupMachine):
         coordinator. None if it cannot be (missing, Empty/Dead, not protocol type "consumer", no
         protocol chosen yet, more than `max_size` members); else (Outcome, ClassicGroupSnapshot):
         parked JoinGroup/SyncGroup answered REBALANCE_IN_PROGRESS, member timers cancelled, the
-        GroupMetadata record tombstoned; the group stays as an Empty holder of its offsets."""
+        GroupMetadata record tombstoned, the group gone (its offsets stay the group id's)."""
         g = self.groups.get(group_id)
         if (g is None or g.is_(S.EMPTY, S.DEAD) or g.protocol_type != "consumer" or not g.protocol_name
                 or len(g.members) > max_size):
@@ -334,9 +352,22 @@ class ClassicGroupCoordinator(GroupMachine):
                 self._respond(out, m.take_sync_reply(), SyncResult(C.REBALANCE_IN_PROGRESS))
         self._cancel_group_timers(g, out)
         snap = ClassicGroupSnapshot(group_id, g.generation_id, tuple(members))
-        self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now_ms)
+        del self.groups[group_id]
         self._append(out, [GroupRecord(group_id, tombstone=True)], lambda o, e, n: None)
         return out, snap
+
+    def release_empty(self, group_id: str, now_ms: int) -> Outcome | None:
+        """A KIP-848 consumer group is made with the id of an Empty classic group (a simple group
+        too): that group is deleted, its GroupMetadata record tombstoned, its offsets stay the group
+        id's (Kafka's maybeDeleteEmptyClassicGroup). None when there is no Empty classic group."""
+        g = self.groups.get(group_id)
+        if g is None or not g.is_(S.EMPTY):
+            return None
+        out = Outcome()
+        self._cancel_group_timers(g, out)
+        del self.groups[group_id]
+        self._append(out, [GroupRecord(group_id, tombstone=True)], lambda o, e, n: None)
+        return out
 
     def adopt_from_consumer(self, snap, now_ms: int) -> Outcome:
         """KIP-848 online downgrade: take over `snap` (a ClassicGroupSnapshot of the classic members
@@ -815,20 +846,24 @@ class ClassicGroupCoordinator(GroupMachine):
         return out
 
     # ================================================================ offsets
+    def _offsets_group(self, group_id: str) -> OffsetsGroup | None:
+        """The group an offset operation asks, of any type: another machine's group (a consumer or
+        share group) first, then a classic group (a Dead one too, while its tombstone is stored)."""
+        return self.other_group(group_id) or self.groups.get(group_id)
+
     def offset_commit(self, p: OffsetCommitParams, now_ms: int, reply_to: Any) -> Outcome:
         out = Outcome()
-        group, created, err = self._commit_target(
-            p, now_ms, C.GROUP_ID_NOT_FOUND if p.api_version >= 9 else C.ILLEGAL_GENERATION)
-        if not err:
-            err = self._validate_offset_commit(group, p)
+        err, created = self._commit_target(p, False, now_ms)
         if err:
             self._respond(out, reply_to, OffsetCommitResult.failed(p.topics, err))
             return out
-        if group.is_(S.STABLE, S.PREPARING_REBALANCE) and p.member_id in group.members:
-            m = group.members[p.member_id]
+        group = self.groups.get(p.group_id)
+        if (group is not None and group.is_(S.STABLE, S.PREPARING_REBALANCE) and p.member_id in group.members
+                and self.other_group(p.group_id) is None):
+            m = group.members[p.member_id]      # a classic member's commit keeps its session
             self._arm(out, heartbeat_key(group.group_id, m.member_id), now_ms + m.session_timeout_ms)
         expire = now_ms + p.retention_time_ms if p.retention_time_ms != -1 else None
-        self._store_offsets(out, group, created, p.topics, now_ms, expire, reply_to)
+        self._store_offsets(out, p.group_id, created, p.topics, now_ms, expire, reply_to)
         return out
 
     def txn_offset_commit(self, p: TxnOffsetCommitParams, now_ms: int, reply_to: Any) -> Outcome:
@@ -836,36 +871,35 @@ class ClassicGroupCoordinator(GroupMachine):
         the producer, hold them pending once stored. The transaction coordinator's verification
         (the group's partition is in the producer's Ongoing transaction) is the caller's."""
         out = Outcome()
-        group, created, err = self._commit_target(p, now_ms, C.ILLEGAL_GENERATION)
-        if not err:
-            err = self._validate_txn_offset_commit(group, p)
+        err, created = self._commit_target(p, True, now_ms)
         if err:
             self._respond(out, reply_to, OffsetCommitResult.failed(p.topics, err))
             return out
-        self._store_offsets(out, group, created, p.topics, now_ms, None, reply_to,
+        self._store_offsets(out, p.group_id, created, p.topics, now_ms, None, reply_to,
                             (p.producer_id, p.producer_epoch))
         return out
 
-    def _commit_target(self, p: OffsetCommitParams | TxnOffsetCommitParams, now_ms: int,
-                       missing: int) -> tuple[ClassicGroup | None, bool, int]:
-        """(group, created, error) of a commit: a commit without a generation to an unknown group makes
-        a simple group (`created`); with one it gets `missing`."""
-        err, group = self._addressed(p.group_id)
-        created = False
-        if not err and group is None:
-            if p.generation_id < 0:        # simple (admin / assign()) commit: a simple group
-                group = self.groups[p.group_id] = ClassicGroup(p.group_id, state_timestamp=now_ms)
-                created = True
-            else:
-                err = missing
-        return group, created, err
+    def _commit_target(self, p: OffsetCommitParams | TxnOffsetCommitParams, transactional: bool,
+                       now_ms: int) -> tuple[int, bool]:
+        """(error, created) of a commit, validated by the group of its id whatever its type; a commit
+        without a generation to an id no group has makes a simple classic group (`created`)."""
+        err, _ = self._addressed(p.group_id)
+        if err:
+            return err, False
+        api_version = p.api_version if isinstance(p, OffsetCommitParams) else 9
+        err, simple = validate_offset_commit(self._offsets_group(p.group_id), p.member_id, p.group_instance_id,
+                                             p.generation_id, transactional, api_version)
+        if simple:
+            self.groups[p.group_id] = ClassicGroup(p.group_id, state_timestamp=now_ms)
+        return err, simple
 
-    def _store_offsets(self, out: Outcome, group: ClassicGroup, created: bool, topics, now_ms: int,
+    def _store_offsets(self, out: Outcome, group_id: str, created: bool, topics, now_ms: int,
                        expire: int | None, reply_to: Any, producer: tuple[int, int] | None = None) -> None:
         """Append a validated commit's records (as `producer`'s transactional batch when given) and
         answer once stored: committed offsets, or pending ones of the producer until its marker. A
         simple group made for this commit is dropped again when nothing could be stored."""
-        results, records = self.offsets.commit_records(group.group_id, topics, now_ms, expire)
+        results, records = self.offsets.commit_records(group_id, topics, now_ms, expire)
+        made = self.groups.get(group_id) if created else None
         if not records:
             self._respond(out, reply_to, OffsetCommitResult(tuple((t, tuple(rs)) for t, rs in results)))
             return
@@ -876,43 +910,20 @@ class ClassicGroupCoordinator(GroupMachine):
                 final = tuple((t, tuple(PartitionResult(r.partition_index, mapped)
                                         if r.error_code == C.NONE else r for r in rs))
                               for t, rs in results)
-                g = self.groups.get(group.group_id)
-                if (created and g is group and g.is_(S.EMPTY) and not self.offsets.has(g.group_id)
-                        and not g.members and not g.pending_members
-                        and (producer is None or not self.pending_txn.has_group(g.group_id))):
-                    del self.groups[group.group_id]
+                if (made is not None and self.groups.get(group_id) is made and made.is_simple()
+                        and not self.offsets.has(group_id)
+                        and (producer is None or not self.pending_txn.has_group(group_id))):
+                    del self.groups[group_id]
             else:
-                if self.groups.get(group.group_id) is None:
-                    self.groups[group.group_id] = ClassicGroup(group.group_id, state_timestamp=now)
                 if producer is None:
                     self.offsets.stored(records)
                 else:
                     self.offsets.stored_pending(producer[0], records)
+                self._ensure_offsets_group(group_id)
                 final = tuple((t, tuple(rs)) for t, rs in results)
             self._respond(o, reply_to, OffsetCommitResult(final))
 
         self._append(out, records, done, producer)
-
-    @staticmethod
-    def _validate_commit_member(group: ClassicGroup, p) -> int | None:
-        """The checks OffsetCommit and TxnOffsetCommit share, in Kafka's order: an error code (NONE for a
-        commit to an Empty group without a generation, or by the current member and generation), or None
-        when the request names no member at all (each caller decides that case)."""
-        if group.is_(S.DEAD):
-            return C.COORDINATOR_NOT_AVAILABLE
-        if p.generation_id < 0 and group.is_(S.EMPTY):
-            return C.NONE
-        if p.generation_id >= 0 or p.member_id or p.group_instance_id is not None:
-            err = group.validate_member(p.member_id, p.group_instance_id)
-            if err:
-                return err
-            return C.ILLEGAL_GENERATION if p.generation_id != group.generation_id else C.NONE
-        return None
-
-    @classmethod
-    def _validate_txn_offset_commit(cls, group: ClassicGroup, p: TxnOffsetCommitParams) -> int:
-        err = cls._validate_commit_member(group, p)
-        return C.NONE if err is None else err
 
     def write_txn_marker(self, marker: TxnMarkerRecord, group_filter: Callable[[str], bool], now_ms: int,
                          reply_to: Any) -> Outcome:
@@ -930,51 +941,45 @@ class ClassicGroupCoordinator(GroupMachine):
         self._append(out, [marker], done, producer=(marker.producer_id, marker.producer_epoch))
         return out
 
-    @classmethod
-    def _validate_offset_commit(cls, group: ClassicGroup, p: OffsetCommitParams) -> int:
-        err = cls._validate_commit_member(group, p)
-        if err is None:                       # no member named: only an Empty group takes it
-            return C.NONE if group.is_(S.EMPTY) else C.UNKNOWN_MEMBER_ID
-        if err:
-            return err
-        return C.REBALANCE_IN_PROGRESS if group.is_(S.COMPLETING_REBALANCE) else C.NONE
-
-    def offset_fetch(self, p: OffsetFetchParams, now_ms: int, reply_to: Any) -> Outcome:
+    def offset_fetch(self, p: OffsetFetchParams, now_ms: int, reply_to: Any, member_id: str | None = None,
+                     member_epoch: int = -1) -> Outcome:
+        """OffsetFetch, validated by the group of its id (`member_id`/`member_epoch`: v9+)."""
         out = Outcome()
         err = self._availability()
         if err:
             self._respond(out, reply_to, OffsetFetchResult(err))
             return out
-        group = self.groups.get(p.group_id)
-        topics = self.offsets.fetch(p.group_id, p.topics, p.require_stable,
-                                    visible=group is not None and not group.is_(S.DEAD))
+        err, visible = validate_offset_fetch(self._offsets_group(p.group_id), member_id, member_epoch)
+        if err:
+            self._respond(out, reply_to, OffsetFetchResult(err))
+            return out
+        topics = self.offsets.fetch(p.group_id, p.topics, p.require_stable, visible=visible)
         self._respond(out, reply_to, OffsetFetchResult(C.NONE, topics))
         return out
 
     def offset_delete(self, p: OffsetDeleteParams, now_ms: int, reply_to: Any) -> Outcome:
+        """OffsetDelete: the group of its id, whatever its type, says whether offsets may go and which
+        topics it still subscribes to (GROUP_SUBSCRIBED_TO_TOPIC)."""
         out = Outcome()
-        err, group = self._addressed(p.group_id)
-        if not err and (group is None or group.is_(S.DEAD)):
-            err = C.GROUP_ID_NOT_FOUND
-        if not err and group.is_(S.STABLE, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE) \
-                and not group.uses_consumer_protocol():
-            err = C.NON_EMPTY_GROUP
+        err, _ = self._addressed(p.group_id)
+        group = None if err else self._offsets_group(p.group_id)
+        if not err:
+            err = C.GROUP_ID_NOT_FOUND if group is None else group.validate_offset_delete()
         if err:
             self._respond(out, reply_to, OffsetDeleteResult(err))
             return out
+        gid = p.group_id
         results = []
-        doomed: list[tuple[tuple[str, int], CommittedOffset]] = []
+        doomed: list[tuple[tuple[str, int], CommittedOffset | None]] = []
         for topic, parts in p.topics:
-            rs = []
+            if group.is_subscribed_to_topic(topic):
+                results.append((topic, tuple(PartitionResult(part, C.GROUP_SUBSCRIBED_TO_TOPIC) for part in parts)))
+                continue
             for part in parts:
-                if group.is_subscribed_to_topic(topic):
-                    rs.append(PartitionResult(part, C.GROUP_SUBSCRIBED_TO_TOPIC))
-                else:
-                    rs.append(PartitionResult(part, C.NONE))
-                    co = self.offsets.of(group.group_id).get((topic, part))
-                    if co is not None or self.pending_txn.has(group.group_id, topic, part):
-                        doomed.append(((topic, part), co))
-            results.append((topic, tuple(rs)))
+                co = self.offsets.of(gid).get((topic, part))
+                if co is not None or self.pending_txn.has(gid, topic, part):
+                    doomed.append(((topic, part), co))
+            results.append((topic, tuple(PartitionResult(part, C.NONE) for part in parts)))
         result = OffsetDeleteResult(C.NONE, tuple(results))
         if not doomed:
             self._respond(out, reply_to, result)
@@ -984,17 +989,16 @@ class ClassicGroupCoordinator(GroupMachine):
             if error:
                 self._respond(o, reply_to, OffsetDeleteResult(C.map_append_error(error)))
                 return
-            self.offsets.deleted(group.group_id, doomed)
+            self.offsets.deleted(gid, doomed)
             self._respond(o, reply_to, result)
 
-        self._append(out, [OffsetRecord(group.group_id, t, pt, tombstone=True) for (t, pt), _ in doomed],
-                     done)
+        self._append(out, [OffsetRecord(gid, t, pt, tombstone=True) for (t, pt), _ in doomed], done)
         return out
 
     def expire_offsets(self, now_ms: int) -> Outcome:
         """Drop offsets past offsets.retention.minutes (Kafka's cleanupGroupMetadata), and delete
         Empty groups left with no offsets. Also runs on the ("offsets-expiration",) timer. KIP-211:
-        a group's offsets of topics it still subscribes to never expire, and an Empty group's
+        a group's offsets of topics it still subscribes to never expire, and an Empty classic group's
         retention runs from when it became Empty."""
         out = Outcome()
         if self.phase == "active":
@@ -1002,30 +1006,34 @@ class ClassicGroupCoordinator(GroupMachine):
         return out
 
     def _expire_offsets(self, now: int, out: Outcome) -> None:
-        for group in list(self.groups.values()):
-            if group.is_(S.DEAD) or self.offsets_in_use(group.group_id):
+        ids = {gid for gid, _ in self.offsets.groups()}
+        ids.update(gid for gid, g in self.groups.items() if not g.is_(S.DEAD))
+        ids.update(self.other_group_ids())
+        for gid in sorted(ids):
+            other = self.other_group(gid)
+            group: OffsetsGroup | None = other or self.groups.get(gid)
+            if group is None or (other is None and self.groups[gid].is_(S.DEAD)):
                 continue
-            if group.protocol_type is None:                   # simple group: from the commit
-                base = lambda co: co.commit_timestamp          # noqa: E731
-            elif group.is_(S.EMPTY):                           # from when the group became Empty
-                ts = group.state_timestamp
-                base = (lambda co, ts=ts: ts) if ts >= 0 else (lambda co: co.commit_timestamp)
-            elif group.uses_consumer_protocol() and group.subscribed_topics is not None \
-                    and group.is_(S.STABLE):
-                base = lambda co: co.commit_timestamp          # noqa: E731
-            else:
+            base = group.offset_expiration_base()
+            if base is None:
                 continue
-            expired = self.offsets.expired(group.group_id, now, base, group.is_subscribed_to_topic)
-            delete_group = (len(expired) == len(self.offsets.of(group.group_id)) and group.is_(S.EMPTY)
-                            and not self.pending_txn.has_group(group.group_id))
+            expired = self.offsets.expired(gid, now, base, group.is_subscribed_to_topic)
+            all_gone = len(expired) == len(self.offsets.of(gid)) and not self.pending_txn.has_group(gid)
+            delete_group = all_gone and group.is_empty()
             if not expired and not delete_group:
                 continue
-            records: list[Record] = [OffsetRecord(group.group_id, t, pt, tombstone=True)
-                                     for (t, pt), _ in expired]
+            records: list[Record] = [OffsetRecord(gid, t, pt, tombstone=True) for (t, pt), _ in expired]
+            if other is not None:
+                if records:
+                    self._append(out, records, self._deletion_done(gid, None, expired))
+                if delete_group and self.delete_other_group is not None:
+                    out.extend(self.delete_other_group(gid, now))
+                continue
+            classic = self.groups[gid]
             if delete_group:
-                records.append(GroupRecord(group.group_id, tombstone=True))
-                self._mark_dead(group, now, out)
-            self._append(out, records, self._deletion_done(group, expired, delete_group, None))
+                records.append(GroupRecord(gid, tombstone=True))
+                self._mark_dead(classic, now, out)
+            self._append(out, records, self._deletion_done(gid, classic if delete_group else None, expired))
 
     def _mark_dead(self, group: ClassicGroup, now: int, out: Outcome) -> None:
         group.dead_rollback = (group.state, group.previous_state, group.state_timestamp)
@@ -1034,22 +1042,20 @@ class ClassicGroupCoordinator(GroupMachine):
         group.pending_members.clear()
         group.transition(S.DEAD, now)
 
-    def _deletion_done(self, group: ClassicGroup, expired: list, delete_group: bool,
-                       on_result: Callable[[Outcome, int], None] | None) -> _OnDone:
+    def _deletion_done(self, group_id: str, dead: ClassicGroup | None, expired: list) -> _OnDone:
+        """Once the tombstones of `expired` (and of the classic group `dead`, marked Dead) are stored:
+        the offsets go, and the group; if they were not, a Dead group lives on as it was."""
         def done(o: Outcome, error: int, now: int) -> None:
             if error:
-                if delete_group and group.is_(S.DEAD) and group.dead_rollback is not None:
-                    # the tombstone was not stored: the group lives on as it was
-                    group.state, group.previous_state, group.state_timestamp = group.dead_rollback
-                    group.dead_rollback = None
+                if dead is not None and dead.is_(S.DEAD) and dead.dead_rollback is not None:
+                    dead.state, dead.previous_state, dead.state_timestamp = dead.dead_rollback
+                    dead.dead_rollback = None
             else:
                 for tp, co in expired:
-                    self.offsets.remove(group.group_id, tp, co)
-                if delete_group and self.groups.get(group.group_id) is group:
-                    self._cancel_group_timers(group, o)
-                    del self.groups[group.group_id]
-            if on_result is not None:
-                on_result(o, C.map_append_error(error) if error else C.NONE)
+                    self.offsets.remove(group_id, tp, co)
+                if dead is not None and self.groups.get(group_id) is dead:
+                    self._cancel_group_timers(dead, o)
+                    del self.groups[group_id]
         return done
 
     # ================================================================ admin
@@ -1063,7 +1069,7 @@ class ClassicGroupCoordinator(GroupMachine):
             if err:
                 described.append(DescribedGroup(err, gid))
             elif group is None or group.is_(S.DEAD):
-                described.append(DescribedGroup(C.GROUP_ID_NOT_FOUND, gid) if api_version >= 6
+                described.append(DescribedGroup(C.GROUP_ID_NOT_FOUND, gid, S.DEAD.value) if api_version >= 6
                                  else DescribedGroup(C.NONE, gid, S.DEAD.value))
             elif group.is_(S.STABLE):
                 described.append(DescribedGroup(
@@ -1097,16 +1103,21 @@ class ClassicGroupCoordinator(GroupMachine):
         self._respond(out, reply_to, ListGroupsResult(C.NONE, tuple(listed)))
         return out
 
-    def delete_groups(self, group_ids: Iterable[str], now_ms: int, reply_to: Any) -> Outcome:
+    def delete_groups(self, group_ids: Iterable[str], now_ms: int, reply_to: Any,
+                      deleted_elsewhere: Iterable[str] = ()) -> Outcome:
+        """DeleteGroups of classic groups (Empty ones: NON_EMPTY_GROUP otherwise, GROUP_ID_NOT_FOUND
+        without one), their offsets tombstoned with the GroupMetadata record; `deleted_elsewhere`:
+        ids whose group another machine has deleted, only their offsets tombstoned here."""
         out = Outcome()
         err = self._availability()
-        ids = list(dict.fromkeys(group_ids))
+        others = list(dict.fromkeys(deleted_elsewhere))
+        ids = [g for g in dict.fromkeys(group_ids) if g not in others]
         if err:
-            self._respond(out, reply_to, DeleteGroupsResult(tuple((g, err) for g in ids)))
+            self._respond(out, reply_to, DeleteGroupsResult(tuple((g, err) for g in ids + others)))
             return out
         results: dict[str, int] = {}
         records: list[Record] = []
-        doomed: list[tuple[ClassicGroup, list]] = []
+        doomed: list[tuple[str, ClassicGroup | None, list]] = []
         for gid in ids:
             group = self.groups.get(gid)
             if group is None or group.is_(S.DEAD):
@@ -1114,27 +1125,32 @@ class ClassicGroupCoordinator(GroupMachine):
             elif not group.is_(S.EMPTY):
                 results[gid] = C.NON_EMPTY_GROUP
             else:
-                expired = list(self.offsets.of(gid).items())
+                doomed.append((gid, group, list(self.offsets.of(gid).items())))
                 records.extend(self.offsets.tombstones(gid))
                 records.append(GroupRecord(gid, tombstone=True))
                 self._mark_dead(group, now_ms, out)
-                doomed.append((group, expired))
                 results[gid] = C.NONE
+        for gid in others:
+            results[gid] = C.NONE
+            tombstones = self.offsets.tombstones(gid)
+            if tombstones:
+                doomed.append((gid, None, list(self.offsets.of(gid).items())))
+                records.extend(tombstones)
         if not doomed:
             self._respond(out, reply_to, DeleteGroupsResult(tuple(results.items())))
             return out
-        handlers = [self._deletion_done(g, exp, True, None) for g, exp in doomed]
+        handlers = [self._deletion_done(gid, g, exp) for gid, g, exp in doomed]
 
         def done(o: Outcome, error: int, now: int) -> None:
             for h in handlers:
                 h(o, error, now)
             if not error:
-                for g, _ in doomed:
-                    self.offsets.discard_pending_group(g.group_id)
+                for gid, _, _ in doomed:
+                    self.offsets.discard_pending_group(gid)
             if error:
                 mapped = C.map_append_error(error)
-                for g, _ in doomed:
-                    results[g.group_id] = mapped
+                for gid, _, _ in doomed:
+                    results[gid] = mapped
             self._respond(o, reply_to, DeleteGroupsResult(tuple(results.items())))
 
         self._append(out, records, done)

@@ -1,7 +1,9 @@
 """One classic group's in-memory state: its members, the state machine of Kafka's ClassicGroupState
 (Empty, PreparingRebalance, CompletingRebalance, Stable, Dead), protocol selection by vote, member
-validation (KIP-345 static members); `CommittedOffset`, the value the offsets store keeps per
-partition (kohort.broker.coordinator.offsets).
+validation (KIP-345 static members), what a classic group answers the offsets (Kafka's
+ClassicGroup.validateOffsetCommit/Fetch/Delete, offsetExpirationCondition: the
+kohort.broker.coordinator.offsets.OffsetsGroup protocol); `CommittedOffset`, the value the offsets
+store keeps per partition.
 
 Pure data plus small queries; the operations that move a group between states, answer parked
 requests and emit records live in kohort.broker.coordinator.coordinator.
@@ -273,3 +275,62 @@ class ClassicGroup:
 
     def uses_consumer_protocol(self) -> bool:
         return self.protocol_type == "consumer"
+
+    # -- what the offsets ask ----------------------------------------------------------------------
+    def is_simple(self) -> bool:
+        """Made by a commit without a generation (no protocol type, nobody joined): no GroupMetadata
+        record backs it."""
+        return (self.protocol_type is None and self.state == S.EMPTY and not self.members
+                and not self.pending_members)
+
+    def is_empty(self) -> bool:
+        return self.state == S.EMPTY
+
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int,
+                               transactional: bool, api_version: int) -> int:
+        """Kafka's order: Dead; no generation on an Empty group; the member and generation; no member
+        named only while Empty (not checked for a transactional commit); CompletingRebalance
+        answers REBALANCE_IN_PROGRESS (not to a transactional commit)."""
+        if self.state == S.DEAD:
+            return C.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and self.state == S.EMPTY:
+            return C.NONE
+        if generation_id >= 0 or member_id or instance_id is not None:
+            err = self.validate_member(member_id, instance_id)
+            if err:
+                return err
+            if generation_id != self.generation_id:
+                return C.ILLEGAL_GENERATION
+        elif not transactional and self.state != S.EMPTY:
+            return C.UNKNOWN_MEMBER_ID
+        if not transactional and self.state == S.COMPLETING_REBALANCE:
+            return C.REBALANCE_IN_PROGRESS
+        return C.NONE
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int:
+        return C.GROUP_ID_NOT_FOUND if self.state == S.DEAD else C.NONE
+
+    def validate_offset_delete(self) -> int:
+        if self.state == S.DEAD:
+            return C.GROUP_ID_NOT_FOUND
+        if self.state != S.EMPTY and not self.uses_consumer_protocol():
+            return C.NON_EMPTY_GROUP
+        return C.NONE
+
+    def offset_expiration_base(self) -> Callable[[CommittedOffset], int] | None:
+        """A simple group's offsets expire from their commit; an Empty group's from when it became
+        Empty (KIP-211; from the commit without a state timestamp); a Stable "consumer" group with
+        known subscriptions from the commit; otherwise not now."""
+        if self.protocol_type is None:
+            return from_commit
+        if self.state == S.EMPTY:
+            ts = self.state_timestamp
+            return (lambda co: ts) if ts >= 0 else from_commit
+        if self.uses_consumer_protocol() and self.subscribed_topics is not None and self.state == S.STABLE:
+            return from_commit
+        return None
+
+
+def from_commit(co: CommittedOffset) -> int:
+    """An offset's retention runs from its commit."""
+    return co.commit_timestamp

@@ -338,3 +338,9 @@ class Outcome:
 
     def __bool__(self) -> bool:
         return bool(self.responses or self.appends or self.timers)
+
+    def extend(self, other: "Outcome") -> None:
+        """Add another step's Outcome after this one's (its appends stored after these)."""
+        self.responses.extend(other.responses)
+        self.appends.extend(other.appends)
+        self.timers.extend(other.timers)

@@ -2,6 +2,11 @@
 id (not held inside any group object), the transactional offsets pending per producer until their
 marker (kohort.broker.coordinator.txn_offsets), and what every offset operation needs from it:
 
+* which group may commit or fetch: `OffsetsGroup` is the part of Kafka's Group interface the offsets
+  ask (a classic group, a KIP-848 consumer group, a share group each answer for themselves), and
+  `validate_offset_commit` / `validate_offset_fetch` are Kafka's OffsetMetadataManager rules around
+  them (no group: a commit without a generation makes a simple group, else GROUP_ID_NOT_FOUND from
+  v9, ILLEGAL_GENERATION before; a transactional commit's STALE_MEMBER_EPOCH is ILLEGAL_GENERATION);
 * the records of an OffsetCommit / TxnOffsetCommit (OFFSET_METADATA_TOO_LARGE past
   offset.metadata.max.bytes) and the committed offsets they become once stored, in write order
   (`record_seq`: a committed transactional offset replaces the current one only if written after it);
@@ -10,14 +15,13 @@ marker (kohort.broker.coordinator.txn_offsets), and what every offset operation 
   with a pending transactional offset, KIP-447);
 * what OffsetDelete, DeleteGroups and expiration tombstone.
 
-Which group may commit or fetch is the group's machine's to say (the runtime asks the registry, and
-the classic machine checks its own groups); the group lifecycle that offsets imply -- the "simple"
-classic group a commit without a generation creates, an Empty group deleted once its last offset
-expired -- stays with the classic machine, as in Kafka's GroupMetadataManager. Pure: no clock, no I/O.
+The group lifecycle that offsets imply -- the simple classic group (no protocol type, Empty) a commit
+without a generation makes when no group of any type has the id, an Empty group deleted once its last
+offset expired -- is the owning machine's, as in Kafka's GroupMetadataManager. Pure: no clock, no I/O.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping, Protocol
 
 import kohort.broker.coordinator.codes as C
 from .config import CoordinatorConfig
@@ -27,6 +31,52 @@ from .txn_offsets import PendingTxnOffsets
 
 TopicPartition = tuple[str, int]
 _EMPTY: Mapping[TopicPartition, CommittedOffset] = {}
+
+
+class OffsetsGroup(Protocol):
+    """What the offsets ask a group of any type (Kafka's Group: validateOffsetCommit/Fetch/Delete,
+    isSubscribedToTopic, offsetExpirationCondition, isEmpty). Each validation answers an error code,
+    NONE when allowed."""
+
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_or_epoch: int,
+                               transactional: bool, api_version: int) -> int: ...
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int: ...
+
+    def validate_offset_delete(self) -> int: ...
+
+    def is_subscribed_to_topic(self, topic: str) -> bool: ...
+
+    def offset_expiration_base(self) -> Callable[[CommittedOffset], int] | None:
+        """The time an offset's retention runs from; None when the group's offsets do not expire now."""
+
+    def is_empty(self) -> bool: ...
+
+
+def validate_offset_commit(group: OffsetsGroup | None, member_id: str, instance_id: str | None,
+                           generation_or_epoch: int, transactional: bool, api_version: int) -> tuple[int, bool]:
+    """(error code, make a simple group) for an OffsetCommit (or TxnOffsetCommit when `transactional`)
+    to `group` (None: no group of any type has the id)."""
+    if group is None:
+        if generation_or_epoch < 0:      # an admin or assign() commit: Kafka makes a simple group
+            return C.NONE, True
+        return (C.ILLEGAL_GENERATION if transactional or api_version < 9 else C.GROUP_ID_NOT_FOUND), False
+    err = group.validate_offset_commit(member_id, instance_id, generation_or_epoch, transactional, api_version)
+    if transactional and err == C.STALE_MEMBER_EPOCH:
+        err = C.ILLEGAL_GENERATION
+    return err, False
+
+
+def validate_offset_fetch(group: OffsetsGroup | None, member_id: str | None, member_epoch: int) -> tuple[int, bool]:
+    """(error code, offsets visible) for an OffsetFetch: no group, or one refusing with
+    GROUP_ID_NOT_FOUND (a Dead classic group, a share group), is answered as if nothing were
+    committed and without an error, as Kafka's fetchOffsets; any other refusal is the group's error."""
+    if group is None:
+        return C.NONE, False
+    err = group.validate_offset_fetch(member_id, member_epoch)
+    if err == C.GROUP_ID_NOT_FOUND:
+        return C.NONE, False
+    return err, err == C.NONE
 
 
 class OffsetMetadataManager:

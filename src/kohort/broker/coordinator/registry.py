@@ -4,21 +4,25 @@ nothing else about which machine serves a group; the runtime asks it where to se
 
 A group id is one group: a KIP-848 consumer group (owned by `ConsumerGroups`), a share group (KIP-932,
 owned by `ShareGroups`, which has no committed offsets) or a classic group (owned by
-`ClassicGroupCoordinator`). Committed offsets are kept apart from both, by group id, in the
-classic machine's OffsetMetadataManager (kohort.broker.coordinator.offsets); a consumer group's
-commits go there through the classic machine as those of a memberless "simple" group of the same id,
-part of the consumer group, never a group of its own. Pure: reads the machines' state, changes nothing.
+`ClassicGroupCoordinator`; a simple group, made by a commit without a generation, is one too).
+Committed offsets are kept apart from the groups, by group id, in an OffsetMetadataManager
+(kohort.broker.coordinator.offsets) whose operations the classic machine runs for every group: the
+registry connects it to the other machines' groups (`other_group`: each group answers for its own
+offsets; a share group refuses them) and to the consumer machine's deletion of an Empty group whose
+offsets expired. Otherwise pure: reads the machines' state, changes nothing.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from .codes import GROUP_ID_NOT_FOUND
+import kohort.broker.coordinator.codes as C
 from .consumer_group import ConsumerGroups
 from .consumer_group_model import ConsumerGroup
 from .coordinator import ClassicGroupCoordinator
 from .group import ClassicGroup, CommittedOffset, GroupState
 from .machine import GroupMachine, GroupType
+from .model import Outcome
+from .offsets import OffsetsGroup
 
 if TYPE_CHECKING:      # the share machine lives in kohort.broker.share, which imports this package
     from kohort.broker.share.machine import ShareGroups
@@ -31,6 +35,9 @@ class GroupRegistry:
         self.consumer = consumer          # None when group.coordinator.rebalance.protocols lacks it
         self.share = share                # None when the share.version feature is 0
         self.machines: tuple[GroupMachine, ...] = tuple(m for m in (classic, consumer, share) if m is not None)
+        classic.other_group = self.other_group
+        classic.delete_other_group = self._delete_expired_group
+        classic.other_group_ids = self.consumer_groups
 
     # -- serving -----------------------------------------------------------------------------------
     @property
@@ -77,14 +84,31 @@ class GroupRegistry:
         return self.consumer.groups.get(group_id) if self.consumer is not None else None
 
     def classic_group(self, group_id: str) -> ClassicGroup | None:
-        """The classic coordinator's group (a Dead one or a consumer group's offsets holder too)."""
+        """The classic coordinator's group (a Dead one too, while its tombstone is stored)."""
         return self.classic.groups.get(group_id)
+
+    def other_group(self, group_id: str) -> OffsetsGroup | None:
+        """The group of `group_id` that is not a classic group, as the offsets ask it: a consumer
+        group answers for its members; a share group has no offsets (GROUP_ID_NOT_FOUND, "Group X is
+        not a consumer group." in Kafka)."""
+        cg = self.consumer_group(group_id)
+        if cg is not None:
+            return cg
+        if self.share is not None and group_id in self.share.groups:
+            return _SHARE_GROUP_OFFSETS
+        return None
+
+    def _delete_expired_group(self, group_id: str, now_ms: int) -> Outcome:
+        """An Empty consumer group whose offsets all expired: its machine tombstones its records."""
+        if self.consumer is None or self.consumer_group(group_id) is None:
+            return Outcome()
+        return self.consumer.delete_group(group_id, now_ms)
 
     def consumer_groups(self) -> Mapping[str, ConsumerGroup]:
         return self.consumer.groups if self.consumer is not None else {}
 
     def classic_groups(self) -> Mapping[str, ClassicGroup]:
-        """Every group the classic coordinator holds, simple groups and offsets holders included."""
+        """Every group the classic coordinator holds, simple groups and Dead ones included."""
         return self.classic.groups
 
     def group_ids(self, include_dead: bool = False) -> set[str]:
@@ -112,36 +136,34 @@ class GroupRegistry:
         g = self.classic.groups.get(group_id)
         return g.protocol_name if g is not None else None
 
-    def consumer_subscribed_topics(self, group_id: str) -> set[str] | None:
-        """The topics a serving coordinator's consumer group `group_id` subscribes to; None when it is
-        not a consumer group."""
-        cg = self.consumer_group(group_id) if self.active else None
-        return None if cg is None else set(cg.subscribed_metadata)
-
     def classic_group_active(self, group_id: str) -> bool:
         """A classic group with members or a rebalance under way (not Empty, not Dead)."""
         g = self.classic.groups.get(group_id)
         return g is not None and not g.is_(GroupState.EMPTY, GroupState.DEAD)
 
-    def offsets_in_use(self, group_id: str) -> bool:
-        """A consumer group with members: its offsets do not expire."""
-        cg = self.consumer_group(group_id)
-        return cg is not None and bool(cg.members)
 
-    # -- offsets: the group's machine validates ------------------------------------------------------
-    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
-                               api_version: int) -> int | None:
-        """None when the classic rules apply (not a consumer group, or not serving); else the error
-        code for a commit with this member id and epoch (GROUP_ID_NOT_FOUND for a share group)."""
-        if self.active and self.share_group(group_id) is not None:
-            return GROUP_ID_NOT_FOUND
-        if self.consumer is None or not self.active:
-            return None
-        return self.consumer.validate_offset_commit(group_id, member_id, member_epoch, api_version)
+class _ShareGroupOffsets:
+    """A share group as the offsets see it: it has none (KIP-932 share groups keep their state in
+    `__share_group_state`); every offset operation is GROUP_ID_NOT_FOUND and nothing expires."""
 
-    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int | None:
-        if self.active and self.share_group(group_id) is not None:
-            return GROUP_ID_NOT_FOUND
-        if self.consumer is None or not self.active:
-            return None
-        return self.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_or_epoch: int,
+                               transactional: bool, api_version: int) -> int:
+        return C.GROUP_ID_NOT_FOUND
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int:
+        return C.GROUP_ID_NOT_FOUND
+
+    def validate_offset_delete(self) -> int:
+        return C.GROUP_ID_NOT_FOUND
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        return False
+
+    def offset_expiration_base(self) -> None:
+        return None
+
+    def is_empty(self) -> bool:
+        return False
+
+
+_SHARE_GROUP_OFFSETS = _ShareGroupOffsets()

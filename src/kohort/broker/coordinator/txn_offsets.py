@@ -36,6 +36,10 @@ class PendingTxnOffsets:
     def has_group(self, group_id: str) -> bool:
         return group_id in self.by_group
 
+    def group_ids(self) -> list[str]:
+        """The groups with pending offsets."""
+        return sorted(self.by_group)
+
     def keys_of_group(self, group_id: str) -> set[tuple[str, int]]:
         return {(k[1], k[2]) for pid in self.by_group.get(group_id, ())
                 for k in self.by_producer.get(pid, {}) if k[0] == group_id}

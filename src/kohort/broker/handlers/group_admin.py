@@ -8,8 +8,9 @@ Authorization (Kafka's): DescribeGroups needs DESCRIBE on each group, DeleteGrou
 GROUP_AUTHORIZATION_FAILED for that group; ListGroups lists every group for DESCRIBE on the cluster,
 otherwise only the groups the principal may DESCRIBE (never an error).
 KIP-848 consumer groups are listed (by the runtime, over every machine) with type and protocol type
-"consumer" and their state (Empty, Assigning, Reconciling, Stable); the classic coordinator's simple
-group that only holds their offsets is not listed separately. DescribeGroups answers a consumer group
+"consumer" and their state (Empty, Assigning, Reconciling, Stable; an Empty one with only offsets left
+too), simple groups (made by a commit without a generation) as classic groups with no protocol type.
+DescribeGroups answers a consumer group
 as Kafka does for a group that is not classic: GROUP_ID_NOT_FOUND (v6) or Dead (v0-v5); use
 ConsumerGroupDescribe (a share group the same way). DeleteGroups deletes an empty consumer or share group
 (NON_EMPTY_GROUP otherwise).
@@ -49,7 +50,8 @@ async def handle_describe_groups(ctx, req: DescribeGroupsRequest) -> DescribeGro
             continue
         msg = None
         gtype = rt.groups.type_of(g.group_id)
-        if gtype is GroupType.SHARE or (gtype is GroupType.CONSUMER and not g.error_code):
+        if gtype in (GroupType.SHARE, GroupType.CONSUMER) and g.error_code in (ErrorCode.NONE,
+                                                                             ErrorCode.GROUP_ID_NOT_FOUND):
             groups.append(DG(error_code=ErrorCode.GROUP_ID_NOT_FOUND if v >= 6 else ErrorCode.NONE,
                              error_message=f"Group {g.group_id} is not a classic group." if v >= 6 else None,
                              group_id=g.group_id, group_state="Dead", protocol_type="", protocol_data="",
