@@ -139,6 +139,61 @@ def test_c_produce_fills_batches_as_python_does(cluster3):
 
 @needs_ext
 @pytest.mark.timeout(60)
+def test_c_produce_grows_a_large_batch_by_doubling(cluster3):
+    """A batch filled to 1 MB by the C path reallocates its bytearray by doubling (twice per doubling
+    of its reservation: once by the Python path that grows the reservation), not by bytearray's own
+    steps of an eighth (43 reallocations, each a possible copy of everything so far); what it holds
+    is what the Python path encodes."""
+    allocs = []
+    out = []
+    for c_twin in (True, False):
+        p = _make(cluster3, c_twin, 1_000_000)
+        try:
+            with p.sender.io_lock:                   # nothing is sent: one batch fills up
+                value = bytes(range(256)) * 4
+                for _ in range(900):
+                    f = p.produce("t3", value, None, None, 1, 1_700_000_000_000)
+                    if c_twin:
+                        allocs.append(f.batch.buf.__alloc__())
+                out.append(_batches(p))
+        finally:
+            p.close(5)
+    assert out[0] == out[1]
+    assert len(out[0][("t3", 1)]) == 1 and allocs[-1] >= 900 * 1024
+    grows = sum(1 for a, b in zip(allocs, allocs[1:]) if b != a)
+    assert grows <= 20, grows                 # bytearray alone: 43
+
+
+@needs_ext
+@pytest.mark.timeout(60)
+def test_c_produce_stays_compiled_after_its_batches_went_out(cluster, monkeypatch):
+    """A partition whose queue emptied (every batch sent) keeps its deque, which FastProduce holds on
+    to: the records after it take the C path again, only the one opening a batch goes to Python."""
+    python_calls = []
+    reference = Producer.produce
+
+    def counted(self, *args, **kw):
+        python_calls.append(1)
+        return reference(self, *args, **kw)
+    monkeypatch.setattr(Producer, "produce", counted)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0})
+    try:
+        assert type(p.produce).__name__ == "FastProduce"
+        p.produce("t", b"first").result(10)
+        for rnd in range(3):
+            p.flush(10)
+            assert not p.acc.batches[("t", 0)]        # sent: the queue is empty, the deque stays
+            del python_calls[:]
+            with p.sender.io_lock:                   # nothing is sent meanwhile: one batch
+                futs = [p.produce("t", b"r%d-%d" % (rnd, i)) for i in range(50)]
+            assert len(python_calls) == 1, len(python_calls)     # the record opening the batch
+            assert p.flush(10) == 0 and all(f.exception(0) is None for f in futs)
+    finally:
+        p.close(5)
+
+
+@needs_ext
+@pytest.mark.timeout(60)
 def test_c_produce_hands_odd_calls_to_python(cluster3):
     """Arguments the C path does not handle go to the Python produce: its errors, serializers,
     callbacks, str values."""

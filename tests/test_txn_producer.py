@@ -488,3 +488,31 @@ def test_end_txn_waiting_for_batches_sets_no_timer():
     d.incomplete = True
     assert d.next() is None
     assert d.m.next_wakeup_ms(d.now) == 100
+
+
+def test_sendable_holds_only_what_maybe_add_partition_let_through():
+    """`sendable` (the partitions the compiled produce() may queue for without asking) is filled by
+    maybe_add_partition and emptied by every transition and pending operation, so no record reaches
+    a batch the Python produce would have refused."""
+    d = Driver().ready()
+    assert d.m.sendable == set()
+    d.m.begin_transaction()
+    d.m.maybe_add_partition(TP)                             # v1: to be added, may be queued already
+    assert d.m.sendable == {TP}
+    d.answer("AddPartitionsToTxn", add_parts())
+    d.m.maybe_add_partition(TP)
+    assert d.m.sendable == {TP}
+    d.m.begin_commit()
+    assert d.m.sendable == set()                            # committing: produce() asks again (and fails)
+    with pytest.raises(IllegalTransactionStateError):
+        d.m.maybe_add_partition(TP)
+    assert d.m.sendable == set()
+    d.answer("EndTxn", end())
+    d.m.begin_transaction()
+    d.m.maybe_add_partition(TP)
+    assert d.m.sendable == {TP}
+    d.m.handle_failed_batch(OutOfOrderSequenceNumberError("x"))   # abortable
+    assert d.m.sendable == set() and d.m.state == tm.ABORTABLE_ERROR
+    with pytest.raises(AbortableTransactionError):
+        d.m.maybe_add_partition(TP)
+    assert d.m.sendable == set()

@@ -166,6 +166,34 @@ def test_call_order_and_config_errors(bootstrap):
         p.commit_transaction(30)                         # an empty transaction is fine
 
 
+def test_compiled_produce_follows_the_transaction(kohort_txn_broker):
+    """With the C extension, produce() of a transactional producer takes the compiled path for the
+    partitions its transaction holds; after commit or abort, and outside a transaction, it raises as
+    the Python produce does, and read_committed sees exactly the committed records."""
+    bs = kohort_txn_broker.bootstrap
+    topic, tid = names("fast")
+    create(bs, topic, 2)
+    with producer(bs, tid) as p:
+        compiled = type(p.produce).__name__ == "FastProduce"
+        p.init_transactions(30)
+        for rnd, end in enumerate(("commit", "abort", "commit")):
+            p.begin_transaction()
+            for i in range(200):
+                p.produce(topic, f"{end}-{rnd}-{i}".encode(), partition=i % 2)
+            if compiled:
+                assert p._txn.sendable == {(topic, 0), (topic, 1)}
+            if end == "commit":
+                p.commit_transaction(30)
+            else:
+                p.flush(30)
+                p.abort_transaction(30)
+            assert p._txn.sendable == set()
+            with pytest.raises(IllegalTransactionStateError):
+                p.produce(topic, b"outside", partition=0)
+    got = sorted(read(bs, topic, "read_committed", 2)[0])
+    assert got == sorted(f"commit-{r}-{i}".encode() for r in (0, 2) for i in range(200))
+
+
 def _group_member(bs, topic, group, protocol="classic"):
     c = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False,
                   "auto.offset.reset": "earliest", "isolation.level": "read_committed",

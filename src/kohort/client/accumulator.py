@@ -251,7 +251,7 @@ class RecordAccumulator:
         self.retry_backoff_ms = retry_backoff_ms
         self._clock_ms = clock_ms
         self.on_new_batch = on_new_batch      # fn(topic, partition) when a batch for it fills/closes
-        self.batches: dict[tuple[str, int], deque] = {}
+        self.batches: dict[tuple[str, int], deque] = {}     # a deque once made stays (never replaced)
         self.lock = threading.Lock()
         self._mem_cond = threading.Condition(self.lock)
         self.used = 0
@@ -278,7 +278,7 @@ class RecordAccumulator:
                     if fut is not None:
                         return fut, last.closed      # closed now: the batch is full
                     last.closed = True
-            else:
+            elif dq is None:                 # a partition's deque, once made, stays (FastProduce keeps it)
                 dq = self.batches[tp] = deque()
             size = max(min(self.batch_size, FIRST_RESERVATION), rec + 61)
             self._reserve(size)

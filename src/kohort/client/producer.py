@@ -163,15 +163,16 @@ class Producer:
         self.acc.wakeup = self.sender.wakeup
         twin = producer_twin() if accumulator.COMPILED else None
         self._compiled_runs = twin is not None     # produce_batch appends its runs in C (batch_produce.py)
-        if twin is not None and type(self).produce is Producer.produce and c["transactional.id"] is None:
+        if twin is not None and type(self).produce is Producer.produce:
             # the common case of produce() in C (records.producer_twin); it hands every other case
-            # to the Python produce below, which stays the reference. Not for a transactional
-            # producer: per-record checks of its state would live only in the Python produce.
+            # to the Python produce below, which stays the reference. A transactional producer's
+            # records go the C way only to partitions its transaction manager already holds
+            # (TransactionManager.sendable); the Python produce asks it (maybe_add_partition).
             self.produce = self.send = twin.FastProduce(
                 self, self.sender, self.sender.net, self.acc.batches, self.acc.lock, self._sticky_now,
                 DeliveryFuture, types.MethodType(Producer.produce, self), self._batch_full,
                 -1 if custom is not None else 0 if self._ignore_keys else 1, self._max_record,
-                self.sender.poke, TICK_MS)
+                self.sender.poke, TICK_MS, None if self._txn is None else self._txn.sendable)
         self.sender.thread.start()
 
     # -- public API -----------------------------------------------------------------------------------

@@ -221,6 +221,10 @@ class TransactionManager:
         self.new_partitions: set = set()
         self.pending_partitions: set = set()
         self.partitions: set = set()                     # added to the transaction (may be produced to)
+        # (topic, partition)s a record may be queued for now without asking maybe_add_partition (which
+        # put them here): emptied by every state transition and every pending operation, never
+        # rebound (the compiled produce() holds this very set, records.producer_twin)
+        self.sendable: set = set()
         self.pending_offsets: dict = {}
         self._queue: list[TxnRequest] = []
         self._seq = 0
@@ -301,12 +305,14 @@ class TransactionManager:
             raise IllegalTransactionStateError(
                 f"cannot add partition {tp} to a transaction in state {self.state} (call begin_transaction())")
         if tp in self.partitions or tp in self.new_partitions or tp in self.pending_partitions:
+            self.sendable.add(tp)
             return
         if self.v2:                      # Produce v12 adds the partition itself
             self.partitions.add(tp)
             self.transaction_started = True
-            return
-        self.new_partitions.add(tp)
+        else:
+            self.new_partitions.add(tp)
+        self.sendable.add(tp)
 
     def send_offsets(self, offsets: dict, group) -> TxnResult:
         """AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator. `offsets`: {(topic, partition):
@@ -699,6 +705,7 @@ class TransactionManager:
                 f"transactional.id {self.transactional_id!r}: invalid transition from {self.state} to {target}")
         self.last_error = error if target in (FATAL_ERROR, ABORTABLE_ERROR) else None
         self.state = target
+        self.sendable.clear()
 
     @staticmethod
     def _cause(err):
@@ -739,6 +746,7 @@ class TransactionManager:
                 return p.result                     # a retry after a timeout gets the same outcome
         result = start()
         self._pending = _Pending(result, state, operation)
+        self.sendable.clear()
         return result
 
     def fail_all(self, err: BaseException) -> None:

@@ -1252,6 +1252,24 @@ static inline char *put_varint(char *p, uint64_t v)
     return p;
 }
 
+/* Make room in a batch's bytearray for `need` bytes ahead of its size: its allocation doubles (up
+ * to `limit`, the room the batch has reserved) where bytearray grows by an eighth, so a batch filled
+ * to 1 MB is reallocated -- and possibly copied by realloc -- about 6 times instead of about 35.
+ * The caller then resizes to `need`, a downsize bytearray does in place (need >= half the new
+ * allocation). */
+static int rb_reserve(PyObject *buf, Py_ssize_t need, Py_ssize_t limit)
+{
+    PyByteArrayObject *ba = (PyByteArrayObject *)buf;
+    if (ba->ob_start != ba->ob_bytes || need < ba->ob_alloc)
+        return 0;                               /* room already (ob_alloc counts the trailing NUL) */
+    Py_ssize_t target = 2 * need - 2;           /* allocated target + 1: need stays >= half of it */
+    if (target > limit)
+        target = limit;
+    if (target <= need)
+        return 0;                               /* the plain resize is as good */
+    return PyByteArray_Resize(buf, target);
+}
+
 /* Append one record without headers (key/value: pointer and length, NULL for null) as
  * ProducerBatch.try_append does: 1 appended (*delta set), 0 no room (nothing changed), -1 error. */
 static int rb_append_raw(RecordBuffer *rb, const char *key, Py_ssize_t kl, const char *value, Py_ssize_t vl,
@@ -1299,7 +1317,13 @@ static int rb_append_raw(RecordBuffer *rb, const char *key, Py_ssize_t kl, const
         if (rc < 0)
             return -1;
     }
-    if (PyByteArray_Resize(rb->buf, used + total) < 0) {
+    if (rb_reserve(rb->buf, used + total, rb->size_limit - BATCH_HEADER_SIZE) < 0 ||
+        PyByteArray_Resize(rb->buf, used + total) < 0) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (PyByteArray_GET_SIZE(rb->buf) != used && PyByteArray_Resize(rb->buf, used) < 0)
+            PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
         if (rb->ts_list != Py_None)
             PyList_SetSlice(rb->ts_list, n, n + 1, NULL);
         return -1;
@@ -1463,6 +1487,14 @@ typedef struct {
     PyObject *on_tick;                          /* fn() at most every tick_ns while records come (the
                                                    producing thread drives the I/O), or None */
     long long tick_ns, next_tick_ns;
+    PyObject *txn_sendable;                     /* a transactional producer's TransactionManager.sendable
+                                                   (a set of (topic, partition) taken as is), or None */
+    /* what the last call looked up, reused while the same objects come again: producer._topics (a
+       dict replaced whole on every metadata change, never changed in place) and the topic -> its
+       partition count; (topic, partition) -> its deque in acc.batches (never replaced once made:
+       RecordAccumulator keeps a deque that emptied) */
+    PyObject *c_topics, *c_topic, *c_dq_topic, *c_dq;
+    Py_ssize_t c_n, c_dq_part;
 } FastProduce;
 
 static int fp_traverse(FastProduce *self, visitproc visit, void *arg)
@@ -1478,6 +1510,11 @@ static int fp_traverse(FastProduce *self, visitproc visit, void *arg)
     Py_VISIT(self->fallback);
     Py_VISIT(self->on_full);
     Py_VISIT(self->on_tick);
+    Py_VISIT(self->txn_sendable);
+    Py_VISIT(self->c_topics);
+    Py_VISIT(self->c_topic);
+    Py_VISIT(self->c_dq_topic);
+    Py_VISIT(self->c_dq);
     return 0;
 }
 
@@ -1494,6 +1531,11 @@ static int fp_clear(FastProduce *self)
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->on_full);
     Py_CLEAR(self->on_tick);
+    Py_CLEAR(self->txn_sendable);
+    Py_CLEAR(self->c_topics);
+    Py_CLEAR(self->c_topic);
+    Py_CLEAR(self->c_dq_topic);
+    Py_CLEAR(self->c_dq);
     return 0;
 }
 
@@ -1559,25 +1601,37 @@ static PyObject *fp_call(PyObject *callable, PyObject *const *args, size_t nargs
     PyObject *topics = PyObject_GetAttr(self->producer, s_topics);
     if (!topics)
         return NULL;
-    PyObject *info = PyDict_Check(topics) ? PyDict_GetItemWithError(topics, topic) : NULL;
-    Py_XINCREF(info);
-    Py_DECREF(topics);
-    if (!info) {
-        if (PyErr_Occurred())
-            return NULL;
-        goto fallback;
-    }
     Py_ssize_t n = -1;
-    if ((r = attr_truthy(info, s_error)) == 0) {
-        PyObject *np = PyObject_GetAttr(info, s_num_partitions);
-        n = np ? PyLong_AsSsize_t(np) : -1;
-        Py_XDECREF(np);
+    if (topics == self->c_topics && topic == self->c_topic) {
+        n = self->c_n;                      /* the same metadata, the same topic as last time */
+        Py_DECREF(topics);
+    } else {
+        PyObject *info = PyDict_Check(topics) ? PyDict_GetItemWithError(topics, topic) : NULL;
+        Py_XINCREF(info);
+        if (!info) {
+            Py_DECREF(topics);
+            if (PyErr_Occurred())
+                return NULL;
+            goto fallback;
+        }
+        if ((r = attr_truthy(info, s_error)) == 0) {
+            PyObject *np = PyObject_GetAttr(info, s_num_partitions);
+            n = np ? PyLong_AsSsize_t(np) : -1;
+            Py_XDECREF(np);
+        }
+        Py_DECREF(info);
+        if (r < 0 || PyErr_Occurred()) {
+            Py_DECREF(topics);
+            return NULL;
+        }
+        if (r > 0 || n <= 0) {
+            Py_DECREF(topics);
+            goto fallback;
+        }
+        Py_XSETREF(self->c_topics, topics);     /* the reference taken above */
+        Py_XSETREF(self->c_topic, Py_NewRef(topic));
+        self->c_n = n;
     }
-    Py_DECREF(info);
-    if (r < 0 || PyErr_Occurred())
-        return NULL;
-    if (r > 0 || n <= 0)
-        goto fallback;
     Py_ssize_t partition;
     int sticky = 0;
     if (a[A_PARTITION]) {
@@ -1624,30 +1678,51 @@ static PyObject *fp_call(PyObject *callable, PyObject *const *args, size_t nargs
         clock_gettime(CLOCK_REALTIME, &now);
         ts = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
     }
-    PyObject *pp = PyLong_FromSsize_t(partition);
-    if (!pp)
-        return NULL;
-    PyObject *tp = PyTuple_Pack(2, topic, pp);
-    Py_DECREF(pp);
-    if (!tp)
-        return NULL;
-    PyObject *got = PyObject_CallOneArg(self->acquire, Py_False);
-    if (!got) {
-        Py_DECREF(tp);
-        return NULL;
+    PyObject *tp = NULL;
+    if (self->txn_sendable != Py_None || topic != self->c_dq_topic || partition != self->c_dq_part) {
+        PyObject *pp = PyLong_FromSsize_t(partition);
+        if (!pp)
+            return NULL;
+        tp = PyTuple_Pack(2, topic, pp);
+        Py_DECREF(pp);
+        if (!tp)
+            return NULL;
     }
-    int locked = got == Py_True;
+    if (self->txn_sendable != Py_None) {    /* a transaction: only partitions it already holds */
+        int ok = PySet_Contains(self->txn_sendable, tp);
+        if (ok <= 0) {
+            Py_DECREF(tp);
+            if (ok < 0)
+                return NULL;
+            goto fallback;                  /* Python adds the partition, or raises */
+        }
+    }
+    PyObject *dq;
+    if (topic == self->c_dq_topic && partition == self->c_dq_part) {
+        dq = self->c_dq;
+        Py_XDECREF(tp);
+    } else {
+        dq = PyDict_GetItemWithError(self->batches, tp);     /* read without acc.lock, under the GIL:
+                                                               a key, once there, keeps its deque */
+        Py_DECREF(tp);
+        if (!dq) {
+            if (PyErr_Occurred())
+                return NULL;
+            goto fallback;                  /* no batch for it yet: Python opens one */
+        }
+        Py_XSETREF(self->c_dq_topic, Py_NewRef(topic));
+        Py_XSETREF(self->c_dq, Py_NewRef(dq));
+        self->c_dq_part = partition;
+    }
+    /* blocking: while the I/O side holds acc.lock this waits for it, as the Python produce would */
+    PyObject *got = PyObject_CallNoArgs(self->acquire);
+    if (!got)
+        return NULL;
     Py_DECREF(got);
-    if (!locked) {                          /* the I/O side holds it: Python waits for it */
-        Py_DECREF(tp);
-        goto fallback;
-    }
     PyObject *last = NULL;
     Py_ssize_t delta = -1;
     int appended = 0;
-    PyObject *dq = PyDict_GetItemWithError(self->batches, tp);
-    Py_DECREF(tp);
-    if (dq) {
+    {
         Py_ssize_t len = PyObject_Length(dq);
         if (len > 0)
             last = PySequence_GetItem(dq, len - 1);
@@ -1705,16 +1780,22 @@ fallback:
 static PyObject *fp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"producer", "sender", "net", "batches", "lock", "sticky", "future_type",
-                             "fallback", "on_full", "hash_keys", "max_record", "on_tick", "tick_ms", NULL};
+                             "fallback", "on_full", "hash_keys", "max_record", "on_tick", "tick_ms",
+                             "txn_sendable", NULL};
     PyObject *producer, *sender, *net, *batches, *lock, *sticky, *ft, *fallback, *on_full;
-    PyObject *on_tick = Py_None;
+    PyObject *on_tick = Py_None, *txn_sendable = Py_None;
     int hash_keys;
     Py_ssize_t max_record;
     double tick_ms = 1.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO!OO!OOOin|Od:FastProduce", kwlist, &producer, &sender,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO!OO!OOOin|OdO:FastProduce", kwlist, &producer, &sender,
                                      &net, &PyDict_Type, &batches, &lock, &PyDict_Type, &sticky, &ft,
-                                     &fallback, &on_full, &hash_keys, &max_record, &on_tick, &tick_ms))
+                                     &fallback, &on_full, &hash_keys, &max_record, &on_tick, &tick_ms,
+                                     &txn_sendable))
         return NULL;
+    if (txn_sendable != Py_None && !PySet_CheckExact(txn_sendable)) {
+        PyErr_SetString(PyExc_TypeError, "txn_sendable: a set or None");
+        return NULL;
+    }
     if (on_tick != Py_None && !PyCallable_Check(on_tick)) {
         PyErr_SetString(PyExc_TypeError, "on_tick: a callable or None");
         return NULL;
@@ -1745,6 +1826,7 @@ static PyObject *fp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->hash_keys = hash_keys;
     self->max_record = max_record;
     self->on_tick = Py_NewRef(on_tick);
+    self->txn_sendable = Py_NewRef(txn_sendable);
     self->tick_ns = (long long)(tick_ms * 1e6);
     self->next_tick_ns = 0;
     return (PyObject *)self;
