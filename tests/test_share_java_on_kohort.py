@@ -143,7 +143,9 @@ def test_members_accept_every_record_exactly_once(kb, admin, kinds):
         per_partition = Counter(tp.partition for m in d.members for tp in m.assignment)
         assert per_partition == {p: len(kinds) // 3 for p in range(3)}
         before = [len(p.confirmed()) for p in peers]
-        produce_range(kb.bootstrap, t, 3, 150, 300)
+        for start in range(150, 300, 15):     # many small log batches: sharing members take turns
+            produce_range(kb.bootstrap, t, 3, start, start + 15)
+            time.sleep(0.2)
         everything = records_of(t, 3, 0, 300)
         wait_until(lambda: set(accepted(peers)) == everything, 60, "all 300 records accepted", peers)
         # members poll in turns of their fetch waits: give each a moment, then hold them to it
@@ -246,21 +248,21 @@ def test_members_records_go_to_the_others_when_it_dies_or_freezes(kb, admin, sig
     try:
         start_all([holder])
         holder.wait_for(lambda e: e["event"] == "holding", timeout=60)
+        t_held = time.monotonic()
+        os.killpg(holder.proc.pid, getattr(signal, sig))
         held = holder.held()
         assert held and not holder.confirmed()
         start_all(others)
-        t0 = time.monotonic()
-        os.killpg(holder.proc.pid, getattr(signal, sig))
         wait_until(lambda: held <= set(accepted(others)), 60, "the held records accepted by the others", others)
-        elapsed = time.monotonic() - t0
+        elapsed = time.monotonic() - t_held
         wait_until(lambda: set(accepted(others)) == records_of(t, 3, 0, 60), 60, "all records accepted", others)
         time.sleep(1.0)
         got = accepted(others)
         assert set(got) == records_of(t, 3, 0, 60) and set(got.values()) == {1}
         redelivered = {(tt, p, o): dc for peer in others for tt, p, o, dc in peer.confirmed()}
         assert {redelivered[r] for r in held} == {2}
-        if sig == "SIGSTOP":       # its locks (4 s) ran out: nothing came back before
-            assert elapsed >= 3.0, elapsed
+        if sig == "SIGSTOP":       # its connection stayed open: the records came back when their 4 s locks ran out
+            assert elapsed >= 3.5, elapsed
         no_errors(others)
     finally:
         holder.kill()
