@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,12 @@ class ShareEvents:
                         out.append((r["topic"], r["partition"], r["offset"], r["delivery_count"]))
                 pending = []
         return out
+
+    def acked(self) -> Counter:
+        """How often the broker confirmed an acknowledgement of each (topic, partition, offset), from the
+        Java peer's AcknowledgementCommitCallback (every mode; implicit mode has no other report)."""
+        return Counter((e["topic"], e["partition"], o) for e in list(self.events)
+                       if e.get("event") == "acked" and e["error"] is None for o in e["offsets"])
 
     def held(self) -> set[tuple[str, int, int]]:
         return {(r["topic"], r["partition"], r["offset"]) for r in self.records("HOLD")}

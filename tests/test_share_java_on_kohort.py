@@ -4,7 +4,8 @@
   (tests/peers/ck_share_member.py), each in a process of its own, on 3-partition topics: 3 Java members,
   3 Java + 3 confluent-kafka members in one group -- every record accepted exactly once;
 - explicit acknowledgement by either kind: RELEASE redelivers with delivery count 2, REJECT archives,
-  releasing every time ends at the delivery count limit (archived);
+  releasing every time ends at the delivery count limit (archived); Java's implicit mode, and its RENEW
+  (KIP-1222);
 - (slow) a Java member SIGKILLed or SIGSTOPped while it holds acquired records: they go to the other
   members (the frozen member's once its locks expire); kohort broker SIGKILLed under Java members:
   acknowledged records are never delivered again, the in-flight ones come back;
@@ -105,9 +106,11 @@ def stop_all(peers) -> None:
 
 
 def no_errors(peers) -> None:
+    """No error event, and (Java: its log shows ERROR lines only) nothing logged."""
     for p in peers:
         bad = [e for e in p.events if e.get("event") in ("fatal", "error")]
-        assert not bad, (type(p).__name__, bad[:3], p.stderr_lines[-10:])
+        logged = [ln for ln in p.stderr_lines if ln.startswith("ERROR")] if isinstance(p, JavaSharePeer) else []
+        assert not bad and not logged, (type(p).__name__, bad[:3], logged[:5])
 
 
 def describe_members(admin: Admin, group: str) -> list:
@@ -229,6 +232,45 @@ def test_delivery_count_limit_archives(kb, admin, kind):
         assert sorted((o, dc) for _, _, o, dc in peer.confirmed()) == [(o, 1) for o in range(11) if o != 4]
         assert len(peer.records()) == 10 + limit
         assert offsets(admin, g) == {0: (11, 0)}
+        no_errors([peer])
+    finally:
+        stop_all([peer])
+
+
+def test_java_implicit_acknowledgement(kb, admin):
+    """Two KafkaShareConsumers in implicit mode: each poll accepts the previous one's records; the
+    acknowledgement callback reports every record confirmed exactly once, nothing lags."""
+    t, g = setup_topic(kb.bootstrap, admin, 3, 60)
+    peers = [JavaSharePeer(kb.bootstrap, t, g, ack_mode="implicit", client_id=f"imp-{i}") for i in range(2)]
+    try:
+        start_all(peers)
+        everything = records_of(t, 3, 0, 60)
+        acked = lambda: sum((p.acked() for p in peers), Counter())       # noqa: E731
+        wait_until(lambda: set(acked()) == everything, 40, "60 records acknowledged", peers)
+        time.sleep(1.0)
+        assert set(acked()) == everything and set(acked().values()) == {1}
+        handed = Counter((r["topic"], r["partition"], r["offset"], r["delivery_count"], r["ack"])
+                         for p in peers for r in p.records())
+        assert set(handed) == {(tt, pp, o, 1, "IMPLICIT") for tt, pp, o in everything} and set(handed.values()) == {1}
+        assert offsets(admin, g) == {p: (20, 0) for p in range(3)}
+        no_errors(peers)
+    finally:
+        stop_all(peers)
+
+
+def test_java_renew_keeps_the_record_for_a_later_poll(kb, admin):
+    """KIP-1222 from Java (ShareAcknowledge/ShareFetch v2 with IsRenewAck): a RENEWed record keeps its
+    lock and comes back to the same member in a later poll with the same delivery count."""
+    t, g = setup_topic(kb.bootstrap, admin, 1, 5)
+    peer = JavaSharePeer(kb.bootstrap, t, g, renew="0:1,0:3")
+    try:
+        start_all([peer])
+        wait_until(lambda: len(peer.confirmed()) == 5, 30, "5 records accepted", [peer])
+        time.sleep(0.5)
+        assert sorted((r["offset"], r["delivery_count"], r["ack"]) for r in peer.records()) == sorted(
+            [(o, 1, "ACCEPT") for o in range(5)] + [(1, 1, "RENEW"), (3, 1, "RENEW")])
+        assert sorted(o for _, _, o, _ in peer.confirmed("RENEW")) == [1, 3]
+        assert offsets(admin, g) == {0: (5, 0)}
         no_errors([peer])
     finally:
         stop_all([peer])

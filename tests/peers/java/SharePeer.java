@@ -6,12 +6,15 @@
 //   java SharePeer --bootstrap B --topic T[,T2] --group G [--client-id ID]
 //                  [--ack-mode explicit|implicit] [--acquire-mode batch_optimized|record_limit]
 //                  [--max-poll-records N] [--commit sync|async|poll]
-//                  [--release SPEC] [--release-until N] [--reject SPEC] [--hold SPEC] [--sleep-ms MS]
+//                  [--release SPEC] [--release-until N] [--reject SPEC] [--renew SPEC] [--hold SPEC]
+//                  [--sleep-ms MS]
 //
 //   SPEC is "*" (every record) or a comma-separated list of PARTITION:OFFSET (any subscribed topic).
 //   Explicit mode (the default) acknowledges every record of a poll: RELEASE for records of --release while
 //   their delivery count is at most --release-until (default 1; a large value releases until the broker's
-//   delivery count limit archives them), REJECT for records of --reject, ACCEPT for the rest. Records of
+//   delivery count limit archives them), REJECT for records of --reject, RENEW (KIP-1222: keep the record,
+//   its lock restarts, a later poll hands it out again) the first time a record of --renew is seen in this
+//   process, ACCEPT for the rest. Records of
 //   --hold are left unacknowledged: the peer acknowledges the others of that poll, then stops polling
 //   and keeps its locks until they expire or it is stopped/killed. --sleep-ms waits that long after the
 //   first poll that returned records before acknowledging them (so their locks can expire first).
@@ -19,7 +22,7 @@
 //   ride on the next poll's ShareFetch. Implicit mode: the next poll ACCEPTs the previous batch.
 //
 //   events: started {client_id}
-//           record {topic, partition, offset, delivery_count, ack: ACCEPT|RELEASE|REJECT|HOLD|IMPLICIT}
+//           record {topic, partition, offset, delivery_count, ack: ACCEPT|RELEASE|REJECT|RENEW|HOLD|IMPLICIT}
 //           acked {topic, partition, offsets, error}   -- the broker's answer, from the
 //                                                        AcknowledgementCommitCallback (error null: done)
 //           committed {results: {"topic-partition": null | error}}   -- commitSync's answer
@@ -130,6 +133,8 @@ public class SharePeer {
         Spec release = new Spec(o.get("release"));
         Spec reject = new Spec(o.get("reject"));
         Spec hold = new Spec(o.get("hold"));
+        Spec renew = new Spec(o.get("renew"));
+        Set<String> renewed = new HashSet<>();
         int releaseUntil = Integer.parseInt(o.getOrDefault("release-until", "1"));
         long sleepMs = Long.parseLong(o.getOrDefault("sleep-ms", "0"));
         String clientId = o.getOrDefault("client-id", "share-peer");
@@ -192,6 +197,9 @@ public class SharePeer {
                     } else if (hold.has(r)) {
                         ack = "HOLD";
                         held++;
+                    } else if (renew.has(r) && renewed.add(r.topic() + "-" + r.partition() + ":" + r.offset())) {
+                        ack = "RENEW";
+                        c.acknowledge(r, AcknowledgeType.RENEW);
                     } else if (reject.has(r)) {
                         ack = "REJECT";
                         c.acknowledge(r, AcknowledgeType.REJECT);
