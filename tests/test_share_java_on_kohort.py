@@ -12,7 +12,9 @@
 - (slow: twenty JVM starts) Kafka's kafka-share-groups.sh (ShareGroupCommand) describing, resetting and deleting share groups on
   kohort broker, compared with `kohort share-groups` where both print the same thing.
 
-Every check is on exact sets of (topic, partition, offset) with their delivery counts. The broker runs
+Every check is on exact sets of (topic, partition, offset) with their delivery counts. The client
+scenarios run again (slow) on Apache Kafka 4.3.1 with the same settings: the same records, delivery
+counts and lags (the start offsets differ as test_share_broker_kafka_wire.py pins). The broker runs
 with the fast share settings of test_share_consumer_kafka.py (lock 4 s, heartbeat 0.5 s, delivery count
 limit 3, assignment interval 0); each group reads from the earliest offset (group config).
 """
@@ -38,12 +40,36 @@ PEERS = {"java": JavaSharePeer, "ck": CkSharePeer}
 
 @pytest.fixture(scope="module")
 def kb():
+    """kohort broker with the fast share settings."""
     with KohortBroker(config=SHARE_BROKER_CONFIG) as b:
+        b.kind = "kohort"
         yield b
 
 
+@pytest.fixture(scope="module", params=["kohort", pytest.param("kafka", marks=pytest.mark.slow)])
+def sb(request):
+    """The broker of the client scenarios: kohort broker, and (slow) Apache Kafka 4.3.1 with the same
+    settings, so that each scenario is known to be Kafka's behaviour too."""
+    if request.param == "kohort":
+        yield request.getfixturevalue("kb")
+        return
+    from tests.kafka_cluster import KafkaCluster
+    kc = KafkaCluster(nodes=1, extra_config=SHARE_BROKER_CONFIG)
+    kc.kind = "kafka"
+    kc.start()
+    yield kc
+    kc.close()
+
+
 @pytest.fixture(scope="module")
-def admin(kb):
+def admin(sb):
+    a = Admin({"bootstrap.servers": sb.bootstrap})
+    yield a
+    a.close()
+
+
+@pytest.fixture(scope="module")
+def kadmin(kb):
     a = Admin({"bootstrap.servers": kb.bootstrap})
     yield a
     a.close()
@@ -121,14 +147,25 @@ def offsets(admin: Admin, group: str) -> dict[int, tuple[int, int | None]]:
     return {tp.partition: (i.start_offset, i.lag) for tp, i in admin.list_share_group_offsets(group).items()}
 
 
+def assert_offsets(broker, admin: Admin, group: str, expected: dict[int, tuple[int, int]]) -> None:
+    """The group's {partition: (start offset, lag)}. Apache Kafka reports the start offset of its last
+    persisted share state, which may lag behind the records already done (kohort: the live one; pinned in
+    test_share_broker_kafka_wire.py): there the lags alone are compared."""
+    got = offsets(admin, group)
+    if broker.kind == "kafka":
+        assert {p: lag for p, (_, lag) in got.items()} == {p: lag for p, (_, lag) in expected.items()}, got
+    else:
+        assert got == expected
+
+
 # -- groups of Java members, and Java with confluent-kafka -------------------------------------------------
 @pytest.mark.parametrize("kinds", [("java",) * 3, ("java",) * 3 + ("ck",) * 3], ids=["3java", "3java+3ck"])
-def test_members_accept_every_record_exactly_once(kb, admin, kinds):
+def test_members_accept_every_record_exactly_once(sb, admin, kinds):
     """A share group of 3 KafkaShareConsumers (then 3 of them with 3 confluent-kafka ShareConsumers) on a
     3-partition topic: 150 records before the group settles and 150 after; each record is accepted
     once, on its first delivery; after the group settled every member gets records; nothing lags."""
-    t, g = setup_topic(kb.bootstrap, admin, 3, 150)
-    peers = [PEERS[k](kb.bootstrap, t, g, client_id=f"{k}-{i}") for i, k in enumerate(kinds)]
+    t, g = setup_topic(sb.bootstrap, admin, 3, 150)
+    peers = [PEERS[k](sb.bootstrap, t, g, client_id=f"{k}-{i}") for i, k in enumerate(kinds)]
     try:
         start_all(peers)
         first = records_of(t, 3, 0, 150)
@@ -147,7 +184,7 @@ def test_members_accept_every_record_exactly_once(kb, admin, kinds):
         assert per_partition == {p: len(kinds) // 3 for p in range(3)}
         before = [len(p.confirmed()) for p in peers]
         for start in range(150, 300, 15):     # many small log batches: sharing members take turns
-            produce_range(kb.bootstrap, t, 3, start, start + 15)
+            produce_range(sb.bootstrap, t, 3, start, start + 15)
             time.sleep(0.2)
         everything = records_of(t, 3, 0, 300)
         wait_until(lambda: set(accepted(peers)) == everything, 60, "all 300 records accepted", peers)
@@ -159,7 +196,7 @@ def test_members_accept_every_record_exactly_once(kb, admin, kinds):
         assert not any(p.records(ack) for p in peers for ack in ("RELEASE", "REJECT", "HOLD"))
         # every record a member was handed it accepted (no delivery the broker did not confirm)
         assert sum(len(p.records()) for p in peers) == 300
-        assert offsets(admin, g) == {p: (100, 0) for p in range(3)}
+        assert_offsets(sb, admin, g, {p: (100, 0) for p in range(3)})
         late = [len(p.confirmed()) - b for p, b in zip(peers, before)]
         if len(kinds) == 3:      # every member got records of the 150 produced once the group settled
             assert all(late), late   # (not exactly its own partition's 50: Kafka 4.3.1 gave [50, 45, 55] once)
@@ -173,9 +210,9 @@ def test_members_accept_every_record_exactly_once(kb, admin, kinds):
 
 # -- acknowledgement types -------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["java", "ck"])
-def test_release_redelivers_with_delivery_count_2(kb, admin, kind):
-    t, g = setup_topic(kb.bootstrap, admin, 1, 10)
-    peer = PEERS[kind](kb.bootstrap, t, g, release="0:3,0:7")
+def test_release_redelivers_with_delivery_count_2(sb, admin, kind):
+    t, g = setup_topic(sb.bootstrap, admin, 1, 10)
+    peer = PEERS[kind](sb.bootstrap, t, g, release="0:3,0:7")
     try:
         start_all([peer])
         wait_until(lambda: len(peer.confirmed()) == 10, 40, "10 records accepted", [peer])
@@ -185,63 +222,63 @@ def test_release_redelivers_with_delivery_count_2(kb, admin, kind):
             sorted([(o, 1) for o in range(10) if o not in (3, 7)] + [(3, 2), (7, 2)])
         assert sorted(r["value"] for r in peer.records() if r["delivery_count"] == 2) == ["v3", "v7"]
         assert len(peer.records()) == 12
-        assert offsets(admin, g) == {0: (10, 0)}
+        assert_offsets(sb, admin, g, {0: (10, 0)})
         no_errors([peer])
     finally:
         stop_all([peer])
 
 
 @pytest.mark.parametrize("kind", ["java", "ck"])
-def test_reject_archives(kb, admin, kind):
+def test_reject_archives(sb, admin, kind):
     """REJECTed records are archived: not delivered again (not after the lock duration either, not when
     a new record comes), yet counted as done (start offset past them, no lag)."""
-    t, g = setup_topic(kb.bootstrap, admin, 1, 10)
-    peer = PEERS[kind](kb.bootstrap, t, g, reject="0:2,0:5")
+    t, g = setup_topic(sb.bootstrap, admin, 1, 10)
+    peer = PEERS[kind](sb.bootstrap, t, g, reject="0:2,0:5")
     try:
         start_all([peer])
         wait_until(lambda: len(peer.confirmed()) == 8, 40, "8 records accepted", [peer])
         assert sorted(o for _, _, o, _ in peer.confirmed("REJECT")) == [2, 5]
-        assert offsets(admin, g) == {0: (10, 0)}
+        assert_offsets(sb, admin, g, {0: (10, 0)})
         time.sleep(SHARE_BROKER_CONFIG["group.share.record.lock.duration.ms"] / 1000 + 1)
-        produce_range(kb.bootstrap, t, 1, 10, 11)
+        produce_range(sb.bootstrap, t, 1, 10, 11)
         wait_until(lambda: len(peer.confirmed()) == 9, 20, "the new record accepted", [peer])
         time.sleep(0.5)
         assert sorted((o, dc) for _, _, o, dc in peer.confirmed()) == [(o, 1) for o in range(11) if o not in (2, 5)]
         assert len(peer.records()) == 11
-        assert offsets(admin, g) == {0: (11, 0)}
+        assert_offsets(sb, admin, g, {0: (11, 0)})
         no_errors([peer])
     finally:
         stop_all([peer])
 
 
 @pytest.mark.parametrize("kind", ["java", "ck"])
-def test_delivery_count_limit_archives(kb, admin, kind):
+def test_delivery_count_limit_archives(sb, admin, kind):
     """A record released on every delivery is delivered exactly group.share.delivery.count.limit (3)
     times and then archived; the rest is accepted once."""
     limit = SHARE_BROKER_CONFIG["group.share.delivery.count.limit"]
-    t, g = setup_topic(kb.bootstrap, admin, 1, 10)
-    peer = PEERS[kind](kb.bootstrap, t, g, release="0:4", release_until=99)
+    t, g = setup_topic(sb.bootstrap, admin, 1, 10)
+    peer = PEERS[kind](sb.bootstrap, t, g, release="0:4", release_until=99)
     try:
         start_all([peer])
         wait_until(lambda: len(peer.confirmed("RELEASE")) == limit and len(peer.confirmed()) == 9, 40,
                    f"record 4 released {limit} times, the others accepted", [peer])
-        produce_range(kb.bootstrap, t, 1, 10, 11)
+        produce_range(sb.bootstrap, t, 1, 10, 11)
         wait_until(lambda: len(peer.confirmed()) == 10, 20, "the new record accepted", [peer])
         time.sleep(0.5)
         assert sorted((o, dc) for _, _, o, dc in peer.confirmed("RELEASE")) == [(4, n) for n in range(1, limit + 1)]
         assert sorted((o, dc) for _, _, o, dc in peer.confirmed()) == [(o, 1) for o in range(11) if o != 4]
         assert len(peer.records()) == 10 + limit
-        assert offsets(admin, g) == {0: (11, 0)}
+        assert_offsets(sb, admin, g, {0: (11, 0)})
         no_errors([peer])
     finally:
         stop_all([peer])
 
 
-def test_java_implicit_acknowledgement(kb, admin):
+def test_java_implicit_acknowledgement(sb, admin):
     """Two KafkaShareConsumers in implicit mode: each poll accepts the previous one's records; the
     acknowledgement callback reports every record confirmed exactly once, nothing lags."""
-    t, g = setup_topic(kb.bootstrap, admin, 3, 60)
-    peers = [JavaSharePeer(kb.bootstrap, t, g, ack_mode="implicit", client_id=f"imp-{i}") for i in range(2)]
+    t, g = setup_topic(sb.bootstrap, admin, 3, 60)
+    peers = [JavaSharePeer(sb.bootstrap, t, g, ack_mode="implicit", client_id=f"imp-{i}") for i in range(2)]
     try:
         start_all(peers)
         everything = records_of(t, 3, 0, 60)
@@ -252,17 +289,17 @@ def test_java_implicit_acknowledgement(kb, admin):
         handed = Counter((r["topic"], r["partition"], r["offset"], r["delivery_count"], r["ack"])
                          for p in peers for r in p.records())
         assert set(handed) == {(tt, pp, o, 1, "IMPLICIT") for tt, pp, o in everything} and set(handed.values()) == {1}
-        assert offsets(admin, g) == {p: (20, 0) for p in range(3)}
+        assert_offsets(sb, admin, g, {p: (20, 0) for p in range(3)})
         no_errors(peers)
     finally:
         stop_all(peers)
 
 
-def test_java_renew_keeps_the_record_for_a_later_poll(kb, admin):
+def test_java_renew_keeps_the_record_for_a_later_poll(sb, admin):
     """KIP-1222 from Java (ShareAcknowledge/ShareFetch v2 with IsRenewAck): a RENEWed record keeps its
     lock and comes back to the same member in a later poll with the same delivery count."""
-    t, g = setup_topic(kb.bootstrap, admin, 1, 5)
-    peer = JavaSharePeer(kb.bootstrap, t, g, renew="0:1,0:3")
+    t, g = setup_topic(sb.bootstrap, admin, 1, 5)
+    peer = JavaSharePeer(sb.bootstrap, t, g, renew="0:1,0:3")
     try:
         start_all([peer])
         wait_until(lambda: len(peer.confirmed()) == 5, 30, "5 records accepted", [peer])
@@ -270,7 +307,7 @@ def test_java_renew_keeps_the_record_for_a_later_poll(kb, admin):
         assert sorted((r["offset"], r["delivery_count"], r["ack"]) for r in peer.records()) == sorted(
             [(o, 1, "ACCEPT") for o in range(5)] + [(1, 1, "RENEW"), (3, 1, "RENEW")])
         assert sorted(o for _, _, o, _ in peer.confirmed("RENEW")) == [1, 3]
-        assert offsets(admin, g) == {0: (5, 0)}
+        assert_offsets(sb, admin, g, {0: (5, 0)})
         no_errors([peer])
     finally:
         stop_all([peer])
@@ -279,14 +316,14 @@ def test_java_renew_keeps_the_record_for_a_later_poll(kb, admin):
 # -- failures --------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", ["SIGKILL", "SIGSTOP"])
-def test_members_records_go_to_the_others_when_it_dies_or_freezes(kb, admin, sig):
+def test_members_records_go_to_the_others_when_it_dies_or_freezes(sb, admin, sig):
     """A KafkaShareConsumer holds the records of its first poll unacknowledged, then is SIGKILLed (its
     connection closes: the records are released) or SIGSTOPped (its connection stays: the records come
     back when their 4 s locks expire). Two other Java members get exactly those again with delivery
     count 2; every record is accepted exactly once."""
-    t, g = setup_topic(kb.bootstrap, admin, 3, 60)
-    holder = JavaSharePeer(kb.bootstrap, t, g, hold="*", client_id="holder")
-    others = [JavaSharePeer(kb.bootstrap, t, g, client_id=f"j{i}") for i in range(2)]
+    t, g = setup_topic(sb.bootstrap, admin, 3, 60)
+    holder = JavaSharePeer(sb.bootstrap, t, g, hold="*", client_id="holder")
+    others = [JavaSharePeer(sb.bootstrap, t, g, client_id=f"j{i}") for i in range(2)]
     try:
         start_all([holder])
         holder.wait_for(lambda e: e["event"] == "holding", timeout=60)
@@ -380,7 +417,7 @@ def rows(text: str) -> list[list[str]]:
 
 
 @pytest.mark.slow
-def test_kafka_share_groups_tool_on_kohort_broker(kb, admin, capsys):
+def test_kafka_share_groups_tool_on_kohort_broker(kb, kadmin, capsys):
     """Kafka's kafka-share-groups.sh on kohort broker, with two Java members in the group: --list (with
     --state), --describe --offsets/--members/--state (--verbose) print what `kohort share-groups` prints;
     a live group refuses --reset-offsets, --delete-offsets and --delete. Members gone: --reset-offsets
@@ -388,16 +425,16 @@ def test_kafka_share_groups_tool_on_kohort_broker(kb, admin, capsys):
     none) move the start offsets, described by both tools, and a Java member then reads exactly from
     there; --delete-offsets forgets the topic, --delete removes the group."""
     bs = kb.bootstrap
-    t, g = setup_topic(bs, admin, 3, 30, prefix="sgt")
+    t, g = setup_topic(bs, kadmin, 3, 30, prefix="sgt")
     peers = [JavaSharePeer(bs, t, g, client_id=f"tool-{i}") for i in range(2)]
     try:
         start_all(peers)
         wait_until(lambda: set(accepted(peers)) == records_of(t, 3, 0, 30), 60, "30 records accepted", peers)
 
         def settled():
-            d = admin.describe_share_groups([g])[g]
+            d = kadmin.describe_share_groups([g])[g]
             return (len(d.members) == 2 and all(m.assignment for m in d.members)
-                    and d.group_epoch == d.assignment_epoch and offsets(admin, g) == {p: (10, 0) for p in range(3)})
+                    and d.group_epoch == d.assignment_epoch and offsets(kadmin, g) == {p: (10, 0) for p in range(3)})
         wait_until(settled, 30, "the group settled", peers)
 
         rc, out, err = kafka_tool(bs, "--list")
@@ -431,11 +468,11 @@ def test_kafka_share_groups_tool_on_kohort_broker(kb, admin, capsys):
         assert "The group is not empty." in kout, kout
         _, kout, _ = kafka_tool(bs, "--delete", "--group", g)
         assert f"Share group '{g}' is not EMPTY." in kout, kout
-        assert offsets(admin, g) == {p: (10, 0) for p in range(3)}
+        assert offsets(kadmin, g) == {p: (10, 0) for p in range(3)}
         no_errors(peers)
     finally:
         stop_all(peers)
-    wait_until(lambda: admin.describe_share_groups([g])[g].state == "Empty", 15, "the group empty")
+    wait_until(lambda: kadmin.describe_share_groups([g])[g].state == "Empty", 15, "the group empty")
 
     rc, out, err = kafka_tool(bs, "--reset-offsets", "--group", g, "--all-topics", "--to-earliest", "--execute")
     assert rc == 0 and sorted(rows(out)[1:]) == [[g, t, str(p), "0"] for p in range(3)], (out, err)
@@ -460,11 +497,11 @@ def test_kafka_share_groups_tool_on_kohort_broker(kb, admin, capsys):
         assert len(reader.records()) == 6
     finally:
         stop_all([reader])
-    wait_until(lambda: admin.describe_share_groups([g])[g].state == "Empty", 15, "the group empty")
+    wait_until(lambda: kadmin.describe_share_groups([g])[g].state == "Empty", 15, "the group empty")
     rc, out, err = kafka_tool(bs, "--reset-offsets", "--group", g, "--topic", f"{t}:1", "--to-datetime",
                               "2020-01-01T00:00:00.000", "--execute")
     assert rc == 0 and rows(out)[1:] == [[g, t, "1", "0"]], (out, err)
-    assert offsets(admin, g) == {0: (10, 0), 1: (0, 10), 2: (10, 0)}
+    assert offsets(kadmin, g) == {0: (10, 0), 1: (0, 10), 2: (10, 0)}
 
     rc, out, err = kafka_tool(bs, "--delete-offsets", "--group", g, "--topic", t)
     assert rc == 0 and rows(out)[1:] == [[t, "Successful"]], (out, err)
