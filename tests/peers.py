@@ -5,6 +5,10 @@ processes on loopback and always stop them. Tansu comes from the lead's `tansu` 
 conftest.py. Topic creation goes through kohort's own NetworkClient with a CreateTopics request
 (the mock cluster reports no controller, so confluent-kafka's AdminClient cannot create topics on it);
 data is produced with confluent-kafka (librdkafka), a producer nobody here wrote.
+
+Share-group members (KIP-932) as processes: `JavaSharePeer` (Kafka's KafkaShareConsumer,
+tests/peers/java/SharePeer.java) and `CkSharePeer` (confluent-kafka's ShareConsumer,
+tests/peers/ck_share_member.py), one command line and one event stream for both.
 """
 from __future__ import annotations
 
@@ -12,9 +16,12 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from tests.kafka_cluster import KAFKA_CP, TOOL_JVM, JavaPeer, _tools_log4j, require_peers
 
 MOCK_CLUSTER = Path("/work/shared/tools/mock-cluster")
 
@@ -123,3 +130,95 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int | None = Non
     left = p.flush(30)
     if left or errors:
         raise RuntimeError(f"produce to {topic}: {left} undelivered, errors {errors[:3]}")
+
+
+# -- share groups (KIP-932): Java's KafkaShareConsumer and confluent-kafka's ShareConsumer as members -------
+#
+# Both kinds run as processes of their own with the same command line and the same JSON-line events
+# (tests/peers/java/SharePeer.java documents them): `JavaSharePeer(...)` runs SharePeer.java (compiled on
+# first use), `CkSharePeer(...)` runs tests/peers/ck_share_member.py.
+SHARE_PEER_SRC = Path(__file__).resolve().parent / "peers" / "java" / "SharePeer.java"
+CK_SHARE_MEMBER = Path(__file__).resolve().parent / "peers" / "ck_share_member.py"
+_share_build: Path | None = None
+
+
+def share_peer_build() -> Path:
+    """The folder holding SharePeer.class: compiled once per test process into a temporary folder
+    (removed at exit), so an edited SharePeer.java is never run stale."""
+    global _share_build
+    if _share_build is None:
+        import atexit
+        import shutil
+        import tempfile
+        require_peers()
+        out = Path(tempfile.mkdtemp(prefix="kohort-sharepeer-"))
+        atexit.register(shutil.rmtree, out, True)
+        subprocess.run(["javac", "-nowarn", "-cp", KAFKA_CP, "-d", str(out), str(SHARE_PEER_SRC)],
+                       check=True, timeout=180, capture_output=True)
+        _share_build = out
+    return _share_build
+
+
+class ShareEvents:
+    """What a share peer's events say: its records and which acknowledgements the broker confirmed."""
+
+    events: list
+
+    def records(self, ack: str | None = None) -> list[dict]:
+        return [e for e in list(self.events) if e.get("event") == "record" and (ack is None or e["ack"] == ack)]
+
+    def confirmed(self, ack: str = "ACCEPT") -> list[tuple[str, int, int, int]]:
+        """(topic, partition, offset, delivery count) of every record acknowledged with `ack` whose
+        acknowledgement the broker answered without error (the `committed` event after it)."""
+        out, pending = [], []
+        for e in list(self.events):
+            if e.get("event") == "record":
+                pending.append(e)
+            elif e.get("event") == "committed":
+                res = e["results"]
+                for r in pending:
+                    key = f"{r['topic']}-{r['partition']}"
+                    if r["ack"] == ack and key in res and res[key] is None:
+                        out.append((r["topic"], r["partition"], r["offset"], r["delivery_count"]))
+                pending = []
+        return out
+
+    def acked(self) -> Counter:
+        """How often the broker confirmed an acknowledgement of each (topic, partition, offset), from the
+        Java peer's AcknowledgementCommitCallback (every mode; implicit mode has no other report)."""
+        return Counter((e["topic"], e["partition"], o) for e in list(self.events)
+                       if e.get("event") == "acked" and e["error"] is None for o in e["offsets"])
+
+    def held(self) -> set[tuple[str, int, int]]:
+        return {(r["topic"], r["partition"], r["offset"]) for r in self.records("HOLD")}
+
+
+def _share_args(bootstrap: str, topic: str, group: str, **opts) -> list[str]:
+    args = ["--bootstrap", bootstrap, "--topic", topic, "--group", group]
+    for k, v in opts.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    return args
+
+
+class JavaSharePeer(ShareEvents, JavaPeer):
+    """Apache Kafka's KafkaShareConsumer (tests/peers/java/SharePeer.java) as a share-group member:
+
+        with JavaSharePeer(bs, topic, group, release="0:3", client_id="j1") as j:
+            j.wait_for(lambda e: e["event"] == "holding")
+    """
+
+    def __init__(self, bootstrap: str, topic: str, group: str, **opts):
+        super().__init__()
+        self.args = ["java", *TOOL_JVM, f"-Dlog4j2.configurationFile={_tools_log4j()}",
+                     "-cp", f"{share_peer_build()}:{KAFKA_CP}", "SharePeer",
+                     *_share_args(bootstrap, topic, group, **opts)]
+
+
+class CkSharePeer(ShareEvents, JavaPeer):
+    """confluent-kafka's ShareConsumer (librdkafka) as a share-group member in a process of its own, with
+    SharePeer's options and events (explicit mode: commit_sync after each poll)."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, **opts):
+        super().__init__()
+        self.args = [sys.executable, "-u", str(CK_SHARE_MEMBER),
+                     *_share_args(bootstrap, topic, group, **opts)]
