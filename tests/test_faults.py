@@ -219,7 +219,8 @@ def test_grid_group_with_java_member(pb, fault, members):
 @pytest.mark.parametrize("members", [("kohort", "confluent", "java"), ("kohort848", "confluent848", "java848")],
                          ids=["classic", "kip848"])
 def test_grid_group_with_java_member_on_kafka3(kafka3_pb, fault, members):
-    _group_run(kafka3_pb, fault, members=members, fault_for=8.0)
+    # a killed node stays named as coordinator until the controller fences it: 12 s to see it move
+    _group_run(kafka3_pb, fault, members=members, fault_for=12.0 if fault.startswith("kill") else 8.0)
 
 
 # -- share groups (KIP-932) ------------------------------------------------------------------------------
@@ -249,7 +250,7 @@ def test_grid_share_group_on_kafka3(kafka3_pb, fault):
     """Share groups on a 3-node Kafka: network faults, the leader of partition 0 SIGKILLed (the share
     partition moves to a new leader, its state read back from __share_group_state), the group
     coordinator SIGKILLed."""
-    _share_run(kafka3_pb, fault, fault_for=8.0)
+    _share_run(kafka3_pb, fault, fault_for=12.0 if fault.startswith("kill") else 8.0)
 
 
 def test_the_checker_counts_every_kind_of_anomaly():
