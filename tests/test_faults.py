@@ -77,6 +77,8 @@ def _group_run(pb, fault, members=("kohort", "confluent"), **kw):
     joined = "".join(f"+{m}" for m in kw.get("join_at_fault", ()))
     r = check_group(h, log, fault, "+".join(m.removesuffix("848") for m in members) + joined.replace("848", ""),
                     protocol=protocol)
+    if kw.get("replication") is not None:
+        r.workload += f" rf{kw['replication']}"
     record(r, _broker(pb))
     assert h.fault_bit(fault) is None, (h.fault_bit(fault), _events(h))
     moved = "".join(f" coordinator {a} -> {b} after {t}s;" for a, b, t in h.coordinators)
