@@ -143,9 +143,9 @@ def test_three_members_each_record_accepted_once(kshare, admin):
 
 def test_a_heartbeat_falling_due_at_poll_goes_out(kshare, admin):
     """poll() hands the member a Poll event; when a heartbeat is due at that moment the member sends it
-    from there. Dropping that Send left the heartbeat "in flight" forever: the member stopped
-    heartbeating and the coordinator removed it once its session expired (the group was then described
-    with 2 of 3 members)."""
+    from there. Were that Send dropped, the heartbeat would stay "in flight" forever: the member would
+    stop heartbeating and the coordinator remove it once its session expired. Heartbeats go on, and
+    the member is still in the group after longer than its session."""
     t, g = _setup(kshare, admin, partitions=1, records=1)
     c = _consumer(kshare, g, t)
     try:
