@@ -26,6 +26,16 @@ The checker's anomalies (`Report.anomalies`, each a count):
                    (timestamped); an ownership ended by on_lost (a fenced member) is not an owner's
   stalled          no progress for more than `stall_s` after the fault healed while work remained
   hung_calls       client calls that returned later than their own timeout (+ slack)
+
+Group members (`group_workload`) are kohort's Consumer, confluent-kafka's, or Kafka's Java consumer
+(`java`: tests/peers/java/Peer.java in its own JVM, its callbacks timestamped in the JVM).
+
+A share group (`share_workload`, KIP-932): kohort's and confluent-kafka's ShareConsumer members
+accept every record they get while a producer writes through the fault; `check_share` counts
+  lost             records of the log no member accepted by the end (an acceptance refused with
+                   INVALID_RECORD_STATE was not applied; one without a clear answer may have been)
+  duplicates       a record delivered again after a member's acceptance of it was answered ok
+  stalled, hung_calls  as above (out_of_order and two_owners do not apply to shared partitions)
 """
 from __future__ import annotations
 
@@ -89,11 +99,12 @@ class ProxiedKafka:
     """An Apache Kafka of 1 or 3 nodes (tests/kafka_cluster.py), each node behind a FaultProxy of its
     own and advertising it, so every client connection to every broker goes through a proxy; with 3
     nodes the brokers replicate and elect over a second listener (INTERNAL) that no proxy sits on.
-    `proxy` is the group of proxies, faulted together."""
+    `proxy` is the group of proxies, faulted together. Share groups run with SHARE_GROUP_CONFIG."""
 
     def __init__(self, nodes: int = 1):
         from tests.kafka_cluster import KafkaCluster
-        self.kc = KafkaCluster(nodes=nodes, extra_listeners=[("INTERNAL", "PLAINTEXT")] if nodes > 1 else None)
+        self.kc = KafkaCluster(nodes=nodes, extra_listeners=[("INTERNAL", "PLAINTEXT")] if nodes > 1 else None,
+                               extra_config=SHARE_GROUP_CONFIG)
         self.proxies = [FaultProxy(("127.0.0.1", n.port)) for n in self.kc.nodes]
         self.proxy = ProxyGroup(self.proxies)
         if nodes == 1:
@@ -554,16 +565,119 @@ class _Member:
         self.timed.call(f"{self.name} close", 30.0, self.c.close)
 
 
+class _JavaMember:
+    """A group member that is Apache Kafka's own Java consumer (tests/peers/java/Peer.java, consume mode,
+    commitSync after each poll) in its own JVM, with the interface of _Member. Its JSON events are
+    turned into the history by a reader thread: assigned/revoked/lost at the time the callback ran in
+    the JVM (System.nanoTime(), the clock of time.monotonic() on Linux; the time the line was read if
+    the two clocks disagree), each record's partition and offset (the peer reports no values), and
+    the offsets commitSync committed as the floor."""
+
+    def __init__(self, name: str, kind: str, bootstrap: str, group: str, topic: str, h: GroupHistory,
+                 committed: dict, lock: threading.Lock, timed: _Timed):
+        from tests.kafka_cluster import JavaPeer
+        self.name, self.h, self.committed, self.lock, self.timed = name, h, committed, lock, timed
+        self.kind = "java"
+        args = ["consume", "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--offsets",
+                "--commit", "sync", "--from", "earliest"]
+        if kind.endswith("848"):
+            args += ["--protocol", "consumer"]
+        else:                           # classic: the broker times the session the member asks for
+            args += ["--session-timeout-ms", "6000"]
+        self.peer = JavaPeer(*args)
+        self.last: dict = {}
+        self.last_progress = time.monotonic()
+        self.clock_ok: bool | None = None
+        self.thread = threading.Thread(target=self._run, name=f"member-{name}", daemon=True)
+        self._stopped = False
+
+    def _when(self, ev: dict) -> float:
+        now = time.monotonic()
+        mono = ev.get("mono_ns")
+        if self.clock_ok is None and mono is not None:
+            self.clock_ok = abs(mono / 1e9 - now) < 1.0
+        return mono / 1e9 if self.clock_ok and mono is not None else now
+
+    def _on(self, ev: dict) -> None:
+        kind = ev.get("event")
+        if kind == "started":
+            self._when(ev)
+        elif kind in ("assigned", "revoked", "lost"):
+            t = self._when(ev)
+            parts = sorted(int(x.rsplit("-", 1)[1]) for x in ev.get("partitions", []))
+            for p in parts:
+                self.last.pop(p, None)
+            with self.lock:
+                self.h.assigned.append((self.name, {"assigned": "assign", "revoked": "revoke"}.get(kind, kind),
+                                        parts, t))
+        elif kind == "records":
+            for x in ev.get("offsets", []):
+                tp, off = x.rsplit("@", 1)
+                p, off = int(tp.rsplit("-", 1)[1]), int(off)
+                with self.lock:
+                    floor = self.committed.get(p, 0)
+                    self.h.consumed.append((self.name, p, off, None, floor))
+                    prev = self.last.get(p)
+                    if prev is not None and off <= prev:
+                        self.h.consumed.append((self.name, p, off, None, "backwards"))
+                self.last[p] = off
+            self.last_progress = time.monotonic()
+        elif kind == "committed":
+            with self.lock:
+                for tp, off in ev.get("offsets", {}).items():
+                    p = int(tp.rsplit("-", 1)[1])
+                    self.committed[p] = max(self.committed.get(p, 0), off)
+        elif kind in ("commit_failed", "error", "fatal"):
+            with self.lock:
+                self.h.commit_errors.append(f"{self.name}: {kind}: {ev.get('error')}"[:200])
+
+    def _run(self) -> None:
+        try:
+            self.peer.start()
+        except Exception as e:          # noqa: BLE001 - the JVM did not start: counted as a hung member
+            self.timed.hung.append(f"{self.name} did not start: {e}")
+            return
+        i = 0
+        while True:
+            try:
+                ev = self.peer.wait_for(lambda e: True, timeout=1.0, start=i)
+            except TimeoutError:
+                continue
+            except RuntimeError:        # the JVM ended before its next event
+                return
+            i += 1
+            if ev.get("event") == "eof":
+                return
+            self._on(ev)
+
+    def close(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self.timed.call(f"{self.name} close", 30.0, self.peer.stop, 30.0)
+        self.thread.join(10)
+
+
+def _member(name: str, kind: str, *args):
+    """A member of `kind`: kohort or confluent (a _Member in a thread), java (a _JavaMember, its own JVM);
+    a suffix 848 makes it speak group.protocol=consumer."""
+    return (_JavaMember if kind.startswith("java") else _Member)(name, kind, *args)
+
+
 def group_workload(pb: ProxiedBroker, topic: str, fault: str | None, members=("kohort", "confluent"),
                    records: int = 4000, partitions: int = 4, fault_at: float = 1.5, fault_for: float = 3.0,
-                   stall_s: float = 30.0, join_at_fault=(), leave_at_fault: int = 0) -> tuple[GroupHistory, dict]:
+                   stall_s: float = 30.0, join_at_fault=(), leave_at_fault: int = 0,
+                   replication: int | None = None) -> tuple[GroupHistory, dict]:
     """Members of one group consume `topic` (filled before and during the run through the proxy)
     while the fault runs; ends when every record was consumed after the heal, or `stall_s` after
-    the heal. A member kind ending in "848" speaks group.protocol=consumer (KIP-848), else classic.
-    At the moment the fault is applied, members of the kinds `join_at_fault` join and the first
-    `leave_at_fault` members leave (close). Returns the history and the log."""
+    the heal. Member kinds: kohort, confluent, java (Kafka's Java consumer in its own JVM); a kind
+    ending in "848" speaks group.protocol=consumer (KIP-848), else classic. At the moment the fault
+    is applied, members of the kinds `join_at_fault` join and the first `leave_at_fault` members
+    leave (close). The topic is replicated on every node unless `replication` says otherwise.
+    Returns the history and the log."""
     from tests.peers import create_topic
-    assert create_topic(pb.bootstrap, topic, partitions, replication=getattr(pb, "nodes", 1)) == partitions
+    rf = replication if replication is not None else getattr(pb, "nodes", 1)
+    assert create_topic(pb.bootstrap, topic, partitions, replication=rf) == partitions
     half = records // 2
     _fill(pb.bootstrap, topic, 0, half)
     h = GroupHistory()
@@ -571,41 +685,35 @@ def group_workload(pb: ProxiedBroker, topic: str, fault: str | None, members=("k
     lock = threading.Lock()
     timed = _Timed()
     group = f"g-{topic}"
-    ms = [_Member(f"{kind}-{i}", kind, pb.bootstrap, group, topic, h, committed, lock, timed)
+    ms = [_member(f"{kind}-{i}", kind, pb.bootstrap, group, topic, h, committed, lock, timed)
           for i, kind in enumerate(members)]
     stop = threading.Event()
     for m in ms:
         m.thread.start()
-    _await_assignment(h, lock, {m.name for m in ms}, partitions, 60.0)
+    try:
+        _await_assignment(h, lock, {m.name for m in ms}, partitions, 60.0)
+    except BaseException:
+        for m in ms:
+            m.close()
+        raise
     left: list = []
 
     def churn() -> None:
         h.faulted_at = time.monotonic()
         for i, kind in enumerate(join_at_fault):
-            m = _Member(f"{kind}-j{i}", kind, pb.bootstrap, group, topic, h, committed, lock, timed)
+            m = _member(f"{kind}-j{i}", kind, pb.bootstrap, group, topic, h, committed, lock, timed)
             ms.append(m)
             h.joined.append(m.name)
             m.thread.start()
         if getattr(pb, "killed", None) is not None and fault == "kill-coordinator":
-            def successor() -> None:
-                # Kafka names the dead node until the controller fences it (broker.session.timeout.ms)
-                killed, node, deadline = pb.killed, None, time.monotonic() + fault_for
-                while time.monotonic() < deadline:
-                    try:
-                        node = pb.kc.coordinator(group, timeout=fault_for)
-                    except Exception:           # no coordinator yet
-                        node = None
-                    if node not in (None, killed):
-                        break
-                    time.sleep(0.3)
-                h.coordinators.append((killed, node, round(time.monotonic() - h.faulted_at, 1)))
-            threading.Thread(target=successor, name="successor", daemon=True).start()
+            _watch_successor(pb, group, h, fault_for)
         for m in ms[:leave_at_fault]:
             t = threading.Thread(target=m.close, name=f"leave-{m.name}", daemon=True)
             t.start()
             left.append(t)
 
-    sched = _schedule(pb, fault, fault_at, fault_for, stop, target=group, on_fault=churn)
+    sched = _schedule(pb, fault, fault_at, fault_for, stop, target=topic if fault == "kill-leader" else group,
+                      on_fault=churn)
     try:
         sched["thread"].join(fault_at + fault_for + (180 if fault in NODE_FAULTS else 10))
         h.healed_at = sched.get("healed_at", time.monotonic())
@@ -703,12 +811,13 @@ def check_group(h: GroupHistory, log: dict, fault: str, members: str, stall_s: f
             continue
         if (p, off) in consumed and off < floor:
             r.add("duplicates", f"{name}: partition {p} offset {off} again, below committed {floor}")
-        consumed[(p, off)] = v
+        if v is not None or (p, off) not in consumed:      # a Java member reports no values
+            consumed[(p, off)] = v
     for p, recs in log.items():
         for off, v in recs:
             if (p, off) not in consumed:
                 r.add("lost", f"partition {p} offset {off} ({v}) never consumed")
-            elif consumed[(p, off)] != v:
+            elif consumed[(p, off)] not in (v, None):
                 r.add("lost", f"partition {p} offset {off}: consumed {consumed[(p, off)]!r}, log has {v!r}")
     if not h.done:
         r.add("stalled", f"not every record consumed within {stall_s:.0f}s after the heal")
@@ -717,7 +826,281 @@ def check_group(h: GroupHistory, log: dict, fault: str, members: str, stall_s: f
     return r
 
 
+# -- a share group (KIP-932) -----------------------------------------------------------------------------
+# Share-group settings of both brokers for the fault runs: locks of 4 s (a silenced member's records go
+# to the others soon), member sessions of 6 s, heartbeats every 0.5 s, assignments at once.
+SHARE_GROUP_CONFIG = {
+    "group.share.min.record.lock.duration.ms": 1000, "group.share.record.lock.duration.ms": 4000,
+    "group.share.min.heartbeat.interval.ms": 500, "group.share.heartbeat.interval.ms": 500,
+    "group.share.min.session.timeout.ms": 3000, "group.share.session.timeout.ms": 6000,
+    "group.share.assignment.interval.ms": 0,
+}
+
+
+@dataclass
+class ShareHistory:
+    delivered: list = field(default_factory=list)   # (member, partition, offset, value, delivery_count, t)
+    acked: list = field(default_factory=list)       # (member, partition, (offsets), outcome, detail, t)
+    errors: list = field(default_factory=list)
+    hung: list = field(default_factory=list)
+    produced: int = 0
+    healed_at: float | None = None
+    faulted_at: float | None = None
+    coordinators: list = field(default_factory=list)  # (node killed, its successor, seconds after the kill)
+    done: bool = False
+    proxy_counts: dict = field(default_factory=dict)
+
+    def fault_bit(self, fault: str) -> str | None:
+        """None when the fault acted on the run, else why not: the coordinator moved (kill-coordinator),
+        records of partition 0 were delivered while its leader was down (kill-leader), the proxies
+        threw bytes away, reset or delayed connections (network faults)."""
+        if fault in NODE_FAULTS:
+            if self.faulted_at is None or self.healed_at is None:
+                return "the fault never ran"
+            if fault == "kill-coordinator":
+                c = self.coordinators
+                return None if c and c[0][1] is not None and c[0][0] != c[0][1] else \
+                    f"the coordinator did not move: {c}"
+            moved = [e for e in self.delivered if e[1] == 0 and self.faulted_at + 1 < e[5] < self.healed_at]
+            return None if moved else "no record of partition 0 was delivered while its leader was down"
+        c = self.proxy_counts
+        need = {"blackhole": "discarded_bytes", "oneway": "discarded_bytes", "reset": "resets",
+                "delay": "delayed_chunks"}[fault]
+        return None if c.get(need) else f"the {fault} did not act on any connection: {c}"
+
+
+ACK_OK, ACK_REFUSED, ACK_UNKNOWN = "ok", "refused", "unknown"
+
+
+def _ack_outcome(err) -> str:
+    """A partition's answer to an acknowledgement: ok (None), refused (INVALID_RECORD_STATE: the
+    leader says this member held no lock on those records, so the acceptance was not applied), or
+    unknown (any other error, a timeout: it may have been applied)."""
+    if err is None:
+        return ACK_OK
+    code = getattr(err, "code", None)
+    if code is None and getattr(err, "args", None):             # confluent-kafka's KafkaException(KafkaError)
+        inner = err.args[0]
+        code = inner.code() if callable(getattr(inner, "code", None)) else None
+    return ACK_REFUSED if code == 121 else ACK_UNKNOWN
+
+
+class _ShareMember:
+    """One share-group member in its own thread: poll, "process" each record, accept every record of
+    the batch (implicit acknowledgement) and commit_sync, recording each delivery and each partition's
+    answer. Kinds: kohort (kohort.ShareConsumer), confluent (confluent_kafka.ShareConsumer)."""
+
+    def __init__(self, name: str, kind: str, bootstrap: str, group: str, topic: str, h: ShareHistory,
+                 lock: threading.Lock, timed: _Timed):
+        self.name, self.kind, self.h, self.lock, self.timed = name, kind, h, lock, timed
+        self.process_s = 0.002
+        self.last_progress = time.monotonic()
+        if kind == "kohort":
+            from kohort import ShareConsumer
+            self.c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                    "request.timeout.ms": 3000, "default.api.timeout.ms": 10000})
+        elif kind == "confluent":
+            import confluent_kafka
+            self.c = confluent_kafka.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                                    "socket.timeout.ms": 3000, "log_level": 0})
+        else:
+            raise ValueError(f"no share member of kind {kind!r} (kohort, confluent)")
+        self.c.subscribe([topic])
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"share-{name}", daemon=True)
+
+    def _poll(self) -> list:
+        """[(partition, offset, value, delivery_count)] of one poll."""
+        if self.kind == "kohort":
+            return [(r.partition, r.offset, r.value.decode(), r.delivery_count)
+                    for r in self.timed.call(f"{self.name} poll", 0.5, self.c.poll, 0.5)]
+        msgs = self.timed.call(f"{self.name} poll", 0.5, self.c.poll, 0.5)
+        out = []
+        for m in msgs:
+            if m.error() is None:
+                out.append((m.partition(), m.offset(), m.value().decode(), m.delivery_count()))
+            else:
+                with self.lock:
+                    self.h.errors.append(f"{self.name}: {m.error()}"[:200])
+        return out
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                got = self._poll()
+            except Exception as e:          # noqa: BLE001 - a failed poll is reported, the member goes on
+                with self.lock:
+                    self.h.errors.append(f"{self.name} poll: {type(e).__name__}: {e}"[:200])
+                time.sleep(0.2)
+                continue
+            if not got:
+                continue
+            t = time.monotonic()
+            with self.lock:
+                self.h.delivered.extend((self.name, p, off, v, n, t) for p, off, v, n in got)
+            time.sleep(self.process_s * len(got))
+            by_part: dict = {}
+            for p, off, _, _ in got:
+                by_part.setdefault(p, []).append(off)
+            try:
+                res = self.timed.call(f"{self.name} commit_sync", 10.0, self.c.commit_sync, 10.0)
+                answers = {tp.partition: _ack_outcome(err) for tp, err in (res or {}).items()}
+                details = {tp.partition: str(err)[:120] for tp, err in (res or {}).items() if err is not None}
+            except Exception as e:          # noqa: BLE001 - no answer: every acceptance is indeterminate
+                answers, details = {}, dict.fromkeys(by_part, f"{type(e).__name__}: {e}"[:120])
+            t = time.monotonic()
+            with self.lock:
+                for p, offs in by_part.items():
+                    self.h.acked.append((self.name, p, tuple(offs), answers.get(p, ACK_UNKNOWN),
+                                         details.get(p, "" if p in answers else "no answer for the partition"), t))
+            self.last_progress = t
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        if self.thread.is_alive():
+            self.timed.hung.append(f"{self.name} did not stop within 60 s")
+            return
+        self.timed.call(f"{self.name} close", 30.0, self.c.close)
+
+
+def _watch_successor(pb, group: str, h, fault_for: float) -> None:
+    """In a thread: poll FindCoordinator for `group` until it names a node other than the one killed
+    (Kafka names the dead node until the controller fences it, broker.session.timeout.ms); appends
+    (killed, successor or None, seconds after the kill) to h.coordinators."""
+    def successor() -> None:
+        killed, node, deadline = pb.killed, None, time.monotonic() + fault_for
+        while time.monotonic() < deadline:
+            try:
+                node = pb.kc.coordinator(group, timeout=fault_for)
+            except Exception:           # no coordinator yet
+                node = None
+            if node not in (None, killed):
+                break
+            time.sleep(0.3)
+        h.coordinators.append((killed, node, round(time.monotonic() - h.faulted_at, 1)))
+    threading.Thread(target=successor, name="successor", daemon=True).start()
+
+
+def share_workload(pb, topic: str, fault: str | None, members=("kohort", "kohort", "confluent"),
+                   partitions: int = 3, rate: int = 300, fault_at: float = 2.0, fault_for: float = 3.0,
+                   stall_s: float = 30.0) -> tuple[ShareHistory, dict]:
+    """Members of one share group (share.auto.offset.reset=earliest) read `topic` while an idempotent
+    producer writes `rate` records/s to it through the proxy, from before the fault until a second
+    after the heal; the run ends when every record of the log was accepted by a member, or
+    `stall_s` after the heal. The broker needs SHARE_GROUP_CONFIG. Returns the history and the log."""
+    from kohort import Admin, Producer
+    from tests.peers import create_topic
+    assert create_topic(pb.bootstrap, topic, partitions, replication=getattr(pb, "nodes", 1)) == partitions
+    group = f"s-{topic}"
+    with Admin({"bootstrap.servers": pb.bootstrap}) as a:
+        a.alter_configs(("group", group), {"share.auto.offset.reset": "earliest"})
+    h = ShareHistory()
+    lock = threading.Lock()
+    timed = _Timed()
+    failed: list = []
+    producing = threading.Event()
+    producing.set()
+
+    def produce() -> None:
+        with Producer({"bootstrap.servers": pb.bootstrap, "enable.idempotence": True, "acks": "all",
+                       "linger.ms": 5, "request.timeout.ms": 3000, "delivery.timeout.ms": 60000,
+                       "max.block.ms": 10000}) as p:
+            t0, i = time.monotonic(), 0
+            while producing.is_set():
+                try:
+                    p.produce(topic, value=str(i).encode(), key=str(i % 16).encode(),
+                              on_delivery=lambda e, m: e is not None and failed.append(str(e)))
+                except Exception as e:      # noqa: BLE001 - a produce refused while the fault is on
+                    failed.append(f"{type(e).__name__}: {e}")
+                i += 1
+                h.produced = i
+                pause = t0 + i / rate - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+            left = timed.call("producer flush", 60.0, p.flush, 60.0)
+            if left:
+                failed.append(f"{left} records undelivered after the flush")
+
+    producer = threading.Thread(target=produce, name="share-producer", daemon=True)
+    producer.start()
+    ms = [_ShareMember(f"{kind}-{i}", kind, pb.bootstrap, group, topic, h, lock, timed)
+          for i, kind in enumerate(members)]
+    for m in ms:
+        m.thread.start()
+    stop = threading.Event()
+
+    def on_fault() -> None:
+        h.faulted_at = time.monotonic()
+        if fault == "kill-coordinator":
+            _watch_successor(pb, group, h, fault_for)
+
+    sched = _schedule(pb, fault, fault_at, fault_for, stop, target=topic if fault == "kill-leader" else group,
+                      on_fault=on_fault)
+    log: dict = {}
+    try:
+        sched["thread"].join(fault_at + fault_for + (180 if fault in NODE_FAULTS else 10))
+        h.healed_at = sched.get("healed_at", time.monotonic())
+        time.sleep(1.0)
+        producing.clear()
+        producer.join(90)
+        log = read_log(pb.bootstrap, topic)
+        want = {(p, off) for p, recs in log.items() for off, _ in recs}
+        deadline = h.healed_at + stall_s
+        while time.monotonic() < deadline:
+            with lock:
+                accepted = {(p, off) for _, p, offs, how, _, _ in h.acked if how != ACK_REFUSED for off in offs}
+            if want <= accepted:
+                h.done = True
+                break
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        producing.clear()
+        for m in ms:
+            m.close()
+    h.errors += [f"producer: {x}"[:200] for x in failed[:5]]
+    h.hung = timed.hung
+    h.proxy_counts = {k: getattr(pb.proxy, k) for k in ("accepted", "discarded_bytes", "delayed_chunks", "resets")}
+    return h, log
+
+
+def check_share(h: ShareHistory, log: dict, fault: str, members: str, stall_s: float = 30.0) -> Report:
+    """A share group's anomalies: lost = a record of the log no member accepted (an acceptance
+    answered ok, or with no clear answer; one refused with INVALID_RECORD_STATE was not applied);
+    duplicates = a record delivered again after a member's acceptance of it was answered ok; stalled;
+    hung calls. Records of a share-partition may come in any order and partitions are shared, so
+    out_of_order and two_owners do not apply (0)."""
+    r = Report(f"share group ({members})", fault, records=sum(len(v) for v in log.values()))
+    accepted_ok: dict = {}                  # (partition, offset) -> (member, time of the ok)
+    accepted: set = set()
+    for member, p, offs, how, _, t in h.acked:
+        for off in offs:
+            if how != ACK_REFUSED:
+                accepted.add((p, off))
+            if how == ACK_OK and ((p, off) not in accepted_ok or t < accepted_ok[(p, off)][1]):
+                accepted_ok[(p, off)] = (member, t)
+    values: dict = {}
+    for member, p, off, v, n, t in sorted(h.delivered, key=lambda e: e[5]):
+        values.setdefault((p, off), v)
+        first = accepted_ok.get((p, off))
+        if first is not None and first[1] < t:
+            r.add("duplicates", f"{member}: partition {p} offset {off} delivered again (count {n}) "
+                                f"after {first[0]}'s acceptance was answered ok")
+    for p, recs in log.items():
+        for off, v in recs:
+            if (p, off) not in accepted:
+                r.add("lost", f"partition {p} offset {off} ({v}) never accepted by a member")
+            elif values.get((p, off), v) != v:
+                r.add("lost", f"partition {p} offset {off}: delivered {values[(p, off)]!r}, log has {v!r}")
+    if not h.done:
+        r.add("stalled", f"not every record accepted within {stall_s:.0f}s after the heal")
+    for x in h.hung:
+        r.add("hung_calls", x)
+    return r
+
+
 __all__ = ["FAULTS", "GroupHistory", "NODE_FAULTS", "ProducerHistory", "ProxiedBroker", "ProxiedKafka", "ProxyGroup",
-           "Report", "check_group",
+           "Report", "SHARE_GROUP_CONFIG", "ShareHistory", "check_group", "check_share", "share_workload",
            "check_producer", "group_workload", "ownership", "owners_at", "producer_workload", "read_log", "record",
            "results_path", "two_owners"]

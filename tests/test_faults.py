@@ -5,19 +5,31 @@ a one-way black hole, and reset connections. Every anomaly count must be zero. E
 of the table (`pytest -s`) and appends its row for tests/fault_report.py; the longer grid runs under
 -m slow: on kohort broker, on a 1-node Apache Kafka behind the same proxy, and on a 3-node Apache Kafka
 with one proxy per broker, where a partition leader is also SIGKILLed during producing and the group
-coordinator while a KIP-848 group reconciles with members joining and leaving."""
+coordinator while a KIP-848 group reconciles with members joining and leaving. Groups with a member
+that is Kafka's own Java consumer (tests/peers/java/Peer.java) run in the slow grid on kohort broker
+and on the 3-node Kafka; share groups (KIP-932) of kohort's and confluent-kafka's ShareConsumer under
+the network faults on kohort broker and Apache Kafka, and under leader and coordinator SIGKILLs on the
+3-node Kafka."""
 import uuid
 
 import pytest
 
 from tests.fault_workloads import (
-    ProxiedBroker, ProxiedKafka, check_group, check_producer, group_workload, producer_workload, read_log, record,
+    SHARE_GROUP_CONFIG, ProxiedBroker, ProxiedKafka, check_group, check_producer, check_share, group_workload,
+    producer_workload, read_log, record, share_workload,
 )
 
 
 @pytest.fixture
 def pb():
     with ProxiedBroker() as b:
+        yield b
+
+
+@pytest.fixture
+def share_pb():
+    """A kohort broker behind the proxy with the share-group settings of the fault runs."""
+    with ProxiedBroker(config=SHARE_GROUP_CONFIG) as b:
         yield b
 
 
@@ -65,6 +77,8 @@ def _group_run(pb, fault, members=("kohort", "confluent"), **kw):
     joined = "".join(f"+{m}" for m in kw.get("join_at_fault", ()))
     r = check_group(h, log, fault, "+".join(m.removesuffix("848") for m in members) + joined.replace("848", ""),
                     protocol=protocol)
+    if kw.get("replication") is not None:
+        r.workload += f" rf{kw['replication']}"
     record(r, _broker(pb))
     assert h.fault_bit(fault) is None, (h.fault_bit(fault), _events(h))
     moved = "".join(f" coordinator {a} -> {b} after {t}s;" for a, b, t in h.coordinators)
@@ -72,6 +86,23 @@ def _group_run(pb, fault, members=("kohort", "confluent"), **kw):
     if not r.clean:
         print("evidence:", _events(h), r.details)
     assert r.clean, (r.line(), r.details, _events(h))
+    return r
+
+
+def _share_run(pb, fault, members=("kohort", "kohort", "confluent"), **kw):
+    h, log = share_workload(pb, _topic(f"s-{fault}"), fault, members=members, **kw)
+    r = check_share(h, log, fault, "+".join(members))
+    record(r, _broker(pb))
+    moved = "".join(f" coordinator {a} -> {b} after {t}s;" for a, b, t in h.coordinators)
+    redelivered = sum(1 for e in h.delivered if e[4] > 1)
+    unknown = sum(len(e[2]) for e in h.acked if e[3] != "ok")
+    print("\n" + r.line() + f"  [{_broker(pb)}]{moved} (deliveries {len(h.delivered)}, redelivered {redelivered}, "
+          f"acceptances not answered ok {unknown}, errors {len(h.errors)})")
+    assert h.delivered, ("nothing was delivered", h.errors[:5])
+    assert h.fault_bit(fault) is None, (h.fault_bit(fault), h.errors[:5])
+    if not r.clean:
+        print("evidence:", r.details, h.errors[:10])
+    assert r.clean, (r.line(), r.details, h.errors[:10])
     return r
 
 
@@ -165,6 +196,66 @@ def test_coordinator_moves_while_kip848_group_reconciles(kafka3_pb, join, leave)
                join_at_fault=join, leave_at_fault=leave, partitions=6, fault_for=12.0)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("join,leave", [(("kohort848", "confluent848"), 1), (("kohort848",), 2)],
+                         ids=["2-join-1-leaves", "1-joins-2-leave"])
+def test_coordinator_moves_with_unreplicated_partitions(kafka3_pb, join, leave):
+    """The coordinator SIGKILL of the test above on a topic of replication 1: the partitions the
+    killed node led have no leader until its restart, and a member handed one of them consumes it
+    once the leader is back rather than waiting for the partition to be taken from it."""
+    _group_run(kafka3_pb, "kill-coordinator", members=("kohort848", "kohort848", "confluent848"),
+               join_at_fault=join, leave_at_fault=leave, partitions=6, fault_for=12.0, replication=1)
+
+
+# -- Kafka's Java consumer as a member -------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["blackhole", "reset"])
+@pytest.mark.parametrize("members", [("kohort", "confluent", "java"), ("kohort848", "confluent848", "java848")],
+                         ids=["classic", "kip848"])
+def test_grid_group_with_java_member(pb, fault, members):
+    """kohort, confluent-kafka and Java members in one group under faults longer than the session."""
+    _group_run(pb, fault, members=members, fault_for=8.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["blackhole", "kill-coordinator"])
+@pytest.mark.parametrize("members", [("kohort", "confluent", "java"), ("kohort848", "confluent848", "java848")],
+                         ids=["classic", "kip848"])
+def test_grid_group_with_java_member_on_kafka3(kafka3_pb, fault, members):
+    # a killed node stays named as coordinator until the controller fences it: 12 s to see it move
+    _group_run(kafka3_pb, fault, members=members, fault_for=12.0 if fault.startswith("kill") else 8.0)
+
+
+# -- share groups (KIP-932) ------------------------------------------------------------------------------
+@pytest.mark.parametrize("fault", ["blackhole"])
+def test_share_group_kohort_and_confluent_under_fault(share_pb, fault):
+    """A share group of kohort and confluent-kafka ShareConsumers on kohort broker: every record of
+    the log accepted, none delivered again after its acceptance was answered, through a black hole."""
+    _share_run(share_pb, fault, members=("kohort", "confluent"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["delay", "blackhole", "oneway", "reset"])
+def test_grid_share_group(share_pb, fault):
+    """Faults longer than the member session (8 s > 6 s) and the record locks (4 s)."""
+    _share_run(share_pb, fault, fault_for=8.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["blackhole", "reset"])
+def test_grid_share_group_on_apache_kafka(kafka_pb, fault):
+    _share_run(kafka_pb, fault, fault_for=8.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["blackhole", "reset", "kill-leader", "kill-coordinator"])
+def test_grid_share_group_on_kafka3(kafka3_pb, fault):
+    """Share groups on a 3-node Kafka: network faults, the leader of partition 0 SIGKILLed (the share
+    partition moves to a new leader, its state read back from __share_group_state), the group
+    coordinator SIGKILLed."""
+    _share_run(kafka3_pb, fault, fault_for=12.0 if fault.startswith("kill") else 8.0)
+
+
 def test_the_checker_counts_every_kind_of_anomaly():
     """The checker on made-up histories: each anomaly it exists for is found and counted."""
     from tests.fault_workloads import GroupHistory, ProducerHistory
@@ -192,6 +283,31 @@ def test_the_checker_counts_every_kind_of_anomaly():
     clean = check_group(GroupHistory(consumed=[("a", 0, 0, "x", 0), ("b", 0, 0, "x", 0)], done=True),
                         {0: [(0, "x")]}, "reset", "a+b")
     assert clean.clean                     # consumed again above the committed offset: allowed
+
+
+def test_the_share_checker_counts_its_anomalies():
+    """check_share on made-up histories: a delivery after an acceptance answered ok is a duplicate; a
+    record whose only acceptance was refused (INVALID_RECORD_STATE) and never came again is lost, as
+    is one never delivered; an acceptance without a clear answer counts as accepted, and so does a
+    refused one delivered again and accepted."""
+    from tests.fault_workloads import ACK_OK, ACK_REFUSED, ACK_UNKNOWN, ShareHistory, _ack_outcome
+    from kohort.errors import ERRORS, ErrorCode
+    log = {0: [(0, "a"), (1, "b"), (2, "c"), (3, "d")]}
+    h = ShareHistory(delivered=[("m1", 0, 0, "a", 1, 1.0), ("m1", 0, 1, "b", 1, 1.0), ("m1", 0, 2, "c", 1, 1.0),
+                                ("m2", 0, 0, "a", 2, 3.0), ("m2", 0, 2, "c", 2, 3.0)],
+                     acked=[("m1", 0, (0,), ACK_OK, "", 2.0), ("m1", 0, (1,), ACK_REFUSED, "", 2.0),
+                            ("m1", 0, (2,), ACK_UNKNOWN, "", 2.0)],
+                     hung=["m2 poll took 9.0s (timeout 0.5s)"], done=False)
+    r = check_share(h, log, "reset", "m1+m2")
+    assert r.anomalies == {"lost": 2, "duplicates": 1, "out_of_order": 0, "two_owners": 0, "stalled": 1,
+                           "hung_calls": 1}, r.details
+    assert any("offset 0 delivered again" in d for d in r.details), r.details
+    ok = ShareHistory(delivered=[("m1", 0, 0, "a", 1, 1.0), ("m2", 0, 0, "a", 2, 3.0)],
+                      acked=[("m1", 0, (0,), ACK_REFUSED, "", 2.0), ("m2", 0, (0,), ACK_OK, "", 4.0)], done=True)
+    assert check_share(ok, {0: [(0, "a")]}, "reset", "m1+m2").clean
+    assert _ack_outcome(None) == ACK_OK
+    assert _ack_outcome(ERRORS[ErrorCode.INVALID_RECORD_STATE]()) == ACK_REFUSED
+    assert _ack_outcome(ERRORS[ErrorCode.REQUEST_TIMED_OUT]()) == ACK_UNKNOWN
 
 
 def test_the_report_table_sums_runs_per_fault_workload_and_broker(tmp_path, monkeypatch):

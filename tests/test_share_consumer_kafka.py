@@ -141,6 +141,37 @@ def test_three_members_each_record_accepted_once(kshare, admin):
     assert any(x.group_id == g and x.group_type == "share" for x in admin.list_share_groups())
 
 
+def test_a_heartbeat_falling_due_at_poll_goes_out(kshare, admin):
+    """poll() hands the member a Poll event; when a heartbeat is due at that moment the member sends it
+    from there. Were that Send dropped, the heartbeat would stay "in flight" forever: the member would
+    stop heartbeating and the coordinator remove it once its session expired. Heartbeats go on, and
+    the member is still in the group after longer than its session."""
+    t, g = _setup(kshare, admin, partitions=1, records=1)
+    c = _consumer(kshare, g, t)
+    try:
+        assert len(_poll_until(c, 1)) == 1
+        member = c._member
+        before = None
+        deadline = time.monotonic() + 5
+        while before is None and time.monotonic() < deadline:
+            with c._cond:                      # the driver thread cannot tick meanwhile
+                if member.inflight is None:    # no heartbeat waiting for its answer
+                    member.next_heartbeat_ms = 0           # due now
+                    before = member._seq
+                    c.poll(0)
+                    assert member._seq == before + 1 and member.inflight is not None
+            time.sleep(0.01)
+        assert before is not None, "a heartbeat was always in flight"
+        deadline = time.monotonic() + 5
+        while member._seq < before + 3 and time.monotonic() < deadline:    # answered, and the next ones
+            time.sleep(0.1)
+        assert member._seq >= before + 3, (member._seq, before, member.inflight)
+        time.sleep(7)                          # longer than the member session (6 s): still a member
+        assert [m.member_id for m in admin.describe_share_groups([g])[g].members] == [c.member_id]
+    finally:
+        c.close()
+
+
 def test_release_redelivers_with_delivery_count_2(kshare, admin):
     t, g = _setup(kshare, admin, partitions=1, records=5)
     c = _consumer(kshare, g, t, **{"share.acknowledgement.mode": "explicit"})

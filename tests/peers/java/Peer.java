@@ -7,8 +7,10 @@
 //                     [--assignor NAME] [--instance-id ID] [--commit sync|auto|none] [--from earliest|latest]
 //                     [--max-records N] [--session-timeout-ms MS] [--max-poll-interval-ms MS]
 //                     [--poll-sleep-ms MS] [--offsets]
-//       events: started, assigned/revoked/lost {partitions}, records {count, total, [offsets]},
-//               committed {offsets}, commit_failed {error}, error {error}, closed {total}
+//       events: started {protocol, mono_ns}, assigned/revoked/lost {partitions, mono_ns},
+//               records {count, total, [offsets]}, committed {offsets}, commit_failed {error}, error {error},
+//               closed {total}; mono_ns is System.nanoTime() when the callback ran (CLOCK_MONOTONIC on
+//               Linux, the clock of Python's time.monotonic())
 //   java Peer produce --bootstrap B --topic T --count N [--size BYTES] [--acks all] [--prefix P]
 //       values are PREFIX-i; events: progress {acked, failed}, done {acked, failed, errors}
 import java.time.Duration;
@@ -52,6 +54,10 @@ public class Peer {
             b.append(q(tp.topic() + "-" + tp.partition()));
         }
         return b.append(']').toString();
+    }
+
+    static String mono() {
+        return ",\"mono_ns\":" + System.nanoTime();
     }
 
     static String offsets(Map<TopicPartition, Long> m) {
@@ -133,11 +139,11 @@ public class Peer {
         long total = 0;
         try (KafkaConsumer<String, String> c = new KafkaConsumer<>(p)) {
             c.subscribe(Arrays.asList(o.get("topic").split(",")), new ConsumerRebalanceListener() {
-                public void onPartitionsRevoked(Collection<TopicPartition> ps) { emit("revoked", parts(ps)); }
-                public void onPartitionsAssigned(Collection<TopicPartition> ps) { emit("assigned", parts(ps)); }
-                public void onPartitionsLost(Collection<TopicPartition> ps) { emit("lost", parts(ps)); }
+                public void onPartitionsRevoked(Collection<TopicPartition> ps) { emit("revoked", parts(ps) + mono()); }
+                public void onPartitionsAssigned(Collection<TopicPartition> ps) { emit("assigned", parts(ps) + mono()); }
+                public void onPartitionsLost(Collection<TopicPartition> ps) { emit("lost", parts(ps) + mono()); }
             });
-            emit("started", "\"protocol\":" + q(protocol));
+            emit("started", "\"protocol\":" + q(protocol) + mono());
             while (!STOP.get() && (maxRecords < 0 || total < maxRecords)) {
                 ConsumerRecords<String, String> rs;
                 try {

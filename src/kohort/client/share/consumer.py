@@ -371,7 +371,11 @@ class ShareConsumer:
     def _raise_pending(self) -> None:
         if self._fatal is not None:
             raise self._fatal
-        for a in self._member.handle(M.Poll(), _now_ms()):
+        # the Poll event may find a heartbeat due: the member marks it in flight and returns its Send,
+        # which must go out (else the member waits forever for an answer to a request never sent)
+        actions = self._member.handle(M.Poll(), _now_ms())
+        self._apply(actions)
+        for a in actions:
             if isinstance(a, Raise):
                 raise a.error
 
