@@ -344,24 +344,30 @@ def test_record_futures_work_with_await_gather_wait_and_callbacks(broker):
 
 def test_decode_pieces_cover_every_record_once():
     """A fetch payload of small batches, a large uncompressed one and a large compressed one decodes,
-    piece by bounded piece, to exactly what one decode of the whole gives."""
+    piece by bounded piece, to exactly what one decode of the whole gives; small batches are grouped
+    up to DECODE_SLICE_BYTES, a larger batch is a piece of its own and never cut."""
     from kohort.aio.consumer import DECODE_SLICE_BYTES, _pieces
-    from kohort.protocol.records import build_batch, decode_records_list
+    from kohort.protocol.records import build_batch, decode_records_list, iter_batches
 
     def batch(base, n, size, codec=0):
         return build_batch([(None, b"%d" % i + b"x" * size, None, 1000 + i) for i in range(n)], base_offset=base,
                            compression=codec)
+    smalls = b"".join(batch(5016 + 10 * i, 10, 100) for i in range(100))
     payload = batch(0, 10, 100) + batch(10, 3000, 100) + batch(3010, 5, 10) + batch(3015, 2000, 100, codec=1) \
-        + batch(5015, 1, 200_000)
+        + batch(5015, 1, 200_000) + smalls
     whole = decode_records_list(payload, min_offset=7)
     pieces = _pieces(memoryview(payload))
     got = []
-    for a, b, lo, hi, _size in pieces:
-        got += decode_records_list(payload[a:b], min_offset=7 if lo is None else max(lo, 7), max_offset=hi)
-    assert got == whole and len(got) == 5016 - 7
-    big = [p for p in pieces if p[2] is not None]
-    assert len(big) >= 3000 * 110 // DECODE_SLICE_BYTES          # the large plain batch is cut by offsets
-    assert sum(p[4] for p in pieces) == len(payload)
+    for a, b in pieces:
+        got += decode_records_list(payload[a:b], min_offset=7)
+    assert got == whole and len(got) == 6016 - 7
+    starts = {pos for pos, _h in iter_batches(payload)} | {len(payload)}
+    assert all(a in starts and b in starts for a, b in pieces)            # cut at batch boundaries only
+    assert [a for a, _b in pieces[1:]] == [b for _a, b in pieces[:-1]] and pieces[0][0] == 0
+    assert pieces[-1][1] == len(payload)
+    multi = [(a, b) for a, b in pieces if len([p for p in starts if a <= p < b]) > 1]
+    assert multi and all(b - a <= DECODE_SLICE_BYTES for a, b in multi)   # grouped batches stay within a slice
+    assert len(pieces) >= len(smalls) // DECODE_SLICE_BYTES + 4
 
 
 def test_sasl_plain_listener_and_a_wrong_password():
@@ -393,3 +399,137 @@ def test_sasl_plain_listener_and_a_wrong_password():
 
     with KohortBroker(port=plain, config=config) as b:
         run(main(f"127.0.0.1:{sasl}"))
+
+
+def test_fetch_session_incremental_forgets_paused_partitions_and_starts_over_when_lost(kafka_broker):
+    """The consumer fetches in one incremental fetch session per broker (KIP-227): after the first
+    full Fetch the session has an id and its epoch moves on; pausing two partitions (forgotten by
+    the session) and resuming them reads every record once; a FETCH_SESSION_ID_NOT_FOUND answer
+    starts a new session and nothing is lost or read twice."""
+    kafka_broker.create_topic("sess", partitions=4)
+    bs = kafka_broker.bootstrap_servers
+    tps = [TopicPartition("sess", p) for p in range(4)]
+
+    async def produce(p, start, n):
+        for i in range(start, start + n):
+            await p.send("sess", b"%d" % i, partition=i % 4)
+        await p.flush()
+
+    async def read(c, n):
+        out = []
+        deadline = time.monotonic() + 20
+        while len(out) < n and time.monotonic() < deadline:
+            for recs in (await c.getmany(timeout_ms=500)).values():
+                out += [int(r.value) for r in recs]
+        return out
+
+    async def main():
+        async with AIOProducer(bs) as p, AIOConsumer(bootstrap_servers=bs, auto_offset_reset="earliest",
+                                                     fetch_max_wait_ms=100) as c:
+            c.assign(tps)
+            await produce(p, 0, 400)
+            got = await read(c, 400)
+            (session,) = c._sessions.values()
+            first_id, first_epoch = session.session_id, session.epoch
+            assert first_id > 0 and first_epoch >= 1
+            c.pause(tps[0], tps[1])
+            await produce(p, 400, 400)
+            got += await read(c, 200)
+            assert sorted(got) == list(range(400)) + [i for i in range(400, 800) if i % 4 >= 2]
+            assert set(session.sent) == {tps[2], tps[3]}         # the paused ones were forgotten
+            c.resume(tps[0], tps[1])
+            got += await read(c, 200)
+            assert sorted(got) == list(range(800))
+            assert session.session_id == first_id and session.epoch > first_epoch
+            kafka_broker.fail_next("Fetch", "FETCH_SESSION_ID_NOT_FOUND")
+            await produce(p, 800, 400)
+            got += await read(c, 400)
+            got += [int(r.value) for rs in (await c.getmany(timeout_ms=300)).values() for r in rs]    # none twice
+            assert sorted(got) == list(range(1200))
+            assert kafka_broker.faults_applied("Fetch") == 1
+            assert session.session_id > 0
+    run(main())
+
+
+def test_send_appends_at_the_call_and_returns_a_completed_future(broker):
+    """send() of a known topic with room appends the record at the call and returns an already
+    completed future of its RecordFuture (no coroutine); a new topic's first send returns a coroutine
+    that waits for its metadata; a tight loop of `await send()` still lets other tasks run."""
+    topic = name("aio-send")
+
+    async def main():
+        await create(broker.bootstrap, topic, 1)
+        async with AIOProducer(broker.bootstrap, linger_ms=50) as p:
+            first = p.send(topic, b"first", partition=0)
+            assert asyncio.iscoroutine(first) or not first.done()       # metadata of a new topic: waits
+            rf0 = await first
+            queued = p._queued
+            pending = p.send(topic, b"not awaited", partition=0)
+            assert asyncio.isfuture(pending) and pending.done() and not asyncio.iscoroutine(pending)
+            assert p._queued == queued + 1                            # appended at the call
+            turns = 0
+
+            async def other():
+                nonlocal turns
+                while True:
+                    turns += 1
+                    await asyncio.sleep(0)
+            t = asyncio.ensure_future(other())
+            await asyncio.sleep(0)
+            before = turns
+            futs = [await p.send(topic, b"%d" % i, partition=0) for i in range(1000)]
+            assert turns - before >= 1000 // 64 - 1                    # the loop got its turns
+            t.cancel()
+            await p.flush()
+            assert (await rf0).offset == 0 and pending.result().result().offset == 1
+            assert [f.result().offset for f in futs] == list(range(2, 1002))
+            with pytest.raises(UnknownTopicOrPartitionError):
+                p.send(topic, b"x", partition=7)
+        with pytest.raises(Exception, match="closed"):
+            await p.send(topic, b"late", partition=0)
+    run(main())
+
+
+def test_record_callbacks_of_a_batch_run_in_slices_and_one_failing_does_not_stop_the_rest(broker):
+    """Done callbacks of the records of one batch wait in one list and run CALLBACK_SLICE at a time,
+    with turns of the loop between; a callback that raises goes to the loop's exception handler and
+    the others still run, each with its own record's metadata."""
+    from kohort.aio.record_future import CALLBACK_SLICE
+    topic = name("aio-cb")
+    n = 4 * CALLBACK_SLICE + 10
+
+    async def main():
+        await create(broker.bootstrap, topic, 1)
+        loop = asyncio.get_running_loop()
+        errors = []
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx.get("exception")))
+        turns = 0
+
+        async def other():
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+        async with AIOProducer(broker.bootstrap, linger_ms=200) as p:
+            seen = []
+
+            def cb(f):
+                seen.append((turns, f.result().offset))
+                if len(seen) == 5:
+                    raise ValueError("callback five")
+            futs = [await p.send(topic, b"%d" % i, partition=0) for i in range(n)]
+            for f in futs:
+                f.add_done_callback(cb)
+            t = asyncio.ensure_future(other())
+            await p.flush()
+            while len(seen) < n:
+                await asyncio.sleep(0.01)
+            t.cancel()
+        assert [o for _t, o in seen] == list(range(n))
+        assert len(errors) == 1 and str(errors[0]) == "callback five"
+        assert seen[-1][0] - seen[0][0] >= n // CALLBACK_SLICE        # slices with turns of the loop between
+        late = []
+        futs[0].add_done_callback(late.append)                    # already done: called soon
+        await asyncio.sleep(0)
+        assert late == [futs[0]]
+    run(main())

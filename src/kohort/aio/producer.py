@@ -1,10 +1,12 @@
 """AIOProducer: Kafka's producer on the running asyncio loop, no thread per call.
 
-`await send(...)` encodes the record into its partition's open batch (`protocol.records.append_record`) and
-returns a `RecordFuture` of its `RecordMetadata` (record_future.py: a handle on the batch's one shared
-future, so no per-record object stays alive in the producer); it waits while `buffer_memory` bytes or
-`max_queued_records` records are queued (every `YIELD_EVERY` records it yields to the loop
-once, so a tight loop of sends does not hold the loop); one sender task seals ready batches (full, or
+`send(...)` encodes the record into its partition's open batch (`protocol.records.append_record`) at
+the call and returns an already completed future of a `RecordFuture` (`fut = await send(...)`; `await fut`
+gives its `RecordMetadata`; record_future.py: a handle on the batch's one shared future, so no per-record
+object stays alive in the producer): no coroutine per record. It returns a waiting coroutine instead
+while `buffer_memory` bytes or `max_queued_records` records are queued or a new topic's metadata is
+needed; every `YIELD_EVERY` records its future completes on the loop's next turn, so a tight loop of
+`await send()` does not hold the loop. One sender task seals ready batches (full, or
 older than `linger_ms`, or flushed) and sends one Produce request per leader, with at most one batch
 of a partition in flight at a time, so records stay in order across retries.
 
@@ -21,6 +23,7 @@ import functools
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable
 
 from kohort.aio.client import AIOClient, ClientSettings
 from kohort.client.network import Versioned
@@ -52,6 +55,11 @@ _RETRIABLE_PRODUCE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKN
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _complete(f: asyncio.Future, rf: RecordFuture) -> None:
+    if not f.done():
+        f.set_result(rf)
 
 
 # what a record's key, value and header values may be
@@ -182,26 +190,68 @@ class AIOProducer:
         self._check()
         return list(await self.client.metadata_for(topic))
 
-    async def send(self, topic: str, value: Buffer | None = None, key: Buffer | None = None,
-                   partition: int | None = None, timestamp_ms: int | None = None,
-                   headers: list[tuple[str, Buffer | None]] | None = None) -> RecordFuture:
-        """Queue one record -> a future of its RecordMetadata. Waits only for metadata of a new topic
-        and while more than buffer_memory bytes are queued."""
+    def send(self, topic: str, value: Buffer | None = None, key: Buffer | None = None,
+             partition: int | None = None, timestamp_ms: int | None = None,
+             headers: list[tuple[str, Buffer | None]] | None = None) -> Awaitable[RecordFuture]:
+        """Queue one record; awaiting what send() returns gives the record's RecordFuture (`fut = await
+        send(...)`, then `await fut` for its RecordMetadata), as aiokafka's send.
+
+        When the producer is running, the topic's partitions are known and there is room, the record
+        goes into its batch here, at the call, and an already completed future is returned: no
+        coroutine per record. Otherwise (a new topic's metadata to fetch, more than buffer_memory
+        bytes or max_queued_records records queued, the producer not started, closed or failed) a
+        coroutine is returned that waits, then appends the record, or raises. Every YIELD_EVERY records
+        the returned future completes on the loop's next turn instead, so that a tight loop of
+        `await send()` lets the sender task and the application's other tasks run."""
+        if self.client is None or self._closed or self._fatal is not None \
+                or self._buffered > self.buffer_memory or self._queued >= self.max_queued_records:
+            return self._send_waiting(topic, value, key, partition, timestamp_ms, headers)
+        parts = self.client.snapshot.topics.get(topic)
+        if not parts:
+            return self._send_waiting(topic, value, key, partition, timestamp_ms, headers)
+        rf = self._append(topic, value, key, partition, timestamp_ms, headers, parts)
+        f = self._loop.create_future()
+        self._sends += 1
+        if self._sends % YIELD_EVERY:
+            f.set_result(rf)
+        else:
+            self._loop.call_soon(_complete, f, rf)
+        return f
+
+    async def _send_waiting(self, topic: str, value: Buffer | None, key: Buffer | None, partition: int | None,
+                            timestamp_ms: int | None, headers: list[tuple[str, Buffer | None]] | None) -> RecordFuture:
+        """send()'s path that may wait: for the producer to be usable (else its error), for the topic's
+        metadata, for room in the buffer."""
         self._check()
-        if self.txn is not None:
-            if not self.txn.has_ongoing_transaction() or self.txn.is_completing():
-                if self.txn.has_error():
-                    raise self.txn.wrap(self.txn.last_error)
-                raise KohortError("send() outside a transaction: call begin_transaction() first")
+        self._check_txn_open()
         parts = self.client.snapshot.topics.get(topic) or await self.client.metadata_for(topic)
-        if partition is None:
-            partition = self.partitioner.partition(topic, key, len(parts))
-        elif partition not in parts:
-            raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{topic}[{partition}] does not exist")
         while self._buffered > self.buffer_memory or self._queued >= self.max_queued_records:
             self._space.clear()
             await self._space.wait()
             self._check()
+        rf = self._append(topic, value, key, partition, timestamp_ms, headers, parts)
+        self._sends += 1
+        if self._sends % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+        return rf
+
+    def _check_txn_open(self) -> None:
+        txn = self.txn
+        if txn is not None and (not txn.has_ongoing_transaction() or txn.is_completing()):
+            if txn.has_error():
+                raise txn.wrap(txn.last_error)
+            raise KohortError("send() outside a transaction: call begin_transaction() first")
+
+    def _append(self, topic: str, value: Buffer | None, key: Buffer | None, partition: int | None,
+                timestamp_ms: int | None, headers: list[tuple[str, Buffer | None]] | None, parts) -> RecordFuture:
+        """Encode one record into its partition's open batch (a new one when it does not fit)."""
+        txn = self.txn
+        if txn is not None:
+            self._check_txn_open()
+        if partition is None:
+            partition = self.partitioner.partition(topic, key, len(parts))
+        elif partition not in parts:
+            raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{topic}[{partition}] does not exist")
         ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
         if type(value) is not bytes:
             _check_bytes("value", value)
@@ -213,8 +263,8 @@ class AIOProducer:
             for _hk, hv in hs:
                 _check_bytes("header value", hv)
         tp = (topic, partition)
-        if self.txn is not None:
-            self.txn.maybe_add_partition(tp)
+        if txn is not None:
+            txn.maybe_add_partition(tp)
         b = self._open.get(tp)
         if b is None:
             b = self._new_batch(tp, ts)
@@ -230,19 +280,14 @@ class AIOProducer:
         if ts > b.max_ts:
             b.max_ts = ts
         self._buffered += added
-        fut = RecordFuture(b.result, tp, b.count, ts)
-        b.count += 1
+        count = b.count
+        b.count = count + 1
         self._queued += 1
         if BATCH_HEADER_SIZE + len(buf) >= self.batch_size:
             self._close_batch(tp, b)
-        elif b.count == 1 and len(self._open) == 1:
+        elif count == 0 and len(self._open) == 1:
             self._wake.set()
-        self._sends += 1
-        if self._sends % YIELD_EVERY == 0:
-            # a tight loop of sends never suspends by itself: let the loop run the sender and the
-            # application's other tasks now and then
-            await asyncio.sleep(0)
-        return fut
+        return RecordFuture(b.result, tp, count, ts)
 
     async def send_and_wait(self, topic: str, value: Buffer | None = None, key: Buffer | None = None,
                             partition: int | None = None, timestamp_ms: int | None = None,
