@@ -533,3 +533,35 @@ def test_record_callbacks_of_a_batch_run_in_slices_and_one_failing_does_not_stop
         await asyncio.sleep(0)
         assert late == [futs[0]]
     run(main())
+
+
+def test_send_encodes_records_as_the_one_record_encoder(broker):
+    """send()'s inlined common shape (no key, no headers, small timestamp delta and value) writes the
+    bytes records.append_record writes, and every other shape goes through append_record itself."""
+    from kohort.protocol.records import append_record
+    topic = name("aio-enc")
+    shapes = [(None, b"v" * vl, None, 1000 + tsd) for tsd in (0, 1, 63, 64, -1) for vl in (0, 1, 63, 64, 7999, 8000)]
+    shapes += [(b"k", b"v", None, 1000), (None, None, None, 1000), (None, b"v", [("h", b"1")], 1000),
+               (b"", b"", [("h", None)], 1000 + 5000)]
+
+    async def main():
+        await create(broker.bootstrap, topic, 1)
+        async with AIOProducer(broker.bootstrap, linger_ms=10_000, batch_size=1 << 20) as p:
+            for key, value, headers, ts in shapes:
+                await p.send(topic, value, key=key, partition=0, timestamp_ms=ts, headers=headers)
+            got = bytes(p._open[(topic, 0)].buf)
+            futs = [await p.send(topic, b"again", partition=0)]
+            await p.flush()
+            assert futs[0].result().offset == len(shapes)
+        want = bytearray()
+        for i, (key, value, headers, ts) in enumerate(shapes):
+            append_record(want, i, ts - 1000, key, value, headers)
+        assert got == bytes(want)
+        async with AIOConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as c:
+            c.assign([TopicPartition(topic, 0)])
+            recs = []
+            while len(recs) < len(shapes) + 1:
+                for rs in (await c.getmany(timeout_ms=2000)).values():
+                    recs += rs
+        assert [(r.key, r.value, r.timestamp) for r in recs[:-1]] == [(k, v, ts) for k, v, _h, ts in shapes]
+    run(main())

@@ -36,7 +36,7 @@ from kohort.errors import (
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
 from kohort.protocol.messages.produce import ProduceRequest
 from kohort.protocol.records import (
-    ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, _check_bytes, append_record, write_batch_buffer,
+    ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, _check_bytes, append_record, write_batch_buffer,
 )
 
 log = logging.getLogger("kohort.aio.producer")
@@ -270,7 +270,19 @@ class AIOProducer:
             b = self._new_batch(tp, ts)
         buf = b.buf
         n0 = len(buf)
-        added = append_record(buf, b.count, ts - b.base_ts, key, value, hs)
+        count = b.count
+        tsd = ts - b.base_ts
+        if key is None and hs is None and value is not None and 0 <= tsd < 64 and count < ZZ_TABLE_SIZE \
+                and len(value) < 8000:
+            # the common shape, encoded as records.append_record encodes it: no key, no headers, a
+            # timestamp delta of one varint byte, a value length of one or two
+            vl = len(value)
+            offv = ZZ[count]
+            blen = 6 + len(offv) + vl - (vl < 64)      # attributes, ts, key, headers + offset, vlen, value
+            buf += b"".join((ZZ[blen], b"\x00", ZZ[tsd], offv, b"\x01", ZZ[vl], value, b"\x00"))
+            added = len(buf) - n0
+        else:
+            added = append_record(buf, count, tsd, key, value, hs)
         if n0 and BATCH_HEADER_SIZE + len(buf) > self.batch_size:
             del buf[n0:]                   # does not fit: it opens the next batch
             self._close_batch(tp, b)
