@@ -565,3 +565,40 @@ def test_send_encodes_records_as_the_one_record_encoder(broker):
                     recs += rs
         assert [(r.key, r.value, r.timestamp) for r in recs[:-1]] == [(k, v, ts) for k, v, _h, ts in shapes]
     run(main())
+
+
+def test_batches_in_flight_keep_their_order_through_a_failed_batch_and_a_dropped_connection(kafka_broker):
+    """An idempotent producer keeps several batches of a partition in flight; when one fails
+    (NOT_LEADER_OR_FOLLOWER, not appended) the broker refuses those behind it with
+    OUT_OF_ORDER_SEQUENCE_NUMBER and they are sent again after it; when the connection drops with
+    batches in flight they all go out again in sequence order. Every record lands once, in order."""
+    from kohort.aio.producer import MAX_IN_FLIGHT
+    kafka_broker.create_topic("pipe", partitions=1)
+    bs = kafka_broker.bootstrap_servers
+    n = 6000
+
+    async def main():
+        most = 0
+        async with AIOProducer(bs, batch_size=8192, linger_ms=0) as p:
+            for i in range(n):
+                if i == 1000:
+                    kafka_broker.fail_next("Produce", "NOT_LEADER_OR_FOLLOWER")
+                if i == 3500:
+                    kafka_broker.drop_connection("Produce")
+                await p.send("pipe", b"%06d" % i + b"x" * 200, partition=0)
+                most = max(most, p._in_flight.get(("pipe", 0), 0))
+            await p.flush()
+        assert 2 <= most <= MAX_IN_FLIGHT
+        async with AIOConsumer(bootstrap_servers=bs, auto_offset_reset="earliest") as c:
+            c.assign([TopicPartition("pipe", 0)])
+            got = []
+            deadline = time.monotonic() + 30
+            while len(got) < n and time.monotonic() < deadline:
+                for recs in (await c.getmany(timeout_ms=500)).values():
+                    got += [int(r.value[:6]) for r in recs]
+            got += [int(r.value[:6]) for rs in (await c.getmany(timeout_ms=300)).values() for r in rs]
+        return got
+
+    got = run(main())
+    assert kafka_broker.faults_applied("Produce") == 2
+    assert got == list(range(n))

@@ -7,8 +7,12 @@ object stays alive in the producer): no coroutine per record. It returns a waiti
 while `buffer_memory` bytes or `max_queued_records` records are queued or a new topic's metadata is
 needed; every `YIELD_EVERY` records its future completes on the loop's next turn, so a tight loop of
 `await send()` does not hold the loop. One sender task seals ready batches (full, or
-older than `linger_ms`, or flushed) and sends one Produce request per leader, with at most one batch
-of a partition in flight at a time, so records stay in order across retries.
+older than `linger_ms`, or flushed) and sends Produce requests per leader, one batch per partition in
+each. An idempotent producer outside transactions keeps up to `MAX_IN_FLIGHT` batches of a partition in
+flight (uncompressed ones: sealed on the loop, so their requests go out in sequence order); a failed
+batch is sent again alone, before anything newer of its partition, and OUT_OF_ORDER_SEQUENCE_NUMBER for
+a batch behind it sends that one again after it, so records stay in order across retries. Otherwise
+one batch of a partition is in flight at a time.
 
 Idempotence (KIP-98, on by default as in Kafka 3.0+): InitProducerId, per-partition sequence numbers
 fixed when a batch is sealed, retries resend the same bytes. Transactions: the pure
@@ -44,6 +48,7 @@ log = logging.getLogger("kohort.aio.producer")
 CODECS = {None: 0, "none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 OFF_LOOP_BYTES = 64 * 1024          # compressed batches at least this big are built in a worker thread
 YIELD_EVERY = 64                    # send() gives the loop a turn after this many records
+MAX_IN_FLIGHT = 5                   # batches of one partition in flight (idempotent, as Kafka's max.in.flight)
 PRODUCE_MAX_VERSION = 11            # transactions v1 (see DESIGN: Produce v12 switches a 4.x broker to v2)
 _RETRIABLE_PRODUCE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                 ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT,
@@ -72,7 +77,7 @@ class _Batch:
     resends the same bytes, never changed (requests refer to them rather than copy them)."""
 
     __slots__ = ("tp", "buf", "base_ts", "max_ts", "result", "created", "wire", "sequence", "count",
-                 "attempts", "deadline")
+                 "attempts", "deadline", "producer_id")
 
     def __init__(self, tp, base_ts: int, now: int, deadline: int, result: asyncio.Future):
         self.tp = tp
@@ -81,6 +86,7 @@ class _Batch:
         self.result = result                        # BatchResult, shared by the records' RecordFutures
         self.created, self.wire, self.sequence, self.count, self.attempts = now, None, -1, 0, 0
         self.deadline = deadline
+        self.producer_id = -1                       # the producer id it was sealed with
 
 
 def _size(b: _Batch) -> int:
@@ -120,7 +126,8 @@ class AIOProducer:
         self.client: AIOClient | None = None
         self._open: dict = {}                      # tp -> open _Batch
         self._ready: dict = {}                     # tp -> deque of sealed-to-be batches, oldest first
-        self._busy: set = set()                    # partitions with a batch in flight
+        self._in_flight: dict = {}                 # tp -> batches of it in flight (no key: none)
+        self._next_ack: dict = {}                  # tp -> the sequence its next acknowledged batch starts at
         self._buffered = 0
         self._space = asyncio.Event()
         self._wake = asyncio.Event()
@@ -364,9 +371,10 @@ class AIOProducer:
         if self.txn is not None:
             wait = self._txn_step(now)
             if (self.txn.producer_id, self.txn.producer_epoch) != (self.producer_id, self.producer_epoch) \
-                    and not self._busy:
+                    and not self._in_flight:
                 self.producer_id, self.producer_epoch = self.txn.producer_id, self.txn.producer_epoch
                 self._seq.clear()
+                self._next_ack.clear()
             if self.producer_id < 0:
                 return wait
         elif self.idempotent and self.producer_id < 0:
@@ -381,31 +389,41 @@ class AIOProducer:
             else:
                 due = (b.created + self.linger_ms - now) / 1000
                 linger_due = due if linger_due is None else min(linger_due, due)
-        by_node: dict[int, list[_Batch]] = {}
+        # batches of a partition in flight at once: up to MAX_IN_FLIGHT for an idempotent producer
+        # outside transactions whose batches are sealed on the loop (the broker's sequence checks keep
+        # their order; the request of a batch is written before the next batch's), else one at a time;
+        # a batch to retry goes out alone, once nothing of its partition is in flight
+        limit = MAX_IN_FLIGHT if self.idempotent and self.txn is None and not self.compression else 1
+        in_flight = self._in_flight
         unknown = set()
-        for tp, dq in self._ready.items():
-            if not dq or tp in self._busy:
-                continue
-            if self.txn is not None and not self.txn.is_send_to_partition_allowed(tp):
-                continue
-            leader = self.client.leader_for(tp)
-            if leader is None:
-                unknown.add(tp[0])
-                continue
-            by_node.setdefault(leader, []).append(dq[0])
+        while True:
+            by_node: dict[int, list[_Batch]] = {}
+            for tp, dq in self._ready.items():
+                n = in_flight.get(tp, 0)
+                if not dq or n >= limit or (n and dq[0].wire is not None):
+                    continue
+                if self.txn is not None and not self.txn.is_send_to_partition_allowed(tp):
+                    continue
+                leader = self.client.leader_for(tp)
+                if leader is None:
+                    unknown.add(tp[0])
+                    continue
+                by_node.setdefault(leader, []).append(dq[0])
+            if not by_node:
+                break
+            for node, batches in by_node.items():
+                chosen, size = [], 0
+                for b in batches:
+                    if chosen and size + _size(b) > self.max_request_size:
+                        continue
+                    chosen.append(b)
+                    size += _size(b)
+                for b in chosen:
+                    self._ready[b.tp].popleft()
+                    in_flight[b.tp] = in_flight.get(b.tp, 0) + 1
+                self._requests_add(self._produce(node, chosen))
         if unknown:
             self._requests_add(self.client.refresh_metadata(unknown))
-        for node, batches in by_node.items():
-            chosen, size = [], 0
-            for b in batches:
-                if chosen and size + _size(b) > self.max_request_size:
-                    continue
-                chosen.append(b)
-                size += _size(b)
-            for b in chosen:
-                self._ready[b.tp].popleft()
-                self._busy.add(b.tp)
-            self._requests_add(self._produce(node, chosen))
         waits = [w for w in (wait, linger_due) if w is not None]
         if unknown:
             waits.append(self.settings.retry_backoff_ms / 1000)
@@ -440,6 +458,7 @@ class AIOProducer:
             return
         self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
         self._seq.clear()
+        self._next_ack.clear()
         self._wake.set()
 
     async def _seal(self, b: _Batch) -> None:
@@ -450,7 +469,7 @@ class AIOProducer:
             seq = self._seq.get(b.tp, 0)
             self._seq[b.tp] = (seq + b.count) & 0x7FFFFFFF
             pid, epoch = self.producer_id, self.producer_epoch
-            b.sequence = seq
+            b.sequence, b.producer_id = seq, pid
         build = functools.partial(write_batch_buffer, b.buf, b.count, b.base_ts, b.max_ts,
                                   compression=self.compression,
                                   attributes=ATTR_TRANSACTIONAL if self.txn is not None else 0,
@@ -466,7 +485,7 @@ class AIOProducer:
                 await self._seal(b)
         except BaseException as e:
             for b in batches:
-                self._busy.discard(b.tp)
+                self._landed(b.tp)
                 self._finish(b, -1, -1, e if isinstance(e, Exception) else KohortError("sealing cancelled"))
             raise
         PD = ProduceRequest.TopicProduceData
@@ -493,11 +512,11 @@ class AIOProducer:
             err = e
         except asyncio.CancelledError:
             for b in batches:
-                self._busy.discard(b.tp)
+                self._landed(b.tp)
             raise
         refresh = False
         for b in batches:
-            self._busy.discard(b.tp)
+            self._landed(b.tp)
             if self.acks == 0:
                 self._finish(b, -1, -1, None)
                 continue
@@ -510,10 +529,16 @@ class AIOProducer:
                 self._retry_or_fail(b, KafkaConnectionError("the broker did not answer for this partition"))
                 continue
             code = pr.error_code
-            if code == 0:
+            if code == 0 or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+                if b.sequence >= 0:
+                    nxt = (b.sequence + b.count) & 0x7FFFFFFF
+                    if nxt > self._next_ack.get(b.tp, 0) or nxt < b.sequence:
+                        self._next_ack[b.tp] = nxt
                 self._finish(b, pr.base_offset, pr.log_append_time_ms, None, pr.log_start_offset)
-            elif code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-                self._finish(b, pr.base_offset, pr.log_append_time_ms, None, pr.log_start_offset)
+            elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and b.sequence >= 0 \
+                    and b.producer_id == self.producer_id and b.sequence != self._next_ack.get(b.tp, 0):
+                # behind a batch of its partition that failed and goes out again first: sent again after it
+                self._retry_or_fail(b, for_code(code)(pr.error_message or ""))
             elif code in _RETRIABLE_PRODUCE:
                 refresh = True
                 self._retry_or_fail(b, for_code(code)(pr.error_message or ""))
@@ -528,9 +553,22 @@ class AIOProducer:
         if refresh:
             await self.client.refresh_metadata()
 
+    def _landed(self, tp) -> None:
+        """A batch of `tp` is no longer in flight."""
+        n = self._in_flight.get(tp, 0) - 1
+        if n > 0:
+            self._in_flight[tp] = n
+        else:
+            self._in_flight.pop(tp, None)
+
     def _retry_or_fail(self, b: _Batch, err: BaseException) -> None:
         if _now_ms() < b.deadline and not self._closed:
-            self._ready.setdefault(b.tp, deque()).appendleft(b)
+            # back in front of the partition's queue, among the other batches to retry by sequence
+            dq = self._ready.setdefault(b.tp, deque())
+            i = 0
+            while i < len(dq) and dq[i].wire is not None and dq[i].sequence < b.sequence:
+                i += 1
+            dq.insert(i, b)
             return
         if self.txn is not None:
             self.txn.handle_failed_batch(err)
