@@ -58,6 +58,9 @@ _RETRIABLE_PRODUCE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKN
                                 ErrorCode.NETWORK_EXCEPTION})
 
 
+_time = time.time
+
+
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -216,7 +219,40 @@ class AIOProducer:
         parts = self.client.snapshot.topics.get(topic)
         if not parts:
             return self._send_waiting(topic, value, key, partition, timestamp_ms, headers)
-        rf = self._append(topic, value, key, partition, timestamp_ms, headers, parts)
+        rf = None
+        if key is None and headers is None and type(value) is bytes and self.txn is None:
+            # _append's commonest case inlined: no key, no headers, no transaction, an open batch of
+            # the partition with room, a one-byte timestamp delta (the same bytes append_record writes)
+            if partition is None:
+                partition = self.partitioner.partition(topic, None, len(parts))
+            elif partition not in parts:
+                raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{topic}[{partition}] does not exist")
+            ts = int(_time() * 1000) if timestamp_ms is None else timestamp_ms
+            tp = (topic, partition)
+            b = self._open.get(tp)
+            if b is not None:
+                count = b.count
+                tsd = ts - b.base_ts
+                vl = len(value)
+                if 0 <= tsd < 64 and count < ZZ_TABLE_SIZE and vl < 8000:
+                    buf = b.buf
+                    offv = ZZ[count]
+                    blen = 6 + len(offv) + vl - (vl < 64)
+                    added = blen + (1 if blen < 64 else 2)
+                    end = BATCH_HEADER_SIZE + len(buf) + added
+                    if end <= self.batch_size:
+                        buf += b"".join((ZZ[blen], b"\x00", ZZ[tsd], offv, b"\x01", ZZ[vl], value, b"\x00"))
+                        b.count = count + 1
+                        if ts > b.max_ts:
+                            b.max_ts = ts
+                        self._buffered += added
+                        self._queued += 1
+                        if end >= self.batch_size:
+                            self._close_batch(tp, b)
+                        rf = RecordFuture(b.result, tp, count, ts)
+            timestamp_ms = ts
+        if rf is None:
+            rf = self._append(topic, value, key, partition, timestamp_ms, headers, parts)
         f = self._loop.create_future()
         self._sends += 1
         if self._sends % YIELD_EVERY:
@@ -259,10 +295,10 @@ class AIOProducer:
             partition = self.partitioner.partition(topic, key, len(parts))
         elif partition not in parts:
             raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{topic}[{partition}] does not exist")
-        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
-        if type(value) is not bytes:
+        ts = timestamp_ms if timestamp_ms is not None else int(_time() * 1000)
+        if value is not None and type(value) is not bytes:
             _check_bytes("value", value)
-        if type(key) is not bytes:
+        if key is not None and type(key) is not bytes:
             _check_bytes("key", key)
         hs = None
         if headers:
