@@ -576,16 +576,19 @@ def test_batches_in_flight_keep_their_order_through_a_failed_batch_and_a_dropped
 
     async def main():
         most = 0
+        futs = []
         async with AIOProducer(bs, batch_size=8192, linger_ms=0) as p:
             for i in range(n):
                 if i == 1000:
                     kafka_broker.fail_next("Produce", "NOT_LEADER_OR_FOLLOWER")
                 if i == 3500:
                     kafka_broker.drop_connection("Produce")
-                await p.send("pipe", b"%06d" % i + b"x" * 200, partition=0)
+                futs.append(await p.send("pipe", b"%06d" % i + b"x" * 200, partition=0))
                 most = max(most, p._in_flight.get(("pipe", 0), 0))
             await p.flush()
         assert 2 <= most <= MAX_IN_FLIGHT
+        assert [f.exception() for f in futs] == [None] * n
+        assert [f.result().offset for f in futs] == list(range(n))
         async with AIOConsumer(bootstrap_servers=bs, auto_offset_reset="earliest") as c:
             c.assign([TopicPartition("pipe", 0)])
             got = []

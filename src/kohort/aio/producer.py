@@ -131,6 +131,7 @@ class AIOProducer:
         self._ready: dict = {}                     # tp -> deque of sealed-to-be batches, oldest first
         self._in_flight: dict = {}                 # tp -> batches of it in flight (no key: none)
         self._next_ack: dict = {}                  # tp -> the sequence its next acknowledged batch starts at
+        self._unwritten: dict = {}                 # tp -> its requests in flight still waiting for a connection
         self._buffered = 0
         self._space = asyncio.Event()
         self._wake = asyncio.Event()
@@ -426,9 +427,9 @@ class AIOProducer:
                 due = (b.created + self.linger_ms - now) / 1000
                 linger_due = due if linger_due is None else min(linger_due, due)
         # batches of a partition in flight at once: up to MAX_IN_FLIGHT for an idempotent producer
-        # outside transactions whose batches are sealed on the loop (the broker's sequence checks keep
-        # their order; the request of a batch is written before the next batch's), else one at a time;
-        # a batch to retry goes out alone, once nothing of its partition is in flight
+        # outside transactions whose batches are sealed on the loop, once the leader's connection is
+        # ready (then each request is sealed and written without waiting, in sequence order), else one
+        # at a time; a batch to retry goes out alone, once nothing of its partition is in flight
         limit = MAX_IN_FLIGHT if self.idempotent and self.txn is None and not self.compression else 1
         in_flight = self._in_flight
         unknown = set()
@@ -444,6 +445,8 @@ class AIOProducer:
                 if leader is None:
                     unknown.add(tp[0])
                     continue
+                if n and (self._unwritten.get(tp) or not self.client.connected(leader)):
+                    continue                # an earlier batch's request is not written yet
                 by_node.setdefault(leader, []).append(dq[0])
             if not by_node:
                 break
@@ -457,6 +460,13 @@ class AIOProducer:
                 for b in chosen:
                     self._ready[b.tp].popleft()
                     in_flight[b.tp] = in_flight.get(b.tp, 0) + 1
+                    self._unwritten[b.tp] = self._unwritten.get(b.tp, 0) + 1
+                    if self.idempotent and b.wire is None:
+                        # numbered here, in the partition's order, whatever order the requests find
+                        # their connection in (one written early is refused out of order, sent again)
+                        seq = self._seq.get(b.tp, 0)
+                        self._seq[b.tp] = (seq + b.count) & 0x7FFFFFFF
+                        b.sequence, b.producer_id = seq, self.producer_id
                 self._requests_add(self._produce(node, chosen))
         if unknown:
             self._requests_add(self.client.refresh_metadata(unknown))
@@ -501,11 +511,8 @@ class AIOProducer:
         if b.wire is not None:
             return
         pid, epoch, seq = -1, -1, -1
-        if self.idempotent:
-            seq = self._seq.get(b.tp, 0)
-            self._seq[b.tp] = (seq + b.count) & 0x7FFFFFFF
-            pid, epoch = self.producer_id, self.producer_epoch
-            b.sequence, b.producer_id = seq, pid
+        if self.idempotent:            # numbered when chosen (_step)
+            pid, epoch, seq = b.producer_id, self.producer_epoch, b.sequence
         build = functools.partial(write_batch_buffer, b.buf, b.count, b.base_ts, b.max_ts,
                                   compression=self.compression,
                                   attributes=ATTR_TRANSACTIONAL if self.txn is not None else 0,
@@ -521,6 +528,7 @@ class AIOProducer:
                 await self._seal(b)
         except BaseException as e:
             for b in batches:
+                self._unwritten[b.tp] -= 1
                 self._landed(b.tp)
                 self._finish(b, -1, -1, e if isinstance(e, Exception) else KohortError("sealing cancelled"))
             raise
@@ -536,11 +544,16 @@ class AIOProducer:
         results: dict = {}
         err: BaseException | None = None
         try:
-            if self.acks == 0:
+            try:
                 conn = await self.client.connection(node)
+            finally:
+                for b in batches:            # written below without waiting, or failed
+                    self._unwritten[b.tp] -= 1
+            if self.acks == 0:
                 conn.send(req, max_version=PRODUCE_MAX_VERSION, expect_response=False)
             else:
-                resp = await self.client.request(node, req, max_version=PRODUCE_MAX_VERSION, min_version=3)
+                resp = await conn.request(req, timeout_ms=self.settings.request_timeout_ms,
+                                          max_version=PRODUCE_MAX_VERSION, min_version=3)
                 for t in resp.responses:
                     for pr in t.partition_responses:
                         results[(t.name, pr.index)] = pr
@@ -572,8 +585,10 @@ class AIOProducer:
                         self._next_ack[b.tp] = nxt
                 self._finish(b, pr.base_offset, pr.log_append_time_ms, None, pr.log_start_offset)
             elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and b.sequence >= 0 \
-                    and b.producer_id == self.producer_id and b.sequence != self._next_ack.get(b.tp, 0):
-                # behind a batch of its partition that failed and goes out again first: sent again after it
+                    and b.producer_id == self.producer_id \
+                    and 0 < (b.sequence - self._next_ack.get(b.tp, 0)) & 0x7FFFFFFF < 1 << 30:
+                # behind a batch of its partition not acknowledged yet (failed, going out again first):
+                # sent again after it
                 self._retry_or_fail(b, for_code(code)(pr.error_message or ""))
             elif code in _RETRIABLE_PRODUCE:
                 refresh = True
