@@ -393,3 +393,212 @@ def test_sasl_plain_listener_and_a_wrong_password():
 
     with KohortBroker(port=plain, config=config) as b:
         run(main(f"127.0.0.1:{sasl}"))
+
+
+def test_fetch_session_incremental_forgets_paused_partitions_and_starts_over_when_lost(kafka_broker):
+    """The consumer fetches in one incremental fetch session per broker (KIP-227): after the first
+    full Fetch the session has an id and its epoch moves on; pausing two partitions (forgotten by
+    the session) and resuming them reads every record once; a FETCH_SESSION_ID_NOT_FOUND answer
+    starts a new session and nothing is lost or read twice."""
+    kafka_broker.create_topic("sess", partitions=4)
+    bs = kafka_broker.bootstrap_servers
+    tps = [TopicPartition("sess", p) for p in range(4)]
+
+    async def produce(p, start, n):
+        for i in range(start, start + n):
+            await p.send("sess", b"%d" % i, partition=i % 4)
+        await p.flush()
+
+    async def read(c, n):
+        out = []
+        deadline = time.monotonic() + 20
+        while len(out) < n and time.monotonic() < deadline:
+            for recs in (await c.getmany(timeout_ms=500)).values():
+                out += [int(r.value) for r in recs]
+        return out
+
+    async def main():
+        async with AIOProducer(bs) as p, AIOConsumer(bootstrap_servers=bs, auto_offset_reset="earliest",
+                                                     fetch_max_wait_ms=100) as c:
+            c.assign(tps)
+            await produce(p, 0, 400)
+            got = await read(c, 400)
+            (session,) = c._sessions.values()
+            first_id, first_epoch = session.session_id, session.epoch
+            assert first_id > 0 and first_epoch >= 1
+            c.pause(tps[0], tps[1])
+            await produce(p, 400, 400)
+            got += await read(c, 200)
+            assert sorted(got) == list(range(400)) + [i for i in range(400, 800) if i % 4 >= 2]
+            deadline = time.monotonic() + 5           # a fetch out before the pause still names all four
+            while set(session.sent) != {tps[2], tps[3]} and time.monotonic() < deadline:
+                got += [int(r.value) for rs in (await c.getmany(timeout_ms=50)).values() for r in rs]
+            assert set(session.sent) == {tps[2], tps[3]}         # the paused ones were forgotten
+            c.resume(tps[0], tps[1])
+            got += await read(c, 200)
+            assert sorted(got) == list(range(800))
+            assert session.session_id == first_id and session.epoch > first_epoch
+            kafka_broker.fail_next("Fetch", "FETCH_SESSION_ID_NOT_FOUND")
+            await produce(p, 800, 400)
+            got += await read(c, 400)
+            got += [int(r.value) for rs in (await c.getmany(timeout_ms=300)).values() for r in rs]    # none twice
+            assert sorted(got) == list(range(1200))
+            assert kafka_broker.faults_applied("Fetch") == 1
+            assert session.session_id > 0
+    run(main())
+
+
+def test_send_appends_at_the_call_and_returns_a_completed_future(broker):
+    """send() of a known topic with room appends the record at the call and returns an already
+    completed future of its RecordFuture (no coroutine); a new topic's first send returns a coroutine
+    that waits for its metadata; a tight loop of `await send()` still lets other tasks run."""
+    topic = name("aio-send")
+
+    async def main():
+        await create(broker.bootstrap, topic, 1)
+        async with AIOProducer(broker.bootstrap, linger_ms=50) as p:
+            first = p.send(topic, b"first", partition=0)
+            assert asyncio.iscoroutine(first) or not first.done()       # metadata of a new topic: waits
+            rf0 = await first
+            queued = p._queued
+            pending = p.send(topic, b"not awaited", partition=0)
+            assert asyncio.isfuture(pending) and pending.done() and not asyncio.iscoroutine(pending)
+            assert p._queued == queued + 1                            # appended at the call
+            turns = 0
+
+            async def other():
+                nonlocal turns
+                while True:
+                    turns += 1
+                    await asyncio.sleep(0)
+            t = asyncio.ensure_future(other())
+            await asyncio.sleep(0)
+            before = turns
+            futs = [await p.send(topic, b"%d" % i, partition=0) for i in range(1000)]
+            assert turns - before >= 1000 // 64 - 1                    # the loop got its turns
+            t.cancel()
+            await p.flush()
+            assert (await rf0).offset == 0 and pending.result().result().offset == 1
+            assert [f.result().offset for f in futs] == list(range(2, 1002))
+            with pytest.raises(UnknownTopicOrPartitionError):
+                p.send(topic, b"x", partition=7)
+        with pytest.raises(Exception, match="closed"):
+            await p.send(topic, b"late", partition=0)
+    run(main())
+
+
+def test_record_callbacks_of_a_batch_run_in_slices_and_one_failing_does_not_stop_the_rest(broker):
+    """Done callbacks of the records of one batch wait in one list and run CALLBACK_SLICE at a time,
+    with turns of the loop between; a callback that raises goes to the loop's exception handler and
+    the others still run, each with its own record's metadata."""
+    from kohort.aio.record_future import CALLBACK_SLICE
+    topic = name("aio-cb")
+    n = 4 * CALLBACK_SLICE + 10
+
+    async def main():
+        await create(broker.bootstrap, topic, 1)
+        loop = asyncio.get_running_loop()
+        errors = []
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx.get("exception")))
+        turns = 0
+
+        async def other():
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+        async with AIOProducer(broker.bootstrap, linger_ms=200) as p:
+            seen = []
+
+            def cb(f):
+                seen.append((turns, f.result().offset))
+                if len(seen) == 5:
+                    raise ValueError("callback five")
+            futs = [await p.send(topic, b"%d" % i, partition=0) for i in range(n)]
+            for f in futs:
+                f.add_done_callback(cb)
+            t = asyncio.ensure_future(other())
+            await p.flush()
+            while len(seen) < n:
+                await asyncio.sleep(0.01)
+            t.cancel()
+        assert [o for _t, o in seen] == list(range(n))
+        assert len(errors) == 1 and str(errors[0]) == "callback five"
+        assert seen[-1][0] - seen[0][0] >= n // CALLBACK_SLICE        # slices with turns of the loop between
+        late = []
+        futs[0].add_done_callback(late.append)                    # already done: called soon
+        await asyncio.sleep(0)
+        assert late == [futs[0]]
+    run(main())
+
+
+def test_send_encodes_records_as_the_one_record_encoder(broker):
+    """send()'s inlined common shape (no key, no headers, small timestamp delta and value) writes the
+    bytes records.append_record writes, and every other shape goes through append_record itself."""
+    from kohort.protocol.records import append_record
+    topic = name("aio-enc")
+    shapes = [(None, b"v" * vl, None, 1000 + tsd) for tsd in (0, 1, 63, 64, -1) for vl in (0, 1, 63, 64, 7999, 8000)]
+    shapes += [(b"k", b"v", None, 1000), (None, None, None, 1000), (None, b"v", [("h", b"1")], 1000),
+               (b"", b"", [("h", None)], 1000 + 5000)]
+
+    async def main():
+        await create(broker.bootstrap, topic, 1)
+        async with AIOProducer(broker.bootstrap, linger_ms=10_000, batch_size=1 << 20) as p:
+            for key, value, headers, ts in shapes:
+                await p.send(topic, value, key=key, partition=0, timestamp_ms=ts, headers=headers)
+            got = bytes(p._open[(topic, 0)].buf)
+            futs = [await p.send(topic, b"again", partition=0)]
+            await p.flush()
+            assert futs[0].result().offset == len(shapes)
+        want = bytearray()
+        for i, (key, value, headers, ts) in enumerate(shapes):
+            append_record(want, i, ts - 1000, key, value, headers)
+        assert got == bytes(want)
+        async with AIOConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as c:
+            c.assign([TopicPartition(topic, 0)])
+            recs = []
+            while len(recs) < len(shapes) + 1:
+                for rs in (await c.getmany(timeout_ms=2000)).values():
+                    recs += rs
+        assert [(r.key, r.value, r.timestamp) for r in recs[:-1]] == [(k, v, ts) for k, v, _h, ts in shapes]
+    run(main())
+
+
+def test_batches_in_flight_keep_their_order_through_a_failed_batch_and_a_dropped_connection(kafka_broker):
+    """An idempotent producer keeps several batches of a partition in flight; when one fails
+    (NOT_LEADER_OR_FOLLOWER, not appended) the broker refuses those behind it with
+    OUT_OF_ORDER_SEQUENCE_NUMBER and they are sent again after it; when the connection drops with
+    batches in flight they all go out again in sequence order. Every record lands once, in order."""
+    from kohort.aio.producer import MAX_IN_FLIGHT
+    kafka_broker.create_topic("pipe", partitions=1)
+    bs = kafka_broker.bootstrap_servers
+    n = 6000
+
+    async def main():
+        most = 0
+        futs = []
+        async with AIOProducer(bs, batch_size=8192, linger_ms=0) as p:
+            for i in range(n):
+                if i == 1000:
+                    kafka_broker.fail_next("Produce", "NOT_LEADER_OR_FOLLOWER")
+                if i == 3500:
+                    kafka_broker.drop_connection("Produce")
+                futs.append(await p.send("pipe", b"%06d" % i + b"x" * 200, partition=0))
+                most = max(most, p._in_flight.get(("pipe", 0), 0))
+            await p.flush()
+        assert 2 <= most <= MAX_IN_FLIGHT
+        assert [f.exception() for f in futs] == [None] * n
+        assert [f.result().offset for f in futs] == list(range(n))
+        async with AIOConsumer(bootstrap_servers=bs, auto_offset_reset="earliest") as c:
+            c.assign([TopicPartition("pipe", 0)])
+            got = []
+            deadline = time.monotonic() + 30
+            while len(got) < n and time.monotonic() < deadline:
+                for recs in (await c.getmany(timeout_ms=500)).values():
+                    got += [int(r.value[:6]) for r in recs]
+            got += [int(r.value[:6]) for rs in (await c.getmany(timeout_ms=300)).values() for r in rs]
+        return got
+
+    got = run(main())
+    assert kafka_broker.faults_applied("Produce") == 2
+    assert got == list(range(n))

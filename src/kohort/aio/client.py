@@ -136,6 +136,12 @@ class AIOClient:
             if conn is not None:
                 conn.close()
 
+    def connected(self, node_id: int) -> bool:
+        """Whether the connection to `node_id` is open and ready now (a request to it is then
+        written without waiting)."""
+        conn = self._conns.get(node_id)
+        return conn is not None and conn.is_open
+
     async def connection(self, node_id: int | None) -> AIOConnection:
         """The ready connection to `node_id` (None: any broker, the bootstrap ones at first)."""
         if self._closed:

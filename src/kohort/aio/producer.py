@@ -1,12 +1,18 @@
 """AIOProducer: Kafka's producer on the running asyncio loop, no thread per call.
 
-`await send(...)` encodes the record into its partition's open batch (`protocol.records.append_record`) and
-returns a `RecordFuture` of its `RecordMetadata` (record_future.py: a handle on the batch's one shared
-future, so no per-record object stays alive in the producer); it waits while `buffer_memory` bytes or
-`max_queued_records` records are queued (every `YIELD_EVERY` records it yields to the loop
-once, so a tight loop of sends does not hold the loop); one sender task seals ready batches (full, or
-older than `linger_ms`, or flushed) and sends one Produce request per leader, with at most one batch
-of a partition in flight at a time, so records stay in order across retries.
+`send(...)` encodes the record into its partition's open batch (`protocol.records.append_record`) at
+the call and returns an already completed future of a `RecordFuture` (`fut = await send(...)`; `await fut`
+gives its `RecordMetadata`; record_future.py: a handle on the batch's one shared future, so no per-record
+object stays alive in the producer): no coroutine per record. It returns a waiting coroutine instead
+while `buffer_memory` bytes or `max_queued_records` records are queued or a new topic's metadata is
+needed; every `YIELD_EVERY` records its future completes on the loop's next turn, so a tight loop of
+`await send()` does not hold the loop. One sender task seals ready batches (full, or
+older than `linger_ms`, or flushed) and sends Produce requests per leader, one batch per partition in
+each. An idempotent producer outside transactions keeps up to `MAX_IN_FLIGHT` batches of a partition in
+flight (uncompressed ones: sealed on the loop, so their requests go out in sequence order); a failed
+batch is sent again alone, before anything newer of its partition, and OUT_OF_ORDER_SEQUENCE_NUMBER for
+a batch behind it sends that one again after it, so records stay in order across retries. Otherwise
+one batch of a partition is in flight at a time.
 
 Idempotence (KIP-98, on by default as in Kafka 3.0+): InitProducerId, per-partition sequence numbers
 fixed when a batch is sealed, retries resend the same bytes. Transactions: the pure
@@ -21,6 +27,7 @@ import functools
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable
 
 from kohort.aio.client import AIOClient, ClientSettings
 from kohort.client.network import Versioned
@@ -33,7 +40,7 @@ from kohort.errors import (
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
 from kohort.protocol.messages.produce import ProduceRequest
 from kohort.protocol.records import (
-    ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, _check_bytes, append_record, write_batch_buffer,
+    ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, _check_bytes, append_record, write_batch_buffer,
 )
 
 log = logging.getLogger("kohort.aio.producer")
@@ -41,6 +48,7 @@ log = logging.getLogger("kohort.aio.producer")
 CODECS = {None: 0, "none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 OFF_LOOP_BYTES = 64 * 1024          # compressed batches at least this big are built in a worker thread
 YIELD_EVERY = 64                    # send() gives the loop a turn after this many records
+MAX_IN_FLIGHT = 5                   # batches of one partition in flight (idempotent, as Kafka's max.in.flight)
 PRODUCE_MAX_VERSION = 11            # transactions v1 (see DESIGN: Produce v12 switches a 4.x broker to v2)
 _RETRIABLE_PRODUCE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                 ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT,
@@ -50,8 +58,16 @@ _RETRIABLE_PRODUCE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKN
                                 ErrorCode.NETWORK_EXCEPTION})
 
 
+_time = time.time
+
+
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _complete(f: asyncio.Future, rf: RecordFuture) -> None:
+    if not f.done():
+        f.set_result(rf)
 
 
 # what a record's key, value and header values may be
@@ -64,7 +80,7 @@ class _Batch:
     resends the same bytes, never changed (requests refer to them rather than copy them)."""
 
     __slots__ = ("tp", "buf", "base_ts", "max_ts", "result", "created", "wire", "sequence", "count",
-                 "attempts", "deadline")
+                 "attempts", "deadline", "producer_id")
 
     def __init__(self, tp, base_ts: int, now: int, deadline: int, result: asyncio.Future):
         self.tp = tp
@@ -73,6 +89,7 @@ class _Batch:
         self.result = result                        # BatchResult, shared by the records' RecordFutures
         self.created, self.wire, self.sequence, self.count, self.attempts = now, None, -1, 0, 0
         self.deadline = deadline
+        self.producer_id = -1                       # the producer id it was sealed with
 
 
 def _size(b: _Batch) -> int:
@@ -112,7 +129,9 @@ class AIOProducer:
         self.client: AIOClient | None = None
         self._open: dict = {}                      # tp -> open _Batch
         self._ready: dict = {}                     # tp -> deque of sealed-to-be batches, oldest first
-        self._busy: set = set()                    # partitions with a batch in flight
+        self._in_flight: dict = {}                 # tp -> batches of it in flight (no key: none)
+        self._next_ack: dict = {}                  # tp -> the sequence its next acknowledged batch starts at
+        self._unwritten: dict = {}                 # tp -> its requests in flight still waiting for a connection
         self._buffered = 0
         self._space = asyncio.Event()
         self._wake = asyncio.Event()
@@ -182,30 +201,105 @@ class AIOProducer:
         self._check()
         return list(await self.client.metadata_for(topic))
 
-    async def send(self, topic: str, value: Buffer | None = None, key: Buffer | None = None,
-                   partition: int | None = None, timestamp_ms: int | None = None,
-                   headers: list[tuple[str, Buffer | None]] | None = None) -> RecordFuture:
-        """Queue one record -> a future of its RecordMetadata. Waits only for metadata of a new topic
-        and while more than buffer_memory bytes are queued."""
+    def send(self, topic: str, value: Buffer | None = None, key: Buffer | None = None,
+             partition: int | None = None, timestamp_ms: int | None = None,
+             headers: list[tuple[str, Buffer | None]] | None = None) -> Awaitable[RecordFuture]:
+        """Queue one record; awaiting what send() returns gives the record's RecordFuture (`fut = await
+        send(...)`, then `await fut` for its RecordMetadata), as aiokafka's send.
+
+        When the producer is running, the topic's partitions are known and there is room, the record
+        goes into its batch here, at the call, and an already completed future is returned: no
+        coroutine per record. Otherwise (a new topic's metadata to fetch, more than buffer_memory
+        bytes or max_queued_records records queued, the producer not started, closed or failed) a
+        coroutine is returned that waits, then appends the record, or raises. Every YIELD_EVERY records
+        the returned future completes on the loop's next turn instead, so that a tight loop of
+        `await send()` lets the sender task and the application's other tasks run."""
+        if self.client is None or self._closed or self._fatal is not None \
+                or self._buffered > self.buffer_memory or self._queued >= self.max_queued_records:
+            return self._send_waiting(topic, value, key, partition, timestamp_ms, headers)
+        parts = self.client.snapshot.topics.get(topic)
+        if not parts:
+            return self._send_waiting(topic, value, key, partition, timestamp_ms, headers)
+        rf = None
+        if key is None and headers is None and type(value) is bytes and self.txn is None:
+            # _append's commonest case inlined: no key, no headers, no transaction, an open batch of
+            # the partition with room, a one-byte timestamp delta (the same bytes append_record writes)
+            if partition is None:
+                partition = self.partitioner.partition(topic, None, len(parts))
+            elif partition not in parts:
+                raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{topic}[{partition}] does not exist")
+            ts = int(_time() * 1000) if timestamp_ms is None else timestamp_ms
+            tp = (topic, partition)
+            b = self._open.get(tp)
+            if b is not None:
+                count = b.count
+                tsd = ts - b.base_ts
+                vl = len(value)
+                if 0 <= tsd < 64 and count < ZZ_TABLE_SIZE and vl < 8000:
+                    buf = b.buf
+                    offv = ZZ[count]
+                    blen = 6 + len(offv) + vl - (vl < 64)
+                    added = blen + (1 if blen < 64 else 2)
+                    end = BATCH_HEADER_SIZE + len(buf) + added
+                    if end <= self.batch_size:
+                        buf += b"".join((ZZ[blen], b"\x00", ZZ[tsd], offv, b"\x01", ZZ[vl], value, b"\x00"))
+                        b.count = count + 1
+                        if ts > b.max_ts:
+                            b.max_ts = ts
+                        self._buffered += added
+                        self._queued += 1
+                        if end >= self.batch_size:
+                            self._close_batch(tp, b)
+                        rf = RecordFuture(b.result, tp, count, ts)
+            timestamp_ms = ts
+        if rf is None:
+            rf = self._append(topic, value, key, partition, timestamp_ms, headers, parts)
+        f = self._loop.create_future()
+        self._sends += 1
+        if self._sends % YIELD_EVERY:
+            f.set_result(rf)
+        else:
+            self._loop.call_soon(_complete, f, rf)
+        return f
+
+    async def _send_waiting(self, topic: str, value: Buffer | None, key: Buffer | None, partition: int | None,
+                            timestamp_ms: int | None, headers: list[tuple[str, Buffer | None]] | None) -> RecordFuture:
+        """send()'s path that may wait: for the producer to be usable (else its error), for the topic's
+        metadata, for room in the buffer."""
         self._check()
-        if self.txn is not None:
-            if not self.txn.has_ongoing_transaction() or self.txn.is_completing():
-                if self.txn.has_error():
-                    raise self.txn.wrap(self.txn.last_error)
-                raise KohortError("send() outside a transaction: call begin_transaction() first")
+        self._check_txn_open()
         parts = self.client.snapshot.topics.get(topic) or await self.client.metadata_for(topic)
-        if partition is None:
-            partition = self.partitioner.partition(topic, key, len(parts))
-        elif partition not in parts:
-            raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{topic}[{partition}] does not exist")
         while self._buffered > self.buffer_memory or self._queued >= self.max_queued_records:
             self._space.clear()
             await self._space.wait()
             self._check()
-        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
-        if type(value) is not bytes:
+        rf = self._append(topic, value, key, partition, timestamp_ms, headers, parts)
+        self._sends += 1
+        if self._sends % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+        return rf
+
+    def _check_txn_open(self) -> None:
+        txn = self.txn
+        if txn is not None and (not txn.has_ongoing_transaction() or txn.is_completing()):
+            if txn.has_error():
+                raise txn.wrap(txn.last_error)
+            raise KohortError("send() outside a transaction: call begin_transaction() first")
+
+    def _append(self, topic: str, value: Buffer | None, key: Buffer | None, partition: int | None,
+                timestamp_ms: int | None, headers: list[tuple[str, Buffer | None]] | None, parts) -> RecordFuture:
+        """Encode one record into its partition's open batch (a new one when it does not fit)."""
+        txn = self.txn
+        if txn is not None:
+            self._check_txn_open()
+        if partition is None:
+            partition = self.partitioner.partition(topic, key, len(parts))
+        elif partition not in parts:
+            raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"{topic}[{partition}] does not exist")
+        ts = timestamp_ms if timestamp_ms is not None else int(_time() * 1000)
+        if value is not None and type(value) is not bytes:
             _check_bytes("value", value)
-        if type(key) is not bytes:
+        if key is not None and type(key) is not bytes:
             _check_bytes("key", key)
         hs = None
         if headers:
@@ -213,14 +307,26 @@ class AIOProducer:
             for _hk, hv in hs:
                 _check_bytes("header value", hv)
         tp = (topic, partition)
-        if self.txn is not None:
-            self.txn.maybe_add_partition(tp)
+        if txn is not None:
+            txn.maybe_add_partition(tp)
         b = self._open.get(tp)
         if b is None:
             b = self._new_batch(tp, ts)
         buf = b.buf
         n0 = len(buf)
-        added = append_record(buf, b.count, ts - b.base_ts, key, value, hs)
+        count = b.count
+        tsd = ts - b.base_ts
+        if key is None and hs is None and value is not None and 0 <= tsd < 64 and count < ZZ_TABLE_SIZE \
+                and len(value) < 8000:
+            # the common shape, encoded as records.append_record encodes it: no key, no headers, a
+            # timestamp delta of one varint byte, a value length of one or two
+            vl = len(value)
+            offv = ZZ[count]
+            blen = 6 + len(offv) + vl - (vl < 64)      # attributes, ts, key, headers + offset, vlen, value
+            buf += b"".join((ZZ[blen], b"\x00", ZZ[tsd], offv, b"\x01", ZZ[vl], value, b"\x00"))
+            added = len(buf) - n0
+        else:
+            added = append_record(buf, count, tsd, key, value, hs)
         if n0 and BATCH_HEADER_SIZE + len(buf) > self.batch_size:
             del buf[n0:]                   # does not fit: it opens the next batch
             self._close_batch(tp, b)
@@ -230,19 +336,14 @@ class AIOProducer:
         if ts > b.max_ts:
             b.max_ts = ts
         self._buffered += added
-        fut = RecordFuture(b.result, tp, b.count, ts)
-        b.count += 1
+        count = b.count
+        b.count = count + 1
         self._queued += 1
         if BATCH_HEADER_SIZE + len(buf) >= self.batch_size:
             self._close_batch(tp, b)
-        elif b.count == 1 and len(self._open) == 1:
+        elif count == 0 and len(self._open) == 1:
             self._wake.set()
-        self._sends += 1
-        if self._sends % YIELD_EVERY == 0:
-            # a tight loop of sends never suspends by itself: let the loop run the sender and the
-            # application's other tasks now and then
-            await asyncio.sleep(0)
-        return fut
+        return RecordFuture(b.result, tp, count, ts)
 
     async def send_and_wait(self, topic: str, value: Buffer | None = None, key: Buffer | None = None,
                             partition: int | None = None, timestamp_ms: int | None = None,
@@ -307,9 +408,10 @@ class AIOProducer:
         if self.txn is not None:
             wait = self._txn_step(now)
             if (self.txn.producer_id, self.txn.producer_epoch) != (self.producer_id, self.producer_epoch) \
-                    and not self._busy:
+                    and not self._in_flight:
                 self.producer_id, self.producer_epoch = self.txn.producer_id, self.txn.producer_epoch
                 self._seq.clear()
+                self._next_ack.clear()
             if self.producer_id < 0:
                 return wait
         elif self.idempotent and self.producer_id < 0:
@@ -324,31 +426,50 @@ class AIOProducer:
             else:
                 due = (b.created + self.linger_ms - now) / 1000
                 linger_due = due if linger_due is None else min(linger_due, due)
-        by_node: dict[int, list[_Batch]] = {}
+        # batches of a partition in flight at once: up to MAX_IN_FLIGHT for an idempotent producer
+        # outside transactions whose batches are sealed on the loop, once the leader's connection is
+        # ready (then each request is sealed and written without waiting, in sequence order), else one
+        # at a time; a batch to retry goes out alone, once nothing of its partition is in flight
+        limit = MAX_IN_FLIGHT if self.idempotent and self.txn is None and not self.compression else 1
+        in_flight = self._in_flight
         unknown = set()
-        for tp, dq in self._ready.items():
-            if not dq or tp in self._busy:
-                continue
-            if self.txn is not None and not self.txn.is_send_to_partition_allowed(tp):
-                continue
-            leader = self.client.leader_for(tp)
-            if leader is None:
-                unknown.add(tp[0])
-                continue
-            by_node.setdefault(leader, []).append(dq[0])
+        while True:
+            by_node: dict[int, list[_Batch]] = {}
+            for tp, dq in self._ready.items():
+                n = in_flight.get(tp, 0)
+                if not dq or n >= limit or (n and dq[0].wire is not None):
+                    continue
+                if self.txn is not None and not self.txn.is_send_to_partition_allowed(tp):
+                    continue
+                leader = self.client.leader_for(tp)
+                if leader is None:
+                    unknown.add(tp[0])
+                    continue
+                if n and (self._unwritten.get(tp) or not self.client.connected(leader)):
+                    continue                # an earlier batch's request is not written yet
+                by_node.setdefault(leader, []).append(dq[0])
+            if not by_node:
+                break
+            for node, batches in by_node.items():
+                chosen, size = [], 0
+                for b in batches:
+                    if chosen and size + _size(b) > self.max_request_size:
+                        continue
+                    chosen.append(b)
+                    size += _size(b)
+                for b in chosen:
+                    self._ready[b.tp].popleft()
+                    in_flight[b.tp] = in_flight.get(b.tp, 0) + 1
+                    self._unwritten[b.tp] = self._unwritten.get(b.tp, 0) + 1
+                    if self.idempotent and b.wire is None:
+                        # numbered here, in the partition's order, whatever order the requests find
+                        # their connection in (one written early is refused out of order, sent again)
+                        seq = self._seq.get(b.tp, 0)
+                        self._seq[b.tp] = (seq + b.count) & 0x7FFFFFFF
+                        b.sequence, b.producer_id = seq, self.producer_id
+                self._requests_add(self._produce(node, chosen))
         if unknown:
             self._requests_add(self.client.refresh_metadata(unknown))
-        for node, batches in by_node.items():
-            chosen, size = [], 0
-            for b in batches:
-                if chosen and size + _size(b) > self.max_request_size:
-                    continue
-                chosen.append(b)
-                size += _size(b)
-            for b in chosen:
-                self._ready[b.tp].popleft()
-                self._busy.add(b.tp)
-            self._requests_add(self._produce(node, chosen))
         waits = [w for w in (wait, linger_due) if w is not None]
         if unknown:
             waits.append(self.settings.retry_backoff_ms / 1000)
@@ -383,17 +504,15 @@ class AIOProducer:
             return
         self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
         self._seq.clear()
+        self._next_ack.clear()
         self._wake.set()
 
     async def _seal(self, b: _Batch) -> None:
         if b.wire is not None:
             return
         pid, epoch, seq = -1, -1, -1
-        if self.idempotent:
-            seq = self._seq.get(b.tp, 0)
-            self._seq[b.tp] = (seq + b.count) & 0x7FFFFFFF
-            pid, epoch = self.producer_id, self.producer_epoch
-            b.sequence = seq
+        if self.idempotent:            # numbered when chosen (_step)
+            pid, epoch, seq = b.producer_id, self.producer_epoch, b.sequence
         build = functools.partial(write_batch_buffer, b.buf, b.count, b.base_ts, b.max_ts,
                                   compression=self.compression,
                                   attributes=ATTR_TRANSACTIONAL if self.txn is not None else 0,
@@ -409,7 +528,8 @@ class AIOProducer:
                 await self._seal(b)
         except BaseException as e:
             for b in batches:
-                self._busy.discard(b.tp)
+                self._unwritten[b.tp] -= 1
+                self._landed(b.tp)
                 self._finish(b, -1, -1, e if isinstance(e, Exception) else KohortError("sealing cancelled"))
             raise
         PD = ProduceRequest.TopicProduceData
@@ -424,11 +544,16 @@ class AIOProducer:
         results: dict = {}
         err: BaseException | None = None
         try:
-            if self.acks == 0:
+            try:
                 conn = await self.client.connection(node)
+            finally:
+                for b in batches:            # written below without waiting, or failed
+                    self._unwritten[b.tp] -= 1
+            if self.acks == 0:
                 conn.send(req, max_version=PRODUCE_MAX_VERSION, expect_response=False)
             else:
-                resp = await self.client.request(node, req, max_version=PRODUCE_MAX_VERSION, min_version=3)
+                resp = await conn.request(req, timeout_ms=self.settings.request_timeout_ms,
+                                          max_version=PRODUCE_MAX_VERSION, min_version=3)
                 for t in resp.responses:
                     for pr in t.partition_responses:
                         results[(t.name, pr.index)] = pr
@@ -436,11 +561,11 @@ class AIOProducer:
             err = e
         except asyncio.CancelledError:
             for b in batches:
-                self._busy.discard(b.tp)
+                self._landed(b.tp)
             raise
         refresh = False
         for b in batches:
-            self._busy.discard(b.tp)
+            self._landed(b.tp)
             if self.acks == 0:
                 self._finish(b, -1, -1, None)
                 continue
@@ -453,10 +578,18 @@ class AIOProducer:
                 self._retry_or_fail(b, KafkaConnectionError("the broker did not answer for this partition"))
                 continue
             code = pr.error_code
-            if code == 0:
+            if code == 0 or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+                if b.sequence >= 0:
+                    nxt = (b.sequence + b.count) & 0x7FFFFFFF
+                    if nxt > self._next_ack.get(b.tp, 0) or nxt < b.sequence:
+                        self._next_ack[b.tp] = nxt
                 self._finish(b, pr.base_offset, pr.log_append_time_ms, None, pr.log_start_offset)
-            elif code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-                self._finish(b, pr.base_offset, pr.log_append_time_ms, None, pr.log_start_offset)
+            elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and b.sequence >= 0 \
+                    and b.producer_id == self.producer_id \
+                    and 0 < (b.sequence - self._next_ack.get(b.tp, 0)) & 0x7FFFFFFF < 1 << 30:
+                # behind a batch of its partition not acknowledged yet (failed, going out again first):
+                # sent again after it
+                self._retry_or_fail(b, for_code(code)(pr.error_message or ""))
             elif code in _RETRIABLE_PRODUCE:
                 refresh = True
                 self._retry_or_fail(b, for_code(code)(pr.error_message or ""))
@@ -471,9 +604,22 @@ class AIOProducer:
         if refresh:
             await self.client.refresh_metadata()
 
+    def _landed(self, tp) -> None:
+        """A batch of `tp` is no longer in flight."""
+        n = self._in_flight.get(tp, 0) - 1
+        if n > 0:
+            self._in_flight[tp] = n
+        else:
+            self._in_flight.pop(tp, None)
+
     def _retry_or_fail(self, b: _Batch, err: BaseException) -> None:
         if _now_ms() < b.deadline and not self._closed:
-            self._ready.setdefault(b.tp, deque()).appendleft(b)
+            # back in front of the partition's queue, among the other batches to retry by sequence
+            dq = self._ready.setdefault(b.tp, deque())
+            i = 0
+            while i < len(dq) and dq[i].wire is not None and dq[i].sequence < b.sequence:
+                i += 1
+            dq.insert(i, b)
             return
         if self.txn is not None:
             self.txn.handle_failed_batch(err)

@@ -8,11 +8,18 @@ CPython's full garbage collections (which run on the loop) do not grow with the 
 
 The handle behaves as an asyncio future for `await`, `asyncio.wait`, `asyncio.gather` and
 `add_done_callback`; `cancel()` returns False (a queued record cannot be taken back out of its batch).
+Done callbacks of a batch's records are kept in one list per batch, behind one callback on the shared
+future, and run `CALLBACK_SLICE` at a time with a turn of the loop between: a batch of thousands of
+records with a callback each does not hold the loop for all of them at once. Subclasses (the compat
+layers' futures) change what `result()` and `exception()` give.
 """
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any, Callable, Generator, NamedTuple
+
+CALLBACK_SLICE = 256                # record callbacks run per turn of the loop
 
 
 class RecordMetadata(NamedTuple):
@@ -40,6 +47,11 @@ class RecordFuture:
     def __init__(self, shared: asyncio.Future, tp: tuple[str, int], delta: int, ts: int):
         self._shared, self._tp, self._delta, self._ts = shared, tp, delta, ts
 
+    @classmethod
+    def of(cls, other: "RecordFuture") -> Any:
+        """The same record's handle as a `cls` (a subclass giving its own result type)."""
+        return cls(other._shared, other._tp, other._delta, other._ts)
+
     def done(self) -> bool:
         return self._shared.done()
 
@@ -63,11 +75,21 @@ class RecordFuture:
             return RecordMetadata(topic, partition, off, r.append_time, 1, r.log_start_offset)
         return RecordMetadata(topic, partition, off, self._ts, 0, r.log_start_offset)
 
-    def add_done_callback(self, fn: Callable[["RecordFuture"], Any], *, context=None) -> None:
-        self._shared.add_done_callback(lambda _f: fn(self), context=context)
+    def add_done_callback(self, fn: Callable[[Any], Any], *, context: contextvars.Context | None = None) -> None:
+        shared = self._shared
+        if context is None:
+            context = contextvars.copy_context()
+        if shared.done():
+            shared.get_loop().call_soon(fn, self, context=context)
+            return
+        waiting = _callbacks.get(shared)
+        if waiting is None:
+            waiting = _callbacks[shared] = []
+            shared.add_done_callback(_batch_done)
+        waiting.append((fn, self, context))
 
     def remove_done_callback(self, fn: Callable) -> int:
-        return 0                        # callbacks are wrapped on the shared future: never removed
+        return 0                        # callbacks wait in their batch's list: never removed
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         if not self._shared.done():
@@ -80,3 +102,25 @@ class RecordFuture:
     def __repr__(self) -> str:
         state = "pending" if not self.done() else ("failed" if self.exception() else "done")
         return f"<RecordFuture {self._tp[0]}[{self._tp[1]}] +{self._delta} {state}>"
+
+
+# shared batch future -> [(callback, record handle, context)] waiting for it
+_callbacks: dict[asyncio.Future, list[tuple[Callable[[Any], Any], RecordFuture, contextvars.Context]]] = {}
+
+
+def _batch_done(shared: asyncio.Future) -> None:
+    _run_callbacks(shared.get_loop(), _callbacks.pop(shared, []), 0)
+
+
+def _run_callbacks(loop: asyncio.AbstractEventLoop, waiting: list, start: int) -> None:
+    end = start + CALLBACK_SLICE
+    for fn, rf, ctx in waiting[start:end]:
+        try:
+            ctx.run(fn, rf)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as e:
+            loop.call_exception_handler({"message": f"Exception in callback {fn!r} of {rf!r}",
+                                         "exception": e, "future": rf})
+    if end < len(waiting):
+        loop.call_soon(_run_callbacks, loop, waiting, end)

@@ -2,9 +2,10 @@
 
 Keyword-only arguments by aiokafka's names and defaults (acks 1, or all when idempotent;
 max_batch_size 16384; linger_ms 0; request_timeout_ms 40000); serializers and aiokafka's callable
-partitioners are applied here. `send()` returns an asyncio.Future of aiokafka's RecordMetadata (two
-awaits, as in aiokafka); `create_batch()`/`send_batch()`; transactions without init (the producer id
-is fetched at start), `transaction()` as an async context manager. kohort's errors are raised as
+partitioners are applied here. `send()` returns a future of aiokafka's RecordMetadata (two awaits, as
+in aiokafka; a view of kohort.aio's per-batch RecordFuture, usable as an asyncio future, no future or
+callback per record); `create_batch()`/`send_batch()`; transactions without init (the producer id is
+fetched at start), `transaction()` as an async context manager. kohort's errors are raised as
 aiokafka's (`errors.translate`).
 """
 from __future__ import annotations
@@ -16,7 +17,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import kohort.errors as _k
 from kohort.aio.producer import AIOProducer
+from kohort.aio.record_future import RecordFuture
 import kohort.compat.aiokafka.errors as E
 from kohort.compat.aiokafka.structs import RecordMetadata, TopicPartition
 from kohort.protocol.records import append_record
@@ -165,7 +168,7 @@ class AIOKafkaProducer:
     @E.translated
     async def send(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
                    timestamp_ms: int | None = None,
-                   headers: list[tuple[str, bytes | None]] | None = None) -> asyncio.Future[RecordMetadata]:
+                   headers: list[tuple[str, bytes | None]] | None = None) -> "_RecordFuture":
         if value is None and key is None:
             raise ValueError("Need at least one: key or value")
         if self._closed:
@@ -178,7 +181,7 @@ class AIOKafkaProducer:
                     raise ValueError(f"headers must be (str, bytes) pairs, not ({hk!r}, {hv!r})")
         partition = await self._partition(topic, partition, key, k)
         fut = await self._p.send(topic, v, k, partition, timestamp_ms, headers)
-        return _map_future(fut)
+        return _RecordFuture.of(fut)
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
                             timestamp_ms: int | None = None,
@@ -258,23 +261,23 @@ class AIOKafkaProducer:
         await self._p.send_offsets_to_transaction(plain, group_id)
 
 
-def _map_future(fut: asyncio.Future) -> asyncio.Future:
-    out = asyncio.get_running_loop().create_future()
+class _RecordFuture(RecordFuture):
+    """send()'s future as aiokafka gives it: aiokafka's RecordMetadata, aiokafka's errors. A view of
+    kohort.aio's RecordFuture (the batch's one shared future), so no future or callback per record."""
 
-    def done(f):
-        if out.cancelled():
-            return
-        if f.cancelled():
-            out.cancel()
-        elif f.exception() is not None:
-            out.set_exception(E.translate(f.exception()))
-        else:
-            md = f.result()
-            out.set_result(RecordMetadata(md.topic, md.partition, TopicPartition(md.topic, md.partition), md.offset,
-                                          md.timestamp, md.timestamp_type,
-                                          md.log_start_offset))
-    fut.add_done_callback(done)
-    return out
+    __slots__ = ()
+
+    def exception(self) -> BaseException | None:
+        err = super().exception()
+        return None if err is None else E.translate(err)
+
+    def result(self) -> RecordMetadata:            # type: ignore[override]
+        try:
+            md = super().result()
+        except _k.KohortError as e:
+            raise E.translate(e) from e
+        return RecordMetadata(md.topic, md.partition, TopicPartition(md.topic, md.partition), md.offset,
+                              md.timestamp, md.timestamp_type, md.log_start_offset)
 
 
 __all__ = ["AIOKafkaProducer", "BatchBuilder"]
