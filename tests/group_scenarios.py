@@ -322,7 +322,8 @@ def committed_offset_validated_after_restart(bs: str, tag: str) -> None:
 def fetch_diverging_epoch(bs: str, tag: str) -> None:
     """(8, broker) A Fetch whose last_fetched_epoch ends before its fetch offset is answered with the
     diverging epoch and its end offset (KIP-320), not OFFSET_OUT_OF_RANGE."""
-    from kohort.client.network import NetworkClient, Versioned
+    from kohort.client.network import NetworkClient
+    from kohort.protocol.framing import Versioned
     from kohort.protocol.messages.fetch import FetchRequest
     topic = f"div-{tag}"
     assert create_topic(bs, topic, 1) == 1

@@ -7,7 +7,8 @@ import pytest
 
 from kohort.client.cluster import Cluster
 from kohort.client.config import load_config
-from kohort.client.network import NetworkClient, Versioned
+from kohort.client.network import NetworkClient
+from kohort.protocol.framing import Versioned
 from kohort.errors import IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError
 from kohort.protocol.messages.metadata import MetadataRequest
 from tests.peers import create_topic, mock_cluster  # noqa: F401

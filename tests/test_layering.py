@@ -1,7 +1,8 @@
 """Layering: every module DESIGN.md calls pure -- protocol/ (sans I/O), the assignors, the client's
 group members (membership.py, membership_848.py, membership_common.py), the transactional
 producer's machine (txn_manager.py), the broker's group coordinators (broker/coordinator/), the
-transaction coordinator (broker/txn/coordinator.py) and the authorizer -- imports no socket, TLS,
+transaction coordinator (broker/txn/coordinator.py), the authorizer, the admin clients' shared half
+(client/admin_protocol.py) and the group configs' rules (broker/group_configs.py) -- imports no socket, TLS,
 selector, subprocess, thread, clock or event loop, directly or through any kohort module it imports
 (time comes in as `now_ms`, I/O is its driver's). One banned list, one check, one case per module;
 each of them has a header docstring saying what lives there."""
@@ -19,7 +20,8 @@ PURE_MODULES = ["kohort.client.consumer.membership", "kohort.client.consumer.mem
                 "kohort.client.consumer.membership_common", "kohort.client.txn_manager",
                 "kohort.broker.txn.coordinator", "kohort.broker.authorizer",
                 "kohort.client.share.membership", "kohort.client.share.session",
-                "kohort.client.share.acknowledgements"]
+                "kohort.client.share.acknowledgements", "kohort.client.admin_protocol",
+                "kohort.broker.group_configs"]
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -123,7 +125,7 @@ def test_every_pure_package_is_covered():
 def test_the_check_sees_a_banned_import(tmp_path):
     """Direct (the driver), through a kohort module, and inside a function of the module checked."""
     assert "kohort.client.consumer.group" in closure("kohort.client.consumer.group")
-    assert "kohort.client.network" in closure("kohort.client.consumer.fetcher")
+    assert "kohort.client.network" in closure("kohort.client.producer")
     lazy = tmp_path / "lazy.py"
     lazy.write_text("def f():\n    import socket\n    from time import monotonic\n")
     assert _imports(lazy, "kohort.lazy", lazy_too=True) == ["socket", "time", "time.monotonic"]

@@ -20,7 +20,7 @@ import asyncio
 import ssl as _ssl
 from typing import Any
 
-from kohort.client.network import Versioned
+from kohort.protocol.framing import Versioned
 from kohort.errors import ConnectionClosedError, KafkaConnectionError, KafkaTimeoutError
 from kohort.protocol.framing import ClientProtocol, ProtocolViolation
 

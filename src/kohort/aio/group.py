@@ -27,7 +27,7 @@ from kohort.client.consumer.membership_common import (
     RequestFailed, RequestMetadata, Response, Revoke, Send, Subscribe, Tick, Unsubscribe, UseCoordinator,
 )
 from kohort.client.consumer.offsets import OFFSETS_BY_NAME_MAX_VERSION, offset_commit_request, offset_fetch_request
-from kohort.client.network import Versioned
+from kohort.protocol.framing import Versioned
 from kohort.client.requests import parse_offset_fetch
 from kohort.errors import (
     ErrorCode, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError, KohortError, for_code,

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Awaitable
 
 from kohort.aio.client import AIOClient, ClientSettings
-from kohort.client.network import Versioned
+from kohort.protocol.framing import Versioned
 from kohort.client.partitioner import DefaultPartitioner
 from kohort.aio.record_future import BatchResult, RecordFuture, RecordMetadata
 from kohort.client.txn_manager import TransactionManager

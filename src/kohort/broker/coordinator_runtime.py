@@ -79,7 +79,7 @@ from kohort.broker.share.group import ShareGroupConfig
 from kohort.broker.share.machine import ShareGroups
 from kohort.broker.share_leader import open_share_leader
 from kohort.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
-from kohort.broker.group_configs import store_of
+from kohort.broker.group_config_file import store_of
 from kohort.broker.group_events import GroupEvents, log_event
 from kohort.broker.producer_state import marker_key, marker_value, parse_marker, CONTROL_COMMIT
 

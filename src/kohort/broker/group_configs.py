@@ -6,9 +6,7 @@ with IncrementalAlterConfigs and read with DescribeConfigs, as Kafka's GroupConf
 name or a bad value is refused (`GroupConfigError`, answered INVALID_CONFIG); a change is checked
 on the group's whole config merged over the broker defaults (a share group's heartbeat interval
 must stay below its session timeout). `GroupConfigStore` keeps the values by group id (pure: no
-I/O); `store_of(broker)` attaches it to the broker, kept in `<data dir>/group_configs.json` (written
-atomically before IncrementalAlterConfigs answers, as Kafka keeps them in its metadata log; memory
-only when the broker has no data directory).
+I/O; its file is kohort.broker.group_config_file's).
 
 Who reads them: the share partitions (kohort.broker.share_leader) read share.auto.offset.reset,
 share.isolation.level, share.record.lock.duration.ms, share.delivery.count.limit,
@@ -135,32 +133,3 @@ class GroupConfigStore:
                 self._groups.pop(group_id, None)
             if self.on_change is not None:
                 self.on_change({g: dict(v) for g, v in self._groups.items()})
-
-
-GROUP_CONFIGS_FILE = "group_configs.json"
-
-
-def store_of(broker) -> GroupConfigStore:
-    """The broker's GroupConfigStore (`broker.group_configs`), made on first use from
-    `<data dir>/group_configs.json` when the broker has a data directory."""
-    store = getattr(broker, "group_configs", None)
-    if store is not None:
-        return store
-    data_dir = getattr(broker, "data_dir", None)
-    if not data_dir:
-        store = broker.group_configs = GroupConfigStore(broker.config.values)
-        return store
-    import json
-    import os
-    from kohort.storage.fs import write_json_atomic
-    path = os.path.join(data_dir, GROUP_CONFIGS_FILE)
-    try:
-        with open(path) as fh:
-            groups = json.load(fh)["groups"]
-    except FileNotFoundError:
-        groups = {}
-
-    def save(groups: dict) -> None:
-        write_json_atomic(path, {"version": 1, "groups": groups})
-    store = broker.group_configs = GroupConfigStore(broker.config.values, groups, save)
-    return store

@@ -33,7 +33,7 @@ import time
 import uuid as _uuid
 from typing import Any, Callable, Sequence
 
-from kohort.broker.group_configs import store_of
+from kohort.broker.group_config_file import store_of
 from kohort.broker.share.partition import AckBatch, SharePartition, SharePartitionConfig, StateWrite
 from kohort.broker.share.sessions import ShareSessionCache
 from kohort.errors import ErrorCode

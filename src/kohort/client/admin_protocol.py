@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from kohort.client.network import Versioned
+from kohort.protocol.framing import Versioned
 from kohort.errors import ErrorCode, KohortError, for_code
 from kohort.protocol.consumer_protocol import decode_assignment
 from kohort.protocol.messages.create_topics import CreateTopicsRequest

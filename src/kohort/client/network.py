@@ -63,7 +63,7 @@ from kohort.errors import (
     ConfigError, ConnectionClosedError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError,
     KohortError, SslAuthenticationError, is_authentication_error,
 )
-from kohort.protocol.framing import ClientProtocol, HandshakeError, ProtocolViolation, UnsupportedVersionError
+from kohort.protocol.framing import ClientProtocol, HandshakeError, ProtocolViolation, UnsupportedVersionError, Versioned
 from kohort.protocol.messages import REQUESTS, api_name
 from kohort.version import __version__
 
@@ -80,20 +80,6 @@ _RECV_BUF = 4 * 1024 * 1024
 _MAX_FRAME = 100 * 1024 * 1024
 _IOV_MAX = 1024            # buffers one sendmsg may take (Linux's IOV_MAX)
 _SENDMSG = hasattr(socket.socket, "sendmsg")     # not on Windows: there, as over TLS, buffers are joined
-
-
-class Versioned:
-    """A request whose contents depend on the version negotiated at send time.
-
-    `build(version) -> request object`. Use when fields differ across versions (e.g. FindCoordinator
-    v4 batches keys, Fetch v13 names topics by id); `max_version` caps the version it is sent in."""
-
-    __slots__ = ("API_KEY", "build", "max_version")
-
-    def __init__(self, api_key: int, build: Callable[[int], Any], max_version: int | None = None):
-        self.API_KEY = api_key
-        self.build = build
-        self.max_version = max_version      # the highest version `build` can make (None: any)
 
 
 class _Req:
@@ -949,5 +935,5 @@ def _req_name(r: _Req) -> str:
     return api_name(r.request.API_KEY)
 
 
-__all__ = ["NetworkClient", "Versioned", "unreachable_message", "KafkaConnectionError", "KafkaTimeoutError", "KohortError",
+__all__ = ["NetworkClient", "unreachable_message", "KafkaConnectionError", "KafkaTimeoutError", "KohortError",
            "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"]

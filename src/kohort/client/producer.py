@@ -47,7 +47,8 @@ from kohort.client.batch_produce import BatchDeliveryFuture, ProduceBatchError, 
 from kohort.client.cluster import Cluster
 from kohort.client.config import load_config, parse_bootstrap
 from kohort.client.stats import ClientStats
-from kohort.client.network import NetworkClient, Versioned, unreachable_message
+from kohort.client.network import NetworkClient, unreachable_message
+from kohort.protocol.framing import Versioned
 from kohort.client.partitioner import DefaultPartitioner, murmur2
 from kohort.client.sealer import Sealer
 from kohort.client.txn_manager import TransactionManager

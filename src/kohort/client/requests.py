@@ -20,7 +20,7 @@ from kohort.client.consumer.offsets import (  # noqa: F401  (re-exported: the bu
     OFFSETS_BY_NAME_MAX_VERSION, list_offsets_request, offset_commit_request, offset_fetch_request,
     parse_offset_fetch,
 )
-from kohort.client.network import Versioned
+from kohort.protocol.framing import Versioned
 from kohort.protocol.messages.find_coordinator import FindCoordinatorRequest
 from kohort.protocol.messages.metadata import MetadataRequest
 from kohort.protocol.messages.offset_commit import OffsetCommitRequest

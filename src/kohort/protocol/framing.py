@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from kohort.errors import DecodeError, ErrorCode, KohortError, for_code
 from kohort.protocol.headers import (
@@ -639,10 +639,24 @@ def _api(api_key: int) -> str:
     return cls.__name__[:-7] if cls is not None else f"api_key {api_key}"
 
 
+class Versioned:
+    """A request whose contents depend on the version negotiated at send time.
+
+    `build(version) -> request object`. Use when fields differ across versions (e.g. FindCoordinator
+    v4 batches keys, Fetch v13 names topics by id); `max_version` caps the version it is sent in."""
+
+    __slots__ = ("API_KEY", "build", "max_version")
+
+    def __init__(self, api_key: int, build: Callable[[int], Any], max_version: int | None = None):
+        self.API_KEY = api_key
+        self.build = build
+        self.max_version = max_version      # the highest version `build` can make (None: any)
+
+
 __all__ = [
     "API_VERSIONS_KEY", "CLOSED", "ClientProtocol", "HANDSHAKE", "HandshakeError", "IDLE", "ProtocolViolation",
     "READY", "ResponseReceived", "TooManyInFlightError",
     "decode_response_lenient", "last_rigid_version", "DEFAULT_MAX_FRAME", "FrameReader", "FrameTooLargeError",
-    "UnsupportedRequestError", "UnsupportedVersionError", "decode_request", "decode_response",
+    "UnsupportedRequestError", "UnsupportedVersionError", "Versioned", "decode_request", "decode_response",
     "encode_request", "encode_request_buffers", "encode_response", "encode_response_buffer", "frame", "frame_size", "peek_request_header", "pick_version",
 ]

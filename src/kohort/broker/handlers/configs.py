@@ -18,7 +18,8 @@ from __future__ import annotations
 import difflib
 
 from kohort.broker.authorizer import AclOperation, ResourceType
-from kohort.broker.group_configs import GroupConfigError, store_of
+from kohort.broker.group_config_file import store_of
+from kohort.broker.group_configs import GroupConfigError
 from kohort.broker.handlers import handles
 from kohort.broker.topic_configs import (LIST, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC,
                                          TOPIC_CONFIG_INFO, broker_config_entries, topic_config_entries)

@@ -41,7 +41,7 @@ from kohort.client.consumer.offsets import (
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED, NoOffsetForPartitionError, SubscriptionState,
     list_offsets_request,
 )
-from kohort.client.network import Versioned
+from kohort.protocol.framing import Versioned
 from kohort.client.requests import read_list_offsets
 from kohort.errors import ErrorCode, KafkaError, for_code
 from kohort.protocol.messages.fetch import FetchRequest

@@ -47,7 +47,7 @@ from kohort.client.consumer.membership_common import (
 from kohort.client.consumer.offsets import (
     OFFSETS_BY_NAME_MAX_VERSION, SubscriptionState, offset_commit_request, offset_fetch_request, parse_offset_fetch,
 )
-from kohort.client.network import Versioned
+from kohort.protocol.framing import Versioned
 from kohort.errors import (
     ConnectionClosedError, ErrorCode, IncompatibleBrokerVersionError, KafkaError, KafkaTimeoutError,
     KafkaConnectionError, KohortError, for_code,
