@@ -204,12 +204,22 @@ class Cluster:
         lo = self.list_offsets({tp: -2 for tp in tps}, isolation_level)
         hi = self.list_offsets({tp: -1 for tp in tps}, isolation_level)
         out = {}
+        sent = {}
+        for tp in tps:                # every partition's check in flight at once: one round trip
+            if tp in lo and tp in hi:
+                try:
+                    sent[tp] = self.send_fetch(tp, hi[tp][0], max_bytes=1, max_wait_ms=1,
+                                               isolation_level=isolation_level)
+                except KafkaError as e:
+                    if not e.retriable:
+                        raise
+                    sent[tp] = None
         for tp in tps:
             if tp not in lo or tp not in hi:
                 continue
             earliest, latest = lo[tp][0], hi[tp][0]
             try:
-                pd = self.fetch(tp, latest, max_bytes=1, max_wait_ms=1, isolation_level=isolation_level)
+                pd = self.fetch_result(sent[tp]) if sent[tp] is not None else None
             except KafkaError as e:
                 if not e.retriable:
                     raise
