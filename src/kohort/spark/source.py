@@ -102,12 +102,16 @@ def read_range(opts: SourceOptions, part: RangePartition, cluster=None, now=time
     rows = skipped = 0
     ahead = None                      # the Fetch sent for `pos` while the previous answer was decoded
     while pos < until:
+        pd = None
         sent, ahead = ahead, None
+        if sent is not None and sent.offset == pos:
+            try:
+                pd = cluster.fetch_result(sent)
+            except (KafkaError, OSError):
+                pd = None             # e.g. timed out while Spark held the task: fetched again below
         try:
-            if sent is None or sent.offset != pos:
-                sent = cluster.send_fetch(tp, pos, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
-                                          isolation_level=iso)
-            pd = cluster.fetch_result(sent)
+            if pd is None:
+                pd = cluster.fetch(tp, pos, max_bytes=max_bytes, max_wait_ms=max_wait_ms, isolation_level=iso)
         except KafkaError as e:
             if not e.retriable or now() > deadline:
                 raise

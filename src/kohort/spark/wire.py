@@ -258,6 +258,9 @@ class Cluster:
             while not fut.done():
                 left = pending.deadline - time.monotonic()
                 if left <= 0:
+                    self.net.poll(0)          # an answer already in the socket is still taken
+                    if fut.done():
+                        break
                     raise KafkaTimeoutError(f"Fetch {tp[0]}-{tp[1]}: no answer in time")
                 self.net.poll(min(left, 0.1))
             resp = fut.result(0)
