@@ -172,6 +172,22 @@ def test_split_partitions_read_in_offset_order_and_cover_the_range_once(addr, mo
     assert len(one.partitions(start, end)) == 2
 
 
+def test_read_ahead_that_times_out_while_spark_holds_the_task_is_fetched_again(addr):
+    # the task is suspended (Spark not taking batches) longer than the request timeout: the Fetch
+    # sent ahead expires and its connection closes; reading goes on from the same offset, nothing
+    # lost or repeated
+    t = topic_with(addr, {0: 600}, batch_size=400)
+    opts = parse_source_options({"kafka.bootstrap.servers": addr, "subscribe": t,
+                                 "kafka.max.partition.fetch.bytes": "2048", "kafka.request.timeout.ms": "1000"})
+    offsets = []
+    with Cluster(opts.client_config) as c:
+        for i, rb in enumerate(read_range(opts, RangePartition(t, 0, 0, 600), cluster=c)):
+            offsets.extend(rb.column("offset").to_pylist())
+            if i in (1, 3):
+                time.sleep(2.5)
+    assert offsets == list(range(600))
+
+
 def _delete_records(addr, t, part, before):
     """DeleteRecords (API 21) to the single node: what retention does to a log's head."""
     from kohort.protocol.messages.delete_records import DeleteRecordsRequest as D
