@@ -111,10 +111,11 @@ def test_one_kafka_partition_is_split_over_the_default_parallelism(spark, broker
     kind, addr = broker
     topic = new_topic(addr, 1)
     n = 2 * MIN_OFFSETS_PER_SPLIT + 7
-    p = ck.Producer({"bootstrap.servers": addr, "linger.ms": 5, "log_level": 0})
+    p = ck.Producer({"bootstrap.servers": addr, "linger.ms": 5, "log_level": 0,
+                     "queue.buffering.max.messages": 1_000_000})
     for i in range(n):
         p.produce(topic, b"%07d" % i, partition=0)
-        if i % 50_000 == 0:
+        if i % 1000 == 0:
             p.poll(0)
     assert p.flush(60) == 0
     df = (spark.read.format("kohort").option("kafka.bootstrap.servers", addr).option("subscribe", topic)
