@@ -4,6 +4,7 @@ consumer, same broker, same records, same run.
     .venv/bin/python bench/bench_spark.py [--records 300000] [--size 100] [--partitions 3]
                                           [--broker kohort|tansu|HOST:PORT] [--rounds 2]
                                           [--formats kohort,kafka]
+                                          [--only stream,batch,noopstream,noopbatch,sink]
 
 Starts the broker (kohort's own as a subprocess with a temp data dir, or Tansu), seeds one topic with
 `--records` values of `--size` bytes (round-robin over the partitions, big batches), then measures,
@@ -21,7 +22,10 @@ interleaved for `--rounds` rounds:
   stream/batch -> noop -- the same two reads into Spark's noop sink: the source alone, to set beside
                    the raw consumer;
   sink          -- df.write of --records generated (cached) values into a fresh topic.
-SparkSession start-up (local[2]) and a small warm-up query per format are not timed.
+SparkSession start-up (local[2]) and a small warm-up query per format are not timed. `--only` keeps
+some of the per-format paths (the raw consumer and the lean reader always run, interleaved).
+KOHORT_SPARK_PROFILE=DIR (set before the run) makes every read task of format("kohort") write its
+profile there (kohort.spark.profile); `--options k=v,...` passes extra reader options to both formats.
 
 Prints rows/s and MB/s (values only) per path and the kohort / spark-sql-kafka and stream / raw ratios.
 """
@@ -298,8 +302,16 @@ def main(argv=None) -> int:
     ap.add_argument("--broker", default="kohort", help="kohort, tansu or HOST:PORT of a running broker")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--formats", default="kohort,kafka", help="kohort and/or kafka (spark-sql-kafka)")
+    ap.add_argument("--only", default="stream,batch,noopstream,noopbatch,sink",
+                    help="comma list of stream, batch, noopstream, noopbatch, sink")
+    ap.add_argument("--options", default="", help="extra reader options k=v,... for both formats")
     a = ap.parse_args(argv)
     fmts = [f.strip() for f in a.formats.split(",") if f.strip()]
+    only = {p.strip() for p in a.only.split(",") if p.strip()}
+    unknown = only - {"stream", "batch", "noopstream", "noopbatch", "sink"}
+    if unknown:
+        raise SystemExit(f"--only: unknown {', '.join(sorted(unknown))}")
+    ropts = dict(kv.split("=", 1) for kv in a.options.split(",") if kv.strip())
     work = tempfile.mkdtemp(prefix="kohort-bench-spark-")
     addr, stop = start_broker(a.broker, work)
     spark = None
@@ -321,17 +333,26 @@ def main(argv=None) -> int:
             res["raw kohort consumer"].append(raw_consumer(addr, "bench-spark", ends, a.size))
             res["lean reader (fetch -> Arrow)"].append(lean_reader(addr, "bench-spark", ends, a.size))
             for fmt in fmts:
-                rate, batches = spark_stream(spark, addr, "bench-spark", a.records, work, f"out{r}-{fmt}", fmt)
-                print(f"    {fmt} stream phases (s): {STREAM_DURATIONS[f'out{r}-{fmt}']}", flush=True)
-                res.setdefault(f"{fmt}: stream -> Parquet", []).append(rate)
-                res.setdefault(f"{fmt}: batch read -> Parquet", []).append(
-                    spark_batch_parquet(spark, addr, "bench-spark", a.records, work, f"batch{r}-{fmt}", fmt))
-                rate, _ = spark_stream_noop(spark, addr, "bench-spark", a.records, work, f"noop{r}-{fmt}", fmt)
-                res.setdefault(f"{fmt}: stream -> noop", []).append(rate)
-                res.setdefault(f"{fmt}: batch read -> noop", []).append(
-                    spark_batch_noop(spark, addr, "bench-spark", a.records, fmt))
-                res.setdefault(f"{fmt}: sink (df.write)", []).append(
-                    spark_sink(spark, addr, f"bench-sink-{fmt}-{r}", a.records, a.size, fmt, a.partitions))
+                if "stream" in only:
+                    rate, batches = spark_stream(spark, addr, "bench-spark", a.records, work, f"out{r}-{fmt}",
+                                                 fmt, ropts)
+                    print(f"    {fmt} stream phases (s): {STREAM_DURATIONS[f'out{r}-{fmt}']}", flush=True)
+                    res.setdefault(f"{fmt}: stream -> Parquet", []).append(rate)
+                if "batch" in only:
+                    res.setdefault(f"{fmt}: batch read -> Parquet", []).append(
+                        spark_batch_parquet(spark, addr, "bench-spark", a.records, work, f"batch{r}-{fmt}", fmt,
+                                            ropts))
+                if "noopstream" in only:
+                    rate, batches = spark_stream_noop(spark, addr, "bench-spark", a.records, work,
+                                                      f"noop{r}-{fmt}", fmt, ropts)
+                    print(f"    {fmt} noop stream phases (s): {STREAM_DURATIONS[f'noop{r}-{fmt}']}", flush=True)
+                    res.setdefault(f"{fmt}: stream -> noop", []).append(rate)
+                if "noopbatch" in only:
+                    res.setdefault(f"{fmt}: batch read -> noop", []).append(
+                        spark_batch_noop(spark, addr, "bench-spark", a.records, fmt, ropts))
+                if "sink" in only:
+                    res.setdefault(f"{fmt}: sink (df.write)", []).append(
+                        spark_sink(spark, addr, f"bench-sink-{fmt}-{r}", a.records, a.size, fmt, a.partitions))
                 print(f"    {fmt}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in res.items() if k.startswith(fmt)),
                       flush=True)
             print(f"  round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in res.items()), flush=True)
@@ -343,13 +364,12 @@ def main(argv=None) -> int:
         raw = med["raw kohort consumer"]
         print(f"\n({a.records:,} records of {a.size} B, {a.partitions} partitions, {batches} micro-batch(es), "
               f"broker {a.broker}, local[2], {os.cpu_count()} cores)")
-        if "kohort: stream -> Parquet" in med:
-            print(f"kohort stream / raw consumer: {med['kohort: stream -> Parquet'] / raw:.2f}x")
-            for what in ("stream -> noop", "batch read -> noop"):
+        for what in ("stream -> Parquet", "batch read -> Parquet", "stream -> noop", "batch read -> noop"):
+            if "kohort: " + what in med:
                 print(f"kohort {what} / raw consumer: {med['kohort: ' + what] / raw:.2f}x")
-        if "kohort" in fmts and "kafka" in fmts:
-            for what in ("stream -> Parquet", "batch read -> Parquet", "stream -> noop", "batch read -> noop",
-                         "sink (df.write)"):
+        for what in ("stream -> Parquet", "batch read -> Parquet", "stream -> noop", "batch read -> noop",
+                     "sink (df.write)"):
+            if "kohort: " + what in med and "kafka: " + what in med:
                 print(f"kohort / spark-sql-kafka, {what}: {med['kohort: ' + what] / med['kafka: ' + what]:.2f}x")
     finally:
         if spark is not None:

@@ -25,12 +25,14 @@ def addr():
 _n = iter(range(10_000))
 
 
-def topic_with(addr, counts: dict, ts0: int | None = None) -> str:
-    """A new topic whose partition p holds counts[p] records 'p-i', timestamps ts0 + i (if given)."""
+def topic_with(addr, counts: dict, ts0: int | None = None, batch_size: int | None = None) -> str:
+    """A new topic whose partition p holds counts[p] records 'p-i', timestamps ts0 + i (if given),
+    in record batches of at most `batch_size` bytes (if given)."""
     name = f"d{next(_n)}"
     with Cluster({"bootstrap.servers": addr}) as c:
         c.create_topics({name: len(counts)})
-    p = ck.Producer({"bootstrap.servers": addr, "linger.ms": 2, "log_level": 0})
+    p = ck.Producer({"bootstrap.servers": addr, "linger.ms": 2, "log_level": 0,
+                     **({"batch.size": batch_size} if batch_size else {})})
     for part, n in counts.items():
         for i in range(n):
             kw = {"timestamp": ts0 + i} if ts0 is not None else {}
@@ -135,6 +137,55 @@ def test_executor_read_range_exact_records(addr):
         rows = [v for rb in read_range(opts, RangePartition(t, 0, 123, 377), cluster=c)
                 for v in rb.column("value").to_pylist()]
     assert rows == [b"0-%d" % i for i in range(123, 377)]
+
+
+def test_split_partitions_read_in_offset_order_and_cover_the_range_once(addr, monkeypatch):
+    # one busy partition and one small one, on 4 cores: the busy one becomes several Spark
+    # partitions; small fetches make each piece take many fetches, each sent before the previous
+    # answer is decoded
+    t = topic_with(addr, {0: 3000, 1: 40}, batch_size=400)
+    monkeypatch.setattr(P, "MIN_OFFSETS_PER_SPLIT", 100)
+    opts = {"subscribe": t, "startingOffsets": "earliest", "kafka.max.partition.fetch.bytes": "1024"}
+    r = KohortStreamReader(parse_source_options({"kafka.bootstrap.servers": addr, **opts}), clock=time.time,
+                           default_parallelism=4)
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    parts = r.partitions(start, end)
+    busy = [p for p in parts if p.partition == 0]
+    assert len(busy) == 3 and [p for p in parts if p.partition == 1] == [RangePartition(t, 1, 0, 40)]
+    assert busy[0].from_offset == 0 and busy[-1].until_offset == 3000
+    assert all(a.until_offset == b.from_offset for a, b in zip(busy, busy[1:]))
+    got = {}
+    with Cluster(r.opts.client_config) as c:
+        for p in parts:
+            batches = list(read_range(r.opts, p, cluster=c))
+            assert p.partition == 1 or len(batches) > 1   # one RecordBatch per fetch answer
+            offsets = [o for rb in batches for o in rb.column("offset").to_pylist()]
+            assert offsets == list(range(p.from_offset, p.until_offset))
+            got[(p.partition, p.from_offset)] = [v for rb in batches for v in rb.column("value").to_pylist()]
+    vals0 = [v for (part, _), vs in sorted(got.items()) if part == 0 for v in vs]
+    assert vals0 == [b"0-%d" % i for i in range(3000)]
+    assert got[(1, 0)] == [b"1-%d" % i for i in range(40)]
+    # an option set: spark-sql-kafka's rule, one task per Kafka partition here
+    one = KohortStreamReader(parse_source_options({"kafka.bootstrap.servers": addr, **opts, "minPartitions": "2"}),
+                             clock=time.time, default_parallelism=4)
+    assert len(one.partitions(start, end)) == 2
+
+
+def test_read_ahead_that_times_out_while_spark_holds_the_task_is_fetched_again(addr):
+    # the task is suspended (Spark not taking batches) longer than the request timeout: the Fetch
+    # sent ahead expires and its connection closes; reading goes on from the same offset, nothing
+    # lost or repeated
+    t = topic_with(addr, {0: 600}, batch_size=400)
+    opts = parse_source_options({"kafka.bootstrap.servers": addr, "subscribe": t,
+                                 "kafka.max.partition.fetch.bytes": "2048", "kafka.request.timeout.ms": "1000"})
+    offsets = []
+    with Cluster(opts.client_config) as c:
+        for i, rb in enumerate(read_range(opts, RangePartition(t, 0, 0, 600), cluster=c)):
+            offsets.extend(rb.column("offset").to_pylist())
+            if i in (1, 3):
+                time.sleep(2.5)
+    assert offsets == list(range(600))
 
 
 def _delete_records(addr, t, part, before):

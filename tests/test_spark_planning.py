@@ -143,6 +143,43 @@ def test_max_records_per_partition():
     assert len(both) == 8 and sum(r.size for r in both) == 100
 
 
+def test_default_parallelism_splits_fewer_kafka_partitions_than_cores():
+    n = P.MIN_OFFSETS_PER_SPLIT
+    one = [R_("t", 0, 7, 7 + 3 * n)]
+    assert P.task_ranges(one) == one                                      # parallelism unknown
+    assert P.task_ranges(one, default_parallelism=2) == [R_("t", 0, 7, 7 + 3 * n // 2),
+                                                         R_("t", 0, 7 + 3 * n // 2, 7 + 3 * n)]
+    assert len(P.task_ranges(one, default_parallelism=8)) == 3            # no piece under n offsets
+    assert P.task_ranges([R_("t", 0, 0, n + 5)], default_parallelism=8) == [R_("t", 0, 0, n + 5)]
+    # enough Kafka partitions for the cores: one task each, as spark-sql-kafka
+    three = [R_("t", p, 0, 2 * n) for p in range(3)]
+    assert P.task_ranges(three, default_parallelism=2) == three
+    # an option set: spark-sql-kafka's rule alone, whatever the parallelism
+    assert P.task_ranges(one, min_partitions=1, default_parallelism=8) == one
+    assert P.task_ranges(one, max_records_per_partition=2 * n, default_parallelism=8) == \
+        P.split_ranges(one, max_records_per_partition=2 * n)
+    # a big and a small partition on 4 cores: the small one stays whole
+    mixed = [R_("big", 0, 0, 100), R_("s", 0, 0, 10)]
+    assert P.task_ranges(mixed, default_parallelism=4, min_split_offsets=10) == [
+        R_("big", 0, 0, 33), R_("big", 0, 33, 66), R_("big", 0, 66, 100), R_("s", 0, 0, 10)]
+    assert P.task_ranges([R_("t", 0, 5, 5)], default_parallelism=4, min_split_offsets=1) == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=8),
+       parallelism=st.integers(1, 16), floor=st.integers(1, 2000))
+def test_default_split_covers_every_offset_exactly_once_in_order(sizes, parallelism, floor):
+    ranges = [R_("t", p, 10 * p, 10 * p + n) for p, n in enumerate(sizes)]
+    out = P.task_ranges(ranges, default_parallelism=parallelism, min_split_offsets=floor)
+    for p, n in enumerate(sizes):
+        mine = [r for r in out if r.partition == p]
+        assert mine == sorted(mine, key=lambda r: r.from_offset)           # planned in offset order
+        covered = [o for r in mine for o in range(r.from_offset, r.until_offset)]
+        assert covered == list(range(10 * p, 10 * p + n))
+    assert all(r.size > 0 for r in out)
+    assert len(out) >= sum(1 for n in sizes if n)                          # never fewer than one per partition
+
+
 @settings(max_examples=150, deadline=None)
 @given(sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=8),
        min_parts=st.one_of(st.none(), st.integers(1, 40)),

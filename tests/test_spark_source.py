@@ -102,6 +102,43 @@ def test_batch_read_split_by_min_partitions_returns_exactly_the_range(spark, bro
     assert sorted(bytes(r.value) for r in split.select("value").collect()) == values[0]
 
 
+def test_one_kafka_partition_is_split_over_the_default_parallelism(spark, broker):
+    # neither minPartitions nor maxRecordsPerPartition: a single Kafka partition big enough is read
+    # by as many Spark tasks as local[2] has cores; each task's rows come in offset order and the
+    # tasks tile the range exactly once
+    from pyspark.sql import functions as F
+    from kohort.spark.planning import MIN_OFFSETS_PER_SPLIT
+    kind, addr = broker
+    topic = new_topic(addr, 1)
+    n = 2 * MIN_OFFSETS_PER_SPLIT + 7
+    p = ck.Producer({"bootstrap.servers": addr, "linger.ms": 5, "log_level": 0,
+                     "queue.buffering.max.messages": 1_000_000})
+    for i in range(n):
+        p.produce(topic, b"%07d" % i, partition=0)
+        if i % 1000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+    df = (spark.read.format("kohort").option("kafka.bootstrap.servers", addr).option("subscribe", topic)
+          .load())
+    assert spark.sparkContext.defaultParallelism == 2 and df.rdd.getNumPartitions() == 2
+    rows = (df.select("offset", "value", F.spark_partition_id().alias("task"),
+                      F.monotonically_increasing_id().alias("mid"))
+            .withColumn("index", F.col("mid") - F.shiftleft(F.col("task").cast("long"), 33)))
+    stats = {r.task: (r.lo, r.hi, r.rows) for r in rows.groupBy("task").agg(
+        F.min("offset").alias("lo"), F.max("offset").alias("hi"), F.count(F.lit(1)).alias("rows")).collect()}
+    tiles = sorted(stats.values())
+    assert tiles[0][0] == 0 and tiles[-1][1] == n - 1
+    assert all(a[1] + 1 == b[0] for a, b in zip(tiles, tiles[1:]))
+    assert sum(t[2] for t in tiles) == n and all(hi - lo + 1 == k for lo, hi, k in tiles)
+    lows = {task: lo for task, (lo, _, _) in stats.items()}
+    misplaced = (rows.withColumn("lo", F.create_map(*[x for kv in lows.items() for x in (F.lit(kv[0]), F.lit(kv[1]))])
+                                 [F.col("task")])
+                 .where((F.col("offset") != F.col("lo") + F.col("index"))
+                        | (F.col("value").cast("string") != F.lpad(F.col("offset").cast("string"), 7, "0")))
+                 .count())
+    assert misplaced == 0
+
+
 def test_option_errors_surface_through_spark(spark, broker):
     _, addr = broker
     with pytest.raises(Exception, match="did you mean 'startingOffsets'"):

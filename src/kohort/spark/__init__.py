@@ -55,11 +55,11 @@ def register(spark: Any, ship: bool | None = None) -> None:
     kohort. `ship`: True = always add kohort's zip to the session, False = never (kohort is
     installed where the workers run), None (default) = unless the workers run this interpreter
     (a Spark Connect session: never, its server's workers must have kohort installed)."""
-    from kohort.spark.source import KohortDataSource
     try:
         sc = spark.sparkContext
     except Exception:                   # noqa: BLE001 - a Spark Connect session has no SparkContext
         sc = None
+    KohortDataSource = data_source_class(_default_parallelism(spark, sc))
     if sc is None:
         if ship:
             from kohort.errors import ConfigError
@@ -85,6 +85,33 @@ def register(spark: Any, ship: bool | None = None) -> None:
         spark.dataSource.register(KohortDataSource)
     finally:
         sc._python_includes.remove(path)
+
+
+def data_source_class(default_parallelism: int | None) -> type:
+    """`KohortDataSource` carrying a session's default parallelism (None: one Spark partition per
+    Kafka partition unless minPartitions / maxRecordsPerPartition say otherwise). The subclass is
+    made here, not importable by name, so Spark's cloudpickle ships it by value, attribute included,
+    to the Python workers that plan and read."""
+    from kohort.spark.source import KohortDataSource as Base
+    if not default_parallelism:
+        return Base
+
+    class KohortDataSource(Base):
+        __doc__ = Base.__doc__
+    KohortDataSource.default_parallelism = int(default_parallelism)
+    return KohortDataSource
+
+
+def _default_parallelism(spark: Any, sc: Any) -> int | None:
+    """The session's default parallelism: SparkContext.defaultParallelism; through Spark Connect
+    (no SparkContext) `spark.default.parallelism` when the server lets it be read, else None."""
+    try:
+        if sc is not None:
+            return int(sc.defaultParallelism)
+        value = spark.conf.get("spark.default.parallelism", None)
+        return int(value) if value else None
+    except Exception:                   # noqa: BLE001 - unknown: keep one task per Kafka partition
+        return None
 
 
 def _workers_run_this_python(sc) -> bool:

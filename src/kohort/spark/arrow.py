@@ -17,7 +17,6 @@ import struct
 import sys
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kohort.protocol import records as R
 
@@ -94,6 +93,7 @@ class ColumnBuilder:
         return nxt
 
     def _from_columns(self, c) -> pa.RecordBatch:
+        import pyarrow.compute as pc      # here: the driver's planner imports this module and never decodes
         n = c.count
         buf = pa.py_buffer
         ts = pa.Array.from_buffers(pa.int64(), n, [None, buf(c.timestamps)])
@@ -168,6 +168,20 @@ class ColumnBuilder:
                     hdrs.append(hs)
         return nxt
 
+    def has_batches(self, min_rows: int) -> bool:
+        """Whether `take_batches` has something worth sending: a decoded payload, or at least
+        `min_rows` rows gathered by the Python walk."""
+        return bool(self._pieces) or len(self.offsets) >= min_rows
+
+    def take_batches(self) -> list[pa.RecordBatch]:
+        """The accumulated rows as RecordBatches, one per decoded payload (no concatenation, no
+        copy); the builder starts empty again."""
+        pieces = self._pieces
+        if self.offsets:
+            pieces.append(self._python_batch())
+        self._reset()
+        return pieces
+
     def to_record_batch(self) -> pa.RecordBatch:
         """The accumulated rows as one RecordBatch; the builder starts empty again."""
         pieces = self._pieces
@@ -198,10 +212,8 @@ class ColumnBuilder:
 
 
 def _topic_column(topic: str, n: int) -> pa.Array:
-    """`topic` repeated n times as a plain string column (one data buffer copy per batch)."""
-    b = topic.encode("utf-8")
-    offsets = struct.pack(f"<{n + 1}i", *range(0, (n + 1) * len(b), len(b))) if n else struct.pack("<i", 0)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
+    """`topic` repeated n times as a plain string column (built by Arrow, no Python per row)."""
+    return pa.repeat(pa.scalar(topic, pa.string()), n)
 
 
 def _repeat_i32(v: int, n: int) -> bytes:

@@ -8,6 +8,13 @@ Nothing here does I/O or reads a clock (time is an argument), so every rule is u
   minPartitions, ranges whose proportional share rounds to 1 stay whole and the others are divided
   into round(size / splitTotal * (minPartitions - #whole)) pieces by integer division (the last
   piece takes the remainder). Sizes are offset counts, an estimate under compaction/transactions.
+  `task_ranges(ranges, min_partitions, max_records_per_partition, default_parallelism)` is what the
+  source plans with: that rule unchanged when either option is set; with neither, when the ranges
+  are fewer than Spark's default parallelism, the rule runs with minPartitions = the parallelism
+  (capped so that no piece is expected below MIN_OFFSETS_PER_SPLIT offsets). spark-sql-kafka keeps
+  one task per Kafka partition there; a Python task (fetch, decode, Arrow) plus the JVM's Arrow to
+  row conversion is slower than a JVM consumer, so one Kafka partition read by one task would leave
+  the other cores idle. Rows are the same either way; only the task count differs.
 * `apportion(start, latest, max_offsets)` -- maxOffsetsPerTrigger split over partitions in
   proportion to their lag by largest remainder, so exactly min(limit, total lag) offsets are admitted.
 * `TriggerGate` -- minOffsetsPerTrigger held back until maxTriggerDelay passed since the last batch.
@@ -97,6 +104,23 @@ def split_ranges(ranges, min_partitions: int | None = None,
         else:
             out.extend(_divide(r, _part_count(r.size, split_total, split_min)))
     return out
+
+
+MIN_OFFSETS_PER_SPLIT = 100_000
+
+
+def task_ranges(ranges, min_partitions: int | None = None, max_records_per_partition: int | None = None,
+                default_parallelism: int | None = None, min_split_offsets: int | None = None) -> list[OffsetRange]:
+    """The source's Spark partitions (see module docstring): split_ranges with the options given;
+    with neither, ranges fewer than `default_parallelism` are split towards it, into pieces
+    expected to hold at least `min_split_offsets` (default MIN_OFFSETS_PER_SPLIT) offsets."""
+    if min_partitions is None and max_records_per_partition is None and default_parallelism:
+        ranges = [r for r in ranges if r.size > 0]
+        floor = MIN_OFFSETS_PER_SPLIT if min_split_offsets is None else min_split_offsets
+        want = min(default_parallelism, sum(r.size for r in ranges) // max(floor, 1))
+        if want > len(ranges):
+            min_partitions = want
+    return split_ranges(ranges, min_partitions, max_records_per_partition)
 
 
 # -- admission control --------------------------------------------------------------------------------

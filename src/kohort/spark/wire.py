@@ -11,7 +11,8 @@ reconnect backoff and request timeouts are the client's own. Requests come from
 * `Cluster.list_offsets({tp: timestamp}, isolation_level)` -- ListOffsets routed to each leader
   (-2 earliest, -1 latest, >= 0 first offset with timestamp >= ts), retried on leader changes.
 * `Cluster.fetch(tp, offset, ...)` -- one FetchRequest v4-v12 to the partition's leader (explicit
-  assignment, no group membership).
+  assignment, no group membership); `send_fetch` + `fetch_result` split it so that a reader can
+  have its next fetch in flight while it decodes the answer it has.
 * `Cluster.commit_offsets(group, {tp: offset})` -- OffsetCommit with generation -1 and an empty
   member id (a "simple" commit, as kafka-consumer-groups.sh --reset-offsets does); `committed_offsets`.
 * `create_topics` -- for the demo and tests.
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass
 
 from kohort.client import requests as R
 from kohort.client.cluster import Cluster as MetadataView
@@ -41,6 +44,17 @@ from kohort.protocol.messages.fetch import FetchRequest
 FETCH_MAX_VERSION = 12          # v13 names topics by id only (KIP-516)
 ZERO_UUID = uuid.UUID(int=0)
 DEFAULT_FETCH_BYTES = 1 << 20   # the consumer's max.partition.fetch.bytes default (spark-sql-kafka keeps Kafka's)
+
+
+@dataclass(frozen=True)
+class PendingFetch:
+    """A Fetch sent by `Cluster.send_fetch` whose answer `Cluster.fetch_result` collects."""
+
+    tp: tuple
+    offset: int
+    future: Future
+    deadline: float        # time.monotonic() after which the wait gives up
+    sent_at: float
 
 
 class Cluster:
@@ -190,12 +204,22 @@ class Cluster:
         lo = self.list_offsets({tp: -2 for tp in tps}, isolation_level)
         hi = self.list_offsets({tp: -1 for tp in tps}, isolation_level)
         out = {}
+        sent = {}
+        for tp in tps:                # every partition's check in flight at once: one round trip
+            if tp in lo and tp in hi:
+                try:
+                    sent[tp] = self.send_fetch(tp, hi[tp][0], max_bytes=1, max_wait_ms=1,
+                                               isolation_level=isolation_level)
+                except KafkaError as e:
+                    if not e.retriable:
+                        raise
+                    sent[tp] = None
         for tp in tps:
             if tp not in lo or tp not in hi:
                 continue
             earliest, latest = lo[tp][0], hi[tp][0]
             try:
-                pd = self.fetch(tp, latest, max_bytes=1, max_wait_ms=1, isolation_level=isolation_level)
+                pd = self.fetch_result(sent[tp]) if sent[tp] is not None else None
             except KafkaError as e:
                 if not e.retriable:
                     raise
@@ -210,10 +234,11 @@ class Cluster:
         return out
 
     # -- Fetch ---------------------------------------------------------------------------------------
-    def fetch(self, tp, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES, max_wait_ms: int = 100,
-              isolation_level: int = 0, min_bytes: int = 1, timeout_s: float | None = None):
-        """One FetchRequest to the leader -> the PartitionData (error_code, high_watermark,
-        log_start_offset, aborted_transactions, records)."""
+    def send_fetch(self, tp, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES, max_wait_ms: int = 100,
+                   isolation_level: int = 0, min_bytes: int = 1, timeout_s: float | None = None) -> PendingFetch:
+        """Send one FetchRequest to the partition's leader and return at once; `fetch_result` waits
+        for its answer. The request is written out before returning (when the connection is ready),
+        so the broker works on it while the caller decodes the previous answer."""
         node = self.leader(tp)
         req = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
                            isolation_level=isolation_level, session_id=0, session_epoch=-1, topics=[
@@ -221,7 +246,28 @@ class Cluster:
                                    FetchRequest.FetchTopic.FetchPartition(
                                        partition=tp[1], fetch_offset=offset, partition_max_bytes=max_bytes)])],
                            forgotten_topics_data=[], rack_id="")
-        resp = self._call(node, req, timeout_s, max_version=FETCH_MAX_VERSION, min_version=4)
+        t = self.timeout_s if timeout_s is None else timeout_s
+        fut = self.net.send(node, req, timeout_ms=int(t * 1000), max_version=FETCH_MAX_VERSION, min_version=4)
+        self.net.poll(0)
+        return PendingFetch(tp, offset, fut, time.monotonic() + t + 1.0, time.monotonic())
+
+    def fetch_result(self, pending: PendingFetch):
+        """Wait for a fetch sent by `send_fetch` -> its PartitionData (raises what the request raised)."""
+        tp, fut = pending.tp, pending.future
+        try:
+            while not fut.done():
+                left = pending.deadline - time.monotonic()
+                if left <= 0:
+                    self.net.poll(0)          # an answer already in the socket is still taken
+                    if fut.done():
+                        break
+                    raise KafkaTimeoutError(f"Fetch {tp[0]}-{tp[1]}: no answer in time")
+                self.net.poll(min(left, 0.1))
+            resp = fut.result(0)
+        except (KafkaConnectionError, KafkaTimeoutError):
+            if not self.net.has_connected():
+                raise self.net.unreachable_error(time.monotonic() - pending.sent_at) from None
+            raise
         if getattr(resp, "error_code", 0):
             raise for_code(resp.error_code)(f"Fetch {tp[0]}-{tp[1]}")
         for t in resp.responses:
@@ -229,6 +275,13 @@ class Cluster:
                 if p.partition_index == tp[1]:
                     return p
         raise for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)(f"Fetch response without {tp[0]}-{tp[1]}")
+
+    def fetch(self, tp, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES, max_wait_ms: int = 100,
+              isolation_level: int = 0, min_bytes: int = 1, timeout_s: float | None = None):
+        """One FetchRequest to the leader -> the PartitionData (error_code, high_watermark,
+        log_start_offset, aborted_transactions, records)."""
+        return self.fetch_result(self.send_fetch(tp, offset, max_bytes, max_wait_ms, isolation_level, min_bytes,
+                                                 timeout_s))
 
     # -- groups ---------------------------------------------------------------------------------------
     def coordinator(self, group_id: str) -> int:
