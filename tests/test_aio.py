@@ -621,14 +621,26 @@ def test_batches_in_flight_keep_their_order_through_a_failed_batch_and_a_dropped
         most = 0
         futs = []
         async with AIOProducer(bs, batch_size=8192, linger_ms=0) as p:
+            async def watch():
+                nonlocal most
+                while True:
+                    most = max(most, p._in_flight.get(("pipe", 0), 0))
+                    await asyncio.sleep(0)
+            watcher = asyncio.create_task(watch())
+            dropped = False
             for i in range(n):
                 if i == 1000:
                     kafka_broker.fail_next("Produce", "NOT_LEADER_OR_FOLLOWER")
-                if i == 3500:
-                    kafka_broker.drop_connection("Produce")
+                if not dropped and (i == n - 1 or i >= 3500 and kafka_broker.faults_applied("Produce") == 1
+                                    and p._in_flight.get(("pipe", 0), 0) >= 3):
+                    kafka_broker.drop_connection("Produce")      # while batches are in flight
+                    dropped = True
                 futs.append(await p.send("pipe", b"%06d" % i + b"x" * 200, partition=0))
-                most = max(most, p._in_flight.get(("pipe", 0), 0))
+                if i == 0:
+                    # the partition acknowledges a batch first: from then on several are in flight
+                    await futs[0]
             await p.flush()
+            watcher.cancel()
         assert 2 <= most <= MAX_IN_FLIGHT
         assert [f.exception() for f in futs] == [None] * n
         assert [f.result().offset for f in futs] == list(range(n))

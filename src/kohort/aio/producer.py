@@ -555,8 +555,12 @@ class AIOProducer:
             try:
                 conn = await self.client.connection(node)
             finally:
+                more = False
                 for b in batches:            # written below without waiting, or failed
                     self._unwritten[b.tp] -= 1
+                    more = more or bool(self._ready.get(b.tp))
+                if more:                     # the sender may put the next batch of a partition in flight
+                    self._wake.set()
             if self.acks == 0:
                 conn.send(req, max_version=PRODUCE_MAX_VERSION, expect_response=False)
             else:
