@@ -564,6 +564,49 @@ def test_send_encodes_records_as_the_one_record_encoder(broker):
     run(main())
 
 
+def test_a_failed_first_batch_keeps_the_batches_behind_it_from_landing_first(kafka_broker):
+    """The broker appends any sequence from a producer id it has no state for on a partition (as
+    Kafka's ProducerAppendInfo), so while the partition has acknowledged nothing of the producer id
+    only one batch is in flight: the first batch failing (NOT_LEADER_OR_FOLLOWER, not appended) with
+    a dozen batches queued behind it still gives every record once, in order, no error."""
+    kafka_broker.create_topic("first", partitions=1)
+    kafka_broker.create_topic("first-w", partitions=1)
+    bs = kafka_broker.bootstrap_servers
+    n = 400
+
+    async def main():
+        async with AIOProducer(bs, batch_size=8192, linger_ms=0) as p:
+            await p.partitions_for("first")
+            await p.send_and_wait("first-w", b"warm")     # the leader's connection and producer id ready
+            # the next answer is held back, and every answer behind it on the connection (the first
+            # batch's NOT_LEADER_OR_FOLLOWER too): a batch behind the first one is written before it
+            kafka_broker.delay("Produce", 400)
+            kafka_broker.fail_next("Produce", "NOT_LEADER_OR_FOLLOWER")
+            held = await p.send("first-w", b"held")
+            await asyncio.sleep(0.05)
+            futs = []
+            for i in range(n):
+                futs.append(await p.send("first", b"%06d" % i + b"x" * 200, partition=0))
+                if i % 37 == 0:
+                    await asyncio.sleep(0.005)
+            await p.flush()
+        assert held.exception() is None
+        assert [f.exception() for f in futs] == [None] * n
+        assert [f.result().offset for f in futs] == list(range(n))
+        async with AIOConsumer(bootstrap_servers=bs, auto_offset_reset="earliest") as c:
+            c.assign([TopicPartition("first", 0)])
+            got = []
+            deadline = time.monotonic() + 30
+            while len(got) < n and time.monotonic() < deadline:
+                for recs in (await c.getmany(timeout_ms=500)).values():
+                    got += [int(r.value[:6]) for r in recs]
+        return got
+
+    got = run(main())
+    assert kafka_broker.faults_applied("Produce") == 2
+    assert got == list(range(n))
+
+
 def test_batches_in_flight_keep_their_order_through_a_failed_batch_and_a_dropped_connection(kafka_broker):
     """An idempotent producer keeps several batches of a partition in flight; when one fails
     (NOT_LEADER_OR_FOLLOWER, not appended) the broker refuses those behind it with
@@ -578,14 +621,26 @@ def test_batches_in_flight_keep_their_order_through_a_failed_batch_and_a_dropped
         most = 0
         futs = []
         async with AIOProducer(bs, batch_size=8192, linger_ms=0) as p:
+            async def watch():
+                nonlocal most
+                while True:
+                    most = max(most, p._in_flight.get(("pipe", 0), 0))
+                    await asyncio.sleep(0)
+            watcher = asyncio.create_task(watch())
+            dropped = False
             for i in range(n):
                 if i == 1000:
                     kafka_broker.fail_next("Produce", "NOT_LEADER_OR_FOLLOWER")
-                if i == 3500:
-                    kafka_broker.drop_connection("Produce")
+                if not dropped and (i == n - 1 or i >= 3500 and kafka_broker.faults_applied("Produce") == 1
+                                    and p._in_flight.get(("pipe", 0), 0) >= 3):
+                    kafka_broker.drop_connection("Produce")      # while batches are in flight
+                    dropped = True
                 futs.append(await p.send("pipe", b"%06d" % i + b"x" * 200, partition=0))
-                most = max(most, p._in_flight.get(("pipe", 0), 0))
+                if i == 0:
+                    # the partition acknowledges a batch first: from then on several are in flight
+                    await futs[0]
             await p.flush()
+            watcher.cancel()
         assert 2 <= most <= MAX_IN_FLIGHT
         assert [f.exception() for f in futs] == [None] * n
         assert [f.result().offset for f in futs] == list(range(n))

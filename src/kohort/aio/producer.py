@@ -9,7 +9,9 @@ needed; every `YIELD_EVERY` records its future completes on the loop's next turn
 `await send()` does not hold the loop. One sender task seals ready batches (full, or
 older than `linger_ms`, or flushed) and sends Produce requests per leader, one batch per partition in
 each. An idempotent producer outside transactions keeps up to `MAX_IN_FLIGHT` batches of a partition in
-flight (uncompressed ones: sealed on the loop, so their requests go out in sequence order); a failed
+flight (uncompressed ones: sealed on the loop, so their requests go out in sequence order) once the
+partition has acknowledged one batch of its producer id (before that the broker has no state for the
+producer there and would append a later batch ahead of a failed first one); a failed
 batch is sent again alone, before anything newer of its partition, and OUT_OF_ORDER_SEQUENCE_NUMBER for
 a batch behind it sends that one again after it, so records stay in order across retries. Otherwise
 one batch of a partition is in flight at a time.
@@ -428,8 +430,9 @@ class AIOProducer:
                 linger_due = due if linger_due is None else min(linger_due, due)
         # batches of a partition in flight at once: up to MAX_IN_FLIGHT for an idempotent producer
         # outside transactions whose batches are sealed on the loop, once the leader's connection is
-        # ready (then each request is sealed and written without waiting, in sequence order), else one
-        # at a time; a batch to retry goes out alone, once nothing of its partition is in flight
+        # ready (then each request is sealed and written without waiting, in sequence order) and the
+        # partition has acknowledged a batch of the producer id, else one at a time; a batch to retry
+        # goes out alone, once nothing of its partition is in flight
         limit = MAX_IN_FLIGHT if self.idempotent and self.txn is None and not self.compression else 1
         in_flight = self._in_flight
         unknown = set()
@@ -447,6 +450,11 @@ class AIOProducer:
                     continue
                 if n and (self._unwritten.get(tp) or not self.client.connected(leader)):
                     continue                # an earlier batch's request is not written yet
+                if n and tp not in self._next_ack:
+                    # the partition has acknowledged nothing of this producer id yet: the broker has no
+                    # state for it there and appends any sequence, so a batch behind a failed first one
+                    # would land ahead of it; one batch until the first answer
+                    continue
                 by_node.setdefault(leader, []).append(dq[0])
             if not by_node:
                 break
@@ -547,8 +555,12 @@ class AIOProducer:
             try:
                 conn = await self.client.connection(node)
             finally:
+                more = False
                 for b in batches:            # written below without waiting, or failed
                     self._unwritten[b.tp] -= 1
+                    more = more or bool(self._ready.get(b.tp))
+                if more:                     # the sender may put the next batch of a partition in flight
+                    self._wake.set()
             if self.acks == 0:
                 conn.send(req, max_version=PRODUCE_MAX_VERSION, expect_response=False)
             else:
@@ -579,7 +591,7 @@ class AIOProducer:
                 continue
             code = pr.error_code
             if code == 0 or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-                if b.sequence >= 0:
+                if b.sequence >= 0 and b.producer_id == self.producer_id:
                     nxt = (b.sequence + b.count) & 0x7FFFFFFF
                     if nxt > self._next_ack.get(b.tp, 0) or nxt < b.sequence:
                         self._next_ack[b.tp] = nxt
