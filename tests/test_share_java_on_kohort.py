@@ -167,14 +167,16 @@ def test_members_accept_every_record_exactly_once(sb, admin, kinds):
 
     What Kafka does not promise, and so is not asserted: that every record is accepted on its first
     delivery, or that every member gets records right after the group settled. The first member to
-    join is assigned all 3 partitions; when the others join, KafkaShareConsumer 4.3.1 keeps the
-    revoked partitions in its share session for a while (until about a fetch wait after it last got
-    records of them) and goes on acquiring their new records, and the broker serves any partition of a
-    member's share session (neither Kafka's nor kohort's leader checks the assignment). So (a) the
-    members assigned those partitions may get none of the records produced meanwhile, and (b) when
-    the client finally drops a partition from its session, the acknowledgements of records of it that
-    it still holds fail in the client (NotLeaderOrFollowerException, never sent), so those records
-    stay acquired until their lock expires and are delivered again (delivery count 2). Asserted
+    join is assigned all 3 partitions; when the others join, KafkaShareConsumer 4.3.1 keeps a revoked
+    partition in its share session while it is still acknowledging records of it, and the leader
+    serves every partition of a member's share session (neither Kafka's nor kohort's checks the
+    assignment). While records keep coming, the revoked member's long poll, woken by its own
+    partition's append, can acquire the other partitions' new records every time, which keeps them
+    in its session. So (a) the members assigned those partitions may get none of the records
+    produced meanwhile, and (b) when the client does drop a partition from its session while it
+    still holds records of it, their acknowledgements fail in the client (NotLeaderOrFollowerException,
+    never sent), so they stay acquired until their lock expires and are delivered again (delivery
+    count 2). Asserted
     instead: every delivery is accounted for -- each record was handed out exactly as often as its
     delivery count says, and every delivery but the accepted one is a delivery whose acknowledgement
     the member reported failed; and once the sessions are quiet, every member gets records of the 150
