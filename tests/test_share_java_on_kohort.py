@@ -162,8 +162,25 @@ def assert_offsets(broker, admin: Admin, group: str, expected: dict[int, tuple[i
 @pytest.mark.parametrize("kinds", [("java",) * 3, ("java",) * 3 + ("ck",) * 3], ids=["3java", "3java+3ck"])
 def test_members_accept_every_record_exactly_once(sb, admin, kinds):
     """A share group of 3 KafkaShareConsumers (then 3 of them with 3 confluent-kafka ShareConsumers) on a
-    3-partition topic: 150 records before the group settles and 150 after; each record is accepted
-    once, on its first delivery; after the group settled every member gets records; nothing lags."""
+    3-partition topic: 150 records before the group settles, 150 while it has just settled, 150 once
+    it is quiet. Every record is accepted exactly once and nothing lags.
+
+    What Kafka does not promise, and so is not asserted: that every record is accepted on its first
+    delivery, or that every member gets records right after the group settled. The first member to
+    join is assigned all 3 partitions; when the others join, KafkaShareConsumer 4.3.1 keeps a revoked
+    partition in its share session while it is still acknowledging records of it, and the leader
+    serves every partition of a member's share session (neither Kafka's nor kohort's checks the
+    assignment). While records keep coming, the revoked member's long poll, woken by its own
+    partition's append, can acquire the other partitions' new records every time, which keeps them
+    in its session. So (a) the members assigned those partitions may get none of the records
+    produced meanwhile, and (b) when the client does drop a partition from its session while it
+    still holds records of it, their acknowledgements fail in the client (NotLeaderOrFollowerException,
+    never sent), so they stay acquired until their lock expires and are delivered again (delivery
+    count 2). Asserted
+    instead: every delivery is accounted for -- each record was handed out exactly as often as its
+    delivery count says, and every delivery but the accepted one is a delivery whose acknowledgement
+    the member reported failed; and once the sessions are quiet, every member gets records of the 150
+    produced then."""
     t, g = setup_topic(sb.bootstrap, admin, 3, 150)
     peers = [PEERS[k](sb.bootstrap, t, g, client_id=f"{k}-{i}") for i, k in enumerate(kinds)]
     try:
@@ -182,23 +199,33 @@ def test_members_accept_every_record_exactly_once(sb, admin, kinds):
         # the simple assignor: each partition shared by ceil(members / partitions) members
         per_partition = Counter(tp.partition for m in d.members for tp in m.assignment)
         assert per_partition == {p: len(kinds) // 3 for p in range(3)}
-        before = [len(p.confirmed()) for p in peers]
         for start in range(150, 300, 15):     # many small log batches: sharing members take turns
             produce_range(sb.bootstrap, t, 3, start, start + 15)
             time.sleep(0.2)
-        everything = records_of(t, 3, 0, 300)
-        wait_until(lambda: set(accepted(peers)) == everything, 60, "all 300 records accepted", peers)
+        wait_until(lambda: set(accepted(peers)) == records_of(t, 3, 0, 300), 60, "300 records accepted", peers)
+        # quiet: every member's share session holds its assigned partitions only (fetch waits are 0.5 s)
+        time.sleep(2.0)
+        before = [len(p.confirmed()) for p in peers]
+        for start in range(300, 450, 15):
+            produce_range(sb.bootstrap, t, 3, start, start + 15)
+            time.sleep(0.2)
+        everything = records_of(t, 3, 0, 450)
+        wait_until(lambda: set(accepted(peers)) == everything, 60, "all 450 records accepted", peers)
         # members poll in turns of their fetch waits: give each a moment, then hold them to it
         time.sleep(1.0)
         got = accepted(peers)
         assert set(got) == everything and set(got.values()) == {1}
-        assert {dc for p in peers for *_, dc in p.confirmed()} == {1}
         assert not any(p.records(ack) for p in peers for ack in ("RELEASE", "REJECT", "HOLD"))
-        # every record a member was handed it accepted (no delivery the broker did not confirm)
-        assert sum(len(p.records()) for p in peers) == 300
-        assert_offsets(sb, admin, g, {p: (100, 0) for p in range(3)})
+        handed = Counter((r["topic"], r["partition"], r["offset"]) for p in peers for r in p.records())
+        final = {(t_, p_, o): dc for peer in peers for t_, p_, o, dc in peer.confirmed()}
+        assert {r: handed[r] for r in everything} == final       # every delivery counted by the broker
+        lost = Counter((t_, p_, o) for peer in peers for t_, p_, o, _ in lost_acknowledgements(peer))
+        assert lost == handed - Counter(everything)                # the others: acknowledgements that failed
+        java_lost = {e for p in peers if isinstance(p, JavaSharePeer) for *_, e in lost_acknowledgements(p)}
+        assert all(e and "NotLeaderOrFollowerException" in e for e in java_lost), java_lost
+        assert_offsets(sb, admin, g, {p: (150, 0) for p in range(3)})
         late = [len(p.confirmed()) - b for p, b in zip(peers, before)]
-        if len(kinds) == 3:      # every member got records of the 150 produced once the group settled
+        if len(kinds) == 3:      # every member got records of the 150 produced once the group was quiet
             assert all(late), late   # (not exactly its own partition's 50: Kafka 4.3.1 gave [50, 45, 55] once)
         else:                    # two members share each partition: both kinds took records
             assert sum(late[:3]) > 0 and sum(late[3:]) > 0, late
@@ -206,6 +233,23 @@ def test_members_accept_every_record_exactly_once(sb, admin, kinds):
     finally:
         stop_all(peers)
     wait_until(lambda: admin.describe_share_groups([g])[g].state == "Empty", 15, "the group empty after close")
+
+
+def lost_acknowledgements(peer) -> list[tuple[str, int, int, str | None]]:
+    """(topic, partition, offset, error) of each record `peer` was handed whose acknowledgement the
+    broker did not confirm: its commit reported an error for the partition, or left it out."""
+    out, pending = [], []
+    for e in list(peer.events):
+        if e.get("event") == "record":
+            pending.append(e)
+        elif e.get("event") == "committed":
+            res = e["results"]
+            for r in pending:
+                err = res.get(f"{r['topic']}-{r['partition']}")
+                if err is not None or f"{r['topic']}-{r['partition']}" not in res:
+                    out.append((r["topic"], r["partition"], r["offset"], err))
+            pending = []
+    return out
 
 
 # -- acknowledgement types -------------------------------------------------------------------------------
