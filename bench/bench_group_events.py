@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kohort.broker.coordinator import HeartbeatParams  # noqa: E402
 from kohort.broker.coordinator.registry import GroupRegistry  # noqa: E402
 from kohort.broker.group_events import GroupEvents, log_event  # noqa: E402
-from tests.coordinator_harness import Harness  # noqa: E402
+from tests.helpers.coordinator_harness import Harness  # noqa: E402
 
 
 def stable_group(n: int):

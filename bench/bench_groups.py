@@ -134,7 +134,7 @@ def main() -> None:
     results = {}
     for name in opts.brokers.split(","):
         if name == "kohort":
-            from tests.brokers import KohortBroker
+            from tests.helpers.brokers import KohortBroker
             with KohortBroker() as b:
                 results[name] = bench(name, b.bootstrap, opts.repeat, opts.timeout)
         elif name == "tansu":

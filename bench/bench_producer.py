@@ -282,7 +282,7 @@ CLIENTS = {"kohort": run_kohort, "kohort produce_batch": run_kohort_batch, "conf
 
 def start_broker(kind):
     if kind == "kohort":
-        from tests.brokers import KohortBroker
+        from tests.helpers.brokers import KohortBroker
         b = KohortBroker().start()
         return b.bootstrap, b.stop
     if kind == "tansu":

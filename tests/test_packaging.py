@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.brokers import READY, free_port
+from tests.helpers.brokers import READY, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = [ROOT / "examples" / "typed_usage.py", ROOT / "examples" / "typed_usage_async.py"]
@@ -261,7 +261,7 @@ def test_pytest_plugin_from_the_wheel_serves_a_project_without_conftest(venv, tm
     """A throwaway project whose venv holds only the wheel (+ pytest, confluent-kafka) and which has no
     conftest: the entry point alone brings `kafka_broker`; README's example and per-test brokers pass;
     the median fixture set-up measured by `pytest --durations` is printed."""
-    from tests.test_testing_plugin import readme_example
+    from tests.testing.test_testing_plugin import readme_example
     path, _ = venv
     py = path / "bin" / "python"
     _run([py, "-m", "pip", "install", "-q", "pytest>=8,<10", "confluent-kafka>=2.6,<3"], timeout=900)

@@ -1,4 +1,4 @@
-"""The run's guards against hangs and leftovers (issue 11), exercised for real: tests/watchdog.py ends a
+"""The run's guards against hangs and leftovers (issue 11), exercised for real: tests/helpers/watchdog.py ends a
 process stuck in C code with the GIL held (where pytest-timeout's signal cannot reach it) and kills
 everything carrying the run's marker, also processes in sessions of their own."""
 import os
@@ -8,9 +8,9 @@ import tempfile
 import time
 import uuid
 
-from tests.watchdog import MARKER, run_processes
+from tests.helpers.watchdog import MARKER, run_processes
 
-WATCHDOG = os.path.join(os.path.dirname(__file__), "watchdog.py")
+WATCHDOG = os.path.join(os.path.dirname(__file__), "helpers", "watchdog.py")
 
 # stuck in C with the GIL held: libc's sleep called through ctypes.PyDLL (which keeps the GIL), SIGALRM
 # blocked so the interrupted sleep is not even cut short; its handler (exit 3) can never run
@@ -81,8 +81,8 @@ def test_every_child_of_the_run_carries_the_marker():
 def test_confluent_kafka_clients_left_open_are_closed_before_the_broker_stops():
     import confluent_kafka
 
-    from tests import ck_tracking
-    from tests.brokers import KohortBroker
+    from tests.helpers import ck_tracking
+    from tests.helpers.brokers import KohortBroker
     with KohortBroker() as b:
         c = confluent_kafka.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "left-open",
                                       "log_level": 0})
@@ -116,14 +116,14 @@ def test_a_sweep_of_the_run_matches_the_workers_processes_and_a_workers_sweep_on
 
 
 def test_a_test_stuck_in_an_xdist_worker_is_ended_reported_and_leaves_nothing():
-    """A pytest of its own on tests/xdist_stuck_case.py with two workers: the stuck test is killed by
+    """A pytest of its own on tests/helpers/xdist_stuck_case.py with two workers: the stuck test is killed by
     its worker's watchdog (timeout 3 s + grace 2 s), xdist reports it and runs the rest."""
     run_id = "guard-xdist-" + uuid.uuid4().hex
     env = {**os.environ, MARKER: run_id, "KOHORT_WATCHDOG_GRACE_S": "2"}
     env.pop("PYTEST_XDIST_WORKER", None)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "pytest", "tests/xdist_stuck_case.py", "-n", "2", "-o", "timeout=3",
+    out = subprocess.run([sys.executable, "-m", "pytest", "tests/helpers/xdist_stuck_case.py", "-n", "2", "-o", "timeout=3",
                           "-p", "no:cacheprovider", "-q"], cwd=root, env=env, capture_output=True, text=True,
                          timeout=120)
     took = time.monotonic() - t0

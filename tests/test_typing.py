@@ -17,7 +17,7 @@ import pytest
 
 from kohort import errors
 from kohort.structs import ConsumerRecord
-from tests.brokers import KohortBroker
+from tests.helpers.brokers import KohortBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "typed_usage.py"
@@ -89,8 +89,8 @@ def test_typed_async_example_runs_on_the_in_process_broker():
 def test_typed_async_example_share_groups_run_against_kafka():
     """The share-group part (kohort.ShareConsumer, then confluent-kafka's ShareConsumer in the same group)
     against Apache Kafka with share groups on."""
-    from tests.kafka_cluster import KafkaCluster
-    from tests.test_share_consumer_kafka import SHARE_BROKER_CONFIG
+    from tests.helpers.kafka_cluster import KafkaCluster
+    from tests.client.share.test_share_consumer_kafka import SHARE_BROKER_CONFIG
     kc = KafkaCluster(nodes=1, extra_config=SHARE_BROKER_CONFIG)
     kc.start()
     try:

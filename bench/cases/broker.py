@@ -46,7 +46,7 @@ def build(env, mode: str, profile: set[str]):
     brokers = dict(env.brokers.addr)
     errors = dict(env.brokers.errors)
     try:
-        from tests.brokers import KohortBroker
+        from tests.helpers.brokers import KohortBroker
         b = KohortBroker(config={"log.flush.policy": "os"})
         b.__enter__()
         _extra.append(b)

@@ -2,7 +2,7 @@
 
 Parent side: `Brokers` starts a `kohort broker` (default settings, temp data dir) and a Tansu broker
 (memory storage) once per run, and Apache Kafka 4.3.1 on first use (`Brokers.kafka()`: one KRaft node
-from tests/kafka_cluster.py with kafka-server-start.sh's JVM options, warmed up); `create_topic` and
+from tests/helpers/kafka_cluster.py with kafka-server-start.sh's JVM options, warmed up); `create_topic` and
 `seed` prepare data with confluent-kafka's producer (librdkafka, so seeding is quick and identical for
 every client that reads it afterwards).
 """
@@ -53,7 +53,7 @@ class Brokers:
         for name in which:
             try:
                 if name == KOHORT_BROKER:
-                    from tests.brokers import KohortBroker
+                    from tests.helpers.brokers import KohortBroker
                     b = KohortBroker()
                     b.__enter__()
                     self.addr[name] = b.bootstrap
@@ -74,7 +74,7 @@ class Brokers:
         if KAFKA in self.addr or KAFKA in self.errors:
             return self.addr.get(KAFKA)
         try:
-            from tests import kafka_cluster
+            from tests.helpers import kafka_cluster
             kc = kafka_cluster.KafkaCluster(nodes=1, jvm=KAFKA_JVM)
             self._stops.append(kc.close)
             kc.start()

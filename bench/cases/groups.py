@@ -24,7 +24,7 @@ vs Apache Kafka 4.3.1, with kohort, confluent-kafka and the Java KafkaConsumer.
 Brokers at the defaults a user gets: kohort broker as `kohort broker` starts (adaptive initial
 rebalance delay: a new group's first join completes once no member joined for
 group.initial.rebalance.quiet.ms=200, capped by group.initial.rebalance.delay.ms=3000); Apache Kafka
-4.3.1 (the run's, cases.common.Brokers.kafka(): one KRaft node from tests/kafka_cluster.py) with
+4.3.1 (the run's, cases.common.Brokers.kafka(): one KRaft node from tests/helpers/kafka_cluster.py) with
 group.initial.rebalance.delay.ms=0, the value of Kafka's shipped config/server.properties (the
 code default is 3000). Tansu is not a column here: its joins take ~23 s each.
 """

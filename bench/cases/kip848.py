@@ -15,7 +15,7 @@ Both protocols run with the same timers on both brokers: classic members use coo
 session.timeout.ms=10000 and heartbeat.interval.ms=1000; the brokers give consumer-protocol members
 the same (group.consumer.session.timeout.ms=10000, group.consumer.heartbeat.interval.ms=1000, the
 uniform assignor) and group.initial.rebalance.delay.ms=0 -- the Apache Kafka test bed's settings
-(tests/kafka_cluster.py), so this case starts its own kohort broker with them. All members of a run are real kohort
+(tests/helpers/kafka_cluster.py), so this case starts its own kohort broker with them. All members of a run are real kohort
 Consumers in one process (at 100 members: 100 consumers, ~300 threads), so at the larger sizes the
 client process's own CPU share on a busy machine counts in the times. Standalone:
 
@@ -145,7 +145,7 @@ def converge(addr: str, protocol: str, members: int) -> dict:
 
 _kafka = None
 _kohort = None
-# the group timers of the Apache Kafka test bed (tests/kafka_cluster.py), given to kohort broker too
+# the group timers of the Apache Kafka test bed (tests/helpers/kafka_cluster.py), given to kohort broker too
 GROUP_CONFIG = {"group.consumer.session.timeout.ms": 10000, "group.consumer.min.session.timeout.ms": 6000,
                 "group.consumer.heartbeat.interval.ms": 1000, "group.consumer.min.heartbeat.interval.ms": 500,
                 "group.initial.rebalance.delay.ms": 0}
@@ -168,7 +168,7 @@ def build(env, mode: str, profile: set[str]):
     brokers = {}
     errors = {}
     try:
-        from tests.brokers import KohortBroker
+        from tests.helpers.brokers import KohortBroker
         _kohort = KohortBroker(config=GROUP_CONFIG)
         _kohort.__enter__()
         brokers[KOHORT_BROKER] = _kohort.bootstrap
@@ -177,7 +177,7 @@ def build(env, mode: str, profile: set[str]):
         brokers[KOHORT_BROKER] = None
     kafka_err = None
     try:
-        from tests.kafka_cluster import KafkaCluster
+        from tests.helpers.kafka_cluster import KafkaCluster
         _kafka = KafkaCluster(nodes=1, jvm=KAFKA_JVM)
         _kafka.start()
         brokers[KAFKA] = _kafka.bootstrap

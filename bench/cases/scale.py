@@ -496,7 +496,7 @@ def _kohort_for(dimension: str) -> dict:
         if _kohort is not None:
             _kohort.__exit__(None, None, None)
             _kohort = None
-        from tests.brokers import KohortBroker
+        from tests.helpers.brokers import KohortBroker
         b = KohortBroker(config=GROUP_CONFIG)
         b.__enter__()
         _kohort, _kohort_dim = b, dimension
@@ -542,7 +542,7 @@ def build(env, mode: str, profile: set[str]):
     open(_points, "w").close()
     kafka_err = None
     try:
-        from tests.kafka_cluster import KafkaCluster
+        from tests.helpers.kafka_cluster import KafkaCluster
         _kafka = KafkaCluster(nodes=1, jvm=KAFKA_JVM)
         _kafka.start()
     except Exception as e:       # noqa: BLE001 - reported in its cells

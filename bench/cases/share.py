@@ -394,7 +394,7 @@ def build(env, mode: str, profile: set[str]):
     brokers: dict[str, str | None] = {}
     errors: dict[str, str] = {}
     try:
-        from tests.brokers import KohortBroker
+        from tests.helpers.brokers import KohortBroker
         _kohort = KohortBroker(config=SHARE_CONFIG)
         _kohort.__enter__()
         brokers[KOHORT_BROKER] = _kohort.bootstrap
@@ -402,7 +402,7 @@ def build(env, mode: str, profile: set[str]):
         errors[KOHORT_BROKER] = f"{type(e).__name__}: {e}"
         brokers[KOHORT_BROKER] = None
     try:
-        from tests.kafka_cluster import KafkaCluster
+        from tests.helpers.kafka_cluster import KafkaCluster
         _kafka = KafkaCluster(nodes=1, jvm=KAFKA_JVM, extra_config=SHARE_CONFIG)
         _kafka.start()
         brokers[KAFKA] = _kafka.bootstrap

@@ -96,7 +96,7 @@ def _pki(d: str) -> None:
 
 def _kohort_broker(d: str) -> dict:
     """Start kohort broker with three listeners -> {protocol: address}."""
-    from tests.brokers import KohortBroker, free_port
+    from tests.helpers.brokers import KohortBroker, free_port
     data = os.path.join(d, "data")
     os.makedirs(data)
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
@@ -117,7 +117,7 @@ def _kohort_broker(d: str) -> dict:
 
 
 def _apache_kafka(d: str) -> dict:
-    from tests.kafka_cluster import KafkaCluster, require_peers
+    from tests.helpers.kafka_cluster import KafkaCluster, require_peers
     require_peers()
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
     ks = os.path.join(d, "server-keystore.pem")

@@ -1,5 +1,5 @@
 """Produce throughput with transactions vs without (issue 15): kohort's producer and confluent-kafka
-on kohort broker and on Apache Kafka 4.3.1 (one node, started here from tests/kafka_cluster.py when
+on kohort broker and on Apache Kafka 4.3.1 (one node, started here from tests/helpers/kafka_cluster.py when
 the Kafka jars are present; stopped by `finish`).
 
 Each run writes N records of one 100-byte value to a fresh 1-partition topic, acks=all, linger.ms=5:
@@ -100,7 +100,7 @@ def _kohort_tv1_addr():
         import sys
         if root not in sys.path:
             sys.path.insert(0, root)
-        from tests.brokers import KohortBroker
+        from tests.helpers.brokers import KohortBroker
         b = KohortBroker(config={"transaction.version": 1}).start()
         _kafka.update(tv1_broker=b, tv1=b.bootstrap)
     except Exception as e:  # noqa: BLE001 - reported in the table's rows
@@ -117,7 +117,7 @@ def _kafka_addr():
         import sys
         if root not in sys.path:
             sys.path.insert(0, root)
-        from tests.kafka_cluster import KafkaCluster
+        from tests.helpers.kafka_cluster import KafkaCluster
         kc = KafkaCluster(nodes=1, jvm=KAFKA_JVM)
         kc.start()
         _kafka.update(cluster=kc, addr=kc.bootstrap)

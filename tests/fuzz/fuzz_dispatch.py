@@ -65,7 +65,7 @@ async def _produce_seed_records() -> None:
 
 
 def seeds() -> list[bytes]:
-    from tests.test_broker_fuzz import _seeds
+    from tests.fuzz.test_broker_fuzz import _seeds
     out = default_bodies(TABLE, REQUESTS)
     for frame in _seeds():              # size prefix, then a header of client id "fuzzer"
         from kohort.protocol.framing import decode_request

@@ -463,7 +463,7 @@ event_log = logging.getLogger("kohort.broker.groups")
 
 def log_message(ev: GroupEvent) -> tuple[int, str]:
     """(level, text) of one event in the words of Kafka 4.x's group coordinator log where it has a line
-    for it (checked against Apache Kafka 4.3.1's log by tests/test_broker_logging.py)."""
+    for it (checked against Apache Kafka 4.3.1's log by tests/broker/test_broker_logging.py)."""
     g, m = ev.group, ev.member_id
     if ev.kind == "RebalanceStarted":
         return logging.INFO, ev.reason + "."

@@ -668,7 +668,7 @@ def producer_twin():
     """The compiled twin of the producer's per-record path (`_crecords`: RecordBuffer, RecordFuture,
     FastProduce, murmur2) when the extension is enabled, else None (client/accumulator.py and
     client/producer.py hold the Python reference). A stale build without these classes counts as none
-    (tests/test_records_ext.py fails on it, so `make setup` rebuilding it is not forgotten)."""
+    (tests/protocol/test_records_ext.py fails on it, so `make setup` rebuilding it is not forgotten)."""
     if not _use_ext or not all(hasattr(_ext, n) for n in ("RecordBuffer", "RecordFuture", "FastProduce", "murmur2")):
         return None
     return _ext

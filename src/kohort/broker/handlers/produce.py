@@ -54,7 +54,7 @@ _new = object.__new__
 
 
 # The answer's objects are built field by field: the same objects the schema's constructors make
-# (tests/test_produce_codec.py compares them), without their per-call keyword checks.
+# (tests/protocol/test_produce_codec.py compares them), without their per-call keyword checks.
 def _part(index: int, code: int, base_offset: int, append_time: int, log_start: int,
           message: str | None = None) -> PartResp:
     leader = _new(_Leader)

@@ -11,7 +11,7 @@ Both directions of the broker's hot path have a straight-line codec beside the s
 v3-v12 responses whose partitions carry no record errors, no current_leader, no node endpoints and
 no tagged fields seen on the wire. Anything else (and any malformed input, so the schema's
 DecodeError names the problem) goes through the schema's codec; both give equal objects and
-identical bytes (tests/test_produce_codec.py compares them).
+identical bytes (tests/protocol/test_produce_codec.py compares them).
 """
 import struct
 

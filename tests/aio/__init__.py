@@ -1,0 +1,1 @@
+"""Tests of kohort.aio: the asyncio clients."""

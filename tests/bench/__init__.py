@@ -1,0 +1,1 @@
+"""Tests of bench/: the harness and README's performance section."""

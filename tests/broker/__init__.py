@@ -1,0 +1,1 @@
+"""Tests of kohort.broker: connections, handlers over the wire, durability, limits, security."""

@@ -1,0 +1,1 @@
+"""Tests of kohort.broker.console: the web console, its group events and write actions."""

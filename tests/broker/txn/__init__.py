@@ -1,0 +1,1 @@
+"""Tests of kohort.broker.txn: the transaction coordinator and transactions over the wire."""

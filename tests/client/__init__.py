@@ -1,0 +1,1 @@
+"""Tests of kohort.client: network, configuration, metadata, statistics, the admin client."""

@@ -1,0 +1,1 @@
+"""Tests of kohort.client.consumer: the consumer, fetcher and the classic and KIP-848 group members."""

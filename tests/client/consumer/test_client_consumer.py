@@ -1,0 +1,145 @@
+"""Consumer without group management (assign) against real brokers: librdkafka's mock cluster and Tansu."""
+import time
+
+import pytest
+
+from kohort import Consumer
+from kohort.client.consumer.offsets import NoOffsetForPartitionError
+from kohort.client.config import ConfigError
+from kohort.structs import TopicPartition
+from tests.helpers.peers import create_topic, mock_cluster, produce  # noqa: F401
+
+N = 3000
+
+
+@pytest.fixture(scope="module")
+def topic(mock_cluster):
+    n = create_topic(mock_cluster, "cons-a", 4)
+    produce(mock_cluster, "cons-a", N, partitions=n, headers=[("h", b"v")])
+    return "cons-a", n
+
+
+def drain(c, want, timeout=10.0):
+    out = []
+    end = time.monotonic() + timeout
+    while len(out) < want and time.monotonic() < end:
+        out.extend(c.poll(0.2))
+    return out
+
+
+def test_assign_and_consume_everything(mock_cluster, topic):
+    name, n = topic
+    with Consumer({"bootstrap.servers": mock_cluster, "auto.offset.reset": "earliest",
+                   "max.poll.records": 700}) as c:
+        c.assign([TopicPartition(name, p) for p in range(n)])
+        first = c.poll(5.0)
+        assert 0 < len(first) <= 700
+        recs = first + drain(c, N - len(first))
+        assert len(recs) == N
+        assert sorted(int(r.value[:r.value.index(b"x")]) for r in recs) == list(range(N))
+        r = recs[0]
+        assert r.topic == name and r.key == f"k{int(r.value[:r.value.index(b'x')])}".encode()
+        assert r.headers == [("h", b"v")] and r.timestamp > 0 and r.timestamp_type == 0
+        assert r.leader_epoch is None or r.leader_epoch >= 0
+        # per-partition order
+        for p in range(n):
+            offs = [x.offset for x in recs if x.partition == p]
+            assert offs == list(range(len(offs)))
+        assert all(v == 0 for v in c.lag().values())
+        assert sum(c.position(TopicPartition(name, p)) for p in range(n)) == N
+        assert c.poll(0.3) == []
+
+
+def test_seek_and_positions(mock_cluster, topic):
+    name, _ = topic
+    tp = TopicPartition(name, 1)
+    with Consumer({"bootstrap.servers": mock_cluster, "auto.offset.reset": "latest"}) as c:
+        c.assign([tp])
+        end = c.position(tp)
+        assert end == c.end_offsets([tp])[tp] > 0
+        assert c.poll(0.3) == []
+        c.seek(tp, end - 5)
+        got = drain(c, 5)
+        assert [r.offset for r in got] == list(range(end - 5, end))
+        c.seek_to_beginning([tp])
+        assert c.position(tp) == 0
+        assert drain(c, 1)[0].offset == 0
+        c.seek_to_end()
+        assert c.position(tp) == end
+        with pytest.raises(Exception, match="not assigned"):
+            c.seek(TopicPartition(name, 99), 0)
+
+
+def test_pause_resume(mock_cluster, topic):
+    name, n = topic
+    tps = [TopicPartition(name, p) for p in range(n)]
+    with Consumer({"bootstrap.servers": mock_cluster, "auto.offset.reset": "earliest"}) as c:
+        c.assign(tps)
+        c.pause(tps[:1])
+        recs = drain(c, N, timeout=3)
+        assert recs and {r.partition for r in recs} == {tp.partition for tp in tps[1:]}
+        assert c.paused() == {tps[0]}
+        c.resume(tps[:1])
+        more = drain(c, 1)
+        assert more and {r.partition for r in more} == {0}
+
+
+def test_offsets_for_times_future_timestamp_is_none(mock_cluster, topic):
+    # (the mock cluster answers only the -1/-2 special timestamps; real lookups are tested on Tansu)
+    name, _ = topic
+    tp = TopicPartition(name, 0)
+    with Consumer({"bootstrap.servers": mock_cluster, "auto.offset.reset": "earliest"}) as c:
+        assert c.offsets_for_times({tp: int(time.time() * 1000) + 3_600_000})[tp] is None
+        assert c.beginning_offsets([tp]) == {tp: 0}
+        with pytest.raises(Exception, match="negative timestamp"):
+            c.offsets_for_times({tp: -5})
+
+
+def test_auto_offset_reset_none_names_the_partitions(mock_cluster, topic):
+    name, _ = topic
+    with Consumer({"bootstrap.servers": mock_cluster, "auto.offset.reset": "none"}) as c:
+        c.assign([TopicPartition(name, 2)])
+        with pytest.raises(NoOffsetForPartitionError, match=f"{name}-2.*auto.offset.reset=none"):
+            c.poll(1.0)
+
+
+def test_out_of_range_position_resets(mock_cluster, topic):
+    name, _ = topic
+    tp = TopicPartition(name, 3)
+    with Consumer({"bootstrap.servers": mock_cluster, "auto.offset.reset": "earliest"}) as c:
+        c.assign([tp])
+        c.seek(tp, 10_000_000)
+        recs = drain(c, 1)
+        assert recs and recs[0].offset == 0
+
+
+def test_iteration_and_closed_consumer(mock_cluster, topic):
+    name, _ = topic
+    c = Consumer({"bootstrap.servers": mock_cluster, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(name, 0)])
+    first = next(iter(c))
+    assert first.offset == 0
+    c.close()
+    with pytest.raises(Exception, match="closed"):
+        c.poll(0)
+
+
+def test_config_errors_up_front():
+    with pytest.raises(ConfigError, match="did you mean 'group.id'"):
+        Consumer({"bootstrap.servers": "127.0.0.1:1", "group.idd": "x"})
+
+
+def test_tansu_assign_and_consume(tansu):
+    create_topic(tansu, "tansu-cons", 2)
+    produce(tansu, "tansu-cons", 500, partitions=2)
+    with Consumer({"bootstrap.servers": tansu, "auto.offset.reset": "earliest"}) as c:
+        c.assign([TopicPartition("tansu-cons", 0), TopicPartition("tansu-cons", 1)])
+        recs = drain(c, 500, timeout=15)
+        assert len(recs) == 500
+        assert sorted(int(r.value[:r.value.index(b"x")]) for r in recs) == list(range(500))
+        tp = TopicPartition("tansu-cons", 0)
+        mine = [r for r in recs if r.partition == 0]
+        mid = mine[len(mine) // 2]
+        got = c.offsets_for_times({tp: mid.timestamp})[tp]
+        # Tansu answers at batch granularity (the batch's base offset and max timestamp)
+        assert got is not None and got.offset <= mid.offset

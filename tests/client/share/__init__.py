@@ -1,0 +1,1 @@
+"""Tests of kohort.client.share: the share member, acknowledgements and ShareConsumer."""

@@ -1,0 +1,1 @@
+"""Tests of kohort.protocol: codecs, framing, record batches, compression, golden frames."""

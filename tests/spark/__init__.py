@@ -1,0 +1,1 @@
+"""Tests of kohort.spark: the format("kohort") source and sink, the pipeline, Spark Connect."""

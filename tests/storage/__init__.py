@@ -1,0 +1,1 @@
+"""Tests of kohort.storage: logs, segments, indexes, recovery, group commit."""

@@ -1,0 +1,1 @@
+"""Tests of kohort.testing: the in-process broker, its fault seam and the pytest plugin."""
