@@ -398,8 +398,13 @@ def test_kohort_transactions_cli_on_apache_kafka(kafka1):
             PT = ProduceRequest.TopicProduceData
             batch = build_batch([(b"k", b"v", [], int(time.time() * 1000))], producer_id=t.pid,
                                 producer_epoch=t.epoch, base_sequence=0, transactional=True)
-            pr = await w.call(ProduceRequest(transactional_id=t.tid, acks=-1, timeout_ms=5000, topic_data=[
-                PT(name="txcli", partition_data=[PT.PartitionProduceData(index=0, records=batch)])]), 9)
+            request = ProduceRequest(transactional_id=t.tid, acks=-1, timeout_ms=5000, topic_data=[
+                PT(name="txcli", partition_data=[PT.PartitionProduceData(index=0, records=batch)])])
+            for _ in range(50):     # a topic just created may not have its leader yet (NOT_LEADER_OR_FOLLOWER)
+                pr = await w.call(request, 9)
+                if pr.responses[0].partition_responses[0].error_code != 6:
+                    break
+                await asyncio.sleep(0.2)
             assert pr.responses[0].partition_responses[0].error_code == 0
             assert await t.add_offsets() == 0
             listed = await asyncio.to_thread(cli, "list", "--pattern", f"cli-{tag}")
