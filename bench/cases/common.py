@@ -106,18 +106,25 @@ def _stop_proc(p: subprocess.Popen) -> None:
 
 def create_topic(addr: str, topic: str, partitions: int = 1) -> None:
     from kohort.client.admin import Admin
+    from kohort.errors import UnknownTopicOrPartitionError
     with Admin({"bootstrap.servers": addr}) as admin:
         err = admin.create_topics({topic: partitions}).get(topic)
         if err is not None and "already exists" not in str(err).lower() and \
                 "TOPIC_ALREADY_EXISTS" not in type(err).__name__.upper():
             raise err
-        deadline = time.monotonic() + 10
+        # Apache Kafka answers UNKNOWN_TOPIC_OR_PARTITION, or a partition without a leader, for a moment after
+        # CreateTopics; a worker starting then fails its set-up, so wait until every partition has a leader.
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            desc = {d.name: d for d in admin.describe_topics([topic])}
+            try:
+                desc = {d.name: d for d in admin.describe_topics([topic])}
+            except UnknownTopicOrPartitionError:
+                desc = {}
             d = desc.get(topic)
-            if d is not None and len(getattr(d, "partitions", [])) == partitions:
+            if d is not None and len(d.partitions) == partitions and all(p.leader >= 0 for p in d.partitions):
                 return
             time.sleep(0.05)
+        raise TimeoutError(f"topic {topic!r}: {partitions} partitions with a leader not seen within 30 s")
 
 
 def seed(addr: str, topic: str, n: int, size: int, compression: str = "none", partitions: int = 1) -> float:
