@@ -564,6 +564,68 @@ def test_send_encodes_records_as_the_one_record_encoder(broker):
     run(main())
 
 
+def test_compiled_send_appends_partitions_and_counts_as_the_python_send(kafka_broker):
+    """With the C extension, send()'s common case is `_crecords.AIOSend`: the same records sent
+    through it and through the Python send alone (keys hashed, null keys sticky, explicit partitions,
+    None values, headers and bytearrays that the compiled call hands to Python, batches filling up)
+    give the same batches byte for byte, the same partitions, offset deltas and timestamps per record,
+    and the same queued-records and buffered-bytes counts."""
+    import os
+
+    from kohort.aio import producer as aio_producer
+    from kohort.client.partitioner import DefaultPartitioner
+    assert aio_producer._COMPILED_SEND or os.environ.get("KOHORT_NO_EXT"), "the C extension is not built"
+    for t in ("cmp-c", "cmp-py"):
+        kafka_broker.create_topic(t, partitions=3)
+    rng = random.Random(7)
+    shapes = []
+    for i in range(3000):
+        kind = i % 7
+        key = None if kind in (0, 1, 2) else b"k%d" % rng.randrange(40)
+        value = None if kind == 6 and i % 2 else b"v" * rng.randrange(0, 300)
+        partition = 1 if kind == 1 else None
+        headers = [("h", b"1")] if i % 97 == 0 else None
+        if i % 89 == 0 and value is not None:
+            value = bytearray(value)
+        ts = 1_000_000 + i // 5 - (3 if i % 50 == 0 else 0)
+        shapes.append((key, value, partition, headers, ts))
+
+    async def fill(topic: str, compiled: bool):
+        p = AIOProducer(kafka_broker.bootstrap_servers, linger_ms=60_000, batch_size=4096,
+                        partitioner=DefaultPartitioner(rng=random.Random(3)))
+        await p.start()
+        try:
+            assert (type(p.send).__name__ == "AIOSend") == aio_producer._COMPILED_SEND
+            if not compiled:
+                p.__dict__.pop("send", None)          # the Python send alone
+            await p.partitions_for(topic)
+            # no await between the sends: the sender task does not run, every batch stays queued
+            futs = [p.send(topic, v, key=k, partition=part, timestamp_ms=ts, headers=h)
+                    for k, v, part, h, ts in shapes]
+            batches = {tp[1]: [(bytes(b.buf), b.count, b.base_ts, b.max_ts) for b in dq]
+                       for tp, dq in p._ready.items()}
+            for tp, b in p._open.items():
+                batches.setdefault(tp[1], []).append((bytes(b.buf), b.count, b.base_ts, b.max_ts))
+            counts = p._queued, p._buffered
+            recs = []
+            for f in futs:                            # every 64th completes on the loop's next turn
+                rf = await f
+                recs.append((rf._tp[1], rf._delta, rf._ts))
+            return recs, batches, *counts
+        finally:
+            await p.stop()
+
+    async def main():
+        return await fill("cmp-c", True), await fill("cmp-py", False)
+
+    (rc, bc, qc, uc), (rp, bp, qp, up) = run(main())
+    assert rc == rp
+    assert bc == bp
+    assert (qc, uc) == (qp, up) and qc == len(shapes)
+    assert sum(len(v) for v in bc.values()) > 30            # batches filled up and were closed
+    assert len({p for p, _d, _t in rc}) == 3
+
+
 def test_a_failed_first_batch_keeps_the_batches_behind_it_from_landing_first(kafka_broker):
     """The broker appends any sequence from a producer id it has no state for on a partition (as
     Kafka's ProducerAppendInfo), so while the partition has acknowledged nothing of the producer id

@@ -6,7 +6,10 @@ gives its `RecordMetadata`; record_future.py: a handle on the batch's one shared
 object stays alive in the producer): no coroutine per record. It returns a waiting coroutine instead
 while `buffer_memory` bytes or `max_queued_records` records are queued or a new topic's metadata is
 needed; every `YIELD_EVERY` records its future completes on the loop's next turn, so a tight loop of
-`await send()` does not hold the loop. One sender task seals ready batches (full, or
+`await send()` does not hold the loop. With the C extension built, send()'s common case (a known topic,
+an explicit partition or the default partitioner, bytes or None key and value, no headers, no
+transaction, an open batch with room) is one call of the compiled twin (`_crecords.AIOSend`, installed
+by start()); the Python send below stays the reference and takes every other case. One sender task seals ready batches (full, or
 older than `linger_ms`, or flushed) and sends Produce requests per leader, one batch per partition in
 each. An idempotent producer outside transactions keeps up to `MAX_IN_FLIGHT` batches of a partition in
 flight (uncompressed ones: sealed on the loop, so their requests go out in sequence order) once the
@@ -28,6 +31,7 @@ import asyncio
 import functools
 import logging
 import time
+import types
 from collections import deque
 from collections.abc import Awaitable
 
@@ -42,8 +46,10 @@ from kohort.errors import (
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
 from kohort.protocol.messages.produce import ProduceRequest
 from kohort.protocol.records import (
-    ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, _check_bytes, append_record, write_batch_buffer,
+    ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, _check_bytes, append_record, producer_twin,
+    write_batch_buffer,
 )
+from kohort.aio import record_future
 
 log = logging.getLogger("kohort.aio.producer")
 
@@ -76,18 +82,38 @@ def _complete(f: asyncio.Future, rf: RecordFuture) -> None:
 Buffer = bytes | bytearray | memoryview
 
 
-class _Batch:
-    """One partition's records, encoded as they arrive (`records.append_record`), sealed once into
-    wire bytes (`records.write_batch_buffer`) with the producer id, epoch and base sequence; a retry
-    resends the same bytes, never changed (requests refer to them rather than copy them)."""
+class _PyBatchFields:
+    """The fields of a batch being filled, as the compiled `_crecords.RecordBuffer` holds them."""
+    __slots__ = ("buf", "count", "base_ts", "max_ts", "size_limit", "cap", "closed", "ts_list")
 
-    __slots__ = ("tp", "buf", "base_ts", "max_ts", "result", "created", "wire", "sequence", "count",
-                 "attempts", "deadline", "producer_id")
 
-    def __init__(self, tp, base_ts: int, now: int, deadline: int, result: asyncio.Future):
+_twin = producer_twin()
+# compiled: batches are RecordBuffers and send()'s common case is one C call (`_crecords.AIOSend`,
+# installed by start()); needs the compiled RecordFuture fields too
+_COMPILED_SEND = _twin is not None and hasattr(_twin, "AIOSend") and record_future.COMPILED
+_BatchFields = _twin.RecordBuffer if _COMPILED_SEND else _PyBatchFields
+
+
+class _Batch(_BatchFields):
+    """One partition's records, encoded as they arrive (`records.append_record`, or the compiled
+    twin's `rb_append`, which writes the same bytes), sealed once into wire bytes
+    (`records.write_batch_buffer`) with the producer id, epoch and base sequence; a retry resends the
+    same bytes, never changed (requests refer to them rather than copy them). `size_limit` and `cap`
+    tell the compiled append when the batch is full, as send() decides it: a record that would take
+    it past `batch_size` does not go in (unless it is the first), and it is full once it reaches
+    `batch_size` (`closed`: the compiled append hands it to `_close_batch`)."""
+
+    __slots__ = ("tp", "result", "created", "wire", "sequence", "attempts", "deadline", "producer_id")
+
+    def __init__(self, tp, base_ts: int, now: int, deadline: int, result: asyncio.Future, batch_size: int):
         self.tp = tp
         self.buf = bytearray()
         self.base_ts = self.max_ts = base_ts
+        self.size_limit = batch_size
+        # full once BATCH_HEADER_SIZE + len(buf) >= batch_size; rb_append closes at len(buf) + 64 >= cap
+        self.cap = batch_size - BATCH_HEADER_SIZE + 64
+        self.closed = False
+        self.ts_list = None
         self.result = result                        # BatchResult, shared by the records' RecordFutures
         self.created, self.wire, self.sequence, self.count, self.attempts = now, None, -1, 0, 0
         self.deadline = deadline
@@ -164,6 +190,16 @@ class AIOProducer:
         self.client.auto_create = True
         await self.client.refresh_metadata()
         self._sender = asyncio.create_task(self._run(), name="kohort-aio-sender")
+        if _COMPILED_SEND and self.txn is None and type(self).send is AIOProducer.send:
+            # send()'s common case in one C call; every other case goes to the Python send below,
+            # which stays the reference (the same checks, the same bytes, the same counters)
+            part = self.partitioner
+            sticky = part.sticky._sticky if type(part) is DefaultPartitioner and part.kind == "murmur2_random" \
+                else None
+            self.send = _twin.AIOSend(                                   # type: ignore[method-assign]
+                self, self.client, self._open, _Batch, RecordFuture, sticky, asyncio.Future, self._loop,
+                _complete, self._close_batch, types.MethodType(AIOProducer.send, self), self.buffer_memory,
+                self.max_queued_records, YIELD_EVERY)
         if self.txn is not None:
             await self._txn_wait(self.txn.init_transactions(), "init_transactions")
 
@@ -186,6 +222,7 @@ class AIOProducer:
                     log.warning("producer closing with undelivered records: %s", e)
         finally:
             self._closed = True
+            self.__dict__.pop("send", None)          # the compiled send refers back to the producer
             self._fail_all(KohortError("the producer was closed"))
             if self._sender is not None:
                 self._sender.cancel()
@@ -354,7 +391,7 @@ class AIOProducer:
 
     def _new_batch(self, tp, ts: int) -> _Batch:
         now = _now_ms()
-        b = _Batch(tp, ts, now, now + self.delivery_timeout_ms, self._loop.create_future())
+        b = _Batch(tp, ts, now, now + self.delivery_timeout_ms, self._loop.create_future(), self.batch_size)
         self._open[tp] = b
         self._pending_batches += 1
         self._idle.clear()

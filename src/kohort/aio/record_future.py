@@ -11,13 +11,17 @@ The handle behaves as an asyncio future for `await`, `asyncio.wait`, `asyncio.ga
 Done callbacks of a batch's records are kept in one list per batch, behind one callback on the shared
 future, and run `CALLBACK_SLICE` at a time with a turn of the loop between: a batch of thousands of
 records with a callback each does not hold the loop for all of them at once. Subclasses (the compat
-layers' futures) change what `result()` and `exception()` give.
+layers' futures) change what `result()` and `exception()` give. Its fields live in the compiled
+`_crecords.AIORecord` when the extension is built (else in `_PyRecordFields`), so that the producer's
+compiled send (`_crecords.AIOSend`) makes one without running Python.
 """
 from __future__ import annotations
 
 import asyncio
 import contextvars
 from typing import Any, Callable, Generator, NamedTuple
+
+from kohort.protocol.records import producer_twin
 
 CALLBACK_SLICE = 256                # record callbacks run per turn of the loop
 
@@ -38,14 +42,28 @@ class BatchResult(NamedTuple):
     log_start_offset: int
 
 
-class RecordFuture:
-    """One record's result: see the module docstring."""
+class _PyRecordFields:
+    """RecordFuture's fields, as the compiled `_crecords.AIORecord` holds them."""
 
     __slots__ = ("_shared", "_tp", "_delta", "_ts")
-    _asyncio_future_blocking = False      # asyncio.isfuture() accepts it (wait, gather, ensure_future)
 
     def __init__(self, shared: asyncio.Future, tp: tuple[str, int], delta: int, ts: int):
         self._shared, self._tp, self._delta, self._ts = shared, tp, delta, ts
+
+
+_twin = producer_twin()
+# the compiled fields when built: AIOProducer.send()'s compiled common case (`_crecords.AIOSend`) then
+# fills a RecordFuture without running Python
+_RecordFields = getattr(_twin, "AIORecord", None) or _PyRecordFields
+COMPILED = _RecordFields is not _PyRecordFields
+
+
+class RecordFuture(_RecordFields):
+    """One record's result: see the module docstring. Built as RecordFuture(shared, tp, delta, ts):
+    the batch's shared future, (topic, partition), the offset delta and the timestamp."""
+
+    __slots__ = ()
+    _asyncio_future_blocking = False      # asyncio.isfuture() accepts it (wait, gather, ensure_future)
 
     @classmethod
     def of(cls, other: "RecordFuture") -> Any:

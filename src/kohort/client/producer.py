@@ -16,7 +16,9 @@ What lives here:
 * Idempotence (KIP-98, on by default as in Kafka 3.0+, KIP-679): InitProducerId, per-partition
   sequence numbers assigned once when a batch is first sent and kept on retry (the same bytes are
   re-sent); a partition with a batch to retry sends nothing else until the retries go out in sequence
-  order. OUT_OF_ORDER_SEQUENCE_NUMBER for a batch behind a failed one is retried; for the next expected
+  order. Up to 5 batches of a partition are in flight once it has acknowledged a batch of the current
+  producer id/epoch; before that one (a broker with no state for the producer id appends any sequence,
+  so a batch behind a failed first one would land ahead of it). OUT_OF_ORDER_SEQUENCE_NUMBER for a batch behind a failed one is retried; for the next expected
   batch, and UNKNOWN_PRODUCER_ID, the producer waits until nothing is in flight, takes a new producer
   id/epoch and renumbers every unacknowledged batch from 0 in order (KIP-360's epoch bump, simplified).
   DUPLICATE_SEQUENCE_NUMBER counts as success.
@@ -915,9 +917,16 @@ class _Sender:
         if self.txn is not None and not self.txn.is_send_to_partition_allowed(tp):
             return False                        # AddPartitionsToTxn first
         st = self.parts.get(tp)
+        if st is None:
+            return True
         if batch.base_sequence >= 0:            # a retry: only when nothing of this partition is in flight
-            return st is None or st.in_flight == 0
-        return st is None or st.in_flight < 5
+            return st.in_flight == 0
+        if st.last_acked < 0:
+            # the partition has acknowledged nothing of this producer id/epoch: the broker may have no
+            # state for it there, and then appends any sequence (Kafka's ProducerAppendInfo), so a
+            # batch behind a failed first one would land ahead of it; one batch until the first answer
+            return st.in_flight == 0
+        return st.in_flight < 5
 
     def _send_to(self, node: int, now: int) -> None:
         """Send requests to `node` while it has sendable batches and room in flight (Java's Sender

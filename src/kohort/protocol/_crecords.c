@@ -2089,6 +2089,498 @@ static PyTypeObject FastProduce_Type = {
     .tp_vectorcall_offset = offsetof(FastProduce, vectorcall),
 };
 
+/* == kohort.aio's AIOProducer.send(): its common case in one call ================================ */
+/* AIORecord: the fields of kohort.aio's RecordFuture (aio/record_future.py; a Python subclass adds the
+ * behaviour): the batch's shared future, (topic, partition), the offset delta and the timestamp.
+ * AIOSend: AIOProducer.send()'s common case (aio/producer.py's send is the reference and takes every
+ * other case): a known topic, the partition given or chosen by the default partitioner (murmur2 of a
+ * bytes key, else the topic's sticky partition), bytes or None key and value, no headers, no
+ * transaction, the partition's open batch (a RecordBuffer subclass) with room. The record is appended
+ * with rb_append (the bytes records.append_record writes), the producer's counters are moved, a full
+ * batch is handed to close_batch, and an asyncio future already holding the record's RecordFuture is
+ * returned (every yield_every-th one is completed by the loop's next turn instead, through
+ * call_soon(complete, future, record)). */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *shared;           /* the batch's asyncio future (its BatchResult) */
+    PyObject *tp;               /* (topic, partition) */
+    Py_ssize_t delta;           /* offset delta in the batch */
+    long long ts;               /* the record's timestamp */
+} AIORecord;
+
+static int ar_traverse(AIORecord *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->shared);
+    Py_VISIT(self->tp);
+    return 0;
+}
+
+static int ar_clear(AIORecord *self)
+{
+    Py_CLEAR(self->shared);
+    Py_CLEAR(self->tp);
+    return 0;
+}
+
+static void ar_dealloc(AIORecord *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    ar_clear(self);
+    tp->tp_free((PyObject *)self);
+}
+
+static int ar_init(AIORecord *self, PyObject *args, PyObject *kw)
+{
+    PyObject *shared, *tp;
+    Py_ssize_t delta;
+    long long ts;
+    static char *kwlist[] = {"shared", "tp", "delta", "ts", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOnL", kwlist, &shared, &tp, &delta, &ts))
+        return -1;
+    Py_XSETREF(self->shared, Py_NewRef(shared));
+    Py_XSETREF(self->tp, Py_NewRef(tp));
+    self->delta = delta;
+    self->ts = ts;
+    return 0;
+}
+
+static PyMemberDef ar_members[] = {
+    {"_shared", T_OBJECT, offsetof(AIORecord, shared), READONLY, "the batch's shared future"},
+    {"_tp", T_OBJECT, offsetof(AIORecord, tp), READONLY, "(topic, partition)"},
+    {"_delta", T_PYSSIZET, offsetof(AIORecord, delta), READONLY, "the record's offset delta"},
+    {"_ts", T_LONGLONG, offsetof(AIORecord, ts), READONLY, "the record's timestamp"},
+    {NULL},
+};
+
+static PyTypeObject AIORecord_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kohort.protocol._crecords.AIORecord",
+    .tp_basicsize = sizeof(AIORecord),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "AIORecord(shared, tp, delta, ts): the fields of kohort.aio's RecordFuture (its base).",
+    .tp_traverse = (traverseproc)ar_traverse,
+    .tp_clear = (inquiry)ar_clear,
+    .tp_dealloc = (destructor)ar_dealloc,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)ar_init,
+    .tp_members = ar_members,
+};
+
+enum { S_TOPIC, S_VALUE, S_KEY, S_PARTITION, S_TIMESTAMP, S_HEADERS, S_NARGS };
+static const char *send_arg_names[S_NARGS] = {"topic", "value", "key", "partition", "timestamp_ms", "headers"};
+static PyObject *send_arg_strs[S_NARGS];
+static PyObject *s_aclosed, *s_afatal, *s_abuffered, *s_aqueued, *s_snapshot, *s_atopics, *s_result,
+    *s_set_result, *s_loop_kw;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *producer;         /* AIOProducer: _closed, _fatal, _buffered, _queued (read, and the
+                                   counters written, on every call) */
+    PyObject *client;           /* its AIOClient: client.snapshot.topics -> topic -> sorted partitions */
+    PyObject *open;             /* producer._open: (topic, partition) -> its open batch */
+    PyTypeObject *batch_type;   /* the producer's batch class: a RecordBuffer subclass */
+    PyTypeObject *record_type;  /* RecordFuture: an AIORecord subclass without extra fields */
+    PyObject *sticky;           /* topic -> sticky partition (null keys), or None: partition= needed */
+    PyObject *future_type;      /* asyncio.Future */
+    PyObject *loop;
+    PyObject *call_soon;        /* loop.call_soon */
+    PyObject *complete;         /* complete(future, record): sets the result unless done */
+    PyObject *close_batch;      /* close_batch(tp, batch) once a batch is full */
+    PyObject *fallback;         /* the Python send (bound) */
+    Py_ssize_t buffer_memory, max_queued, yield_every, sends;
+    /* the last call's lookups, reused while the same objects come again: client.snapshot.topics (a
+       dict replaced with the snapshot, never changed in place) and the topic's partition count; the
+       (topic, partition) tuple */
+    PyObject *c_topics, *c_topic, *c_tp;
+    Py_ssize_t c_n;
+} AIOSend;
+
+static int as_traverse(AIOSend *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->producer);
+    Py_VISIT(self->client);
+    Py_VISIT(self->open);
+    Py_VISIT(self->batch_type);
+    Py_VISIT(self->record_type);
+    Py_VISIT(self->sticky);
+    Py_VISIT(self->future_type);
+    Py_VISIT(self->loop);
+    Py_VISIT(self->call_soon);
+    Py_VISIT(self->complete);
+    Py_VISIT(self->close_batch);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->c_topics);
+    Py_VISIT(self->c_topic);
+    Py_VISIT(self->c_tp);
+    return 0;
+}
+
+static int as_clear(AIOSend *self)
+{
+    Py_CLEAR(self->producer);
+    Py_CLEAR(self->client);
+    Py_CLEAR(self->open);
+    Py_CLEAR(self->batch_type);
+    Py_CLEAR(self->record_type);
+    Py_CLEAR(self->sticky);
+    Py_CLEAR(self->future_type);
+    Py_CLEAR(self->loop);
+    Py_CLEAR(self->call_soon);
+    Py_CLEAR(self->complete);
+    Py_CLEAR(self->close_batch);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->c_topics);
+    Py_CLEAR(self->c_topic);
+    Py_CLEAR(self->c_tp);
+    return 0;
+}
+
+static void as_dealloc(AIOSend *self)
+{
+    PyObject_GC_UnTrack(self);
+    as_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The value of an int attribute as Py_ssize_t: 1 read, 0 not an exact int (the caller falls back),
+ * -1 error. */
+static int attr_ssize(PyObject *o, PyObject *name, Py_ssize_t *out)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v)
+        return -1;
+    if (!PyLong_CheckExact(v)) {
+        Py_DECREF(v);
+        return 0;
+    }
+    *out = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    if (*out == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+static int attr_set_ssize(PyObject *o, PyObject *name, Py_ssize_t v)
+{
+    PyObject *n = PyLong_FromSsize_t(v);
+    if (!n)
+        return -1;
+    int r = PyObject_SetAttr(o, name, n);
+    Py_DECREF(n);
+    return r;
+}
+
+static PyObject *as_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    AIOSend *self = (AIOSend *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *a[S_NARGS] = {NULL};
+    if (nargs > S_NARGS)
+        goto fallback;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        a[i] = args[i];
+    if (kwnames) {
+        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t j = 0; j < nk; j++) {
+            PyObject *k = PyTuple_GET_ITEM(kwnames, j);
+            int found = -1;
+            for (int i = 0; i < S_NARGS && found < 0; i++)
+                if (k == send_arg_strs[i])
+                    found = i;
+            for (int i = 0; i < S_NARGS && found < 0; i++)
+                if (PyUnicode_Compare(k, send_arg_strs[i]) == 0)
+                    found = i;
+            if (found < 0 || a[found])
+                goto fallback;              /* Python reports the TypeError */
+            a[found] = args[nargs + j];
+        }
+    }
+    for (int i = 0; i < S_NARGS; i++)
+        if (a[i] == Py_None)
+            a[i] = NULL;
+    PyObject *topic = a[S_TOPIC], *value = a[S_VALUE], *key = a[S_KEY];
+    if (!topic || !PyUnicode_CheckExact(topic) || a[S_HEADERS] ||
+        (value && !PyBytes_CheckExact(value)) || (key && !PyBytes_CheckExact(key)))
+        goto fallback;
+    /* the producer usable, with room: else the Python send waits or raises */
+    int r;
+    if ((r = attr_truthy(self->producer, s_aclosed)) != 0 || (r = attr_truthy(self->producer, s_afatal)) != 0) {
+        if (r < 0)
+            return NULL;
+        goto fallback;
+    }
+    Py_ssize_t buffered, queued;
+    if ((r = attr_ssize(self->producer, s_abuffered, &buffered)) <= 0 ||
+        (r = attr_ssize(self->producer, s_aqueued, &queued)) <= 0) {
+        if (r < 0)
+            return NULL;
+        goto fallback;
+    }
+    if (buffered > self->buffer_memory || queued >= self->max_queued)
+        goto fallback;
+    /* the topic's partitions */
+    PyObject *snap = PyObject_GetAttr(self->client, s_snapshot);
+    if (!snap)
+        return NULL;
+    PyObject *topics = PyObject_GetAttr(snap, s_atopics);
+    Py_DECREF(snap);
+    if (!topics)
+        return NULL;
+    Py_ssize_t n;
+    if (topics == self->c_topics && topic == self->c_topic) {
+        n = self->c_n;                      /* the same metadata, the same topic as last time */
+        Py_DECREF(topics);
+    } else {
+        PyObject *parts = PyDict_Check(topics) ? PyDict_GetItemWithError(topics, topic) : NULL;
+        if (!parts) {
+            Py_DECREF(topics);
+            if (PyErr_Occurred())
+                return NULL;
+            goto fallback;                  /* a new topic: Python asks for its metadata */
+        }
+        n = PyList_CheckExact(parts) ? PyList_GET_SIZE(parts) : 0;
+        /* partitions 0..n-1, as a topic has them: else Python checks each one */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *pi = PyList_GET_ITEM(parts, i);
+            if (!PyLong_CheckExact(pi) || PyLong_AsSsize_t(pi) != i) {
+                PyErr_Clear();
+                n = 0;
+            }
+        }
+        if (n <= 0) {
+            Py_DECREF(topics);
+            goto fallback;
+        }
+        Py_XSETREF(self->c_topics, topics);     /* the reference taken above */
+        Py_XSETREF(self->c_topic, Py_NewRef(topic));
+        self->c_n = n;
+    }
+    Py_ssize_t partition;
+    if (a[S_PARTITION]) {
+        if (!PyLong_CheckExact(a[S_PARTITION]))
+            goto fallback;
+        partition = PyLong_AsSsize_t(a[S_PARTITION]);
+        if (partition == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto fallback;
+        }
+        if (partition < 0 || partition >= n)
+            goto fallback;                  /* Python raises the clear error */
+    } else if (self->sticky == Py_None) {
+        goto fallback;                      /* a partitioner of the application's own */
+    } else if (key) {
+        partition = (Py_ssize_t)(murmur2((const uint8_t *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))
+                                 & 0x7FFFFFFFu) % n;
+    } else {                                /* null key: the topic's sticky partition (KIP-480) */
+        PyObject *sp = PyDict_GetItemWithError(self->sticky, topic);
+        if (!sp) {
+            if (PyErr_Occurred())
+                return NULL;
+            goto fallback;                  /* none yet: Python picks it */
+        }
+        partition = PyLong_CheckExact(sp) ? PyLong_AsSsize_t(sp) : -1;
+        if (partition == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (partition < 0 || partition >= n)
+            goto fallback;
+    }
+    long long ts;
+    if (a[S_TIMESTAMP]) {
+        if (!PyLong_CheckExact(a[S_TIMESTAMP]))
+            goto fallback;
+        int overflow;
+        ts = PyLong_AsLongLongAndOverflow(a[S_TIMESTAMP], &overflow);
+        if (overflow || (ts == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            goto fallback;
+        }
+    } else {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        ts = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    }
+    /* (topic, partition), the last one's tuple while they stay the same */
+    PyObject *tp = self->c_tp;
+    if (!tp || PyTuple_GET_ITEM(tp, 0) != topic ||
+        PyLong_AsSsize_t(PyTuple_GET_ITEM(tp, 1)) != partition) {
+        PyObject *pp = PyLong_FromSsize_t(partition);
+        if (!pp)
+            return NULL;
+        tp = PyTuple_Pack(2, topic, pp);
+        Py_DECREF(pp);
+        if (!tp)
+            return NULL;
+        Py_XSETREF(self->c_tp, tp);
+    }
+    PyObject *b = PyDict_GetItemWithError(self->open, tp);     /* borrowed */
+    if (!b) {
+        if (PyErr_Occurred())
+            return NULL;
+        goto fallback;                      /* no open batch: Python opens one */
+    }
+    if (Py_TYPE(b) != self->batch_type)
+        goto fallback;
+    RecordBuffer *rb = (RecordBuffer *)b;
+    if (rb->closed || !PyByteArray_CheckExact(rb->buf))
+        goto fallback;
+    Py_INCREF(b);
+    Py_INCREF(tp);
+    Py_ssize_t used = PyByteArray_GET_SIZE(rb->buf), delta = -1;
+    PyObject *rf = NULL, *fut = NULL, *shared = NULL;
+    int appended = rb_append(rb, key, value, ts, &delta);
+    if (appended < 0)
+        goto error;
+    if (appended == 0) {                    /* no room: Python closes it and opens the next */
+        Py_DECREF(b);
+        Py_DECREF(tp);
+        goto fallback;
+    }
+    if (attr_set_ssize(self->producer, s_abuffered, buffered + PyByteArray_GET_SIZE(rb->buf) - used) < 0 ||
+        attr_set_ssize(self->producer, s_aqueued, queued + 1) < 0)
+        goto error;
+    shared = PyObject_GetAttr(b, s_result);
+    if (!shared)
+        goto error;
+    AIORecord *rec = (AIORecord *)self->record_type->tp_alloc(self->record_type, 0);
+    if (!rec)
+        goto error;
+    rec->shared = shared;                   /* the reference taken above */
+    shared = NULL;
+    rec->tp = Py_NewRef(tp);
+    rec->delta = delta;
+    rec->ts = ts;
+    rf = (PyObject *)rec;
+    if (rb->closed) {                       /* full: on to the sender */
+        PyObject *r2 = PyObject_CallFunctionObjArgs(self->close_batch, tp, b, NULL);
+        if (!r2)
+            goto error;
+        Py_DECREF(r2);
+    }
+    PyObject *loop_arg[1] = {self->loop};
+    fut = PyObject_Vectorcall(self->future_type, loop_arg, 0, s_loop_kw);
+    if (!fut)
+        goto error;
+    PyObject *r3;
+    if (++self->sends % self->yield_every)
+        r3 = PyObject_CallMethodOneArg(fut, s_set_result, rf);
+    else                                    /* the loop's next turn completes it: other tasks run */
+        r3 = PyObject_CallFunctionObjArgs(self->call_soon, self->complete, fut, rf, NULL);
+    if (!r3)
+        goto error;
+    Py_DECREF(r3);
+    Py_DECREF(rf);
+    Py_DECREF(b);
+    Py_DECREF(tp);
+    return fut;
+
+error:
+    Py_XDECREF(shared);
+    Py_XDECREF(rf);
+    Py_XDECREF(fut);
+    Py_DECREF(b);
+    Py_DECREF(tp);
+    return NULL;
+
+fallback:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *as_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"producer", "client", "open", "batch_type", "record_type", "sticky",
+                             "future_type", "loop", "complete", "close_batch", "fallback", "buffer_memory",
+                             "max_queued", "yield_every", NULL};
+    PyObject *producer, *client, *open, *bt, *rt, *sticky, *ft, *loop, *complete, *close_batch, *fallback;
+    Py_ssize_t buffer_memory, max_queued, yield_every;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO!OOOOOOOOnnn:AIOSend", kwlist, &producer, &client,
+                                     &PyDict_Type, &open, &bt, &rt, &sticky, &ft, &loop, &complete,
+                                     &close_batch, &fallback, &buffer_memory, &max_queued, &yield_every))
+        return NULL;
+    if (!PyType_Check(bt) || !PyType_IsSubtype((PyTypeObject *)bt, &RecordBuffer_Type)) {
+        PyErr_SetString(PyExc_TypeError, "batch_type: a RecordBuffer subclass");
+        return NULL;
+    }
+    if (!PyType_Check(rt) || !PyType_IsSubtype((PyTypeObject *)rt, &AIORecord_Type) ||
+        ((PyTypeObject *)rt)->tp_basicsize != AIORecord_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "record_type: an AIORecord subclass without extra fields");
+        return NULL;
+    }
+    if (sticky != Py_None && !PyDict_Check(sticky)) {
+        PyErr_SetString(PyExc_TypeError, "sticky: a dict or None");
+        return NULL;
+    }
+    if (yield_every < 1) {
+        PyErr_SetString(PyExc_ValueError, "yield_every: at least 1");
+        return NULL;
+    }
+    AIOSend *self = (AIOSend *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->vectorcall = as_call;
+    self->call_soon = PyObject_GetAttrString(loop, "call_soon");
+    if (!self->call_soon) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->producer = Py_NewRef(producer);
+    self->client = Py_NewRef(client);
+    self->open = Py_NewRef(open);
+    self->batch_type = (PyTypeObject *)Py_NewRef(bt);
+    self->record_type = (PyTypeObject *)Py_NewRef(rt);
+    self->sticky = Py_NewRef(sticky);
+    self->future_type = Py_NewRef(ft);
+    self->loop = Py_NewRef(loop);
+    self->complete = Py_NewRef(complete);
+    self->close_batch = Py_NewRef(close_batch);
+    self->fallback = Py_NewRef(fallback);
+    self->buffer_memory = buffer_memory;
+    self->max_queued = max_queued;
+    self->yield_every = yield_every;
+    return (PyObject *)self;
+}
+
+static PyTypeObject AIOSend_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kohort.protocol._crecords.AIOSend",
+    .tp_basicsize = sizeof(AIOSend),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "AIOProducer.send()'s common case in C; every other case goes to the Python send.",
+    .tp_traverse = (traverseproc)as_traverse,
+    .tp_clear = (inquiry)as_clear,
+    .tp_dealloc = (destructor)as_dealloc,
+    .tp_new = as_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(AIOSend, vectorcall),
+};
+
+static int aio_send_types_init(PyObject *m)
+{
+    for (int i = 0; i < S_NARGS; i++)
+        if (!send_arg_strs[i] && !(send_arg_strs[i] = PyUnicode_InternFromString(send_arg_names[i])))
+            return -1;
+    if ((!s_aclosed && !(s_aclosed = PyUnicode_InternFromString("_closed"))) ||
+        (!s_afatal && !(s_afatal = PyUnicode_InternFromString("_fatal"))) ||
+        (!s_abuffered && !(s_abuffered = PyUnicode_InternFromString("_buffered"))) ||
+        (!s_aqueued && !(s_aqueued = PyUnicode_InternFromString("_queued"))) ||
+        (!s_snapshot && !(s_snapshot = PyUnicode_InternFromString("snapshot"))) ||
+        (!s_atopics && !(s_atopics = PyUnicode_InternFromString("topics"))) ||
+        (!s_result && !(s_result = PyUnicode_InternFromString("result"))) ||
+        (!s_set_result && !(s_set_result = PyUnicode_InternFromString("set_result"))) ||
+        (!s_loop_kw && !(s_loop_kw = Py_BuildValue("(s)", "loop"))))
+        return -1;
+    if (PyType_Ready(&AIORecord_Type) < 0 || PyType_Ready(&AIOSend_Type) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(m, "AIORecord", (PyObject *)&AIORecord_Type) < 0 ||
+        PyModule_AddObjectRef(m, "AIOSend", (PyObject *)&AIOSend_Type) < 0)
+        return -1;
+    return 0;
+}
+
 static int producer_types_init(PyObject *m)
 {
     for (int i = 0; i < N_ARGS; i++)
@@ -2161,7 +2653,7 @@ PyMODINIT_FUNC PyInit__crecords(void)
     }
     if (PyModule_AddObjectRef(m, "NeedsPython", g_needs_python) < 0 ||
         PyModule_AddIntConstant(m, "HW_CRC32C", HAVE_HW_CRC ? g_hw_crc : 0) < 0 ||
-        producer_types_init(m) < 0) {
+        producer_types_init(m) < 0 || aio_send_types_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

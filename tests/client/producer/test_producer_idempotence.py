@@ -172,3 +172,50 @@ def kohort_broker():
         b.stop()
         if b._tmp is not None:
             b._tmp.cleanup()
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_first_batch_keeps_the_batches_behind_it_from_landing_first(kafka_broker):
+    """A broker with no state for a producer id on a partition appends any sequence (as Kafka's
+    ProducerAppendInfo does), so until the partition has acknowledged a batch of the producer id only
+    one batch of it is in flight: its first batch failing (NOT_LEADER_OR_FOLLOWER, not appended) with
+    batches waiting behind it still gives every record once, in order, without error. (With 5 in
+    flight from the start, the batches behind it were appended first, and the first one, resent,
+    was refused as out of order.)"""
+    from kohort.client.consumer import Consumer
+    from kohort.structs import TopicPartition
+    kafka_broker.create_topic("first", partitions=1)
+    kafka_broker.create_topic("first-w", partitions=1)
+    bs = kafka_broker.bootstrap_servers
+    n = 400
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 0, "batch.size": 2048, "retry.backoff.ms": 10,
+                  "delivery.timeout.ms": 8000, "request.timeout.ms": 5000})
+    try:
+        p.produce("first-w", b"warm").result(10)         # the leader's connection and producer id ready
+        # the next Produce's answer is held back, and every answer behind it on the connection (the
+        # first batch's NOT_LEADER_OR_FOLLOWER too): batches behind the first one are written before
+        # its answer comes
+        kafka_broker.delay("Produce", 400)
+        kafka_broker.fail_next("Produce", "NOT_LEADER_OR_FOLLOWER")
+        held = p.produce("first-w", b"held")
+        deadline = time.monotonic() + 5
+        while sum(p.sender.node_requests.values()) < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)                            # its request is sent
+        futs = [p.produce("first", b"%06d" % i + b"x" * 200, partition=0) for i in range(n)]
+        assert p.flush(20) == 0
+        assert held.exception(0) is None
+        assert [f.exception(0) for f in futs] == [None] * n
+        assert [f.result(0).offset for f in futs] == list(range(n))
+    finally:
+        p.close()
+    assert kafka_broker.faults_applied("Produce") == 2
+    c = Consumer({"bootstrap.servers": bs, "auto.offset.reset": "earliest"})
+    try:
+        c.assign([TopicPartition("first", 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            got += [int(r.value[:6]) for r in c.poll(0.5)]
+    finally:
+        c.close()
+    assert got == list(range(n))
