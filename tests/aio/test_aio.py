@@ -378,7 +378,7 @@ def test_decode_steps_cover_every_record_once():
     payload = batch(0, 10, 100) + batch(10, 3000, 100) + batch(3010, 5, 10) + batch(3015, 2000, 100, codec=1) \
         + batch(5015, 1, 200_000)
     whole = decode_records_list(payload, min_offset=7, record_factory=ConsumerRecord, prefix=("t", 0))
-    step, total = _step(memoryview(payload), False)
+    step, total = _step(memoryview(payload), 5016, False)
     assert total == 5016 and step == min(DECODE_STEP_RECORDS, total * DECODE_SLICE_BYTES // len(payload))
     chunks, left, got = _decoded(payload)
     assert got == whole and len(got) == 5016 - 7

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import struct
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -45,7 +46,7 @@ from kohort.client.consumer.offsets import (
 )
 from kohort.protocol.framing import Versioned
 from kohort.client.requests import read_list_offsets
-from kohort.errors import DecodeError, ErrorCode, KafkaConnectionError, KafkaTimeoutError, KohortError, for_code
+from kohort.errors import ErrorCode, KafkaConnectionError, KafkaTimeoutError, KohortError, for_code
 from kohort.protocol.messages.fetch import FetchRequest
 from kohort.protocol.messages.list_offsets import ListOffsetsRequest
 from kohort.protocol.records import (
@@ -64,6 +65,7 @@ _REFRESH = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT
                       ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR,
                       ErrorCode.OFFSET_NOT_AVAILABLE})
 _new = tuple.__new__
+_I64 = struct.Struct(">q")
 
 
 class ConsumerStoppedError(KohortError):
@@ -138,18 +140,18 @@ class _Chunk:
         self.next_offset, self.seek_epoch, self.nbytes = next_offset, seek_epoch, nbytes
 
 
-def _step(view, legacy: bool) -> tuple[int, int]:
-    """(records per decode step, records in the payload) for a fetch's record bytes: about
-    DECODE_SLICE_BYTES of records per step (of compressed bytes in a compressed batch), at most
-    DECODE_STEP_RECORDS; DECODE_LEGACY_STEP records and an unknown total for a payload with legacy
-    (magic 0/1) entries or a header iter_batches refuses (the decoder then names the problem)."""
-    if legacy:
+def _step(view, next_offset: int, legacy: bool) -> tuple[int, int]:
+    """(records per decode step, about how many records the payload holds) for a fetch's record bytes
+    ending before `next_offset`: about DECODE_SLICE_BYTES of fetched bytes per step (of compressed
+    bytes in a compressed batch), at most DECODE_STEP_RECORDS. The count is the offset span from the
+    first batch's base offset (compacted topics hold fewer: their steps are then bigger in bytes; a
+    control batch adds one); legacy (magic 0/1) entries take DECODE_LEGACY_STEP records and no count."""
+    if legacy or len(view) < 8:
         return DECODE_LEGACY_STEP, 0
-    try:
-        count = sum(h.records_count for _pos, h in iter_batches(view) if not h.is_control)
-    except DecodeError:
+    count = next_offset - _I64.unpack_from(view, 0)[0]
+    if count <= 0:
         return DECODE_LEGACY_STEP, 0
-    per = max(1, count * DECODE_SLICE_BYTES // max(1, len(view)))
+    per = max(1, count * DECODE_SLICE_BYTES // len(view))
     return min(per, DECODE_STEP_RECORDS), count
 
 
@@ -702,7 +704,7 @@ class AIOConsumer:
             runs = _kept_runs(view, sent[0], aborted)
         else:
             runs = [(0, nbytes)]
-        step, total = _step(view, legacy)
+        step, total = _step(view, nxt, legacy)
         per = nbytes / total if total else 0.0        # fetched bytes counted per record until the last step
         counted = 0
         prefix = (tp.topic, tp.partition)
@@ -782,7 +784,11 @@ class AIOConsumer:
             take = len(recs) - c.index if limit is None else min(len(recs) - c.index, limit - n)
             if take:
                 part = recs[c.index:c.index + take] if c.index or take < len(recs) else recs
-                out.setdefault(c.tp, []).extend(part)
+                have = out.get(c.tp)
+                if have is None:
+                    out[c.tp] = part        # a fresh slice, or the chunk's own list: the chunk is done with it
+                else:
+                    have.extend(part)
                 c.index += take
                 n += take
                 last = part[-1]
