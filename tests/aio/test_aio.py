@@ -343,8 +343,9 @@ def test_record_futures_work_with_await_gather_wait_and_callbacks(broker):
 
 
 def _decoded(payload, fetch_offset=7, aborted=None, isolation="read_uncommitted", **kw):
-    """What AIOConsumer._decode buffers for one answer's records: (chunks, buffered bytes after all
-    were taken, records handed out); no broker: the consumer is not started."""
+    """What AIOConsumer._decode buffers for one answer's records: ((records, bytes counted, next
+    offset) per chunk, buffered bytes after all were taken, records handed out); no broker: the
+    consumer is not started."""
     from kohort.aio.consumer import AIOConsumer, _PState
     from kohort.protocol.records import DecompressionBudget, scan_batches
 
@@ -356,7 +357,7 @@ def _decoded(payload, fetch_offset=7, aborted=None, isolation="read_uncommitted"
     nxt, _ep, legacy = scan_batches(view, fetch_offset, True)
     st.buffered = len(view)
     asyncio.run(c._decode(tp, st, view, (fetch_offset, 0), nxt, legacy, aborted, DecompressionBudget()))
-    chunks = list(c._chunks)
+    chunks = [(len(ch.records), ch.nbytes, ch.next_offset) for ch in c._chunks]
     got = []
     while c._chunks:
         got += c._take(set(), None).get(tp, [])
@@ -382,9 +383,9 @@ def test_decode_steps_cover_every_record_once():
     assert total == 5016 and step == min(DECODE_STEP_RECORDS, total * DECODE_SLICE_BYTES // len(payload))
     chunks, left, got = _decoded(payload)
     assert got == whole and len(got) == 5016 - 7
-    assert len(chunks) >= len(whole) // step and all(len(ch.records) <= step for ch in chunks)
-    assert sum(ch.nbytes for ch in chunks) == len(payload) and left == 0
-    assert [ch.next_offset for ch in chunks[:-1]] == [None] * (len(chunks) - 1) and chunks[-1].next_offset == 5016
+    assert len(chunks) >= len(whole) // step and all(n <= step for n, _b, _o in chunks)
+    assert sum(b for _n, b, _o in chunks) == len(payload) and left == 0
+    assert [o for _n, _b, o in chunks] == [None] * (len(chunks) - 1) + [5016]
     # deserializers apply to every step
     _c, _l, got = _decoded(payload, value_deserializer=len)
     assert [r.value for r in got] == [len(r.value) for r in whole]
@@ -407,7 +408,7 @@ def test_decode_steps_read_committed_and_legacy():
     want = decode_partition("t", 0, payload, 1, aborted=aborted, read_committed=True)[0]
     assert len(want) == 2 + 40 + 900
     chunks, left, got = _decoded(payload, 1, aborted, "read_committed")
-    assert got == want and left == 0 and sum(ch.nbytes for ch in chunks) == len(payload)
+    assert got == want and left == 0 and sum(b for _n, b, _o in chunks) == len(payload)
     _c, _l, got = _decoded(payload, 1, None, "read_committed")
     assert got == decode_partition("t", 0, payload, 1)[0] and len(got) == 2 + 2000 + 40 + 900
     old = legacy_msg(0, 1, b"k", b"v", timestamp=3) + legacy_msg(1, 1, None, b"w", timestamp=4)
