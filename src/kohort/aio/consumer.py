@@ -56,7 +56,7 @@ from kohort.structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetad
 
 log = logging.getLogger("kohort.aio.consumer")
 
-DECODE_SLICE_BYTES = 64 * 1024
+DECODE_SLICE_BYTES = 256 * 1024
 DECODE_STEP_RECORDS = 2048
 DECODE_LEGACY_STEP = 256
 FETCH_MAX_VERSION = 12          # topics by name (v13+ names them by id)
@@ -221,6 +221,7 @@ class AIOConsumer:
         self._data = _Signal()
         self._wake = _Signal()
         self._fetching: set[int] = set()
+        self._held = False               # the last _send_fetches left a partition out for what it buffered
         self._sessions: dict[int, FetchSession] = {}       # one incremental fetch session per broker (KIP-227)
         self._tasks: set = set()
         self._errors: list[BaseException] = []
@@ -559,10 +560,15 @@ class AIOConsumer:
         # wait to be read; everything waiting together stays under fetch_max_bytes
         limit = 2 * self.max_partition_fetch_bytes
         parts = self._parts
+        self._held = False
         if sum(st.buffered for st in parts.values()) >= self.fetch_max_bytes:
+            self._held = True
             return
         for tp, st in parts.items():
-            if st.paused or st.fetch_offset is None or st.buffered >= limit:
+            if st.paused or st.fetch_offset is None:
+                continue
+            if st.buffered >= limit:
+                self._held = True
                 continue
             leader = self.client.leader_for(tp)
             if leader is None:
@@ -797,7 +803,8 @@ class AIOConsumer:
                 if c.next_offset is not None:
                     st.position = max(st.position or 0, c.next_offset)
                 st.buffered = max(0, st.buffered - c.nbytes)
-                self._wake.set()
+                if self._held:          # a fetch was held back for what waits: it may go out now
+                    self._wake.set()
             else:
                 keep.append(c)
         keep.extend(self._chunks)
