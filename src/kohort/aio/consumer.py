@@ -56,8 +56,8 @@ from kohort.structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetad
 
 log = logging.getLogger("kohort.aio.consumer")
 
-DECODE_SLICE_BYTES = 256 * 1024
-DECODE_STEP_RECORDS = 2048
+DECODE_SLICE_BYTES = 128 * 1024
+DECODE_STEP_RECORDS = 1024
 DECODE_LEGACY_STEP = 256
 FETCH_MAX_VERSION = 12          # topics by name (v13+ names them by id)
 _REFRESH = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
