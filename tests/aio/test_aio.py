@@ -342,26 +342,79 @@ def test_record_futures_work_with_await_gather_wait_and_callbacks(broker):
     run(main())
 
 
-def test_decode_pieces_cover_every_record_once():
-    """A fetch payload of small batches, a large uncompressed one and a large compressed one decodes,
-    piece by bounded piece, to exactly what one decode of the whole gives."""
-    from kohort.aio.consumer import DECODE_SLICE_BYTES, _pieces
+def _decoded(payload, fetch_offset=7, aborted=None, isolation="read_uncommitted", **kw):
+    """What AIOConsumer._decode buffers for one answer's records: ((records, bytes counted, next
+    offset) per chunk, buffered bytes after all were taken, records handed out); no broker: the
+    consumer is not started."""
+    from kohort.aio.consumer import AIOConsumer, _PState
+    from kohort.protocol.records import DecompressionBudget, scan_batches
+
+    c = AIOConsumer(bootstrap_servers="127.0.0.1:1", isolation_level=isolation, **kw)
+    tp = TopicPartition("t", 0)
+    st = c._parts[tp] = _PState()
+    st.position = st.fetch_offset = fetch_offset
+    view = memoryview(payload)
+    nxt, _ep, legacy = scan_batches(view, fetch_offset, True)
+    st.buffered = len(view)
+    asyncio.run(c._decode(tp, st, view, (fetch_offset, 0), nxt, legacy, aborted, DecompressionBudget()))
+    chunks = [(len(ch.records), ch.nbytes, ch.next_offset) for ch in c._chunks]
+    got = []
+    while c._chunks:
+        got += c._take(set(), None).get(tp, [])
+    assert st.position == nxt
+    return chunks, st.buffered, got
+
+
+def test_decode_steps_cover_every_record_once():
+    """A fetch payload of small batches, a large uncompressed one, a large compressed one and a big
+    record decodes, step by bounded step, to exactly what one decode of the whole gives; every fetched
+    byte is counted once."""
+    from kohort.aio.consumer import DECODE_SLICE_BYTES, DECODE_STEP_RECORDS, _step
     from kohort.protocol.records import build_batch, decode_records_list
+    from kohort.structs import ConsumerRecord
 
     def batch(base, n, size, codec=0):
         return build_batch([(None, b"%d" % i + b"x" * size, None, 1000 + i) for i in range(n)], base_offset=base,
                            compression=codec)
     payload = batch(0, 10, 100) + batch(10, 3000, 100) + batch(3010, 5, 10) + batch(3015, 2000, 100, codec=1) \
         + batch(5015, 1, 200_000)
-    whole = decode_records_list(payload, min_offset=7)
-    pieces = _pieces(memoryview(payload))
-    got = []
-    for a, b, lo, hi, _size in pieces:
-        got += decode_records_list(payload[a:b], min_offset=7 if lo is None else max(lo, 7), max_offset=hi)
+    whole = decode_records_list(payload, min_offset=7, record_factory=ConsumerRecord, prefix=("t", 0))
+    step, total = _step(memoryview(payload), 5016, False)
+    assert total == 5016 and step == min(DECODE_STEP_RECORDS, total * DECODE_SLICE_BYTES // len(payload))
+    chunks, left, got = _decoded(payload)
     assert got == whole and len(got) == 5016 - 7
-    big = [p for p in pieces if p[2] is not None]
-    assert len(big) >= 3000 * 110 // DECODE_SLICE_BYTES          # the large plain batch is cut by offsets
-    assert sum(p[4] for p in pieces) == len(payload)
+    assert len(chunks) >= len(whole) // step and all(n <= step for n, _b, _o in chunks)
+    assert sum(b for _n, b, _o in chunks) == len(payload) and left == 0
+    assert [o for _n, _b, o in chunks] == [None] * (len(chunks) - 1) + [5016]
+    # deserializers apply to every step
+    _c, _l, got = _decoded(payload, value_deserializer=len)
+    assert [r.value for r in got] == [len(r.value) for r in whole]
+
+
+def test_decode_steps_read_committed_and_legacy():
+    """read_committed drops an aborted transaction's batches (and every control batch) through the
+    stepped decoder, as the threaded consumer's decode_partition; legacy entries decode alike."""
+    from kohort.client.consumer.fetcher import decode_partition
+    from kohort.protocol.records import build_batch, build_control_batch
+    from tests.protocol.test_records import legacy_msg
+
+    def txn(base, n, pid, codec=0):
+        return build_batch([(None, b"p%d-%d" % (pid, i), None, 5) for i in range(n)], base_offset=base,
+                           producer_id=pid, producer_epoch=0, transactional=True, compression=codec)
+    payload = (build_batch([(None, b"plain", None, 1)] * 3)
+               + txn(3, 2000, 7) + txn(2003, 40, 8, codec=2) + build_control_batch(False, 7, 0, 2043)
+               + build_control_batch(True, 8, 0, 2044) + txn(2045, 900, 7) + build_control_batch(True, 7, 0, 2945))
+    aborted = [type("A", (), {"producer_id": 7, "first_offset": 3})()]
+    want = decode_partition("t", 0, payload, 1, aborted=aborted, read_committed=True)[0]
+    assert len(want) == 2 + 40 + 900
+    chunks, left, got = _decoded(payload, 1, aborted, "read_committed")
+    assert got == want and left == 0 and sum(b for _n, b, _o in chunks) == len(payload)
+    _c, _l, got = _decoded(payload, 1, None, "read_committed")
+    assert got == decode_partition("t", 0, payload, 1)[0] and len(got) == 2 + 2000 + 40 + 900
+    old = legacy_msg(0, 1, b"k", b"v", timestamp=3) + legacy_msg(1, 1, None, b"w", timestamp=4)
+    legacy = old + build_batch([(None, b"x", None, 9)] * 600, base_offset=2)
+    _c, _l, got = _decoded(legacy, 1)
+    assert got == decode_partition("t", 0, legacy, 1)[0] and len(got) == 601
 
 
 def test_sasl_plain_listener_and_a_wrong_password():

@@ -5,16 +5,16 @@ broker (Kafka's rule), in an incremental fetch session (KIP-227: `client/consume
 the full partition set first, then only what changed); a partition is fetched again while less than
 two answers' worth of its records (`max_partition_fetch_bytes` each) wait to be read, all of them
 within `fetch_max_bytes`, so the broker serves the next fetch while the application reads the last.
-Decoding never stalls the loop for long: an answer's record bytes are cut at batch boundaries into
-slices of at most `DECODE_SLICE_BYTES` (an uncompressed batch larger than that into offset ranges:
-each range reads the batch's records from its start but builds only its own, which costs a 1 MiB
-batch of 100 B records about a quarter more than one call and keeps each step near 0.1 ms), each
-decoded by the compiled decoder (`records.decode_records_list`) in one go, with a turn of the loop
-between slices. What an answer's partitions decompress to shares one `DecompressionBudget` (256 MiB),
-as in client/consumer/fetcher.py: a partition refused for want of what is left is fetched again from
-its position and decoded first next time; one that fails alone raises an error naming it and its
-offset from the next read and keeps its position. Records holding more bytes than were fetched count
-their decompressed size against max_partition_fetch_bytes.
+Decoding never stalls the loop for long: a partition's records are decoded in steps of about
+`DECODE_SLICE_BYTES` of fetched bytes (at most `DECODE_STEP_RECORDS` records) by `records.RecordCursor`
+(the compiled decoder when built), each step resuming where the last stopped, mid-batch included, so
+the steps together cost one decode of the whole and a compressed batch is decompressed once; the loop
+turns between steps. read_committed (KIP-98) decodes only the runs of batches
+`records.AbortedTransactions` keeps. What an answer's partitions decompress to shares one
+`DecompressionBudget` (256 MiB), as in client/consumer/fetcher.py: a partition refused for want of
+what is left is fetched again from its position and decoded first next time; one that fails alone
+raises an error naming it and its offset from the next read and keeps its position. Records holding
+more bytes than were fetched count their decompressed size against max_partition_fetch_bytes.
 
 Positions: a partition's `position` (next record to hand out) is kept apart from its `fetch_offset`
 (next to ask for); a seek, pause or revocation bumps its `seek_epoch`, and records fetched under an
@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import struct
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -36,7 +37,7 @@ from collections.abc import Mapping
 from kohort.aio.client import AIOClient, ClientSettings
 from kohort.aio.group import AIOGroupMember
 from kohort.client.consumer.fetcher import (
-    FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FetchSession, decode_partition, partition_decode_error,
+    FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FetchSession, partition_decode_error,
 )
 from kohort.client.consumer.membership_common import MemberConfig
 from kohort.client.consumer.offsets import (
@@ -49,19 +50,22 @@ from kohort.errors import ErrorCode, KafkaConnectionError, KafkaTimeoutError, Ko
 from kohort.protocol.messages.fetch import FetchRequest
 from kohort.protocol.messages.list_offsets import ListOffsetsRequest
 from kohort.protocol.records import (
-    DEFAULT_MAX_SIZE, DecompressionBudget, decode_records_list, iter_batches, scan_batches,
+    DEFAULT_MAX_SIZE, AbortedTransactions, DecompressionBudget, RecordCursor, iter_batches, scan_batches,
 )
 from kohort.structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 log = logging.getLogger("kohort.aio.consumer")
 
-DECODE_SLICE_BYTES = 64 * 1024
+DECODE_SLICE_BYTES = 128 * 1024
+DECODE_STEP_RECORDS = 1024
+DECODE_LEGACY_STEP = 256
 FETCH_MAX_VERSION = 12          # topics by name (v13+ names them by id)
 _REFRESH = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
                       ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
                       ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR,
                       ErrorCode.OFFSET_NOT_AVAILABLE})
 _new = tuple.__new__
+_I64 = struct.Struct(">q")
 
 
 class ConsumerStoppedError(KohortError):
@@ -136,33 +140,35 @@ class _Chunk:
         self.next_offset, self.seek_epoch, self.nbytes = next_offset, seek_epoch, nbytes
 
 
-def _pieces(view) -> list[tuple[int, int, int | None, int | None, int]]:
-    """How to decode a fetch's record bytes in bounded steps: (start, end, min offset, max offset,
-    bytes counted) per step. Whole batches are grouped up to DECODE_SLICE_BYTES; an uncompressed
-    batch larger than that is decoded in offset ranges of about that many bytes (a compressed one
-    is decoded whole: each range would decompress it again)."""
-    out = []
-    start = end = 0
+def _step(view, next_offset: int, legacy: bool) -> tuple[int, int]:
+    """(records per decode step, about how many records the payload holds) for a fetch's record bytes
+    ending before `next_offset`: about DECODE_SLICE_BYTES of fetched bytes per step (of compressed
+    bytes in a compressed batch), at most DECODE_STEP_RECORDS. The count is the offset span from the
+    first batch's base offset (compacted topics hold fewer: their steps are then bigger in bytes; a
+    control batch adds one); legacy (magic 0/1) entries take DECODE_LEGACY_STEP records and no count."""
+    if legacy or len(view) < 8:
+        return DECODE_LEGACY_STEP, 0
+    count = next_offset - _I64.unpack_from(view, 0)[0]
+    if count <= 0:
+        return DECODE_LEGACY_STEP, 0
+    per = max(1, count * DECODE_SLICE_BYTES // len(view))
+    return min(per, DECODE_STEP_RECORDS), count
+
+
+def _kept_runs(view, fetch_offset: int, aborted) -> list[tuple[int, int]]:
+    """read_committed (KIP-98): the byte ranges of runs of consecutive batches whose records are
+    delivered (`records.AbortedTransactions`); batches wholly before `fetch_offset` are left out."""
+    keep = AbortedTransactions(aborted).keep
+    runs: list[tuple[int, int]] = []
     for pos, h in iter_batches(view):
-        stop = pos + h.total_size
-        if h.total_size > DECODE_SLICE_BYTES and h.compression == 0 and h.records_count > 1:
-            if end > start:
-                out.append((start, end, None, None, end - start))
-            step = max(1, h.records_count * DECODE_SLICE_BYTES // h.total_size)
-            lo = h.base_offset
-            while lo <= h.last_offset:
-                hi = lo + step
-                out.append((pos, stop, lo, hi, h.total_size if hi > h.last_offset else 0))
-                lo = hi
-            start = end = stop
+        if h.next_offset <= fetch_offset or not keep(view, pos, h):
             continue
-        if stop - start > DECODE_SLICE_BYTES and end > start:
-            out.append((start, end, None, None, end - start))
-            start = end
-        end = stop
-    if end > start:
-        out.append((start, end, None, None, end - start))
-    return out
+        end = pos + h.total_size
+        if runs and runs[-1][1] == pos:
+            runs[-1] = (runs[-1][0], end)
+        else:
+            runs.append((pos, end))
+    return runs
 
 
 class AIOConsumer:
@@ -215,6 +221,7 @@ class AIOConsumer:
         self._data = _Signal()
         self._wake = _Signal()
         self._fetching: set[int] = set()
+        self._held = False               # the last _send_fetches left a partition out for what it buffered
         self._sessions: dict[int, FetchSession] = {}       # one incremental fetch session per broker (KIP-227)
         self._tasks: set = set()
         self._errors: list[BaseException] = []
@@ -553,10 +560,15 @@ class AIOConsumer:
         # wait to be read; everything waiting together stays under fetch_max_bytes
         limit = 2 * self.max_partition_fetch_bytes
         parts = self._parts
+        self._held = False
         if sum(st.buffered for st in parts.values()) >= self.fetch_max_bytes:
+            self._held = True
             return
         for tp, st in parts.items():
-            if st.paused or st.fetch_offset is None or st.buffered >= limit:
+            if st.paused or st.fetch_offset is None:
+                continue
+            if st.buffered >= limit:
+                self._held = True
                 continue
             leader = self.client.leader_for(tp)
             if leader is None:
@@ -694,28 +706,36 @@ class AIOConsumer:
                       budget: DecompressionBudget) -> None:
         nbytes = len(view)
         before = budget.left
-        if (self.isolation == READ_COMMITTED and aborted) or legacy:
-            recs = decode_partition(tp.topic, tp.partition, view, sent[0], check_crcs=self.check_crcs,
-                                    aborted=aborted, read_committed=self.isolation == READ_COMMITTED,
-                                    max_size=budget)[0]
-            self._buffer(tp, st, recs, nxt, sent[1], nbytes + self._grown(tp, st, sent[1], before - budget.left, nbytes))
-            return
-        pieces = _pieces(view)
+        if self.isolation == READ_COMMITTED and aborted:
+            runs = _kept_runs(view, sent[0], aborted)
+        else:
+            runs = [(0, nbytes)]
+        step, total = _step(view, nxt, legacy)
+        per = nbytes / total if total else 0.0        # fetched bytes counted per record until the last step
         counted = 0
-        for i, (a, b, lo, hi, size) in enumerate(pieces):
-            last = i == len(pieces) - 1
-            recs = self._decode_slice(tp, view[a:b], sent[0] if lo is None else max(lo, sent[0]), hi, budget)
-            size = nbytes - counted if last else size
-            counted += size
-            if last:
-                size += self._grown(tp, st, sent[1], before - budget.left, nbytes)
-            self._buffer(tp, st, recs, nxt if last else None, sent[1], size)
-            if not last:
+        prefix = (tp.topic, tp.partition)
+        # v2 CRCs were checked by scan_batches; a legacy entry's are checked while it is decoded
+        check = self.check_crcs and legacy
+        for i, (a, b) in enumerate(runs):
+            cur = RecordCursor(view[a:b], check, budget, min_offset=sent[0], record_factory=ConsumerRecord,
+                               prefix=prefix)
+            final = i == len(runs) - 1
+            while True:
+                recs = self._deserialize(cur.take(step))
+                if cur.done and final:
+                    size = nbytes - counted + self._grown(tp, st, sent[1], before - budget.left, nbytes)
+                    self._buffer(tp, st, recs, nxt, sent[1], size)
+                    return
+                size = min(nbytes - counted, int(len(recs) * per))
+                counted += size
+                if recs:
+                    self._buffer(tp, st, recs, None, sent[1], size)
+                if cur.done:
+                    break
                 await asyncio.sleep(0)
                 if st.seek_epoch != sent[1] or self._parts.get(tp) is not st:
                     return
-        if not pieces:
-            self._buffer(tp, st, [], nxt, sent[1], nbytes)
+        self._buffer(tp, st, [], nxt, sent[1], nbytes - counted)
 
     def _grown(self, tp, st: _PState, seek_epoch: int, spent: int, nbytes: int) -> int:
         """Bytes the decoded records hold beyond the fetched `nbytes` (decompressed `spent`), now
@@ -725,10 +745,7 @@ class AIOConsumer:
         st.buffered += spent - nbytes
         return spent - nbytes
 
-    def _decode_slice(self, tp, view, min_offset: int, max_offset: int | None = None,
-                      budget: int | DecompressionBudget = DEFAULT_MAX_SIZE) -> list:
-        recs = decode_records_list(view, False, budget, min_offset=min_offset, max_offset=max_offset,
-                                   record_factory=ConsumerRecord, prefix=(tp.topic, tp.partition))
+    def _deserialize(self, recs: list) -> list:
         kd, vd = self.key_deserializer, self.value_deserializer
         if kd is None and vd is None:
             return recs
@@ -773,7 +790,11 @@ class AIOConsumer:
             take = len(recs) - c.index if limit is None else min(len(recs) - c.index, limit - n)
             if take:
                 part = recs[c.index:c.index + take] if c.index or take < len(recs) else recs
-                out.setdefault(c.tp, []).extend(part)
+                have = out.get(c.tp)
+                if have is None:
+                    out[c.tp] = part        # a fresh slice, or the chunk's own list: the chunk is done with it
+                else:
+                    have.extend(part)
                 c.index += take
                 n += take
                 last = part[-1]
@@ -782,7 +803,8 @@ class AIOConsumer:
                 if c.next_offset is not None:
                     st.position = max(st.position or 0, c.next_offset)
                 st.buffered = max(0, st.buffered - c.nbytes)
-                self._wake.set()
+                if self._held:          # a fetch was held back for what waits: it may go out now
+                    self._wake.set()
             else:
                 keep.append(c)
         keep.extend(self._chunks)

@@ -20,6 +20,10 @@
  *       written back (one budget for the partitions of a Fetch response).
  *   decode_columns(buf, check_crc=False, max_size=..., min_offset=None, max_offset=None) -> tuple
  *       The same records as Arrow-shaped buffers (see records.Columns for the layout).
+ *   FetchCursor(buf, check_crc=False, max_size=..., min_offset=None, max_offset=None,
+ *               record_factory=None, prefix=()).take(n) -> list
+ *       decode_fetch's records n at a time: each take resumes where the last stopped, mid-batch
+ *       included, and a compressed batch is decompressed once (records.RecordCursor wraps it).
  *   decode_chunk(buf, start, check_crc, max_size, max_records) -> (list, next)
  *       decode_fetch's tuples in pieces of whole entries (iter_records streams with it, so the
  *       records of one piece are freed while the next is decoded); max_size limits each batch.
@@ -278,6 +282,7 @@ typedef struct {
     PyObject *budget_obj;      /* records.DecompressionBudget given by the caller, borrowed, or NULL */
     Py_ssize_t start, next;    /* walk from `start`; `next`: where a chunked walk stopped, -1 at the end */
     Py_ssize_t max_records;    /* chunked walk (tuples only): stop at the first entry boundary past this */
+    Py_ssize_t take_limit;     /* FetchCursor.take: stop right after the record that fills `out` to this */
     PyObject *last_ts_obj;     /* the last timestamp made, and its value */
     int64_t last_ts;
 } sink_t;
@@ -522,17 +527,18 @@ fail:
 }
 
 /* -- the records section of one batch (uncompressed bytes d[p:end]) ---------------------------- */
-static int decode_body(sink_t *s, const uint8_t *d, Py_ssize_t p, Py_ssize_t end, int32_t count,
-                       int64_t base_offset, int64_t base_ts, int lat, int64_t max_ts, int epoch)
+/* Records *ip .. count-1 of a batch body, from *pp: 0 once all are read (and the body is used up
+ * exactly), 1 when the sink's take_limit was reached right after a record (*pp and *ip then say
+ * where the next call resumes), -1 with an exception set. */
+static int decode_records(sink_t *s, const uint8_t *d, Py_ssize_t *pp, Py_ssize_t end, int32_t *ip,
+                          int32_t count, int64_t base_offset, int64_t base_ts, int lat, int64_t max_ts,
+                          int epoch)
 {
-    if (count < 0 || count > (end - p) / MIN_RECORD_SIZE) {
-        corrupt("records count %d cannot fit in %zd bytes", (int)count, end - p);
-        return -1;
-    }
+    Py_ssize_t p = *pp;
     rec_t r;
     r.tstype = lat ? 1 : 0;
     r.epoch = epoch;
-    for (int32_t i = 0; i < count; i++) {
+    for (int32_t i = *ip; i < count; i++) {
         uint64_t b;
         int wide = 0;
         /* Length */
@@ -634,12 +640,30 @@ static int decode_body(sink_t *s, const uint8_t *d, Py_ssize_t p, Py_ssize_t end
         }
         if (emit(s, &r) < 0)
             return -1;
+        if (s->take_limit && PyList_GET_SIZE(s->out) >= s->take_limit) {
+            *pp = p;
+            *ip = i + 1;
+            return 1;
+        }
     }
+    *ip = count;
+    *pp = p;
     if (p != end) {
         corrupt("%zd bytes left over after the declared records", end - p);
         return -1;
     }
     return 0;
+}
+
+static int decode_body(sink_t *s, const uint8_t *d, Py_ssize_t p, Py_ssize_t end, int32_t count,
+                       int64_t base_offset, int64_t base_ts, int lat, int64_t max_ts, int epoch)
+{
+    if (count < 0 || count > (end - p) / MIN_RECORD_SIZE) {
+        corrupt("records count %d cannot fit in %zd bytes", (int)count, end - p);
+        return -1;
+    }
+    int32_t i = 0;
+    return decode_records(s, d, &p, end, &i, count, base_offset, base_ts, lat, max_ts, epoch);
 }
 
 /* -- legacy entries: Python reads them, we copy them into the sink ------------------------------ */
@@ -1092,6 +1116,350 @@ done:
     Py_XDECREF(default_max);
     return result;
 }
+
+/* -- FetchCursor: decode_fetch in resumable steps ------------------------------------------------
+ * FetchCursor(buf, check_crc, max_size, min_offset, max_offset, record_factory, prefix) walks a
+ * fetch payload as decode_fetch does (same checks in the same order, same records, same budget),
+ * but take(n) returns only the next n records kept and remembers where it stopped: the entry
+ * position, and inside a batch the record index, the body position and the decompressed body
+ * (each batch is decompressed once). The buffer stays exported while records are left. A legacy
+ * (magic 0/1) entry raises NeedsPython, as do the int64 overflows decode_fetch hands to Python;
+ * `resume` (entry position, records of that batch already read, budget left before its
+ * decompression) is then where the take that raised began, for records.py's Python twin. Any
+ * error ends the cursor. */
+typedef struct {
+    PyObject_HEAD
+    sink_t s;
+    PyObject *buf;              /* the payload object, exported into view while not done */
+    Py_buffer view;
+    PyObject *max_size;         /* int or DecompressionBudget */
+    PyObject *factory, *prefix;
+    Py_ssize_t pos;             /* next entry */
+    Py_ssize_t batch_end;
+    int in_batch;               /* inside a v2 data batch: the fields below are live */
+    PyObject *raw;              /* decompressed body (bytes-like) or NULL: body in view */
+    Py_buffer rb;
+    const uint8_t *body;
+    Py_ssize_t p, end;
+    int32_t i, count;
+    int64_t base_offset, base_ts, max_ts;
+    int lat, epoch;
+    Py_ssize_t resume_pos;      /* where the last take began */
+    int32_t resume_i;
+    long long resume_left;
+    char done;
+    char busy;                  /* inside take(): a record factory calling take() again is refused */
+} FetchCursor;
+
+static void cursor_drop_batch(FetchCursor *c)
+{
+    if (c->raw) {
+        PyBuffer_Release(&c->rb);
+        Py_CLEAR(c->raw);
+    }
+    c->in_batch = 0;
+}
+
+static void cursor_finish(FetchCursor *c)
+{
+    cursor_drop_batch(c);
+    if (c->s.src) {
+        Py_CLEAR(c->s.src_view);     /* before the buffer export it views is released */
+        PyBuffer_Release(&c->view);
+        c->s.src = NULL;
+    }
+    c->done = 1;
+}
+
+static int cursor_traverse(FetchCursor *c, visitproc visit, void *arg)
+{
+    Py_VISIT(c->buf);
+    Py_VISIT(c->max_size);
+    Py_VISIT(c->factory);
+    Py_VISIT(c->prefix);
+    return 0;
+}
+
+static int cursor_clear(FetchCursor *c)
+{
+    cursor_finish(c);
+    c->s.factory = c->s.prefix = c->s.max_size = c->s.budget_obj = NULL;
+    Py_CLEAR(c->buf);
+    Py_CLEAR(c->max_size);
+    Py_CLEAR(c->factory);
+    Py_CLEAR(c->prefix);
+    return 0;
+}
+
+static void cursor_dealloc(FetchCursor *c)
+{
+    PyTypeObject *tp = Py_TYPE(c);
+    PyObject_GC_UnTrack(c);
+    cursor_clear(c);
+    sink_free(&c->s);
+    tp->tp_free((PyObject *)c);
+}
+
+static int cursor_init(FetchCursor *c, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"buf", "check_crc", "max_size", "min_offset", "max_offset",
+                             "record_factory", "prefix", NULL};
+    PyObject *buf, *max_size = NULL, *min_o = NULL, *max_o = NULL, *factory = NULL, *prefix = NULL;
+    int check_crc = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pOOOOO:FetchCursor", kwlist, &buf, &check_crc,
+                                     &max_size, &min_o, &max_o, &factory, &prefix))
+        return -1;
+    if (!configured())
+        return -1;
+    if (c->buf || c->max_size) {
+        PyErr_SetString(PyExc_TypeError, "FetchCursor is initialised once");
+        return -1;
+    }
+    sink_t *s = &c->s;
+    s->check_crc = check_crc;
+    if (!max_size || max_size == Py_None) {
+        if (!(c->max_size = PyLong_FromLong(256L * 1024 * 1024)))
+            return -1;
+    } else {
+        c->max_size = Py_NewRef(max_size);
+    }
+    s->max_size = c->max_size;
+    if (budget_start(s, c->max_size) < 0 ||
+        opt_offset(min_o, &s->has_min, &s->min_offset) < 0 ||
+        opt_offset(max_o, &s->has_max, &s->max_offset) < 0)
+        return -1;
+    if (factory && factory != Py_None) {
+        s->mode = MODE_FACTORY;
+        c->factory = Py_NewRef(factory);
+        s->factory = factory;
+        if (prefix && prefix != Py_None) {
+            if (!PyTuple_Check(prefix)) {
+                PyErr_SetString(PyExc_TypeError, "prefix must be a tuple");
+                return -1;
+            }
+            if (PyTuple_GET_SIZE(prefix) > 25) {
+                PyErr_SetString(PyExc_ValueError, "prefix may hold at most 25 fields");
+                return -1;
+            }
+            c->prefix = Py_NewRef(prefix);
+            s->prefix = prefix;
+        }
+        if (PyType_Check(factory)) {
+            PyTypeObject *tp = (PyTypeObject *)factory;
+            s->factory_direct = tp != &PyTuple_Type && PyType_IsSubtype(tp, &PyTuple_Type) &&
+                                tp->tp_basicsize == PyTuple_Type.tp_basicsize &&
+                                tp->tp_itemsize == PyTuple_Type.tp_itemsize &&
+                                tp->tp_dictoffset == 0 && tp->tp_weaklistoffset == 0;
+        }
+    } else if (prefix && prefix != Py_None && PyObject_Length(prefix) != 0) {
+        PyErr_SetString(PyExc_TypeError, "prefix needs a record_factory");
+        return -1;
+    }
+    if (PyObject_GetBuffer(buf, &c->view, PyBUF_SIMPLE) < 0)
+        return -1;
+    c->buf = Py_NewRef(buf);
+    s->src = buf;
+    return 0;
+}
+
+/* The walk of walk() and decode_body(), resumable: 0 at the payload's end, 1 when take_limit was
+ * reached, -1 with an exception set. */
+static int cursor_walk(FetchCursor *c)
+{
+    sink_t *s = &c->s;
+    const uint8_t *d = c->view.buf;
+    Py_ssize_t n = c->view.len;
+    for (;;) {
+        if (c->in_batch) {
+            int rc = decode_records(s, c->body, &c->p, c->end, &c->i, c->count, c->base_offset,
+                                    c->base_ts, c->lat, c->max_ts, c->epoch);
+            if (rc != 0)
+                return rc;
+            cursor_drop_batch(c);
+            c->pos = c->batch_end;
+            c->i = 0;
+            continue;
+        }
+        Py_ssize_t pos = c->pos;
+        if (n - pos < LOG_OVERHEAD)
+            return 0;
+        int32_t length = be32(d + pos + 8);
+        if (length >= 0 && (Py_ssize_t)length > n - pos - LOG_OVERHEAD)
+            return 0;                                   /* partial trailing batch */
+        if (length < LEGACY_MIN_LENGTH) {
+            corrupt("entry at offset %zd declares length %d", pos, (int)length);
+            return -1;
+        }
+        Py_ssize_t end = pos + LOG_OVERHEAD + length;
+        if (d[pos + MAGIC_OFFSET] < 2) {
+            needs_python("legacy entry: read by the Python decoder");
+            return -1;
+        }
+        if (length < MIN_BATCH_LENGTH) {
+            corrupt("record batch at offset %zd declares length %d < 49", pos, (int)length);
+            return -1;
+        }
+        const uint8_t *h = d + pos;
+        int8_t magic = (int8_t)h[16];
+        uint32_t crc = be32u(h + 17);
+        int16_t attributes = be16(h + 21);
+        if (magic != 2) {
+            PyErr_Format(g_decode_error, "record batch at offset %zd has unknown magic %d", pos,
+                         (int)magic);
+            return -1;
+        }
+        if (s->check_crc) {
+            uint32_t got = crc32c(0, d + pos + ATTRIBUTES_OFFSET, (size_t)(end - pos - ATTRIBUTES_OFFSET));
+            if (got != crc) {
+                corrupt("record batch at offset %zd: CRC-32C mismatch", pos);
+                return -1;
+            }
+        }
+        c->batch_end = end;
+        c->i = 0;
+        if (attributes & ATTR_CONTROL) {
+            c->pos = end;
+            continue;
+        }
+        c->base_offset = be64(h);
+        c->epoch = be32(h + 12);
+        c->base_ts = be64(h + 27);
+        c->max_ts = be64(h + 35);
+        c->count = be32(h + 57);
+        c->lat = (attributes & ATTR_TIMESTAMP_TYPE) != 0;
+        int codec = attributes & ATTR_COMPRESSION_MASK;
+        if (codec) {
+            if (!s->src_view && !(s->src_view = PyMemoryView_FromObject(s->src)))
+                return -1;
+            PyObject *slice = PySequence_GetSlice(s->src_view, pos + BATCH_HEADER_SIZE, end);
+            if (!slice)
+                return -1;
+            PyObject *limit = PyLong_FromLongLong(s->budget_left);
+            if (!limit) {
+                Py_DECREF(slice);
+                return -1;
+            }
+            PyObject *raw = PyObject_CallFunction(g_decompress, "iOO", codec, slice, limit);
+            Py_DECREF(slice);
+            Py_DECREF(limit);
+            if (!raw) {
+                budget_error(pos, c->base_offset, s->budget_left);
+                return -1;
+            }
+            if (PyObject_GetBuffer(raw, &c->rb, PyBUF_SIMPLE) < 0) {
+                Py_DECREF(raw);
+                return -1;
+            }
+            c->raw = raw;
+            s->budget_left -= c->rb.len;
+            c->body = c->rb.buf;
+            c->p = 0;
+            c->end = c->rb.len;
+        } else {
+            c->body = d;
+            c->p = pos + BATCH_HEADER_SIZE;
+            c->end = end;
+        }
+        c->in_batch = 1;
+        if (c->count < 0 || c->count > (c->end - c->p) / MIN_RECORD_SIZE) {
+            corrupt("records count %d cannot fit in %zd bytes", (int)c->count, c->end - c->p);
+            return -1;
+        }
+    }
+}
+
+static PyObject *cursor_take(FetchCursor *c, PyObject *arg)
+{
+    Py_ssize_t limit = PyLong_AsSsize_t(arg);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    if (limit < 1) {
+        PyErr_SetString(PyExc_ValueError, "take() needs max_records >= 1");
+        return NULL;
+    }
+    sink_t *s = &c->s;
+    if (c->done)
+        return PyList_New(0);
+    if (!c->buf) {
+        PyErr_SetString(PyExc_TypeError, "FetchCursor was not initialised");
+        return NULL;
+    }
+    if (c->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "FetchCursor.take() called from inside take()");
+        return NULL;
+    }
+    if (s->budget_obj) {          /* the shared budget may have been spent by other decodes since */
+        PyObject *left = PyObject_GetAttrString(s->budget_obj, "left");
+        if (!left)
+            return NULL;
+        s->budget_left = PyLong_AsLongLong(left);
+        Py_DECREF(left);
+        if (s->budget_left == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    c->resume_pos = c->pos;
+    c->resume_i = c->in_batch ? c->i : 0;
+    c->resume_left = s->budget_left + (c->in_batch && c->raw ? (long long)c->rb.len : 0);
+    if (!(s->out = PyList_New(0)))
+        return NULL;
+    s->take_limit = limit;
+    c->busy = 1;
+    int rc = cursor_walk(c);
+    c->busy = 0;
+    if (budget_end(s) < 0)
+        rc = -1;
+    if (s->mode == MODE_TUPLES || s->factory_direct)
+        retrack(s->out, s->mode == MODE_TUPLES ? 4 : (s->prefix ? PyTuple_GET_SIZE(s->prefix) : 0) + 5);
+    PyObject *out = s->out;
+    s->out = NULL;
+    if (rc <= 0)
+        cursor_finish(c);
+    if (rc < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+static PyObject *cursor_get_done(FetchCursor *c, void *closure)
+{
+    return PyBool_FromLong(c->done);
+}
+
+static PyObject *cursor_get_resume(FetchCursor *c, void *closure)
+{
+    return Py_BuildValue("(niL)", c->resume_pos, (int)c->resume_i, c->resume_left);
+}
+
+static PyMethodDef cursor_methods[] = {
+    {"take", (PyCFunction)cursor_take, METH_O,
+     "take(max_records) -> the next records kept (at most max_records; [] once done)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef cursor_getset[] = {
+    {"done", (getter)cursor_get_done, NULL, "True once the payload is read (or a take failed).", NULL},
+    {"resume", (getter)cursor_get_resume, NULL,
+     "(entry position, records of its batch read before, budget left before its decompression) "
+     "where the last take began.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject FetchCursor_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kohort.protocol._crecords.FetchCursor",
+    .tp_basicsize = sizeof(FetchCursor),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "FetchCursor(buf, check_crc=False, max_size=None, min_offset=None, max_offset=None, "
+              "record_factory=None, prefix=()): decode_fetch's records in steps (take).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)cursor_init,
+    .tp_dealloc = (destructor)cursor_dealloc,
+    .tp_traverse = (traverseproc)cursor_traverse,
+    .tp_clear = (inquiry)cursor_clear,
+    .tp_methods = cursor_methods,
+    .tp_getset = cursor_getset,
+};
 
 static PyObject *py_crc32c(PyObject *self, PyObject *args)
 {
@@ -2653,6 +3021,8 @@ PyMODINIT_FUNC PyInit__crecords(void)
     }
     if (PyModule_AddObjectRef(m, "NeedsPython", g_needs_python) < 0 ||
         PyModule_AddIntConstant(m, "HW_CRC32C", HAVE_HW_CRC ? g_hw_crc : 0) < 0 ||
+        PyType_Ready(&FetchCursor_Type) < 0 ||
+        PyModule_AddObjectRef(m, "FetchCursor", (PyObject *)&FetchCursor_Type) < 0 ||
         producer_types_init(m) < 0 || aio_send_types_init(m) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -10,7 +10,8 @@ What lives here:
   ``(offset, timestamp, key, value, headers)`` and skipping control batches. It inlines the common
   one- and two-byte varints and works on one ``bytes`` object so keys/values are single slices.
 * `decode_records_list` (the same records as one list, optionally filtered by offset and built by a
-  caller's record class) and `decode_columns` (Arrow-shaped column buffers, `Columns`). Their
+  caller's record class), `RecordCursor` (that list in steps, each resuming where the last
+  stopped: bounded work per step, one walk and one decompression per batch) and `decode_columns` (Arrow-shaped column buffers, `Columns`). Their
   `max_size` is one budget for everything the call decompresses (`DecompressionBudget` shares one
   across the partitions of a Fetch response), so a few small compressed batches cannot build
   unbounded record lists; `iter_records` streams and limits each batch alone.
@@ -45,7 +46,7 @@ import os
 import struct
 import zlib
 from array import array
-from itertools import chain
+from itertools import chain, islice
 from collections import namedtuple
 from typing import Iterator
 
@@ -758,11 +759,13 @@ def _py_decode_records_list(buf, check_crc=False, max_size=DEFAULT_MAX_SIZE, min
     return [record_factory(*prefix, o, ts, tt, k, v, hs, ep) for o, ts, k, v, hs, tt, ep in recs]
 
 
-def _py_iter_batches_full(buf, check_crc: bool, budget: DecompressionBudget):
-    """_py_iter_records' walk, with (timestamp_type, leader_epoch or None) added to each tuple."""
+def _py_iter_batches_full(buf, check_crc: bool, budget: DecompressionBudget, _start: int = 0,
+                          _skip: int = 0):
+    """_py_iter_records' walk, with (timestamp_type, leader_epoch or None) added to each tuple;
+    from the entry at `_start`, whose first `_skip` records are read but not yielded."""
     d = buf if type(buf) is bytes else bytes(buf)
     n = len(d)
-    pos = 0
+    pos = _start
     while n - pos >= LOG_OVERHEAD:
         length = _I32.unpack_from(d, pos + 8)[0]
         end = pos + LOG_OVERHEAD + length
@@ -783,10 +786,95 @@ def _py_iter_batches_full(buf, check_crc: bool, budget: DecompressionBudget):
             if epoch == NO_PARTITION_LEADER_EPOCH:
                 epoch = None
             # the complete batch through the reference walker: same checks, same errors
-            for r in _py_iter_records(d[pos:end], check_crc, budget.limit, _budget=budget,
-                                      _base=pos):
+            batch = _py_iter_records(d[pos:end], check_crc, budget.limit, _budget=budget, _base=pos)
+            if _skip:
+                batch = islice(batch, _skip, None)
+                _skip = 0
+            for r in batch:
                 yield r + (tstype, epoch)
         pos = end
+
+
+class RecordCursor:
+    """decode_records_list in steps: `take(n)` returns the next n records kept (fewer once the
+    payload ends), each step resuming where the last one stopped, inside a batch too, so a
+    payload cut into k steps costs one walk, not k, and a compressed batch is decompressed once.
+
+    Same arguments, records, errors and budget as decode_records_list; the steps together give
+    exactly its list. `done` turns True after a step that returned fewer than asked, or raised
+    (a failed cursor stays done and returns []). A shared `DecompressionBudget` is read at each
+    step and spent as batches are decompressed. The record bytes must not change while records
+    are left (the C cursor keeps them exported).
+
+    In C (`_crecords.FetchCursor`) when the extension is enabled; a legacy (magic 0/1) entry or
+    a value beyond int64 hands the rest of the payload to the pure-Python twin, which redoes the
+    step from where it began (same records). The Python twin is a generator over
+    `_py_iter_batches_full`, which resumes by nature."""
+
+    __slots__ = ("_c", "_py", "_args", "_budget", "done")
+
+    def __init__(self, buf, check_crc: bool = False, max_size: int | DecompressionBudget = DEFAULT_MAX_SIZE, *,
+                 min_offset: int | None = None, max_offset: int | None = None, record_factory=None,
+                 prefix: tuple = ()):
+        if record_factory is None and prefix:
+            raise TypeError("prefix needs a record_factory")
+        self._args = (buf, check_crc, min_offset, max_offset, record_factory, prefix)
+        self._budget = max_size if type(max_size) is DecompressionBudget else None
+        self._c = self._py = None
+        self.done = False
+        if _use_ext:
+            try:
+                self._c = _ext.FetchCursor(buf, check_crc, max_size, min_offset, max_offset,
+                                           record_factory, prefix)
+            except _NeedsPython:
+                pass
+        if self._c is None:
+            if self._budget is None:
+                self._budget = DecompressionBudget(max_size)
+            self._py = self._py_records(0, 0)
+
+    def _py_records(self, start: int, skip: int):
+        buf, check_crc, lo, hi, factory, prefix = self._args
+        recs = _py_iter_batches_full(buf, check_crc, self._budget, start, skip)
+        if lo is not None or hi is not None:
+            lo = lo if lo is not None else -(1 << 200)
+            hi = hi if hi is not None else 1 << 200
+            recs = (r for r in recs if lo <= r[0] < hi)
+        if factory is None:
+            return (r[:5] for r in recs)
+        return (factory(*prefix, o, ts, tt, k, v, hs, ep) for o, ts, k, v, hs, tt, ep in recs)
+
+    def take(self, max_records: int) -> list:
+        """The next `max_records` (>= 1) records kept, fewer at the end of the payload."""
+        if max_records < 1:
+            raise ValueError(f"take() needs max_records >= 1, got {max_records}")
+        if self.done:
+            return []
+        c = self._c
+        if c is not None:
+            try:
+                out = c.take(max_records)
+            except _NeedsPython:
+                start, skip, left = c.resume
+                self._c = None
+                if self._budget is None:
+                    self._budget = DecompressionBudget(left)
+                self._budget.left = left
+                self._py = self._py_records(start, skip)
+            except BaseException:
+                self.done = True
+                raise
+            else:
+                self.done = c.done
+                return out
+        try:
+            out = list(islice(self._py, max_records))
+        except BaseException:
+            self.done = True
+            self._py = iter(())
+            raise
+        self.done = len(out) < max_records
+        return out
 
 
 class Columns(namedtuple("Columns", (
