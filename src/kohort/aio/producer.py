@@ -38,7 +38,7 @@ from collections.abc import Awaitable
 from kohort.aio.client import AIOClient, ClientSettings
 from kohort.protocol.framing import Versioned
 from kohort.client.partitioner import DefaultPartitioner
-from kohort.aio.record_future import BatchResult, RecordFuture, RecordMetadata
+from kohort.aio.record_future import COMPILED as _COMPILED_RECORD_FUTURE, BatchResult, RecordFuture, RecordMetadata
 from kohort.client.txn_manager import TransactionManager
 from kohort.errors import (
     ErrorCode, KafkaConnectionError, KafkaError, KafkaTimeoutError, KohortError, TransactionAbortedError, for_code,
@@ -49,7 +49,6 @@ from kohort.protocol.records import (
     ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, _check_bytes, append_record, producer_twin,
     write_batch_buffer,
 )
-from kohort.aio import record_future
 
 log = logging.getLogger("kohort.aio.producer")
 
@@ -90,7 +89,7 @@ class _PyBatchFields:
 _twin = producer_twin()
 # compiled: batches are RecordBuffers and send()'s common case is one C call (`_crecords.AIOSend`,
 # installed by start()); needs the compiled RecordFuture fields too
-_COMPILED_SEND = _twin is not None and hasattr(_twin, "AIOSend") and record_future.COMPILED
+_COMPILED_SEND = _twin is not None and hasattr(_twin, "AIOSend") and _COMPILED_RECORD_FUTURE
 _BatchFields = _twin.RecordBuffer if _COMPILED_SEND else _PyBatchFields
 
 
