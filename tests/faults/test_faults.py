@@ -8,7 +8,8 @@ with one proxy per broker, where a partition leader is also SIGKILLed during pro
 coordinator while a KIP-848 group reconciles with members joining and leaving. Groups with a member
 that is Kafka's own Java consumer (tests/interop/peers/java/Peer.java) run in the slow grid on kohort broker
 and on the 3-node Kafka; share groups (KIP-932) of kohort's and confluent-kafka's ShareConsumer under
-the network faults on kohort broker and Apache Kafka, and under leader and coordinator SIGKILLs on the
+the network faults on kohort broker and Apache Kafka (with a Java KafkaShareConsumer member too, on kohort
+broker, tests/interop/peers/java/SharePeer.java), and under leader and coordinator SIGKILLs on the
 3-node Kafka."""
 import uuid
 
@@ -239,6 +240,14 @@ def test_share_group_kohort_and_confluent_under_fault(share_pb, fault):
 def test_grid_share_group(share_pb, fault):
     """Faults longer than the member session (8 s > 6 s) and the record locks (4 s)."""
     _share_run(share_pb, fault, fault_for=8.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["blackhole", "reset"])
+def test_grid_share_group_with_java(share_pb, fault):
+    """A share group of kohort, confluent-kafka and Java (KafkaShareConsumer 4.3.1 in its own JVM)
+    members on kohort broker, through faults longer than the member session and the record locks."""
+    _share_run(share_pb, fault, members=("kohort", "confluent", "java"), fault_for=8.0)
 
 
 @pytest.mark.slow

@@ -27,6 +27,8 @@
 //                                                        AcknowledgementCommitCallback (error null: done)
 //           committed {results: {"topic-partition": null | error}}   -- commitSync's answer
 //           holding {records}, error {error}, closed {records}, fatal {error}
+//   Every event carries mono_ns: System.nanoTime() when it was printed (on Linux the clock of Python's
+//   time.monotonic(), so the fault harness puts the peer's deliveries on its own timeline).
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -56,7 +58,8 @@ public class SharePeer {
 
     static void emit(String event, String body) {
         synchronized (OUT) {
-            System.out.println("{\"event\":" + q(event) + (body.isEmpty() ? "" : "," + body) + "}");
+            System.out.println("{\"event\":" + q(event) + ",\"mono_ns\":" + System.nanoTime()
+                    + (body.isEmpty() ? "" : "," + body) + "}");
             System.out.flush();
         }
     }
