@@ -6,6 +6,7 @@
 //   java SharePeer --bootstrap B --topic T[,T2] --group G [--client-id ID]
 //                  [--ack-mode explicit|implicit] [--acquire-mode batch_optimized|record_limit]
 //                  [--max-poll-records N] [--commit sync|async|poll]
+//                  [--fetch-min-bytes N] [--fetch-max-wait-ms MS]
 //                  [--release SPEC] [--release-until N] [--reject SPEC] [--renew SPEC] [--hold SPEC]
 //                  [--sleep-ms MS]
 //
@@ -151,6 +152,8 @@ public class SharePeer {
         p.put("share.acknowledgement.mode", ackMode);
         if (o.containsKey("acquire-mode")) p.put("share.acquire.mode", o.get("acquire-mode"));
         if (o.containsKey("max-poll-records")) p.put("max.poll.records", o.get("max-poll-records"));
+        if (o.containsKey("fetch-min-bytes")) p.put("fetch.min.bytes", o.get("fetch-min-bytes"));
+        if (o.containsKey("fetch-max-wait-ms")) p.put("fetch.max.wait.ms", o.get("fetch-max-wait-ms"));
 
         long total = 0;
         boolean slept = false;
