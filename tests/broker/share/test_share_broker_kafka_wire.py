@@ -146,13 +146,13 @@ def _join(c, group: str, member: str, topic: str):
     return hb
 
 
-def _timed_fetch(c, group, member, epoch, tid, min_bytes, max_wait, max_bytes=1 << 20):
+def _timed_fetch(c, group, member, epoch, tid, min_bytes, max_wait, max_bytes=1 << 20, max_records=500):
     F = ShareFetchRequest.FetchTopic
     parts = [F.FetchPartition(partition_index=0, acknowledgement_batches=[])] if epoch == 0 else []
     t0 = time.monotonic()
     r = c.request(ShareFetchRequest(group_id=group, member_id=member, share_session_epoch=epoch,
-                                    max_wait_ms=max_wait, min_bytes=min_bytes, max_bytes=max_bytes, max_records=500,
-                                    batch_size=500, share_acquire_mode=0, is_renew_ack=False,
+                                    max_wait_ms=max_wait, min_bytes=min_bytes, max_bytes=max_bytes,
+                                    max_records=max_records, batch_size=500, share_acquire_mode=0, is_renew_ack=False,
                                     topics=[F(topic_id=tid, partitions=parts)] if parts else [],
                                     forgotten_topics_data=[]), 2)
     return _fetch_view(r), time.monotonic() - t0
@@ -161,7 +161,8 @@ def _timed_fetch(c, group, member, epoch, tid, min_bytes, max_wait, max_bytes=1 
 def min_bytes_conversation(bootstrap: str) -> list:
     """ShareFetch MinBytes and MaxWaitMs, normalised: one small record and MinBytes 1 MiB (waited out to
     MaxWaitMs, then handed out); nothing there and MinBytes 20000 while 24 KB are produced during the
-    wait (answered before MaxWaitMs); MinBytes 1 with nothing there (MaxWaitMs waited out, empty)."""
+    wait (answered before MaxWaitMs); MinBytes 1 with nothing there (MaxWaitMs waited out, empty);
+    MaxBytes 0 and MaxRecords 0 with a record there (answered at once, nothing fetched), then fetched."""
     import threading
     topic = "wire-mb-" + uuid.uuid4().hex[:8]
     group = "g-" + topic
@@ -191,6 +192,12 @@ def min_bytes_conversation(bootstrap: str) -> list:
         out.append(("enough-during-the-wait", view["error"], [p[:3] for p in view["partitions"]], took < 8.0))
         view, took = _timed_fetch(c, group, member, 2, tid, 1, 1000)
         out.append(("nothing-there", view, took >= 0.9))
+        produce([b"more"])
+        for epoch, name, limits in ((3, "max-bytes-0", {"max_bytes": 0}), (4, "max-records-0", {"max_records": 0})):
+            view, took = _timed_fetch(c, group, member, epoch, tid, 1, 5000, **limits)
+            out.append((name, view, took < 2.0))
+        view, _ = _timed_fetch(c, group, member, 5, tid, 1, 5000)
+        out.append(("then-fetched", view["error"], [p[:4] for p in view["partitions"]]))
     finally:
         c.close()
     return out
@@ -214,6 +221,9 @@ def test_share_conversation_answered_alike_by_kohort_and_apache_kafka():
                           True)
     assert ours_mb[1] == ("enough-during-the-wait", 0, [(0, 0, 0)], True)
     assert ours_mb[2] == ("nothing-there", {"error": 0, "lock_ms": 4000, "partitions": []}, True)
+    empty = {"error": 0, "lock_ms": 4000, "partitions": []}
+    assert ours_mb[3:] == [("max-bytes-0", empty, True), ("max-records-0", empty, True),
+                           ("then-fetched", 0, [(0, 0, 0, [(7, 7, 1)])])]
     # Two answers differ, each pinned on both sides so that a change on either shows up:
     # - the member epoch of the first heartbeat: Kafka 4.3.1 answers 2, kohort 1 (one group-epoch
     #   bump for the new member and its subscription metadata together);

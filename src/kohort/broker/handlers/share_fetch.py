@@ -18,6 +18,8 @@ own read path (kohort.broker.handlers.fetch).
   acquires what there is. MaxBytes is split evenly over the partitions that can acquire (each
   partition's budget; only the first partition with data may exceed its budget, by its first
   batch, as Kafka's log read allows); MaxRecords caps the records acquired over all partitions.
+* MaxBytes or MaxRecords 0 (what Java sends with acknowledgements only): nothing is fetched and
+  the request answers at once, with only the partitions of its acknowledgements.
 * RENEW (v2, IsRenewAck): the acknowledgements only; ShareFetch must then have MaxWaitMs, MinBytes,
   MaxBytes and MaxRecords 0 (else INVALID_REQUEST) and fetches nothing.
 * A closed session (epoch -1) releases what the member holds on every partition of the group.
@@ -241,11 +243,14 @@ async def _share_fetch(ctx, req: ShareFetchRequest) -> ShareFetchResponse:
         sl.release_member(group, member)
     if (acks or sess.release) and sl.state is not None:
         await sl.state.wait_durable()          # acknowledgements are answered once stored
-    fetch = [] if (renew or sess.release) else sorted(sess.partitions, key=lambda tp: (str(tp[0]), tp[1]))
+    # MaxBytes or MaxRecords 0 (an acknowledgement-only ShareFetch): nothing fetched, answered at once
+    nothing_wanted = req.max_bytes <= 0 or req.max_records <= 0
+    fetch = [] if (renew or sess.release or nothing_wanted) else sorted(sess.partitions,
+                                                                        key=lambda tp: (str(tp[0]), tp[1]))
     full = req.share_session_epoch == 0
     answers: dict[tuple[_uuid.UUID, int], FPart] = {}
 
-    max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    max_bytes = req.max_bytes
     valid = [(tid, index) for tid, index in fetch if not _partition_error(ctx, names, allowed, tid, index)]
 
     def offers() -> list[PartitionReadiness]:
@@ -254,7 +259,7 @@ async def _share_fetch(ctx, req: ShareFetchRequest) -> ShareFetchResponse:
     def read_all(ready: list[PartitionReadiness]) -> None:
         """Acquire from every partition of the session that can acquire, within the request's
         MaxRecords and each partition's share of MaxBytes; answer the others as they are."""
-        records_left = req.max_records if req.max_records > 0 else 500
+        records_left = req.max_records
         bytes_left = max_bytes
         budgets = dict(zip(valid, wait.budgets(ready)))
         acquirable = {tp for tp, r in zip(valid, ready) if r.acquirable}
