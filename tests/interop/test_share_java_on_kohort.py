@@ -568,11 +568,16 @@ def test_fetch_min_bytes_holds_the_fetch_until_enough_bytes_are_there(sb, admin,
     peer = PEERS[kind](sb.bootstrap, t, g, fetch_min_bytes=16384, fetch_max_wait_ms=20000)
     try:
         start_all([peer])
-        wait_until(lambda: any(m.assignment for m in describe_members(admin, g)), 30, "the partition assigned",
-                   [peer])
+        def assigned() -> bool:
+            try:
+                return any(m.assignment for m in describe_members(admin, g))
+            except Exception:               # the group is made by the member's first heartbeat
+                return False
+        wait_until(assigned, 30, "the partition assigned", [peer])
         time.sleep(3.0)
         assert peer.records() == [], peer.records()          # 1 record (< 16 KiB): the fetch still waits
-        with Producer({"bootstrap.servers": sb.bootstrap, "linger.ms": 5}) as p:
+        # one batch: a fetch answered by part of them would leave the rest (< MinBytes) to its MaxWaitMs
+        with Producer({"bootstrap.servers": sb.bootstrap, "linger.ms": 200, "batch.size": 1 << 20}) as p:
             for i in range(1, 41):
                 p.send(t, value=b"v%d-" % i + b"x" * 1000, partition=0)
             p.flush()

@@ -226,7 +226,8 @@ def test_share_conversation_answered_alike_by_kohort_and_apache_kafka():
                            ("then-fetched", 0, [(0, 0, 0, [(7, 7, 1)])])]
     # Two answers differ, each pinned on both sides so that a change on either shows up:
     # - the member epoch of the first heartbeat: Kafka 4.3.1 answers 2, kohort 1 (one group-epoch
-    #   bump for the new member and its subscription metadata together);
+    #   bump for the new member and its subscription metadata together; DESIGN.md, "Where kohort's
+    #   share groups answer otherwise");
     # - DescribeShareGroupOffsets after every record is terminal: Kafka reports the start offset of its
     #   last persisted state (2, with the 2 terminal records past it, lag 0); kohort the leader's
     #   live SPSO (4, lag 0). Both mean "nothing left to deliver".
