@@ -95,11 +95,15 @@ def _share_run(pb, fault, members=("kohort", "kohort", "confluent"), **kw):
     r = check_share(h, log, fault, "+".join(members))
     record(r, _broker(pb))
     moved = "".join(f" coordinator {a} -> {b} after {t}s;" for a, b, t in h.coordinators)
+    by_member = {name: sum(1 for e in h.delivered if e[0] == name) for name in
+                 (f"{kind}-{i}" for i, kind in enumerate(members))}
     redelivered = sum(1 for e in h.delivered if e[4] > 1)
     unknown = sum(len(e[2]) for e in h.acked if e[3] != "ok")
     print("\n" + r.line() + f"  [{_broker(pb)}]{moved} (deliveries {len(h.delivered)}, redelivered {redelivered}, "
-          f"acceptances not answered ok {unknown}, errors {len(h.errors)})")
+          f"acceptances not answered ok {unknown}, errors {len(h.errors)}; deliveries by member {by_member})")
     assert h.delivered, ("nothing was delivered", h.errors[:5])
+    # a Java member runs in its own JVM: its share of the records shows it took part
+    assert all(n > 0 for name, n in by_member.items() if name.startswith("java")), (by_member, h.errors[:5])
     assert h.fault_bit(fault) is None, (h.fault_bit(fault), h.errors[:5])
     if not r.clean:
         print("evidence:", r.details, h.errors[:10])
