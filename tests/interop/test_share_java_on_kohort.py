@@ -558,9 +558,10 @@ def test_kafka_share_groups_tool_on_kohort_broker(kb, kadmin, capsys):
     assert g not in kohort_tool(capsys, "share-groups", "--list", "-b", bs)[1].split()
 
 
-@pytest.mark.parametrize("kind", ["java"])
+@pytest.mark.parametrize("kind", ["java", "ck"])
 def test_fetch_min_bytes_holds_the_fetch_until_enough_bytes_are_there(sb, admin, kind):
-    """KafkaShareConsumer's fetch.min.bytes becomes ShareFetch MinBytes: with one small record in the
+    """KafkaShareConsumer's fetch.min.bytes (and confluent-kafka's, with fetch.wait.max.ms) becomes
+    ShareFetch MinBytes: with one small record in the
     log the member's fetch waits (nothing delivered for seconds after it got its partition, well
     within fetch.max.wait.ms); once records worth more than MinBytes are produced, the waiting fetch
     answers at once (long before its MaxWaitMs) with all of them."""
