@@ -8,7 +8,8 @@ with one proxy per broker, where a partition leader is also SIGKILLed during pro
 coordinator while a KIP-848 group reconciles with members joining and leaving. Groups with a member
 that is Kafka's own Java consumer (tests/interop/peers/java/Peer.java) run in the slow grid on kohort broker
 and on the 3-node Kafka; share groups (KIP-932) of kohort's and confluent-kafka's ShareConsumer under
-the network faults on kohort broker and Apache Kafka, and under leader and coordinator SIGKILLs on the
+the network faults on kohort broker and Apache Kafka (with a Java KafkaShareConsumer member too, on kohort
+broker, tests/interop/peers/java/SharePeer.java), and under leader and coordinator SIGKILLs on the
 3-node Kafka."""
 import uuid
 
@@ -94,11 +95,15 @@ def _share_run(pb, fault, members=("kohort", "kohort", "confluent"), **kw):
     r = check_share(h, log, fault, "+".join(members))
     record(r, _broker(pb))
     moved = "".join(f" coordinator {a} -> {b} after {t}s;" for a, b, t in h.coordinators)
+    by_member = {name: sum(1 for e in h.delivered if e[0] == name) for name in
+                 (f"{kind}-{i}" for i, kind in enumerate(members))}
     redelivered = sum(1 for e in h.delivered if e[4] > 1)
     unknown = sum(len(e[2]) for e in h.acked if e[3] != "ok")
     print("\n" + r.line() + f"  [{_broker(pb)}]{moved} (deliveries {len(h.delivered)}, redelivered {redelivered}, "
-          f"acceptances not answered ok {unknown}, errors {len(h.errors)})")
+          f"acceptances not answered ok {unknown}, errors {len(h.errors)}; deliveries by member {by_member})")
     assert h.delivered, ("nothing was delivered", h.errors[:5])
+    # a Java member runs in its own JVM: its share of the records shows it took part
+    assert all(n > 0 for name, n in by_member.items() if name.startswith("java")), (by_member, h.errors[:5])
     assert h.fault_bit(fault) is None, (h.fault_bit(fault), h.errors[:5])
     if not r.clean:
         print("evidence:", r.details, h.errors[:10])
@@ -239,6 +244,14 @@ def test_share_group_kohort_and_confluent_under_fault(share_pb, fault):
 def test_grid_share_group(share_pb, fault):
     """Faults longer than the member session (8 s > 6 s) and the record locks (4 s)."""
     _share_run(share_pb, fault, fault_for=8.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["blackhole", "reset"])
+def test_grid_share_group_with_java(share_pb, fault):
+    """A share group of kohort, confluent-kafka and Java (KafkaShareConsumer 4.3.1 in its own JVM)
+    members on kohort broker, through faults longer than the member session and the record locks."""
+    _share_run(share_pb, fault, members=("kohort", "confluent", "java"), fault_for=8.0)
 
 
 @pytest.mark.slow

@@ -30,8 +30,9 @@ The checker's anomalies (`Report.anomalies`, each a count):
 Group members (`group_workload`) are kohort's Consumer, confluent-kafka's, or Kafka's Java consumer
 (`java`: tests/interop/peers/java/Peer.java in its own JVM, its callbacks timestamped in the JVM).
 
-A share group (`share_workload`, KIP-932): kohort's and confluent-kafka's ShareConsumer members
-accept every record they get while a producer writes through the fault; `check_share` counts
+A share group (`share_workload`, KIP-932): kohort's, confluent-kafka's and Java's (`java`:
+tests/interop/peers/java/SharePeer.java in its own JVM, its events timestamped in the JVM) ShareConsumer
+members accept every record they get while a producer writes through the fault; `check_share` counts
   lost             records of the log no member accepted by the end (an acceptance refused with
                    INVALID_RECORD_STATE was not applied; one without a clear answer may have been)
   duplicates       a record delivered again after a member's acceptance of it was answered ok
@@ -904,7 +905,7 @@ class _ShareMember:
             self.c = confluent_kafka.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
                                                     "socket.timeout.ms": 3000, "log_level": 0})
         else:
-            raise ValueError(f"no share member of kind {kind!r} (kohort, confluent)")
+            raise ValueError(f"no share member of kind {kind!r} (kohort, confluent, java)")
         self.c.subscribe([topic])
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"share-{name}", daemon=True)
@@ -962,6 +963,102 @@ class _ShareMember:
             self.timed.hung.append(f"{self.name} did not stop within 60 s")
             return
         self.timed.call(f"{self.name} close", 30.0, self.c.close)
+
+
+class _JavaShareMember:
+    """A share-group member that is Apache Kafka's own KafkaShareConsumer (tests/interop/peers/java/SharePeer.java,
+    explicit acknowledgement: every record ACCEPTed, commitSync after each poll) in its own JVM, with the
+    interface of _ShareMember. A reader thread turns its JSON events into the history: each `record`
+    a delivery, each `committed` the answer for the records of its partitions since the one before
+    (null: ok; InvalidRecordStateException: refused; another error, or a partition left out: unknown).
+    Times are the JVM's System.nanoTime() (`mono_ns`, the clock of time.monotonic() on Linux), or the
+    time the line was read if the two clocks disagree."""
+
+    def __init__(self, name: str, kind: str, bootstrap: str, group: str, topic: str, h: ShareHistory,
+                 lock: threading.Lock, timed: _Timed):
+        from tests.helpers.peers import JavaSharePeer
+        self.name, self.kind, self.h, self.lock, self.timed = name, kind, h, lock, timed
+        self.peer = JavaSharePeer(bootstrap, topic, group, client_id=name)
+        self.pending: dict = {}             # partition -> offsets delivered since the last commitSync answer
+        self.last_progress = time.monotonic()
+        self.clock_ok: bool | None = None
+        self.thread = threading.Thread(target=self._run, name=f"share-{name}", daemon=True)
+        self._stopped = False
+
+    def _when(self, ev: dict) -> float:
+        now = time.monotonic()
+        mono = ev.get("mono_ns")
+        if self.clock_ok is None and mono is not None:
+            self.clock_ok = abs(mono / 1e9 - now) < 1.0
+        return mono / 1e9 if self.clock_ok and mono is not None else now
+
+    @staticmethod
+    def _outcome(error: str | None) -> str:
+        if error is None:
+            return ACK_OK
+        return ACK_REFUSED if "InvalidRecordStateException" in error else ACK_UNKNOWN
+
+    def _on(self, ev: dict) -> None:
+        kind = ev.get("event")
+        if kind == "record":
+            t = self._when(ev)
+            p, off = int(ev["partition"]), int(ev["offset"])
+            self.pending.setdefault(p, []).append(off)
+            with self.lock:
+                self.h.delivered.append((self.name, p, off, ev.get("value"), int(ev["delivery_count"]), t))
+        elif kind == "committed":
+            t = self._when(ev)
+            res = {int(k.rsplit("-", 1)[1]): v for k, v in ev.get("results", {}).items()}
+            with self.lock:
+                for p, offs in self.pending.items():
+                    if p in res:
+                        how, detail = self._outcome(res[p]), (res[p] or "")[:120]
+                    else:
+                        how, detail = ACK_UNKNOWN, "no answer for the partition"
+                    self.h.acked.append((self.name, p, tuple(offs), how, detail, t))
+            self.pending = {}
+            self.last_progress = t
+        elif kind in ("error", "fatal"):
+            with self.lock:
+                self.h.errors.append(f"{self.name}: {kind}: {ev.get('error')}"[:200])
+
+    def _run(self) -> None:
+        try:
+            self.peer.start()
+        except Exception as e:          # noqa: BLE001 - the JVM did not start: counted as a hung member
+            self.timed.hung.append(f"{self.name} did not start: {e}")
+            return
+        i = 0
+        while True:
+            try:
+                ev = self.peer.wait_for(lambda e: True, timeout=1.0, start=i)
+            except TimeoutError:
+                continue
+            except RuntimeError:        # the JVM ended before its next event
+                return
+            i += 1
+            if ev.get("event") == "eof":
+                return
+            self._on(ev)
+
+    def close(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self.timed.call(f"{self.name} close", 30.0, self.peer.stop, 30.0)
+        self.thread.join(10)
+        if self.pending:                # delivered, never answered: the JVM ended before its commitSync
+            with self.lock:
+                for p, offs in self.pending.items():
+                    self.h.acked.append((self.name, p, tuple(offs), ACK_UNKNOWN, "the member ended before its commit",
+                                         time.monotonic()))
+            self.pending = {}
+
+
+def _share_member(name: str, kind: str, *args):
+    """A share member of `kind`: kohort or confluent (a _ShareMember in a thread), java (a _JavaShareMember,
+    its own JVM)."""
+    return (_JavaShareMember if kind == "java" else _ShareMember)(name, kind, *args)
 
 
 def _watch_successor(pb, group: str, h, fault_for: float) -> None:
@@ -1024,7 +1121,7 @@ def share_workload(pb, topic: str, fault: str | None, members=("kohort", "kohort
 
     producer = threading.Thread(target=produce, name="share-producer", daemon=True)
     producer.start()
-    ms = [_ShareMember(f"{kind}-{i}", kind, pb.bootstrap, group, topic, h, lock, timed)
+    ms = [_share_member(f"{kind}-{i}", kind, pb.bootstrap, group, topic, h, lock, timed)
           for i, kind in enumerate(members)]
     for m in ms:
         m.thread.start()

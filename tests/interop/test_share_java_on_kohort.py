@@ -556,3 +556,36 @@ def test_kafka_share_groups_tool_on_kohort_broker(kb, kadmin, capsys):
     assert rc == 0 and f"Deletion of requested share groups ('{g}') was successful." in out, (out, err)
     assert g not in kafka_tool(bs, "--list")[1].split()
     assert g not in kohort_tool(capsys, "share-groups", "--list", "-b", bs)[1].split()
+
+
+@pytest.mark.parametrize("kind", ["java", "ck"])
+def test_fetch_min_bytes_holds_the_fetch_until_enough_bytes_are_there(sb, admin, kind):
+    """KafkaShareConsumer's fetch.min.bytes (and confluent-kafka's, with fetch.wait.max.ms) becomes
+    ShareFetch MinBytes: with one small record in the
+    log the member's fetch waits (nothing delivered for seconds after it got its partition, well
+    within fetch.max.wait.ms); once records worth more than MinBytes are produced, the waiting fetch
+    answers at once (long before its MaxWaitMs) with all of them."""
+    t, g = setup_topic(sb.bootstrap, admin, 1, 1)
+    peer = PEERS[kind](sb.bootstrap, t, g, fetch_min_bytes=16384, fetch_max_wait_ms=20000)
+    try:
+        start_all([peer])
+        def assigned() -> bool:
+            try:
+                return any(m.assignment for m in describe_members(admin, g))
+            except Exception:               # the group is made by the member's first heartbeat
+                return False
+        wait_until(assigned, 30, "the partition assigned", [peer])
+        time.sleep(3.0)
+        assert peer.records() == [], peer.records()          # 1 record (< 16 KiB): the fetch still waits
+        # one batch: a fetch answered by part of them would leave the rest (< MinBytes) to its MaxWaitMs
+        with Producer({"bootstrap.servers": sb.bootstrap, "linger.ms": 200, "batch.size": 1 << 20}) as p:
+            for i in range(1, 41):
+                p.send(t, value=b"v%d-" % i + b"x" * 1000, partition=0)
+            p.flush()
+        produced = time.monotonic()
+        wait_until(lambda: len(peer.confirmed()) == 41, 10, "41 records accepted", [peer])
+        assert time.monotonic() - produced < 10               # the fetch's MaxWaitMs (20 s) was not waited out
+        assert sorted(o for _, _, o, _ in peer.confirmed()) == list(range(41))
+        no_errors([peer])
+    finally:
+        stop_all([peer])

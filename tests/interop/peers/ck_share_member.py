@@ -5,7 +5,7 @@ record of a poll and then calls commit_sync; "stop" on stdin closes the consumer
 
     python tests/interop/peers/ck_share_member.py --bootstrap B --topic T --group G [--client-id ID]
         [--ack-mode explicit|implicit] [--release SPEC] [--release-until N] [--reject SPEC] [--hold SPEC]
-        [--sleep-ms MS]
+        [--sleep-ms MS] [--fetch-min-bytes N] [--fetch-max-wait-ms MS]
 """
 from __future__ import annotations
 
@@ -53,6 +53,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--reject", default=None)
     ap.add_argument("--hold", default=None)
     ap.add_argument("--sleep-ms", type=int, default=0)
+    ap.add_argument("--fetch-min-bytes", type=int, default=None)
+    ap.add_argument("--fetch-max-wait-ms", type=int, default=None)
     a = ap.parse_args(argv)
     release, reject, hold = spec(a.release), spec(a.reject), spec(a.hold)
 
@@ -65,8 +67,13 @@ def main(argv: list[str]) -> int:
         stop.set()
     threading.Thread(target=watch_stdin, daemon=True).start()
 
-    c = ck.ShareConsumer({"bootstrap.servers": a.bootstrap, "group.id": a.group, "client.id": a.client_id,
-                          "share.acknowledgement.mode": a.ack_mode})
+    conf = {"bootstrap.servers": a.bootstrap, "group.id": a.group, "client.id": a.client_id,
+            "share.acknowledgement.mode": a.ack_mode}
+    if a.fetch_min_bytes is not None:
+        conf["fetch.min.bytes"] = a.fetch_min_bytes
+    if a.fetch_max_wait_ms is not None:
+        conf["fetch.wait.max.ms"] = a.fetch_max_wait_ms
+    c = ck.ShareConsumer(conf)
     total, slept, holding = 0, False, False
     try:
         c.subscribe(a.topic.split(","))

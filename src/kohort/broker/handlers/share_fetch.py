@@ -9,9 +9,17 @@ own read path (kohort.broker.handlers.fetch).
   read_committed, whose aborted batches are archived) handed to `SharePartition.acquire` with the
   request's MaxRecords, BatchSize and ShareAcquireMode; the answer carries the whole log batches
   covering the acquired ranges and the AcquiredRecords with their delivery counts.
-* Long poll: with nothing acquired and MaxWaitMs > 0 the request waits on the partitions' data
-  waiters (an append, a release or an expired lock wakes it) until records are acquired or the
-  time is up.
+* Long poll (kohort.broker.share.fetch_wait, Kafka's DelayedShareFetch): before acquiring, each
+  partition of the session says what it offers (the log bytes from its next fetch offset to its
+  high watermark, or last stable offset under read_committed; whether it is at its in-flight
+  limit); the request acquires and answers once MinBytes is met across the partitions that can
+  acquire, or a log read fails, else waits on the partitions' data waiters (an append, an
+  acknowledgement, a release or an expired lock wakes it) until MaxWaitMs has passed, then
+  acquires what there is. MaxBytes is split evenly over the partitions that can acquire (each
+  partition's budget; only the first partition with data may exceed its budget, by its first
+  batch, as Kafka's log read allows); MaxRecords caps the records acquired over all partitions.
+* MaxBytes or MaxRecords 0 (what Java sends with acknowledgements only): nothing is fetched and
+  the request answers at once, with only the partitions of its acknowledgements.
 * RENEW (v2, IsRenewAck): the acknowledgements only; ShareFetch must then have MaxWaitMs, MinBytes,
   MaxBytes and MaxRecords 0 (else INVALID_REQUEST) and fetches nothing.
 * A closed session (epoch -1) releases what the member holds on every partition of the group.
@@ -34,6 +42,7 @@ from kohort.broker.authorizer import AclOperation, ResourceType
 from kohort.broker.handlers import handles
 from kohort.broker.handlers.fetch import _read, _Want
 from kohort.broker.handlers.groups import group_denied
+from kohort.broker.share.fetch_wait import PartitionReadiness, ShareFetchWait, WaitDecision
 from kohort.broker.share.partition import AckBatch, AcknowledgeType, AcquireMode, LogBatch
 from kohort.broker.share_leader import PartitionKey, ShareLeader, leader_of
 from kohort.errors import ErrorCode
@@ -100,10 +109,41 @@ def _aborted_ranges(data, pstate, start: int) -> list[tuple[int, int]]:
             if any(a.producer_id == pid and a.first_offset <= lo and hi <= a.last_offset for a in txns)]
 
 
+def _readiness(ctx, sl: ShareLeader, group: str, key: PartitionKey, name: str, max_bytes: int) -> PartitionReadiness:
+    """What the partition offers a fetch now (kohort.broker.share.fetch_wait): whether it can
+    acquire, and the log bytes (at most `max_bytes`) from the batch holding its next fetch offset
+    up to its end offset (high watermark, or last stable offset under read_committed)."""
+    broker = ctx.broker
+    try:
+        sp = sl.partition(group, key[1], name, key[2])
+        if not sp.can_acquire_records():
+            return PartitionReadiness(acquirable=False)
+        lg = broker.storage.log(name, key[2])
+        offset = max(sp.next_fetch_offset(), lg.log_start_offset)
+        end = lg.high_watermark
+        if sp.config.read_committed:
+            end = broker.producers.partition(name, key[2], lg).last_stable_offset(end)
+        if offset > end:
+            return PartitionReadiness(past_end=True)
+        if offset == end:
+            return PartitionReadiness()
+        if offset < lg.active_segment.base_offset <= end:
+            return PartitionReadiness(older_segment=True)
+        data = lg.read(offset, max_bytes, max_offset=end, as_slice=True)
+        size = len(data)
+        if isinstance(data, ExternalRecords) and hasattr(data, "close"):
+            data.close()
+        return PartitionReadiness(bytes_available=size)
+    except StorageError:
+        return PartitionReadiness(error=True)
+
+
 def _acquire(ctx, sl: ShareLeader, group: str, member: str, key: PartitionKey, name: str,
-             req: ShareFetchRequest, v: int, max_records: int) -> tuple[bytes, list]:
-    """Read the partition's log from its next fetch offset and acquire for `member`: (the whole log
-    batches covering the acquired ranges, AcquiredRecords)."""
+             req: ShareFetchRequest, v: int, max_records: int, max_bytes: int,
+             min_one: bool) -> tuple[bytes, list]:
+    """Read the partition's log from its next fetch offset, at most `max_bytes` (the first batch
+    whole even if larger while `min_one`: no partition of the answer has data yet), and acquire
+    for `member`: (the whole log batches covering the acquired ranges, AcquiredRecords)."""
     broker = ctx.broker
     sp = sl.partition(group, key[1], name, key[2])
     rc = sp.config.read_committed
@@ -112,11 +152,12 @@ def _acquire(ctx, sl: ShareLeader, group: str, member: str, key: PartitionKey, n
     if offset < lg.log_start_offset:
         sl.after_change(key, sp.update_log_start_offset(lg.log_start_offset))
         offset = sp.next_fetch_offset()
-    max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
-    results, _, _ = _read(broker, [_Want((key[1], key[2]), offset, max_bytes)], max_bytes, True, rc)
+    if max_bytes <= 0 and not min_one:
+        return b"", []
+    results, _, _ = _read(broker, [_Want((key[1], key[2]), offset, max(max_bytes, 1))], max(max_bytes, 1), True, rc)
     r = results[0]
     data = r.records
-    if r.error or not data:
+    if r.error or not data or (not min_one and len(data) > max_bytes):
         return b"", []
     if isinstance(data, ExternalRecords):
         data = data.read()
@@ -136,6 +177,10 @@ def _acquire(ctx, sl: ShareLeader, group: str, member: str, key: PartitionKey, n
     A = FPart.AcquiredRecords
     return records, [A(first_offset=a.first_offset, last_offset=a.last_offset, delivery_count=a.delivery_count)
                      for a in res.acquired]
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 def _leader(ctx):
@@ -198,39 +243,52 @@ async def _share_fetch(ctx, req: ShareFetchRequest) -> ShareFetchResponse:
         sl.release_member(group, member)
     if (acks or sess.release) and sl.state is not None:
         await sl.state.wait_durable()          # acknowledgements are answered once stored
-    fetch = [] if (renew or sess.release) else sorted(sess.partitions, key=lambda tp: (str(tp[0]), tp[1]))
+    # MaxBytes or MaxRecords 0 (an acknowledgement-only ShareFetch): nothing fetched, answered at once
+    nothing_wanted = req.max_bytes <= 0 or req.max_records <= 0
+    fetch = [] if (renew or sess.release or nothing_wanted) else sorted(sess.partitions,
+                                                                        key=lambda tp: (str(tp[0]), tp[1]))
     full = req.share_session_epoch == 0
     answers: dict[tuple[_uuid.UUID, int], FPart] = {}
 
-    def read_all() -> bool:
-        budget = req.max_records if v >= 1 and req.max_records > 0 else 500
-        got = False
+    max_bytes = req.max_bytes
+    valid = [(tid, index) for tid, index in fetch if not _partition_error(ctx, names, allowed, tid, index)]
+
+    def offers() -> list[PartitionReadiness]:
+        return [_readiness(ctx, sl, group, (group, tid, index), names[tid], max_bytes) for tid, index in valid]
+
+    def read_all(ready: list[PartitionReadiness]) -> None:
+        """Acquire from every partition of the session that can acquire, within the request's
+        MaxRecords and each partition's share of MaxBytes; answer the others as they are."""
+        records_left = req.max_records
+        bytes_left = max_bytes
+        budgets = dict(zip(valid, wait.budgets(ready)))
+        acquirable = {tp for tp, r in zip(valid, ready) if r.acquirable}
+        min_one = True
         for tid, index in fetch:
-            if (tid, index) in answers and answers[(tid, index)].acquired_records:
-                continue
             err = _partition_error(ctx, names, allowed, tid, index)
             records, acquired = b"", []
-            if not err and budget > 0:
+            if not err and records_left > 0 and (tid, index) in acquirable:
                 try:
                     records, acquired = _acquire(ctx, sl, group, member, (group, tid, index), names[tid], req, v,
-                                                 budget)
+                                                 records_left, min(budgets[(tid, index)], bytes_left), min_one)
                 except StorageError as e:
                     err = e.error_code
-            budget -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
-            got = got or bool(acquired)
+            records_left -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+            bytes_left = max(0, bytes_left - len(records))
+            min_one = min_one and not records
             answers[(tid, index)] = FPart(partition_index=index, error_code=int(err), acknowledge_error_code=0,
                                           current_leader=_leader(ctx), records=records, acquired_records=acquired)
-        return got
 
-    got = read_all()
-    if fetch and not got and req.max_wait_ms > 0:
-        deadline = time.monotonic() + req.max_wait_ms / 1000
-        keys = [(names[tid], i) for tid, i in fetch if names.get(tid)]
-        while not got:
-            left = deadline - time.monotonic()
-            if left <= 0 or not await ctx.broker.waiters.wait(keys, left):
+    if fetch:
+        wait = ShareFetchWait(_monotonic_ms(), req.max_wait_ms, req.min_bytes, max_bytes)
+        keys = [(names[tid], i) for tid, i in valid]
+        ready = offers()
+        while wait.decide(_monotonic_ms(), ready) is WaitDecision.WAIT:
+            if not await ctx.broker.waiters.wait(keys, wait.left_ms(_monotonic_ms()) / 1000):
+                ready = offers()
                 break
-            got = read_all()
+            ready = offers()
+        read_all(ready)
     for (tid, index), (code, msg) in ack_results.items():
         a = answers.get((tid, index))
         if a is None:

@@ -255,6 +255,12 @@ class SharePartition:
             expect = max(expect, self._cache[first].last_offset + 1)
         return self._next_new_offset()
 
+    def can_acquire_records(self) -> bool:
+        """Whether an acquisition could hand out anything now (Kafka's canAcquireRecords): the next
+        fetch offset lies inside the in-flight window (SPEO - SPSO + 1 at most
+        max_in_flight_records), so a cached AVAILABLE record or a new one may be taken."""
+        return self.next_fetch_offset() <= self.start_offset + self.config.max_in_flight_records - 1
+
     def batches(self) -> list[InFlightBatch]:
         return [self._cache[f] for f in self._firsts]
 

@@ -6,6 +6,7 @@
 //   java SharePeer --bootstrap B --topic T[,T2] --group G [--client-id ID]
 //                  [--ack-mode explicit|implicit] [--acquire-mode batch_optimized|record_limit]
 //                  [--max-poll-records N] [--commit sync|async|poll]
+//                  [--fetch-min-bytes N] [--fetch-max-wait-ms MS]
 //                  [--release SPEC] [--release-until N] [--reject SPEC] [--renew SPEC] [--hold SPEC]
 //                  [--sleep-ms MS]
 //
@@ -27,6 +28,8 @@
 //                                                        AcknowledgementCommitCallback (error null: done)
 //           committed {results: {"topic-partition": null | error}}   -- commitSync's answer
 //           holding {records}, error {error}, closed {records}, fatal {error}
+//   Every event carries mono_ns: System.nanoTime() when it was printed (on Linux the clock of Python's
+//   time.monotonic(), so the fault harness puts the peer's deliveries on its own timeline).
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -56,7 +59,8 @@ public class SharePeer {
 
     static void emit(String event, String body) {
         synchronized (OUT) {
-            System.out.println("{\"event\":" + q(event) + (body.isEmpty() ? "" : "," + body) + "}");
+            System.out.println("{\"event\":" + q(event) + ",\"mono_ns\":" + System.nanoTime()
+                    + (body.isEmpty() ? "" : "," + body) + "}");
             System.out.flush();
         }
     }
@@ -148,6 +152,8 @@ public class SharePeer {
         p.put("share.acknowledgement.mode", ackMode);
         if (o.containsKey("acquire-mode")) p.put("share.acquire.mode", o.get("acquire-mode"));
         if (o.containsKey("max-poll-records")) p.put("max.poll.records", o.get("max-poll-records"));
+        if (o.containsKey("fetch-min-bytes")) p.put("fetch.min.bytes", o.get("fetch-min-bytes"));
+        if (o.containsKey("fetch-max-wait-ms")) p.put("fetch.max.wait.ms", o.get("fetch-max-wait-ms"));
 
         long total = 0;
         boolean slept = false;
