@@ -542,7 +542,11 @@ class ShareConsumer:
                 self._left.set()
             elif isinstance(a, Raise):
                 pass                             # the member raises it again from the next Poll event
-        self._cond.notify_all()
+        if actions:
+            # only a change wakes the other thread: the application's poll() loop and the driver
+            # both turn the member with no actions most of the time, and notifying then would
+            # wake each other back and forth for as long as poll() waits (a busy loop)
+            self._cond.notify_all()
 
     def _queue(self, kind: str, *args) -> None:
         with self._cond:
