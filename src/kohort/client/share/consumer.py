@@ -232,6 +232,9 @@ class ShareConsumer:
             self._cond.notify_all()
             try:
                 while True:
+                    # the application thread turns the machines itself while it waits: the fetch goes
+                    # out and its answer is handed out without a detour through the driver thread
+                    self._step()
                     self._dispatch_callbacks()
                     self._raise_pending()
                     if self._wakeup:
@@ -294,7 +297,10 @@ class ShareConsumer:
             if cid is None:
                 self._dispatch_callbacks()
                 return {}
-            while self._commit_wait.get(cid, 0) > 0:
+            while True:
+                self._step()                     # sends the ShareAcknowledges, takes their answers
+                if self._commit_wait.get(cid, 0) <= 0:
+                    break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
