@@ -18,8 +18,11 @@ This module is the thin driver of three pure parts:
 
 Threads: the application thread calls the API; one driver thread per consumer turns the machines
 (heartbeats on time, one ShareFetch or ShareAcknowledge in flight per leader, metadata) and sends
-through NetworkClient, whose I/O thread completes the futures; their callbacks only queue the answer
-for the driver. One lock guards every machine; answers of acknowledgements are reported to
+through NetworkClient, whose I/O thread completes the futures; their callbacks only queue the answer.
+While poll() or commit_sync() waits, the application thread turns the same machines itself (the
+fetch or acknowledgement goes out, the queued answer is taken, without a detour through the driver).
+A thread is woken only by a change (an answer queued, records buffered, a member action), never by
+a step that did nothing. One lock guards every machine; answers of acknowledgements are reported to
 `acknowledgement_commit_callback` on the application thread (inside poll, commit_sync, commit_async
 or close). A leader is sent a ShareFetch only while the application waits in poll(),
 no records are buffered and the application holds none unacknowledged (as Java's share consumer: the
