@@ -251,10 +251,10 @@ def _check_all_accepted(addr: str, group: str, topic: str, partitions: int, time
     from kohort.structs import TopicPartition
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     with Admin({"bootstrap.servers": addr}) as a:
-        ends = a.list_offsets({tp: LATEST for tp in tps})
         deadline = time.monotonic() + timeout
+        ends = _retrying(lambda: a.list_offsets({tp: LATEST for tp in tps}), deadline)
         while True:
-            got = a.list_share_group_offsets(group)
+            got = _retrying(lambda: a.list_share_group_offsets(group), deadline)
             done = {tp.partition: got.get(tp) is not None and (
                 got[tp].lag == 0 if got[tp].lag is not None else got[tp].start_offset >= ends[tp]) for tp in tps}
             if all(done.values()):
@@ -262,6 +262,20 @@ def _check_all_accepted(addr: str, group: str, topic: str, partitions: int, time
             if time.monotonic() > deadline:
                 raise RuntimeError(f"not every record accepted: {got}, log ends "
                                    f"{ {tp.partition: ends[tp] for tp in tps} }")
+            time.sleep(0.2)
+
+
+def _retrying(call, deadline: float):
+    """call() again while its error is retriable (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
+    COORDINATOR_NOT_AVAILABLE...: a broker starved of CPU by the members can be fenced by its controller
+    for a while, and its partitions have no leader until it is back) until `deadline`."""
+    from kohort.errors import KafkaError
+    while True:
+        try:
+            return call()
+        except KafkaError as e:
+            if not e.retriable or time.monotonic() > deadline:
+                raise
             time.sleep(0.2)
 
 

@@ -172,6 +172,31 @@ def test_a_heartbeat_falling_due_at_poll_goes_out(kshare, admin):
         c.close()
 
 
+def test_a_waiting_poll_does_not_spin(kshare, admin):
+    """While poll() waits for records that do not come, the application thread and the driver thread
+    sleep: the driver steps on its own timer (every 0.1 s at most), on heartbeat answers and on fetch
+    answers. Were every member step to wake the other thread, the two would wake each other back and
+    forth, thousands of steps a second, taking the CPU the brokers and the other members need."""
+    t, g = _setup(kshare, admin, partitions=1, records=1)
+    c = _consumer(kshare, g, t)
+    try:
+        assert len(_poll_until(c, 1)) == 1
+        steps = [0]
+        step = c._step
+
+        def counted_step():
+            steps[0] += 1
+            step()
+        c._step = counted_step                 # the driver looks its step up on every turn
+        t0 = time.monotonic()
+        assert c.poll(2.0) == []               # accepts the record, then nothing more comes
+        waited = time.monotonic() - t0
+        # 0.1 s timer + heartbeats every 0.5 s + the long-polling fetches (fetch.max.wait.ms 500): ~40
+        assert steps[0] < 40 * waited, (steps[0], waited)
+    finally:
+        c.close()
+
+
 def test_release_redelivers_with_delivery_count_2(kshare, admin):
     t, g = _setup(kshare, admin, partitions=1, records=5)
     c = _consumer(kshare, g, t, **{"share.acknowledgement.mode": "explicit"})

@@ -60,15 +60,22 @@ class Acknowledgements:
                 else:
                     pend[o] = GAP
 
+    def handed_out(self, tp: Hashable, record_offsets: Iterable[int]) -> None:
+        """Records of partition `tp` given to the application (every offset a record: `delivered`
+        without GAPs)."""
+        mine = self._delivered.get(tp)
+        if mine is None:
+            mine = self._delivered[tp] = set()
+        mine.update(record_offsets)
+
     def before_poll(self) -> None:
         """The application polls again: implicit mode accepts what it left; explicit mode refuses
         while records are unacknowledged."""
         if self.mode == IMPLICIT:
             for tp, offs in self._delivered.items():
-                pend = self._pending.setdefault(tp, {})
-                for o in offs:
-                    pend[o] = ACCEPT
-                offs.clear()
+                if offs:
+                    self._pending.setdefault(tp, {}).update(dict.fromkeys(offs, ACCEPT))
+                    offs.clear()
             return
         left = sum(len(v) for v in self._delivered.values())
         if left:
@@ -112,6 +119,14 @@ class Acknowledgements:
 
 
 def batches_of(types_by_offset: dict[int, int]) -> list[AckBatch]:
+    """Contiguous offsets of one type as one AckBatch each, in offset order."""
+    if not types_by_offset:
+        return []
+    lo, hi = min(types_by_offset), max(types_by_offset)
+    if hi - lo + 1 == len(types_by_offset):
+        kinds = set(types_by_offset.values())
+        if len(kinds) == 1:               # the common case: one range, one type (an implicit poll's records)
+            return [AckBatch(lo, hi, (kinds.pop(),))]
     out: list[AckBatch] = []
     for o in sorted(types_by_offset):
         t = types_by_offset[o]

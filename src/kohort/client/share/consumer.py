@@ -18,8 +18,11 @@ This module is the thin driver of three pure parts:
 
 Threads: the application thread calls the API; one driver thread per consumer turns the machines
 (heartbeats on time, one ShareFetch or ShareAcknowledge in flight per leader, metadata) and sends
-through NetworkClient, whose I/O thread completes the futures; their callbacks only queue the answer
-for the driver. One lock guards every machine; answers of acknowledgements are reported to
+through NetworkClient, whose I/O thread completes the futures; their callbacks only queue the answer.
+While poll() or commit_sync() waits, the application thread turns the same machines itself (the
+fetch or acknowledgement goes out, the queued answer is taken, without a detour through the driver).
+A thread is woken only by a change (an answer queued, records buffered, a member action), never by
+a step that did nothing. One lock guards every machine; answers of acknowledgements are reported to
 `acknowledgement_commit_callback` on the application thread (inside poll, commit_sync, commit_async
 or close). A leader is sent a ShareFetch only while the application waits in poll(),
 no records are buffered and the application holds none unacknowledged (as Java's share consumer: the
@@ -45,7 +48,6 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kohort.client.cluster import Cluster
 from kohort.client.config import load_config
-from kohort.client.consumer.fetcher import decode_partition
 from kohort.client.consumer.membership import Raise, Send
 from kohort.client.network import NetworkClient
 from kohort.client.requests import find_coordinator_request, read_find_coordinator
@@ -58,7 +60,10 @@ from kohort.errors import (
     ConfigError, ErrorCode, IncompatibleBrokerVersionError, KafkaError, KohortError, for_code,
 )
 from kohort.protocol.messages.share_fetch import ACQUIRE_MODE_BATCH_OPTIMIZED, ACQUIRE_MODE_RECORD_LIMIT
+from kohort.protocol.records import decode_records_list, scan_batches
 from kohort.structs import ConsumerRecord, TopicPartition
+
+_tuple_new = tuple.__new__
 
 log = logging.getLogger("kohort.client.share")
 
@@ -230,6 +235,9 @@ class ShareConsumer:
             self._cond.notify_all()
             try:
                 while True:
+                    # the application thread turns the machines itself while it waits: the fetch goes
+                    # out and its answer is handed out without a detour through the driver thread
+                    self._step()
                     self._dispatch_callbacks()
                     self._raise_pending()
                     if self._wakeup:
@@ -292,7 +300,10 @@ class ShareConsumer:
             if cid is None:
                 self._dispatch_callbacks()
                 return {}
-            while self._commit_wait.get(cid, 0) > 0:
+            while True:
+                self._step()                     # sends the ShareAcknowledges, takes their answers
+                if self._commit_wait.get(cid, 0) <= 0:
+                    break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -395,7 +406,7 @@ class ShareConsumer:
                 self._buffer.popleft()
             else:
                 self._buffer[0] = (tip, recs[len(take):], at)
-            self._acks.delivered(tip, _ranges(r.offset for r in take), [r.offset for r in take])
+            self._acks.handed_out(tip, [r[2] for r in take])
             if self.acknowledgement_mode == EXPLICIT:
                 for r in take:
                     self._delivered_records[(tip, r.offset)] = r
@@ -542,7 +553,11 @@ class ShareConsumer:
                 self._left.set()
             elif isinstance(a, Raise):
                 pass                             # the member raises it again from the next Poll event
-        self._cond.notify_all()
+        if actions:
+            # only a change wakes the other thread: the application's poll() loop and the driver
+            # both turn the member with no actions most of the time, and notifying then would
+            # wake each other back and forth for as long as poll() waits (a busy loop)
+            self._cond.notify_all()
 
     def _queue(self, kind: str, *args) -> None:
         with self._cond:
@@ -713,32 +728,23 @@ class ShareConsumer:
                 self._ack_done(None, {tip: batches}, None)
 
     def _buffer_records(self, tip, p) -> None:
-        counts: dict[int, int] = {}
-        for a in p.acquired_records:
-            for o in range(a.first_offset, a.last_offset + 1):
-                counts[o] = a.delivery_count
+        acquired = sorted((a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records)
         name = self._names.get(tip[0])
         data = p.records
         recs: list = []
         if name is not None and data is not None and len(data):
             try:
-                got, _, _ = decode_partition(name, tip[1], data, min(counts), check_crcs=self._check_crcs,
-                                             key_deserializer=self._kd, value_deserializer=self._vd)
+                recs = _decode_acquired(name, tip[1], data, acquired, self._check_crcs, self._kd, self._vd)
             except Exception as e:
                 # records that cannot be decoded are rejected, as Java's share consumer does with bad batches
                 log.warning("ShareFetch records of %s[%d] could not be decoded (%s): rejecting them", name, tip[1], e)
-                got = []
-                self._acks._pending.setdefault(tip, {}).update({o: REJECT for o in counts})
-                counts = {}
-            seen = set()
-            for r in got:
-                dc = counts.get(r.offset)
-                if dc is not None and r.offset not in seen:
-                    seen.add(r.offset)
-                    recs.append(r.with_delivery_count(dc))
-        have = {r.offset for r in recs}
-        gaps = [o for o in counts if o not in have]
-        if gaps:
+                pend = self._acks._pending.setdefault(tip, {})
+                for first, last, _ in acquired:
+                    pend.update(dict.fromkeys(range(first, last + 1), REJECT))
+                return
+        if len(recs) != sum(last - first + 1 for first, last, _ in acquired):
+            have = {r[2] for r in recs}
+            gaps = [o for first, last, _ in acquired for o in range(first, last + 1) if o not in have]
             self._acks.delivered(tip, _ranges(gaps), [])     # acquired offsets without a record: GAP
         if recs:
             self._buffer.append((tip, recs, time.monotonic()))
@@ -770,6 +776,39 @@ class ShareConsumer:
                 code, msg = codes.get(tip, (0, None))
                 self._ack_done(report_cid, {tip: batches}, for_code(code)(msg or "acknowledgement") if code else None)
         self._commit_answered(cid)
+
+
+def _decode_acquired(topic: str, partition: int, data, acquired: list[tuple[int, int, int]], check_crcs: bool,
+                     kd, vd) -> list[ConsumerRecord]:
+    """The records of a ShareFetch answer's bytes inside the `acquired` (first, last, delivery count)
+    ranges (sorted), each with its delivery count, in offset order, each offset once. Only the offsets
+    from the first acquired to the last are decoded: a leader sends whole batches, which may hold many
+    more records than it handed this member (the compiled decoder when built)."""
+    d = data if type(data) is bytes else bytes(data)
+    lo, hi = acquired[0][0], max(last for _, last, _ in acquired)
+    _, _, legacy = scan_batches(d, lo, check_crcs)      # v2 CRCs are checked here
+    got = decode_records_list(d, check_crcs and legacy, min_offset=lo, max_offset=hi + 1,
+                              record_factory=ConsumerRecord, prefix=(topic, partition))
+    new = _tuple_new
+    out: list = []
+    ranges = iter(acquired)
+    first, last, count = next(ranges)
+    prev = lo - 1
+    for r in got:
+        o = r[2]
+        if o <= prev:                     # the same offset again (repeated batch): the first one counts
+            continue
+        while o > last:
+            first, last, count = next(ranges, (hi + 1, hi + 1, 0))
+        if o < first:                     # between two acquired ranges: another member's record
+            continue
+        prev = o
+        if kd is None and vd is None:
+            out.append(new(ConsumerRecord, (*r[:9], count)))
+        else:
+            out.append(new(ConsumerRecord, (r[0], r[1], o, r[3], r[4], r[5] if kd is None else kd(r[5]),
+                                            r[6] if vd is None else vd(r[6]), r[7], r[8], count)))
+    return out
 
 
 def _ranges(offsets) -> list[tuple[int, int]]:
