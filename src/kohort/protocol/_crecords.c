@@ -2200,6 +2200,9 @@ PyMODINIT_FUNC PyInit__crecords(void)
 #include <dlfcn.h>
 #include <errno.h>
 #include <sys/socket.h>
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0          /* macOS: no SIGPIPE flag on send (the wake-up socket is never shut) */
+#endif
 
 #define SEAL_GZIP 1
 #define SEAL_LZ4 3
