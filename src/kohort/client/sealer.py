@@ -68,13 +68,16 @@ def native_sealer(codec: int) -> Any:
         why = "not in KOHORT_NATIVE_CODECS"
     else:
         why = ext.sealer_library(codec, LIBRARIES[codec])
-    if why is not None:
-        if codec not in _said:
-            _said.add(codec)
-            log.debug("kohort producer: %s batches are compressed on the Python path, not the native "
-                      "sealer (%s)", CODEC_NAMES[codec], why)
-        return None
-    return ext.NativeSealer(codec, LEVELS[codec])
+    if why is None:
+        try:
+            return ext.NativeSealer(codec, LEVELS[codec])
+        except OSError as e:            # no thread could be started
+            why = f"its thread did not start: {e}"
+    if codec not in _said:
+        _said.add(codec)
+        log.debug("kohort producer: %s batches are compressed on the Python path, not the native "
+                  "sealer (%s)", CODEC_NAMES[codec], why)
+    return None
 
 
 class Sealer:

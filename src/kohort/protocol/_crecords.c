@@ -2495,6 +2495,9 @@ static void seal_one(NativeSealer *s, seal_job *j)
 static void *sealer_main(void *arg)
 {
     NativeSealer *s = (NativeSealer *)arg;
+#if defined(__GLIBC__)
+    pthread_setname_np(pthread_self(), "kohort-sealer");
+#endif
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->jobs && !s->stopping)

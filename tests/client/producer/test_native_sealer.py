@@ -111,21 +111,21 @@ def test_closing_with_jobs_queued_frees_everything():
     (RSS flat over 200 sealers of 20 jobs of 256 KiB each)."""
     buf = _records_section(250, 1000)
 
-    def once():
+    def once(k):
         s = _sealer(COMPRESSION_ZSTD)
         for i in range(20):
             s.submit(i, buf, 250, 1, 1, 0, -1, -1, -1)
-        if len(buf) % 2:
-            time.sleep(0)
+        if k % 2:
+            time.sleep(0.002)            # some jobs finished and not collected, some still queued
         s.close()
         assert s.closed and s.pending == 0 and s.collect() == []
         with pytest.raises(RuntimeError):
             s.submit(0, buf, 250, 1, 1, 0, -1, -1, -1)
-    for _ in range(20):
-        once()
+    for k in range(20):
+        once(k)
     before = _rss_kb()
-    for _ in range(200):
-        once()
+    for k in range(200):
+        once(k)
     grown = _rss_kb() - before
     buf.extend(b"x")                     # every export released
     assert grown < 8 * 1024, f"RSS grew by {grown} KiB over 200 closed sealers"
