@@ -1177,8 +1177,16 @@ class _Sender:
                     pass
 
     def _fail_everything(self, err) -> None:
-        if self.sealing:                 # their batches are incomplete: failed below
+        if self.sealing:                 # requests not sent: their batches are failed below
             self._stale_seals = self.native.pending
+            for e in self.sealing:
+                if self.p.acks != 0:
+                    self.node_requests[e.node] -= 1
+                for b in e.batches:
+                    b.in_flight = False
+                    st = self.parts.get((b.topic, b.partition))
+                    if st is not None:
+                        st.in_flight -= 1
             self.sealing.clear()
         for b in self.acc.abort_all(err):
             self._finish(b, -1, -1, err)
