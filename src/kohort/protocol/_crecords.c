@@ -2192,8 +2192,8 @@ PyMODINIT_FUNC PyInit__crecords(void)
  *       set_wake_fd(fd): a byte is sent to fd (the network client's wake-up socket) when the done
  *       queue stops being empty, so a thread waiting in select() collects at once; -1 stops it.
  *       close(): queued jobs are dropped, the job running ends, the thread is joined, everything
- *       is freed; submit() then raises. fail_next(n): the next n jobs fail as a codec error would
- *       (for tests of the error path).
+ *       is freed; submit() then raises. For tests: fail_next(n) makes the next n jobs fail as a
+ *       codec error would; hold(True) keeps queued jobs waiting until hold(False) or close().
  */
 #if !defined(_WIN32)
 #include <pthread.h>
@@ -2388,6 +2388,7 @@ typedef struct {
     int mu_ready;                /* mu and cv were made */
     int wake_fd;                 /* under mu */
     int fail_next;               /* under mu */
+    int held;                    /* under mu: the worker takes no job while set (tests) */
     Py_ssize_t outstanding;      /* submitted, not yet collected (changed under the GIL only) */
     void *zstd_ctx;              /* the worker's */
 } NativeSealer;
@@ -2500,7 +2501,7 @@ static void *sealer_main(void *arg)
 #endif
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->jobs && !s->stopping)
+        while ((!s->jobs || s->held) && !s->stopping)
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->stopping)
             break;
@@ -2735,6 +2736,20 @@ static PyObject *NativeSealer_fail_next(NativeSealer *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *NativeSealer_hold(NativeSealer *self, PyObject *arg)
+{
+    int held = PyObject_IsTrue(arg);
+    if (held < 0)
+        return NULL;
+    if (self->started) {
+        pthread_mutex_lock(&self->mu);
+        self->held = held;
+        pthread_cond_signal(&self->cv);
+        pthread_mutex_unlock(&self->mu);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *NativeSealer_close(NativeSealer *self, PyObject *unused)
 {
     sealer_stop(self);
@@ -2761,6 +2776,8 @@ static PyMethodDef NativeSealer_methods[] = {
      "set_wake_fd(fd): send a byte to fd when finished jobs wait to be collected (-1: never)."},
     {"fail_next", (PyCFunction)NativeSealer_fail_next, METH_O,
      "fail_next(n): the next n jobs fail as a codec error would (tests)."},
+    {"hold", (PyCFunction)NativeSealer_hold, METH_O,
+     "hold(flag): while true, queued jobs wait (tests: jobs still queued at close)."},
     {"close", (PyCFunction)NativeSealer_close, METH_NOARGS,
      "close(): drop queued jobs, join the thread, free everything."},
     {NULL, NULL, 0, NULL},
