@@ -16,7 +16,9 @@ setup(
         Extension(
             "kohort.protocol._crecords",
             sources=["src/kohort/protocol/_crecords.c"],
-            extra_compile_args=_extra,
+            extra_compile_args=_extra + (["-pthread"] if os.name == "posix" else []),
+            # the native sealer's thread, and dlopen of the codec libraries (libdl: glibc < 2.34)
+            extra_link_args=["-pthread", "-ldl"] if os.name == "posix" else [],
             optional=True,
         ),
     ],

@@ -44,16 +44,31 @@ def _kohort_config(addr, opts) -> dict:
     return {**base, **extra, **opts.kohort_extra}
 
 
+# CPU of the timed part of a run (kohort and confluent-kafka): (process: every thread, calling thread)
+_cpu_used: list[tuple[float, float]] = []
+
+
+def _cpu() -> tuple[float, float]:
+    return time.process_time(), time.thread_time()
+
+
+def _cpu_since(c0: tuple[float, float]) -> None:
+    c1 = _cpu()
+    _cpu_used.append((c1[0] - c0[0], c1[1] - c0[1]))
+
+
 def run_kohort(addr, topic, n, value, opts):
     from kohort.client.producer import Producer
     p = Producer(_kohort_config(addr, opts))
     p.partitions_for(topic)            # metadata before timing, as every client below does
     produce = p.produce
+    c0 = _cpu()
     t = time.perf_counter()
     for _ in range(n):
         produce(topic, value)
     left = p.flush()
     dt = time.perf_counter() - t
+    _cpu_since(c0)
     p.close()
     assert left == 0
     return dt
@@ -92,6 +107,7 @@ def run_confluent(addr, topic, n, value, opts):
     p = Producer({**conf, **extra})
     p.list_topics(topic, timeout=10)
     produce, poll = p.produce, p.poll
+    c0 = _cpu()
     t = time.perf_counter()
     for i in range(n):
         try:
@@ -103,6 +119,7 @@ def run_confluent(addr, topic, n, value, opts):
             poll(0)
     left = p.flush(120)
     dt = time.perf_counter() - t
+    _cpu_since(c0)
     assert left == 0
     return dt
 
@@ -311,6 +328,8 @@ def _child(opts) -> int:
         pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(opts.profile)
     else:
         dt = CLIENTS[opts.child](opts.broker, opts.topic, opts.records, value, opts)
+    if _cpu_used:
+        print(f"CPU {_cpu_used[0][0]} {_cpu_used[0][1]}", flush=True)
     print(f"SECONDS {dt}", flush=True)
     return 0
 
@@ -357,11 +376,16 @@ def main(argv=None) -> int:
                 if opts.profile:
                     print(r.stderr, file=sys.stderr)
                 dt = float(line[0].split()[1])
+                cpu = [x.split()[1:] for x in r.stdout.splitlines() if x.startswith("CPU ")]
                 ends = admin.list_offsets({(topic, 0): -1})
                 rate = opts.records / dt
                 results.setdefault(name, []).append(rate)
+                cpu_note = ""
+                if cpu:     # CPU per record: the whole process (every thread), and the producing thread
+                    proc_us, thread_us = (float(x) * 1e6 / opts.records for x in cpu[0])
+                    cpu_note = f"  cpu/record {proc_us:.2f} µs (calling thread {thread_us:.2f} µs)"
                 print(f"round {rnd} {name:20s} {opts.records:>9,} records in {dt:7.2f}s  {rate:>10,.0f} "
-                      f"records/s  (log end offset {ends[(topic, 0)]:,})", flush=True)
+                      f"records/s  (log end offset {ends[(topic, 0)]:,}){cpu_note}", flush=True)
         admin.close()
     finally:
         stop()

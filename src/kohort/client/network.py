@@ -304,6 +304,11 @@ class NetworkClient:
     def wakeup(self) -> None:
         self._wake()
 
+    def wakeup_fd(self) -> int:
+        """The file descriptor of the wake-up socket's writing end: a byte sent to it ends the wait
+        of poll() (the producer's native sealer sends one from its own thread). Valid until close()."""
+        return self._wake_w.fileno()
+
     def close(self, timeout: float = 5.0) -> None:
         """Stop the I/O thread, close every socket and fail what is still outstanding. Caller-driven:
         call it from the thread that polls (or once nobody polls any more)."""

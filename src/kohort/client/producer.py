@@ -11,8 +11,11 @@ What lives here:
   caller-driven `NetworkClient` (the client's one network layer: handshake, versions, timeouts,
   reconnect backoff): the thread calling produce() polls it when a batch fills and every TICK_MS
   while it produces, and flush() and the transactional waits poll it while they wait; a background
-  thread polls it otherwise. Batches slow to compress are sealed on the `Sealer`'s thread
-  (client/sealer.py).
+  thread polls it otherwise. Compressed batches are sealed off the producing thread
+  (client/sealer.py): gzip/lz4/zstd on the compiled twin's native sealer thread, which never takes
+  the GIL (submitted here, collected at every I/O step, requests sent in the order they were made:
+  `_Sender.sealing`); snappy, or a codec whose library is missing, on the `Sealer`'s Python thread
+  when a request is slow to compress.
 * Idempotence (KIP-98, on by default as in Kafka 3.0+, KIP-679): InitProducerId, per-partition
   sequence numbers assigned once when a batch is first sent and kept on retry (the same bytes are
   re-sent); a partition with a batch to retry sends nothing else until the retries go out in sequence
@@ -40,6 +43,7 @@ import sys
 import threading
 import time
 import types
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -52,7 +56,7 @@ from kohort.client.stats import ClientStats
 from kohort.client.network import NetworkClient, unreachable_message
 from kohort.protocol.framing import Versioned
 from kohort.client.partitioner import DefaultPartitioner, murmur2
-from kohort.client.sealer import Sealer
+from kohort.client.sealer import Sealer, native_sealer
 from kohort.client.txn_manager import TransactionManager
 from kohort.errors import (
     ConfigError,
@@ -605,8 +609,15 @@ class _Sender:
         self.stats = {"requests": 0, "retries": 0, "disconnects": 0, "epoch_bumps": 0}
         self.last_poke_ms = 0
         self.thread = threading.Thread(target=self.run, name="kohort-producer-io", daemon=True)
-        # compressed batches are sealed on a thread of their own (client/sealer.py)
-        self.sealer = Sealer() if producer.compression != COMPRESSION_NONE else None
+        # compressed batches are sealed on a thread of their own (client/sealer.py): the native
+        # sealer's where the codec's library loads, else the Python Sealer's
+        compressed = producer.compression != COMPRESSION_NONE
+        self.native = native_sealer(producer.compression) if compressed else None
+        self.sealer = Sealer() if compressed and self.native is None else None
+        self.sealing: deque[_Sealing] = deque()   # requests waiting for the native sealer, in order
+        self._stale_seals = 0                     # results of jobs whose requests were dropped
+        if self.native is not None:
+            self.native.set_wake_fd(self.net.wakeup_fd())
         self.txn_features = None                 # a transactional producer's broker features: None, "asked", dict
         self._seal_s_per_byte = 0.0          # measured; 0 until a request was sealed
 
@@ -634,7 +645,10 @@ class _Sender:
         self.thread.join(10)
         if self.sealer is not None:
             self.sealer.stop()
+        if self.native is not None:
+            self.native.close()        # before the network client closes its wake-up socket
         with self.io_lock:
+            self.sealing.clear()
             self.net.close()
 
     # -- loop ------------------------------------------------------------------------------------------
@@ -683,6 +697,8 @@ class _Sender:
         now = _now_ms()
         p = self.p
         timeout_ms = 100
+        if self.sealing:
+            self._pump_sealed()
         # metadata (the view refreshes when asked, when stale, and at metadata.max.age.ms)
         if self.meta_needed:
             self.meta_needed = False
@@ -962,6 +978,9 @@ class _Sender:
             self.node_requests[node] = self.node_requests.get(node, 0) + 1
         pid, epoch = self.producer_id, self.producer_epoch
         self.stats["requests"] += 1
+        if self.native is not None and (seals or self.sealing):
+            self._submit_seals(node, batches, seals, pid, epoch)
+            return
         sealer = self.sealer
         if sealer is not None and (sealer.pending() or seals and self._seal_s_per_byte * sum(
                 b.size for b, _ in seals) >= _HANDOFF_S):
@@ -970,6 +989,63 @@ class _Sender:
             sealer.submit(lambda: self._seal_and_send(node, batches, seals, pid, epoch, self.io_lock))
         else:
             self._seal_and_send(node, batches, seals, pid, epoch, _NO_LOCK)
+
+    def _submit_seals(self, node: int, batches: list, seals: list, pid: int, epoch: int) -> None:
+        """Hand a request's batches to the native sealer and queue the request behind those before it
+        (a request with nothing to seal waits there too, so requests go out in the order made)."""
+        native = self.native
+        attrs = 0 if self.txn is None else ATTR_TRANSACTIONAL
+        entry = _Sealing(node, batches)
+        for b, seq in seals:
+            b.producer_id = pid
+            b.producer_epoch = epoch
+            b.base_sequence = seq
+            try:
+                native.submit(b, b.buf, b.count, b.base_ts, b.max_ts, attrs, pid, epoch, seq)
+            except Exception as e:  # noqa: BLE001 - this batch fails, the producer goes on
+                entry.failed.append((b, repr(e)))
+                continue
+            entry.left += 1
+        self.sealing.append(entry)
+        if not entry.left:
+            self._pump_sealed()
+
+    def _pump_sealed(self) -> None:
+        """Collect what the native sealer finished (in submission order) and send every request at
+        the head of the queue whose batches are all sealed."""
+        q = self.sealing
+        done = self.native.collect()
+        if done:
+            if self._stale_seals:
+                k = min(self._stale_seals, len(done))
+                self._stale_seals -= k
+                del done[:k]
+            it = iter(q)
+            e = None
+            for b, wire, err in done:
+                while e is None or not e.left:
+                    e = next(it)
+                e.left -= 1
+                if err is None:
+                    b.wire = wire
+                else:
+                    e.failed.append((b, err))
+        while q and not q[0].left:
+            self._send_sealed(q.popleft())
+
+    def _send_sealed(self, e: _Sealing) -> None:
+        batches = e.batches
+        if e.failed:
+            failed = {id(b) for b, _ in e.failed}
+            batches = [b for b in batches if id(b) not in failed]
+            for b, why in e.failed:
+                self._unsent(e.node, [b], KohortError(
+                    f"could not compress the batch of {b.count} record(s) for {b.topic}[{b.partition}]: {why}"),
+                    request=False)
+            if not batches and self.p.acks != 0:
+                self.node_requests[e.node] -= 1
+        if batches:
+            self._seal_and_send(e.node, batches, [], self.producer_id, self.producer_epoch, _NO_LOCK)
 
     def _seal_and_send(self, node: int, batches: list, seals: list, pid: int, epoch: int,
                        lock: contextlib.AbstractContextManager) -> None:
@@ -1010,10 +1086,11 @@ class _Sender:
         else:
             _on_done(fut, lambda resp, err: self._on_produce(batches, resp, err, node))
 
-    def _unsent(self, node: int, batches: list, err: BaseException) -> None:
-        """A request that could not be built: its batches fail (their sequence numbers leave a gap)."""
+    def _unsent(self, node: int, batches: list, err: BaseException, request: bool = True) -> None:
+        """A request that could not be built: its batches fail (their sequence numbers leave a gap).
+        `request=False`: batches dropped from a request that still goes out (or is counted apart)."""
         p = self.p
-        if p.acks != 0:
+        if request and p.acks != 0:
             self.node_requests[node] -= 1
         for b in batches:
             b.in_flight = False
@@ -1109,6 +1186,17 @@ class _Sender:
                     pass
 
     def _fail_everything(self, err) -> None:
+        if self.sealing:                 # requests not sent: their batches are failed below
+            self._stale_seals = self.native.pending
+            for e in self.sealing:
+                if self.p.acks != 0:
+                    self.node_requests[e.node] -= 1
+                for b in e.batches:
+                    b.in_flight = False
+                    st = self.parts.get((b.topic, b.partition))
+                    if st is not None:
+                        st.in_flight -= 1
+            self.sealing.clear()
         for b in self.acc.abort_all(err):
             self._finish(b, -1, -1, err)
         # answers to what was in flight can no longer be matched: close, failing their futures
@@ -1117,6 +1205,18 @@ class _Sender:
             self._finish(b, -1, -1, err)
         with self.p._meta_cond:
             self.p._meta_cond.notify_all()
+
+
+class _Sealing:
+    """A Produce request waiting for the native sealer: `left` batches still being sealed,
+    `failed` (batch, why) those it could not seal."""
+    __slots__ = ("node", "batches", "left", "failed")
+
+    def __init__(self, node: int, batches: list):
+        self.node = node
+        self.batches = batches
+        self.left = 0
+        self.failed: list[tuple[Any, str]] = []
 
 
 def _on_done(fut, fn) -> None:

@@ -1,5 +1,19 @@
 """Compressing producer batches off the thread that calls produce().
 
+Two ways, one per producer, chosen when it starts:
+
+`native_sealer(codec)`: the compiled twin's `NativeSealer` (protocol/_crecords.c), for gzip, lz4
+and zstd where their shared libraries (libz.so.1, liblz4.so.1, libzstd.so.1) load with dlopen: a
+pthread that never takes the GIL compresses and seals each batch (header, CRC-32C) into a fresh
+bytearray. The producer's I/O step submits the batches of a request (`_Sender._send_batches`) and,
+at every step, collects what is finished and sends the requests whose batches are all sealed, in
+the order it made them (one FIFO: a partition's sequence numbers reach the wire in order, KIP-98).
+The sealer wakes the network client's select() when a batch is done. A codec whose library is
+missing (said once at DEBUG in the producer's log), snappy, and a build without the extension
+(or KOHORT_NO_EXT=1) take the `Sealer` below. KOHORT_NATIVE_CODECS, read at import, names the
+codecs the native sealer may take (comma-separated, default "gzip,lz4,zstd"; "" for none): the
+others behave as if their library were absent (tests of the fallback set it).
+
 `Sealer`: one daemon thread per producer with a compression codec, fed in order by the producer's
 I/O step (`_Sender._send_batches`): it seals the batches of a Produce request (records compressed by
 lz4/zstd/gzip/snappy with the GIL released, CRC, header) and hands the request to the NetworkClient,
@@ -13,9 +27,57 @@ than the hand-over of the GIL to another thread would cost.
 """
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
+from typing import Any
+
+from kohort.protocol.compression import CODEC_IDS, CODEC_NAMES, COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_ZSTD
+from kohort.protocol.records import producer_twin
+
+log = logging.getLogger("kohort.client.producer")
+
+# The shared libraries tried for each codec, first to last (Linux sonames, then the unversioned
+# and macOS names).
+LIBRARIES = {
+    COMPRESSION_GZIP: ("libz.so.1", "libz.so", "libz.1.dylib", "libz.dylib"),
+    COMPRESSION_LZ4: ("liblz4.so.1", "liblz4.so", "liblz4.1.dylib", "liblz4.dylib"),
+    COMPRESSION_ZSTD: ("libzstd.so.1", "libzstd.so", "libzstd.1.dylib", "libzstd.dylib"),
+}
+# The levels compression.compress uses by default (gzip: Java's Deflater default; lz4: the frame
+# API's fast mode; zstd: Kafka's default, KIP-390), so both ways give equal batches.
+LEVELS = {COMPRESSION_GZIP: 6, COMPRESSION_LZ4: 0, COMPRESSION_ZSTD: 3}
+
+NATIVE_CODECS = frozenset(CODEC_IDS[name.strip()] for name in
+                          os.environ.get("KOHORT_NATIVE_CODECS", "gzip,lz4,zstd").split(",")
+                          if name.strip() in CODEC_IDS) & frozenset(LIBRARIES)
+_said: set[int] = set()          # codecs whose absence was logged already
+
+
+def native_sealer(codec: int) -> Any:
+    """A started `_crecords.NativeSealer` for `codec`, or None (the Python `Sealer` then seals)."""
+    ext = producer_twin()
+    why = None
+    if codec not in LIBRARIES:
+        return None
+    if ext is None or not hasattr(ext, "NativeSealer"):
+        why = "the compiled twin is not in use"
+    elif codec not in NATIVE_CODECS:
+        why = "not in KOHORT_NATIVE_CODECS"
+    else:
+        why = ext.sealer_library(codec, LIBRARIES[codec])
+    if why is None:
+        try:
+            return ext.NativeSealer(codec, LEVELS[codec])
+        except OSError as e:            # no thread could be started
+            why = f"its thread did not start: {e}"
+    if codec not in _said:
+        _said.add(codec)
+        log.debug("kohort producer: %s batches are compressed on the Python path, not the native "
+                  "sealer (%s)", CODEC_NAMES[codec], why)
+    return None
 
 
 class Sealer:
@@ -56,4 +118,4 @@ class Sealer:
             job()       # a job handles its own errors (the producer fails its batches)
 
 
-__all__ = ["Sealer"]
+__all__ = ["LEVELS", "LIBRARIES", "NATIVE_CODECS", "Sealer", "native_sealer"]

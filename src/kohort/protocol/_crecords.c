@@ -2999,6 +2999,8 @@ static struct PyModuleDef moddef = {
     -1, methods,
 };
 
+static int sealer_init(PyObject *m);      /* the native sealer, at the end of this file */
+
 PyMODINIT_FUNC PyInit__crecords(void)
 {
     crc_init_tables();
@@ -3023,9 +3025,663 @@ PyMODINIT_FUNC PyInit__crecords(void)
         PyModule_AddIntConstant(m, "HW_CRC32C", HAVE_HW_CRC ? g_hw_crc : 0) < 0 ||
         PyType_Ready(&FetchCursor_Type) < 0 ||
         PyModule_AddObjectRef(m, "FetchCursor", (PyObject *)&FetchCursor_Type) < 0 ||
-        producer_types_init(m) < 0 || aio_send_types_init(m) < 0) {
+        producer_types_init(m) < 0 || aio_send_types_init(m) < 0 ||
+        sealer_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
     return m;
 }
+
+/* == The native sealer: producer batches compressed and sealed on a thread that never takes the GIL ==
+ *
+ *   sealer_library(codec, names) -> None | str
+ *       Loads the codec's shared library with dlopen (the first of `names` that opens; gzip: libz,
+ *       lz4: liblz4, zstd: libzstd) and looks up the few functions the sealer calls, declared here
+ *       from each library's stable public ABI (no headers needed at build time). None when the
+ *       codec is usable, else a line saying why not. A success is kept for the process; a failure
+ *       is not (the next call tries again).
+ *   NativeSealer(codec, level)
+ *       One pthread and two FIFO queues. submit(token, records, count, base_ts, max_ts,
+ *       attributes, producer_id, producer_epoch, base_sequence) queues a job: compress `records`
+ *       (a RecordBatch v2's records section, held by a buffer export until the job is collected, so
+ *       it cannot be resized meanwhile) with the codec into a fresh bytearray after 61 bytes of
+ *       room, then write the v2 header there (base offset 0, length, partition leader epoch -1,
+ *       magic 2, attributes | codec, last offset delta, timestamps, producer id/epoch, base
+ *       sequence, count) and the CRC-32C of attributes..end: the bytes records.write_batch_buffer
+ *       gives. collect() -> [(token, wire, error)] hands back the finished jobs in submission
+ *       order (wire a bytearray, or error a str). The thread reads and writes raw memory only:
+ *       every Python object is made, referenced and released by the calls above, under the GIL.
+ *       set_wake_fd(fd): a byte is sent to fd (the network client's wake-up socket) when the done
+ *       queue stops being empty, so a thread waiting in select() collects at once; -1 stops it.
+ *       close(): queued jobs are dropped, the job running ends, the thread is joined, everything
+ *       is freed; submit() then raises. For tests: fail_next(n) makes the next n jobs fail as a
+ *       codec error would; hold(True) keeps queued jobs waiting until hold(False) or close().
+ */
+#if !defined(_WIN32)
+#include <pthread.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <sys/socket.h>
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0          /* macOS: no SIGPIPE flag on send (the wake-up socket is never shut) */
+#endif
+
+#define SEAL_GZIP 1
+#define SEAL_LZ4 3
+#define SEAL_ZSTD 4
+
+/* lz4frame.h's LZ4F_frameInfo_t and LZ4F_preferences_t (stable since lz4 1.8) */
+typedef struct {
+    unsigned block_size_id;           /* 0: the library's default, 64 KiB */
+    unsigned block_mode;              /* 1: independent blocks (Kafka's Java reader refuses linked) */
+    unsigned content_checksum;
+    unsigned frame_type;
+    unsigned long long content_size;  /* 0: not stored */
+    unsigned dict_id;
+    unsigned block_checksum;
+} lz4f_frame_info;
+typedef struct {
+    lz4f_frame_info frame_info;
+    int compression_level;
+    unsigned auto_flush;
+    unsigned favor_dec_speed;
+    unsigned reserved[3];
+} lz4f_preferences;
+
+/* zlib.h's z_stream (the layout of zlib 1.x on LP64 and ILP32 alike: pointers, uInt, uLong) */
+typedef struct {
+    const unsigned char *next_in;
+    unsigned avail_in;
+    unsigned long total_in;
+    unsigned char *next_out;
+    unsigned avail_out;
+    unsigned long total_out;
+    const char *msg;
+    void *state;
+    void *zalloc;
+    void *zfree;
+    void *opaque;
+    int data_type;
+    unsigned long adler;
+    unsigned long reserved;
+} z_stream_abi;
+
+static struct {
+    void *handle;
+    size_t (*bound)(size_t, const lz4f_preferences *);
+    size_t (*compress)(void *, size_t, const void *, size_t, const lz4f_preferences *);
+    unsigned (*is_error)(size_t);
+    const char *(*error_name)(size_t);
+} g_lz4;
+
+static struct {
+    void *handle;
+    size_t (*bound)(size_t);
+    void *(*create)(void);
+    size_t (*free_ctx)(void *);
+    size_t (*compress)(void *, void *, size_t, const void *, size_t, int);
+    unsigned (*is_error)(size_t);
+    const char *(*error_name)(size_t);
+} g_zstd;
+
+static struct {
+    void *handle;
+    int (*init2)(z_stream_abi *, int, int, int, int, int, const char *, int);
+    int (*deflate)(z_stream_abi *, int);
+    int (*end)(z_stream_abi *);
+    const char *(*version)(void);
+} g_zlib;
+
+static int sealer_sym(void *h, const char *name, void **out, char *why, size_t why_len)
+{
+    *out = dlsym(h, name);
+    if (!*out) {
+        snprintf(why, why_len, "%s not found in the library", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Called with the GIL (which serialises loading); the worker only reads the pointers after. */
+static int sealer_load(int codec, const char *libname, char *why, size_t why_len)
+{
+    void *h = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(why, why_len, "%s", e ? e : libname);
+        return -1;
+    }
+    int bad = 0;
+    if (codec == SEAL_LZ4) {
+        bad |= sealer_sym(h, "LZ4F_compressFrameBound", (void **)&g_lz4.bound, why, why_len);
+        bad |= sealer_sym(h, "LZ4F_compressFrame", (void **)&g_lz4.compress, why, why_len);
+        bad |= sealer_sym(h, "LZ4F_isError", (void **)&g_lz4.is_error, why, why_len);
+        bad |= sealer_sym(h, "LZ4F_getErrorName", (void **)&g_lz4.error_name, why, why_len);
+        if (!bad)
+            g_lz4.handle = h;
+    } else if (codec == SEAL_ZSTD) {
+        bad |= sealer_sym(h, "ZSTD_compressBound", (void **)&g_zstd.bound, why, why_len);
+        bad |= sealer_sym(h, "ZSTD_createCCtx", (void **)&g_zstd.create, why, why_len);
+        bad |= sealer_sym(h, "ZSTD_freeCCtx", (void **)&g_zstd.free_ctx, why, why_len);
+        bad |= sealer_sym(h, "ZSTD_compressCCtx", (void **)&g_zstd.compress, why, why_len);
+        bad |= sealer_sym(h, "ZSTD_isError", (void **)&g_zstd.is_error, why, why_len);
+        bad |= sealer_sym(h, "ZSTD_getErrorName", (void **)&g_zstd.error_name, why, why_len);
+        if (!bad)
+            g_zstd.handle = h;
+    } else {
+        bad |= sealer_sym(h, "deflateInit2_", (void **)&g_zlib.init2, why, why_len);
+        bad |= sealer_sym(h, "deflate", (void **)&g_zlib.deflate, why, why_len);
+        bad |= sealer_sym(h, "deflateEnd", (void **)&g_zlib.end, why, why_len);
+        bad |= sealer_sym(h, "zlibVersion", (void **)&g_zlib.version, why, why_len);
+        if (!bad && g_zlib.version()[0] != '1') {
+            snprintf(why, why_len, "zlib %s: the sealer knows zlib 1.x's z_stream only", g_zlib.version());
+            bad = 1;
+        }
+        if (!bad)
+            g_zlib.handle = h;
+    }
+    if (bad) {
+        dlclose(h);
+        return -1;
+    }
+    return 0;
+}
+
+static int sealer_loaded(int codec)
+{
+    return codec == SEAL_LZ4 ? g_lz4.handle != NULL : codec == SEAL_ZSTD ? g_zstd.handle != NULL
+           : codec == SEAL_GZIP ? g_zlib.handle != NULL : 0;
+}
+
+static PyObject *py_sealer_library(PyObject *self, PyObject *args)
+{
+    int codec;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "iO:sealer_library", &codec, &names))
+        return NULL;
+    if (codec != SEAL_GZIP && codec != SEAL_LZ4 && codec != SEAL_ZSTD)
+        return PyUnicode_FromFormat("codec %d is not sealed natively", codec);
+    if (sealer_loaded(codec))
+        Py_RETURN_NONE;
+    PyObject *seq = PySequence_Fast(names, "sealer_library: names must be a sequence of str");
+    if (!seq)
+        return NULL;
+    char why[512] = "no library names given";
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        const char *name = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+        if (!name) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        if (sealer_load(codec, name, why, sizeof why) == 0) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+    }
+    Py_DECREF(seq);
+    return PyUnicode_FromString(why);
+}
+
+typedef struct seal_job {
+    struct seal_job *next;
+    PyObject *token;             /* handed back by collect() */
+    Py_buffer records;           /* the records section; exported until collected */
+    PyObject *out;               /* bytearray: header room + the codec's bound */
+    uint8_t *out_ptr;
+    size_t out_cap;
+    size_t out_len;              /* set by the worker */
+    int64_t base_ts, max_ts, producer_id;
+    int32_t count, base_sequence;
+    int16_t producer_epoch, attributes;
+    int failed;
+    char error[200];
+} seal_job;
+
+typedef struct {
+    PyObject_HEAD
+    int codec, level;
+    pthread_t thread;
+    int started;                 /* the thread runs (until close) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    seal_job *jobs, *jobs_tail;  /* queued, under mu */
+    seal_job *done, *done_tail;  /* finished, under mu */
+    int stopping;                /* under mu */
+    int mu_ready;                /* mu and cv were made */
+    int wake_fd;                 /* under mu */
+    int fail_next;               /* under mu */
+    int held;                    /* under mu: the worker takes no job while set (tests) */
+    Py_ssize_t outstanding;      /* submitted, not yet collected (changed under the GIL only) */
+    void *zstd_ctx;              /* the worker's */
+} NativeSealer;
+
+static inline void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
+static inline void put32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+static inline void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)(v >> 32)); put32(p + 4, (uint32_t)v); }
+
+/* The largest output the codec can make of n bytes (gzip: deflate's stored-block worst case, the
+ * 18-byte gzip wrapper and slack). 0: too large. */
+static size_t sealer_bound(int codec, size_t n)
+{
+    if (codec == SEAL_LZ4) {
+        lz4f_preferences prefs;
+        memset(&prefs, 0, sizeof prefs);
+        prefs.frame_info.block_mode = 1;
+        return g_lz4.bound(n, &prefs);
+    }
+    if (codec == SEAL_ZSTD)
+        return g_zstd.bound(n);
+    if (n > 0xF0000000u)
+        return 0;
+    return n + (n >> 3) + (n >> 6) + 5 + 18 + 64;
+}
+
+/* On the worker thread, without the GIL: compress and write the header. */
+static void seal_one(NativeSealer *s, seal_job *j)
+{
+    uint8_t *dst = j->out_ptr + BATCH_HEADER_SIZE;
+    size_t cap = j->out_cap - BATCH_HEADER_SIZE, n = 0;
+    const void *src = j->records.buf;
+    size_t len = (size_t)j->records.len;
+    if (s->codec == SEAL_LZ4) {
+        lz4f_preferences prefs;
+        memset(&prefs, 0, sizeof prefs);
+        prefs.frame_info.block_mode = 1;
+        prefs.compression_level = s->level;
+        n = g_lz4.compress(dst, cap, src, len, &prefs);
+        if (g_lz4.is_error(n)) {
+            snprintf(j->error, sizeof j->error, "lz4: %s", g_lz4.error_name(n));
+            j->failed = 1;
+            return;
+        }
+    } else if (s->codec == SEAL_ZSTD) {
+        if (!s->zstd_ctx && !(s->zstd_ctx = g_zstd.create())) {
+            snprintf(j->error, sizeof j->error, "zstd: could not create a compression context");
+            j->failed = 1;
+            return;
+        }
+        n = g_zstd.compress(s->zstd_ctx, dst, cap, src, len, s->level);
+        if (g_zstd.is_error(n)) {
+            snprintf(j->error, sizeof j->error, "zstd: %s", g_zstd.error_name(n));
+            j->failed = 1;
+            return;
+        }
+    } else {
+        z_stream_abi z;
+        memset(&z, 0, sizeof z);
+        /* gzip wrapper (window bits 15 + 16), memLevel 8, default strategy: zlib.compressobj(level, DEFLATED, 31) */
+        int rc = g_zlib.init2(&z, s->level, 8, 31, 8, 0, g_zlib.version(), (int)sizeof z);
+        if (rc != 0) {
+            snprintf(j->error, sizeof j->error, "gzip: deflateInit2 failed (%d)", rc);
+            j->failed = 1;
+            return;
+        }
+        z.next_in = src;
+        z.avail_in = (unsigned)len;
+        z.next_out = dst;
+        z.avail_out = (unsigned)cap;
+        rc = g_zlib.deflate(&z, 4 /* Z_FINISH */);
+        n = (size_t)z.total_out;
+        g_zlib.end(&z);
+        if (rc != 1 /* Z_STREAM_END */) {
+            snprintf(j->error, sizeof j->error, "gzip: deflate did not finish (%d)", rc);
+            j->failed = 1;
+            return;
+        }
+    }
+    size_t total = BATCH_HEADER_SIZE + n;
+    if (total - LOG_OVERHEAD > 0x7FFFFFFF) {
+        snprintf(j->error, sizeof j->error, "the compressed batch is larger than a batch can be");
+        j->failed = 1;
+        return;
+    }
+    uint8_t *h = j->out_ptr;
+    put64(h, 0);                                                 /* base offset */
+    put32(h + 8, (uint32_t)(total - LOG_OVERHEAD));              /* batch length */
+    put32(h + 12, 0xFFFFFFFFu);                                  /* partition leader epoch -1 */
+    h[MAGIC_OFFSET] = 2;
+    put16(h + ATTRIBUTES_OFFSET, (uint16_t)(j->attributes | s->codec));
+    put32(h + 23, (uint32_t)(j->count - 1));                     /* last offset delta */
+    put64(h + 27, (uint64_t)j->base_ts);
+    put64(h + 35, (uint64_t)j->max_ts);
+    put64(h + 43, (uint64_t)j->producer_id);
+    put16(h + 51, (uint16_t)j->producer_epoch);
+    put32(h + 53, (uint32_t)j->base_sequence);
+    put32(h + 57, (uint32_t)j->count);
+    put32(h + 17, crc32c(0, h + ATTRIBUTES_OFFSET, total - ATTRIBUTES_OFFSET));
+    j->out_len = total;
+}
+
+static void *sealer_main(void *arg)
+{
+    NativeSealer *s = (NativeSealer *)arg;
+#if defined(__GLIBC__)
+    pthread_setname_np(pthread_self(), "kohort-sealer");
+#endif
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while ((!s->jobs || s->held) && !s->stopping)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stopping)
+            break;
+        seal_job *j = s->jobs;
+        s->jobs = j->next;
+        if (!s->jobs)
+            s->jobs_tail = NULL;
+        j->next = NULL;
+        int fail = s->fail_next > 0;
+        if (fail)
+            s->fail_next--;
+        pthread_mutex_unlock(&s->mu);
+        if (fail) {
+            snprintf(j->error, sizeof j->error, "compression failed (injected by fail_next)");
+            j->failed = 1;
+        } else {
+            seal_one(s, j);
+        }
+        pthread_mutex_lock(&s->mu);
+        int was_empty = s->done == NULL;
+        if (s->done_tail)
+            s->done_tail->next = j;
+        else
+            s->done = j;
+        s->done_tail = j;
+        if (was_empty && s->wake_fd >= 0)       /* under mu: set_wake_fd(-1) waits for this */
+            (void)send(s->wake_fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (s->zstd_ctx) {
+        g_zstd.free_ctx(s->zstd_ctx);
+        s->zstd_ctx = NULL;
+    }
+    return NULL;
+}
+
+/* With the GIL: a job's Python references go. */
+static void seal_job_free(seal_job *j)
+{
+    PyBuffer_Release(&j->records);
+    Py_XDECREF(j->out);
+    Py_XDECREF(j->token);
+    PyMem_RawFree(j);
+}
+
+static int NativeSealer_init(NativeSealer *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"codec", "level", NULL};
+    int codec, level;
+    if (self->started || self->stopping) {
+        PyErr_SetString(PyExc_RuntimeError, "a NativeSealer is initialised once");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ii:NativeSealer", kwlist, &codec, &level))
+        return -1;
+    if (!sealer_loaded(codec)) {
+        PyErr_Format(PyExc_ValueError, "codec %d has no library loaded (sealer_library first)", codec);
+        return -1;
+    }
+    self->codec = codec;
+    self->level = level;
+    self->wake_fd = -1;
+    if (!self->mu_ready) {
+        if (pthread_mutex_init(&self->mu, NULL) != 0)
+            return PyErr_SetString(PyExc_OSError, "NativeSealer: could not make its mutex"), -1;
+        if (pthread_cond_init(&self->cv, NULL) != 0) {
+            pthread_mutex_destroy(&self->mu);
+            return PyErr_SetString(PyExc_OSError, "NativeSealer: could not make its condition"), -1;
+        }
+        self->mu_ready = 1;
+    }
+    int rc = pthread_create(&self->thread, NULL, sealer_main, self);
+    if (rc != 0) {
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    self->started = 1;
+    return 0;
+}
+
+/* Stop the worker (the job it runs finishes; queued jobs are dropped) and free every job. */
+static void sealer_stop(NativeSealer *self)
+{
+    if (!self->started)
+        return;
+    pthread_mutex_lock(&self->mu);
+    self->stopping = 1;
+    self->wake_fd = -1;
+    pthread_cond_signal(&self->cv);
+    pthread_mutex_unlock(&self->mu);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(self->thread, NULL);
+    Py_END_ALLOW_THREADS
+    self->started = 0;
+    seal_job *lists[2] = {self->jobs, self->done};
+    self->jobs = self->jobs_tail = self->done = self->done_tail = NULL;
+    for (int i = 0; i < 2; i++)
+        for (seal_job *j = lists[i], *next; j; j = next) {
+            next = j->next;
+            seal_job_free(j);
+        }
+    self->outstanding = 0;
+}
+
+static void NativeSealer_dealloc(NativeSealer *self)
+{
+    sealer_stop(self);
+    if (self->mu_ready) {
+        pthread_mutex_destroy(&self->mu);
+        pthread_cond_destroy(&self->cv);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *NativeSealer_submit(NativeSealer *self, PyObject *args)
+{
+    PyObject *token, *records;
+    long long base_ts, max_ts, producer_id;
+    int count, attributes, producer_epoch, base_sequence;
+    if (!PyArg_ParseTuple(args, "OOiLLiLii:submit", &token, &records, &count, &base_ts, &max_ts,
+                          &attributes, &producer_id, &producer_epoch, &base_sequence))
+        return NULL;
+    if (!self->started || self->stopping) {
+        PyErr_SetString(PyExc_RuntimeError, "the native sealer is closed");
+        return NULL;
+    }
+    if (count <= 0 || attributes < 0 || attributes > 0x7FFF || (attributes & ATTR_COMPRESSION_MASK) ||
+            producer_epoch < -32768 || producer_epoch > 32767) {
+        PyErr_SetString(PyExc_ValueError, "submit: record count, attributes or producer epoch out of range");
+        return NULL;
+    }
+    seal_job *j = PyMem_RawCalloc(1, sizeof *j);
+    if (!j)
+        return PyErr_NoMemory();
+    if (PyObject_GetBuffer(records, &j->records, PyBUF_SIMPLE) < 0) {
+        PyMem_RawFree(j);
+        return NULL;
+    }
+    size_t bound = sealer_bound(self->codec, (size_t)j->records.len);
+    if (bound == 0 || bound > (size_t)PY_SSIZE_T_MAX - BATCH_HEADER_SIZE) {
+        PyBuffer_Release(&j->records);
+        PyMem_RawFree(j);
+        PyErr_SetString(PyExc_ValueError, "submit: records too large to compress");
+        return NULL;
+    }
+    j->out_cap = BATCH_HEADER_SIZE + bound;
+    j->out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)j->out_cap);
+    if (!j->out) {
+        PyBuffer_Release(&j->records);
+        PyMem_RawFree(j);
+        return NULL;
+    }
+    j->out_ptr = (uint8_t *)PyByteArray_AS_STRING(j->out);
+    Py_INCREF(token);
+    j->token = token;
+    j->count = count;
+    j->base_ts = base_ts;
+    j->max_ts = max_ts;
+    j->attributes = (int16_t)attributes;
+    j->producer_id = producer_id;
+    j->producer_epoch = (int16_t)producer_epoch;
+    j->base_sequence = base_sequence;
+    self->outstanding++;
+    pthread_mutex_lock(&self->mu);
+    if (self->jobs_tail)
+        self->jobs_tail->next = j;
+    else
+        self->jobs = j;
+    self->jobs_tail = j;
+    pthread_cond_signal(&self->cv);
+    pthread_mutex_unlock(&self->mu);
+    Py_RETURN_NONE;
+}
+
+static PyObject *NativeSealer_collect(NativeSealer *self, PyObject *unused)
+{
+    if (!self->started)
+        return PyList_New(0);
+    pthread_mutex_lock(&self->mu);
+    seal_job *j = self->done;
+    self->done = self->done_tail = NULL;
+    pthread_mutex_unlock(&self->mu);
+    PyObject *out = PyList_New(0);
+    int bad = out == NULL;
+    for (seal_job *next; j; j = next) {
+        next = j->next;
+        self->outstanding--;
+        PyObject *item = NULL;
+        if (!bad) {
+            if (j->failed) {
+                item = Py_BuildValue("(OOs)", j->token, Py_None, j->error);
+            } else if (PyByteArray_Resize(j->out, (Py_ssize_t)j->out_len) == 0) {
+                item = PyTuple_Pack(3, j->token, j->out, Py_None);
+            }
+            if (!item || PyList_Append(out, item) < 0)
+                bad = 1;
+            Py_XDECREF(item);
+        }
+        seal_job_free(j);
+    }
+    if (bad) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+static PyObject *NativeSealer_set_wake_fd(NativeSealer *self, PyObject *arg)
+{
+    long fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    if (self->started) {
+        pthread_mutex_lock(&self->mu);
+        self->wake_fd = fd < 0 || fd > INT32_MAX ? -1 : (int)fd;
+        pthread_mutex_unlock(&self->mu);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *NativeSealer_fail_next(NativeSealer *self, PyObject *arg)
+{
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (self->started) {
+        pthread_mutex_lock(&self->mu);
+        self->fail_next = n < 0 ? 0 : n > INT32_MAX ? INT32_MAX : (int)n;
+        pthread_mutex_unlock(&self->mu);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *NativeSealer_hold(NativeSealer *self, PyObject *arg)
+{
+    int held = PyObject_IsTrue(arg);
+    if (held < 0)
+        return NULL;
+    if (self->started) {
+        pthread_mutex_lock(&self->mu);
+        self->held = held;
+        pthread_cond_signal(&self->cv);
+        pthread_mutex_unlock(&self->mu);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *NativeSealer_close(NativeSealer *self, PyObject *unused)
+{
+    sealer_stop(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *NativeSealer_get_pending(NativeSealer *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->outstanding);
+}
+
+static PyObject *NativeSealer_get_closed(NativeSealer *self, void *closure)
+{
+    return PyBool_FromLong(!self->started);
+}
+
+static PyMethodDef NativeSealer_methods[] = {
+    {"submit", (PyCFunction)NativeSealer_submit, METH_VARARGS,
+     "submit(token, records, count, base_ts, max_ts, attributes, producer_id, producer_epoch, "
+     "base_sequence): queue one batch to compress and seal."},
+    {"collect", (PyCFunction)NativeSealer_collect, METH_NOARGS,
+     "collect() -> [(token, wire, error)]: the finished jobs, in submission order."},
+    {"set_wake_fd", (PyCFunction)NativeSealer_set_wake_fd, METH_O,
+     "set_wake_fd(fd): send a byte to fd when finished jobs wait to be collected (-1: never)."},
+    {"fail_next", (PyCFunction)NativeSealer_fail_next, METH_O,
+     "fail_next(n): the next n jobs fail as a codec error would (tests)."},
+    {"hold", (PyCFunction)NativeSealer_hold, METH_O,
+     "hold(flag): while true, queued jobs wait (tests: jobs still queued at close)."},
+    {"close", (PyCFunction)NativeSealer_close, METH_NOARGS,
+     "close(): drop queued jobs, join the thread, free everything."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef NativeSealer_getset[] = {
+    {"pending", (getter)NativeSealer_get_pending, NULL, "jobs submitted and not yet collected", NULL},
+    {"closed", (getter)NativeSealer_get_closed, NULL, "True once closed", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject NativeSealer_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kohort.protocol._crecords.NativeSealer",
+    .tp_basicsize = sizeof(NativeSealer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "NativeSealer(codec, level): compresses and seals producer batches on its own thread.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)NativeSealer_init,
+    .tp_dealloc = (destructor)NativeSealer_dealloc,
+    .tp_methods = NativeSealer_methods,
+    .tp_getset = NativeSealer_getset,
+};
+
+static PyMethodDef sealer_functions[] = {
+    {"sealer_library", py_sealer_library, METH_VARARGS,
+     "sealer_library(codec, names) -> None if the codec's library is loaded, else why not."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int sealer_init(PyObject *m)
+{
+    if (PyType_Ready(&NativeSealer_Type) < 0 ||
+        PyModule_AddObjectRef(m, "NativeSealer", (PyObject *)&NativeSealer_Type) < 0 ||
+        PyModule_AddFunctions(m, sealer_functions) < 0)
+        return -1;
+    return 0;
+}
+#else
+static int sealer_init(PyObject *m)
+{
+    return 0;       /* no native sealer: the producer seals on its Python path */
+}
+#endif
