@@ -1925,13 +1925,15 @@ static int attr_truthy(PyObject *o, PyObject *name)
     return r;
 }
 
-static PyObject *fp_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* Binds a vectorcall's positional and keyword arguments to `a[0..n)` by the names `strs` (None counts
+   as absent: NULL). 0 when bound; 1 when the call is not one the compiled path takes (too many arguments,
+   an unknown or repeated keyword): the caller then falls back to Python, which reports any TypeError. */
+static int bind_args(PyObject *const *args, size_t nargsf, PyObject *kwnames, PyObject *const *strs, int n,
+                     PyObject **a)
 {
-    FastProduce *self = (FastProduce *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *a[N_ARGS] = {NULL};
-    if (nargs > N_ARGS)
-        goto fallback;
+    if (nargs > n)
+        return 1;
     for (Py_ssize_t i = 0; i < nargs; i++)
         a[i] = args[i];
     if (kwnames) {
@@ -1939,20 +1941,29 @@ static PyObject *fp_call(PyObject *callable, PyObject *const *args, size_t nargs
         for (Py_ssize_t j = 0; j < nk; j++) {
             PyObject *k = PyTuple_GET_ITEM(kwnames, j);
             int found = -1;
-            for (int i = 0; i < N_ARGS && found < 0; i++)
-                if (k == arg_strs[i])
+            for (int i = 0; i < n && found < 0; i++)
+                if (k == strs[i])
                     found = i;
-            for (int i = 0; i < N_ARGS && found < 0; i++)
-                if (PyUnicode_Compare(k, arg_strs[i]) == 0)
+            for (int i = 0; i < n && found < 0; i++)
+                if (PyUnicode_Compare(k, strs[i]) == 0)
                     found = i;
             if (found < 0 || a[found])
-                goto fallback;              /* Python reports the TypeError */
+                return 1;
             a[found] = args[nargs + j];
         }
     }
-    for (int i = 0; i < N_ARGS; i++)
+    for (int i = 0; i < n; i++)
         if (a[i] == Py_None)
             a[i] = NULL;
+    return 0;
+}
+
+static PyObject *fp_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    FastProduce *self = (FastProduce *)callable;
+    PyObject *a[N_ARGS] = {NULL};
+    if (bind_args(args, nargsf, kwnames, arg_strs, N_ARGS, a))
+        goto fallback;
     PyObject *topic = a[A_TOPIC], *value = a[A_VALUE], *key = a[A_KEY];
     if (!topic || !PyUnicode_CheckExact(topic) || a[A_HEADERS] || a[A_ON_DELIVERY] ||
         (value && !PyBytes_CheckExact(value)) || (key && !PyBytes_CheckExact(key)))
@@ -2646,31 +2657,9 @@ static int attr_set_ssize(PyObject *o, PyObject *name, Py_ssize_t v)
 static PyObject *as_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     AIOSend *self = (AIOSend *)callable;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *a[S_NARGS] = {NULL};
-    if (nargs > S_NARGS)
+    if (bind_args(args, nargsf, kwnames, send_arg_strs, S_NARGS, a))
         goto fallback;
-    for (Py_ssize_t i = 0; i < nargs; i++)
-        a[i] = args[i];
-    if (kwnames) {
-        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
-        for (Py_ssize_t j = 0; j < nk; j++) {
-            PyObject *k = PyTuple_GET_ITEM(kwnames, j);
-            int found = -1;
-            for (int i = 0; i < S_NARGS && found < 0; i++)
-                if (k == send_arg_strs[i])
-                    found = i;
-            for (int i = 0; i < S_NARGS && found < 0; i++)
-                if (PyUnicode_Compare(k, send_arg_strs[i]) == 0)
-                    found = i;
-            if (found < 0 || a[found])
-                goto fallback;              /* Python reports the TypeError */
-            a[found] = args[nargs + j];
-        }
-    }
-    for (int i = 0; i < S_NARGS; i++)
-        if (a[i] == Py_None)
-            a[i] = NULL;
     PyObject *topic = a[S_TOPIC], *value = a[S_VALUE], *key = a[S_KEY];
     if (!topic || !PyUnicode_CheckExact(topic) || a[S_HEADERS] ||
         (value && !PyBytes_CheckExact(value)) || (key && !PyBytes_CheckExact(key)))
