@@ -43,6 +43,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from tests.helpers.brokers import KohortBroker, free_port
 from tests.helpers.fault_proxy import FaultProxy
@@ -566,7 +567,56 @@ class _Member:
         self.timed.call(f"{self.name} close", 30.0, self.c.close)
 
 
-class _JavaMember:
+class _JavaPeerDriver:
+    """What the Java members share: the JVM of `self.peer` started by a reader thread (`thread`, whose
+    target is `_run`) that hands each JSON event to `_on`; event times on the JVM's System.nanoTime()
+    (`mono_ns`, the clock of time.monotonic() on Linux) or the time the line was read if the two clocks
+    disagree; close() stopping the JVM within the workload's call timeout."""
+    name: str
+    peer: Any
+    timed: _Timed
+    thread: threading.Thread
+    clock_ok: bool | None = None
+    _stopped: bool = False
+
+    def _on(self, ev: dict) -> None:
+        raise NotImplementedError
+
+    def _when(self, ev: dict) -> float:
+        now = time.monotonic()
+        mono = ev.get("mono_ns")
+        if self.clock_ok is None and mono is not None:
+            self.clock_ok = abs(mono / 1e9 - now) < 1.0
+        return mono / 1e9 if self.clock_ok and mono is not None else now
+
+    def _run(self) -> None:
+        try:
+            self.peer.start()
+        except Exception as e:          # noqa: BLE001 - the JVM did not start: counted as a hung member
+            self.timed.hung.append(f"{self.name} did not start: {e}")
+            return
+        i = 0
+        while True:
+            try:
+                ev = self.peer.wait_for(lambda e: True, timeout=1.0, start=i)
+            except TimeoutError:
+                continue
+            except RuntimeError:        # the JVM ended before its next event
+                return
+            i += 1
+            if ev.get("event") == "eof":
+                return
+            self._on(ev)
+
+    def close(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self.timed.call(f"{self.name} close", 30.0, self.peer.stop, 30.0)
+        self.thread.join(10)
+
+
+class _JavaMember(_JavaPeerDriver):
     """A group member that is Apache Kafka's own Java consumer (tests/interop/peers/java/Peer.java, consume mode,
     commitSync after each poll) in its own JVM, with the interface of _Member. Its JSON events are
     turned into the history by a reader thread: assigned/revoked/lost at the time the callback ran in
@@ -591,13 +641,6 @@ class _JavaMember:
         self.clock_ok: bool | None = None
         self.thread = threading.Thread(target=self._run, name=f"member-{name}", daemon=True)
         self._stopped = False
-
-    def _when(self, ev: dict) -> float:
-        now = time.monotonic()
-        mono = ev.get("mono_ns")
-        if self.clock_ok is None and mono is not None:
-            self.clock_ok = abs(mono / 1e9 - now) < 1.0
-        return mono / 1e9 if self.clock_ok and mono is not None else now
 
     def _on(self, ev: dict) -> None:
         kind = ev.get("event")
@@ -632,31 +675,6 @@ class _JavaMember:
             with self.lock:
                 self.h.commit_errors.append(f"{self.name}: {kind}: {ev.get('error')}"[:200])
 
-    def _run(self) -> None:
-        try:
-            self.peer.start()
-        except Exception as e:          # noqa: BLE001 - the JVM did not start: counted as a hung member
-            self.timed.hung.append(f"{self.name} did not start: {e}")
-            return
-        i = 0
-        while True:
-            try:
-                ev = self.peer.wait_for(lambda e: True, timeout=1.0, start=i)
-            except TimeoutError:
-                continue
-            except RuntimeError:        # the JVM ended before its next event
-                return
-            i += 1
-            if ev.get("event") == "eof":
-                return
-            self._on(ev)
-
-    def close(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        self.timed.call(f"{self.name} close", 30.0, self.peer.stop, 30.0)
-        self.thread.join(10)
 
 
 def _member(name: str, kind: str, *args):
@@ -965,7 +983,7 @@ class _ShareMember:
         self.timed.call(f"{self.name} close", 30.0, self.c.close)
 
 
-class _JavaShareMember:
+class _JavaShareMember(_JavaPeerDriver):
     """A share-group member that is Apache Kafka's own KafkaShareConsumer (tests/interop/peers/java/SharePeer.java,
     explicit acknowledgement: every record ACCEPTed, commitSync after each poll) in its own JVM, with the
     interface of _ShareMember. A reader thread turns its JSON events into the history: each `record`
@@ -984,13 +1002,6 @@ class _JavaShareMember:
         self.clock_ok: bool | None = None
         self.thread = threading.Thread(target=self._run, name=f"share-{name}", daemon=True)
         self._stopped = False
-
-    def _when(self, ev: dict) -> float:
-        now = time.monotonic()
-        mono = ev.get("mono_ns")
-        if self.clock_ok is None and mono is not None:
-            self.clock_ok = abs(mono / 1e9 - now) < 1.0
-        return mono / 1e9 if self.clock_ok and mono is not None else now
 
     @staticmethod
     def _outcome(error: str | None) -> str:
@@ -1022,31 +1033,10 @@ class _JavaShareMember:
             with self.lock:
                 self.h.errors.append(f"{self.name}: {kind}: {ev.get('error')}"[:200])
 
-    def _run(self) -> None:
-        try:
-            self.peer.start()
-        except Exception as e:          # noqa: BLE001 - the JVM did not start: counted as a hung member
-            self.timed.hung.append(f"{self.name} did not start: {e}")
-            return
-        i = 0
-        while True:
-            try:
-                ev = self.peer.wait_for(lambda e: True, timeout=1.0, start=i)
-            except TimeoutError:
-                continue
-            except RuntimeError:        # the JVM ended before its next event
-                return
-            i += 1
-            if ev.get("event") == "eof":
-                return
-            self._on(ev)
-
     def close(self) -> None:
         if self._stopped:
             return
-        self._stopped = True
-        self.timed.call(f"{self.name} close", 30.0, self.peer.stop, 30.0)
-        self.thread.join(10)
+        super().close()
         if self.pending:                # delivered, never answered: the JVM ended before its commitSync
             with self.lock:
                 for p, offs in self.pending.items():
