@@ -153,6 +153,7 @@ class AIOShareConsumer:
         await self._client.refresh_metadata()
         self._hb_task = asyncio.create_task(self._heartbeat_loop(), name=f"kohort-aio-share-heartbeat-{self.group_id}")
         if self._subscribed:
+            self._left.clear()
             self._member_do(M.Subscribe(self._subscribed))
 
     async def __aenter__(self) -> "AIOShareConsumer":
@@ -198,6 +199,7 @@ class AIOShareConsumer:
         if self._client is not None:
             self._client.add_topics(self._subscribed)
             self._refresh_metadata(force=True)
+            self._left.clear()
             self._member_do(M.Subscribe(self._subscribed))
 
     def subscription(self) -> set[str]:
