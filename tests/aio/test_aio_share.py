@@ -249,3 +249,26 @@ def test_mixed_with_a_threaded_share_consumer(kshare, admin):
     assert not errors
     assert len(seen) == 60 and set(seen.values()) == {1}, (len(seen), by)
     assert aio_id != sync.member_id
+
+
+def test_unsubscribe_sends_acknowledgements_and_subscribe_rejoins(kshare, admin):
+    from kohort import Producer
+    t, g = _setup(kshare, admin, partitions=1, records=3)
+
+    async def main():
+        async with _aio(kshare, g, t) as c:
+            assert len(await _poll_until(c, 3)) == 3
+            await c.poll(500)                         # implicit mode: accepts the 3 (on this poll's fetch)
+            c.unsubscribe()
+            await c.unsubscribe_wait()
+            assert c.subscription() == set() and c.assignment() == set()
+            with pytest.raises(IllegalStateError, match="not subscribed"):
+                await c.poll(0)
+            with Producer({"bootstrap.servers": kshare.bootstrap}) as p:
+                p.send(t, value=b"late", partition=0)
+                p.flush()
+            c.subscribe([t])
+            return await _poll_until(c, 1)
+
+    got = run(main())
+    assert [(r.offset, r.value, r.delivery_count) for r in got] == [(3, b"late", 1)]

@@ -1,4 +1,5 @@
-"""kohort's asyncio API: `AIOProducer`, `AIOConsumer`, `AIOShareConsumer` (share groups, KIP-932), `AIOAdmin`, driven by the running event loop.
+"""kohort's asyncio API: `AIOProducer`, `AIOConsumer`, `AIOShareConsumer` (share groups, KIP-932),
+`AIOAdmin`, driven by the running event loop.
 
 Connections are `asyncio.BufferedProtocol`s around the sans-I/O `ClientProtocol` (`connection.py`),
 shared metadata and coordinator lookup live in `client.py`, and the group members are the same pure

@@ -133,6 +133,7 @@ class AIOShareConsumer:
         self._changed: asyncio.Event | None = None
         self._hb_wake: asyncio.Event | None = None
         self._hb_task: asyncio.Task | None = None
+        self._leave_task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self._connecting: set[int] = set()
         self._meta_task: asyncio.Task | None = None
@@ -169,7 +170,9 @@ class AIOShareConsumer:
         if self._closed:
             return
         try:
-            if self._client is not None and (self._subscribed or self._leaving):
+            if self._leave_task is not None and not self._leave_task.done():
+                await asyncio.wait([self._leave_task])         # unsubscribe()'s leave, under way
+            elif self._client is not None and self._subscribed:
                 await self._leave(self._api_timeout_ms if timeout_ms is None else timeout_ms)
         finally:
             self._closed = True
@@ -213,12 +216,14 @@ class AIOShareConsumer:
             self._subscribed = ()
             return
         if self._subscribed and not self._leaving:
-            self._spawn(self._leave(self._api_timeout_ms))
+            self._leave_task = self._spawn(self._leave(self._api_timeout_ms))
 
     async def unsubscribe_wait(self, timeout_ms: int | None = None) -> None:
         """unsubscribe() and wait until the member has left."""
         self._check_open()
-        if self._client is not None and self._subscribed and not self._leaving:
+        if self._leave_task is not None and not self._leave_task.done():
+            await asyncio.wait([self._leave_task])
+        elif self._client is not None and self._subscribed:
             await self._leave(self._api_timeout_ms if timeout_ms is None else timeout_ms)
         self._subscribed = ()
 
