@@ -272,3 +272,48 @@ def test_unsubscribe_sends_acknowledgements_and_subscribe_rejoins(kshare, admin)
 
     got = run(main())
     assert [(r.offset, r.value, r.delivery_count) for r in got] == [(3, b"late", 1)]
+
+
+def test_one_request_in_flight_per_leader(kshare, admin, monkeypatch):
+    """ShareFetch and ShareAcknowledge to one leader never overlap, while the application polls,
+    commits asynchronously and synchronously and cancels polls in between."""
+    t, g = _setup(kshare, admin, partitions=3, records=60)
+    inflight: Counter = Counter()
+    most: Counter = Counter()
+    fetch, ack = AIOShareConsumer._fetch, AIOShareConsumer._acknowledge_request
+
+    def counted(real):
+        async def wrapper(self, lead, *args):
+            inflight[lead.node] += 1
+            most[lead.node] = max(most[lead.node], inflight[lead.node])
+            try:
+                await real(self, lead, *args)
+            finally:
+                inflight[lead.node] -= 1
+        return wrapper
+
+    monkeypatch.setattr(AIOShareConsumer, "_fetch", counted(fetch))
+    monkeypatch.setattr(AIOShareConsumer, "_acknowledge_request", counted(ack))
+
+    async def main():
+        got = 0
+        async with _aio(kshare, g, t, max_poll_records=5) as c:
+            deadline = time.monotonic() + 20
+            while got < 60 and time.monotonic() < deadline:
+                task = asyncio.ensure_future(c.poll(300))
+                await asyncio.sleep(0.01)
+                if got % 2:
+                    task.cancel()
+                try:
+                    recs = await task
+                except asyncio.CancelledError:
+                    continue
+                got += len(recs)
+                if recs and got % 10 < 5:
+                    c.commit_async()
+                elif recs:
+                    await c.commit_sync(10000)
+        return got
+
+    assert run(main()) == 60
+    assert most and max(most.values()) == 1, most
