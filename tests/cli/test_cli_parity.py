@@ -152,6 +152,17 @@ def test_java_share_consumer_rows(doc):
                 assert hasattr(owners[m.group(1)], m.group(2)), f"{t} is marked same but kohort lacks it"
 
 
+def test_aio_share_consumer_rows(doc):
+    """Every **same** kohort call of the asyncio share consumer section exists on AIOShareConsumer."""
+    from kohort.aio import AIOShareConsumer
+    rows = doc["KafkaShareConsumer / confluent-kafka ShareConsumer on asyncio (`kohort.aio.AIOShareConsumer`)"]
+    named = [m.group(1) for r in rows if r[2] == "same" for t in ticks(r[1])
+             for m in [re.match(r"AIOShareConsumer\.(\w+)$", t)] if m]
+    assert len(named) >= 15, named
+    for name in named:
+        assert hasattr(AIOShareConsumer, name), f"AIOShareConsumer.{name} is marked same but kohort lacks it"
+
+
 def test_spark_options(doc):
     from kohort.spark import options as O
     rows = doc["spark-sql-kafka options (`format(\"kohort\")`)"]

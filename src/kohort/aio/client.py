@@ -142,6 +142,11 @@ class AIOClient:
         conn = self._conns.get(node_id)
         return conn is not None and conn.is_open
 
+    def api_versions(self, node_id: int) -> dict[int, tuple[int, int]] | None:
+        """The API version ranges broker `node_id` announced on its open connection (None: not open)."""
+        conn = self._conns.get(node_id)
+        return conn.versions() if conn is not None and conn.is_open else None
+
     async def connection(self, node_id: int | None) -> AIOConnection:
         """The ready connection to `node_id` (None: any broker, the bootstrap ones at first)."""
         if self._closed:

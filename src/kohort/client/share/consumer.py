@@ -15,6 +15,8 @@ This module is the thin driver of three pure parts:
 * `membership.ShareMembership`: ShareGroupHeartbeat (join, heartbeat, leave, fencing);
 * `session.ShareSession`, one per partition leader: ShareFetch / ShareAcknowledge with session epochs;
 * `acknowledgements.Acknowledgements`: implicit/explicit mode, GAPs, the batches sent.
+What it does alike with `kohort.aio.AIOShareConsumer` (configuration checks, reading ShareFetch and
+ShareAcknowledge answers, records from acquired ranges, handing records out) is in `driving.py`.
 
 Threads: the application thread calls the API; one driver thread per consumer turns the machines
 (heartbeats on time, one ShareFetch or ShareAcknowledge in flight per leader, metadata) and sends
@@ -47,7 +49,6 @@ from collections import deque
 from typing import Any, Callable, Iterable, Mapping
 
 from kohort.client.cluster import Cluster
-from kohort.client.config import load_config
 from kohort.client.consumer.membership import Raise, Send
 from kohort.client.network import NetworkClient
 from kohort.client.requests import find_coordinator_request, read_find_coordinator
@@ -55,15 +56,15 @@ from kohort.client.share import membership as M
 from kohort.client.share.acknowledgements import (
     ACCEPT, EXPLICIT, IMPLICIT, REJECT, RELEASE, RENEW, Acknowledgements, IllegalStateError,
 )
+from kohort.client.share.driving import (  # noqa: F401 - UNSUPPORTED_CONFIGS and _decode_acquired re-exported
+    UNSUPPORTED_CONFIGS, _decode_acquired, acknowledge_outcome, acquired_records, fetch_outcome, hand_out,
+    share_settings,
+)
 from kohort.client.share.session import FetchLimits, ShareSession
 from kohort.errors import (
-    ConfigError, ErrorCode, IncompatibleBrokerVersionError, KafkaError, KohortError, for_code,
+    ErrorCode, IncompatibleBrokerVersionError, KafkaError, KohortError, for_code,
 )
-from kohort.protocol.messages.share_fetch import ACQUIRE_MODE_BATCH_OPTIMIZED, ACQUIRE_MODE_RECORD_LIMIT
-from kohort.protocol.records import decode_records_list, scan_batches
 from kohort.structs import ConsumerRecord, TopicPartition
-
-_tuple_new = tuple.__new__
 
 log = logging.getLogger("kohort.client.share")
 
@@ -72,14 +73,6 @@ __all__ = ["ShareConsumer", "AcknowledgeType", "IllegalStateError", "WakeupError
 
 SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
 COORDINATOR_CONN_BASE = 2**31 - 1     # the coordinator's own connection: id 2**31-1-node, as the consumer's
-
-# Java's ShareConsumerConfig refuses these (they belong to the group, or to other group types).
-UNSUPPORTED_CONFIGS = (
-    "auto.offset.reset", "enable.auto.commit", "group.instance.id", "isolation.level",
-    "partition.assignment.strategy", "interceptor.classes", "session.timeout.ms", "heartbeat.interval.ms",
-    "group.protocol", "group.remote.assignor",
-)
-_ACQUIRE_MODES = {"batch_optimized": ACQUIRE_MODE_BATCH_OPTIMIZED, "record_limit": ACQUIRE_MODE_RECORD_LIMIT}
 
 # callback(offsets, error): the offsets acknowledged per share-partition, and None or the error of their commit
 AcknowledgementCommitCallback = Callable[[dict[TopicPartition, set[int]], KafkaError | None], None]
@@ -123,31 +116,14 @@ class ShareConsumer:
                  **kwargs: Any) -> None:
         """`config`: Kafka's consumer keys (see the module docstring); keyword arguments with "_" for
         "." too. `acknowledgement_commit_callback(offsets, error)`: see set_acknowledgement_commit_callback."""
-        conf = dict(config or {})
-        conf.update({k.replace("_", "."): v for k, v in kwargs.items()})
-        bad = [k for k in UNSUPPORTED_CONFIGS if k in conf]
-        if bad:
-            raise ConfigError(f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not supported by a share "
-                              "consumer (as in Java's KafkaShareConsumer); share-group settings such as "
-                              "share.auto.offset.reset and share.isolation.level are group configs "
-                              "(Admin.alter_configs(('group', group_id), {...}))")
-        mode = str(conf.pop("share.acknowledgement.mode", IMPLICIT)).lower()
-        if mode not in (IMPLICIT, EXPLICIT):
-            raise ConfigError(f"share.acknowledgement.mode must be implicit or explicit, got {mode!r}")
-        acquire = str(conf.pop("share.acquire.mode", "batch_optimized")).lower()
-        if acquire not in _ACQUIRE_MODES:
-            raise ConfigError(f"share.acquire.mode must be batch_optimized or record_limit, got {acquire!r}")
-        callback = acknowledgement_commit_callback
-        if callback is not None and not callable(callback):
-            raise ConfigError("acknowledgement_commit_callback must be callable")
-        if not conf.get("group.id"):
-            raise ConfigError("a share consumer needs group.id")
-        self.config = load_config("consumer", conf)
+        st = share_settings(config, kwargs, acknowledgement_commit_callback)
+        mode, acquire, callback = st.acknowledgement_mode, st.acquire_mode, st.callback
+        self.config = st.config
         c = self.config
         self.group_id: str = c["group.id"]
         self.acknowledgement_mode = mode
         self.acquire_mode = acquire
-        self._acquire_mode_id = _ACQUIRE_MODES[acquire]
+        self._acquire_mode_id = st.acquire_mode_id
         self._max_poll_records = c["max.poll.records"]
         self._api_timeout = c["default.api.timeout.ms"] / 1000
         self._kd, self._vd = c["key.deserializer"], c["value.deserializer"]
@@ -391,26 +367,8 @@ class ShareConsumer:
                 raise a.error
 
     def _hand_out(self) -> list[ConsumerRecord]:
-        out: list[ConsumerRecord] = []
-        now = time.monotonic()
-        lock_s = (self._lock_timeout_ms or 0) / 1000
-        while self._buffer and len(out) < self._max_poll_records:
-            tip, recs, at = self._buffer[0]
-            if lock_s and now - at >= lock_s:
-                # fetched before a poll that came too late: the locks have expired, the leader
-                # hands these records out again (to any member), so they are not this member's
-                self._buffer.popleft()
-                continue
-            take = recs[:self._max_poll_records - len(out)]
-            if len(take) == len(recs):
-                self._buffer.popleft()
-            else:
-                self._buffer[0] = (tip, recs[len(take):], at)
-            self._acks.handed_out(tip, [r[2] for r in take])
-            if self.acknowledgement_mode == EXPLICIT:
-                for r in take:
-                    self._delivered_records[(tip, r.offset)] = r
-            out.extend(take)
+        out = hand_out(self._buffer, self._acks, self._max_poll_records, (self._lock_timeout_ms or 0) / 1000,
+                       time.monotonic(), self._delivered_records if self.acknowledgement_mode == EXPLICIT else None)
         self._cond.notify_all()
         return out
 
@@ -698,54 +656,20 @@ class ShareConsumer:
         if resp.acquisition_lock_timeout_ms:
             self._lock_timeout_ms = resp.acquisition_lock_timeout_ms
         lead.session.handle_response(resp.error_code, fetch=True)
-        if resp.error_code:
-            err = for_code(resp.error_code)(resp.error_message or "ShareFetch")
-            log.debug("ShareFetch to %s: %s", lead.node, err)
-            if built.acks:
-                self._ack_done(None, built.acks, err)
-            if resp.error_code in (ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.UNSUPPORTED_VERSION):
-                self._fatal = err
-            return
-        answered: set = set()
-        for t in resp.responses:
-            for p in t.partitions:
-                tip = (t.topic_id, p.partition_index)
-                answered.add(tip)
-                if tip in built.acks:
-                    code = p.acknowledge_error_code
-                    self._ack_done(None, {tip: built.acks[tip]}, for_code(code)(
-                        p.acknowledge_error_message or "acknowledgement") if code else None)
-                if p.error_code:
-                    if p.error_code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                        ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.FENCED_LEADER_EPOCH):
-                        self._cluster.request_update()
-                    log.debug("ShareFetch %s: %s", tip, for_code(p.error_code).__name__)
-                    continue
-                if p.acquired_records:
-                    self._buffer_records(tip, p)
-        for tip, batches in built.acks.items():
-            if tip not in answered:
-                self._ack_done(None, {tip: batches}, None)
+        out = fetch_outcome(resp, built.acks)
+        if out.error is not None:
+            log.debug("ShareFetch to %s: %s", lead.node, out.error)
+        for acks, err in out.acks_done:
+            self._ack_done(None, acks, err)
+        if out.fatal:
+            self._fatal = out.error
+        if out.refresh_metadata:
+            self._cluster.request_update()
+        for tip, p in out.acquired:
+            self._buffer_records(tip, p)
 
     def _buffer_records(self, tip, p) -> None:
-        acquired = sorted((a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records)
-        name = self._names.get(tip[0])
-        data = p.records
-        recs: list = []
-        if name is not None and data is not None and len(data):
-            try:
-                recs = _decode_acquired(name, tip[1], data, acquired, self._check_crcs, self._kd, self._vd)
-            except Exception as e:
-                # records that cannot be decoded are rejected, as Java's share consumer does with bad batches
-                log.warning("ShareFetch records of %s[%d] could not be decoded (%s): rejecting them", name, tip[1], e)
-                pend = self._acks._pending.setdefault(tip, {})
-                for first, last, _ in acquired:
-                    pend.update(dict.fromkeys(range(first, last + 1), REJECT))
-                return
-        if len(recs) != sum(last - first + 1 for first, last, _ in acquired):
-            have = {r[2] for r in recs}
-            gaps = [o for first, last, _ in acquired for o in range(first, last + 1) if o not in have]
-            self._acks.delivered(tip, _ranges(gaps), [])     # acquired offsets without a record: GAP
+        recs = acquired_records(self._names.get(tip[0]), tip, p, self._acks, self._check_crcs, self._kd, self._vd, log)
         if recs:
             self._buffer.append((tip, recs, time.monotonic()))
             self._cond.notify_all()
@@ -767,58 +691,9 @@ class ShareConsumer:
             lead.session.handle_response(resp.error_code, fetch=False)
         if getattr(resp, "acquisition_lock_timeout_ms", 0):
             self._lock_timeout_ms = resp.acquisition_lock_timeout_ms
-        if resp.error_code:
-            self._ack_done(report_cid, built.acks, for_code(resp.error_code)(resp.error_message or "ShareAcknowledge"))
-        else:
-            codes = {(t.topic_id, p.partition_index): (p.error_code, p.error_message)
-                     for t in resp.responses for p in t.partitions}
-            for tip, batches in built.acks.items():
-                code, msg = codes.get(tip, (0, None))
-                self._ack_done(report_cid, {tip: batches}, for_code(code)(msg or "acknowledgement") if code else None)
+        for acks, err in acknowledge_outcome(resp, built.acks):
+            self._ack_done(report_cid, acks, err)
         self._commit_answered(cid)
-
-
-def _decode_acquired(topic: str, partition: int, data, acquired: list[tuple[int, int, int]], check_crcs: bool,
-                     kd, vd) -> list[ConsumerRecord]:
-    """The records of a ShareFetch answer's bytes inside the `acquired` (first, last, delivery count)
-    ranges (sorted), each with its delivery count, in offset order, each offset once. Only the offsets
-    from the first acquired to the last are decoded: a leader sends whole batches, which may hold many
-    more records than it handed this member (the compiled decoder when built)."""
-    d = data if type(data) is bytes else bytes(data)
-    lo, hi = acquired[0][0], max(last for _, last, _ in acquired)
-    _, _, legacy = scan_batches(d, lo, check_crcs)      # v2 CRCs are checked here
-    got = decode_records_list(d, check_crcs and legacy, min_offset=lo, max_offset=hi + 1,
-                              record_factory=ConsumerRecord, prefix=(topic, partition))
-    new = _tuple_new
-    out: list = []
-    ranges = iter(acquired)
-    first, last, count = next(ranges)
-    prev = lo - 1
-    for r in got:
-        o = r[2]
-        if o <= prev:                     # the same offset again (repeated batch): the first one counts
-            continue
-        while o > last:
-            first, last, count = next(ranges, (hi + 1, hi + 1, 0))
-        if o < first:                     # between two acquired ranges: another member's record
-            continue
-        prev = o
-        if kd is None and vd is None:
-            out.append(new(ConsumerRecord, (*r[:9], count)))
-        else:
-            out.append(new(ConsumerRecord, (r[0], r[1], o, r[3], r[4], r[5] if kd is None else kd(r[5]),
-                                            r[6] if vd is None else vd(r[6]), r[7], r[8], count)))
-    return out
-
-
-def _ranges(offsets) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for o in sorted(offsets):
-        if out and out[-1][1] == o - 1:
-            out[-1][1] = o
-        else:
-            out.append([o, o])
-    return [(a, b) for a, b in out]
 
 
 def _now_ms() -> int:
