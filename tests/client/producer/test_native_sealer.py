@@ -232,6 +232,7 @@ def test_a_batch_that_fails_to_compress_fails_its_records_only(kohort_addr):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow                   # 200 producers with a broker: ~22 s
 def test_producers_closed_with_jobs_in_flight_leak_nothing(kohort_addr):
     """200 producers, each closed at once with compression jobs still queued (the sealer held):
     their records fail with the producer's closing error, and RSS stays flat."""
