@@ -89,11 +89,13 @@ dist: setup
 demo: setup
 	$(BIN)/kohort demo
 
+# The suites write bytecode caches even where PYTHONDONTWRITEBYTECODE is set: they start hundreds of Python
+# processes (brokers, CLI runs, peers, nested pytest runs), each of which would compile kohort and the tests again.
 test: setup
-	$(BIN)/python -m pytest
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
 test-slow: setup
-	$(BIN)/python -m pytest -m slow
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -m slow
 	$(MAKE) spark-matrix
 
 bench: setup

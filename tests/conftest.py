@@ -148,10 +148,43 @@ def _groups_file(worker: str = "") -> str:
     return os.path.join(tempfile.gettempdir(), f"kohort-xdist-groups-{BASE_RUN_ID}" + (f".{worker}" if worker else ""))
 
 
+# Variants that go to the slow suite while their scenario stays in the default one: the same scenario on a
+# second broker (Apache Kafka beside kohort's), with a second assignor, another fault of the same kind, or a
+# peer client's reference run. Node ids; each must name a collected test (checked below).
+SLOW_VARIANTS = {
+    "tests/aio/test_aio_share.py::test_three_members_each_record_accepted_once[kafka]",
+    "tests/aio/test_aio_share.py::test_a_slow_async_for_body_keeps_its_membership[kafka]",
+    "tests/client/share/test_share_consumer_kafka.py::test_a_heartbeat_falling_due_at_poll_goes_out[kafka]",
+    "tests/client/share/test_share_consumer_kafka.py::test_lock_expiry_redelivers_and_wakeup_interrupts_poll[kafka]",
+    "tests/interop/test_share_java_on_kohort.py::test_members_accept_every_record_exactly_once[kohort-3java]",
+    "tests/interop/test_java_on_kohort.py::test_mixed_group_java_kohort_confluent_with_sigkill[range]",
+    "tests/client/consumer/test_client_group_kohort.py::test_mixed_group_with_confluent_kafka_and_sigkill[range]",
+    "tests/faults/test_faults.py::test_idempotent_producer_under_fault[delay]",
+    "tests/faults/test_faults.py::test_idempotent_producer_under_fault[blackhole]",
+    "tests/faults/test_faults.py::test_classic_group_kohort_and_confluent_under_fault[blackhole]",
+    "tests/spark/test_spark_source.py::test_group_offsets_follow_the_query_to_the_end[kafka]",
+    "tests/spark/test_spark_source.py::test_batch_read_split_by_min_partitions_returns_exactly_the_range[kafka]",
+}
+
+
+def _mark_slow_variants(config, items) -> None:
+    """Mark SLOW_VARIANTS slow (before `-m` deselects). A listed variant whose test was collected with other
+    parameters but not this one is an error: a renamed parameter must not drop out of both suites."""
+    ids = {item.nodeid for item in items}
+    for item in items:
+        if item.nodeid in SLOW_VARIANTS:
+            item.add_marker(pytest.mark.slow)
+    missing = sorted(v for v in SLOW_VARIANTS if v not in ids and any(i.startswith(v.split("[")[0] + "[") for i in ids))
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py SLOW_VARIANTS names tests that do not exist: {missing}")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """In an xdist worker: write the group of every grouped test for the controller's scheduler
-    (`GroupScheduling`). pytest 9 builds node ids from a structured id, so xdist's own loadgroup (a
-    "@group" suffix written into the node id) no longer groups anything."""
+    """Mark SLOW_VARIANTS slow; in an xdist worker also write the group of every grouped test for the
+    controller's scheduler (`GroupScheduling`). pytest 9 builds node ids from a structured id, so xdist's
+    own loadgroup (a "@group" suffix written into the node id) no longer groups anything."""
+    _mark_slow_variants(config, items)
     if not WORKER:
         return
     import json

@@ -7,6 +7,7 @@ selector, subprocess, thread, clock or event loop, directly or through any kohor
 (time comes in as `now_ms`, I/O is its driver's). One banned list, one check, one case per module;
 each of them has a header docstring saying what lives there."""
 import ast
+import functools
 import pathlib
 
 import pytest
@@ -63,7 +64,10 @@ def _load_time_nodes(tree):
         todo.extend(ast.iter_child_nodes(node))
 
 
-def _imports(path: pathlib.Path, module: str, lazy_too: bool = False) -> list[str]:
+@functools.lru_cache(maxsize=None)
+def _imports(path: pathlib.Path, module: str, lazy_too: bool = False) -> tuple[str, ...]:
+    """The modules `path` (module `module`) imports at load time (`lazy_too`: anywhere); each file is parsed
+    once per run, as every pure module's closure walks many of the same files."""
     tree = ast.parse(path.read_text())
     pkg = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     out = []
@@ -80,7 +84,7 @@ def _imports(path: pathlib.Path, module: str, lazy_too: bool = False) -> list[st
             else:
                 out.append(node.module or "")
                 out += [f"{node.module}.{a.name}" for a in node.names]
-    return out
+    return tuple(out)
 
 
 def closure(root: str) -> dict[str, list[str]]:
@@ -128,5 +132,5 @@ def test_the_check_sees_a_banned_import(tmp_path):
     assert "kohort.client.network" in closure("kohort.client.producer")
     lazy = tmp_path / "lazy.py"
     lazy.write_text("def f():\n    import socket\n    from time import monotonic\n")
-    assert _imports(lazy, "kohort.lazy", lazy_too=True) == ["socket", "time", "time.monotonic"]
-    assert _imports(lazy, "kohort.lazy") == []
+    assert _imports(lazy, "kohort.lazy", lazy_too=True) == ("socket", "time", "time.monotonic")
+    assert _imports(lazy, "kohort.lazy") == ()

@@ -31,6 +31,7 @@ def test_2_coordinator_restart_during_processing(kohort_broker):
     S.coordinator_restart_during_processing(kohort_broker.bootstrap, _restart_after_a_second(kohort_broker), "k")
 
 
+@pytest.mark.slow
 def test_2_coordinator_restart_during_processing_confluent_kafka(kohort_broker):
     """The reference on the same broker and scenario: librdkafka keeps its partitions, no callback."""
     S.ck_coordinator_restart_during_processing(kohort_broker.bootstrap, _restart_after_a_second(kohort_broker), "k")

@@ -159,7 +159,7 @@ def test_a_heartbeat_falling_due_at_poll_goes_out(kshare, admin):
                     member.next_heartbeat_ms = 0           # due now
                     before = member._seq
                     c.poll(0)
-                    assert member._seq == before + 1 and member.inflight is not None
+                    assert member._seq == before + 1     # sent (poll(0) may have read its answer too)
             time.sleep(0.01)
         assert before is not None, "a heartbeat was always in flight"
         deadline = time.monotonic() + 5
