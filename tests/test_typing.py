@@ -86,19 +86,20 @@ def test_typed_async_example_runs_on_the_in_process_broker():
 
 
 @pytest.mark.timeout(300)
-def test_typed_async_example_share_groups_run_against_kafka():
+@pytest.mark.parametrize("broker", ["kohort", pytest.param("kafka", marks=pytest.mark.slow)])
+def test_typed_async_example_share_groups_run(broker):
     """The share-group part (kohort.ShareConsumer, then confluent-kafka's ShareConsumer in the same group)
-    against Apache Kafka with share groups on."""
-    from tests.helpers.kafka_cluster import KafkaCluster
+    against kohort broker and (slow) Apache Kafka, both with share groups on."""
     from tests.client.share.test_share_consumer_kafka import SHARE_BROKER_CONFIG
-    kc = KafkaCluster(nodes=1, extra_config=SHARE_BROKER_CONFIG)
-    kc.start()
-    try:
+    if broker == "kohort":
+        server = KohortBroker(config=SHARE_BROKER_CONFIG)
+    else:
+        from tests.helpers.kafka_cluster import KafkaCluster
+        server = KafkaCluster(nodes=1, extra_config=SHARE_BROKER_CONFIG)
+    with server:
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-        r = subprocess.run([sys.executable, str(ASYNC_EXAMPLE), "--share", kc.bootstrap], capture_output=True,
+        r = subprocess.run([sys.executable, str(ASYNC_EXAMPLE), "--share", server.bootstrap], capture_output=True,
                            text=True, timeout=180, env=env)
-    finally:
-        kc.close()
     assert r.returncode == 0, r.stdout + r.stderr
     assert "share: 10 records" in r.stdout
 
