@@ -14,7 +14,9 @@ an unknown producer id with a non-zero sequence → UNKNOWN_PRODUCER_ID). Faults
 * `delay`: seconds to wait before answering each Produce (so requests pile up in flight).
 * `gather`: before answering anything, wait (up to 3 s) until this many requests have arrived on the
   connection, then answer them in order: makes "N requests in flight" deterministic, not a matter of
-  timing (a busy machine sent fewer in flight, and a fault test checking resends failed).
+  timing (a busy machine sent fewer in flight, and a fault test checking resends failed);
+  `gather_rounds`: gather only that many times (None: every time), so that the requests after the
+  scripted moment are not held back up to 3 s each when fewer are in flight.
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ class ScriptedCluster:
         self.delay = 0.0                          # seconds before answering each Produce
         self.gather = 0                           # requests to collect before answering (see above)
         self.most_gathered = 0                    # the most requests that were waiting at once
+        self.gather_rounds: int | None = None     # gather this many times only (None: always)
         self.next_pid = 1000
         self.produce_requests = 0
         self.metadata_requests = 0
@@ -115,7 +118,9 @@ class ScriptedCluster:
                 if not data:
                     return
                 pending = list(frames.feed(data))
-                if self.gather and pending:
+                if self.gather and pending and self.gather_rounds != 0:
+                    if self.gather_rounds:
+                        self.gather_rounds -= 1
                     deadline = time.monotonic() + 3.0
                     c.settimeout(0.02)
                     while len(pending) < self.gather and time.monotonic() < deadline:

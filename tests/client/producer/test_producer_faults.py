@@ -102,7 +102,7 @@ def test_failure_of_first_in_flight_batch_keeps_order_of_later_ones(cluster):
     produce_values(p, 0, 10)
     p.flush(10)
     c.fail_next("t", 0, 19)              # NOT_ENOUGH_REPLICAS for the next batch; later ones go out of order
-    c.gather = 4                         # the broker answers once 4 requests are in flight
+    c.gather, c.gather_rounds = 4, 1     # the broker answers once 4 requests are in flight (that once)
     futs = produce_values(p, 10, 400)
     assert p.flush(20) == 0
     assert all(f.exception(0) is None for f in futs)
