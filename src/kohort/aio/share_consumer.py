@@ -104,7 +104,7 @@ class AIOShareConsumer:
         self._buffer: deque = deque()             # (tip, [records with delivery counts], fetched at)
         self._iter: deque = deque()               # records of the last poll not yet taken by `async for`
         self._want_records = False
-        self._book = CommitBook(st.acknowledgement_mode, self._names, self._ids, self._buffer)
+        self._book = CommitBook(st.acknowledgement_mode, self._names, self._ids, self._buffer, time.monotonic)
         self._subscribed: tuple[str, ...] = ()
         self._leaving = False
         self._left: asyncio.Event | None = None
@@ -515,7 +515,7 @@ class AIOShareConsumer:
                     self._fatal = IncompatibleBrokerVersionError("ShareFetch (share groups, KIP-932)", (1, 2), rng)
                     return
                 lead = self._leaders[node] = Leader(node, ShareSession(self.group_id, self.member_id,
-                                                                        version=min(2, rng[1])))
+                                                                       version=min(2, rng[1])))
             if lead.busy:
                 continue
             if lead.acks_out:

@@ -134,7 +134,7 @@ class ShareConsumer:
         self._ids: dict[str, _uuid.UUID] = {}
         self._buffer: deque = deque()            # (tip, [ConsumerRecord with delivery counts], acquired at)
         self._want_records = False               # the application is in poll(): fetching is wanted
-        self._book = CommitBook(mode, self._names, self._ids, self._buffer)
+        self._book = CommitBook(mode, self._names, self._ids, self._buffer, time.monotonic)
         self._subscribed: tuple[str, ...] = ()
         self._leaving = False
         self._left = threading.Event()
@@ -500,7 +500,7 @@ class ShareConsumer:
                     self._fatal = IncompatibleBrokerVersionError("ShareFetch (share groups, KIP-932)", (1, 2), rng)
                     return
                 lead = self._leaders[node] = Leader(node, ShareSession(self.group_id, self.member_id,
-                                                                        version=min(2, rng[1])))
+                                                                       version=min(2, rng[1])))
             if lead.busy:
                 continue
             if lead.acks_out:

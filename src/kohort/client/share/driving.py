@@ -10,7 +10,6 @@ keeps only its own way of sending, waiting and calling back.
 """
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -249,9 +248,11 @@ class CommitBook:
     leaders reported. The drivers send the requests it builds and hand it the answers; waiting
     (threads or asyncio) and calling back stay theirs."""
 
-    def __init__(self, mode: str, names: Mapping[Any, str], ids: Mapping[str, Any], buffer: deque) -> None:
+    def __init__(self, mode: str, names: Mapping[Any, str], ids: Mapping[str, Any], buffer: deque,
+                 clock: Callable[[], float]) -> None:
         """`names` (topic id -> name), `ids` (name -> topic id) and `buffer` (tip, records, fetched at)
-        are the driver's, kept up to date by it."""
+        are the driver's, kept up to date by it; `clock()` is the driver's time in seconds (what
+        `buffer` entries are stamped with)."""
         self.acks = Acknowledgements(mode)
         self.renewing: dict[tuple, ConsumerRecord] = {}            # (tip, offset) -> record being renewed
         self.delivered_records: dict[tuple, ConsumerRecord] = {}   # explicit mode: handed out, unacknowledged
@@ -260,6 +261,7 @@ class CommitBook:
         self._names = names
         self._ids = ids
         self._buffer = buffer
+        self._clock = clock
         self._results: dict[int, dict] = {}    # commit id -> {TopicPartition: error or None}
         self._unanswered: dict[int, int] = {}  # commit id -> ShareAcknowledge requests still unanswered
         self._seq = 0
@@ -355,7 +357,7 @@ class CommitBook:
             for o in offs:
                 rec = self.renewing.pop((tip, o), None)
                 if rec is not None and error is None:
-                    self._buffer.appendleft((tip, [rec], time.monotonic()))
+                    self._buffer.appendleft((tip, [rec], self._clock()))
         if offsets:
             self.reports.append((offsets, error))
 
