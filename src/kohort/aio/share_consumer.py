@@ -551,10 +551,10 @@ class AIOShareConsumer:
             raise
         except Exception as e:
             log.debug("ShareFetch to %s failed: %s", lead.node, e)
-            self._book.fetch_answered(lead, built, None, e)
+            self._book.fetch_failed(lead, built, e)
             self._after_answer()
             return
-        out = self._book.fetch_answered(lead, built, resp, None)
+        out = self._book.fetch_answered(lead, built, resp)
         if out.error is not None:
             log.debug("ShareFetch to %s: %s", lead.node, out.error)
         if out.fatal:

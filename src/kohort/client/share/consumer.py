@@ -527,13 +527,12 @@ class ShareConsumer:
 
     def _on_fetch(self, lead: Leader, built, fut) -> None:
         try:
-            resp, error = fut.result(), None
+            resp = fut.result()
         except Exception as e:
             log.debug("ShareFetch to %s failed: %s", lead.node, e)
-            resp, error = None, e
-        out = self._book.fetch_answered(lead, built, resp, error)
-        if out is None:
+            self._book.fetch_failed(lead, built, e)
             return
+        out = self._book.fetch_answered(lead, built, resp)
         if out.error is not None:
             log.debug("ShareFetch to %s: %s", lead.node, out.error)
         if out.fatal:

@@ -306,7 +306,7 @@ class CommitBook:
         return any(self.acks._delivered.values())
 
     # -- commits ----------------------------------------------------------------------------------------
-    def commit(self, sync: bool, leaders: Mapping[int, Leader], leader_of: Callable[[tuple], int | None]) -> int | None:
+    def commit(self, sync: bool, leaders: Mapping[int, Leader], leader_of: Callable[[Any], int | None]) -> int | None:
         """commit_sync/commit_async: the acknowledgements pending (implicit mode: the last poll's
         records as ACCEPT) queued on their leaders' `acks_out`; those without a share session with their
         leader fail at once (NOT_LEADER_OR_FOLLOWER). The commit id, None when nothing was pending; an
@@ -362,7 +362,7 @@ class CommitBook:
             self.reports.append((offsets, error))
 
     # -- requests and answers ------------------------------------------------------------------------------
-    def take_for(self, node: int, leader_of: Callable[[tuple], int | None]) -> dict:
+    def take_for(self, node: int, leader_of: Callable[[Any], int | None]) -> dict:
         """The pending acknowledgements of the partitions led by `node` ({tip: [AckBatch]}), taken."""
         out = {}
         for tip in [t for t in list(self.acks._pending) if leader_of(t) == node]:
@@ -371,12 +371,12 @@ class CommitBook:
                 out[tip] = b
         return out
 
-    def close_sessions(self, leaders: Mapping[int, Leader], leader_of: Callable[[tuple], int | None]) -> None:
+    def close_sessions(self, leaders: Mapping[int, Leader], leader_of: Callable[[Any], int | None]) -> None:
         """Leaving: each leader is sent what is pending for it with the session's close (epoch -1)."""
         for lead in leaders.values():
             lead.acks_out.append(("close", self.take_for(lead.node, leader_of)))
 
-    def fetch(self, lead: Leader, parts: set, limits: FetchLimits, leader_of: Callable[[tuple], int | None]):
+    def fetch(self, lead: Leader, parts: set, limits: FetchLimits, leader_of: Callable[[Any], int | None]):
         """The ShareFetch to send to `lead` for `parts`, carrying the acknowledgements pending for it
         (those that cannot ride on it fail at once); the leader is busy until `fetch_answered`."""
         built = lead.session.build_fetch(parts, self.take_for(lead.node, leader_of), limits)
@@ -386,16 +386,17 @@ class CommitBook:
         lead.busy = True
         return built
 
-    def fetch_answered(self, lead: Leader, built, resp, error: BaseException | None) -> FetchOutcome | None:
-        """The answer to a ShareFetch (`resp`), or its transport `error` (then None): the session moves
-        on, the acknowledgements it carried are done; the outcome says what else the driver does
-        (records, metadata, fatal error)."""
+    def fetch_failed(self, lead: Leader, built, error: BaseException) -> None:
+        """A ShareFetch got no answer (`error`): the session is closed, the acknowledgements it carried failed."""
         lead.busy = False
-        if error is not None:
-            lead.session.closed()
-            if built.acks:
-                self.done(None, built.acks, as_kohort_error(error))
-            return None
+        lead.session.closed()
+        if built.acks:
+            self.done(None, built.acks, as_kohort_error(error))
+
+    def fetch_answered(self, lead: Leader, built, resp) -> FetchOutcome:
+        """The answer to a ShareFetch: the session moves on, the acknowledgements it carried are done;
+        the outcome says what else the driver does (records, metadata, fatal error)."""
+        lead.busy = False
         if resp.acquisition_lock_timeout_ms:
             self.lock_timeout_ms = resp.acquisition_lock_timeout_ms
         lead.session.handle_response(resp.error_code, fetch=True)
