@@ -10,7 +10,8 @@ The asyncio driver of the same pure parts as the threaded consumer: `client.shar
 ShareMembership` (ShareGroupHeartbeat), one `client.share.session.ShareSession` per partition leader
 (ShareFetch / ShareAcknowledge), `client.share.acknowledgements.Acknowledgements`, and what both
 drivers do alike in `client.share.driving` (configuration checks, reading the answers, records from
-acquired ranges, handing records out).
+acquired ranges, handing records out, the acknowledgements and commits on their way to the leaders in
+a `CommitBook`).
 
 Tasks: the heartbeat task feeds the member `Tick` at the deadline it asks for and sends heartbeats
 (and FindCoordinator) on the coordinator's own connection, so they never wait behind a long-polling
@@ -42,13 +43,9 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, Union
 from kohort.aio.client import AIOClient, ClientSettings
 from kohort.client.consumer.membership import Raise, RequestFailed, Response, Send
 from kohort.client.share import membership as M
-from kohort.client.share.acknowledgements import (
-    ACCEPT, EXPLICIT, IMPLICIT, RELEASE, REJECT, RENEW, Acknowledgements, IllegalStateError,
-)
+from kohort.client.share.acknowledgements import ACCEPT, IllegalStateError
 from kohort.client.share.consumer import AcknowledgeType, ShareConsumerClosedError
-from kohort.client.share.driving import (
-    acknowledge_outcome, acquired_records, fetch_outcome, hand_out, share_settings,
-)
+from kohort.client.share.driving import CommitBook, Leader, acquired_records, share_settings
 from kohort.client.share.session import FetchLimits, ShareSession
 from kohort.errors import (
     ErrorCode, IncompatibleBrokerVersionError, KafkaError, KafkaTimeoutError, KohortError, for_code,
@@ -69,18 +66,6 @@ AcknowledgementCommitCallback = Callable[[dict[TopicPartition, set[int]], Union[
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-class _Leader:
-    """Per partition leader: its share session, whether a request is in flight, and the
-    acknowledgements waiting for a ShareAcknowledge ((commit id, "close" or None), {tip: [AckBatch]})."""
-    __slots__ = ("node", "session", "busy", "acks_out")
-
-    def __init__(self, node: int, session: ShareSession):
-        self.node = node
-        self.session = session
-        self.busy = False
-        self.acks_out: deque = deque()
 
 
 class AIOShareConsumer:
@@ -111,22 +96,15 @@ class AIOShareConsumer:
         self._member = M.ShareMembership(M.ShareMemberConfig(
             group_id=self.group_id, rack_id=c["client.rack"] or None, retry_backoff_ms=c["retry.backoff.ms"],
             request_timeout_ms=c["request.timeout.ms"]))
-        self._acks = Acknowledgements(st.acknowledgement_mode)
         self._client: AIOClient | None = None
-        self._leaders: dict[int, _Leader] = {}
+        self._leaders: dict[int, Leader] = {}
         self._assignment: dict[_uuid.UUID, frozenset] = {}
         self._names: dict[_uuid.UUID, str] = {}
         self._ids: dict[str, _uuid.UUID] = {}
         self._buffer: deque = deque()             # (tip, [records with delivery counts], fetched at)
         self._iter: deque = deque()               # records of the last poll not yet taken by `async for`
         self._want_records = False
-        self._renewing: dict[tuple, ConsumerRecord] = {}
-        self._delivered_records: dict[tuple, ConsumerRecord] = {}
-        self._done_acks: deque = deque()          # ({TopicPartition: set[int]}, error) for the callback
-        self._commits: dict[int, dict] = {}
-        self._commit_wait: dict[int, int] = {}
-        self._commit_seq = 0
-        self._lock_timeout_ms: int | None = None
+        self._book = CommitBook(st.acknowledgement_mode, self._names, self._ids, self._buffer, time.monotonic)
         self._subscribed: tuple[str, ...] = ()
         self._leaving = False
         self._left: asyncio.Event | None = None
@@ -238,7 +216,7 @@ class AIOShareConsumer:
 
     def acquisition_lock_timeout_ms(self) -> int | None:
         """The acquisition lock duration the leaders reported (None before the first answer)."""
-        return self._lock_timeout_ms
+        return self._book.lock_timeout_ms
 
     # -- consuming -------------------------------------------------------------------------------------
     async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
@@ -249,7 +227,7 @@ class AIOShareConsumer:
         if not self._subscribed:
             raise IllegalStateError("poll() on a share consumer that is not subscribed to any topic")
         self._raise_pending()
-        self._acks.before_poll()
+        self._book.acks.before_poll()
         self._iter.clear()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, timeout_ms) / 1000
@@ -294,24 +272,7 @@ class AIOShareConsumer:
 
     def _acknowledge(self, topic: str, partition: int, offset: int, type: int, record) -> None:
         self._check_open()
-        if self.acknowledgement_mode != EXPLICIT:
-            raise IllegalStateError("acknowledge() needs share.acknowledgement.mode=explicit "
-                                    "(implicit mode accepts every record on the next poll)")
-        if type not in (ACCEPT, RELEASE, REJECT, RENEW):
-            raise ValueError(f"acknowledge type must be ACCEPT (1), RELEASE (2), REJECT (3) or RENEW (4), got {type!r}")
-        tid = self._ids.get(topic)
-        if tid is None:
-            raise IllegalStateError(f"{topic}[{partition}]@{offset} was not delivered by this consumer")
-        tip = (tid, partition)
-        if type == RENEW:
-            if max((lead.session.version for lead in self._leaders.values()), default=2) < 2:
-                raise IllegalStateError("RENEW needs ShareFetch/ShareAcknowledge v2 (KIP-1222, Kafka 4.2+)")
-            if record is None:
-                record = self._delivered_records.get((tip, offset))
-        self._acks.acknowledge(tip, offset, int(type))
-        self._delivered_records.pop((tip, offset), None)
-        if type == RENEW and record is not None:
-            self._renewing[(tip, offset)] = record
+        self._book.acknowledge(topic, partition, offset, type, record, self._leaders)
 
     async def commit_sync(self, timeout_ms: int | None = None) -> dict[TopicPartition, KafkaError | None]:
         """Send the acknowledgements pending (implicit mode: the last poll's records as ACCEPT) in
@@ -320,21 +281,20 @@ class AIOShareConsumer:
         t = self._api_timeout_ms if timeout_ms is None else timeout_ms
         loop = asyncio.get_running_loop()
         deadline = loop.time() + t / 1000
-        cid = self._commit(sync=True)
+        cid = self._book.commit(True, self._leaders, self._leader_of)
         if cid is None:
             await self._dispatch_callbacks()
             return {}
         while True:
             self._changed.clear()
             self._step()
-            if self._commit_wait.get(cid, 0) <= 0:
+            if self._book.unanswered(cid) <= 0:
                 break
             left = deadline - loop.time()
             if left <= 0:
                 break
             await _wait(self._changed, left)
-        result = self._commits.pop(cid, {})
-        waiting = self._commit_wait.pop(cid, 0)
+        result, waiting = self._book.finish(cid)
         await self._dispatch_callbacks()
         if waiting:
             raise KafkaTimeoutError(f"commit_sync: no answer to the acknowledgements within {t} ms")
@@ -344,7 +304,7 @@ class AIOShareConsumer:
         """Send the acknowledgements pending; the outcome goes to acknowledgement_commit_callback
         (from the next poll, commit_sync or close)."""
         self._check_started()
-        self._commit(sync=False)
+        self._book.commit(False, self._leaders, self._leader_of)
         self._step()
 
     def set_acknowledgement_commit_callback(self, callback: AcknowledgementCommitCallback | None) -> None:
@@ -370,54 +330,12 @@ class AIOShareConsumer:
                 raise a.error
 
     def _hand_out(self) -> list[ConsumerRecord]:
-        return hand_out(self._buffer, self._acks, self._max_poll_records, (self._lock_timeout_ms or 0) / 1000,
-                        time.monotonic(), self._delivered_records if self.acknowledgement_mode == EXPLICIT else None)
-
-    def _commit(self, sync: bool) -> int | None:
-        if self.acknowledgement_mode == IMPLICIT:
-            self._acks.before_poll()
-        pending = self._acks.take_all()
-        if not pending:
-            return None
-        self._commit_seq += 1
-        cid = self._commit_seq
-        self._commits[cid] = {}
-        self._commit_wait[cid] = 0
-        by_leader: dict[int, dict] = {}
-        for tip, batches in pending.items():
-            node = self._leader_of(tip)
-            if node is None or node not in self._leaders:
-                self._ack_done(cid, {tip: batches}, for_code(ErrorCode.NOT_LEADER_OR_FOLLOWER)(
-                    "no share session with the partition's leader"))
-                continue
-            by_leader.setdefault(node, {})[tip] = batches
-        for node, acks in by_leader.items():
-            self._leaders[node].acks_out.append((cid, acks))
-            self._commit_wait[cid] += 1
-        if not sync and not self._commit_wait[cid]:
-            self._commits.pop(cid, None)
-            self._commit_wait.pop(cid, None)
-        return cid
-
-    def _ack_done(self, cid: int | None, acks: dict, error: BaseException | None) -> None:
-        """Acknowledgements answered (or failed): for the callback and a waiting commit_sync."""
-        offsets: dict[TopicPartition, set[int]] = {}
-        for tip, batches in acks.items():
-            tp = TopicPartition(self._names.get(tip[0], str(tip[0])), tip[1])
-            offs = {o for b in batches for o in range(b.first_offset, b.last_offset + 1)}
-            offsets[tp] = offs
-            if cid is not None and cid in self._commits:
-                self._commits[cid][tp] = error
-            for o in offs:
-                rec = self._renewing.pop((tip, o), None)
-                if rec is not None and error is None:
-                    self._buffer.appendleft((tip, [rec], time.monotonic()))
-        if offsets:
-            self._done_acks.append((offsets, error))
+        return self._book.hand_out(self._max_poll_records, time.monotonic())
 
     async def _dispatch_callbacks(self) -> None:
-        while self._done_acks:
-            offsets, error = self._done_acks.popleft()
+        reports = self._book.reports
+        while reports:
+            offsets, error = reports.popleft()
             cb = self.acknowledgement_commit_callback
             if cb is None:
                 continue
@@ -433,8 +351,7 @@ class AIOShareConsumer:
         deadline = loop.time() + timeout_ms / 1000
         self._leaving = True
         try:
-            for lead in self._leaders.values():
-                lead.acks_out.append(("close", self._take_pending_for(lead.node)))
+            self._book.close_sessions(self._leaders, self._leader_of)
             self._buffer.clear()
             while True:
                 self._changed.clear()
@@ -456,18 +373,8 @@ class AIOShareConsumer:
             self._leaving = False
             self._leaders.clear()
             self._assignment = {}
-            self._acks = Acknowledgements(self.acknowledgement_mode)
-            self._renewing.clear()
-            self._delivered_records.clear()
+            self._book.reset()
         await self._dispatch_callbacks()
-
-    def _take_pending_for(self, node: int) -> dict:
-        out = {}
-        for tip in [t for t in list(self._acks._pending) if self._leader_of(t) == node]:
-            b = self._acks.take(tip)
-            if b:
-                out[tip] = b
-        return out
 
     # -- the member and its heartbeat task ------------------------------------------------------------------
     def _member_do(self, event) -> list:
@@ -607,14 +514,14 @@ class AIOShareConsumer:
                 if rng is None or rng[1] < 1:
                     self._fatal = IncompatibleBrokerVersionError("ShareFetch (share groups, KIP-932)", (1, 2), rng)
                     return
-                lead = self._leaders[node] = _Leader(node, ShareSession(self.group_id, self.member_id,
-                                                                        version=min(2, rng[1])))
+                lead = self._leaders[node] = Leader(node, ShareSession(self.group_id, self.member_id,
+                                                                       version=min(2, rng[1])))
             if lead.busy:
                 continue
             if lead.acks_out:
                 self._send_acknowledge(lead)
             elif (self._want_records and not self._leaving and wanted.get(node) and not self._buffer
-                  and not any(self._acks._delivered.values())):
+                  and not self._book.holding()):
                 self._send_fetch(lead, wanted[node])
 
     async def _connect(self, node: int) -> None:
@@ -630,17 +537,11 @@ class AIOShareConsumer:
             self._connecting.discard(node)
         self._changed.set()
 
-    def _send_fetch(self, lead: _Leader, parts: set) -> None:
-        acks = {tip: self._acks.take(tip) for tip in list(self._acks._pending) if self._leader_of(tip) == lead.node}
-        acks = {t: b for t, b in acks.items() if b}
-        built = lead.session.build_fetch(parts, acks, self._limits)
-        if built.failed:
-            self._ack_done(None, built.failed, for_code(ErrorCode.INVALID_SHARE_SESSION_EPOCH)(
-                "acknowledgements cannot ride on a share session's first request (epoch 0)"))
-        lead.busy = True
+    def _send_fetch(self, lead: Leader, parts: set) -> None:
+        built = self._book.fetch(lead, parts, self._limits, self._leader_of)
         self._spawn(self._fetch(lead, built))
 
-    async def _fetch(self, lead: _Leader, built) -> None:
+    async def _fetch(self, lead: Leader, built) -> None:
         try:
             conn = await self._client.connection(lead.node)
             resp = await conn.request(built.request, max_version=lead.session.version,
@@ -649,59 +550,33 @@ class AIOShareConsumer:
             lead.busy = False
             raise
         except Exception as e:
-            lead.busy = False
             log.debug("ShareFetch to %s failed: %s", lead.node, e)
-            lead.session.closed()
-            if built.acks:
-                self._ack_done(None, built.acks, e if isinstance(e, KohortError) else KohortError(str(e)))
+            self._book.fetch_failed(lead, built, e)
             self._after_answer()
             return
-        lead.busy = False
-        if resp.acquisition_lock_timeout_ms:
-            self._lock_timeout_ms = resp.acquisition_lock_timeout_ms
-        lead.session.handle_response(resp.error_code, fetch=True)
-        out = fetch_outcome(resp, built.acks)
+        out = self._book.fetch_answered(lead, built, resp)
         if out.error is not None:
             log.debug("ShareFetch to %s: %s", lead.node, out.error)
-        for acks, err in out.acks_done:
-            self._ack_done(None, acks, err)
         if out.fatal:
             self._fatal = out.error
         if out.refresh_metadata:
             self._refresh_metadata()
         for tip, p in out.acquired:
-            recs = acquired_records(self._names.get(tip[0]), tip, p, self._acks, self._check_crcs,
+            recs = acquired_records(self._names.get(tip[0]), tip, p, self._book.acks, self._check_crcs,
                                     self._kd, self._vd, log)
             if recs:
                 self._buffer.append((tip, recs, time.monotonic()))
         self._after_answer()
 
-    def _send_acknowledge(self, lead: _Leader) -> None:
-        cid, acks = lead.acks_out.popleft()
-        closing = cid == "close"
-        if closing and lead.session.epoch == 0:
-            if acks:
-                self._ack_done(None, acks, for_code(ErrorCode.SHARE_SESSION_NOT_FOUND)("no share session to close"))
+    def _send_acknowledge(self, lead: Leader) -> None:
+        step = self._book.next_acknowledge(lead)
+        if step is None:                          # nothing to send: what could not go is reported
             self._changed.set()
             return
-        built = lead.session.build_acknowledge(acks, closing=closing)
-        if built.failed:
-            self._ack_done(None if closing else cid, built.failed, for_code(ErrorCode.INVALID_SHARE_SESSION_EPOCH)(
-                "no share session open with the leader yet"))
-        if built.request is None:
-            self._commit_answered(cid)
-            return
-        lead.busy = True
+        cid, built = step
         self._spawn(self._acknowledge_request(lead, cid, built))
 
-    def _commit_answered(self, cid) -> None:
-        if cid in self._commit_wait:
-            self._commit_wait[cid] -= 1
-        self._changed.set()
-
-    async def _acknowledge_request(self, lead: _Leader, cid, built) -> None:
-        closing = cid == "close"
-        report_cid = None if closing else cid
+    async def _acknowledge_request(self, lead: Leader, cid, built) -> None:
         try:
             conn = await self._client.connection(lead.node)
             resp = await conn.request(built.request, max_version=lead.session.version,
@@ -710,22 +585,10 @@ class AIOShareConsumer:
             lead.busy = False
             raise
         except Exception as e:
-            lead.busy = False
-            lead.session.closed()
-            self._ack_done(report_cid, built.acks, e if isinstance(e, KohortError) else KohortError(str(e)))
-            self._commit_answered(cid)
+            self._book.acknowledge_answered(lead, cid, built, None, e)
             self._after_answer()
             return
-        lead.busy = False
-        if closing:
-            lead.session.closed()
-        else:
-            lead.session.handle_response(resp.error_code, fetch=False)
-        if getattr(resp, "acquisition_lock_timeout_ms", 0):
-            self._lock_timeout_ms = resp.acquisition_lock_timeout_ms
-        for acks, err in acknowledge_outcome(resp, built.acks):
-            self._ack_done(report_cid, acks, err)
-        self._commit_answered(cid)
+        self._book.acknowledge_answered(lead, cid, built, resp, None)
         self._after_answer()
 
     def _after_answer(self) -> None:

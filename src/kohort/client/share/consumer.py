@@ -16,7 +16,8 @@ This module is the thin driver of three pure parts:
 * `session.ShareSession`, one per partition leader: ShareFetch / ShareAcknowledge with session epochs;
 * `acknowledgements.Acknowledgements`: implicit/explicit mode, GAPs, the batches sent.
 What it does alike with `kohort.aio.AIOShareConsumer` (configuration checks, reading ShareFetch and
-ShareAcknowledge answers, records from acquired ranges, handing records out) is in `driving.py`.
+ShareAcknowledge answers, records from acquired ranges, handing records out, the acknowledgements
+and commits on their way to the leaders in a `CommitBook`) is in `driving.py`.
 
 Threads: the application thread calls the API; one driver thread per consumer turns the machines
 (heartbeats on time, one ShareFetch or ShareAcknowledge in flight per leader, metadata) and sends
@@ -53,12 +54,9 @@ from kohort.client.consumer.membership import Raise, Send
 from kohort.client.network import NetworkClient
 from kohort.client.requests import find_coordinator_request, read_find_coordinator
 from kohort.client.share import membership as M
-from kohort.client.share.acknowledgements import (
-    ACCEPT, EXPLICIT, IMPLICIT, REJECT, RELEASE, RENEW, Acknowledgements, IllegalStateError,
-)
+from kohort.client.share.acknowledgements import ACCEPT, REJECT, RELEASE, RENEW, IllegalStateError
 from kohort.client.share.driving import (  # noqa: F401 - UNSUPPORTED_CONFIGS and _decode_acquired re-exported
-    UNSUPPORTED_CONFIGS, _decode_acquired, acknowledge_outcome, acquired_records, fetch_outcome, hand_out,
-    share_settings,
+    UNSUPPORTED_CONFIGS, CommitBook, Leader, _decode_acquired, acquired_records, share_settings,
 )
 from kohort.client.share.session import FetchLimits, ShareSession
 from kohort.errors import (
@@ -97,17 +95,6 @@ class ShareConsumerClosedError(IllegalStateError):
 TIP = tuple  # (topic id, partition): the key of the pure machines
 
 
-class _Leader:
-    """What the driver keeps per partition leader: its share session and the request in flight."""
-    __slots__ = ("node", "session", "busy", "acks_out")
-
-    def __init__(self, node: int, session: ShareSession):
-        self.node = node
-        self.session = session
-        self.busy = False
-        self.acks_out: deque = deque()      # (commit id or None, {tip: [AckBatch]}) waiting for ShareAcknowledge
-
-
 class ShareConsumer:
     """A share-group consumer. See the module docstring and Java's KafkaShareConsumer."""
 
@@ -138,23 +125,16 @@ class ShareConsumer:
         self._member = M.ShareMembership(M.ShareMemberConfig(
             group_id=self.group_id, rack_id=c["client.rack"] or None, retry_backoff_ms=c["retry.backoff.ms"],
             request_timeout_ms=c["request.timeout.ms"]))
-        self._acks = Acknowledgements(mode)
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._events: deque = deque()            # answers queued by the I/O thread for the driver
-        self._leaders: dict[int, _Leader] = {}
+        self._leaders: dict[int, Leader] = {}
         self._assignment: dict[_uuid.UUID, frozenset] = {}
         self._names: dict[_uuid.UUID, str] = {}
         self._ids: dict[str, _uuid.UUID] = {}
         self._buffer: deque = deque()            # (tip, [ConsumerRecord with delivery counts], acquired at)
         self._want_records = False               # the application is in poll(): fetching is wanted
-        self._renewing: dict[tuple, ConsumerRecord] = {}    # (tip, offset) -> record being renewed
-        self._delivered_records: dict[tuple, ConsumerRecord] = {}   # explicit mode: handed out, unacknowledged
-        self._done_acks: deque = deque()         # ({TopicPartition: set[int]}, error) for the callback
-        self._commits: dict[int, dict] = {}      # commit id -> {TopicPartition: error or None}
-        self._commit_wait: dict[int, int] = {}   # commit id -> requests still unanswered
-        self._commit_seq = 0
-        self._lock_timeout_ms: int | None = None
+        self._book = CommitBook(mode, self._names, self._ids, self._buffer, time.monotonic)
         self._subscribed: tuple[str, ...] = ()
         self._leaving = False
         self._left = threading.Event()
@@ -206,7 +186,7 @@ class ShareConsumer:
             if not self._subscribed:
                 raise IllegalStateError("poll() on a share consumer that is not subscribed to any topic")
             self._raise_pending()
-            self._acks.before_poll()
+            self._book.acks.before_poll()
             self._want_records = True
             self._cond.notify_all()
             try:
@@ -244,26 +224,8 @@ class ShareConsumer:
 
     def _acknowledge(self, topic: str, partition: int, offset: int, type: int, record) -> None:
         self._check_open()
-        if self.acknowledgement_mode != EXPLICIT:
-            raise IllegalStateError("acknowledge() needs share.acknowledgement.mode=explicit "
-                                    "(implicit mode accepts every record on the next poll)")
-        if type not in (ACCEPT, RELEASE, REJECT, RENEW):
-            raise ValueError(f"acknowledge type must be ACCEPT (1), RELEASE (2), REJECT (3) or RENEW (4), got {type!r}")
         with self._cond:
-            tid = self._ids.get(topic)
-            if tid is None:
-                raise IllegalStateError(f"{topic}[{partition}]@{offset} was not delivered by this consumer")
-            tip = (tid, partition)
-            if type == RENEW:
-                v = max((lead.session.version for lead in self._leaders.values()), default=2)
-                if v < 2:
-                    raise IllegalStateError("RENEW needs ShareFetch/ShareAcknowledge v2 (KIP-1222, Kafka 4.2+)")
-                if record is None:
-                    record = self._delivered_records.get((tip, offset))
-            self._acks.acknowledge(tip, offset, int(type))
-            self._delivered_records.pop((tip, offset), None)
-            if type == RENEW and record is not None:
-                self._renewing[(tip, offset)] = record
+            self._book.acknowledge(topic, partition, offset, type, record, self._leaders)
 
     def commit_sync(self, timeout: float | None = None) -> dict[TopicPartition, KafkaError | None]:
         """Send the acknowledgements pending (implicit mode: the last poll's records as ACCEPT) in
@@ -278,14 +240,13 @@ class ShareConsumer:
                 return {}
             while True:
                 self._step()                     # sends the ShareAcknowledges, takes their answers
-                if self._commit_wait.get(cid, 0) <= 0:
+                if self._book.unanswered(cid) <= 0:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)
-            result = self._commits.pop(cid, {})
-            waiting = self._commit_wait.pop(cid, 0)
+            result, waiting = self._book.finish(cid)
             self._dispatch_callbacks()
             if waiting:
                 from kohort.errors import KafkaTimeoutError
@@ -308,7 +269,7 @@ class ShareConsumer:
 
     def acquisition_lock_timeout_ms(self) -> int | None:
         """The acquisition lock duration the leaders reported (None before the first answer)."""
-        return self._lock_timeout_ms
+        return self._book.lock_timeout_ms
 
     def wakeup(self) -> None:
         """Make a poll() in progress (or the next one) raise WakeupError."""
@@ -367,62 +328,21 @@ class ShareConsumer:
                 raise a.error
 
     def _hand_out(self) -> list[ConsumerRecord]:
-        out = hand_out(self._buffer, self._acks, self._max_poll_records, (self._lock_timeout_ms or 0) / 1000,
-                       time.monotonic(), self._delivered_records if self.acknowledgement_mode == EXPLICIT else None)
+        out = self._book.hand_out(self._max_poll_records, time.monotonic())
         self._cond.notify_all()
         return out
 
     def _commit(self, sync: bool) -> int | None:
-        if self.acknowledgement_mode == IMPLICIT:
-            self._acks.before_poll()
-        pending = self._acks.take_all()
-        if not pending:
-            return None
-        self._commit_seq += 1
-        cid = self._commit_seq
-        self._commits[cid] = {}
-        self._commit_wait[cid] = 0
-        by_leader: dict[int, dict] = {}
-        for tip, batches in pending.items():
-            node = self._leader_of(tip)
-            if node is None or node not in self._leaders:
-                self._ack_done(cid, {tip: batches}, for_code(ErrorCode.NOT_LEADER_OR_FOLLOWER)(
-                    "no share session with the partition's leader"))
-                continue
-            by_leader.setdefault(node, {})[tip] = batches
-        for node, acks in by_leader.items():
-            self._leaders[node].acks_out.append((cid, acks))
-            self._commit_wait[cid] += 1
-        if not sync and not self._commit_wait[cid]:
-            self._commits.pop(cid, None)
-            self._commit_wait.pop(cid, None)
-        self._cond.notify_all()
+        cid = self._book.commit(sync, self._leaders, self._leader_of)
+        if cid is not None:
+            self._cond.notify_all()
         return cid
-
-    def _ack_done(self, cid: int | None, acks: dict, error: BaseException | None) -> None:
-        """Acknowledgements answered (or failed): report to the callback and a waiting commit_sync."""
-        offsets: dict[TopicPartition, set[int]] = {}
-        for tip, batches in acks.items():
-            tp = TopicPartition(self._names.get(tip[0], str(tip[0])), tip[1])
-            offs = {o for b in batches for o in range(b.first_offset, b.last_offset + 1)}
-            offsets[tp] = offs
-            if cid is not None and cid in self._commits:
-                self._commits[cid][tp] = error
-            if error is None:
-                for o in offs:
-                    rec = self._renewing.pop((tip, o), None)
-                    if rec is not None:
-                        self._buffer.appendleft((tip, [rec], time.monotonic()))
-            else:
-                for o in offs:
-                    self._renewing.pop((tip, o), None)
-        if offsets:
-            self._done_acks.append((offsets, error))
 
     def _dispatch_callbacks(self) -> None:
         cb = self.acknowledgement_commit_callback
-        while self._done_acks:
-            offsets, error = self._done_acks.popleft()
+        reports = self._book.reports
+        while reports:
+            offsets, error = reports.popleft()
             if cb is not None:
                 try:
                     cb(offsets, error)
@@ -433,8 +353,7 @@ class ShareConsumer:
         deadline = time.monotonic() + timeout
         with self._cond:
             self._leaving = True
-            for lead in self._leaders.values():
-                lead.acks_out.append(("close", self._take_pending_for(lead.node)))
+            self._book.close_sessions(self._leaders, self._leader_of)
             self._buffer.clear()
             self._cond.notify_all()
             while any(lead.acks_out or lead.busy for lead in self._leaders.values()):
@@ -454,18 +373,8 @@ class ShareConsumer:
             self._leaving = False
             self._leaders.clear()
             self._assignment = {}
-            self._acks = Acknowledgements(self.acknowledgement_mode)
-            self._renewing.clear()
-            self._delivered_records.clear()
+            self._book.reset()
             self._dispatch_callbacks()
-
-    def _take_pending_for(self, node: int) -> dict:
-        out = {}
-        for tip in [t for t in list(self._acks._pending) if self._leader_of(t) == node]:
-            b = self._acks.take(tip)
-            if b:
-                out[tip] = b
-        return out
 
     # -- the driver thread ------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -590,77 +499,42 @@ class ShareConsumer:
                 if rng is None or rng[1] < 1:
                     self._fatal = IncompatibleBrokerVersionError("ShareFetch (share groups, KIP-932)", (1, 2), rng)
                     return
-                lead = self._leaders[node] = _Leader(node, ShareSession(self.group_id, self.member_id,
-                                                                        version=min(2, rng[1])))
+                lead = self._leaders[node] = Leader(node, ShareSession(self.group_id, self.member_id,
+                                                                       version=min(2, rng[1])))
             if lead.busy:
                 continue
             if lead.acks_out:
                 self._send_acknowledge(lead)
             elif (self._want_records and not self._leaving and wanted.get(node) and not self._buffer
-                  and not self._holding()):
+                  and not self._book.holding()):
                 self._send_fetch(lead, wanted[node])
 
-    def _holding(self) -> bool:
-        """Records handed to the application and not acknowledged yet: the next fetch waits for the
-        next poll, which acknowledges them (implicit) or requires them acknowledged (explicit)."""
-        return any(self._acks._delivered.values())
-
-    def _send_fetch(self, lead: _Leader, parts: set) -> None:
-        acks = {tip: self._acks.take(tip) for tip in list(self._acks._pending)
-                if self._leader_of(tip) == lead.node}
-        acks = {t: b for t, b in acks.items() if b}
-        built = lead.session.build_fetch(parts, acks, FetchLimits(acquire_mode=self._acquire_mode_id,
-                                                                  **self._limits_base))
-        if built.failed:
-            self._ack_done(None, built.failed, for_code(ErrorCode.INVALID_SHARE_SESSION_EPOCH)(
-                "acknowledgements cannot ride on a share session's first request (epoch 0)"))
-        lead.busy = True
+    def _send_fetch(self, lead: Leader, parts: set) -> None:
+        built = self._book.fetch(lead, parts, FetchLimits(acquire_mode=self._acquire_mode_id, **self._limits_base),
+                                 self._leader_of)
         fut = self._network.send(lead.node, built.request, max_version=lead.session.version,
                                  timeout_ms=self.config["request.timeout.ms"] + self._limits_base["max_wait_ms"])
         fut.add_done_callback(lambda f: self._queue("_on_fetch", lead, built, f))
 
-    def _send_acknowledge(self, lead: _Leader) -> None:
-        cid, acks = lead.acks_out.popleft()
-        closing = cid == "close"
-        if closing and lead.session.epoch == 0:
-            if acks:
-                self._ack_done(None, acks, for_code(ErrorCode.SHARE_SESSION_NOT_FOUND)("no share session to close"))
+    def _send_acknowledge(self, lead: Leader) -> None:
+        step = self._book.next_acknowledge(lead)
+        if step is None:                         # nothing to send: what could not go is reported
             self._cond.notify_all()
             return
-        built = lead.session.build_acknowledge(acks, closing=closing)
-        if built.failed:
-            self._ack_done(None if closing else cid, built.failed, for_code(ErrorCode.INVALID_SHARE_SESSION_EPOCH)(
-                "no share session open with the leader yet"))
-        if built.request is None:
-            self._commit_answered(cid)
-            return
-        lead.busy = True
+        cid, built = step
         fut = self._network.send(lead.node, built.request, max_version=lead.session.version)
         fut.add_done_callback(lambda f: self._queue("_on_acknowledge", lead, cid, built, f))
 
-    def _commit_answered(self, cid) -> None:
-        if cid in self._commit_wait:
-            self._commit_wait[cid] -= 1
-        self._cond.notify_all()
-
-    def _on_fetch(self, lead: _Leader, built, fut) -> None:
-        lead.busy = False
+    def _on_fetch(self, lead: Leader, built, fut) -> None:
         try:
             resp = fut.result()
         except Exception as e:
             log.debug("ShareFetch to %s failed: %s", lead.node, e)
-            lead.session.closed()
-            if built.acks:
-                self._ack_done(None, built.acks, e if isinstance(e, KohortError) else KohortError(str(e)))
+            self._book.fetch_failed(lead, built, e)
             return
-        if resp.acquisition_lock_timeout_ms:
-            self._lock_timeout_ms = resp.acquisition_lock_timeout_ms
-        lead.session.handle_response(resp.error_code, fetch=True)
-        out = fetch_outcome(resp, built.acks)
+        out = self._book.fetch_answered(lead, built, resp)
         if out.error is not None:
             log.debug("ShareFetch to %s: %s", lead.node, out.error)
-        for acks, err in out.acks_done:
-            self._ack_done(None, acks, err)
         if out.fatal:
             self._fatal = out.error
         if out.refresh_metadata:
@@ -669,31 +543,19 @@ class ShareConsumer:
             self._buffer_records(tip, p)
 
     def _buffer_records(self, tip, p) -> None:
-        recs = acquired_records(self._names.get(tip[0]), tip, p, self._acks, self._check_crcs, self._kd, self._vd, log)
+        recs = acquired_records(self._names.get(tip[0]), tip, p, self._book.acks, self._check_crcs, self._kd, self._vd,
+                                log)
         if recs:
             self._buffer.append((tip, recs, time.monotonic()))
             self._cond.notify_all()
 
-    def _on_acknowledge(self, lead: _Leader, cid, built, fut) -> None:
-        lead.busy = False
-        closing = cid == "close"
-        report_cid = None if closing else cid
+    def _on_acknowledge(self, lead: Leader, cid, built, fut) -> None:
         try:
-            resp = fut.result()
+            resp, error = fut.result(), None
         except Exception as e:
-            lead.session.closed()
-            self._ack_done(report_cid, built.acks, e if isinstance(e, KohortError) else KohortError(str(e)))
-            self._commit_answered(cid)
-            return
-        if closing:
-            lead.session.closed()
-        else:
-            lead.session.handle_response(resp.error_code, fetch=False)
-        if getattr(resp, "acquisition_lock_timeout_ms", 0):
-            self._lock_timeout_ms = resp.acquisition_lock_timeout_ms
-        for acks, err in acknowledge_outcome(resp, built.acks):
-            self._ack_done(report_cid, acks, err)
-        self._commit_answered(cid)
+            resp, error = None, e
+        self._book.acknowledge_answered(lead, cid, built, resp, error)
+        self._cond.notify_all()
 
 
 def _now_ms() -> int:

@@ -3,7 +3,10 @@
 configuration (the keys KafkaShareConsumer refuses, the acknowledgement and acquire modes), reading a
 ShareFetch answer (acknowledgement outcomes, partitions with acquired records, metadata to refresh,
 fatal errors) and a ShareAcknowledge answer, turning a partition's acquired ranges into records and
-GAPs, and handing buffered records out to the application (dropping those whose lock expired).
+GAPs, handing buffered records out to the application (dropping those whose lock expired), what is
+kept per partition leader (`Leader`), and the `CommitBook`: acknowledgements from acknowledge() and
+poll() to the leaders' answers, the commits awaiting them and the reports for the callback. Each driver
+keeps only its own way of sending, waiting and calling back.
 """
 from __future__ import annotations
 
@@ -12,11 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from kohort.client.config import Config, load_config
-from kohort.client.share.acknowledgements import EXPLICIT, IMPLICIT, REJECT, Acknowledgements
-from kohort.errors import ConfigError, ErrorCode, KafkaError, for_code
+from kohort.client.share.acknowledgements import (
+    ACCEPT, EXPLICIT, IMPLICIT, REJECT, RELEASE, RENEW, Acknowledgements, IllegalStateError,
+)
+from kohort.client.share.session import FetchLimits, ShareSession
+from kohort.errors import ConfigError, ErrorCode, KafkaError, KohortError, for_code
 from kohort.protocol.messages.share_fetch import ACQUIRE_MODE_BATCH_OPTIMIZED, ACQUIRE_MODE_RECORD_LIMIT
 from kohort.protocol.records import decode_records_list, scan_batches
-from kohort.structs import ConsumerRecord
+from kohort.structs import ConsumerRecord, TopicPartition
 
 _tuple_new = tuple.__new__
 
@@ -213,3 +219,233 @@ def _ranges(offsets) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
+
+
+class Leader:
+    """What a driver keeps per partition leader: its share session, whether a ShareFetch or
+    ShareAcknowledge is in flight (at most one), and the acknowledgements waiting for a ShareAcknowledge
+    ((commit id, "close" or None), {tip: [AckBatch]})."""
+    __slots__ = ("node", "session", "busy", "acks_out")
+
+    def __init__(self, node: int, session: ShareSession):
+        self.node = node
+        self.session = session
+        self.busy = False
+        self.acks_out: deque = deque()
+
+
+def as_kohort_error(e: BaseException) -> BaseException:
+    """A transport failure as the error reported with the acknowledgements it carried."""
+    return e if isinstance(e, KohortError) else KohortError(str(e))
+
+
+class CommitBook:
+    """A share consumer's acknowledgements from the application to the leaders' answers, with no I/O:
+    the `Acknowledgements` (what is delivered and pending), records being RENEWed (put back in the
+    record buffer once the leader accepted the renewal), records handed out in explicit mode, the
+    commit_sync/commit_async calls whose ShareAcknowledge answers are awaited (by commit id), the
+    reports waiting for `acknowledgement_commit_callback`, and the acquisition lock duration the
+    leaders reported. The drivers send the requests it builds and hand it the answers; waiting
+    (threads or asyncio) and calling back stay theirs."""
+
+    def __init__(self, mode: str, names: Mapping[Any, str], ids: Mapping[str, Any], buffer: deque,
+                 clock: Callable[[], float]) -> None:
+        """`names` (topic id -> name), `ids` (name -> topic id) and `buffer` (tip, records, fetched at)
+        are the driver's, kept up to date by it; `clock()` is the driver's time in seconds (what
+        `buffer` entries are stamped with)."""
+        self.acks = Acknowledgements(mode)
+        self.renewing: dict[tuple, ConsumerRecord] = {}            # (tip, offset) -> record being renewed
+        self.delivered_records: dict[tuple, ConsumerRecord] = {}   # explicit mode: handed out, unacknowledged
+        self.reports: deque = deque()          # ({TopicPartition: set[int]}, error or None) for the callback
+        self.lock_timeout_ms: int | None = None
+        self._names = names
+        self._ids = ids
+        self._buffer = buffer
+        self._clock = clock
+        self._results: dict[int, dict] = {}    # commit id -> {TopicPartition: error or None}
+        self._unanswered: dict[int, int] = {}  # commit id -> ShareAcknowledge requests still unanswered
+        self._seq = 0
+
+    def reset(self) -> None:
+        """The member left: nothing delivered, pending or renewing is its any more."""
+        self.acks = Acknowledgements(self.acks.mode)
+        self.renewing.clear()
+        self.delivered_records.clear()
+
+    # -- the application's side -------------------------------------------------------------------------
+    def acknowledge(self, topic: str, partition: int, offset: int, type: int, record: ConsumerRecord | None,
+                    leaders: Mapping[int, Leader]) -> None:
+        """acknowledge()/acknowledge_offset() of a record the last poll returned (explicit mode)."""
+        if self.acks.mode != EXPLICIT:
+            raise IllegalStateError("acknowledge() needs share.acknowledgement.mode=explicit "
+                                    "(implicit mode accepts every record on the next poll)")
+        if type not in (ACCEPT, RELEASE, REJECT, RENEW):
+            raise ValueError(f"acknowledge type must be ACCEPT (1), RELEASE (2), REJECT (3) or RENEW (4), got {type!r}")
+        tid = self._ids.get(topic)
+        if tid is None:
+            raise IllegalStateError(f"{topic}[{partition}]@{offset} was not delivered by this consumer")
+        tip = (tid, partition)
+        if type == RENEW:
+            if max((lead.session.version for lead in leaders.values()), default=2) < 2:
+                raise IllegalStateError("RENEW needs ShareFetch/ShareAcknowledge v2 (KIP-1222, Kafka 4.2+)")
+            if record is None:
+                record = self.delivered_records.get((tip, offset))
+        self.acks.acknowledge(tip, offset, int(type))
+        self.delivered_records.pop((tip, offset), None)
+        if type == RENEW and record is not None:
+            self.renewing[(tip, offset)] = record
+
+    def hand_out(self, max_records: int, now: float) -> list:
+        """Up to `max_records` buffered records for poll() (see `hand_out`)."""
+        return hand_out(self._buffer, self.acks, max_records, (self.lock_timeout_ms or 0) / 1000, now,
+                        self.delivered_records if self.acks.mode == EXPLICIT else None)
+
+    def holding(self) -> bool:
+        """Records handed to the application and not acknowledged yet: the next fetch waits for the
+        next poll, which acknowledges them (implicit) or requires them acknowledged (explicit)."""
+        return any(self.acks._delivered.values())
+
+    # -- commits ----------------------------------------------------------------------------------------
+    def commit(self, sync: bool, leaders: Mapping[int, Leader], leader_of: Callable[[Any], int | None]) -> int | None:
+        """commit_sync/commit_async: the acknowledgements pending (implicit mode: the last poll's
+        records as ACCEPT) queued on their leaders' `acks_out`; those without a share session with their
+        leader fail at once (NOT_LEADER_OR_FOLLOWER). The commit id, None when nothing was pending; an
+        async commit is not kept (its answers go to the callback only)."""
+        if self.acks.mode == IMPLICIT:
+            self.acks.before_poll()
+        pending = self.acks.take_all()
+        if not pending:
+            return None
+        self._seq += 1
+        cid = self._seq
+        self._results[cid] = {}
+        self._unanswered[cid] = 0
+        by_leader: dict[int, dict] = {}
+        for tip, batches in pending.items():
+            node = leader_of(tip)
+            if node is None or node not in leaders:
+                self.done(cid, {tip: batches}, for_code(ErrorCode.NOT_LEADER_OR_FOLLOWER)(
+                    "no share session with the partition's leader"))
+                continue
+            by_leader.setdefault(node, {})[tip] = batches
+        for node, acks in by_leader.items():
+            leaders[node].acks_out.append((cid, acks))
+            self._unanswered[cid] += 1
+        if not sync and not self._unanswered[cid]:
+            self._results.pop(cid, None)
+            self._unanswered.pop(cid, None)
+        return cid
+
+    def unanswered(self, cid: int) -> int:
+        """ShareAcknowledge requests of commit `cid` still unanswered."""
+        return self._unanswered.get(cid, 0)
+
+    def finish(self, cid: int) -> tuple[dict, int]:
+        """commit_sync stops waiting for commit `cid`: ({TopicPartition: error or None}, requests unanswered)."""
+        return self._results.pop(cid, {}), self._unanswered.pop(cid, 0)
+
+    def done(self, cid, acks: Mapping, error: BaseException | None) -> None:
+        """Acknowledgements answered (or failed): reported to the callback and to commit `cid` (when
+        commit_sync waits for it); RENEWed records accepted go back to the front of the buffer."""
+        offsets: dict[TopicPartition, set[int]] = {}
+        for tip, batches in acks.items():
+            tp = TopicPartition(self._names.get(tip[0], str(tip[0])), tip[1])
+            offs = {o for b in batches for o in range(b.first_offset, b.last_offset + 1)}
+            offsets[tp] = offs
+            if cid is not None and cid in self._results:
+                self._results[cid][tp] = error
+            for o in offs:
+                rec = self.renewing.pop((tip, o), None)
+                if rec is not None and error is None:
+                    self._buffer.appendleft((tip, [rec], self._clock()))
+        if offsets:
+            self.reports.append((offsets, error))
+
+    # -- requests and answers ------------------------------------------------------------------------------
+    def take_for(self, node: int, leader_of: Callable[[Any], int | None]) -> dict:
+        """The pending acknowledgements of the partitions led by `node` ({tip: [AckBatch]}), taken."""
+        out = {}
+        for tip in [t for t in list(self.acks._pending) if leader_of(t) == node]:
+            b = self.acks.take(tip)
+            if b:
+                out[tip] = b
+        return out
+
+    def close_sessions(self, leaders: Mapping[int, Leader], leader_of: Callable[[Any], int | None]) -> None:
+        """Leaving: each leader is sent what is pending for it with the session's close (epoch -1)."""
+        for lead in leaders.values():
+            lead.acks_out.append(("close", self.take_for(lead.node, leader_of)))
+
+    def fetch(self, lead: Leader, parts: set, limits: FetchLimits, leader_of: Callable[[Any], int | None]):
+        """The ShareFetch to send to `lead` for `parts`, carrying the acknowledgements pending for it
+        (those that cannot ride on it fail at once); the leader is busy until `fetch_answered`."""
+        built = lead.session.build_fetch(parts, self.take_for(lead.node, leader_of), limits)
+        if built.failed:
+            self.done(None, built.failed, for_code(ErrorCode.INVALID_SHARE_SESSION_EPOCH)(
+                "acknowledgements cannot ride on a share session's first request (epoch 0)"))
+        lead.busy = True
+        return built
+
+    def fetch_failed(self, lead: Leader, built, error: BaseException) -> None:
+        """A ShareFetch got no answer (`error`): the session is closed, the acknowledgements it carried failed."""
+        lead.busy = False
+        lead.session.closed()
+        if built.acks:
+            self.done(None, built.acks, as_kohort_error(error))
+
+    def fetch_answered(self, lead: Leader, built, resp) -> FetchOutcome:
+        """The answer to a ShareFetch: the session moves on, the acknowledgements it carried are done;
+        the outcome says what else the driver does (records, metadata, fatal error)."""
+        lead.busy = False
+        if resp.acquisition_lock_timeout_ms:
+            self.lock_timeout_ms = resp.acquisition_lock_timeout_ms
+        lead.session.handle_response(resp.error_code, fetch=True)
+        out = fetch_outcome(resp, built.acks)
+        for acks, err in out.acks_done:
+            self.done(None, acks, err)
+        return out
+
+    def next_acknowledge(self, lead: Leader) -> tuple[Any, Any] | None:
+        """The next ShareAcknowledge of `lead`'s `acks_out`: (commit id or "close", built request) to
+        send (the leader is then busy until `acknowledge_answered`), or None when nothing is to be sent
+        (what could not go is done; the driver wakes whoever waits)."""
+        cid, acks = lead.acks_out.popleft()
+        closing = cid == "close"
+        if closing and lead.session.epoch == 0:
+            if acks:
+                self.done(None, acks, for_code(ErrorCode.SHARE_SESSION_NOT_FOUND)("no share session to close"))
+            return None
+        built = lead.session.build_acknowledge(acks, closing=closing)
+        if built.failed:
+            self.done(None if closing else cid, built.failed, for_code(ErrorCode.INVALID_SHARE_SESSION_EPOCH)(
+                "no share session open with the leader yet"))
+        if built.request is None:
+            self._answered(cid)
+            return None
+        lead.busy = True
+        return cid, built
+
+    def acknowledge_answered(self, lead: Leader, cid, built, resp, error: BaseException | None) -> None:
+        """The answer to a ShareAcknowledge (`resp`), or its transport `error`: the session moves on (or
+        is closed), its acknowledgements are done and commit `cid` has one answer less to wait for."""
+        lead.busy = False
+        closing = cid == "close"
+        report_cid = None if closing else cid
+        if error is not None:
+            lead.session.closed()
+            self.done(report_cid, built.acks, as_kohort_error(error))
+            self._answered(cid)
+            return
+        if closing:
+            lead.session.closed()
+        else:
+            lead.session.handle_response(resp.error_code, fetch=False)
+        if getattr(resp, "acquisition_lock_timeout_ms", 0):
+            self.lock_timeout_ms = resp.acquisition_lock_timeout_ms
+        for acks, err in acknowledge_outcome(resp, built.acks):
+            self.done(report_cid, acks, err)
+        self._answered(cid)
+
+    def _answered(self, cid) -> None:
+        if cid in self._unanswered:
+            self._unanswered[cid] -= 1
