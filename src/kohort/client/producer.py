@@ -57,7 +57,7 @@ from kohort.client.network import NetworkClient, unreachable_message
 from kohort.protocol.framing import Versioned
 from kohort.client.partitioner import DefaultPartitioner, murmur2
 from kohort.client.sealer import Sealer, native_sealer
-from kohort.client.txn_manager import TransactionManager
+from kohort.client.txn_manager import ADD_PARTITIONS_RETRY_BACKOFF_MS, TransactionManager
 from kohort.errors import (
     ConfigError,
     ErrorCode,
@@ -1146,7 +1146,11 @@ class _Sender:
                     self.needs_bump = True   # the broker lost our state: new epoch, renumber
                 self._retry_or_fail(b, e, now, False, force_retry=True)
                 continue
-            if cls.retriable:
+            if code == ErrorCode.CONCURRENT_TRANSACTIONS and self.txn is not None:
+                # transactions v2: the broker could not add the partition because the previous
+                # transaction is still writing its markers; it completes within milliseconds
+                self._retry_or_fail(b, e, now, False, backoff_ms=ADD_PARTITIONS_RETRY_BACKOFF_MS)
+            elif cls.retriable:
                 leader = code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                   ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
                                   ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -1159,7 +1163,8 @@ class _Sender:
                     self._txn_batch_failed(e)
                 self._finish(b, -1, -1, e)
 
-    def _retry_or_fail(self, b, err, now: int, leader_moved: bool, force_retry: bool = False) -> None:
+    def _retry_or_fail(self, b, err, now: int, leader_moved: bool, force_retry: bool = False,
+                       backoff_ms: int | None = None) -> None:
         if leader_moved:
             self.meta_needed = True
         if now - b.created_ms >= self.p.delivery_timeout_ms or (b.attempts >= self.p.retries and not force_retry):
@@ -1171,7 +1176,7 @@ class _Sender:
             self._finish(b, -1, -1, e)
             return
         self.stats["retries"] += 1
-        self.acc.reenqueue(b, now)
+        self.acc.reenqueue(b, now, backoff_ms)
 
     def _finish(self, b, base_offset: int, log_append_time: int, error) -> None:
         if self.p.stats is not None:
