@@ -31,7 +31,9 @@ What lives here:
   finalized transaction.version (transactions v2, KIP-890 part 2, at >= 2), sends the manager's
   requests, holds a partition's batches back until AddPartitionsToTxn added it (v1), seals them with
   the transactional flag, drops unsent batches of an aborted transaction, adopts the epoch each
-  EndTxn v5 bumps, and the application's calls wait on `_txn_cond`.
+  EndTxn v5 bumps, and the application's calls wait on `_txn_cond`. A batch answered
+  CONCURRENT_TRANSACTIONS (v2: its partition could not be added while the previous transaction was
+  completing) is retried after 20 ms, as Java retries AddPartitionsToTxn in that window.
 
 Connection errors become one clear line naming the addresses tried and what to do
 (`network.unreachable_message`, shared by every client).
