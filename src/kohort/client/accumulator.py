@@ -402,10 +402,14 @@ class RecordAccumulator:
                 out.append(b)
         return out
 
-    def reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
-        """Put a batch to retry back at the front of its partition's queue, in base-sequence order."""
+    def reenqueue(self, batch: ProducerBatch, now_ms: int, backoff_ms: int | None = None) -> None:
+        """Put a batch to retry back at the front of its partition's queue, in base-sequence order.
+        It waits retry.backoff.ms, or `backoff_ms` when shorter (its attempt is dated back so that
+        ready() and drain() see the backoff end `backoff_ms` from now)."""
         batch.attempts += 1
         batch.last_attempt_ms = now_ms
+        if backoff_ms is not None and backoff_ms < self.retry_backoff_ms:
+            batch.last_attempt_ms = now_ms - (self.retry_backoff_ms - backoff_ms)
         tp = (batch.topic, batch.partition)
         with self.lock:
             dq = self.batches.setdefault(tp, deque())

@@ -31,7 +31,9 @@ What lives here:
   finalized transaction.version (transactions v2, KIP-890 part 2, at >= 2), sends the manager's
   requests, holds a partition's batches back until AddPartitionsToTxn added it (v1), seals them with
   the transactional flag, drops unsent batches of an aborted transaction, adopts the epoch each
-  EndTxn v5 bumps, and the application's calls wait on `_txn_cond`.
+  EndTxn v5 bumps, and the application's calls wait on `_txn_cond`. A batch answered
+  CONCURRENT_TRANSACTIONS (v2: its partition could not be added while the previous transaction was
+  completing) is retried after 20 ms, as Java retries AddPartitionsToTxn in that window.
 
 Connection errors become one clear line naming the addresses tried and what to do
 (`network.unreachable_message`, shared by every client).
@@ -57,7 +59,7 @@ from kohort.client.network import NetworkClient, unreachable_message
 from kohort.protocol.framing import Versioned
 from kohort.client.partitioner import DefaultPartitioner, murmur2
 from kohort.client.sealer import Sealer, native_sealer
-from kohort.client.txn_manager import TransactionManager
+from kohort.client.txn_manager import ADD_PARTITIONS_RETRY_BACKOFF_MS, TransactionManager
 from kohort.errors import (
     ConfigError,
     ErrorCode,
@@ -1146,7 +1148,11 @@ class _Sender:
                     self.needs_bump = True   # the broker lost our state: new epoch, renumber
                 self._retry_or_fail(b, e, now, False, force_retry=True)
                 continue
-            if cls.retriable:
+            if code == ErrorCode.CONCURRENT_TRANSACTIONS and self.txn is not None:
+                # transactions v2: the broker could not add the partition because the previous
+                # transaction is still writing its markers; it completes within milliseconds
+                self._retry_or_fail(b, e, now, False, backoff_ms=ADD_PARTITIONS_RETRY_BACKOFF_MS)
+            elif cls.retriable:
                 leader = code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                   ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH,
                                   ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -1159,7 +1165,8 @@ class _Sender:
                     self._txn_batch_failed(e)
                 self._finish(b, -1, -1, e)
 
-    def _retry_or_fail(self, b, err, now: int, leader_moved: bool, force_retry: bool = False) -> None:
+    def _retry_or_fail(self, b, err, now: int, leader_moved: bool, force_retry: bool = False,
+                       backoff_ms: int | None = None) -> None:
         if leader_moved:
             self.meta_needed = True
         if now - b.created_ms >= self.p.delivery_timeout_ms or (b.attempts >= self.p.retries and not force_retry):
@@ -1171,7 +1178,7 @@ class _Sender:
             self._finish(b, -1, -1, e)
             return
         self.stats["retries"] += 1
-        self.acc.reenqueue(b, now)
+        self.acc.reenqueue(b, now, backoff_ms)
 
     def _finish(self, b, base_offset: int, log_append_time: int, error) -> None:
         if self.p.stats is not None:

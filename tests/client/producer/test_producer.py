@@ -257,6 +257,24 @@ def test_reenqueue_keeps_sequence_order():
     assert acc.drain([("t", 0)], 1 << 20, clock(), lambda tp, b: True) == [bs[0]]
 
 
+def test_reenqueue_with_a_shorter_backoff():
+    clock = Clock()
+    acc = make_acc(clock, linger_ms=50)                     # retry.backoff.ms 100
+    acc.append("t", 0, None, b"v", None, 1)
+    b = acc.drain([("t", 0)], 1 << 20, clock(), lambda tp, b: True)[0]
+    b.seal(1, 0, 0, 0)
+    acc.reenqueue(b, clock(), 20)                           # CONCURRENT_TRANSACTIONS on a transactional Produce
+    assert acc.ready(clock(), lambda t, p: 1, lambda n: True)[:2] == (set(), 20)
+    clock.ms += 19
+    assert acc.drain([("t", 0)], 1 << 20, clock(), lambda tp, b: True) == []
+    clock.ms += 1
+    assert acc.ready(clock(), lambda t, p: 1, lambda n: True)[0] == {1}
+    assert acc.drain([("t", 0)], 1 << 20, clock(), lambda tp, b: True) == [b]
+    acc.reenqueue(b, clock(), 500)                          # never longer than retry.backoff.ms
+    clock.ms += 100
+    assert acc.drain([("t", 0)], 1 << 20, clock(), lambda tp, b: True) == [b]
+
+
 def test_expiry_takes_queued_batches_past_the_delivery_timeout():
     clock = Clock()
     acc = make_acc(clock, delivery_timeout_ms=1000)
