@@ -176,12 +176,14 @@ class Producer:
             # the common case of produce() in C (records.producer_twin); it hands every other case
             # to the Python produce below, which stays the reference. A transactional producer's
             # records go the C way only to partitions its transaction manager already holds
-            # (TransactionManager.sendable); the Python produce asks it (maybe_add_partition).
+            # (TransactionManager.sendable); the Python produce asks it (maybe_add_partition). A batch
+            # out of reserved room is grown by the accumulator's rule (acc._grow) from C as well, so
+            # only the record opening a batch goes to Python, whatever the records' size.
             self.produce = self.send = twin.FastProduce(
                 self, self.sender, self.sender.net, self.acc.batches, self.acc.lock, self._sticky_now,
                 DeliveryFuture, types.MethodType(Producer.produce, self), self._batch_full,
                 -1 if custom is not None else 0 if self._ignore_keys else 1, self._max_record,
-                self.sender.poke, TICK_MS, None if self._txn is None else self._txn.sendable)
+                self.sender.poke, TICK_MS, None if self._txn is None else self._txn.sendable, self.acc._grow)
         self.sender.thread.start()
 
     # -- public API -----------------------------------------------------------------------------------

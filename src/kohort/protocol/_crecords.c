@@ -1639,7 +1639,8 @@ static int rb_reserve(PyObject *buf, Py_ssize_t need, Py_ssize_t limit)
 }
 
 /* Append one record without headers (key/value: pointer and length, NULL for null) as
- * ProducerBatch.try_append does: 1 appended (*delta set), 0 no room (nothing changed), -1 error. */
+ * ProducerBatch.try_append does: 1 appended (*delta set), 2 no room left in the batch's reservation,
+ * 0 a record Python encodes (nothing changed either way), -1 error. */
 static int rb_append_raw(RecordBuffer *rb, const char *key, Py_ssize_t kl, const char *value, Py_ssize_t vl,
                          long long ts, Py_ssize_t *delta)
 {
@@ -1661,7 +1662,7 @@ static int rb_append_raw(RecordBuffer *rb, const char *key, Py_ssize_t kl, const
     Py_ssize_t total = zz_len(zz64(body)) + body;
     Py_ssize_t used = PyByteArray_GET_SIZE(rb->buf);
     if (n && BATCH_HEADER_SIZE + used + total > rb->size_limit)
-        return 0;
+        return 2;
     if (tsd != 0 && rb->ts_list == Py_None) {   /* timestamps differ from now on: keep them all */
         PyObject *tl = PyList_New(n);
         if (!tl)
@@ -1848,6 +1849,9 @@ typedef struct {
     PyObject *future_type;                      /* DeliveryFuture */
     PyObject *fallback;                         /* the Python produce (bound) */
     PyObject *on_full;                          /* fn(topic, partition, sticky) once a batch fills */
+    PyObject *grow;                             /* fn(batch, record size) -> bool, under acc.lock: more of
+                                                   buffer.memory for an open batch out of room (the
+                                                   accumulator's _grow), or None */
     int hash_keys;                              /* 1: keyed records go by murmur2; 0: every record is
                                                    sticky (partitioner.ignore.keys); -1: a custom
                                                    partitioner (always Python) */
@@ -1877,6 +1881,7 @@ static int fp_traverse(FastProduce *self, visitproc visit, void *arg)
     Py_VISIT(self->future_type);
     Py_VISIT(self->fallback);
     Py_VISIT(self->on_full);
+    Py_VISIT(self->grow);
     Py_VISIT(self->on_tick);
     Py_VISIT(self->txn_sendable);
     Py_VISIT(self->c_topics);
@@ -1898,6 +1903,7 @@ static int fp_clear(FastProduce *self)
     Py_CLEAR(self->future_type);
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->on_full);
+    Py_CLEAR(self->grow);
     Py_CLEAR(self->on_tick);
     Py_CLEAR(self->txn_sendable);
     Py_CLEAR(self->c_topics);
@@ -2105,8 +2111,19 @@ static PyObject *fp_call(PyObject *callable, PyObject *const *args, size_t nargs
         Py_ssize_t len = PyObject_Length(dq);
         if (len > 0)
             last = PySequence_GetItem(dq, len - 1);
-        if (last && PyObject_TypeCheck(last, &RecordBuffer_Type) && !((RecordBuffer *)last)->closed)
+        if (last && PyObject_TypeCheck(last, &RecordBuffer_Type) && !((RecordBuffer *)last)->closed) {
             appended = rb_append((RecordBuffer *)last, key, value, ts, &delta);
+            if (appended == 2 && self->grow != Py_None) {
+                /* its reservation is used up: grow it as RecordAccumulator.append would (doubling, up
+                   to batch.size), then the record goes in here too; large records thus stay on this
+                   path except for the one opening a batch */
+                Py_ssize_t rec = 64 + (value ? PyBytes_GET_SIZE(value) : 0) + (key ? PyBytes_GET_SIZE(key) : 0);
+                PyObject *g = PyObject_CallFunction(self->grow, "On", last, rec);
+                int more = g ? PyObject_IsTrue(g) : -1;
+                Py_XDECREF(g);
+                appended = more < 0 ? -1 : more ? rb_append((RecordBuffer *)last, key, value, ts, &delta) : 2;
+            }
+        }
     }
     int failed = PyErr_Occurred() != NULL || appended < 0;
     PyObject *rel = PyObject_CallNoArgs(self->release);
@@ -2116,7 +2133,7 @@ static PyObject *fp_call(PyObject *callable, PyObject *const *args, size_t nargs
         return NULL;
     }
     Py_DECREF(rel);
-    if (!appended) {                        /* no open batch with room: Python opens one */
+    if (appended != 1) {                    /* no open batch with room: Python opens one */
         Py_XDECREF(last);
         goto fallback;
     }
@@ -2160,16 +2177,16 @@ static PyObject *fp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"producer", "sender", "net", "batches", "lock", "sticky", "future_type",
                              "fallback", "on_full", "hash_keys", "max_record", "on_tick", "tick_ms",
-                             "txn_sendable", NULL};
+                             "txn_sendable", "grow", NULL};
     PyObject *producer, *sender, *net, *batches, *lock, *sticky, *ft, *fallback, *on_full;
-    PyObject *on_tick = Py_None, *txn_sendable = Py_None;
+    PyObject *on_tick = Py_None, *txn_sendable = Py_None, *grow = Py_None;
     int hash_keys;
     Py_ssize_t max_record;
     double tick_ms = 1.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO!OO!OOOin|OdO:FastProduce", kwlist, &producer, &sender,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO!OO!OOOin|OdOO:FastProduce", kwlist, &producer, &sender,
                                      &net, &PyDict_Type, &batches, &lock, &PyDict_Type, &sticky, &ft,
                                      &fallback, &on_full, &hash_keys, &max_record, &on_tick, &tick_ms,
-                                     &txn_sendable))
+                                     &txn_sendable, &grow))
         return NULL;
     if (txn_sendable != Py_None && !PySet_CheckExact(txn_sendable)) {
         PyErr_SetString(PyExc_TypeError, "txn_sendable: a set or None");
@@ -2177,6 +2194,10 @@ static PyObject *fp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     if (on_tick != Py_None && !PyCallable_Check(on_tick)) {
         PyErr_SetString(PyExc_TypeError, "on_tick: a callable or None");
+        return NULL;
+    }
+    if (grow != Py_None && !PyCallable_Check(grow)) {
+        PyErr_SetString(PyExc_TypeError, "grow: a callable or None");
         return NULL;
     }
     if (!PyType_Check(ft) || !PyType_IsSubtype((PyTypeObject *)ft, &RecordFuture_Type) ||
@@ -2202,6 +2223,7 @@ static PyObject *fp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->future_type = Py_NewRef(ft);
     self->fallback = Py_NewRef(fallback);
     self->on_full = Py_NewRef(on_full);
+    self->grow = Py_NewRef(grow);
     self->hash_keys = hash_keys;
     self->max_record = max_record;
     self->on_tick = Py_NewRef(on_tick);
@@ -2443,7 +2465,7 @@ static PyObject *py_append_run(PyObject *self, PyObject *args)
         int r = rb_append_raw(rb, k, kl, v, vl, t, &delta);
         if (r < 0)
             goto done;
-        if (r == 0)
+        if (r != 1)
             break;
     }
     result = PyLong_FromSsize_t(i - start);
@@ -2792,7 +2814,7 @@ static PyObject *as_call(PyObject *callable, PyObject *const *args, size_t nargs
     int appended = rb_append(rb, key, value, ts, &delta);
     if (appended < 0)
         goto error;
-    if (appended == 0) {                    /* no room: Python closes it and opens the next */
+    if (appended != 1) {                    /* no room: Python closes it and opens the next */
         Py_DECREF(b);
         Py_DECREF(tp);
         goto fallback;

@@ -166,6 +166,42 @@ def test_c_produce_grows_a_large_batch_by_doubling(cluster3):
 
 @needs_ext
 @pytest.mark.timeout(60)
+def test_c_produce_takes_large_records_and_grows_their_batch(cluster3, monkeypatch):
+    """Records of 16 KiB (and a keyed 9,000 B one) into 1 MB batches: the C path grows a batch's
+    reservation itself (the accumulator's doubling rule), so only the record opening each batch goes
+    to Python; what is queued is what the Python path queues, byte for byte; a record larger than
+    batch.size still gets a batch of its own."""
+    python_calls = []
+    reference = Producer.produce
+
+    def counted(self, *args, **kw):
+        python_calls.append(1)
+        return reference(self, *args, **kw)
+    monkeypatch.setattr(Producer, "produce", counted)
+    big = bytes(range(256)) * 64                  # 16 KiB
+    out = []
+    for c_twin, batch_size in ((False, 1_000_000), (True, 1_000_000), (False, 20_000), (True, 20_000)):
+        p = _make(cluster3, c_twin, batch_size)
+        try:
+            with p.sender.io_lock:                   # nothing is sent: compare what is queued
+                for i in range(130):
+                    p.produce("t3", big, None, None, 1, 1_700_000_000_000 + i // 50)
+                p.produce("t3", b"k" * 9000, b"key", None, 1, 1_700_000_000_003)
+                p.produce("t3", b"x" * 30_000, None, None, 1, 1_700_000_000_003)    # > batch.size 20000
+                got = _batches(p)
+            if c_twin:
+                assert len(python_calls) == len(got[("t3", 1)]), (batch_size, len(python_calls))
+            out.append(got)
+        finally:
+            p.close(5)
+        del python_calls[:]
+    assert out[0] == out[1] and out[2] == out[3]
+    assert len(out[0][("t3", 1)]) == 3                           # 63 + 63 + 6 records
+    assert [b[1] for b in out[2][("t3", 1)]][-2:] == [1, 1]      # 9,000 B alone; 30,000 B alone
+
+
+@needs_ext
+@pytest.mark.timeout(60)
 def test_c_produce_stays_compiled_after_its_batches_went_out(cluster, monkeypatch):
     """A partition whose queue emptied (every batch sent) keeps its deque, which FastProduce holds on
     to: the records after it take the C path again, only the one opening a batch goes to Python."""
