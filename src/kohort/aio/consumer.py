@@ -10,7 +10,7 @@ getmany, as they are handed out, in steps of about `DECODE_SLICE_BYTES` of fetch
 `DECODE_STEP_RECORDS` records), one step per call, by `records.RecordCursor` (the compiled decoder
 when built, which builds the ConsumerRecords), each step resuming where the last stopped, mid-batch
 included, so the steps together cost one decode of the whole and a compressed batch is decompressed
-once. getmany lets the loop turn when it has not for `LOOP_TURN_S`, so a caller reading at full speed
+once. getmany lets the loop turn (twice) when it has not for `LOOP_TURN_S`, so a caller reading at full speed
 never holds the loop for longer than that plus a step and its own work on the records. read_committed
 (KIP-98) decodes only the runs of batches `records.AbortedTransactions` keeps. What an answer's partitions decompress to shares one
 `DecompressionBudget` (256 MiB), as in client/consumer/fetcher.py: a partition refused for want of
@@ -876,7 +876,9 @@ class AIOConsumer:
         deadline = now + timeout_ms / 1000
         if now - self._turned >= LOOP_TURN_S:
             # records decode inside this call and a caller reading at full speed awaits nothing else:
-            # the loop gets a turn (I/O, timers, other tasks) at least every LOOP_TURN_S
+            # the loop turns (I/O, timers, other tasks) at least every LOOP_TURN_S, twice, so that a
+            # task its first turn wakes (a timer, an answer) runs in the second, not LOOP_TURN_S later
+            await asyncio.sleep(0)
             await asyncio.sleep(0)
             self._turned = time.monotonic()
             if self._stopped:
