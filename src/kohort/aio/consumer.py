@@ -61,7 +61,7 @@ log = logging.getLogger("kohort.aio.consumer")
 DECODE_SLICE_BYTES = 128 * 1024
 DECODE_STEP_RECORDS = 1024
 DECODE_LEGACY_STEP = 256
-LOOP_TURN_S = 0.0005            # getmany lets the loop turn when it has not for this long
+LOOP_TURN_S = 0.0002            # getmany lets the loop turn when it has not for this long
 FETCH_MAX_VERSION = 12          # topics by name (v13+ names them by id)
 _REFRESH = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
                       ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
