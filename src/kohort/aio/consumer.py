@@ -10,10 +10,10 @@ getmany, as they are handed out, in steps of about `DECODE_SLICE_BYTES` of fetch
 `DECODE_STEP_RECORDS` records), one step per call, by `records.RecordCursor` (the compiled decoder
 when built, which builds the ConsumerRecords), each step resuming where the last stopped, mid-batch
 included, so the steps together cost one decode of the whole and a compressed batch is decompressed
-once. getmany lets the loop turn (twice) when it has not for `LOOP_TURN_S`, so a caller reading at full speed
-never holds the loop for longer than that plus a step and its own work on the records. read_committed
-(KIP-98) decodes only the runs of batches `records.AbortedTransactions` keeps. What an answer's partitions decompress to shares one
-`DecompressionBudget` (256 MiB), as in client/consumer/fetcher.py: a partition refused for want of
+once. getmany lets the loop turn (twice) when it has not for `LOOP_TURN_S`, so a caller reading at
+full speed never holds the loop for longer than that plus a step and its own work on the records.
+read_committed (KIP-98) decodes only the runs of batches `records.AbortedTransactions` keeps. What an
+answer's partitions decompress to shares one `DecompressionBudget` (256 MiB), as in client/consumer/fetcher.py: a partition refused for want of
 what is left is fetched again from its position and decoded first next time; one that fails alone
 raises an error naming it and its offset from the next read and keeps its position. Records holding
 more bytes than were fetched count their decompressed size against max_partition_fetch_bytes.
