@@ -13,9 +13,10 @@ included, so the steps together cost one decode of the whole and a compressed ba
 once. getmany lets the loop turn (twice) when it has not for `LOOP_TURN_S`, so a caller reading at
 full speed never holds the loop for longer than that plus a step and its own work on the records.
 read_committed (KIP-98) decodes only the runs of batches `records.AbortedTransactions` keeps. What an
-answer's partitions decompress to shares one `DecompressionBudget` (256 MiB), as in client/consumer/fetcher.py: a partition refused for want of
-what is left is fetched again from its position and decoded first next time; one that fails alone
-raises an error naming it and its offset from the next read and keeps its position. Records holding
+answer's partitions decompress to shares one `DecompressionBudget` (256 MiB), as in
+client/consumer/fetcher.py: a partition refused for want of what is left is fetched again from its
+position and decoded first next time; one that fails alone raises an error naming it and its offset
+from the next read and keeps its position. Records holding
 more bytes than were fetched count their decompressed size against max_partition_fetch_bytes.
 
 Positions: a partition's `position` (next record to hand out) is kept apart from its `fetch_offset`
