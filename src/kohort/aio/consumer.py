@@ -16,8 +16,8 @@ read_committed (KIP-98) decodes only the runs of batches `records.AbortedTransac
 answer's partitions decompress to shares one `DecompressionBudget` (256 MiB), as in
 client/consumer/fetcher.py: a partition refused for want of what is left is fetched again from its
 position and decoded first next time; one that fails alone raises an error naming it and its offset
-from the next read and keeps its position. Records holding
-more bytes than were fetched count their decompressed size against max_partition_fetch_bytes.
+from the next read and keeps its position. Records holding more bytes than were fetched count their
+decompressed size against max_partition_fetch_bytes.
 
 Positions: a partition's `position` (next record to hand out) is kept apart from its `fetch_offset`
 (next to ask for); a seek, pause or revocation bumps its `seek_epoch`, and records fetched under an
