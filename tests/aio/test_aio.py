@@ -343,10 +343,10 @@ def test_record_futures_work_with_await_gather_wait_and_callbacks(broker):
 
 
 def _decoded(payload, fetch_offset=7, aborted=None, isolation="read_uncommitted", **kw):
-    """What AIOConsumer._decode buffers for one answer's records: ((records, bytes counted, next
-    offset) per chunk, buffered bytes after all were taken, records handed out); no broker: the
-    consumer is not started."""
-    from kohort.aio.consumer import AIOConsumer, _PState
+    """What AIOConsumer hands out of one answer's records, one decode step per _take: ((records,
+    bytes counted, next offset) per step, buffered bytes after all were taken, records handed out);
+    no broker: the consumer is not started."""
+    from kohort.aio.consumer import AIOConsumer, _Chunk, _PState
     from kohort.protocol.records import DecompressionBudget, scan_batches
 
     c = AIOConsumer(bootstrap_servers="127.0.0.1:1", isolation_level=isolation, **kw)
@@ -356,11 +356,19 @@ def _decoded(payload, fetch_offset=7, aborted=None, isolation="read_uncommitted"
     view = memoryview(payload)
     nxt, _ep, legacy = scan_batches(view, fetch_offset, True)
     st.buffered = len(view)
-    asyncio.run(c._decode(tp, st, view, (fetch_offset, 0), nxt, legacy, aborted, DecompressionBudget()))
-    chunks = [(len(ch.records), ch.nbytes, ch.next_offset) for ch in c._chunks]
-    got = []
+    chunks, got = [], []
+
+    def recorded(steps):
+        for recs, next_offset, nbytes in steps:
+            chunks.append((len(recs), nbytes, next_offset))
+            yield recs, next_offset, nbytes
+    ch = _Chunk(tp, (), None, 0, 0, sent=(fetch_offset, 0))
+    ch.steps = recorded(c._steps(ch, st, view, nxt, legacy, aborted, DecompressionBudget()))
+    c._chunks.append(ch)
     while c._chunks:
-        got += c._take(set(), None).get(tp, [])
+        took = c._take(set(), None).get(tp, [])
+        assert len(took) == chunks[-1][0]         # one step per call
+        got += took
     assert st.position == nxt
     return chunks, st.buffered, got
 

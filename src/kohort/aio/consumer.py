@@ -5,16 +5,19 @@ broker (Kafka's rule), in an incremental fetch session (KIP-227: `client/consume
 the full partition set first, then only what changed); a partition is fetched again while less than
 two answers' worth of its records (`max_partition_fetch_bytes` each) wait to be read, all of them
 within `fetch_max_bytes`, so the broker serves the next fetch while the application reads the last.
-Decoding never stalls the loop for long: a partition's records are decoded in steps of about
-`DECODE_SLICE_BYTES` of fetched bytes (at most `DECODE_STEP_RECORDS` records) by `records.RecordCursor`
-(the compiled decoder when built), each step resuming where the last stopped, mid-batch included, so
-the steps together cost one decode of the whole and a compressed batch is decompressed once; the loop
-turns between steps. read_committed (KIP-98) decodes only the runs of batches
-`records.AbortedTransactions` keeps. What an answer's partitions decompress to shares one
-`DecompressionBudget` (256 MiB), as in client/consumer/fetcher.py: a partition refused for want of
-what is left is fetched again from its position and decoded first next time; one that fails alone
-raises an error naming it and its offset from the next read and keeps its position. Records holding
-more bytes than were fetched count their decompressed size against max_partition_fetch_bytes.
+An answer is only scanned (batch headers, CRCs) when it arrives; its records are decoded inside
+getmany, as they are handed out, in steps of about `DECODE_SLICE_BYTES` of fetched bytes (at most
+`DECODE_STEP_RECORDS` records), one step per call, by `records.RecordCursor` (the compiled decoder
+when built, which builds the ConsumerRecords), each step resuming where the last stopped, mid-batch
+included, so the steps together cost one decode of the whole and a compressed batch is decompressed
+once. getmany lets the loop turn (twice) when it has not for `LOOP_TURN_S`, so a caller reading at
+full speed never holds the loop for longer than that plus a step and its own work on the records.
+read_committed (KIP-98) decodes only the runs of batches `records.AbortedTransactions` keeps. What an
+answer's partitions decompress to shares one `DecompressionBudget` (256 MiB), as in
+client/consumer/fetcher.py: a partition refused for want of what is left is fetched again from its
+position and decoded first next time; one that fails alone raises an error naming it and its offset
+from the next read and keeps its position. Records holding more bytes than were fetched count their
+decompressed size against max_partition_fetch_bytes.
 
 Positions: a partition's `position` (next record to hand out) is kept apart from its `fetch_offset`
 (next to ask for); a seek, pause or revocation bumps its `seek_epoch`, and records fetched under an
@@ -59,6 +62,7 @@ log = logging.getLogger("kohort.aio.consumer")
 DECODE_SLICE_BYTES = 128 * 1024
 DECODE_STEP_RECORDS = 1024
 DECODE_LEGACY_STEP = 256
+LOOP_TURN_S = 0.0002            # getmany lets the loop turn when it has not for this long
 FETCH_MAX_VERSION = 12          # topics by name (v13+ names them by id)
 _REFRESH = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
                       ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
@@ -74,8 +78,8 @@ class ConsumerStoppedError(KohortError):
 
 class _Signal:
     """asyncio.Event's set/clear, with a wait bounded by a timeout that costs one future and one timer
-    (asyncio.wait_for around Event.wait() runs a task of its own per wait): while reading at full
-    speed getmany waits once per decoded slice, and the fetch task once per slice read."""
+    (asyncio.wait_for around Event.wait() runs a task of its own per wait): getmany waits whenever
+    nothing is fetched yet, and the fetch task once per answer."""
 
     __slots__ = ("_flag", "_waiters")
 
@@ -133,11 +137,18 @@ class _PState:
 
 
 class _Chunk:
-    __slots__ = ("tp", "records", "index", "next_offset", "seek_epoch", "nbytes")
+    """Records of one partition waiting to be handed out: `records[index:]` of the step decoded last,
+    and, while `steps` is not None, the rest of one answer's records undecoded (`AIOConsumer._steps`,
+    which getmany advances a step at a time). `nbytes` of fetched bytes and `next_offset` (the
+    answer's last step) are settled once the step's records are all handed out."""
 
-    def __init__(self, tp, records, next_offset, seek_epoch, nbytes):
+    __slots__ = ("tp", "records", "index", "next_offset", "seek_epoch", "nbytes", "steps", "sent", "full")
+
+    def __init__(self, tp, records, next_offset, seek_epoch, nbytes, steps=None, sent=None):
         self.tp, self.records, self.index = tp, records, 0
         self.next_offset, self.seek_epoch, self.nbytes = next_offset, seek_epoch, nbytes
+        self.steps, self.sent = steps, sent
+        self.full = False          # the answer's decompression budget was whole when this partition began
 
 
 def _step(view, next_offset: int, legacy: bool) -> tuple[int, int]:
@@ -230,6 +241,7 @@ class AIOConsumer:
         self._subscription: tuple | None = None
         self._initial_topics = topics
         self._stopped = False
+        self._turned = 0.0               # time.monotonic() when getmany last let the loop turn
         self.records_fetched = 0
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -631,12 +643,12 @@ class AIOConsumer:
                 session.reset()        # cancelled: whether the broker saw the request is unknown
                 raise
             session.on_response(getattr(resp, "error_code", 0), getattr(resp, "session_id", 0), view)
-            await self._handle_fetch(resp, parts)
+            self._handle_fetch(resp, parts)
         finally:
             self._fetching.discard(node)
             self._wake.set()
 
-    async def _handle_fetch(self, resp, parts: dict) -> None:
+    def _handle_fetch(self, resp, parts: dict) -> None:
         top = getattr(resp, "error_code", 0)
         if top:
             if top not in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):     # else: a full fetch next
@@ -679,33 +691,30 @@ class AIOConsumer:
                 todo.append((tp, st, view, sent, nxt, legacy, p.aborted_transactions))
         if refresh:
             self._spawn(self.client.refresh_metadata())
-        self._wake.set()            # the next fetch goes out before this answer is decoded
+        self._wake.set()            # the next fetch goes out at once: decoding waits for getmany
         budget = DecompressionBudget(DEFAULT_MAX_SIZE)
         first = self._budget_first
         if first:       # partitions refused for want of budget last time are decoded first now
             todo.sort(key=lambda t: t[0] not in first)
         for tp, st, view, sent, nxt, legacy, aborted in todo:
-            before = budget.left
-            if before == budget.limit:
-                first.discard(tp)
-            try:
-                await self._decode(tp, st, view, sent, nxt, legacy, aborted, budget)
-            except Exception as e:
-                if st.seek_epoch != sent[1] or self._parts.get(tp) is not st:
-                    continue
-                # fetch again from the position; what was buffered or fetched after it is stale
-                self._set_position(tp, st, st.position)
-                if before == budget.limit:
-                    log.error("records of %s fetched at offset %s could not be decoded: %s", tp, sent[0], e)
-                    self._errors.append(partition_decode_error(tp, sent[0], e))
-                    self._data.set()
-                else:
-                    first.add(tp)
+            c = _Chunk(tp, (), None, sent[1], 0, sent=sent)
+            c.steps = self._steps(c, st, view, nxt, legacy, aborted, budget)
+            self._chunks.append(c)
+        if todo:
+            self._data.set()
 
-    async def _decode(self, tp, st: _PState, view, sent, nxt: int, legacy: bool, aborted,
-                      budget: DecompressionBudget) -> None:
+    def _steps(self, c: _Chunk, st: _PState, view, nxt: int, legacy: bool, aborted,
+               budget: DecompressionBudget):
+        """One answer's records of partition `c.tp`, decoded a step at a time (getmany pulls the next
+        step when the last one is handed out): yields (records, `nxt` on the last step else None,
+        fetched bytes the step counts); the steps' bytes add up to the payload's (plus what the
+        records grew to beyond it when decompressed, counted on the last step)."""
+        tp, sent = c.tp, c.sent
         nbytes = len(view)
         before = budget.left
+        c.full = before == budget.limit
+        if c.full:
+            self._budget_first.discard(tp)
         if self.isolation == READ_COMMITTED and aborted:
             runs = _kept_runs(view, sent[0], aborted)
         else:
@@ -723,19 +732,41 @@ class AIOConsumer:
             while True:
                 recs = self._deserialize(cur.take(step))
                 if cur.done and final:
-                    size = nbytes - counted + self._grown(tp, st, sent[1], before - budget.left, nbytes)
-                    self._buffer(tp, st, recs, nxt, sent[1], size)
+                    yield recs, nxt, nbytes - counted + self._grown(tp, st, sent[1], before - budget.left, nbytes)
                     return
                 size = min(nbytes - counted, int(len(recs) * per))
                 counted += size
                 if recs:
-                    self._buffer(tp, st, recs, None, sent[1], size)
+                    yield recs, None, size
                 if cur.done:
                     break
-                await asyncio.sleep(0)
-                if st.seek_epoch != sent[1] or self._parts.get(tp) is not st:
-                    return
-        self._buffer(tp, st, [], nxt, sent[1], nbytes - counted)
+        yield [], nxt, nbytes - counted
+
+    def _next_step(self, c: _Chunk, st: _PState) -> bool:
+        """Decode chunk `c`'s next step into it; False when it failed (then, as the threaded fetcher:
+        the partition is fetched again from its position, and the error is raised from the next read
+        unless the answer's decompression budget was short, when it is decoded first next time)."""
+        try:
+            recs, nxt, size = next(c.steps)
+        except StopIteration:
+            c.steps = None
+            return False
+        except Exception as e:
+            c.steps = None
+            tp, sent = c.tp, c.sent
+            self._set_position(tp, st, st.position)      # what was buffered or fetched after it is stale
+            if c.full:
+                log.error("records of %s fetched at offset %s could not be decoded: %s", tp, sent[0], e)
+                self._errors.append(partition_decode_error(tp, sent[0], e))
+                self._data.set()
+            else:
+                self._budget_first.add(tp)
+            return False
+        if nxt is not None:
+            c.steps = None
+        c.records, c.index, c.next_offset, c.nbytes = recs, 0, nxt, size
+        self.records_fetched += len(recs)
+        return True
 
     def _grown(self, tp, st: _PState, seek_epoch: int, spent: int, nbytes: int) -> int:
         """Bytes the decoded records hold beyond the fetched `nbytes` (decompressed `spent`), now
@@ -753,13 +784,6 @@ class AIOConsumer:
         vd = vd or (lambda b: b)
         return [_new(ConsumerRecord, (r[0], r[1], r[2], r[3], r[4], kd(r[5]), vd(r[6]), r[7], r[8])) for r in recs]
 
-    def _buffer(self, tp, st, recs, next_offset, seek_epoch, nbytes) -> None:
-        if st.seek_epoch != seek_epoch or self._parts.get(tp) is not st:
-            return
-        self._chunks.append(_Chunk(tp, recs, next_offset, seek_epoch, nbytes))
-        self.records_fetched += len(recs)
-        self._data.set()
-
     # -- reading ---------------------------------------------------------------------------------------
     def _raise_errors(self) -> None:
         while self._errors:
@@ -774,6 +798,8 @@ class AIOConsumer:
             raise err
 
     def _take(self, tps, max_records: int | None) -> dict:
+        """Records waiting (of `tps` when given), at most `max_records`; a partition's next step is
+        decoded here only while nothing else was taken, so one call decodes at most one step."""
         out: dict = {}
         n = 0
         keep = deque()
@@ -786,27 +812,38 @@ class AIOConsumer:
             if (tps and c.tp not in tps) or st.paused or (limit is not None and n >= limit):
                 keep.append(c)
                 continue
-            recs = c.records
-            take = len(recs) - c.index if limit is None else min(len(recs) - c.index, limit - n)
-            if take:
-                part = recs[c.index:c.index + take] if c.index or take < len(recs) else recs
-                have = out.get(c.tp)
-                if have is None:
-                    out[c.tp] = part        # a fresh slice, or the chunk's own list: the chunk is done with it
-                else:
-                    have.extend(part)
-                c.index += take
-                n += take
-                last = part[-1]
-                st.position, st.epoch = last[2] + 1, last[8]
-            if c.index >= len(recs):
-                if c.next_offset is not None:
-                    st.position = max(st.position or 0, c.next_offset)
-                st.buffered = max(0, st.buffered - c.nbytes)
-                if self._held:          # a fetch was held back for what waits: it may go out now
-                    self._wake.set()
-            else:
-                keep.append(c)
+            while True:
+                recs = c.records
+                left = len(recs) - c.index
+                if left:
+                    take = left if limit is None else min(left, limit - n)
+                    part = recs[c.index:c.index + take] if c.index or take < len(recs) else recs
+                    have = out.get(c.tp)
+                    if have is None:
+                        out[c.tp] = part        # a fresh slice, or the step's own list: the chunk is done with it
+                    else:
+                        have.extend(part)
+                    c.index += take
+                    n += take
+                    last = part[-1]
+                    st.position, st.epoch = last[2] + 1, last[8]
+                    if c.index < len(recs):
+                        keep.append(c)
+                        break
+                if c.nbytes or c.next_offset is not None:       # the step is all handed out
+                    if c.next_offset is not None:
+                        st.position = max(st.position or 0, c.next_offset)
+                    st.buffered = max(0, st.buffered - c.nbytes)
+                    c.nbytes, c.next_offset = 0, None
+                    if self._held:          # a fetch was held back for what waits: it may go out now
+                        self._wake.set()
+                if c.steps is None:
+                    break
+                if n:
+                    keep.append(c)
+                    break
+                if not self._next_step(c, st):
+                    break
         keep.extend(self._chunks)
         self._chunks = keep
         if not self._chunks:
@@ -836,17 +873,31 @@ class AIOConsumer:
         if self.group is not None:
             self.group.last_app_poll = time.monotonic()
         tps = {TopicPartition(*tp) for tp in partitions}
-        deadline = time.monotonic() + timeout_ms / 1000
+        now = time.monotonic()
+        deadline = now + timeout_ms / 1000
+        if now - self._turned >= LOOP_TURN_S:
+            # records decode inside this call and a caller reading at full speed awaits nothing else:
+            # the loop turns (I/O, timers, other tasks) at least every LOOP_TURN_S, twice, so that a
+            # task its first turn wakes (a timer, an answer) runs in the second, not LOOP_TURN_S later
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            self._turned = time.monotonic()
+            if self._stopped:
+                raise ConsumerStoppedError("the consumer is stopped")
         while True:
             self._raise_errors()
             got = self._take(tps, max_records)
             if got:
                 return got
+            if self._errors:
+                continue
             left = deadline - time.monotonic()
             if left <= 0 or self._stopped:
                 return {}
             self._data.clear()
-            if not await self._data.wait(left):
+            woken = await self._data.wait(left)
+            self._turned = time.monotonic()
+            if not woken:
                 return {}
             if self._stopped:
                 raise ConsumerStoppedError("the consumer is stopped")
