@@ -679,6 +679,33 @@ def test_compiled_send_appends_partitions_and_counts_as_the_python_send(kafka_br
     assert len({p for p, _d, _t in rc}) == 3
 
 
+def test_null_key_records_move_to_another_partition_when_the_sticky_batch_closes(broker):
+    """Null-key records stick to one partition until its batch closes (KIP-480, as the sync
+    producer): full batches send the records that follow to another partition, and each partition's
+    records are contiguous runs of the sent sequence, a run ending where its batch did."""
+    topic = name("aio-sticky")
+
+    async def main():
+        await create(broker.bootstrap, topic, 3)
+        async with AIOProducer(broker.bootstrap, linger_ms=60_000, batch_size=2048) as p:
+            await p.partitions_for(topic)
+            futs = [p.send(topic, b"v%03d" % i + b"." * 96) for i in range(200)]
+            parts = [(await f)._tp[1] for f in futs]
+            await p.flush()
+            return parts, [(await f).result() for f in futs]
+
+    parts, metas = run(main())
+    runs = [1]
+    for a, b in zip(parts, parts[1:]):
+        if a == b:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    assert len(set(parts)) == 3 and len(runs) >= 9
+    assert all(r == runs[0] for r in runs[:-1])             # every full batch holds the same count
+    assert all(m.partition == pt for m, pt in zip(metas, parts))
+
+
 def test_a_failed_first_batch_keeps_the_batches_behind_it_from_landing_first(kafka_broker):
     """The broker appends any sequence from a producer id it has no state for on a partition (as
     Kafka's ProducerAppendInfo), so while the partition has acknowledged nothing of the producer id
