@@ -587,8 +587,9 @@ def test_record_callbacks_of_a_batch_run_in_slices_and_one_failing_does_not_stop
 
 def test_send_encodes_records_as_the_one_record_encoder(broker):
     """send()'s inlined common shape (no key, no headers, small timestamp delta and value) writes the
-    bytes records.append_record writes, and every other shape goes through append_record itself."""
-    from kohort.protocol.records import append_record
+    bytes records.append_record writes, and every other shape goes through append_record itself,
+    behind the header's room; sealed in place they are the bytes write_batch_buffer gives."""
+    from kohort.protocol.records import BATCH_HEADER_SIZE, append_record, seal_batch_in_place, write_batch_buffer
     topic = name("aio-enc")
     shapes = [(None, b"v" * vl, None, 1000 + tsd) for tsd in (0, 1, 63, 64, -1) for vl in (0, 1, 63, 64, 7999, 8000)]
     shapes += [(b"k", b"v", None, 1000), (None, None, None, 1000), (None, b"v", [("h", b"1")], 1000),
@@ -600,6 +601,8 @@ def test_send_encodes_records_as_the_one_record_encoder(broker):
             for key, value, headers, ts in shapes:
                 await p.send(topic, value, key=key, partition=0, timestamp_ms=ts, headers=headers)
             got = bytes(p._open[(topic, 0)].buf)
+            assert got[:BATCH_HEADER_SIZE] == bytes(BATCH_HEADER_SIZE)
+            got = got[BATCH_HEADER_SIZE:]
             futs = [await p.send(topic, b"again", partition=0)]
             await p.flush()
             assert futs[0].result().offset == len(shapes)
@@ -607,6 +610,9 @@ def test_send_encodes_records_as_the_one_record_encoder(broker):
         for i, (key, value, headers, ts) in enumerate(shapes):
             append_record(want, i, ts - 1000, key, value, headers)
         assert got == bytes(want)
+        ids = {"producer_id": 7, "producer_epoch": 1, "base_sequence": 42, "attributes": 0x10}
+        assert seal_batch_in_place(bytearray(BATCH_HEADER_SIZE) + want, len(shapes), 1000, 6000, **ids) == \
+            write_batch_buffer(want, len(shapes), 1000, 6000, **ids)
         async with AIOConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as c:
             c.assign([TopicPartition(topic, 0)])
             recs = []

@@ -56,7 +56,7 @@ from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
 from kohort.protocol.messages.produce import ProduceRequest
 from kohort.protocol.records import (
     ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, _check_bytes, append_record, producer_twin,
-    write_batch_buffer,
+    seal_batch_in_place, write_batch_buffer,
 )
 
 log = logging.getLogger("kohort.aio.producer")
@@ -104,22 +104,26 @@ _BatchFields = _twin.RecordBuffer if _COMPILED_SEND else _PyBatchFields
 
 class _Batch(_BatchFields):
     """One partition's records, encoded as they arrive (`records.append_record`, or the compiled
-    twin's `rb_append`, which writes the same bytes), sealed once into wire bytes
-    (`records.write_batch_buffer`) with the producer id, epoch and base sequence; a retry resends the
-    same bytes, never changed (requests refer to them rather than copy them). `size_limit` and `cap`
-    tell the compiled append when the batch is full, as send() decides it: a record that would take
-    it past `batch_size` does not go in (unless it is the first), and it is full once it reaches
-    `batch_size` (`closed`: the compiled append hands it to `_close_batch`)."""
+    twin's `rb_append`, which writes the same bytes) into `buf` behind BATCH_HEADER_SIZE bytes of
+    room, sealed once into wire bytes with the producer id, epoch and base sequence: uncompressed in
+    place (`records.seal_batch_in_place`: no copy, no fresh allocation of the batch's size, whose
+    page faults cost more than the copy), compressed by `records.write_batch_buffer`; a retry resends
+    the same bytes, never changed (requests refer to them rather than copy them). `size_limit` and
+    `cap` tell the compiled append when the batch is full, as send() decides it (both count the
+    header room in `buf`): a record that would take it past `batch_size` does not go in (unless it is
+    the first), and it is full once it reaches `batch_size` (`closed`: the compiled append hands it
+    to `_close_batch`)."""
 
     __slots__ = ("tp", "result", "created", "wire", "sequence", "attempts", "deadline", "producer_id")
 
     def __init__(self, tp, base_ts: int, now: int, deadline: int, result: asyncio.Future, batch_size: int):
         self.tp = tp
-        self.buf = bytearray()
+        self.buf = bytearray(BATCH_HEADER_SIZE)     # the header's room, then the records
         self.base_ts = self.max_ts = base_ts
-        self.size_limit = batch_size
-        # full once BATCH_HEADER_SIZE + len(buf) >= batch_size; rb_append closes at len(buf) + 64 >= cap
-        self.cap = batch_size - BATCH_HEADER_SIZE + 64
+        # rb_append refuses a record taking BATCH_HEADER_SIZE + len(buf) past size_limit, and closes
+        # the batch at len(buf) + 64 >= cap: both mean len(buf) against batch_size
+        self.size_limit = batch_size + BATCH_HEADER_SIZE
+        self.cap = batch_size + 64
         self.closed = False
         self.ts_list = None
         self.result = result                        # BatchResult, shared by the records' RecordFutures
@@ -129,7 +133,7 @@ class _Batch(_BatchFields):
 
 
 def _size(b: _Batch) -> int:
-    return BATCH_HEADER_SIZE + len(b.buf)
+    return len(b.buf)
 
 
 class AIOProducer:
@@ -291,7 +295,7 @@ class AIOProducer:
                     offv = ZZ[count]
                     blen = 6 + len(offv) + vl - (vl < 64)
                     added = blen + (1 if blen < 64 else 2)
-                    end = BATCH_HEADER_SIZE + len(buf) + added
+                    end = len(buf) + added
                     if end <= self.batch_size:
                         buf += b"".join((ZZ[blen], b"\x00", ZZ[tsd], offv, b"\x01", ZZ[vl], value, b"\x00"))
                         b.count = count + 1
@@ -379,7 +383,7 @@ class AIOProducer:
             added = len(buf) - n0
         else:
             added = append_record(buf, count, tsd, key, value, hs)
-        if n0 and BATCH_HEADER_SIZE + len(buf) > self.batch_size:
+        if count and len(buf) > self.batch_size:
             del buf[n0:]                   # does not fit: it opens the next batch
             self._close_batch(tp, b)
             if chosen and key is None and self._sticky is not None \
@@ -395,7 +399,7 @@ class AIOProducer:
         count = b.count
         b.count = count + 1
         self._queued += 1
-        if BATCH_HEADER_SIZE + len(buf) >= self.batch_size:
+        if len(buf) >= self.batch_size:
             self._close_batch(tp, b)
         elif count == 0 and len(self._open) == 1:
             self._wake.set()
@@ -586,11 +590,15 @@ class AIOProducer:
         pid, epoch, seq = -1, -1, -1
         if self.idempotent:            # numbered when chosen (_step)
             pid, epoch, seq = b.producer_id, self.producer_epoch, b.sequence
-        build = functools.partial(write_batch_buffer, b.buf, b.count, b.base_ts, b.max_ts,
-                                  compression=self.compression,
-                                  attributes=ATTR_TRANSACTIONAL if self.txn is not None else 0,
+        attrs = ATTR_TRANSACTIONAL if self.txn is not None else 0
+        if not self.compression:
+            b.wire = seal_batch_in_place(b.buf, b.count, b.base_ts, b.max_ts, attributes=attrs,
+                                         producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+            return
+        build = functools.partial(write_batch_buffer, b.buf[BATCH_HEADER_SIZE:], b.count, b.base_ts, b.max_ts,
+                                  compression=self.compression, attributes=attrs,
                                   producer_id=pid, producer_epoch=epoch, base_sequence=seq)
-        if self.compression and len(b.buf) >= OFF_LOOP_BYTES:
+        if len(b.buf) >= OFF_LOOP_BYTES:
             b.wire = await asyncio.to_thread(build)
         else:
             b.wire = build()
@@ -708,7 +716,7 @@ class AIOProducer:
     def _finish(self, b: _Batch, base_offset: int, append_time: int, err: BaseException | None,
                 log_start: int = -1) -> None:
         """Complete the batch's shared future: every record's RecordFuture reads its result from it."""
-        self._buffered -= len(b.buf)
+        self._buffered -= len(b.buf) - BATCH_HEADER_SIZE
         self._space.set()
         self._queued -= b.count
         if not b.result.done():
