@@ -595,8 +595,9 @@ def test_record_callbacks_of_a_batch_run_in_slices_and_one_failing_does_not_stop
 
 def test_send_encodes_records_as_the_one_record_encoder(broker):
     """send()'s inlined common shape (no key, no headers, small timestamp delta and value) writes the
-    bytes records.append_record writes, and every other shape goes through append_record itself."""
-    from kohort.protocol.records import append_record
+    bytes records.append_record writes, and every other shape goes through append_record itself,
+    behind the header's room; sealed in place they are the bytes write_batch_buffer gives."""
+    from kohort.protocol.records import BATCH_HEADER_SIZE, append_record, seal_batch_in_place, write_batch_buffer
     topic = name("aio-enc")
     shapes = [(None, b"v" * vl, None, 1000 + tsd) for tsd in (0, 1, 63, 64, -1) for vl in (0, 1, 63, 64, 7999, 8000)]
     shapes += [(b"k", b"v", None, 1000), (None, None, None, 1000), (None, b"v", [("h", b"1")], 1000),
@@ -608,6 +609,8 @@ def test_send_encodes_records_as_the_one_record_encoder(broker):
             for key, value, headers, ts in shapes:
                 await p.send(topic, value, key=key, partition=0, timestamp_ms=ts, headers=headers)
             got = bytes(p._open[(topic, 0)].buf)
+            assert got[:BATCH_HEADER_SIZE] == bytes(BATCH_HEADER_SIZE)
+            got = got[BATCH_HEADER_SIZE:]
             futs = [await p.send(topic, b"again", partition=0)]
             await p.flush()
             assert futs[0].result().offset == len(shapes)
@@ -615,6 +618,9 @@ def test_send_encodes_records_as_the_one_record_encoder(broker):
         for i, (key, value, headers, ts) in enumerate(shapes):
             append_record(want, i, ts - 1000, key, value, headers)
         assert got == bytes(want)
+        ids = {"producer_id": 7, "producer_epoch": 1, "base_sequence": 42, "attributes": 0x10}
+        assert seal_batch_in_place(bytearray(BATCH_HEADER_SIZE) + want, len(shapes), 1000, 6000, **ids) == \
+            write_batch_buffer(want, len(shapes), 1000, 6000, **ids)
         async with AIOConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as c:
             c.assign([TopicPartition(topic, 0)])
             recs = []
@@ -685,6 +691,33 @@ def test_compiled_send_appends_partitions_and_counts_as_the_python_send(kafka_br
     assert (qc, uc) == (qp, up) and qc == len(shapes)
     assert sum(len(v) for v in bc.values()) > 30            # batches filled up and were closed
     assert len({p for p, _d, _t in rc}) == 3
+
+
+def test_null_key_records_move_to_another_partition_when_the_sticky_batch_closes(broker):
+    """Null-key records stick to one partition until its batch closes (KIP-480, as the sync
+    producer): full batches send the records that follow to another partition, and each partition's
+    records are contiguous runs of the sent sequence, a run ending where its batch did."""
+    topic = name("aio-sticky")
+
+    async def main():
+        await create(broker.bootstrap, topic, 3)
+        async with AIOProducer(broker.bootstrap, linger_ms=60_000, batch_size=2048) as p:
+            await p.partitions_for(topic)
+            futs = [p.send(topic, b"v%03d" % i + b"." * 96) for i in range(200)]
+            parts = [(await f)._tp[1] for f in futs]
+            await p.flush()
+            return parts, [(await f).result() for f in futs]
+
+    parts, metas = run(main())
+    runs = [1]
+    for a, b in zip(parts, parts[1:]):
+        if a == b:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    assert len(set(parts)) == 3 and len(runs) >= 9
+    assert all(r == runs[0] for r in runs[:-1])             # every full batch holds the same count
+    assert all(m.partition == pt for m, pt in zip(metas, parts))
 
 
 def test_a_failed_first_batch_keeps_the_batches_behind_it_from_landing_first(kafka_broker):

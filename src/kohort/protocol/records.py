@@ -1100,6 +1100,25 @@ def write_batch_buffer(records_bytes, count: int, base_ts: int, max_ts: int, *, 
     return out
 
 
+def seal_batch_in_place(buf: bytearray, count: int, base_ts: int, max_ts: int, *, attributes: int = 0,
+                        producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                        base_sequence: int = NO_SEQUENCE,
+                        partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytearray:
+    """An uncompressed batch sealed where it was written: `buf` holds BATCH_HEADER_SIZE bytes of room
+    followed by the records section; the header and CRC are written into that room and `buf` itself
+    is returned (the bytes `write_batch_buffer` gives for the same records, without a copy or a fresh
+    allocation of the batch's size)."""
+    if len(buf) < BATCH_HEADER_SIZE:
+        raise EncodeError("the buffer has no room for a batch header")
+    try:
+        _HDR.pack_into(buf, 0, 0, len(buf) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0,
+                       attributes, count - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count)
+    except struct.error as e:
+        raise EncodeError(f"record batch header field out of range: {e}") from None
+    _U32.pack_into(buf, CRC_OFFSET, _crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return buf
+
+
 class BatchBuilder:
     """Incremental v2 batch encoder. Records get offset deltas 0..n-1 in append order.
 
