@@ -272,3 +272,44 @@ def test_send_request_buffers_puts_the_request_in_flight_like_send_request():
         cp.send_request_buffers(produce_req([100_000]), 9)
     cp.send_request_buffers(produce_req([100_000]), 9, expect_response=False)
     assert cp.in_flight == 2
+
+
+def test_client_protocol_reuses_a_large_frames_memory_once_nothing_refers_to_it():
+    """Frames of MAPPED_FRAME bytes or more land in anonymous memory that a later large frame is
+    received into again, but only once no view of the earlier one is left (a Fetch answer's
+    records are views of its frame)."""
+    from kohort.protocol.framing import MAPPED_FRAME
+    cp = ClientProtocol("c")
+    big = "m" * (MAPPED_FRAME + 1000)
+
+    def receive():
+        """-> (a view of the frame's memory, as a decoded Fetch answer's records are)"""
+        corr = cp.send_request(join_req(), 6)[0]
+        stream = encode_response(JoinGroupResponse(error_code=0, generation_id=1, protocol_name="range",
+                                                   leader=big, member_id="m"), 6, corr)
+        got, pos, views = [], 0, []
+        while pos < len(stream):
+            buf = cp.get_buffer()
+            if buf.obj is not cp._recv_view.obj:
+                views.append(buf)
+            k = min(len(buf), 65536, len(stream) - pos)
+            buf[:k] = stream[pos:pos + k]
+            pos += k
+            got += cp.buffer_updated(k)
+        assert len(got) == 1 and got[0].correlation_id == corr and got[0].response.leader == big
+        assert len({id(v.obj) for v in views}) == 1
+        return views[-1]
+
+    first = receive()
+    second = receive()                  # a view of the first frame is alive: other memory
+    assert second.obj is not first.obj
+    kept = first.obj
+    first = None
+    second_memory = second.obj
+    third = receive()                   # the spare is the second frame's, still referred to
+    assert third.obj is not second_memory and third.obj is not kept
+    second = second_memory = None
+    # (an id, not the object: holding the object would be a reference; it stays alive as the spare)
+    third_memory = id(third.obj)
+    third = None
+    assert id(receive().obj) == third_memory   # nothing refers to it any more: received into again
