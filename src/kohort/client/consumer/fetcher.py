@@ -3,8 +3,9 @@
 For each broker leading some fetchable partition there is at most one Fetch in flight (Kafka's rule,
 and what fetch sessions need). When a response arrives its records are decoded right there on the
 network thread, straight from the response frame, into ConsumerRecord tuples, and the next Fetch for
-that broker goes out at once as long as less than about one response's worth of data per partition
-is waiting -- so the broker is already serving the next batch while the application processes the
+that broker goes out at once as long as less than about two responses' worth of data per partition
+is waiting (a response's worth: max.partition.fetch.bytes, or the partition's last answer when larger,
+as Tansu's are) -- so the broker is already serving the next batch while the application processes the
 last. poll() hands buffered records out in bulk.
 
 Per partition the fetcher keeps `fetch_offset` (next to request) apart from `position` (next to
