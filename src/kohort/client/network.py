@@ -792,9 +792,6 @@ class NetworkClient:
                 return
             if done:
                 self._complete(conn, done)
-                # let the responses go now: a large frame's memory is received into again only
-                # once nothing refers to it (ClientProtocol._large_frame)
-                done = None
             if conn.state == HANDSHAKE and conn.sock is not None:
                 self._handshake_progress(conn)
             if conn.sock is None or conn.proto is not proto:

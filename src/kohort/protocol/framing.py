@@ -13,9 +13,7 @@ broker's ApiVersions ranges (KIP-35).
 """
 from __future__ import annotations
 
-import mmap
 import struct
-import sys
 from collections import deque
 from typing import Any, Callable, NamedTuple
 
@@ -277,8 +275,6 @@ class TooManyInFlightError(KohortError):
 UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 HANDSHAKE_VERSION = 3
 DEFAULT_RECV_BUFFER = 256 * 1024
-# A frame of at least this many bytes is received into anonymous memory (see `_large_frame`).
-MAPPED_FRAME = 256 * 1024
 
 # connection states of ClientProtocol
 IDLE, HANDSHAKE, SASL, READY, CLOSED = "IDLE", "HANDSHAKE", "SASL", "READY", "CLOSED"
@@ -354,8 +350,7 @@ class ClientProtocol:
         # (correlation id, api key, version, response class or None, handle), oldest first
         self._in_flight: deque[tuple[int, int, int, Any, Any]] = deque()
         self._recv_view = memoryview(recv_buffer if recv_buffer is not None else bytearray(DEFAULT_RECV_BUFFER))
-        self._frame: bytearray | memoryview | None = None   # a frame larger than what has arrived, sized from its prefix
-        self._spare: mmap.mmap | None = None   # the memory of the last large frame, reused once released
+        self._frame: bytearray | None = None   # a frame larger than what has arrived, sized from its prefix
         self._fill = 0                         # bytes of _frame received so far
         self._head = b""                       # a size prefix split across reads
 
@@ -609,7 +604,7 @@ class ClientProtocol:
                 pos += size
                 self._on_frame(payload, out)
             else:
-                frame = bytearray(size) if size < MAPPED_FRAME else self._large_frame(size)
+                frame = bytearray(size)
                 have = n - pos
                 frame[:have] = view[pos:n]
                 self._frame, self._fill = frame, have
@@ -637,25 +632,6 @@ class ClientProtocol:
         self._in_flight.popleft()
         resp = decode_response_lenient(payload, api_key, version, response_class)[1]
         out.append(ResponseReceived(corr, resp, handle, len(payload) + 4))
-
-
-    def _large_frame(self, size: int) -> memoryview:
-        """Where a frame of `size` >= MAPPED_FRAME bytes is received: a view of anonymous memory.
-        bytearray(size) would zero every page while holding the GIL (a 50 MiB Fetch answer: one
-        page fault per 4 KiB before a byte arrives); fresh anonymous memory is zeroed by the kernel
-        as the socket's bytes land in it, outside the GIL. The memory of the last large frame is
-        kept and received into again once nothing refers to it any more (the response decoded, its
-        records copied out or dropped: no view of it left), so a consumer's steady stream of large
-        answers reuses pages already mapped. One such buffer per connection, the size of its
-        largest recent frame."""
-        spare = self._spare
-        # three references (the attribute, `spare` and getrefcount's argument): no view of it left
-        if spare is not None and len(spare) >= size and sys.getrefcount(spare) == 3:
-            return memoryview(spare)[:size]
-        # rounded up, so the next answer of about the same size fits
-        m = mmap.mmap(-1, -(-size // MAPPED_FRAME) * MAPPED_FRAME)
-        self._spare = m
-        return memoryview(m)[:size]
 
 
 def _api(api_key: int) -> str:
