@@ -90,3 +90,47 @@ def test_fetch_session_broker_without_sessions_stays_full():
     _, _, view = s.build({("t", 0): (0, -1, -1, 1)})
     s.on_response(0, 0, view)
     assert s.epoch == 0
+
+
+def test_a_partition_is_fetched_again_while_less_than_two_of_its_answers_wait():
+    """The pipelining limit per partition is two answers' worth, an answer's worth being
+    max.partition.fetch.bytes or, when larger, what the partition's last answer holds in the buffer
+    (Tansu answers ~5 MB whatever max.partition.fetch.bytes says: a 2 x 1 MiB limit held every
+    next Fetch back until the application had drained the whole answer)."""
+    from concurrent.futures import Future
+
+    from kohort.client.config import load_config
+    from kohort.client.consumer.fetcher import Fetcher
+    from kohort.client.consumer.offsets import SubscriptionState
+    tp = TopicPartition("t", 0)
+    subs = SubscriptionState()
+    subs.assign([tp])
+    subs.seek(tp, 0)
+    sent = []
+
+    def send(node, request, *a, **kw):
+        sent.append(node)
+        return Future()
+    info = SimpleNamespace(leader=1, leader_epoch=0)
+    snap = SimpleNamespace(partitions={tp: info}, topic_ids={})
+    f = Fetcher(SimpleNamespace(send=send), SimpleNamespace(snapshot=snap), subs,
+                load_config("consumer", {"bootstrap.servers": "x:1"}))
+    mib = f.partition_max_bytes
+    assert mib == 1048576
+
+    def fetches(buffered, answer):
+        f._inflight.clear()
+        sent.clear()
+        f._buffered_bytes[tp] = buffered
+        f._answer_bytes.pop(tp, None)
+        if answer is not None:
+            f._answer_bytes[tp] = answer
+        f.send_fetches()
+        return len(sent)
+    assert fetches(2 * mib - 1, None) == 1 and fetches(2 * mib, None) == 0     # Kafka's size of answer
+    assert fetches(2 * mib, 5 * mib) == 1 and fetches(10 * mib - 1, 5 * mib) == 1
+    assert fetches(10 * mib, 5 * mib) == 0
+    assert fetches(2 * mib, mib // 2) == 0        # small answers never lower the limit
+    f._answer_bytes[tp] = 5 * mib
+    f.clear([tp])                                 # forgotten with the partition's buffered records
+    assert tp not in f._answer_bytes
