@@ -164,6 +164,18 @@ def test_c_produce_grows_a_large_batch_by_doubling(cluster3):
     assert grows <= 20, grows                 # bytearray alone: 43
 
 
+def _count_python_produce(monkeypatch) -> list:
+    """A list that gets one entry per call of the Python `Producer.produce` (the compiled path's fallback)."""
+    calls: list = []
+    reference = Producer.produce
+
+    def counted(self, *args, **kw):
+        calls.append(1)
+        return reference(self, *args, **kw)
+    monkeypatch.setattr(Producer, "produce", counted)
+    return calls
+
+
 @needs_ext
 @pytest.mark.timeout(60)
 def test_c_produce_takes_large_records_and_grows_their_batch(cluster3, monkeypatch):
@@ -171,13 +183,7 @@ def test_c_produce_takes_large_records_and_grows_their_batch(cluster3, monkeypat
     reservation itself (the accumulator's doubling rule), so only the record opening each batch goes
     to Python; what is queued is what the Python path queues, byte for byte; a record larger than
     batch.size still gets a batch of its own."""
-    python_calls = []
-    reference = Producer.produce
-
-    def counted(self, *args, **kw):
-        python_calls.append(1)
-        return reference(self, *args, **kw)
-    monkeypatch.setattr(Producer, "produce", counted)
+    python_calls = _count_python_produce(monkeypatch)
     big = bytes(range(256)) * 64                  # 16 KiB
     out = []
     for c_twin, batch_size in ((False, 1_000_000), (True, 1_000_000), (False, 20_000), (True, 20_000)):
@@ -205,13 +211,7 @@ def test_c_produce_takes_large_records_and_grows_their_batch(cluster3, monkeypat
 def test_c_produce_stays_compiled_after_its_batches_went_out(cluster, monkeypatch):
     """A partition whose queue emptied (every batch sent) keeps its deque, which FastProduce holds on
     to: the records after it take the C path again, only the one opening a batch goes to Python."""
-    python_calls = []
-    reference = Producer.produce
-
-    def counted(self, *args, **kw):
-        python_calls.append(1)
-        return reference(self, *args, **kw)
-    monkeypatch.setattr(Producer, "produce", counted)
+    python_calls = _count_python_produce(monkeypatch)
     p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0})
     try:
         assert type(p.produce).__name__ == "FastProduce"
