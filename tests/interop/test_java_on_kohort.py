@@ -58,6 +58,7 @@ def test_java_idempotent_producer_on_kohort_broker(kb):
     assert sorted(got) == sorted(f"v-{i}".encode() for i in range(20000))
 
 
+@pytest.mark.slow     # the default suite has Java members with a SIGKILL in the mixed group below
 def test_java_group_of_three_with_a_member_sigkilled(kb):
     topic, group = uniq("jg3"), uniq("jg3")
     assert create_topic(kb.bootstrap, topic, 6) == 6
