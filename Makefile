@@ -10,9 +10,7 @@ BIN := $(VENV)/bin
 PEERS := .peers
 MVN ?= mvn -B -q
 
-# the venv and the peers do not depend on each other: set them up side by side
-setup:
-	@$(MAKE) --no-print-directory -j2 $(VENV)/.installed peers
+setup: $(VENV)/.installed peers
 
 # Real peers from Maven Central and npm (tests/interop/peers/): Apache Kafka 4.x (broker, CLI tools, Java client),
 # Spark's own Kafka connector and kafkajs, copied into the ignored .peers/ folder; the Java harness compiled there.
