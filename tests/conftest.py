@@ -150,10 +150,11 @@ def _groups_file(worker: str = "") -> str:
 
 # Variants that go to the slow suite while their scenario stays in the default one: the same scenario on a
 # second broker (Apache Kafka beside kohort's), with a second assignor, another fault of the same kind, or a
-# peer client's reference run. Node ids; each must name a collected test (checked below).
+# peer client's reference run. Node ids (each must name a collected test: checked below), or "file::*[param]"
+# for every test of a file with that parameter.
 SLOW_VARIANTS = {
-    "tests/aio/test_aio_share.py::test_three_members_each_record_accepted_once[kafka]",
-    "tests/aio/test_aio_share.py::test_a_slow_async_for_body_keeps_its_membership[kafka]",
+    "tests/aio/test_aio_share.py::*[kafka]",       # every test of the file with that parameter (the
+                                                     # threaded ShareConsumer's [kafka] variants stay)
     "tests/client/share/test_share_consumer_kafka.py::test_a_heartbeat_falling_due_at_poll_goes_out[kafka]",
     "tests/client/share/test_share_consumer_kafka.py::test_lock_expiry_redelivers_and_wakeup_interrupts_poll[kafka]",
     "tests/interop/test_share_java_on_kohort.py::test_members_accept_every_record_exactly_once[kohort-3java]",
@@ -168,13 +169,18 @@ SLOW_VARIANTS = {
 
 
 def _mark_slow_variants(config, items) -> None:
-    """Mark SLOW_VARIANTS slow (before `-m` deselects). A listed variant whose test was collected with other
+    """Mark SLOW_VARIANTS slow (before `-m` deselects). A listed node id whose test was collected with other
     parameters but not this one is an error: a renamed parameter must not drop out of both suites."""
     ids = {item.nodeid for item in items}
+    patterns = [v.split("::*") for v in SLOW_VARIANTS if "::*[" in v]
+
+    def listed(nodeid: str) -> bool:
+        return nodeid in SLOW_VARIANTS or any(nodeid.startswith(f + "::") and nodeid.endswith(p) for f, p in patterns)
     for item in items:
-        if item.nodeid in SLOW_VARIANTS:
+        if listed(item.nodeid):
             item.add_marker(pytest.mark.slow)
-    missing = sorted(v for v in SLOW_VARIANTS if v not in ids and any(i.startswith(v.split("[")[0] + "[") for i in ids))
+    missing = sorted(v for v in SLOW_VARIANTS if "::*[" not in v and v not in ids
+                     and any(i.startswith(v.split("[")[0] + "[") for i in ids))
     if missing:
         raise pytest.UsageError(f"tests/conftest.py SLOW_VARIANTS names tests that do not exist: {missing}")
 

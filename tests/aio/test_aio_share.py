@@ -1,5 +1,6 @@
 """kohort.aio.AIOShareConsumer (KIP-932 share groups on the event loop) against kohort's broker and
-Apache Kafka 4.3.1 (one node), each scenario on both (the `kshare` fixture and fast share settings of
+Apache Kafka 4.3.1 (one node), each scenario on both (the Kafka runs in the slow suite: tests/conftest.py
+SLOW_VARIANTS; the `kshare` fixture and fast share settings of
 tests/client/share/test_share_consumer_kafka.py: lock 4 s, heartbeat 0.5 s, member session 6 s,
 delivery count limit 3; groups read from the earliest offset): three members accept every record
 exactly once, RELEASE redelivers with delivery count 2, REJECT archives, close releases to the other
