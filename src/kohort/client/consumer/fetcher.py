@@ -3,9 +3,8 @@
 For each broker leading some fetchable partition there is at most one Fetch in flight (Kafka's rule,
 and what fetch sessions need). When a response arrives its records are decoded right there on the
 network thread, straight from the response frame, into ConsumerRecord tuples, and the next Fetch for
-that broker goes out at once as long as less than about two responses' worth of data per partition
-is waiting (a response's worth: max.partition.fetch.bytes, or the partition's last answer when larger,
-as Tansu's are) -- so the broker is already serving the next batch while the application processes the
+that broker goes out at once as long as less than about one response's worth of data per partition
+is waiting -- so the broker is already serving the next batch while the application processes the
 last. poll() hands buffered records out in bulk.
 
 Per partition the fetcher keeps `fetch_offset` (next to request) apart from `position` (next to
@@ -199,10 +198,6 @@ class Fetcher:
         self._buffer: deque[_Completed] = deque()
         self._decoding: list[_Completed] = []
         self._buffered_bytes: dict[TopicPartition, int] = {}
-        # the bytes the last answer of each partition holds in the buffer (decompressed size when
-        # larger): "one response's worth" of the pipelining limit, for brokers that answer more than
-        # max.partition.fetch.bytes per partition (Tansu sends ~5 MB) or records that decompress
-        self._answer_bytes: dict[TopicPartition, int] = {}
         self._inflight: set[int] = set()
         self._sessions: dict[int, FetchSession] = {}
         self._errors: deque[BaseException] = deque()
@@ -221,16 +216,14 @@ class Fetcher:
         by_node: dict[int, dict] = {}
         with self.lock:
             # pipelining depth: keep fetching a partition until about two responses' worth of its
-            # data wait in the buffer (a response's worth: max.partition.fetch.bytes, or what the
-            # partition's last answer holds when that is more), bounded overall by fetch.max.bytes
-            pmb = self.partition_max_bytes
-            answer = self._answer_bytes
+            # data wait in the buffer (bounded overall by fetch.max.bytes)
+            limit = 2 * self.partition_max_bytes
             if sum(self._buffered_bytes.values()) >= self.max_bytes:
                 return
             for tp, st in self.subs.partitions.items():
                 if st.paused or st.fetch_offset is None or st.reset_strategy or st.awaiting_validation:
                     continue
-                if self._buffered_bytes.get(tp, 0) >= 2 * max(pmb, answer.get(tp, 0)):
+                if self._buffered_bytes.get(tp, 0) >= limit:
                     continue
                 info = cluster.partitions.get(tp)
                 if info is None or info.leader < 0:
@@ -395,7 +388,6 @@ class Fetcher:
                     st.fetch_epoch = ep
                 nbytes = len(data)
                 self._buffered_bytes[tp] = self._buffered_bytes.get(tp, 0) + nbytes
-                self._answer_bytes[tp] = nbytes
                 c = _Completed(tp, None, nxt, ep, seek_epoch, nbytes)
                 self._decoding.append(c)
                 todo.append((c, data, fetch_offset, legacy, p.aborted_transactions))
@@ -458,7 +450,6 @@ class Fetcher:
                 c.nbytes += extra
                 self._buffered_bytes[c.tp] = self._buffered_bytes.get(c.tp, 0) + extra
             for c in done:
-                self._answer_bytes[c.tp] = c.nbytes
                 self._buffer.append(c)
                 self.records_fetched += len(c.records)
             self._cond.notify_all()
@@ -590,11 +581,9 @@ class Fetcher:
             if tps is None:
                 self._buffer.clear()
                 self._buffered_bytes.clear()
-                self._answer_bytes.clear()
             else:
                 for tp in tps:
                     self._drop(tp)
-                    self._answer_bytes.pop(tp, None)
 
     # -- offset resets (ListOffsets) ---------------------------------------------------------------------
     def reset_offsets(self) -> None:
