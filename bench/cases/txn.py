@@ -1,9 +1,10 @@
 """Produce throughput with transactions vs without (issue 15): kohort's producer, confluent-kafka and
-Java's KafkaProducer 4.3.1 (bench/java/TxnBench.java) on kohort broker and on Apache Kafka 4.3.1 (one node, started here from tests/helpers/kafka_cluster.py when
-the Kafka jars are present; stopped by `finish`).
+Java's KafkaProducer 4.3.1 (bench/java/TxnBench.java; ProduceBench.java without transactions) on kohort
+broker and on Apache Kafka 4.3.1 (one node, started here from tests/helpers/kafka_cluster.py when the
+Kafka jars are present; stopped by `finish`).
 
 Each run writes N records of one 100-byte value to a fresh 1-partition topic, acks=all, linger.ms=5:
-"idempotent" = no transactions (both clients' default: idempotent); "transactions of K" = a
+"idempotent" = no transactions (every client's default: idempotent); "transactions of K" = a
 transactional.id, init_transactions() before timing, then begin / K produce calls / commit repeated
 until N records are committed. Time from the first produce() (or begin) to the end of the last
 flush/commit. Both brokers finalize transaction.version 2, so kohort's producer and Java's speak
@@ -121,9 +122,10 @@ def _java(addr: str, topic: str, n: int, size: int, txn: int) -> dict:
     import subprocess
     from bench_consumer import java_classes
     if not txn:
-        from bench_producer import run_java
         import types
-        dt = run_java(addr, topic, n, values(size, 1)[0], types.SimpleNamespace(batch_size=0, compression="none"))
+        from bench_producer import run_java
+        dt = run_java(addr, topic, n, values(size, 1)[0],
+                      types.SimpleNamespace(batch_size=0, compression="none"))
         return {"value": n / dt, "seconds": dt, "records": n}
     lib, out = java_classes("TxnBench")
     p = subprocess.run(["java", "-Xmx1g", "-cp", f"{lib}/*:{out}", "TxnBench", addr, topic, str(n), str(size),
@@ -188,9 +190,9 @@ def build(env, mode: str, profile: set[str]):
     sec = Section("txn", "produce throughput, transactions vs none", "records/s",
                   notes=[f"{n:,} records x {size} B, acks=all, linger.ms=5, fresh 1-partition topic; "
                          "'transactions of K': begin, K produce(), commit, repeated (init_transactions() "
-                         "before timing). java: Apache Kafka's KafkaProducer 4.3.1 at the same settings "
-                         "(bench/java/ProduceBench.java, TxnBench.java), transactions v2 where the broker "
-                         "finalized transaction.version 2, as kohort's producer."])
+                         "before timing). java: Apache Kafka's KafkaProducer 4.3.1, acks=all, linger.ms 5, "
+                         "its 16 KiB batches (bench/java/ProduceBench.java, TxnBench.java), transactions "
+                         "v2 where the broker finalized transaction.version 2, as kohort's producer."])
     kaddr, kerr = _kafka_addr()
     taddr, terr = _kohort_tv1_addr()
     jobs = []
