@@ -1,14 +1,22 @@
-"""Produce throughput with transactions vs without (issue 15): kohort's producer and confluent-kafka
-on kohort broker and on Apache Kafka 4.3.1 (one node, started here from tests/helpers/kafka_cluster.py when
-the Kafka jars are present; stopped by `finish`).
+"""Produce throughput with transactions vs without (issue 15): kohort's producer, confluent-kafka and
+Java's KafkaProducer 4.3.1 (bench/java/TxnBench.java; ProduceBench.java without transactions) on kohort
+broker and on Apache Kafka 4.3.1 (one node, started here from tests/helpers/kafka_cluster.py when the
+Kafka jars are present; stopped by `finish`).
 
 Each run writes N records of one 100-byte value to a fresh 1-partition topic, acks=all, linger.ms=5:
-"idempotent" = no transactions (both clients' default: idempotent); "transactions of K" = a
+"idempotent" = no transactions (every client's default: idempotent); "transactions of K" = a
 transactional.id, init_transactions() before timing, then begin / K produce calls / commit repeated
 until N records are committed. Time from the first produce() (or begin) to the end of the last
-flush/commit. Both brokers finalize transaction.version 2, so kohort's producer speaks transactions v2
-(KIP-890 part 2) there and librdkafka v1; the rows "kohort broker, transaction.version 1" (a second
-kohort broker started here) have both clients on v1.
+flush/commit. Both brokers finalize transaction.version 2, so kohort's producer and Java's speak
+transactions v2 (KIP-890 part 2) there and librdkafka v1; the rows "kohort broker, transaction.version
+1" (a second kohort broker started here) have every client on v1.
+
+Each transactional run also reports `transactions` and `slow_transactions` (in the JSON lines): the
+transactions that took 15 ms or more longer than the run's median one, from begin to the return of
+commit. On Apache Kafka they are mostly the ones whose first request met the previous transaction's
+markers still being written (EndTxn is answered before the markers): CONCURRENT_TRANSACTIONS, retried
+after 20 ms by the broker (v2: the partition leader retries the implicit add) or by the client (v1:
+AddPartitionsToTxn).
 """
 from __future__ import annotations
 
@@ -20,16 +28,27 @@ from cases.common import KAFKA_JVM, KOHORT_BROKER, create_topic, values
 
 KAFKA = "Apache Kafka 4.3.1"
 KOHORT_TV1 = "kohort broker, transaction.version 1"
-CLIENTS = ["kohort", "confluent-kafka"]
+CLIENTS = ["kohort", "confluent-kafka", "java"]
 MAX_ROUNDS = 3
 _seq = itertools.count()
 _kafka = {}
+
+
+def _slow(took: list[float]) -> int:
+    """Transactions 15 ms or more slower than the run's median one."""
+    if not took:
+        return 0
+    limit = sorted(took)[len(took) // 2] + 0.015
+    return sum(1 for x in took if x >= limit)
 
 
 def produce(client: str, addr: str, topic: str, n: int, size: int, txn: int) -> dict:
     import time
     value = values(size, 1)[0]
     tid = f"bench-{uuid.uuid4().hex[:8]}" if txn else None
+    took: list[float] = []
+    if client == "java":
+        return _java(addr, topic, n, size, txn)
     if client == "kohort":
         from kohort.client.producer import Producer
         cfg = {"bootstrap.servers": addr, "acks": "all", "linger.ms": 5}
@@ -48,10 +67,12 @@ def produce(client: str, addr: str, topic: str, n: int, size: int, txn: int) -> 
             done = 0
             while done < n:
                 k = min(txn, n - done)
+                tb = time.perf_counter()
                 p.begin_transaction()
                 for _ in range(k):
                     p.produce(topic, value)
                 p.commit_transaction(60)
+                took.append(time.perf_counter() - tb)
                 done += k
         dt = time.perf_counter() - t
         p.close()
@@ -83,12 +104,38 @@ def produce(client: str, addr: str, topic: str, n: int, size: int, txn: int) -> 
             done = 0
             while done < n:
                 k = min(txn, n - done)
+                tb = time.perf_counter()
                 p.begin_transaction()
                 send(k)
                 p.commit_transaction(60)
+                took.append(time.perf_counter() - tb)
                 done += k
         dt = time.perf_counter() - t
-    return {"value": n / dt, "seconds": dt, "records": n}
+    out = {"value": n / dt, "seconds": dt, "records": n}
+    if tid:
+        out.update(transactions=len(took), slow_transactions=_slow(took))
+    return out
+
+
+def _java(addr: str, topic: str, n: int, size: int, txn: int) -> dict:
+    """Java's KafkaProducer: bench/java/TxnBench.java (transactions), ProduceBench.java (none)."""
+    import subprocess
+    from bench_consumer import java_classes
+    if not txn:
+        import types
+        from bench_producer import run_java
+        dt = run_java(addr, topic, n, values(size, 1)[0],
+                      types.SimpleNamespace(batch_size=0, compression="none"))
+        return {"value": n / dt, "seconds": dt, "records": n}
+    lib, out = java_classes("TxnBench")
+    p = subprocess.run(["java", "-Xmx1g", "-cp", f"{lib}/*:{out}", "TxnBench", addr, topic, str(n), str(size),
+                        str(txn)], capture_output=True, text=True, timeout=300)
+    line = [x.split() for x in p.stdout.splitlines() if x.startswith("TXN_S ")]
+    if p.returncode != 0 or not line:
+        raise RuntimeError(f"TxnBench failed: {(p.stderr or p.stdout).strip()[-300:]}")
+    dt = float(line[0][1])
+    return {"value": n / dt, "seconds": dt, "records": n, "transactions": int(line[0][3]),
+            "slow_transactions": int(line[0][5])}
 
 
 def _kohort_tv1_addr():
@@ -143,7 +190,9 @@ def build(env, mode: str, profile: set[str]):
     sec = Section("txn", "produce throughput, transactions vs none", "records/s",
                   notes=[f"{n:,} records x {size} B, acks=all, linger.ms=5, fresh 1-partition topic; "
                          "'transactions of K': begin, K produce(), commit, repeated (init_transactions() "
-                         "before timing)."])
+                         "before timing). java: Apache Kafka's KafkaProducer 4.3.1, acks=all, linger.ms 5, "
+                         "its 16 KiB batches (bench/java/ProduceBench.java, TxnBench.java), transactions "
+                         "v2 where the broker finalized transaction.version 2, as kohort's producer."])
     kaddr, kerr = _kafka_addr()
     taddr, terr = _kohort_tv1_addr()
     jobs = []

@@ -25,6 +25,14 @@ AddOffsetsToTxn (TxnOffsetCommit v5 adds the offsets partition), and EndTxn v5, 
 the producer id and epoch of the next transaction (the epoch is bumped by every EndTxn, so an
 abortable error needs no InitProducerId bump).
 
+The next transaction starts as soon as EndTxn is answered, as in Java 4.x. Apache Kafka answers EndTxn
+once PrepareCommit/PrepareAbort is written, before the markers; a first request of the next transaction
+that reaches the coordinator meanwhile gets CONCURRENT_TRANSACTIONS: under v1 the AddPartitionsToTxn
+answer (retried here after 20 ms), under v2 the partition leader's implicit add, which the leader
+retries itself every add.partitions.to.txn.retry.backoff.ms (20) for up to
+add.partitions.to.txn.retry.backoff.max.ms (100) before answering the Produce. No request a producer
+sends tells it the markers are written, so that wait is the protocol's, not this client's.
+
 Error classes are Java's (`_classify_*` below): NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE look the
 coordinator up again and retry; other retriable codes (COORDINATOR_LOAD_IN_PROGRESS,
 CONCURRENT_TRANSACTIONS, ...) retry after retry.backoff.ms (20 ms for the first AddPartitions of a
