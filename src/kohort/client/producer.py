@@ -112,6 +112,13 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+def _linger_clock_ms() -> float:
+    """The accumulator's clock: milliseconds with a fraction, so that a batch is sent linger.ms after
+    its first record, not up to a millisecond either side of it (whole milliseconds would round both
+    the batch's creation and the moment it is looked at)."""
+    return time.monotonic() * 1000.0
+
+
 # -- cluster metadata (producer's view) ----------------------------------------------------------------
 class _TopicInfo:
     __slots__ = ("name", "num_partitions", "leaders", "available", "error")
@@ -166,7 +173,7 @@ class Producer:
         self.acc = RecordAccumulator(
             batch_size=max(c["batch.size"], 1), linger_ms=c["linger.ms"], buffer_memory=c["buffer.memory"],
             max_block_ms=c["max.block.ms"], delivery_timeout_ms=c["delivery.timeout.ms"],
-            retry_backoff_ms=c["retry.backoff.ms"], clock_ms=_now_ms, on_new_batch=self._on_batch_closed)
+            retry_backoff_ms=c["retry.backoff.ms"], clock_ms=_linger_clock_ms, on_new_batch=self._on_batch_closed)
         self.sender = _Sender(self)
         self.stats = ClientStats.from_config("producer", c, self.sender.net)    # stats_cb, or None
         self.acc.wakeup = self.sender.wakeup
@@ -624,6 +631,7 @@ class _Sender:
             self.native.set_wake_fd(self.net.wakeup_fd())
         self.txn_features = None                 # a transactional producer's broker features: None, "asked", dict
         self._seal_s_per_byte = 0.0          # measured; 0 until a request was sealed
+        self.next_wait_s = 0.0               # what the last prepare() allowed poll to wait (s)
 
     @property
     def ever_connected(self) -> bool:
@@ -662,12 +670,19 @@ class _Sender:
         try:
             while self.running:
                 if _now_ms() - self.last_poke_ms < 10:
-                    time.sleep(0.002)
+                    # a thread is producing and takes its turns at the I/O (poke): this thread never
+                    # waits for sockets holding io_lock (a poke would find it taken), but waits
+                    # without it until an answer or a wake-up arrives or the next batch's linger.ms
+                    # ends, then takes one turn -- a record's acknowledgement is not left to the
+                    # producing thread's next call
                     if self.io_lock.acquire(False):
                         try:
-                            self.step(0.0)
+                            self.net.poll(0.0, self.prepare)
                         finally:
                             self.io_lock.release()
+                        self.net.wait(max(self.next_wait_s, 0.0005))
+                    else:
+                        time.sleep(0.002)    # the producing thread is doing the I/O right now
                     continue
                 with self.io_lock:
                     self.step(1.0)
@@ -693,8 +708,7 @@ class _Sender:
             self.wakeup()
 
     def step(self, timeout_s: float) -> None:
-        t = self.prepare()
-        self.net.poll(min(t, timeout_s))
+        self.net.poll(timeout_s, self.prepare)
 
     def prepare(self) -> float:
         """Timers, metadata, producer id, expiry, sending; returns how long poll may wait (s)."""
@@ -727,6 +741,7 @@ class _Sender:
             self._finish(b, -1, -1, err)
         # send
         if not p.idempotent or (self.producer_id >= 0 and not self.needs_bump):
+            now = _linger_clock_ms()         # the batches' own clock (created_ms)
             nodes, next_ms, unknown = self.acc.ready(now, self._leader_of, _always)
             nodes = [n for n in nodes if self._node_ready(n)]
             timeout_ms = min(timeout_ms, next_ms)
@@ -735,7 +750,8 @@ class _Sender:
                 self.meta_needed = True
             for node in nodes:
                 self._send_to(node, now)
-        return timeout_ms / 1000.0
+        self.next_wait_s = timeout_ms / 1000.0
+        return self.next_wait_s
 
     # -- transactions ----------------------------------------------------------------------------------
     def _sequence_gap(self, err) -> None:
@@ -1005,7 +1021,7 @@ class _Sender:
             b.producer_epoch = epoch
             b.base_sequence = seq
             try:
-                native.submit(b, b.buf, b.count, b.base_ts, b.max_ts, attrs, pid, epoch, seq)
+                native.submit(b, b.records(), b.count, b.base_ts, b.max_ts, attrs, pid, epoch, seq)
             except Exception as e:  # noqa: BLE001 - this batch fails, the producer goes on
                 entry.failed.append((b, repr(e)))
                 continue
