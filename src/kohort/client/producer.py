@@ -342,7 +342,6 @@ class Producer:
             acc.flushing += 1
         sender = self.sender
         try:
-            sender.last_poke_ms = 0
             sender.wakeup()
             while True:
                 with acc.lock:
@@ -358,7 +357,6 @@ class Producer:
                     # this thread drives the I/O while it waits (answers handled, batches sent at
                     # once, no hand-over of the GIL to the I/O thread)
                     try:
-                        sender.last_poke_ms = _now_ms()
                         sender.step(wait)
                     finally:
                         sender.io_lock.release()
@@ -455,7 +453,6 @@ class Producer:
             with acc.lock:
                 acc.flushing += 1
         try:
-            self.sender.last_poke_ms = 0
             self.sender.wakeup()
             sender = self.sender
             while not result.done:
@@ -468,7 +465,6 @@ class Producer:
                     # request (EndTxn once the batches are acknowledged) sent, without a hand-over of
                     # the GIL to the I/O thread
                     try:
-                        sender.last_poke_ms = _now_ms()
                         if not result.done:
                             sender.step(min(left, 0.05))
                     finally:
@@ -618,7 +614,6 @@ class _Sender:
         self.lock = threading.Lock()
         self.io_lock = threading.Lock()          # whoever holds it drives the network client
         self.stats = {"requests": 0, "retries": 0, "disconnects": 0, "epoch_bumps": 0}
-        self.last_poke_ms = 0
         self.thread = threading.Thread(target=self.run, name="kohort-producer-io", daemon=True)
         # compressed batches are sealed on a thread of their own (client/sealer.py): the native
         # sealer's where the codec's library loads, else the Python Sealer's
@@ -665,27 +660,22 @@ class _Sender:
 
     # -- loop ------------------------------------------------------------------------------------------
     def run(self) -> None:
-        """The I/O thread. While the producing thread is busy it does the I/O itself (`poke`), so
-        this thread mostly sleeps, sparing GIL hand-offs; otherwise it polls the network client."""
+        """The I/O thread. It never waits for sockets holding io_lock (a producing thread's poke
+        would find it taken and have to hand its I/O over, a GIL hand-over away): it waits without
+        the lock until an answer can be read, a wake-up arrives or the next batch's linger.ms ends
+        (NetworkClient.wait, to the microsecond), then takes one turn if nobody else is doing the
+        I/O. While a thread produces, its pokes do most of the I/O and this thread mostly waits;
+        an acknowledgement or a lingering batch is never left to the producing thread's next call."""
         try:
             while self.running:
-                if _now_ms() - self.last_poke_ms < 10:
-                    # a thread is producing and takes its turns at the I/O (poke): this thread never
-                    # waits for sockets holding io_lock (a poke would find it taken), but waits
-                    # without it until an answer or a wake-up arrives or the next batch's linger.ms
-                    # ends, then takes one turn -- a record's acknowledgement is not left to the
-                    # producing thread's next call
-                    if self.io_lock.acquire(False):
-                        try:
-                            self.net.poll(0.0, self.prepare)
-                        finally:
-                            self.io_lock.release()
-                        self.net.wait(max(self.next_wait_s, 0.0005))
-                    else:
-                        time.sleep(0.002)    # the producing thread is doing the I/O right now
-                    continue
-                with self.io_lock:
-                    self.step(1.0)
+                if self.io_lock.acquire(False):
+                    try:
+                        self.net.poll(0.0, self.prepare)
+                    finally:
+                        self.io_lock.release()
+                    self.net.wait(max(self.next_wait_s, 0.0005))
+                else:
+                    time.sleep(0.002)        # another thread is doing the I/O right now
         except BaseException as e:  # noqa: BLE001 - a bug here must fail futures, not hang them
             self.fatal = KohortError(f"producer I/O thread crashed: {e!r}")
             with self.io_lock:
@@ -696,9 +686,7 @@ class _Sender:
 
     def poke(self) -> None:
         """Called by the producing thread when a batch filled and every TICK_MS while it produces: do
-        the I/O now if nobody else is. If this thread is polling, it is told that a producer is busy
-        (`last_poke_ms`), so it leaves the next turns to the producing thread."""
-        self.last_poke_ms = _now_ms()
+        the I/O now if nobody else is, else wake whoever is."""
         if self.io_lock.acquire(False):
             try:
                 self.step(0.0)
