@@ -673,7 +673,7 @@ class _Sender:
                         self.net.poll(0.0, self.prepare)
                     finally:
                         self.io_lock.release()
-                    self.net.wait(max(self.next_wait_s, 0.0005))
+                    self.net.wait(max(self.next_wait_s, 0.0001))
                 else:
                     time.sleep(0.002)        # another thread is doing the I/O right now
         except BaseException as e:  # noqa: BLE001 - a bug here must fail futures, not hang them
