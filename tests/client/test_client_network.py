@@ -165,6 +165,33 @@ def test_a_wake_up_during_the_drain_is_not_lost():
         nc.close()
 
 
+def test_wait_ends_at_an_answer_a_wake_up_or_its_timeout(mock_cluster):
+    """NetworkClient.wait (caller-driven): a thread that does not poll (the producer's I/O thread
+    while the producing thread drives the I/O) waits without doing I/O until an answer can be read
+    or a wake-up arrives, else for its whole timeout (to the microsecond: select, not epoll's
+    milliseconds); the polling thread then does the I/O."""
+    nc = NetworkClient({"bootstrap.servers": mock_cluster}, io_thread=False)
+    try:
+        nc.request(None, MetadataRequest(topics=[]), 10)      # connected, nothing in flight
+        t = time.monotonic()
+        nc.wait(0.0025)
+        assert time.monotonic() - t >= 0.0025                # nothing to read: the whole timeout
+        fut = nc.send(None, MetadataRequest(topics=[]))       # from a thread not polling: a wake-up
+        t = time.monotonic()
+        nc.wait(5)
+        assert time.monotonic() - t < 1
+        nc.poll(0)                                           # sends it (and drains the wake-up)
+        t = time.monotonic()
+        while not fut.done() and time.monotonic() - t < 10:
+            nc.wait(5)                                       # ends when the answer is readable
+            nc.poll(0)
+        assert fut.result(0).brokers and time.monotonic() - t < 5
+        nc.close()
+        nc.wait(5)                                           # a closed client: no wait, no error
+    finally:
+        nc.close()
+
+
 def test_the_client_protocol_runs_under_an_asyncio_loop(mock_cluster):
     """The sans-I/O connection NetworkClient drives from its thread runs unchanged under asyncio:
     a BufferedProtocol hands the loop the protocol's own buffer, so the loop receives into it as

@@ -5,10 +5,13 @@ What lives here:
 * `DeliveryFuture`: what `Producer.produce` returns — a light future for one record, resolved when its
   batch is acknowledged (`result(timeout)` → `RecordMetadata`, or raises the delivery error).
 * `ProducerBatch`: one RecordBatch v2 being filled (records encoded straight into a bytearray by
-  protocol/records.py's encoder; only the commonest shape -- no key, no headers, same millisecond --
-  is inlined here for speed), then sealed into wire bytes (records.write_batch_buffer) carrying the
-  producer id, epoch and base sequence (KIP-98). A retried batch is re-sent with the very same
-  bytes, so its sequence numbers never change on retry.
+  protocol/records.py's encoder, behind BATCH_HEADER_SIZE bytes of room for the header; only the
+  commonest shape -- no key, no headers, same millisecond -- is inlined here for speed), then sealed
+  into wire bytes carrying the producer id, epoch and base sequence (KIP-98): uncompressed in place
+  (records.seal_batch_in_place: the header written into the room, no copy of the batch and no
+  fresh allocation of its size), compressed into a new buffer (records.write_batch_buffer or the
+  native sealer). A retried batch is re-sent with the very same bytes, so its sequence numbers
+  never change on retry.
 * The compiled twin: with the C extension enabled (`records.producer_twin()`), the
   fields a batch fills (`_BatchRecords`) and a future's fields (`_FutureFields`) live in C types of
   `_crecords`, so that its `FastProduce` (Producer.produce's common case) appends records in C;
@@ -26,14 +29,19 @@ import threading
 from collections import deque, namedtuple
 
 from kohort.errors import EncodeError, KafkaTimeoutError
+from kohort.protocol.compression import COMPRESSION_NONE
 from kohort.protocol.records import (
-    BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, append_record, producer_twin, write_batch_buffer,
+    BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, append_record, producer_twin, seal_batch_in_place, write_batch_buffer,
 )
 
 RecordMetadata = namedtuple("RecordMetadata", "topic partition offset timestamp")
 RecordMetadata.__doc__ = "Where an acknowledged record landed (offset -1 when acks=0)."
 
 _BATCH_HEADER_SIZE = BATCH_HEADER_SIZE
+# Every batch's bytearray starts with this much room, where an uncompressed batch's header is
+# written when it is sealed. `size_limit` and `cap` count it (the compiled append compares them with
+# BATCH_HEADER_SIZE + len(buf), and len(buf) + 64): both are the batch's own bytes plus _ROOM.
+_ROOM = BATCH_HEADER_SIZE
 # What a new batch reserves of buffer.memory at first (or batch.size, if smaller); it grows by
 # doubling as records arrive (RecordAccumulator._grow), so a large batch.size costs memory only
 # where records are: 1,000 partitions written at once reserve 16 MiB, not 1,000 x batch.size.
@@ -108,9 +116,10 @@ class DeliveryFuture(_FutureFields):
 class ProducerBatch(_BatchRecords):
     """Records for one partition, encoded as they arrive; sealed once into the wire bytes.
     Fields filled by appends (from its base): buf, count, base_ts, max_ts, size_limit, cap, closed,
-    ts_list. `size_limit` is the room reserved in buffer.memory so far: a record that does not fit
-    it is not appended (the accumulator may grow the reservation, `RecordAccumulator._grow`);
-    `cap` is batch.size: the batch closes once it is nearly that large."""
+    ts_list. `buf` is _ROOM bytes for the header, then the records. `size_limit` is the room
+    reserved in buffer.memory so far (plus _ROOM): a record that does not fit it is not appended
+    (the accumulator may grow the reservation, `RecordAccumulator._grow`); `cap` is batch.size (plus
+    _ROOM): the batch closes once it is nearly that large. `reserved` is the reservation alone."""
 
     __slots__ = ("topic", "partition", "created_ms", "callback_futures", "on_delivery", "attempts",
                  "base_sequence", "producer_id", "producer_epoch", "wire", "done", "error", "base_offset",
@@ -120,13 +129,13 @@ class ProducerBatch(_BatchRecords):
                  cap: int | None = None):
         self.topic = topic
         self.partition = partition
-        self.buf = bytearray()
+        self.buf = bytearray(_ROOM)
         self.count = 0
         self.base_ts = -1
         self.max_ts = -1
         self.created_ms = now_ms
-        self.size_limit = size_limit
-        self.cap = size_limit if cap is None else max(cap, size_limit)
+        self.size_limit = size_limit + _ROOM
+        self.cap = (size_limit if cap is None else max(cap, size_limit)) + _ROOM
         self.callback_futures = []
         self.on_delivery = None          # list of (future, fn) for per-record on_delivery callbacks
         self.attempts = 0
@@ -161,7 +170,8 @@ class ProducerBatch(_BatchRecords):
 
     @property
     def size(self) -> int:
-        return _BATCH_HEADER_SIZE + len(self.buf)
+        """The batch's size uncompressed, header included."""
+        return len(self.buf)
 
     def try_append(self, key, value, headers, ts: int):
         """Encode one record if it fits (a first record always fits); returns its future or None."""
@@ -216,11 +226,20 @@ class ProducerBatch(_BatchRecords):
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
-        out = write_batch_buffer(self.buf, self.count, self.base_ts, self.max_ts, compression=compression,
-                          attributes=attributes, producer_id=producer_id, producer_epoch=producer_epoch,
-                          base_sequence=base_sequence)
-        self.wire = out
+        if compression == COMPRESSION_NONE:
+            self.wire = seal_batch_in_place(self.buf, self.count, self.base_ts, self.max_ts,
+                                            attributes=attributes, producer_id=producer_id,
+                                            producer_epoch=producer_epoch, base_sequence=base_sequence)
+        else:
+            self.wire = write_batch_buffer(self.records(), self.count, self.base_ts, self.max_ts,
+                                           compression=compression, attributes=attributes,
+                                           producer_id=producer_id, producer_epoch=producer_epoch,
+                                           base_sequence=base_sequence)
         return self.wire
+
+    def records(self) -> memoryview:
+        """The records section of `buf` (behind the header's room), where it lies."""
+        return memoryview(self.buf)[_ROOM:]
 
     def complete(self, base_offset: int, log_append_time: int, error: BaseException | None):
         """Resolve every record's future (called once, on the I/O thread); returns callbacks to run."""
@@ -295,10 +314,10 @@ class RecordAccumulator:
         (and a new batch waits for its own first reservation). Holding self.lock."""
         if b.size_limit >= b.cap:
             return False
-        need = _BATCH_HEADER_SIZE + len(b.buf) + rec
+        need = _BATCH_HEADER_SIZE + len(b.buf) + rec          # in size_limit's terms (_ROOM counted)
         if need > b.cap:
             return False
-        target = min(b.cap, max(2 * b.size_limit, need))
+        target = min(b.cap, max(2 * b.size_limit - _ROOM, need))    # the reservation doubles
         extra = target - b.size_limit
         if self.used + extra > self.buffer_memory:
             return False

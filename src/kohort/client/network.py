@@ -45,10 +45,12 @@ thread hop beyond the caller -> I/O thread queue and the future's completion.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import random
+import select
 import selectors
 import socket
 import ssl
@@ -225,10 +227,12 @@ class NetworkClient:
                 self.poll(min(left, 0.1))
         return fut.result(t + 1.0)
 
-    def poll(self, timeout_s: float = 0.0) -> None:
+    def poll(self, timeout_s: float = 0.0, prepare: Callable[[], float] | None = None) -> None:
         """Caller-driven mode (io_thread=False): do the I/O that is due -- queued requests out,
         responses in (their futures' callbacks run here), timeouts, reconnects -- waiting at most
-        `timeout_s` for a socket to become ready. One thread at a time (the caller serialises)."""
+        `timeout_s` for a socket to become ready. One thread at a time (the caller serialises).
+        `prepare()`, when given, runs first as part of this poll (what it sends needs no wake-up)
+        and returns the longest the wait may be (s)."""
         if self._thread is not None:
             raise KohortError("poll() is for a NetworkClient created with io_thread=False")
         if self._closed:
@@ -236,6 +240,8 @@ class NetworkClient:
             return
         self._poller = threading.current_thread()
         try:
+            if prepare is not None:
+                timeout_s = min(timeout_s, prepare())
             self._step(timeout_s)
         finally:
             self._poller = None
@@ -303,6 +309,40 @@ class NetworkClient:
 
     def wakeup(self) -> None:
         self._wake()
+
+    def wait(self, timeout_s: float) -> None:
+        """Caller-driven mode: block up to `timeout_s` until a socket of this client is ready for what
+        the loop waits on (an answer to read, a connection made, room to write) or a wake-up arrives,
+        without doing any I/O -- for a thread that does not hold the right to poll while another
+        thread may (the producer's I/O thread beside its producing thread). Returns early, never
+        late; a socket closed meanwhile only ends the wait."""
+        if self._closed:
+            return
+        rd = [self._wake_r.fileno()]
+        wr = []
+        for conn in list(self._conns.values()):
+            sock = conn.sock
+            ev = conn.events
+            fd = sock.fileno() if sock is not None and ev else -1
+            if fd >= 0:
+                if ev & selectors.EVENT_READ:
+                    rd.append(fd)
+                if ev & selectors.EVENT_WRITE:
+                    wr.append(fd)
+        timeout_s = max(0.0, timeout_s)
+        try:
+            # select() keeps the timeout's microseconds (poll and epoll round it up to milliseconds)
+            select.select(rd, wr, (), timeout_s)
+        except ValueError:          # a descriptor beyond FD_SETSIZE: poll, to the millisecond
+            p = select.poll()
+            with contextlib.suppress(OSError, ValueError):
+                for fd in rd:
+                    p.register(fd, select.POLLIN)
+                for fd in wr:
+                    p.register(fd, select.POLLOUT | (select.POLLIN if fd in rd else 0))
+                p.poll(int(timeout_s * 1000 + 0.999))
+        except OSError:
+            pass
 
     def wakeup_fd(self) -> int:
         """The file descriptor of the wake-up socket's writing end: a byte sent to it ends the wait

@@ -112,6 +112,13 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+def _linger_clock_ms() -> float:
+    """The accumulator's clock: milliseconds with a fraction, so that a batch is sent linger.ms after
+    its first record, not up to a millisecond either side of it (whole milliseconds would round both
+    the batch's creation and the moment it is looked at)."""
+    return time.monotonic() * 1000.0
+
+
 # -- cluster metadata (producer's view) ----------------------------------------------------------------
 class _TopicInfo:
     __slots__ = ("name", "num_partitions", "leaders", "available", "error")
@@ -166,7 +173,7 @@ class Producer:
         self.acc = RecordAccumulator(
             batch_size=max(c["batch.size"], 1), linger_ms=c["linger.ms"], buffer_memory=c["buffer.memory"],
             max_block_ms=c["max.block.ms"], delivery_timeout_ms=c["delivery.timeout.ms"],
-            retry_backoff_ms=c["retry.backoff.ms"], clock_ms=_now_ms, on_new_batch=self._on_batch_closed)
+            retry_backoff_ms=c["retry.backoff.ms"], clock_ms=_linger_clock_ms, on_new_batch=self._on_batch_closed)
         self.sender = _Sender(self)
         self.stats = ClientStats.from_config("producer", c, self.sender.net)    # stats_cb, or None
         self.acc.wakeup = self.sender.wakeup
@@ -335,7 +342,6 @@ class Producer:
             acc.flushing += 1
         sender = self.sender
         try:
-            sender.last_poke_ms = 0
             sender.wakeup()
             while True:
                 with acc.lock:
@@ -351,7 +357,6 @@ class Producer:
                     # this thread drives the I/O while it waits (answers handled, batches sent at
                     # once, no hand-over of the GIL to the I/O thread)
                     try:
-                        sender.last_poke_ms = _now_ms()
                         sender.step(wait)
                     finally:
                         sender.io_lock.release()
@@ -448,7 +453,6 @@ class Producer:
             with acc.lock:
                 acc.flushing += 1
         try:
-            self.sender.last_poke_ms = 0
             self.sender.wakeup()
             sender = self.sender
             while not result.done:
@@ -461,7 +465,6 @@ class Producer:
                     # request (EndTxn once the batches are acknowledged) sent, without a hand-over of
                     # the GIL to the I/O thread
                     try:
-                        sender.last_poke_ms = _now_ms()
                         if not result.done:
                             sender.step(min(left, 0.05))
                     finally:
@@ -611,7 +614,6 @@ class _Sender:
         self.lock = threading.Lock()
         self.io_lock = threading.Lock()          # whoever holds it drives the network client
         self.stats = {"requests": 0, "retries": 0, "disconnects": 0, "epoch_bumps": 0}
-        self.last_poke_ms = 0
         self.thread = threading.Thread(target=self.run, name="kohort-producer-io", daemon=True)
         # compressed batches are sealed on a thread of their own (client/sealer.py): the native
         # sealer's where the codec's library loads, else the Python Sealer's
@@ -624,6 +626,7 @@ class _Sender:
             self.native.set_wake_fd(self.net.wakeup_fd())
         self.txn_features = None                 # a transactional producer's broker features: None, "asked", dict
         self._seal_s_per_byte = 0.0          # measured; 0 until a request was sealed
+        self.next_wait_s = 0.0               # what the last prepare() allowed poll to wait (s)
 
     @property
     def ever_connected(self) -> bool:
@@ -657,20 +660,22 @@ class _Sender:
 
     # -- loop ------------------------------------------------------------------------------------------
     def run(self) -> None:
-        """The I/O thread. While the producing thread is busy it does the I/O itself (`poke`), so
-        this thread mostly sleeps, sparing GIL hand-offs; otherwise it polls the network client."""
+        """The I/O thread. It never waits for sockets holding io_lock (a producing thread's poke
+        would find it taken and have to hand its I/O over, a GIL hand-over away): it waits without
+        the lock until an answer can be read, a wake-up arrives or the next batch's linger.ms ends
+        (NetworkClient.wait, to the microsecond), then takes one turn if nobody else is doing the
+        I/O. While a thread produces, its pokes do most of the I/O and this thread mostly waits;
+        an acknowledgement or a lingering batch is never left to the producing thread's next call."""
         try:
             while self.running:
-                if _now_ms() - self.last_poke_ms < 10:
-                    time.sleep(0.002)
-                    if self.io_lock.acquire(False):
-                        try:
-                            self.step(0.0)
-                        finally:
-                            self.io_lock.release()
-                    continue
-                with self.io_lock:
-                    self.step(1.0)
+                if self.io_lock.acquire(False):
+                    try:
+                        self.net.poll(0.0, self.prepare)
+                    finally:
+                        self.io_lock.release()
+                    self.net.wait(max(self.next_wait_s, 0.0001))
+                else:
+                    time.sleep(0.002)        # another thread is doing the I/O right now
         except BaseException as e:  # noqa: BLE001 - a bug here must fail futures, not hang them
             self.fatal = KohortError(f"producer I/O thread crashed: {e!r}")
             with self.io_lock:
@@ -681,9 +686,7 @@ class _Sender:
 
     def poke(self) -> None:
         """Called by the producing thread when a batch filled and every TICK_MS while it produces: do
-        the I/O now if nobody else is. If this thread is polling, it is told that a producer is busy
-        (`last_poke_ms`), so it leaves the next turns to the producing thread."""
-        self.last_poke_ms = _now_ms()
+        the I/O now if nobody else is, else wake whoever is."""
         if self.io_lock.acquire(False):
             try:
                 self.step(0.0)
@@ -693,8 +696,7 @@ class _Sender:
             self.wakeup()
 
     def step(self, timeout_s: float) -> None:
-        t = self.prepare()
-        self.net.poll(min(t, timeout_s))
+        self.net.poll(timeout_s, self.prepare)
 
     def prepare(self) -> float:
         """Timers, metadata, producer id, expiry, sending; returns how long poll may wait (s)."""
@@ -727,6 +729,7 @@ class _Sender:
             self._finish(b, -1, -1, err)
         # send
         if not p.idempotent or (self.producer_id >= 0 and not self.needs_bump):
+            now = _linger_clock_ms()         # the batches' own clock (created_ms)
             nodes, next_ms, unknown = self.acc.ready(now, self._leader_of, _always)
             nodes = [n for n in nodes if self._node_ready(n)]
             timeout_ms = min(timeout_ms, next_ms)
@@ -735,7 +738,8 @@ class _Sender:
                 self.meta_needed = True
             for node in nodes:
                 self._send_to(node, now)
-        return timeout_ms / 1000.0
+        self.next_wait_s = timeout_ms / 1000.0
+        return self.next_wait_s
 
     # -- transactions ----------------------------------------------------------------------------------
     def _sequence_gap(self, err) -> None:
@@ -1005,7 +1009,7 @@ class _Sender:
             b.producer_epoch = epoch
             b.base_sequence = seq
             try:
-                native.submit(b, b.buf, b.count, b.base_ts, b.max_ts, attrs, pid, epoch, seq)
+                native.submit(b, b.records(), b.count, b.base_ts, b.max_ts, attrs, pid, epoch, seq)
             except Exception as e:  # noqa: BLE001 - this batch fails, the producer goes on
                 entry.failed.append((b, repr(e)))
                 continue

@@ -10,7 +10,9 @@ from kohort.client.accumulator import ProducerBatch, RecordAccumulator
 from kohort.client.partitioner import DefaultPartitioner, StickyPartitioner, murmur2, partition_for_key
 from kohort.errors import ConfigError, KafkaTimeoutError
 from kohort.protocol.compression import COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_SNAPPY, COMPRESSION_ZSTD
-from kohort.protocol.records import decode_batch, read_batch_header, validate_batch
+from kohort.protocol.records import (
+    BATCH_HEADER_SIZE, decode_batch, read_batch_header, validate_batch, write_batch_buffer,
+)
 
 
 # -- murmur2 ----------------------------------------------------------------------------------------
@@ -89,6 +91,26 @@ def test_batch_bytes_decode_with_keys_headers_timestamps(codec):
     assert h.max_timestamp == max(r[3] for r in rows)
     # future metadata reads the per-record timestamp
     b.complete(1000, -1, None)
+
+
+@pytest.mark.parametrize("codec", [0, COMPRESSION_LZ4])
+def test_a_batch_is_sealed_in_place_uncompressed_and_from_its_records_compressed(codec):
+    """An uncompressed batch's wire bytes are its own buffer (header written into the room in front
+    of the records: no copy, no fresh buffer of its size), the bytes write_batch_buffer makes of
+    the same records; a compressed one is made from the records section alone. Sealing again (a new
+    epoch) rewrites the header where it is."""
+    b = ProducerBatch("t", 0, 0, 1 << 20, 0)
+    for i in range(50):
+        b.try_append(None if i % 2 else b"k", b"v" * i, None, 1_700_000_000_000 + i)
+    records = bytes(b.buf[BATCH_HEADER_SIZE:])
+    expected = write_batch_buffer(records, 50, b.base_ts, b.max_ts, compression=codec, producer_id=42,
+                                  producer_epoch=3, base_sequence=17)
+    buf = b.buf
+    wire = b.seal(42, 3, 17, codec)
+    assert wire == expected and (wire is buf) == (codec == 0)
+    again = b.seal(42, 4, 0, codec)
+    assert read_batch_header(again).producer_epoch == 4 and validate_batch(again).records_count == 50
+    assert bytes(b.buf[BATCH_HEADER_SIZE:]) == records if codec else again is buf
 
 
 def test_batch_respects_size_limit_but_first_record_always_fits():
@@ -197,7 +219,8 @@ def test_a_large_batch_reserves_buffer_memory_as_it_grows():
     for _ in range(899):
         acc.append("t", 0, None, b"v" * 1000, None, 1)
     (b,) = acc.batches[("t", 0)]
-    assert b.count == 900 and not b.closed and b.size <= b.size_limit == b.reserved == acc.used
+    assert b.count == 900 and not b.closed and b.size <= b.reserved == acc.used
+    assert b.size_limit == b.reserved + BATCH_HEADER_SIZE          # the header's room in buf counted
     assert acc.used < 2 * b.size                           # doubled as records came, never past need x2
     while len(acc.batches[("t", 0)]) == 1:
         acc.append("t", 0, None, b"v" * 1000, None, 1)
