@@ -20,6 +20,9 @@ acknowledging acks=1/all: it fdatasyncs every segment written since the last syn
 once on a few threads), once, for all callers waiting at that moment — a caller arriving while an
 fsync is running waits for it and, if its own writes came after that fsync started, for the next one
 (group commit). With "os", `sync_dirty()` returns at once and only `checkpoint()`/`close()` fsync.
+A caller that datasyncs on its own threads (the broker's native worker) takes a round instead:
+`begin_sync_round()` hands over the dirty segments' handles without blocking, `end_sync_round()`
+records the outcome; both share sync_dirty's bookkeeping, so the two ways mix.
 
 If an fsync fails the storage refuses every later `sync_dirty()` (KafkaStorageError): after a
 failed fsync the kernel may have dropped the dirty pages, so a retry could report success for
