@@ -33,9 +33,14 @@ except ImportError:        # no compiler at install time, or not Linux: the Pyth
 _NATIVE_SYNC_THREADS = 4   # files of one round datasynced at once (as Storage's own pool)
 
 
+_FDATASYNC = OsFileHandle.datasync
+
+
 def _native_fds(handles: list) -> list[int] | None:
-    """The file descriptors of a round's handles when every one is a plain OS file (whose
-    datasync is fdatasync on its fd), else None."""
+    """The file descriptors of a round's handles when every one is a plain OS file whose
+    datasync is fdatasync on its fd (not replaced, e.g. by a fault-injecting test), else None."""
+    if OsFileHandle.datasync is not _FDATASYNC:
+        return None
     fds = []
     for h in handles:
         if type(h) is not OsFileHandle:
