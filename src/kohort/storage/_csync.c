@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #define MAX_THREADS 16
@@ -42,6 +43,7 @@ typedef struct {
     int error;              /* first errno of the round, 0 if none */
     int busy;               /* a round was submitted and its result() not yet taken */
     int stopping;
+    pid_t pid;              /* the process the threads run in: a forked child starts its own */
 } SyncWorker;
 
 static void *worker_main(void *arg) {
@@ -106,6 +108,10 @@ static PyObject *SyncWorker_new(PyTypeObject *type, PyObject *args, PyObject *kw
 static void stop_threads(SyncWorker *self) {
     if (self->started == 0)
         return;
+    if (self->pid != getpid()) {        /* forked: the threads are the parent's */
+        self->started = 0;
+        return;
+    }
     pthread_mutex_lock(&self->mu);
     self->stopping = 1;
     pthread_cond_broadcast(&self->cv);
@@ -187,6 +193,13 @@ static PyObject *SyncWorker_submit(SyncWorker *self, PyObject *arg) {
         fds[i] = (int)v;
     }
     Py_DECREF(seq);
+    if (self->started && self->pid != getpid()) {
+        /* a child of fork(): the threads stayed in the parent, the lock may be held by one */
+        self->started = 0;
+        pthread_mutex_init(&self->mu, NULL);
+        pthread_cond_init(&self->cv, NULL);
+    }
+    self->pid = getpid();
     int want = n < self->max_threads ? (int)n : self->max_threads;
     while (self->started < want) {
         int rc = pthread_create(&self->threads[self->started], NULL, worker_main, self);
