@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 
 import pytest
 
@@ -14,8 +15,13 @@ from kohort.storage import KafkaStorageError, Storage
 from kohort.storage.fs import OsFileHandle
 from tests.helpers.storage_helpers import batch
 
-pytestmark = pytest.mark.skipif(durability.SyncWorker is None,
-                                reason="kohort.storage._csync is built only on Linux with a C compiler")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or bool(os.environ.get("KOHORT_NO_EXT")),
+                                reason="the native fsync worker is Linux only; KOHORT_NO_EXT=1 turns it off")
+
+
+@pytest.fixture(autouse=True)
+def _built():
+    assert durability.SyncWorker is not None, "kohort.storage._csync is not built (make setup builds it)"
 
 
 def _storage(tmp_path) -> Storage:

@@ -1,6 +1,6 @@
 """Group commit at the event-loop level: produce handlers with acks=1/all wait for `synced_future()`
-after their append (other callers `await wait_synced()`); one fsync round (Storage.sync_dirty, run on a
-dedicated thread) covers every append made before the round started, so concurrent produce requests
+after their append (other callers `await wait_synced()`); one fsync round (run off the loop's thread)
+covers every append made before the round started, so concurrent produce requests
 share one fsync.
 
 A round is started by a callback (no task or coroutine per round): the first waiter schedules it
@@ -11,8 +11,8 @@ On Linux with the compiled worker (kohort.storage._csync) and a storage on the O
 round is datasynced by native threads that never take the GIL: the loop takes the round's handles
 (Storage.begin_sync_round), hands their file descriptors over with one condition-variable signal,
 and learns that the round is done from an eventfd it watches (loop.add_reader), where it finishes
-the round (Storage.end_sync_round). Elsewhere -- no extension, another filesystem, or a round
-already running on another thread -- the round runs Storage.sync_dirty on a Python thread.
+the round (Storage.end_sync_round). Elsewhere -- no extension or KOHORT_NO_EXT=1, another
+filesystem, or a round already running on another thread -- the round runs on a Python thread.
 
 With log.flush.policy=os nothing waits (Kafka's page-cache durability)."""
 from __future__ import annotations
@@ -25,10 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kohort.storage.fs import OsFileHandle
 
-try:
-    from kohort.storage._csync import SyncWorker
-except ImportError:        # no compiler at install time, or not Linux: the Python thread does it
-    SyncWorker = None
+SyncWorker = None          # no compiler at install time, not Linux, or KOHORT_NO_EXT=1: the Python thread
+if not os.environ.get("KOHORT_NO_EXT"):
+    try:
+        from kohort.storage._csync import SyncWorker
+    except ImportError:
+        pass
 
 _NATIVE_SYNC_THREADS = 4   # files of one round datasynced at once (as Storage's own pool)
 
