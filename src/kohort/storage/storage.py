@@ -160,6 +160,7 @@ class Storage:
         self._cv = threading.Condition(threading.Lock())
         self._write_seq = 0
         self._synced_seq = 0
+        self._round_thread: int | None = None   # the thread ending a begin_sync_round round
         self._syncing = False
         self._dirty_logs: dict[Log, None] = {}
         self._sync_error: BaseException | None = None
@@ -450,6 +451,9 @@ class Storage:
             while self._synced_seq < target or force:
                 if not self._syncing:
                     break
+                if self._round_thread == threading.get_ident():
+                    raise RuntimeError("a blocking sync on the thread that must end the running "
+                                       "sync round (begin_sync_round) would wait forever")
                 self._cv.wait()
                 if self._sync_error is not None:
                     raise KafkaStorageError(f"an earlier fsync failed: {self._sync_error}")
@@ -476,7 +480,9 @@ class Storage:
                 return None
             if self._synced_seq >= self._write_seq:
                 return SyncRound(self._write_seq, [], [], taken=False)
-            return self._take_round()
+            sync_round = self._take_round()
+            self._round_thread = threading.get_ident()    # the thread that ends it
+            return sync_round
 
     def _take_round(self) -> "SyncRound":
         """Under the lock: the dirty segments' handles become the round's, the round is running."""
@@ -503,6 +509,7 @@ class Storage:
         if sync_round.taken:
             with self._cv:
                 self._syncing = False
+                self._round_thread = None
                 if error is None:
                     self._synced_seq = max(self._synced_seq, sync_round.seq)
                     self.fsyncs += 1
