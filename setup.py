@@ -1,8 +1,10 @@
-"""Build hook for kohort's optional C extension; all metadata lives in pyproject.toml.
+"""Build hook for kohort's optional C extensions; all metadata lives in pyproject.toml.
 
-`kohort.protocol._crecords` (the compiled record decoder) is declared optional: where no C compiler
-is available the build prints a warning and kohort installs as pure Python (records.py then uses its
-Python decoder; `kohort.protocol.records.HAVE_EXTENSION` tells which one runs).
+`kohort.protocol._crecords` (the compiled record decoder) and `kohort.storage._csync` (the
+group-commit fsync worker) are declared optional: where no C compiler is available the build prints
+a warning and kohort installs as pure Python (records.py then uses its Python decoder;
+`kohort.protocol.records.HAVE_EXTENSION` tells which one runs; the broker's SyncPump then fsyncs on
+a Python thread).
 """
 import os
 
@@ -19,6 +21,15 @@ setup(
             extra_compile_args=_extra + (["-pthread"] if os.name == "posix" else []),
             # the native sealer's thread, and dlopen of the codec libraries (libdl: glibc < 2.34)
             extra_link_args=["-pthread", "-ldl"] if os.name == "posix" else [],
+            optional=True,
+        ),
+        Extension(
+            # the group-commit fsync worker: native threads and an eventfd (Linux; else the
+            # broker's SyncPump uses a Python thread)
+            "kohort.storage._csync",
+            sources=["src/kohort/storage/_csync.c"],
+            extra_compile_args=_extra + (["-pthread"] if os.name == "posix" else []),
+            extra_link_args=["-pthread"] if os.name == "posix" else [],
             optional=True,
         ),
     ],

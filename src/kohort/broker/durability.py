@@ -1,19 +1,54 @@
 """Group commit at the event-loop level: produce handlers with acks=1/all wait for `synced_future()`
-after their append (other callers `await wait_synced()`); one fsync round (Storage.sync_dirty, run on a
-dedicated thread) covers every append made before the round started, so concurrent produce requests
+after their append (other callers `await wait_synced()`); one fsync round (run off the loop's thread)
+covers every append made before the round started, so concurrent produce requests
 share one fsync.
 
 A round is started by a callback (no task or coroutine per round): the first waiter schedules it
 with `call_soon`, so every request of the bytes being handled joins it; the waiters arriving while it
 runs form the next round, started as soon as it ends.
 
+On Linux with the compiled worker (kohort.storage._csync) and a storage on the OS filesystem, a
+round is datasynced by native threads that never take the GIL: the loop takes the round's handles
+(Storage.begin_sync_round), hands their file descriptors over with one condition-variable signal,
+and learns that the round is done from an eventfd it watches (loop.add_reader), where it finishes
+the round (Storage.end_sync_round). Elsewhere -- no extension or KOHORT_NO_EXT=1, another
+filesystem, or a round already running on another thread -- the round runs on a Python thread.
+
 With log.flush.policy=os nothing waits (Kafka's page-cache durability)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
+
+from kohort.storage.fs import OsFileHandle
+
+SyncWorker = None          # no compiler at install time, not Linux, or KOHORT_NO_EXT=1: the Python thread
+if not os.environ.get("KOHORT_NO_EXT"):
+    try:
+        from kohort.storage._csync import SyncWorker
+    except ImportError:
+        pass
+
+_NATIVE_SYNC_THREADS = 4   # files of one round datasynced at once (as Storage's own pool)
+
+
+_FDATASYNC = OsFileHandle.datasync
+
+
+def _native_fds(handles: list) -> list[int] | None:
+    """The file descriptors of a round's handles when every one is a plain OS file whose
+    datasync is fdatasync on its fd (not replaced, e.g. by a fault-injecting test), else None."""
+    if OsFileHandle.datasync is not _FDATASYNC:
+        return None
+    fds = []
+    for h in handles:
+        if type(h) is not OsFileHandle:
+            return None
+        fds.append(h.fd)
+    return fds
 
 
 class SyncPump:
@@ -26,6 +61,10 @@ class SyncPump:
         self._busy = False                     # a round is scheduled or running
         self._idle: asyncio.Future | None = None   # close() waits on it while busy
         self._t0 = 0.0
+        self._worker = SyncWorker(_NATIVE_SYNC_THREADS) if SyncWorker is not None and self.enabled else None
+        self._reader_loop: asyncio.AbstractEventLoop | None = None   # the loop watching its eventfd
+        self._native: tuple | None = None      # (waiters, SyncRound) of the round on the worker
+        self.native_rounds = 0                 # rounds datasynced by the native worker
         self.rounds = 0
         self.seconds = 0.0          # time spent in fsync rounds
         self.waiters_served = 0
@@ -54,6 +93,8 @@ class SyncPump:
         batch, self._waiting = self._waiting, []
         self._t0 = time.perf_counter()
         loop = self._loop
+        if self._worker is not None and self._start_native(batch, loop):
+            return
         try:
             done = self._executor.submit(self.storage.sync_dirty)
         except RuntimeError as e:              # the executor is shut down: nothing is synced
@@ -66,6 +107,86 @@ class SyncPump:
             except RuntimeError:               # the loop is closed: nobody waits any more
                 pass
         done.add_done_callback(finished)
+
+    def _start_native(self, batch: list, loop) -> bool:
+        """Run the round on the native worker; False when it cannot (the Python thread runs it)."""
+        storage = self.storage
+        try:
+            sync_round = storage.begin_sync_round()
+        except Exception as e:                 # noqa: BLE001 - an earlier fsync failed
+            self._round_done(batch, None, e)
+            return True
+        if sync_round is None:                 # a round runs on another thread: wait for it there
+            return False
+        if not sync_round.handles:             # every append is durable already
+            try:
+                storage.end_sync_round(sync_round, None)
+            except Exception as e:             # noqa: BLE001
+                self._round_done(batch, None, e)
+                return True
+            self._round_done(batch, None, None)
+            return True
+        fds = _native_fds(sync_round.handles)
+        if fds is None or loop is None or loop.is_closed():
+            # not plain OS files: their own datasync, on the Python thread
+            return self._start_thread_round(batch, sync_round, loop)
+        if self._reader_loop is not loop:
+            self._watch(loop)
+        self._native = (batch, sync_round)
+        try:
+            self._worker.submit(fds)
+        except Exception as e:                 # noqa: BLE001 - e.g. no thread could be started
+            self._native = None
+            self._finish(batch, sync_round, e)
+        return True
+
+    def _start_thread_round(self, batch: list, sync_round, loop) -> bool:
+        """A round taken with begin_sync_round whose handles datasync in Python, on the thread."""
+        def work() -> None:
+            error = None
+            try:
+                self.storage._sync_files(sync_round.handles)
+            except BaseException as e:         # noqa: BLE001 - ended below, then raised
+                error = e
+            self.storage.end_sync_round(sync_round, error)
+        try:
+            done = self._executor.submit(work)
+        except RuntimeError as e:
+            self._finish(batch, sync_round, e)
+            return True
+
+        def finished(f: ThreadFuture) -> None:     # on the fsync thread
+            try:
+                loop.call_soon_threadsafe(self._round_done, batch, f, None)
+            except RuntimeError:
+                pass
+        done.add_done_callback(finished)
+        return True
+
+    def _watch(self, loop) -> None:
+        old = self._reader_loop
+        if old is not None and not old.is_closed():
+            old.remove_reader(self._worker.fileno())
+        loop.add_reader(self._worker.fileno(), self._native_done)
+        self._reader_loop = loop
+
+    def _native_done(self) -> None:
+        """The eventfd is readable: the native round is done."""
+        if self._native is None:
+            return
+        errno = self._worker.result()
+        batch, sync_round = self._native
+        self._native = None
+        self.native_rounds += 1
+        self._finish(batch, sync_round, OSError(errno, os.strerror(errno)) if errno else None)
+
+    def _finish(self, batch: list, sync_round, error: BaseException | None) -> None:
+        try:
+            self.storage.end_sync_round(sync_round, error)
+        except Exception as e:                 # noqa: BLE001 - KafkaStorageError for the waiters
+            self._round_done(batch, None, e)
+            return
+        self._round_done(batch, None, None)
 
     def _round_done(self, batch: list, f: ThreadFuture | None, error: BaseException | None) -> None:
         if f is not None:
@@ -103,3 +224,9 @@ class SyncPump:
                 self._idle = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._idle)
         self._executor.shutdown(wait=True)
+        if self._worker is not None:
+            loop = self._reader_loop
+            if loop is not None and not loop.is_closed():
+                loop.remove_reader(self._worker.fileno())
+            self._reader_loop = None
+            self._worker.close()

@@ -20,6 +20,9 @@ acknowledging acks=1/all: it fdatasyncs every segment written since the last syn
 once on a few threads), once, for all callers waiting at that moment — a caller arriving while an
 fsync is running waits for it and, if its own writes came after that fsync started, for the next one
 (group commit). With "os", `sync_dirty()` returns at once and only `checkpoint()`/`close()` fsync.
+A caller that datasyncs on its own threads (the broker's native worker) takes a round instead:
+`begin_sync_round()` hands over the dirty segments' handles without blocking, `end_sync_round()`
+records the outcome; both share sync_dirty's bookkeeping, so the two ways mix.
 
 If an fsync fails the storage refuses every later `sync_dirty()` (KafkaStorageError): after a
 failed fsync the kernel may have dropped the dirty pages, so a retry could report success for
@@ -122,6 +125,21 @@ def _write_checkpoint(fs: FileSystem, path: str, entries: dict[tuple[str, int], 
     fs.write_file_atomic(path, body.encode())
 
 
+class SyncRound:
+    """One group-commit round: the write sequence it covers, the duplicated handles of the dirty
+    segments to datasync (the round owns and closes them), and each log with the end offset that
+    becomes its recovery point. `taken`: the round holds the storage's one running-round slot
+    (false for the empty round of "everything is already durable")."""
+
+    __slots__ = ("seq", "handles", "work", "taken")
+
+    def __init__(self, seq: int, handles: list, work: list, taken: bool = True) -> None:
+        self.seq = seq
+        self.handles = handles
+        self.work = work
+        self.taken = taken
+
+
 class Storage:
     """All logs of one broker in one data directory."""
 
@@ -142,6 +160,7 @@ class Storage:
         self._cv = threading.Condition(threading.Lock())
         self._write_seq = 0
         self._synced_seq = 0
+        self._round_thread: int | None = None   # the thread ending a begin_sync_round round
         self._syncing = False
         self._dirty_logs: dict[Log, None] = {}
         self._sync_error: BaseException | None = None
@@ -432,41 +451,73 @@ class Storage:
             while self._synced_seq < target or force:
                 if not self._syncing:
                     break
+                if self._round_thread == threading.get_ident():
+                    raise RuntimeError("a blocking sync on the thread that must end the running "
+                                       "sync round (begin_sync_round) would wait forever")
                 self._cv.wait()
                 if self._sync_error is not None:
                     raise KafkaStorageError(f"an earlier fsync failed: {self._sync_error}")
             else:
                 return
-            self._syncing = True
-            seq = self._write_seq
-            work = []
-            for log in self._dirty_logs:
-                if not log.closed:
-                    handles, leo = log._take_dirty()
-                    work.append((log, handles, leo))
-            self._dirty_logs.clear()
+            sync_round = self._take_round()
         error: BaseException | None = None
         try:
-            self._sync_files([h for _, handles, _ in work for h in handles])
+            self._sync_files(sync_round.handles)
         except BaseException as e:   # noqa: BLE001 - a round that did not finish syncs nothing
             error = e
-        finally:
-            for _, handles, _ in work:
-                for h in handles:
-                    try:
-                        h.close()
-                    except OSError:
-                        pass
+        self.end_sync_round(sync_round, error)
+
+    def begin_sync_round(self) -> "SyncRound | None":
+        """The non-blocking start of a group-commit round, for a caller that datasyncs the round's
+        handles itself (the broker's native fsync worker) and then calls `end_sync_round`.
+        Returns None when another round is running (the caller falls back to `sync_dirty()` on a
+        thread), a round with no handles when every append is already durable. Raises
+        KafkaStorageError once an fsync has failed."""
+        with self._cv:
+            if self._sync_error is not None:
+                raise KafkaStorageError(f"an earlier fsync failed: {self._sync_error}")
+            if self._syncing:
+                return None
+            if self._synced_seq >= self._write_seq:
+                return SyncRound(self._write_seq, [], [], taken=False)
+            sync_round = self._take_round()
+            self._round_thread = threading.get_ident()    # the thread that ends it
+            return sync_round
+
+    def _take_round(self) -> "SyncRound":
+        """Under the lock: the dirty segments' handles become the round's, the round is running."""
+        self._syncing = True
+        work = []
+        handles = []
+        for log in self._dirty_logs:
+            if not log.closed:
+                log_handles, leo = log._take_dirty()
+                work.append((log, leo))
+                handles.extend(log_handles)
+        self._dirty_logs.clear()
+        return SyncRound(self._write_seq, handles, work)
+
+    def end_sync_round(self, sync_round: "SyncRound", error: BaseException | None) -> None:
+        """Finish a round from `begin_sync_round` (error: its datasync's failure, if any): its
+        handles are closed, and the appends it covers count as durable, or on an error every
+        later sync is refused. Raises KafkaStorageError for an error."""
+        for h in sync_round.handles:
+            try:
+                h.close()
+            except OSError:
+                pass
+        if sync_round.taken:
             with self._cv:
                 self._syncing = False
+                self._round_thread = None
                 if error is None:
-                    self._synced_seq = max(self._synced_seq, seq)
+                    self._synced_seq = max(self._synced_seq, sync_round.seq)
                     self.fsyncs += 1
-                    for log, _, leo in work:
+                    for log, leo in sync_round.work:
                         log.recovery_point = max(log.recovery_point, leo)
                 else:
                     self._sync_error = error
-                    for log, _, _ in work:
+                    for log, _ in sync_round.work:
                         log._restore_dirty()
                         self._dirty_logs[log] = None
                 self._cv.notify_all()
