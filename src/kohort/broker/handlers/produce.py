@@ -12,8 +12,14 @@ transaction holding that partition (kohort.broker.txn's `verify`, KIP-890 part 1
 INVALID_TXN_STATE (TRANSACTION_ABORTABLE from v11) or INVALID_PRODUCER_EPOCH for a fenced epoch; a
 non-transactional batch from a producer with a transaction open is INVALID_TXN_STATE. From v12
 (transactions v2, KIP-890 part 2) such a partition is first added to the producer's transaction (the
-request's transactional_id; persisted and fsynced before the batch is appended); CONCURRENT_TRANSACTIONS
-while its previous transaction is still completing. The log
+request's transactional_id; persisted and fsynced before the batch is appended). While its previous
+transaction is still completing the add meets CONCURRENT_TRANSACTIONS and is retried every
+add.partitions.to.txn.retry.backoff.ms for up to add.partitions.to.txn.retry.backoff.max.ms, then
+answered CONCURRENT_TRANSACTIONS (Kafka's ReplicaManager does the same for transactions v2; the
+client retries it). Meanwhile the partition's producer state holds a verification entry with the
+lowest sequence waiting, so a later batch of the same transaction cannot be appended before the
+first one (OUT_OF_ORDER_SEQUENCE_NUMBER, which Java's client retries for a batch behind an
+unacknowledged one). The log
 assigns offsets by patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also
 get MaxTimestamp and a new CRC).
 
@@ -29,6 +35,8 @@ carrying transactional batches needs WRITE on its transactional id, else every p
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED (Kafka's error response). No IDEMPOTENT_WRITE check (Kafka 2.8+).
 """
 from __future__ import annotations
+
+import asyncio
 
 from kohort.broker.handlers.metadata import INTERNAL_TOPICS
 from kohort.broker.authorizer import AclOperation, ResourceType
@@ -143,7 +151,7 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
         verdict = pstate.check(pid, epoch, base_seq, last_delta, transactional)
         if verdict.error:
             return _err(index, verdict.error), 0
-        if transactional and verdict.duplicate is None and not pstate.is_open(pid):
+        if transactional and verdict.duplicate is None and not pstate.is_open(pid, epoch):
             # KIP-890 part 1: the first batch of a transaction on this partition must belong to an
             # Ongoing transaction that added the partition (asked of the local coordinator)
             code = broker.txn.coordinator.verify(pid, epoch, topic, index)
@@ -167,7 +175,7 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
 
 def _needs_implicit_add(broker, req: ProduceRequest) -> list:
     """Produce v12: the partitions whose transactional batch opens a transaction on a partition not in
-    the producer's Ongoing transaction -> [(topic, partition, pid, epoch)]."""
+    the producer's Ongoing transaction -> [(topic, partition, pid, epoch, base sequence)]."""
     out = []
     for t in req.topic_data:
         for pd in t.partition_data:
@@ -179,13 +187,13 @@ def _needs_implicit_add(broker, req: ProduceRequest) -> list:
             if not h.is_transactional or h.producer_id < 0 or h.is_control or t.name in INTERNAL_TOPICS:
                 continue
             if (h.producer_id, t.name, pd.index) in broker.txn.adding:     # wait for it: keep the order
-                out.append((t.name, pd.index, h.producer_id, h.producer_epoch))
+                out.append((t.name, pd.index, h.producer_id, h.producer_epoch, h.base_sequence))
                 continue
-            if broker.producers.partition(t.name, pd.index, lg).is_open(h.producer_id):
+            if broker.producers.partition(t.name, pd.index, lg).is_open(h.producer_id, h.producer_epoch):
                 continue
             if broker.txn.coordinator.verify(h.producer_id, h.producer_epoch, t.name, pd.index) \
                     == ErrorCode.INVALID_TXN_STATE:
-                out.append((t.name, pd.index, h.producer_id, h.producer_epoch))
+                out.append((t.name, pd.index, h.producer_id, h.producer_epoch, h.base_sequence))
     return out
 
 
@@ -202,21 +210,41 @@ def handle_produce(ctx, req: ProduceRequest):
 
 async def _produce_after_add(ctx, req: ProduceRequest, adds: list):
     """Transactions v2: add the partitions (one request's batches share one producer), then produce;
-    a failed add answers its partitions with the add's error."""
+    a failed add answers its partitions with the add's error. CONCURRENT_TRANSACTIONS is retried
+    here (every add.partitions.to.txn.retry.backoff.ms, up to add.partitions.to.txn.retry.backoff.max.ms);
+    each attempt records the batch's sequence in the partition's verification entry first."""
+    broker = ctx.broker
+    backoff = broker.config["add.partitions.to.txn.retry.backoff.ms"] / 1000
+    give_up = now_ms() + broker.config["add.partitions.to.txn.retry.backoff.max.ms"]
     errors = {}
     by_producer: dict[tuple[int, int], list] = {}
-    for topic, index, pid, epoch in adds:
-        by_producer.setdefault((pid, epoch), []).append((topic, index))
-    for (pid, epoch), tps in by_producer.items():
-        code = await ctx.broker.txn.implicit_add(req.transactional_id, pid, epoch, tps)
+    for topic, index, pid, epoch, seq in adds:
+        by_producer.setdefault((pid, epoch), []).append((topic, index, seq))
+    for (pid, epoch), parts in by_producer.items():
+        while True:
+            _start_verification(broker, pid, epoch, parts)
+            code = await broker.txn.implicit_add(req.transactional_id, pid, epoch,
+                                                 [(t, p) for t, p, _ in parts])
+            if code != ErrorCode.CONCURRENT_TRANSACTIONS or now_ms() >= give_up:
+                break
+            await asyncio.sleep(backoff)
         if code == ErrorCode.INVALID_TXN_STATE:
             code = ErrorCode.TRANSACTION_ABORTABLE
         elif code == ErrorCode.COORDINATOR_NOT_AVAILABLE:      # as Kafka maps coordinator errors on Produce
             code = ErrorCode.NOT_ENOUGH_REPLICAS
         if code:
-            errors.update({tp: code for tp in tps})
+            errors.update({(t, p): code for t, p, _ in parts})
     r = _produce(ctx, req, errors)
     return (await r) if hasattr(r, "__await__") else r
+
+
+def _start_verification(broker, pid: int, epoch: int, parts: list) -> None:
+    for topic, index, seq in parts:
+        try:
+            lg = broker.storage.log(topic, index)
+        except StorageError:
+            continue                            # append_partition answers it
+        broker.producers.partition(topic, index, lg).start_verification(pid, epoch, seq, now_ms())
 
 
 def _produce(ctx, req: ProduceRequest, pre_errors: dict):
