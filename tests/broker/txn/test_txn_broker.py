@@ -395,6 +395,11 @@ def test_transactions_v2_next_transaction_keeps_its_order_across_the_markers(tmp
             assert await send((0, tx_batch(pid, ep + 1, 0)), (1, tx_batch(pid, ep + 1, 0))) == [E.NONE] * 2
             assert await send((0, tx_batch(pid, ep + 1, 2)), (1, tx_batch(pid, ep + 1, 2))) == [E.NONE] * 2
             assert await fetch(w, isolation=0) == (7, 3, [(0, False), (2, True), (3, False), (5, False)], None)
+            lg = b.storage.log("t", 0)             # a restart's replay of the log rebuilds the same state
+            live, replayed = b.producers.partition("t", 0, lg), PartitionProducers()
+            replayed.recover(lg)
+            assert {k: (e.epoch, list(e.batches)) for k, e in replayed.entries.items()} == \
+                {k: (e.epoch, list(e.batches)) for k, e in live.entries.items()} != {}
             await w.close()
             await w2.close()
     run(main())
