@@ -31,9 +31,9 @@ Transactions (AK ProducerStateManager, ProducerAppendInfo): the first transactio
 producer opens a transaction at its offset (`ongoing`); a non-transactional batch from a producer with
 one open is INVALID_TXN_STATE. A COMMIT/ABORT marker (`check_marker` / `complete`) with an epoch below
 the stored one is INVALID_PRODUCER_EPOCH, a lower coordinator epoch TRANSACTION_COORDINATOR_FENCED; it
-takes the marker's epoch (a new epoch clears the batch history) and closes the open transaction; an abort adds
-AbortedTxn(pid, first offset, marker offset, last stable offset) to the index (commits are not
-indexed). The first unstable offset is the least first offset of the open transactions; the last
+takes the marker's epoch (a new epoch clears the batch history) and closes the open transaction; an
+abort adds AbortedTxn(pid, first offset, marker offset, last stable offset) to the index (commits are
+not indexed). The first unstable offset is the least first offset of the open transactions; the last
 stable offset is min(it, high watermark). All of it is rebuilt by `recover` from the log (kohort keeps
 no .txnindex or snapshot files). Producers with an open transaction never expire (KAFKA-9144).
 """

@@ -17,12 +17,12 @@ transaction is still completing the add meets CONCURRENT_TRANSACTIONS and is ret
 add.partitions.to.txn.retry.backoff.ms for up to add.partitions.to.txn.retry.backoff.max.ms, then
 answered CONCURRENT_TRANSACTIONS (Kafka's ReplicaManager does the same for transactions v2; the
 client retries it). Such requests, and the later ones of the same producer and partition while
-one is under way, are appended in arrival order (`_produce_in_order`). Meanwhile the partition's producer state holds a verification entry with the
-lowest sequence waiting, so a later batch of the same transaction cannot be appended before the
-first one (OUT_OF_ORDER_SEQUENCE_NUMBER, which Java's client retries for a batch behind an
-unacknowledged one). The log
-assigns offsets by patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also
-get MaxTimestamp and a new CRC).
+one is under way, are appended in arrival order (`_produce_in_order`). Meanwhile the partition's
+producer state holds a verification entry with the lowest sequence waiting, so a batch of the same
+transaction with a higher sequence cannot be appended before it (OUT_OF_ORDER_SEQUENCE_NUMBER, which
+Java's client retries for a batch behind an unacknowledged one). The log assigns offsets by
+patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also get MaxTimestamp
+and a new CRC).
 
 Each batch is validated once, here; the log is handed its header (`Log.append(header=...)`) and
 writes the batch from the request's own frame buffer. The answer's objects are built field by field
