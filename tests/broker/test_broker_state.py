@@ -93,3 +93,36 @@ def test_silent_producers_expire():
     assert p.expire(now_ms=7000, expiration_ms=3000) == 1
     assert set(p.entries) == {2}
     assert p.check(1, 0, 9, 0) == (E.NONE, None)            # forgotten: starts afresh
+
+
+def test_sequences_after_markers_and_during_verification():
+    """ProducerAppendInfo.checkSequence's rules around transaction markers and KIP-890 verification."""
+    p = PartitionProducers()
+    # transactions v2: the marker takes the bumped epoch, whose first batch must be sequence 0
+    p.update(7, 0, 0, 4, first_offset=0, timestamp=1, transactional=True)
+    p.complete(7, 1, True, marker_offset=5, coordinator_epoch=0, timestamp=2)
+    assert p.check(7, 1, 5, 4, transactional=True).error == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert p.check(7, 1, 0, 4, transactional=True) == (E.NONE, None)
+    # transactions v1: a marker of the same epoch keeps the history; the sequences go on
+    p.update(8, 3, 0, 4, first_offset=6, timestamp=1, transactional=True)
+    p.complete(8, 3, True, marker_offset=11, coordinator_epoch=0, timestamp=2)
+    assert p.check(8, 3, 0, 0, transactional=True).error == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert p.check(8, 3, 0, 4, transactional=True).duplicate.first_offset == 6
+    assert p.check(8, 3, 5, 0, transactional=True) == (E.NONE, None)
+    # a verification in progress for sequence 0 (the add is being retried): 5 may not overtake it,
+    # even for a producer the partition has never seen; a lower sequence or epoch bump restarts it
+    p.start_verification(9, 0, 3, now_ms=100)
+    p.start_verification(9, 0, 0, now_ms=110)
+    p.start_verification(9, 0, 5, now_ms=120)
+    assert p.check(9, 0, 5, 4, transactional=True).error == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert p.check(9, 0, 0, 4, transactional=True) == (E.NONE, None)
+    p.update(9, 0, 0, 4, first_offset=12, timestamp=3, transactional=True)      # appended: ends it
+    assert p.verifying == {} and p.check(9, 0, 5, 4, transactional=True) == (E.NONE, None)
+    p.start_verification(10, 0, 0, now_ms=100)
+    p.start_verification(10, 1, 4, now_ms=130)
+    assert p.verifying[10][:2] == [1, 4]
+    p.complete(10, 1, False, marker_offset=20, coordinator_epoch=0, timestamp=4)    # a marker ends it too
+    assert 10 not in p.verifying
+    p.start_verification(11, 0, 0, now_ms=100)
+    p.expire(now_ms=200, expiration_ms=100)
+    assert 11 not in p.verifying

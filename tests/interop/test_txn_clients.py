@@ -238,3 +238,29 @@ def test_java_producer_abort_commit_fencing(broker, tmp_path):
     got = ck(broker, "consume", topic, "read_committed")
     assert got[-1]["done"] == [f"committed-{i}" for i in range(5)] + ["new-0"]
     assert got[-2]["position"] == 16            # 12 records + 4 markers, all passed
+
+
+@pytest.mark.slow
+def test_java_producer_many_batches_in_flight(broker, tmp_path):
+    """Apache Kafka's Java producer with 5 requests in flight and 50 transactions of 400 records in
+    2 KiB batches (tests/interop/txn_java/TxnBatches.java): the next transaction's first batches reach
+    the broker while the previous one's markers are written, and its partition is added by Produce
+    v12. Every transaction commits (no OutOfOrderSequenceException) and read_committed sees them all."""
+    import shutil
+    from tests.helpers.kafka_cluster import KAFKA_CP, TOOL_JVM, require_peers
+    require_peers()
+    src = __file__.rsplit("/", 1)[0] + "/txn_java/TxnBatches.java"
+    shutil.copy(src, tmp_path / "TxnBatches.java")
+    subprocess.run(["javac", "-cp", KAFKA_CP, "-d", str(tmp_path), str(tmp_path / "TxnBatches.java")],
+                   check=True, timeout=120)
+    topic = f"jb-{uuid.uuid4().hex[:8]}"
+    create(broker, topic)
+    txns, per_txn = 50, 400
+    r = subprocess.run(["java", *TOOL_JVM, "-cp", f"{tmp_path}:{KAFKA_CP}", "TxnBatches", broker.bootstrap, topic,
+                        str(txns), str(per_txn)], capture_output=True, text=True, timeout=180)
+    lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert r.returncode == 0 and lines[-1] == {"done": True}, (r.stdout, r.stderr[-2000:])
+    assert lines[0] == {"committed": txns}
+    got = ck(broker, "consume", topic, "read_committed")
+    assert got[-1]["done"] == [f"t{t}-{i:05d}-{'0' * 60}" for t in range(txns) for i in range(per_txn)]
+    assert got[-2]["position"] == txns * per_txn + txns          # one COMMIT marker per transaction

@@ -111,6 +111,10 @@ SPEC: dict[str, tuple] = {
     "transaction.state.log.num.partitions": (int, 50),
     "transaction.state.log.segment.bytes": (int, 100 * 1024 * 1024),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int, 10000),
+    # transactions v2: a Produce whose implicit add meets CONCURRENT_TRANSACTIONS is retried this
+    # often, for at most this long (capped by request.timeout.ms in Kafka), before it is answered
+    "add.partitions.to.txn.retry.backoff.ms": (int, 20),
+    "add.partitions.to.txn.retry.backoff.max.ms": (int, 100),
     # the finalized transaction.version feature advertised in ApiVersions (Kafka sets it with
     # kafka-storage format --feature): 2 makes Java 4.x clients use transactions v2 (KIP-890 part 2)
     "transaction.version": (int, 2),

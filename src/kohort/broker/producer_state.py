@@ -10,19 +10,30 @@ Per partition and producer id the broker keeps the current epoch and the last fi
   answered with the original offsets, nothing appended;
 * a lower epoch is INVALID_PRODUCER_EPOCH; a higher epoch must restart at sequence 0;
 * otherwise the first sequence must follow the last one (wrapping after 2**31-1), else
-  OUT_OF_ORDER_SEQUENCE_NUMBER.
+  OUT_OF_ORDER_SEQUENCE_NUMBER. An epoch with no batch recorded (a marker of transactions v2 took
+  the bumped epoch and cleared the history) has last sequence -1: only 0 follows it
+  (ProducerAppendInfo.checkSequence). A marker of the same epoch (transactions v1) keeps the history,
+  so the next transaction's sequences continue after it.
 
-A producer id the partition has never seen (or whose batches retention removed, or silent for
-longer than producer.id.expiration.ms) is accepted at any sequence: its state starts there. After a restart the state is rebuilt by scanning the batch headers
-of the log (`recover`), so retries of batches written before the restart are still recognised.
+A producer id the partition has never seen (or silent for longer than producer.id.expiration.ms) is
+accepted at any sequence: its state starts there. After a restart the state is rebuilt by scanning
+the batch headers of the log (`recover`, through `update` and `complete` as live appends), so
+retries of batches written before the restart are still recognised.
+
+Verification state (KIP-890, Kafka's VerificationStateEntry): while the first transactional batch of
+a producer with no open transaction on the partition is being verified or added to the transaction
+(`start_verification`), the lowest first sequence seen for it is kept (a higher epoch restarts it),
+and any batch of that producer with a higher first sequence is OUT_OF_ORDER_SEQUENCE_NUMBER: a later
+batch of the new transaction cannot overtake the first one while the add is retried. A transactional
+append (data or marker) ends it; so does producer.id.expiration.ms.
 
 Transactions (AK ProducerStateManager, ProducerAppendInfo): the first transactional batch of a
 producer opens a transaction at its offset (`ongoing`); a non-transactional batch from a producer with
 one open is INVALID_TXN_STATE. A COMMIT/ABORT marker (`check_marker` / `complete`) with an epoch below
 the stored one is INVALID_PRODUCER_EPOCH, a lower coordinator epoch TRANSACTION_COORDINATOR_FENCED; it
-takes the marker's epoch, clears the batch history and closes the open transaction; an abort adds
-AbortedTxn(pid, first offset, marker offset, last stable offset) to the index (commits are not
-indexed). The first unstable offset is the least first offset of the open transactions; the last
+takes the marker's epoch (a new epoch clears the batch history) and closes the open transaction; an
+abort adds AbortedTxn(pid, first offset, marker offset, last stable offset) to the index (commits are
+not indexed). The first unstable offset is the least first offset of the open transactions; the last
 stable offset is min(it, high watermark). All of it is rebuilt by `recover` from the log (kohort keeps
 no .txnindex or snapshot files). Producers with an open transaction never expire (KAFKA-9144).
 """
@@ -93,6 +104,8 @@ class PartitionProducers:
         self.entries: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}          # producer id -> first offset of its open transaction
         self.aborted: list[AbortedTxn] = []        # in marker order
+        # producer id -> [epoch, lowest first sequence, start ms] of a verification in progress
+        self.verifying: dict[int, list[int]] = {}
         self.recovered = False
 
     def check(self, producer_id: int, producer_epoch: int, base_sequence: int,
@@ -102,21 +115,41 @@ class PartitionProducers:
         if not transactional and producer_id in self.ongoing:
             return Verdict(ErrorCode.INVALID_TXN_STATE, None)
         e = self.entries.get(producer_id)
+        if e is not None:
+            if producer_epoch < e.epoch:
+                return Verdict(ErrorCode.INVALID_PRODUCER_EPOCH, None)
+            if producer_epoch == e.epoch:
+                last = last_sequence(base_sequence, last_offset_delta)
+                for b in e.batches:
+                    if b.first_seq == base_sequence and b.last_seq == last:
+                        return Verdict(ErrorCode.NONE, b)
+        v = self.verifying.get(producer_id) if self.verifying else None
+        if v is not None and base_sequence > v[1]:
+            return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None)
         if e is None:
             return OK
-        if producer_epoch < e.epoch:
-            return Verdict(ErrorCode.INVALID_PRODUCER_EPOCH, None)
         if producer_epoch > e.epoch:
-            if base_sequence != 0:
+            if base_sequence != 0 and e.epoch >= 0:
                 return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None)
             return OK
-        last = last_sequence(base_sequence, last_offset_delta)
-        for b in e.batches:
-            if b.first_seq == base_sequence and b.last_seq == last:
-                return Verdict(ErrorCode.NONE, b)
-        if e.batches and not in_sequence(e.batches[-1].last_seq, base_sequence):
+        if e.epoch >= 0 and not in_sequence(e.batches[-1].last_seq if e.batches else -1, base_sequence):
             return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None)
         return OK
+
+    def start_verification(self, producer_id: int, producer_epoch: int, base_sequence: int,
+                           now_ms: int) -> None:
+        """A transactional batch of a producer with no open transaction here is being verified or
+        added to its transaction (Kafka's maybeCreateVerificationStateEntry): keep the lowest first
+        sequence of its epoch, restarting at a higher epoch."""
+        if self.is_open(producer_id, producer_epoch):
+            return
+        v = self.verifying.get(producer_id)
+        if v is None:
+            self.verifying[producer_id] = [producer_epoch, base_sequence, now_ms]
+        elif producer_epoch > v[0]:
+            v[0], v[1] = producer_epoch, base_sequence
+        elif producer_epoch == v[0] and base_sequence < v[1]:
+            v[1] = base_sequence
 
     def update(self, producer_id: int, producer_epoch: int, base_sequence: int,
                last_offset_delta: int, first_offset: int, timestamp: int,
@@ -125,8 +158,11 @@ class PartitionProducers:
         timestamp stands in for the append time)."""
         if producer_id < 0:
             return
-        if transactional and producer_id not in self.ongoing:
-            self.ongoing[producer_id] = first_offset
+        if transactional:
+            if producer_id not in self.ongoing:
+                self.ongoing[producer_id] = first_offset
+            if self.verifying:
+                self.verifying.pop(producer_id, None)
         e = self.entries.get(producer_id)
         if e is None or producer_epoch != e.epoch:
             if e is not None and producer_epoch < e.epoch:
@@ -151,11 +187,21 @@ class PartitionProducers:
                if now_ms - e.last_append_ms > expiration_ms and pid not in self.ongoing]
         for pid in old:
             del self.entries[pid]
+        for pid in [pid for pid, v in self.verifying.items() if now_ms - v[2] >= expiration_ms]:
+            del self.verifying[pid]
         return len(old)
 
     # -- transactions --------------------------------------------------------------------------------
-    def is_open(self, producer_id: int) -> bool:
-        return producer_id in self.ongoing
+    def is_open(self, producer_id: int, producer_epoch: int | None = None) -> bool:
+        """Whether the producer has a transaction open here; given an epoch, one of that epoch (a
+        batch of a newer epoch belongs to the next transaction, which needs its own verification:
+        Kafka's hasOngoingTransaction(producerId, producerEpoch))."""
+        if producer_id not in self.ongoing:
+            return False
+        if producer_epoch is None:
+            return True
+        e = self.entries.get(producer_id)
+        return e is not None and e.epoch == producer_epoch
 
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> int:
         e = self.entries.get(producer_id)
@@ -172,9 +218,11 @@ class PartitionProducers:
         """Apply an appended marker; returns the AbortedTxn indexed for an abort."""
         e = self.entries.get(producer_id)
         if e is None or e.epoch != producer_epoch:
+            # a new epoch forgets the batches; the same epoch (transactions v1) keeps them, so the
+            # next transaction's first sequence must follow the last one
             e = self.entries[producer_id] = ProducerEntry(producer_epoch)
-        else:
-            e.batches.clear()
+        if self.verifying:
+            self.verifying.pop(producer_id, None)
         e.coordinator_epoch = coordinator_epoch
         e.last_append_ms = max(e.last_append_ms, timestamp)
         first = self.ongoing.pop(producer_id, None)
@@ -203,6 +251,7 @@ class PartitionProducers:
         self.entries.clear()
         self.ongoing.clear()
         self.aborted.clear()
+        self.verifying.clear()
         for seg in list(log.segments):
             for pos, h in seg.scan(0):
                 if h.producer_id < 0:

@@ -349,3 +349,57 @@ def test_transactions_v2_implicit_add_and_epoch_bump(tmp_path):
             assert await fetch(w, offset=3) == (8, 8, [(3, False), (5, False), (7, True)], [(pid, 3)])
             await w.close()
     run(main())
+
+
+def test_transactions_v2_next_transaction_keeps_its_order_across_the_markers(tmp_path):
+    """Java's producer with 5 requests in flight: the next transaction's first batch (sequence 0)
+    arrives while the previous transaction's markers are being written and, its add retried for
+    add.partitions.to.txn.retry.backoff.max.ms, is answered CONCURRENT_TRANSACTIONS; its second batch
+    (sequence 2) arrives after the markers. The second must be OUT_OF_ORDER_SEQUENCE_NUMBER (the new
+    epoch has no batch, so only sequence 0 follows), else the first one's retry could never be
+    appended. On a partition the previous transaction did not touch, the verification entry of the
+    first batch does the same."""
+    from kohort.protocol.messages.produce import ProduceRequest
+    PT = ProduceRequest.TopicProduceData
+
+    def req(batches):
+        return ProduceRequest(transactional_id="tx", acks=-1, timeout_ms=5000, topic_data=[
+            PT(name="t", partition_data=[PT.PartitionProduceData(index=p, records=b) for p, b in batches])])
+
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w, w2 = await Wire.connect(b), await Wire.connect(b)
+            await create(w, "t", 2)
+            _, pid, ep = await init(w, version=5)
+
+            async def send(*batches):          # (partition, batch) -> error codes
+                r = await w2.call(req(batches), 12)
+                return [p.error_code for p in r.responses[0].partition_responses]
+            assert await send((0, tx_batch(pid, ep, 0))) == [E.NONE]
+            real = b.sync.wait_synced
+
+            async def slow_sync():             # EndTxn's markers take a while
+                await asyncio.sleep(0.2)
+                await real()
+            b.sync.wait_synced = slow_sync
+            ending = asyncio.ensure_future(w.call(EndTxnRequest(transactional_id="tx", producer_id=pid,
+                                                                producer_epoch=ep, committed=True), 5))
+            await asyncio.sleep(0.05)
+            first = await send((0, tx_batch(pid, ep + 1, 0)), (1, tx_batch(pid, ep + 1, 0)))
+            assert first == [E.CONCURRENT_TRANSACTIONS] * 2
+            assert (await ending).error_code == E.NONE
+            b.sync.wait_synced = real
+            second = await send((0, tx_batch(pid, ep + 1, 2)), (1, tx_batch(pid, ep + 1, 2)))
+            assert second == [E.OUT_OF_ORDER_SEQUENCE_NUMBER] * 2
+            # the retries, in order
+            assert await send((0, tx_batch(pid, ep + 1, 0)), (1, tx_batch(pid, ep + 1, 0))) == [E.NONE] * 2
+            assert await send((0, tx_batch(pid, ep + 1, 2)), (1, tx_batch(pid, ep + 1, 2))) == [E.NONE] * 2
+            assert await fetch(w, isolation=0) == (7, 3, [(0, False), (2, True), (3, False), (5, False)], None)
+            lg = b.storage.log("t", 0)             # a restart's replay of the log rebuilds the same state
+            live, replayed = b.producers.partition("t", 0, lg), PartitionProducers()
+            replayed.recover(lg)
+            assert {k: (e.epoch, list(e.batches)) for k, e in replayed.entries.items()} == \
+                {k: (e.epoch, list(e.batches)) for k, e in live.entries.items()} != {}
+            await w.close()
+            await w2.close()
+    run(main())

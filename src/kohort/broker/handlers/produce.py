@@ -12,10 +12,17 @@ transaction holding that partition (kohort.broker.txn's `verify`, KIP-890 part 1
 INVALID_TXN_STATE (TRANSACTION_ABORTABLE from v11) or INVALID_PRODUCER_EPOCH for a fenced epoch; a
 non-transactional batch from a producer with a transaction open is INVALID_TXN_STATE. From v12
 (transactions v2, KIP-890 part 2) such a partition is first added to the producer's transaction (the
-request's transactional_id; persisted and fsynced before the batch is appended); CONCURRENT_TRANSACTIONS
-while its previous transaction is still completing. The log
-assigns offsets by patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also
-get MaxTimestamp and a new CRC).
+request's transactional_id; persisted and fsynced before the batch is appended). While its previous
+transaction is still completing the add meets CONCURRENT_TRANSACTIONS and is retried every
+add.partitions.to.txn.retry.backoff.ms for up to add.partitions.to.txn.retry.backoff.max.ms, then
+answered CONCURRENT_TRANSACTIONS (Kafka's ReplicaManager does the same for transactions v2; the
+client retries it). Such requests, and the later ones of the same producer and partition while
+one is under way, are appended in arrival order (`_produce_in_order`). Meanwhile the partition's
+producer state holds a verification entry with the lowest sequence waiting, so a batch of the same
+transaction with a higher sequence cannot be appended before it (OUT_OF_ORDER_SEQUENCE_NUMBER, which
+Java's client retries for a batch behind an unacknowledged one). The log assigns offsets by
+patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also get MaxTimestamp
+and a new CRC).
 
 Each batch is validated once, here; the log is handed its header (`Log.append(header=...)`) and
 writes the batch from the request's own frame buffer. The answer's objects are built field by field
@@ -29,6 +36,8 @@ carrying transactional batches needs WRITE on its transactional id, else every p
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED (Kafka's error response). No IDEMPOTENT_WRITE check (Kafka 2.8+).
 """
 from __future__ import annotations
+
+import asyncio
 
 from kohort.broker.handlers.metadata import INTERNAL_TOPICS
 from kohort.broker.authorizer import AclOperation, ResourceType
@@ -143,7 +152,7 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
         verdict = pstate.check(pid, epoch, base_seq, last_delta, transactional)
         if verdict.error:
             return _err(index, verdict.error), 0
-        if transactional and verdict.duplicate is None and not pstate.is_open(pid):
+        if transactional and verdict.duplicate is None and not pstate.is_open(pid, epoch):
             # KIP-890 part 1: the first batch of a transaction on this partition must belong to an
             # Ongoing transaction that added the partition (asked of the local coordinator)
             code = broker.txn.coordinator.verify(pid, epoch, topic, index)
@@ -165,58 +174,103 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
     return _part(index, 0, res.base_offset, res.log_append_time, res.log_start_offset), count
 
 
-def _needs_implicit_add(broker, req: ProduceRequest) -> list:
-    """Produce v12: the partitions whose transactional batch opens a transaction on a partition not in
-    the producer's Ongoing transaction -> [(topic, partition, pid, epoch)]."""
+def _transactional_batches(broker, req: ProduceRequest, writable) -> list:
+    """Produce v12: the authorized partitions carrying a transactional batch ->
+    [(topic, partition, pid, epoch, base sequence, log)]."""
     out = []
     for t in req.topic_data:
+        if t.name in INTERNAL_TOPICS or t.name not in writable:
+            continue
         for pd in t.partition_data:
             try:
                 h = read_batch_header(pd.records)
                 lg = broker.storage.log(t.name, pd.index)
             except (DecodeError, StorageError, TypeError):
                 continue                        # append_partition answers those
-            if not h.is_transactional or h.producer_id < 0 or h.is_control or t.name in INTERNAL_TOPICS:
-                continue
-            if (h.producer_id, t.name, pd.index) in broker.txn.adding:     # wait for it: keep the order
-                out.append((t.name, pd.index, h.producer_id, h.producer_epoch))
-                continue
-            if broker.producers.partition(t.name, pd.index, lg).is_open(h.producer_id):
-                continue
-            if broker.txn.coordinator.verify(h.producer_id, h.producer_epoch, t.name, pd.index) \
-                    == ErrorCode.INVALID_TXN_STATE:
-                out.append((t.name, pd.index, h.producer_id, h.producer_epoch))
+            if h.is_transactional and h.producer_id >= 0 and not h.is_control:
+                out.append((t.name, pd.index, h.producer_id, h.producer_epoch, h.base_sequence, lg))
     return out
+
+
+def _needs_add(broker, b: tuple) -> bool:
+    """Whether a transactional batch opens a transaction on a partition not in its producer's
+    Ongoing transaction (so the partition must be added first)."""
+    topic, index, pid, epoch, _, lg = b
+    if (pid, topic, index) in broker.txn.adding:        # an add of it is being persisted: wait for it
+        return True
+    if broker.producers.partition(topic, index, lg).is_open(pid, epoch):
+        return False
+    return broker.txn.coordinator.verify(pid, epoch, topic, index) == ErrorCode.INVALID_TXN_STATE
 
 
 @handles(ProduceRequest, "3-12", advertised_min=0)
 def handle_produce(ctx, req: ProduceRequest):
     if ctx.api_version >= 12 and req.transactional_id and req.acks in (-1, 0, 1) \
             and not _transactional_denied(ctx, req):
+        broker = ctx.broker
         writable = ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in req.topic_data))
-        adds = [a for a in _needs_implicit_add(ctx.broker, req) if a[0] in writable]   # authorized first
-        if adds:
-            return _produce_after_add(ctx, req, adds)
+        batches = _transactional_batches(broker, req, writable)      # authorized first
+        if batches:
+            chain = broker.txn.producing
+            if (chain and any((b[2], b[0], b[1]) in chain for b in batches)) or \
+                    any(_needs_add(broker, b) for b in batches):
+                return _produce_in_order(ctx, req, batches)
     return _produce(ctx, req, {})
 
 
-async def _produce_after_add(ctx, req: ProduceRequest, adds: list):
-    """Transactions v2: add the partitions (one request's batches share one producer), then produce;
-    a failed add answers its partitions with the add's error."""
+async def _produce_in_order(ctx, req: ProduceRequest, batches: list):
+    """Transactions v2: a request whose batches must first be added to their transaction, or that
+    follows such a request of the same producer and partition still under way. Requests are chained
+    per (producer id, topic, partition) in arrival order (Kafka gets the same order by reading one
+    request of a connection at a time): each one appends only after the previous one did, so a
+    later batch of a transaction never reaches the log before an earlier one."""
+    broker = ctx.broker
+    chain = broker.txn.producing
+    keys = {(pid, topic, index) for topic, index, pid, *_ in batches}
+    before = {chain[k] for k in keys if k in chain}
+    mine = asyncio.get_running_loop().create_future()
+    for k in keys:
+        chain[k] = mine
+    try:
+        for f in before:
+            await asyncio.shield(f)
+        adds = [b for b in batches if _needs_add(broker, b)]
+        errors = (await _add_partitions(broker, req.transactional_id, adds)) if adds else {}
+        r = _produce(ctx, req, errors)
+    finally:
+        for k in keys:
+            if chain.get(k) is mine:
+                del chain[k]
+        mine.set_result(None)
+    return (await r) if hasattr(r, "__await__") else r
+
+
+async def _add_partitions(broker, tid: str, adds: list) -> dict:
+    """Add the partitions (one request's batches share one producer) -> {(topic, partition): error}
+    for those that failed. CONCURRENT_TRANSACTIONS is retried every
+    add.partitions.to.txn.retry.backoff.ms, up to add.partitions.to.txn.retry.backoff.max.ms; each
+    attempt first records the batch's sequence in the partition's verification entry."""
+    backoff = broker.config["add.partitions.to.txn.retry.backoff.ms"] / 1000
+    give_up = now_ms() + broker.config["add.partitions.to.txn.retry.backoff.max.ms"]
     errors = {}
     by_producer: dict[tuple[int, int], list] = {}
-    for topic, index, pid, epoch in adds:
-        by_producer.setdefault((pid, epoch), []).append((topic, index))
-    for (pid, epoch), tps in by_producer.items():
-        code = await ctx.broker.txn.implicit_add(req.transactional_id, pid, epoch, tps)
+    for topic, index, pid, epoch, seq, lg in adds:
+        by_producer.setdefault((pid, epoch), []).append((topic, index, seq, lg))
+    for (pid, epoch), parts in by_producer.items():
+        while True:
+            for topic, index, seq, lg in parts:
+                broker.producers.partition(topic, index, lg).start_verification(pid, epoch, seq, now_ms())
+            code = await broker.txn.implicit_add(tid, pid, epoch, [(t, p) for t, p, _, _ in parts])
+            if code != ErrorCode.CONCURRENT_TRANSACTIONS or now_ms() >= give_up:
+                break
+            await asyncio.sleep(backoff)
         if code == ErrorCode.INVALID_TXN_STATE:
             code = ErrorCode.TRANSACTION_ABORTABLE
         elif code == ErrorCode.COORDINATOR_NOT_AVAILABLE:      # as Kafka maps coordinator errors on Produce
             code = ErrorCode.NOT_ENOUGH_REPLICAS
         if code:
-            errors.update({tp: code for tp in tps})
-    r = _produce(ctx, req, errors)
-    return (await r) if hasattr(r, "__await__") else r
+            errors.update({(t, p): code for t, p, _, _ in parts})
+    return errors
 
 
 def _produce(ctx, req: ProduceRequest, pre_errors: dict):

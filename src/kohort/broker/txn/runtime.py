@@ -62,6 +62,10 @@ class TxnRuntime:
         # transactions v2: implicit adds being persisted, by (producer id, topic, partition); a later
         # produce to that partition waits for it, so batches are appended in the order they came
         self.adding: dict[tuple[int, str, int], asyncio.Future] = {}
+        # transactions v2: the last Produce request under way (adding, or waiting for an earlier one)
+        # by (producer id, topic, partition), done once its batches are appended
+        # (kohort.broker.handlers.produce `_produce_in_order`)
+        self.producing: dict[tuple[int, str, int], asyncio.Future] = {}
 
     # -- start ---------------------------------------------------------------------------------------
     def ensure_topic(self) -> None:
