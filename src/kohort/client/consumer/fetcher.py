@@ -489,7 +489,7 @@ class Fetcher:
                         break
                 for b in stale:
                     self._remove(b)
-                if c is None:
+                if c is None or st is None:
                     break
             want = max_records - len(out)
             try:
@@ -591,7 +591,7 @@ class Fetcher:
             self._buffered_bytes.pop(c.tp, None)
 
     def _drop(self, tp) -> None:
-        keep = deque()
+        keep: deque[_Completed] = deque()
         for c in self._buffer:
             if c.tp == tp:
                 self._release(c)
