@@ -143,3 +143,32 @@ def test_tansu_assign_and_consume(tansu):
         got = c.offsets_for_times({tp: mid.timestamp})[tp]
         # Tansu answers at batch granularity (the batch's base offset and max timestamp)
         assert got is not None and got.offset <= mid.offset
+
+
+def test_max_poll_records_hands_out_a_batch_in_parts_with_exact_positions(mock_cluster, topic):
+    """poll() decodes only what it hands out: a few records of a batch, then the rest from the very
+    next offset, the position always the next record to hand out, also across pause/resume and a
+    seek into the middle of a batch."""
+    name, _ = topic
+    tp = TopicPartition(name, 2)
+    with Consumer({"bootstrap.servers": mock_cluster, "auto.offset.reset": "earliest",
+                   "max.poll.records": 7}) as c:
+        c.assign([tp])
+        end = c.end_offsets([tp])[tp]
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 30 and time.monotonic() < deadline:
+            recs = c.poll(0.2)
+            assert len(recs) <= 7
+            got += recs
+            if recs:
+                assert c.position(tp) == recs[-1].offset + 1
+        assert [r.offset for r in got] == list(range(len(got)))
+        c.pause([tp])
+        assert c.poll(0.2) == [] and c.position(tp) == len(got)
+        c.resume([tp])
+        nxt = drain(c, 1)
+        assert nxt and nxt[0].offset == len(got) and c.position(tp) == nxt[-1].offset + 1
+        c.seek(tp, end - 10)
+        tail = drain(c, 10)
+        assert [r.offset for r in tail] == list(range(end - 10, end)) and c.position(tp) == end

@@ -90,3 +90,66 @@ def test_fetch_session_broker_without_sessions_stays_full():
     _, _, view = s.build({("t", 0): (0, -1, -1, 1)})
     s.on_response(0, 0, view)
     assert s.epoch == 0
+
+
+def _handed_out(payload, fetch_offset, max_records, aborted=None, isolation="read_uncommitted", **conf):
+    """What Fetcher.collect hands out of one buffered answer's records for one partition, `max_records`
+    per call, no broker (the fetcher's network and cluster are not used by collect): (records,
+    position after each call, buffered bytes left)."""
+    from kohort.client.config import load_config
+    from kohort.client.consumer.fetcher import Fetcher, _Completed
+    from kohort.client.consumer.offsets import SubscriptionState
+    from kohort.protocol.records import DecompressionBudget, scan_batches
+
+    config = load_config("consumer", {"bootstrap.servers": "127.0.0.1:1", "isolation.level": isolation, **conf})
+    subs = SubscriptionState()
+    tp = TopicPartition("t", 0)
+    subs.assign([tp])
+    subs.seek(tp, fetch_offset)
+    f = Fetcher(None, None, subs, config)
+    view = memoryview(payload)
+    nxt, ep, legacy = scan_batches(view, fetch_offset, True)
+    f._buffered_bytes[tp] = len(view)
+    f._buffer.append(_Completed(tp, view, fetch_offset, legacy, aborted, DecompressionBudget(1 << 28), nxt, ep,
+                                subs.partitions[tp].seek_epoch, len(view)))
+    got, positions = [], []
+    while f.has_buffered():
+        out = f.collect(max_records)
+        assert len(out) <= max_records
+        got += out
+        positions.append(subs.partitions[tp].position)
+        if out:
+            assert positions[-1] == out[-1].offset + 1 or positions[-1] == nxt
+    assert positions[-1] == nxt
+    return got, positions, f._buffered_bytes.get(tp, 0)
+
+
+def test_poll_decodes_a_batch_in_parts_resuming_mid_batch():
+    """collect() decodes only what it hands out: in any number of parts (mid-batch, across compressed,
+    control and legacy entries, read_committed) the records are exactly what one decode of the whole
+    gives, the position is the next record to hand out after every call, every byte is released."""
+    from kohort.protocol.records import COMPRESSION_ZSTD
+    from tests.protocol.test_records import legacy_msg
+
+    def txn(base, n, pid, codec=0):
+        return build_batch([(None, b"p%d-%d" % (pid, i), None, 5) for i in range(n)], base_offset=base,
+                           producer_id=pid, producer_epoch=0, transactional=True, compression=codec)
+    payload = (build_batch(recs(3)) + txn(3, 200, 7) + txn(203, 40, 8, codec=COMPRESSION_ZSTD)
+               + build_control_batch(False, 7, 0, 243) + build_control_batch(True, 8, 0, 244)
+               + build_batch(recs(90, 245), base_offset=245, compression=COMPRESSION_LZ4))
+    aborted = [SimpleNamespace(producer_id=7, first_offset=3)]
+    whole = decode_partition("t", 0, payload, 1)[0]
+    for n in (1, 7, 500):
+        got, positions, left = _handed_out(payload, 1, n)
+        assert got == whole and left == 0
+        assert len(positions) >= len(whole) // n
+    committed = decode_partition("t", 0, payload, 1, aborted=aborted, read_committed=True)[0]
+    assert len(committed) == 2 + 40 + 90
+    got, _p, left = _handed_out(payload, 1, 9, aborted, "read_committed")
+    assert got == committed and left == 0
+    old = legacy_msg(0, 1, b"k", b"v", timestamp=3) + legacy_msg(1, 1, None, b"w", timestamp=4)
+    legacy = old + build_batch([(None, b"x", None, 9)] * 60, base_offset=2)
+    got, _p, _l = _handed_out(legacy, 1, 4)
+    assert got == decode_partition("t", 0, legacy, 1)[0] and len(got) == 61
+    got, _p, _l = _handed_out(payload, 1, 11, **{"value.deserializer": len})
+    assert [r.value for r in got] == [len(r.value) for r in whole]

@@ -1,11 +1,15 @@
-"""The fetcher: Fetch requests per leader broker, pipelined, decoded on the I/O thread.
+"""The fetcher: Fetch requests per leader broker, pipelined, records decoded in poll().
 
 For each broker leading some fetchable partition there is at most one Fetch in flight (Kafka's rule,
-and what fetch sessions need). When a response arrives its records are decoded right there on the
-network thread, straight from the response frame, into ConsumerRecord tuples, and the next Fetch for
-that broker goes out at once as long as less than about one response's worth of data per partition
-is waiting -- so the broker is already serving the next batch while the application processes the
-last. poll() hands buffered records out in bulk.
+and what fetch sessions need). When a response arrives the I/O thread only scans its batch headers
+(v2 CRCs too), advances the partitions' fetch offsets and buffers each partition's record bytes
+undecoded (a view of the response frame); the next Fetch for that broker goes out at once as long as
+less than about two responses' worth of data per partition is waiting -- so the broker is already
+serving the next batch while the application processes the last. poll() decodes the records on the
+application's thread, only as many as it hands out (max.poll.records), with `records.RecordCursor`
+(the compiled decoder when built, which builds the ConsumerRecord tuples), each call resuming where
+the last stopped, mid-batch too, so a compressed batch is decompressed once; the I/O thread then
+does not compete with the application for the GIL over decoding.
 
 Per partition the fetcher keeps `fetch_offset` (next to request) apart from `position` (next to
 hand out). A seek bumps the partition's seek_epoch; data fetched under an older epoch is dropped.
@@ -15,19 +19,21 @@ partitions whose fetch state changed plus a forgotten list; FETCH_SESSION_ID_NOT
 INVALID_FETCH_SESSION_EPOCH or any failure starts over with a full request.
 
 read_committed (KIP-98): records of aborted transactions are dropped using the response's
-aborted_transactions list and the ABORT markers; the broker stops at the last stable offset.
+aborted_transactions list and the ABORT markers (a partition's kept batches are decoded together at
+its first step); the broker stops at the last stable offset.
 Truncation (KIP-320): Fetch v12+ carries last_fetched_epoch and a diverging_epoch in the answer;
 the position then moves back to the divergence point. Offset out of range goes through
 auto.offset.reset (none raises an error naming the partitions).
 
 Memory: fetch.max.bytes / max.partition.fetch.bytes bound the compressed bytes of a response; what
 they decompress to is bounded by one `DecompressionBudget` per response (256 MiB, shared by its
-partitions), and the bytes a partition's decoded records hold count against the pipelining limits
-(decompressed size when larger than the fetched bytes). A partition whose records do not fit what
-the budget has left after the response's other partitions is fetched again from its position and
-decoded first in the next response; one that does not fit a whole budget, or whose bytes do not decode, raises an error naming it and
-its offset from poll(), and keeps its position (as Kafka's consumer, until the application seeks
-past the record).
+partitions, spent as poll() decodes them, in the order they were buffered), and a partition whose
+records decompress to more than was fetched counts the larger size against the pipelining limits
+until they are handed out. A partition whose records do not fit what the budget has left after the
+response's other partitions is fetched again from its position and decoded first in the next
+response; one that does not fit a whole budget, or whose bytes do not decode, raises an error naming
+it and its offset from poll(), and keeps its position (as Kafka's consumer, until the application
+seeks past the record).
 """
 from __future__ import annotations
 
@@ -49,8 +55,8 @@ from kohort.protocol.messages.list_offsets import ListOffsetsRequest
 from kohort.protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest
 from kohort.protocol.primitives import ZERO_UUID
 from kohort.protocol.records import (
-    DEFAULT_MAX_SIZE, AbortedTransactions, DecodeError, DecompressionBudget, decode_records_list,
-    iter_batches, scan_batches, validate_batch,
+    DEFAULT_MAX_SIZE, AbortedTransactions, DecodeError, DecompressionBudget, RecordCursor,
+    decode_records_list, iter_batches, scan_batches, validate_batch,
 )
 from kohort.structs import ConsumerRecord, TopicPartition
 
@@ -105,13 +111,28 @@ class FetchSession:
 
 
 class _Completed:
-    """Decoded records of one partition from one fetch response, handed out by poll()."""
+    """One partition's records from one Fetch response, waiting in the buffer undecoded (a view of the
+    response frame) until poll() decodes and hands them out a step at a time (`Fetcher.collect`).
 
-    __slots__ = ("tp", "records", "index", "next_offset", "next_epoch", "seek_epoch", "nbytes")
+    `budget` is the response's DecompressionBudget (shared by its partitions); `full` tells, once
+    decoding began, whether the budget was whole then; `spent` is what its steps decompressed so
+    far and `nbytes` what it counts against the pipelining limits (fetched bytes, or `spent` when
+    larger). read_committed with aborted transactions decodes the kept batches at the first step
+    into `records`, handed out from `index`; otherwise `cursor` (records.RecordCursor) resumes where
+    the last step stopped, mid-batch too."""
 
-    def __init__(self, tp, records, next_offset, next_epoch, seek_epoch, nbytes):
-        self.tp, self.records, self.index = tp, records, 0
-        self.next_offset, self.next_epoch, self.seek_epoch, self.nbytes = next_offset, next_epoch, seek_epoch, nbytes
+    __slots__ = ("tp", "data", "fetch_offset", "legacy", "aborted", "budget", "cursor", "records", "index",
+                 "next_offset", "next_epoch", "seek_epoch", "fetched", "nbytes", "spent", "full", "released")
+
+    def __init__(self, tp, data, fetch_offset, legacy, aborted, budget, next_offset, next_epoch, seek_epoch,
+                 nbytes):
+        self.tp, self.data, self.fetch_offset, self.legacy, self.aborted = tp, data, fetch_offset, legacy, aborted
+        self.budget, self.cursor, self.records, self.index = budget, None, None, 0
+        self.next_offset, self.next_epoch, self.seek_epoch = next_offset, next_epoch, seek_epoch
+        self.fetched = self.nbytes = nbytes
+        self.spent = 0
+        self.full: bool | None = None
+        self.released = False
 
 
 def decode_partition(topic: str, partition: int, data, fetch_offset: int, *, check_crcs: bool = True,
@@ -196,7 +217,6 @@ class Fetcher:
         self.value_deserializer = config["value.deserializer"]
         self.request_timeout_ms = config["request.timeout.ms"]
         self._buffer: deque[_Completed] = deque()
-        self._decoding: list[_Completed] = []
         self._buffered_bytes: dict[TopicPartition, int] = {}
         self._inflight: set[int] = set()
         self._sessions: dict[int, FetchSession] = {}
@@ -307,9 +327,8 @@ class Fetcher:
             log.debug("fetch from broker %s failed: %s", node, e)
             self.cluster.request_update()
             return
-        todo = []
         try:
-            todo = self._scan_fetch(node, session, view, seek_epochs, wanted, resp, fut.api_version)
+            self._scan_fetch(node, session, view, seek_epochs, wanted, resp, fut.api_version)
         except Exception as e:  # a malformed response must not kill the I/O thread
             log.exception("fetch response from broker %s could not be handled", node)
             session.reset()
@@ -319,20 +338,20 @@ class Fetcher:
         finally:
             with self.lock:
                 self._inflight.discard(node)
-        # the next fetch goes out before this response's records are decoded: the broker works on
-        # it while we decode (fetch offsets were advanced by the cheap header scan)
+        # the next fetch goes out at once: fetch offsets were advanced by the header scan, and the
+        # records wait undecoded for poll()
         self.send_fetches()
-        if todo:
-            self._decode_and_buffer(todo)
 
-    def _scan_fetch(self, node, session, view, seek_epochs, wanted, resp, version) -> list:
-        """Phase 1: errors, watermarks, and the next fetch offset of each partition (headers only)."""
+    def _scan_fetch(self, node, session, view, seek_epochs, wanted, resp, version) -> None:
+        """Errors, watermarks and the next fetch offset of each partition (batch headers and v2 CRCs
+        only); each partition's record bytes are buffered undecoded for poll(), under one
+        DecompressionBudget for the response, partitions refused for want of budget last time first."""
         top = getattr(resp, "error_code", 0)
         session.on_response(top, getattr(resp, "session_id", 0), view)
         if top:
             if top not in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
                 log.warning("fetch from broker %s failed: %s", node, for_code(top).name)
-            return []
+            return
         names = None
         if version >= 13:
             names = {tid: t for t, tid in self.cluster.snapshot.topic_ids.items()}
@@ -371,9 +390,10 @@ class Fetcher:
                     self.cluster.observe_leader_epoch(tp, cur.leader_epoch)
         if refresh:
             self.cluster.request_update()
-        todo = []
+        budget = DecompressionBudget(self.decompression_budget)
         with self.lock:
             parts = self.subs.partitions
+            chunks = []
             for tp, data, fetch_offset, nxt, ep, legacy, p, seek_epoch in scanned:
                 st = parts.get(tp)
                 if st is None or st.seek_epoch != seek_epoch or st.fetch_offset != fetch_offset:
@@ -388,71 +408,14 @@ class Fetcher:
                     st.fetch_epoch = ep
                 nbytes = len(data)
                 self._buffered_bytes[tp] = self._buffered_bytes.get(tp, 0) + nbytes
-                c = _Completed(tp, None, nxt, ep, seek_epoch, nbytes)
-                self._decoding.append(c)
-                todo.append((c, data, fetch_offset, legacy, p.aborted_transactions))
-        return todo
-
-    def _decode_and_buffer(self, todo) -> None:
-        """Phase 2: decode records (C fast path) and hand them to poll(), partition by partition,
-        all under one decompression budget (see the module docstring)."""
-        kd, vd = self.key_deserializer, self.value_deserializer
-        budget = DecompressionBudget(self.decompression_budget)
-        done, grown, failed = [], [], []
-        first = self._budget_first
-        if first:       # partitions refused for want of budget last time are decoded first now
-            todo = sorted(todo, key=lambda t: t[0].tp not in first)
-        for c, data, fetch_offset, legacy, aborted in todo:
-            before = budget.left
-            if before == budget.limit:
-                first.discard(c.tp)
-            try:
-                if self.read_committed and aborted:
-                    recs = _decode_read_committed(c.tp[0], c.tp[1], bytes(data), fetch_offset, False,
-                                                  aborted, budget)
-                else:
-                    recs = decode_records_list(data, self.check_crcs and legacy, budget,
-                                               min_offset=fetch_offset, record_factory=ConsumerRecord,
-                                               prefix=(c.tp[0], c.tp[1]))
-                c.records = _deserialize(recs, kd, vd)
-            except Exception as e:
-                # alone with the whole budget it fails for good; else it is fetched again later
-                if before == budget.limit:
-                    failed.append((c, fetch_offset, e))
-                else:
-                    first.add(c.tp)
-                    failed.append((c, fetch_offset, None))
-                continue
-            done.append(c)
-            spent = before - budget.left
-            if spent > c.nbytes:
-                grown.append((c, spent - c.nbytes))
-        with self.lock:
-            for c, *_ in todo:
-                try:
-                    self._decoding.remove(c)
-                except ValueError:
-                    pass
-            parts = self.subs.partitions
-            for c, fetch_offset, e in failed:
-                self._release(c)        # undecoded: its bytes no longer count as buffered
-                st = parts.get(c.tp)
-                if st is None or st.seek_epoch != c.seek_epoch:
-                    continue
-                # fetch again from the position; what was fetched after it is stale
-                st.fetch_offset, st.fetch_epoch = st.position, st.position_epoch
-                st.seek_epoch += 1
-                if e is not None:
-                    log.error("records of %s fetched at offset %s could not be decoded: %s", c.tp,
-                              fetch_offset, e)
-                    self._errors.append(partition_decode_error(c.tp, fetch_offset, e))
-            for c, extra in grown:
-                c.nbytes += extra
-                self._buffered_bytes[c.tp] = self._buffered_bytes.get(c.tp, 0) + extra
-            for c in done:
-                self._buffer.append(c)
-                self.records_fetched += len(c.records)
-            self._cond.notify_all()
+                chunks.append(_Completed(tp, data, fetch_offset, legacy, p.aborted_transactions, budget, nxt, ep,
+                                         seek_epoch, nbytes))
+            if chunks:
+                first = self._budget_first
+                if first:
+                    chunks.sort(key=lambda c: c.tp not in first)
+                self._buffer.extend(chunks)
+                self._cond.notify_all()
 
     def _partition_error(self, tp, err: int, fetch_offset: int, seek_epoch) -> None:
         if err == OFFSET_OUT_OF_RANGE:
@@ -503,51 +466,124 @@ class Fetcher:
 
     # -- handing out (app thread) ---------------------------------------------------------------------
     def collect(self, max_records: int) -> list:
-        """Up to `max_records` buffered records; advances positions. Raises a pending fetch error."""
+        """Up to `max_records` records, decoded here (on the application's thread) from the buffered
+        record bytes, only as many as are handed out; advances positions. Raises a pending fetch
+        error, or the DecodeError of a partition whose records fail to decode with the response's
+        whole decompression budget."""
         out: list = []
-        with self.lock:
+        lock = self.lock
+        parts = self.subs.partitions
+        with lock:
             if self._errors:
                 raise self._errors.popleft()
-            parts = self.subs.partitions
-            buf = self._buffer
-            skipped = []
-            while buf and len(out) < max_records:
-                c = buf[0]
-                st = parts.get(c.tp)
-                if st is None or st.seek_epoch != c.seek_epoch:
-                    buf.popleft()
-                    self._release(c)
-                    continue
-                if st.paused:
-                    skipped.append(buf.popleft())
-                    continue
-                recs = c.records
-                want = max_records - len(out)
-                i = c.index
-                n = len(recs) - i
-                if n <= want:
-                    if i == 0:
-                        out.extend(recs)
-                    else:
-                        out.extend(recs[i:])
-                    buf.popleft()
-                    self._release(c)
+        while len(out) < max_records:
+            with lock:
+                c = st = None
+                stale = []
+                for b in self._buffer:
+                    s = parts.get(b.tp)
+                    if s is None or s.seek_epoch != b.seek_epoch:
+                        stale.append(b)
+                    elif not s.paused:
+                        c, st = b, s
+                        break
+                for b in stale:
+                    self._remove(b)
+                if c is None or st is None:
+                    break
+            want = max_records - len(out)
+            try:
+                recs, done = self._step(c, want)
+            except Exception as e:
+                self._failed(c, e)
+                with lock:
+                    if self._errors:
+                        if out:
+                            break       # raised from the next poll
+                        raise self._errors.popleft()
+                continue
+            with lock:
+                if c.released or st.seek_epoch != c.seek_epoch or parts.get(c.tp) is not st:
+                    continue        # dropped (seek, truncation) while it was decoded
+                if c.spent > c.nbytes:
+                    self._buffered_bytes[c.tp] = self._buffered_bytes.get(c.tp, 0) + c.spent - c.nbytes
+                    c.nbytes = c.spent
+                self.records_fetched += len(recs)
+                if done:
+                    self._remove(c)
                     st.position = c.next_offset
                     if c.next_epoch is not None:
                         st.position_epoch = c.next_epoch
-                else:
-                    chunk = recs[i:i + want]
-                    out.extend(chunk)
-                    c.index = i + want
-                    last = chunk[-1]
+                elif recs:
+                    last = recs[-1]
                     st.position = last[2] + 1
                     if last[8] is not None:
                         st.position_epoch = last[8]
-            if skipped:
-                buf.extendleft(reversed(skipped))
+            if recs:
+                out += recs
         return out
 
+    def _step(self, c: _Completed, want: int) -> tuple[list, bool]:
+        """Decode the next `want` (at most) records of chunk `c`, deserialized: -> (records, whether
+        the chunk is used up). Runs without the lock: only the application thread decodes."""
+        budget = c.budget
+        before = budget.left
+        if c.full is None:
+            c.full = before == budget.limit
+            if c.full:
+                self._budget_first.discard(c.tp)
+            if self.read_committed and c.aborted:
+                c.records = _decode_read_committed(c.tp[0], c.tp[1], bytes(c.data), c.fetch_offset, False,
+                                                   c.aborted, budget)
+            else:
+                # v2 CRCs were checked by scan_batches; a legacy entry's are checked while decoded
+                c.cursor = RecordCursor(c.data, self.check_crcs and c.legacy, budget, min_offset=c.fetch_offset,
+                                        record_factory=ConsumerRecord, prefix=(c.tp[0], c.tp[1]))
+        cur = c.cursor
+        if cur is not None:
+            recs = cur.take(want)
+            done = cur.done
+        else:
+            i = c.index
+            recs = c.records[i:i + want]
+            c.index = i + len(recs)
+            done = c.index >= len(c.records)
+        c.spent += before - budget.left
+        if done:
+            c.data = c.cursor = c.records = None     # the response frame is no longer needed
+        kd, vd = self.key_deserializer, self.value_deserializer
+        if kd is not None or vd is not None:
+            recs = _deserialize(recs, kd, vd)
+        return recs, done
+
+    def _failed(self, c: _Completed, e: Exception) -> None:
+        """Chunk `c` did not decode: its partition is fetched again from its position (what was
+        fetched after it is stale). With the response's whole budget it failed for good and its
+        error is raised from poll(); else it is decoded first in the next response."""
+        with self.lock:
+            self._remove(c)
+            st = self.subs.partitions.get(c.tp)
+            if st is None or st.seek_epoch != c.seek_epoch:
+                return
+            st.fetch_offset, st.fetch_epoch = st.position, st.position_epoch
+            st.seek_epoch += 1
+            if c.full:
+                log.error("records of %s fetched at offset %s could not be decoded: %s", c.tp, c.fetch_offset, e)
+                self._errors.append(partition_decode_error(c.tp, c.fetch_offset, e))
+            else:
+                self._budget_first.add(c.tp)
+
+    def _remove(self, c: _Completed) -> None:
+        try:
+            self._buffer.remove(c)
+        except ValueError:
+            pass
+        self._release(c)
+
     def _release(self, c: _Completed) -> None:
+        if c.released:
+            return
+        c.released = True
         left = self._buffered_bytes.get(c.tp, 0) - c.nbytes
         if left > 0:
             self._buffered_bytes[c.tp] = left
@@ -555,7 +591,7 @@ class Fetcher:
             self._buffered_bytes.pop(c.tp, None)
 
     def _drop(self, tp) -> None:
-        keep = deque()
+        keep: deque[_Completed] = deque()
         for c in self._buffer:
             if c.tp == tp:
                 self._release(c)
@@ -579,6 +615,8 @@ class Fetcher:
     def clear(self, tps=None) -> None:
         with self.lock:
             if tps is None:
+                for c in self._buffer:
+                    c.released = True
                 self._buffer.clear()
                 self._buffered_bytes.clear()
             else:
