@@ -277,6 +277,7 @@ class RecordAccumulator:
         self.closed = False
         self.flushing = 0
         self.wakeup = None                    # fn() to wake the I/O thread when a batch becomes ready
+        self.linger_started = None            # fn(due_ms) told when a partition's first open batch starts lingering
         self.incomplete: set = set()          # batches not yet resolved (for flush)
 
     # -- producer side ---------------------------------------------------------------------------------
@@ -305,6 +306,8 @@ class RecordAccumulator:
             fut = b.try_append(key, value, headers, ts)
             dq.append(b)
             self.incomplete.add(b)
+            if len(dq) == 1 and self.linger_started is not None:
+                self.linger_started(b.created_ms + self.linger_ms)
             return fut, b.closed or len(dq) > 1
 
     def _grow(self, b: ProducerBatch, rec: int) -> bool:

@@ -112,6 +112,9 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+_INF = float("inf")
+
+
 def _linger_clock_ms() -> float:
     """The accumulator's clock: milliseconds with a fraction, so that a batch is sent linger.ms after
     its first record, not up to a millisecond either side of it (whole milliseconds would round both
@@ -177,6 +180,7 @@ class Producer:
         self.sender = _Sender(self)
         self.stats = ClientStats.from_config("producer", c, self.sender.net)    # stats_cb, or None
         self.acc.wakeup = self.sender.wakeup
+        self.acc.linger_started = self.sender.linger_started
         twin = producer_twin() if accumulator.COMPILED else None
         self._compiled_runs = twin is not None     # produce_batch appends its runs in C (batch_produce.py)
         if twin is not None and type(self).produce is Producer.produce:
@@ -627,6 +631,9 @@ class _Sender:
         self.txn_features = None                 # a transactional producer's broker features: None, "asked", dict
         self._seal_s_per_byte = 0.0          # measured; 0 until a request was sealed
         self.next_wait_s = 0.0               # what the last prepare() allowed poll to wait (s)
+        # when the I/O thread's wait ends (the accumulator's clock, ms): inf from its turn until its
+        # wait starts, 0 while it is not waiting (see linger_started)
+        self.io_wait_until_ms = 0.0
 
     @property
     def ever_connected(self) -> bool:
@@ -669,11 +676,15 @@ class _Sender:
         try:
             while self.running:
                 if self.io_lock.acquire(False):
+                    self.io_wait_until_ms = _INF     # a batch made from here on wakes the wait below
                     try:
                         self.net.poll(0.0, self.prepare)
                     finally:
                         self.io_lock.release()
-                    self.net.wait(max(self.next_wait_s, 0.0001))
+                    wait_s = max(self.next_wait_s, 0.0001)
+                    self.io_wait_until_ms = min(self.io_wait_until_ms, _linger_clock_ms() + wait_s * 1000.0)
+                    self.net.wait(wait_s)
+                    self.io_wait_until_ms = 0.0
                 else:
                     time.sleep(0.002)        # another thread is doing the I/O right now
         except BaseException as e:  # noqa: BLE001 - a bug here must fail futures, not hang them
@@ -683,6 +694,13 @@ class _Sender:
             raise
         with self.io_lock:
             self._fail_everything(KohortError("the producer was closed before these records were sent"))
+
+    def linger_started(self, due_ms: float) -> None:
+        """A partition's new batch is sent at `due_ms` (its linger.ms ends): wake the I/O thread when
+        its wait would end later, so the batch leaves on time even if the producing thread makes no
+        further call (the accumulator calls this, holding its lock)."""
+        if due_ms < self.io_wait_until_ms:
+            self.wakeup()
 
     def poke(self) -> None:
         """Called by the producing thread when a batch filled and every TICK_MS while it produces: do
