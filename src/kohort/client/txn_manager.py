@@ -31,7 +31,8 @@ that reaches the coordinator meanwhile gets CONCURRENT_TRANSACTIONS: under v1 th
 answer (retried here after 20 ms), under v2 the partition leader's implicit add, which the leader
 retries itself every add.partitions.to.txn.retry.backoff.ms (20) for up to
 add.partitions.to.txn.retry.backoff.max.ms (100) before answering the Produce. No request a producer
-sends tells it the markers are written, so that wait is the protocol's, not this client's.
+sends tells it the markers are written. On a quiet machine this client meets that wait several times as
+often as Java's v2 producer (bench txn section's slow_transactions), for a reason not yet known.
 
 Error classes are Java's (`_classify_*` below): NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE look the
 coordinator up again and retry; other retriable codes (COORDINATOR_LOAD_IN_PROGRESS,
