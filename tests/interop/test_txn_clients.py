@@ -216,18 +216,22 @@ def test_transactions_survive_broker_sigkill(tmp_path):
           f"{retried} retried attempts, {len(values)} records read_committed")
 
 
+def _compile_java(name: str, out) -> None:
+    """Compile tests/interop/txn_java/<name>.java against Kafka's jars into `out`."""
+    import shutil
+    from tests.helpers.kafka_cluster import KAFKA_CP, require_peers
+    require_peers()
+    shutil.copy(__file__.rsplit("/", 1)[0] + f"/txn_java/{name}.java", out / f"{name}.java")
+    subprocess.run(["javac", "-cp", KAFKA_CP, "-d", str(out), str(out / f"{name}.java")], check=True, timeout=120)
+
+
 @pytest.mark.slow
 def test_java_producer_abort_commit_fencing(broker, tmp_path):
     """Apache Kafka's Java producer (tests/interop/txn_java/TxnCheck.java): an aborted and a committed
     transaction, then a second producer with the same transactional.id fences the first, whose commit
     fails with ProducerFencedException; read_committed sees only the committed records."""
-    import shutil
-    from tests.helpers.kafka_cluster import KAFKA_CP, TOOL_JVM, require_peers
-    require_peers()
-    src = __file__.rsplit("/", 1)[0] + "/txn_java/TxnCheck.java"
-    shutil.copy(src, tmp_path / "TxnCheck.java")
-    subprocess.run(["javac", "-cp", KAFKA_CP, "-d", str(tmp_path), str(tmp_path / "TxnCheck.java")],
-                   check=True, timeout=120)
+    from tests.helpers.kafka_cluster import KAFKA_CP, TOOL_JVM
+    _compile_java("TxnCheck", tmp_path)
     topic = f"jc-{uuid.uuid4().hex[:8]}"
     create(broker, topic)
     r = subprocess.run(["java", *TOOL_JVM, "-cp", f"{tmp_path}:{KAFKA_CP}", "TxnCheck", broker.bootstrap, topic],
@@ -246,13 +250,8 @@ def test_java_producer_many_batches_in_flight(broker, tmp_path):
     2 KiB batches (tests/interop/txn_java/TxnBatches.java): the next transaction's first batches reach
     the broker while the previous one's markers are written, and its partition is added by Produce
     v12. Every transaction commits (no OutOfOrderSequenceException) and read_committed sees them all."""
-    import shutil
-    from tests.helpers.kafka_cluster import KAFKA_CP, TOOL_JVM, require_peers
-    require_peers()
-    src = __file__.rsplit("/", 1)[0] + "/txn_java/TxnBatches.java"
-    shutil.copy(src, tmp_path / "TxnBatches.java")
-    subprocess.run(["javac", "-cp", KAFKA_CP, "-d", str(tmp_path), str(tmp_path / "TxnBatches.java")],
-                   check=True, timeout=120)
+    from tests.helpers.kafka_cluster import KAFKA_CP, TOOL_JVM
+    _compile_java("TxnBatches", tmp_path)
     topic = f"jb-{uuid.uuid4().hex[:8]}"
     create(broker, topic)
     txns, per_txn = 50, 400
