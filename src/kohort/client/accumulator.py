@@ -123,7 +123,7 @@ class ProducerBatch(_BatchRecords):
 
     __slots__ = ("topic", "partition", "created_ms", "callback_futures", "on_delivery", "attempts",
                  "base_sequence", "producer_id", "producer_epoch", "wire", "done", "error", "base_offset",
-                 "log_append_time", "lock", "_event", "last_attempt_ms", "reserved", "in_flight")
+                 "log_append_time", "lock", "_event", "last_attempt_ms", "reserved", "in_flight", "sent_ms")
 
     def __init__(self, topic: str, partition: int, now_ms: int, size_limit: int, reserved: int,
                  cap: int | None = None):
@@ -154,6 +154,7 @@ class ProducerBatch(_BatchRecords):
         self.ts_list = None              # timestamps when they differ from base_ts (rare)
         self.closed = False
         self.in_flight = False
+        self.sent_ms = 0.0               # when its last Produce request went out (the linger clock)
 
     def timestamps_at(self, delta: int) -> int:
         if self.ts_list is not None:

@@ -96,6 +96,14 @@ _monotonic_ns = time.monotonic_ns
 # batches go out and answers are read without a hand-over of the GIL to the I/O thread (which waits
 # up to sys.getswitchinterval(), 5 ms, each time while the producing thread runs Python code).
 TICK_MS = 1.0
+# Transactions v2 on a broker that answers EndTxn before it writes the markers (Apache Kafka): a next
+# transaction whose first Produce reaches the partition leader meanwhile is held there, retried every
+# 20 ms. Once that has been seen (a transaction's first batch on a partition answered after
+# HELD_FIRST_PRODUCE_MS or more), the first batches of the next MARKER_GAP_TXNS transactions leave
+# MARKER_GAP_MS after EndTxn's answer, the time the markers take there.
+MARKER_GAP_MS = 1.0
+HELD_FIRST_PRODUCE_MS = 15.0
+MARKER_GAP_TXNS = 200
 
 
 _NO_LOCK = contextlib.nullcontext()
@@ -631,6 +639,8 @@ class _Sender:
         self.txn_features = None                 # a transactional producer's broker features: None, "asked", dict
         self._seal_s_per_byte = 0.0          # measured; 0 until a request was sealed
         self.next_wait_s = 0.0               # what the last prepare() allowed poll to wait (s)
+        self.first_send_at_ms = 0.0          # no Produce before this (linger clock): the marker gap
+        self.marker_gap_txns = 0             # transactions left that wait MARKER_GAP_MS after EndTxn
         # when the I/O thread's wait ends (the accumulator's clock, ms): inf from its turn until its
         # wait starts, 0 while it is not waiting (see linger_started)
         self.io_wait_until_ms = 0.0
@@ -748,6 +758,9 @@ class _Sender:
         # send
         if not p.idempotent or (self.producer_id >= 0 and not self.needs_bump):
             now = _linger_clock_ms()         # the batches' own clock (created_ms)
+            if now < self.first_send_at_ms:  # the previous transaction's markers are being written
+                self.next_wait_s = min(timeout_ms, self.first_send_at_ms - now) / 1000.0
+                return self.next_wait_s
             nodes, next_ms, unknown = self.acc.ready(now, self._leader_of, _always)
             nodes = [n for n in nodes if self._node_ready(n)]
             timeout_ms = min(timeout_ms, next_ms)
@@ -850,6 +863,10 @@ class _Sender:
                     self.txn.handle_failure(req, err, now)
                 else:
                     self.txn.handle_response(req, resp, now)
+                    if req.api == "EndTxn" and req.v2 and self.marker_gap_txns > 0 \
+                            and getattr(resp, "error_code", -1) == 0:
+                        self.marker_gap_txns -= 1
+                        self.first_send_at_ms = _linger_clock_ms() + MARKER_GAP_MS
             finally:
                 self.p._txn_cond.notify_all()
         self.wakeup()
@@ -988,7 +1005,9 @@ class _Sender:
         request; batches to compress are sealed and sent by the Sealer thread, in order."""
         p = self.p
         seals = []                       # (batch, sequence) of batches to seal
+        sent_ms = _linger_clock_ms()
         for b in batches:
+            b.sent_ms = sent_ms
             if b.wire is None or (p.idempotent and (b.producer_id != self.producer_id
                                                      or b.producer_epoch != self.producer_epoch)):
                 seq = -1
@@ -1161,6 +1180,9 @@ class _Sender:
             if code == 0 or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                 if st is not None and b.base_sequence >= 0:
                     st.last_acked = b.base_sequence + b.count - 1
+                if b.base_sequence == 0 and self.txn is not None and self.txn.v2 \
+                        and _linger_clock_ms() - b.sent_ms >= HELD_FIRST_PRODUCE_MS:
+                    self.marker_gap_txns = MARKER_GAP_TXNS      # held by the leader: see MARKER_GAP_MS
                 self._finish(b, pr.base_offset, pr.log_append_time_ms, None)
                 continue
             cls = for_code(code)

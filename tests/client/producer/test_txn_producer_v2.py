@@ -90,3 +90,29 @@ def test_apache_kafka_speaks_v2_with_kohort(kafka1):
     p, epochs = _three_transactions(kafka1.bootstrap)
     assert p.sender.txn_features.get("transaction.version", 0) >= 2
     assert epochs == [epochs[0] + k for k in range(4)], epochs
+
+
+@pytest.mark.timeout(120)
+def test_apache_kafka_holds_a_next_transaction_until_its_markers(kafka1):
+    """Apache Kafka answers EndTxn before it writes the markers, and holds (retrying every 20 ms) a next
+    transaction's first Produce that arrives meanwhile. kohort's producer sees such a held first batch
+    and then sends the next transactions' first batches MARKER_GAP_MS after EndTxn's answer; every
+    transaction still commits, in order."""
+    from kohort.client import producer as kp
+    u = uuid.uuid4().hex[:8]
+    topic = f"gap-{u}"
+    create(kafka1.bootstrap, topic)
+    p = Producer({"bootstrap.servers": kafka1.bootstrap, "transactional.id": f"gapid-{u}"})
+    txns, per = 150, 20
+    try:
+        p.init_transactions(30)
+        for t in range(txns):
+            p.begin_transaction()
+            for i in range(per):
+                p.produce(topic, b"%d-%d" % (t, i))
+            p.commit_transaction(30)
+        assert 0 < p.sender.marker_gap_txns <= kp.MARKER_GAP_TXNS, "no held first Produce was seen"
+    finally:
+        p.close(10)
+    got, _, _ = read(kafka1.bootstrap, topic, "read_committed")
+    assert got == [b"%d-%d" % (t, i) for t in range(txns) for i in range(per)]
