@@ -95,10 +95,16 @@ class SyncPump:
         loop = self._loop
         if self._worker is not None and self._start_native(batch, loop):
             return
+        self._on_thread(batch, self.storage.sync_dirty, loop,
+                        lambda e: self._round_done(batch, None, e))
+
+    def _on_thread(self, batch: list, work, loop, refused) -> None:
+        """Run the round's `work` on the fsync thread; its waiters are answered on the loop when it
+        ends. `refused(error)` when the executor is shut down (nothing is synced)."""
         try:
-            done = self._executor.submit(self.storage.sync_dirty)
-        except RuntimeError as e:              # the executor is shut down: nothing is synced
-            self._round_done(batch, None, e)
+            done = self._executor.submit(work)
+        except RuntimeError as e:
+            refused(e)
             return
 
         def finished(f: ThreadFuture) -> None:     # on the fsync thread
@@ -142,25 +148,8 @@ class SyncPump:
 
     def _start_thread_round(self, batch: list, sync_round, loop) -> bool:
         """A round taken with begin_sync_round whose handles datasync in Python, on the thread."""
-        def work() -> None:
-            error = None
-            try:
-                self.storage._sync_files(sync_round.handles)
-            except BaseException as e:         # noqa: BLE001 - ended below, then raised
-                error = e
-            self.storage.end_sync_round(sync_round, error)
-        try:
-            done = self._executor.submit(work)
-        except RuntimeError as e:
-            self._finish(batch, sync_round, e)
-            return True
-
-        def finished(f: ThreadFuture) -> None:     # on the fsync thread
-            try:
-                loop.call_soon_threadsafe(self._round_done, batch, f, None)
-            except RuntimeError:
-                pass
-        done.add_done_callback(finished)
+        self._on_thread(batch, lambda: self.storage.run_sync_round(sync_round), loop,
+                        lambda e: self._finish(batch, sync_round, e))
         return True
 
     def _watch(self, loop) -> None:

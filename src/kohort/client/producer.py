@@ -863,8 +863,7 @@ class _Sender:
                     self.txn.handle_failure(req, err, now)
                 else:
                     self.txn.handle_response(req, resp, now)
-                    if req.api == "EndTxn" and req.v2 and self.marker_gap_txns > 0 \
-                            and getattr(resp, "error_code", -1) == 0:
+                    if req.api == "EndTxn" and req.v2 and self.marker_gap_txns > 0 and resp.error_code == 0:
                         self.marker_gap_txns -= 1
                         self.first_send_at_ms = _linger_clock_ms() + MARKER_GAP_MS
             finally:

@@ -460,6 +460,11 @@ class Storage:
             else:
                 return
             sync_round = self._take_round()
+        self.run_sync_round(sync_round)
+
+    def run_sync_round(self, sync_round: "SyncRound") -> None:
+        """Datasync a taken round's handles on this thread and end it (`end_sync_round`: raises
+        KafkaStorageError when the datasync failed)."""
         error: BaseException | None = None
         try:
             self._sync_files(sync_round.handles)
