@@ -69,6 +69,10 @@ from kohort.protocol.framing import ClientProtocol, HandshakeError, ProtocolViol
 from kohort.protocol.messages import REQUESTS, api_name
 from kohort.version import __version__
 
+# The client's own random source (bootstrap order, backoff and re-authentication jitter): the
+# global `random` state belongs to the application, which may seed it or draw from it.
+_RANDOM = random.Random()
+
 log = logging.getLogger("kohort.client.network")
 
 SOFTWARE_NAME = "kohort"
@@ -549,7 +553,7 @@ class NetworkClient:
     def _connect_any(self, now: float) -> None:
         """Start one connection to a random broker not backing off: known brokers first, then bootstrap."""
         for group in (list(self._brokers), list(self._bootstrap)):
-            random.shuffle(group)
+            _RANDOM.shuffle(group)
             for node_id in group:
                 c = self._conns.get(node_id)
                 if c is not None and c.state != DISCONNECTED:
@@ -710,7 +714,7 @@ class NetworkClient:
         log.debug("connected to broker %s (%s:%s)", conn.node_id, conn.host, conn.port)
         # KIP-368: re-authenticate at a random 85-95 % of the session lifetime, as Java's client
         lt = proto.session_lifetime_ms
-        conn.reauth_at = time.monotonic() + lt / 1000 * random.uniform(0.85, 0.95) if lt > 0 else 0.0
+        conn.reauth_at = time.monotonic() + lt / 1000 * _RANDOM.uniform(0.85, 0.95) if lt > 0 else 0.0
         self._ever_ready = True
         b = self._backoffs.get(conn.node_id)
         if b is not None:
@@ -903,7 +907,7 @@ class NetworkClient:
         b = self._backoffs.setdefault(conn.node_id, _Backoff())
         b.failures += 1
         delay = min(self._backoff_max_ms, self._backoff_ms * (2 ** min(b.failures - 1, 20)))
-        delay *= random.uniform(0.8, 1.2)
+        delay *= _RANDOM.uniform(0.8, 1.2)
         b.until = time.monotonic() + delay / 1000
         conn.state = DISCONNECTED
         pending, conn.pending = conn.pending, deque()
