@@ -810,7 +810,10 @@ class NetworkClient:
     def _read(self, conn: _Conn) -> None:
         sock = conn.sock
         proto = conn.proto
-        for _ in range(64):
+        tls = self._tls is not None
+        turn = 0
+        while True:
+            turn += 1
             buf = proto.get_buffer()
             want = len(buf)
             try:
@@ -840,8 +843,10 @@ class NetworkClient:
                 self._handshake_progress(conn)
             if conn.sock is None or conn.proto is not proto:
                 return
-            if n < want and not (self._tls is not None and sock.pending()):
-                return      # (TLS: bytes already decrypted are not seen by the selector; read them now)
+            # TLS: bytes already decrypted (at most the rest of one TLS record) are not seen by the
+            # selector, so they are read now, also past the 64 reads one turn takes at most.
+            if (n < want or turn >= 64) and not (tls and sock.pending()):
+                return
 
     def _complete(self, conn: _Conn, done: list) -> None:
         """Resolve the futures of the responses a read completed."""
