@@ -272,3 +272,32 @@ def test_send_request_buffers_puts_the_request_in_flight_like_send_request():
         cp.send_request_buffers(produce_req([100_000]), 9)
     cp.send_request_buffers(produce_req([100_000]), 9, expect_response=False)
     assert cp.in_flight == 2
+
+
+def test_client_protocol_reuses_a_large_frame_buffer_only_once_nothing_refers_to_it():
+    """Frames from 1 MiB (Fetch answers) are received into pooled buffers: one whose records are
+    still referenced is never written again, one no longer referenced is reused."""
+    from kohort.protocol.messages.fetch import FetchRequest, FetchResponse as R
+
+    def answer(fill: bytes):
+        part = R.FetchableTopicResponse.PartitionData(partition_index=0, records=fill * 1_200_000)
+        return R(responses=[R.FetchableTopicResponse(topic="t", partitions=[part])])
+
+    def records(got):
+        return got[0].response.responses[0].partitions[0].records
+
+    cp = ClientProtocol("c", recv_buffer=bytearray(65536))
+    req = FetchRequest(max_wait_ms=1, min_bytes=1, max_bytes=1 << 21, topics=[])
+    corr = [cp.send_request(req, 12)[0] for _ in range(4)]
+    held = records(cp.receive_data(encode_response(answer(b"a"), 12, corr[0])))
+    second = records(cp.receive_data(encode_response(answer(b"b"), 12, corr[1])))
+    assert held.obj is not second.obj
+    assert bytes(held) == b"a" * 1_200_000 and bytes(second) == b"b" * 1_200_000
+    free = id(second.obj)       # the pool keeps it alive, so the id stays its own
+    del second
+    third = records(cp.receive_data(encode_response(answer(b"c"), 12, corr[2])))
+    assert id(third.obj) == free and bytes(third) == b"c" * 1_200_000
+    assert bytes(held) == b"a" * 1_200_000
+    fourth = records(cp.receive_data(encode_response(answer(b"d"), 12, corr[3])))
+    assert fourth.obj is not held.obj and fourth.obj is not third.obj
+    assert bytes(held) == b"a" * 1_200_000 and bytes(third) == b"c" * 1_200_000

@@ -5,7 +5,11 @@ and what fetch sessions need). When a response arrives the I/O thread only scans
 (v2 CRCs too), advances the partitions' fetch offsets and buffers each partition's record bytes
 undecoded (a view of the response frame); the next Fetch for that broker goes out at once as long as
 less than about two responses' worth of data per partition is waiting -- so the broker is already
-serving the next batch while the application processes the last. poll() decodes the records on the
+serving the next batch while the application processes the last. A response's worth is
+max.partition.fetch.bytes, or what the partition's last response brought when that was more (a
+broker returns a whole first batch however large, and some, Tansu among them, return several
+batches past the limit): a response bigger than the limit then does not stop fetching until poll()
+has drained it. poll() decodes the records on the
 application's thread, only as many as it hands out (max.poll.records), with `records.RecordCursor`
 (the compiled decoder when built, which builds the ConsumerRecord tuples), each call resuming where
 the last stopped, mid-batch too, so a compressed batch is decompressed once; the I/O thread then
@@ -218,6 +222,7 @@ class Fetcher:
         self.request_timeout_ms = config["request.timeout.ms"]
         self._buffer: deque[_Completed] = deque()
         self._buffered_bytes: dict[TopicPartition, int] = {}
+        self._last_fetched: dict[TopicPartition, int] = {}    # record bytes of each partition's last chunk
         self._inflight: set[int] = set()
         self._sessions: dict[int, FetchSession] = {}
         self._errors: deque[BaseException] = deque()
@@ -237,13 +242,15 @@ class Fetcher:
         with self.lock:
             # pipelining depth: keep fetching a partition until about two responses' worth of its
             # data wait in the buffer (bounded overall by fetch.max.bytes)
-            limit = 2 * self.partition_max_bytes
-            if sum(self._buffered_bytes.values()) >= self.max_bytes:
+            pmb = self.partition_max_bytes
+            buffered, last = self._buffered_bytes, self._last_fetched
+            if sum(buffered.values()) >= self.max_bytes:
                 return
             for tp, st in self.subs.partitions.items():
                 if st.paused or st.fetch_offset is None or st.reset_strategy or st.awaiting_validation:
                     continue
-                if self._buffered_bytes.get(tp, 0) >= limit:
+                have = buffered.get(tp, 0)
+                if have and have >= 2 * max(pmb, last.get(tp, 0)):
                     continue
                 info = cluster.partitions.get(tp)
                 if info is None or info.leader < 0:
@@ -408,6 +415,7 @@ class Fetcher:
                     st.fetch_epoch = ep
                 nbytes = len(data)
                 self._buffered_bytes[tp] = self._buffered_bytes.get(tp, 0) + nbytes
+                self._last_fetched[tp] = nbytes
                 chunks.append(_Completed(tp, data, fetch_offset, legacy, p.aborted_transactions, budget, nxt, ep,
                                          seek_epoch, nbytes))
             if chunks:
@@ -592,6 +600,7 @@ class Fetcher:
 
     def _drop(self, tp) -> None:
         keep: deque[_Completed] = deque()
+        self._last_fetched.pop(tp, None)
         for c in self._buffer:
             if c.tp == tp:
                 self._release(c)
@@ -619,6 +628,7 @@ class Fetcher:
                     c.released = True
                 self._buffer.clear()
                 self._buffered_bytes.clear()
+                self._last_fetched.clear()
             else:
                 for tp in tps:
                     self._drop(tp)
