@@ -19,7 +19,8 @@ What lives here:
 * `RecordAccumulator`: batching by `batch.size` and `linger.ms`, `buffer.memory` back-pressure
   (blocking up to `max.block.ms`, then a clear KafkaTimeoutError), readiness per partition, draining
   one batch per partition into a request per leader, re-enqueueing retries in sequence order, expiry at
-  `delivery.timeout.ms` (KIP-91).
+  `delivery.timeout.ms` (KIP-91); a small pool of finished batches' bytearrays that new batches are
+  encoded into (`release`), so a filling batch is neither reallocated nor page-faulted in afresh.
 
 Time is always an argument (`now_ms`); the only blocking is on the buffer-memory condition.
 """
