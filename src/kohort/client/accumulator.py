@@ -19,12 +19,14 @@ What lives here:
 * `RecordAccumulator`: batching by `batch.size` and `linger.ms`, `buffer.memory` back-pressure
   (blocking up to `max.block.ms`, then a clear KafkaTimeoutError), readiness per partition, draining
   one batch per partition into a request per leader, re-enqueueing retries in sequence order, expiry at
-  `delivery.timeout.ms` (KIP-91).
+  `delivery.timeout.ms` (KIP-91); a small pool of finished batches' bytearrays that new batches are
+  encoded into (`release`), so a filling batch is neither reallocated nor page-faulted in afresh.
 
 Time is always an argument (`now_ms`); the only blocking is on the buffer-memory condition.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from collections import deque, namedtuple
 
@@ -46,6 +48,10 @@ _ROOM = BATCH_HEADER_SIZE
 # doubling as records arrive (RecordAccumulator._grow), so a large batch.size costs memory only
 # where records are: 1,000 partitions written at once reserve 16 MiB, not 1,000 x batch.size.
 FIRST_RESERVATION = 16384
+# Finished batches' buffers kept for new batches (RecordAccumulator.release): a batch filled into a
+# recycled buffer is neither reallocated as it grows nor page-faulted in afresh. At most this many,
+# and at most an eighth of buffer.memory together (counted by their allocations, beside it).
+POOL_BUFFERS = 4
 _ZZN = ZZ_TABLE_SIZE
 _ZZ = ZZ
 
@@ -67,6 +73,7 @@ _twin = producer_twin()          # decided once, at import (KOHORT_NO_EXT=1: the
 COMPILED = _twin is not None     # batches and futures have the C fields FastProduce needs
 _FutureFields = _twin.RecordFuture if COMPILED else _PyFutureFields
 _BatchRecords = _twin.RecordBuffer if COMPILED else _PyBatchRecords
+_recycle = getattr(_twin, "recycle_buffer", None) if COMPILED else None    # no pool without it
 
 
 class DeliveryFuture(_FutureFields):
@@ -242,8 +249,13 @@ class ProducerBatch(_BatchRecords):
         """The records section of `buf` (behind the header's room), where it lies."""
         return memoryview(self.buf)[_ROOM:]
 
-    def complete(self, base_offset: int, log_append_time: int, error: BaseException | None):
-        """Resolve every record's future (called once, on the I/O thread); returns callbacks to run."""
+    def complete(self, base_offset: int, log_append_time: int, error: BaseException | None,
+                 spare: list | None = None):
+        """Resolve every record's future (called once, on the I/O thread); returns callbacks to run.
+        `spare`: a list the batch's records buffer is put on for the accumulator to recycle
+        (`RecordAccumulator.release`), where no bytes on their way to a socket can still be in it: a
+        compressed batch's (the wire is another buffer), or an uncompressed one acknowledged
+        without error (its request was written whole before the answer came)."""
         with self.lock:
             if self.done:
                 return ()
@@ -251,6 +263,8 @@ class ProducerBatch(_BatchRecords):
             self.log_append_time = log_append_time
             self.error = error
             self.done = True
+            if spare is not None and self.buf is not None and (self.buf is not self.wire or error is None):
+                spare.append(self.buf)
             self.buf = self.wire = None      # futures keep the batch alive: let its bytes go
             if self._event is not None:
                 self._event.set()
@@ -280,6 +294,8 @@ class RecordAccumulator:
         self.wakeup = None                    # fn() to wake the I/O thread when a batch becomes ready
         self.linger_started = None            # fn(due_ms) told when a partition's first open batch starts lingering
         self.incomplete: set = set()          # batches not yet resolved (for flush)
+        self._pool: list[bytearray] = []       # emptied buffers of finished batches (_ROOM bytes long)
+        self._pool_bytes = 0
 
     # -- producer side ---------------------------------------------------------------------------------
     def append(self, topic, partition, key, value, headers, ts):
@@ -304,7 +320,17 @@ class RecordAccumulator:
             size = max(min(self.batch_size, FIRST_RESERVATION), rec + 61)
             self._reserve(size)
             b = ProducerBatch(topic, partition, self._clock_ms(), size, size, self.batch_size)
-            fut = b.try_append(key, value, headers, ts)
+            fut = None
+            if self._pool:
+                buf = self._pool.pop()
+                self._pool_bytes -= sys.getsizeof(buf)
+                b.buf = buf
+                if not headers:         # Python's += would give back most of the buffer's allocation
+                    delta = b.append_raw(key, value, ts)
+                    if delta is not None:
+                        fut = DeliveryFuture(b, delta)
+            if fut is None:
+                fut = b.try_append(key, value, headers, ts)
             dq.append(b)
             self.incomplete.add(b)
             if len(dq) == 1 and self.linger_started is not None:
@@ -350,8 +376,17 @@ class RecordAccumulator:
                 raise EncodeError("the producer is closed")
         self.used += size
 
-    def release(self, batch: ProducerBatch) -> None:
+    def release(self, batch: ProducerBatch, spare: list | None = None) -> None:
+        """Give back a finished batch's reservation; `spare` (from ProducerBatch.complete): buffers
+        to keep for new batches, as far as the pool has room and nothing still views them."""
         with self.lock:
+            if spare and _recycle is not None:
+                for buf in spare:
+                    n = sys.getsizeof(buf)
+                    if (len(self._pool) < POOL_BUFFERS and self._pool_bytes + n <= self.buffer_memory // 8
+                            and _recycle(buf, _ROOM)):
+                        self._pool.append(buf)
+                        self._pool_bytes += n
             self.used -= batch.reserved
             batch.reserved = 0
             self.incomplete.discard(batch)

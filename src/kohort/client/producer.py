@@ -1228,8 +1228,11 @@ class _Sender:
     def _finish(self, b, base_offset: int, log_append_time: int, error) -> None:
         if self.p.stats is not None:
             self.p.stats.on_batch(b.topic, b.partition, b.count, len(b.buf or b.wire or b""), error)
-        cbs = b.complete(base_offset, log_append_time, error)
-        self.acc.release(b)
+        # the batch's buffer goes back to the accumulator's pool, but never an uncompressed one
+        # under acks=0: finished as it is handed to the network, its bytes may not be written yet
+        spare = [] if self.p.acks != 0 or self.p.compression != COMPRESSION_NONE else None
+        cbs = b.complete(base_offset, log_append_time, error, spare)
+        self.acc.release(b, spare)
         for fut in cbs:
             for fn in fut.callbacks:
                 try:

@@ -1585,6 +1585,53 @@ static PyMemberDef rb_members[] = {
     {NULL},
 };
 
+static int rb_append(RecordBuffer *rb, PyObject *key, PyObject *value, long long ts, Py_ssize_t *delta);
+
+/* RecordBuffer.append_raw(key, value, ts): the C append for a record of bytes (key may be None),
+ * without headers: its offset delta, or None where Python's try_append must take it (no room, an
+ * odd shape or odd types; nothing changed). */
+static PyObject *rb_append_method(RecordBuffer *self, PyObject *args)
+{
+    PyObject *key, *value;
+    long long ts;
+    if (!PyArg_ParseTuple(args, "OOL:append_raw", &key, &value, &ts))
+        return NULL;
+    if ((key != Py_None && !PyBytes_CheckExact(key)) || !PyBytes_CheckExact(value))
+        Py_RETURN_NONE;
+    Py_ssize_t delta = 0;
+    int r = rb_append(self, key == Py_None ? NULL : key, value, ts, &delta);
+    if (r < 0)
+        return NULL;
+    if (r != 1)
+        Py_RETURN_NONE;
+    return PyLong_FromSsize_t(delta);
+}
+
+static PyMethodDef rb_methods[] = {
+    {"append_raw", (PyCFunction)rb_append_method, METH_VARARGS,
+     "append_raw(key, value, ts) -> offset delta, or None where Python's try_append must append."},
+    {NULL},
+};
+
+/* recycle_buffer(buf, room) -> bool: make a finished batch's bytearray `room` zero bytes long again,
+ * keeping its allocation (and its pages) for the next batch; False (nothing changed) where it is not
+ * a plain bytearray of at least that allocation or anything still holds a view of it. */
+static PyObject *py_recycle_buffer(PyObject *self, PyObject *args)
+{
+    PyObject *buf;
+    Py_ssize_t room;
+    if (!PyArg_ParseTuple(args, "On:recycle_buffer", &buf, &room))
+        return NULL;
+    if (!PyByteArray_CheckExact(buf) || room < 0)
+        Py_RETURN_FALSE;
+    PyByteArrayObject *ba = (PyByteArrayObject *)buf;
+    if (ba->ob_exports != 0 || ba->ob_start != ba->ob_bytes || ba->ob_bytes == NULL || room >= ba->ob_alloc)
+        Py_RETURN_FALSE;
+    memset(ba->ob_bytes, 0, (size_t)room + 1);
+    Py_SET_SIZE(ba, room);
+    Py_RETURN_TRUE;
+}
+
 static PyTypeObject RecordBuffer_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kohort.protocol._crecords.RecordBuffer",
@@ -1596,6 +1643,7 @@ static PyTypeObject RecordBuffer_Type = {
     .tp_dealloc = (destructor)rb_dealloc,
     .tp_new = rb_new,
     .tp_members = rb_members,
+    .tp_methods = rb_methods,
 };
 
 static inline int zz_len(uint64_t v)
@@ -1636,6 +1684,21 @@ static int rb_reserve(PyObject *buf, Py_ssize_t need, Py_ssize_t limit)
     if (target <= need)
         return 0;                               /* the plain resize is as good */
     return PyByteArray_Resize(buf, target);
+}
+
+/* Set a batch's bytearray to `size` bytes. Within its allocation the size is set in place:
+ * PyByteArray_Resize would give back most of a recycled buffer's allocation (it shrinks any
+ * bytearray to less than half its allocation), which is what recycling keeps. Elsewhere, and while
+ * the bytearray is exported (where the resize raises BufferError), PyByteArray_Resize. */
+static int rb_set_size(PyObject *buf, Py_ssize_t size)
+{
+    PyByteArrayObject *ba = (PyByteArrayObject *)buf;
+    if (ba->ob_exports == 0 && ba->ob_start == ba->ob_bytes && size >= Py_SIZE(ba) && size < ba->ob_alloc) {
+        Py_SET_SIZE(ba, size);
+        ba->ob_bytes[size] = '\0';
+        return 0;
+    }
+    return PyByteArray_Resize(buf, size);
 }
 
 /* Append one record without headers (key/value: pointer and length, NULL for null) as
@@ -1687,7 +1750,7 @@ static int rb_append_raw(RecordBuffer *rb, const char *key, Py_ssize_t kl, const
             return -1;
     }
     if (rb_reserve(rb->buf, used + total, rb->size_limit - BATCH_HEADER_SIZE) < 0 ||
-        PyByteArray_Resize(rb->buf, used + total) < 0) {
+        rb_set_size(rb->buf, used + total) < 0) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         if (PyByteArray_GET_SIZE(rb->buf) != used && PyByteArray_Resize(rb->buf, used) < 0)
@@ -2997,6 +3060,9 @@ static PyMethodDef methods[] = {
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0) -> CRC-32C (Castagnoli) of data."},
     {"check_batch", py_check_batch, METH_VARARGS,
      "check_batch(buf, pos=0) -> the v2 batch header's 13 fields if complete and its CRC matches, else None."},
+    {"recycle_buffer", py_recycle_buffer, METH_VARARGS,
+     "recycle_buffer(buf, room) -> bool: empty a finished batch's bytearray to `room` zero bytes, "
+     "keeping its allocation."},
     {"murmur2", py_murmur2, METH_O, "murmur2(data) -> Kafka's murmur2 of data as a signed int32."},
     {"append_run", py_append_run, METH_VARARGS,
      "append_run(batch, values, keys, parts, headers, start, stop, ts, max_record, hash_mode, n, p, "

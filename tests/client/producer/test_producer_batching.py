@@ -348,3 +348,41 @@ def test_an_uncompressed_producer_has_no_sealer(cluster):
         assert p.sender.sealer is None
     finally:
         p.close(5)
+
+
+@needs_ext
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("codec,acks,reused", [("lz4", "all", True), ("none", "all", True), ("none", "0", False)])
+def test_a_finished_batchs_buffer_is_filled_again_by_a_later_batch(cluster, codec, acks, reused):
+    """An acknowledged batch's buffer goes to the accumulator's pool and a later batch is encoded
+    into it (keeping its allocation: no growth by doubling, no fresh pages); every record lands, in
+    order, whatever the buffer held before. Uncompressed under acks=0 a batch is finished before its
+    bytes are written: its buffer is never reused."""
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0, "batch.size": 100_000,
+                  "compression.type": codec, "acks": acks})
+    try:
+        bufs, sent = [], []
+        for i in range(6):
+            vs = [bytes([i]) * 1000 + j.to_bytes(2, "big") for j in range(50)]
+            futs = [p.produce("t", v) for v in vs]
+            bufs.append(futs[-1].batch.buf)
+            sent += vs
+            assert p.flush(10) == 0
+        again = [any(b is old for old in bufs[:k]) for k, b in enumerate(bufs) if k]
+        assert any(again) == reused and (not reused or again[-1])
+        if acks != "0":
+            assert cluster.values("t", 0) == sent
+    finally:
+        p.close(5)
+
+
+@needs_ext
+def test_recycle_buffer_keeps_the_allocation_and_leaves_a_viewed_buffer_alone():
+    ext = R.producer_twin()
+    buf = bytearray(b"x" * 100_000)
+    alloc = buf.__alloc__()
+    with memoryview(buf):
+        assert ext.recycle_buffer(buf, 61) is False and len(buf) == 100_000
+    assert ext.recycle_buffer(buf, 61) is True
+    assert buf == bytes(61) and buf.__alloc__() == alloc
+    assert ext.recycle_buffer(bytearray(10), 61) is False and ext.recycle_buffer(b"x" * 100, 61) is False
