@@ -358,7 +358,8 @@ def test_a_finished_batchs_buffer_is_filled_again_by_a_later_batch(cluster, code
     into it (keeping its allocation: no growth by doubling, no fresh pages); every record lands, in
     order, whatever the buffer held before. Uncompressed under acks=0 a batch is finished before its
     bytes are written: its buffer is never reused."""
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0, "batch.size": 100_000,
+    # linger.ms long: each round's 50 records make one batch, sent by flush()
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 10_000, "batch.size": 100_000,
                   "compression.type": codec, "acks": acks})
     try:
         bufs, sent = [], []
@@ -369,7 +370,9 @@ def test_a_finished_batchs_buffer_is_filled_again_by_a_later_batch(cluster, code
             sent += vs
             assert p.flush(10) == 0
         again = [any(b is old for old in bufs[:k]) for k, b in enumerate(bufs) if k]
-        assert any(again) == reused and (not reused or again[-1])
+        # (flush() may return between a batch's futures and its buffer's return to the pool, so a
+        # round may start a fresh buffer; over five rounds one at least reuses one)
+        assert any(again) == reused
         if acks != "0":
             assert cluster.values("t", 0) == sent
     finally:
