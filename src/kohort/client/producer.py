@@ -795,8 +795,14 @@ class _Sender:
                 return self.next_wait_s
             start = now
             nodes, next_ms, unknown = self.acc.ready(now, self._leader_of, _always)
-            nodes = [n for n in nodes if self._node_ready(n)]
             timeout_ms = min(timeout_ms, next_ms)
+            ready = [n for n in nodes if self._node_ready(n)]
+            if unknown or len(ready) < len(nodes):
+                # batches wait for a leader or a connection: look again when a linger.ms has passed
+                # (an answer or a connection made also ends the wait); with nothing queued the wait
+                # lasts the full 100 ms, so an idle producer's thread turns 10 times a second
+                timeout_ms = min(timeout_ms, self.acc.linger_ms if self.acc.linger_ms > 0 else 100)
+            nodes = ready
             if unknown:
                 self.cluster.add_topics(unknown)
                 self.meta_needed = True
