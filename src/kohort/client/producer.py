@@ -661,6 +661,7 @@ class _Sender:
         # when the I/O thread's wait ends (the accumulator's clock, ms): inf from its turn until its
         # wait starts, 0 while it is not waiting (see linger_started)
         self.io_wait_until_ms = 0.0
+        self.opened_due_ms = _INF       # the earliest linger end of batches opened during its turn
 
     @property
     def ever_connected(self) -> bool:
@@ -709,13 +710,18 @@ class _Sender:
                 # waits in flush(): take the lock as soon as it is let go, re-checking `running`
                 if not self.io_lock.acquire(timeout=0.002):
                     continue
-                self.io_wait_until_ms = _INF     # a batch made from here on wakes the wait below
+                # a batch opened from here on is seen by this turn's prepare, or (opened after it looked)
+                # lowers `opened_due_ms`: the turn's own select may eat the wake-up byte it sends
+                self.io_wait_until_ms = _INF
+                self.opened_due_ms = _INF
                 try:
                     # woken by an answer: its futures' callbacks first, then prepare's sending
                     self.net.poll(0.0, self.prepare, answers_first=answered)
                 finally:
                     self.io_lock.release()
-                until = self.io_wait_until_ms = self.wait_until_ms
+                until = min(self.wait_until_ms, self.opened_due_ms)
+                self.io_wait_until_ms = until
+                until = min(until, self.opened_due_ms)     # one opened while the line above ran
                 wait_s = (until - _linger_clock_ms()) / 1000.0
                 if wait_s <= 0.0:
                     # due already (a batch's linger ended during the turn): one more turn at once,
@@ -738,6 +744,8 @@ class _Sender:
         its wait would end later, so the batch leaves on time even if the producing thread makes no
         further call (the accumulator calls this, holding its lock)."""
         if due_ms < self.io_wait_until_ms:
+            if due_ms < self.opened_due_ms:
+                self.opened_due_ms = due_ms
             self.wakeup()
 
     def poke(self) -> None:
@@ -748,6 +756,10 @@ class _Sender:
                 self.step(0.0)
             finally:
                 self.io_lock.release()
+            if self.wait_until_ms < self.io_wait_until_ms:
+                # something is due before the I/O thread's wait ends (its wake-up byte may have
+                # been read by this turn's select): wake it
+                self.wakeup()
         else:
             self.wakeup()
 
@@ -806,8 +818,11 @@ class _Sender:
             if unknown:
                 self.cluster.add_topics(unknown)
                 self.meta_needed = True
-            for node in nodes:
-                self._send_to(node, now)
+            if nodes:
+                for node in nodes:
+                    self._send_to(node, now)
+                # what the requests left behind (a batch opened meanwhile) lingers from its own start
+                timeout_ms = min(timeout_ms, self.acc.ready(now, self._leader_of, _always)[1])
         self.wait_until_ms = start + timeout_ms
         self.next_wait_s = timeout_ms / 1000.0
         return self.next_wait_s
