@@ -756,7 +756,7 @@ class _Sender:
                 self.step(0.0)
             finally:
                 self.io_lock.release()
-            if self.wait_until_ms < self.io_wait_until_ms:
+            if self.wait_until_ms + 0.05 < self.io_wait_until_ms:
                 # something is due before the I/O thread's wait ends (its wake-up byte may have
                 # been read by this turn's select): wake it
                 self.wakeup()
