@@ -662,6 +662,7 @@ class _Sender:
         # wait starts, 0 while it is not waiting (see linger_started)
         self.io_wait_until_ms = 0.0
         self.opened_due_ms = _INF       # the earliest linger end of batches opened during its turn
+        self.last_send_ms = -_INF       # when prepare() last found batches to send (linger clock)
 
     @property
     def ever_connected(self) -> bool:
@@ -720,6 +721,14 @@ class _Sender:
                 finally:
                     self.io_lock.release()
                 until = min(self.wait_until_ms, self.opened_due_ms)
+                linger_ms = self.acc.linger_ms
+                if linger_ms > 0:
+                    now = _linger_clock_ms()
+                    if now - self.last_send_ms < 2 * linger_ms or any(self.node_requests.values()):
+                        # producing: wait no longer than a linger.ms, so that a batch opened meanwhile
+                        # (due a linger.ms after it opens) needs no wake-up from the producing
+                        # thread -- the answer's turn, or this deadline's, sees it
+                        until = min(until, now + linger_ms)
                 self.io_wait_until_ms = until
                 until = min(until, self.opened_due_ms)     # one opened while the line above ran
                 wait_s = (until - _linger_clock_ms()) / 1000.0
@@ -819,6 +828,7 @@ class _Sender:
                 self.cluster.add_topics(unknown)
                 self.meta_needed = True
             if nodes:
+                self.last_send_ms = now
                 for node in nodes:
                     self._send_to(node, now)
                 # what the requests left behind (a batch opened meanwhile) lingers from its own start
