@@ -1,4 +1,4 @@
-"""The straight-line Produce codecs (ProduceRequest.read, ProduceResponse.encode_into for v3-v12)
+"""The straight-line Produce codecs (ProduceRequest.read and encode_into, ProduceResponse.encode_into for v3-v12)
 against the schema's codec: equal objects, identical bytes, the same errors, and the fallback for
 every shape the straight line leaves to the schema."""
 from __future__ import annotations
@@ -195,3 +195,58 @@ def schema_encode_header(h, hv) -> bytes:
     out = bytearray()
     type(h)._codec(hv, hv >= 2)[1](out, h)
     return bytes(out)
+
+
+def _joined(out) -> bytes:
+    return b"".join(bytes(b) for b in out.buffers())
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests, st.sampled_from(VERSIONS))
+def test_request_encode_equals_the_schema(req, version):
+    """The producer's straight-line encoder writes the schema's bytes, into a bytearray and into a
+    GatherBuffer (large records as pieces, the frame the same)."""
+    from kohort.protocol.records import GatherBuffer
+    want = schema_encode(req, version)
+    assert req.encode(version) == want
+    out = GatherBuffer(b"\0\0")
+    req.encode_into(out, version)
+    assert _joined(out) == b"\0\0" + want
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_request_encode_takes_the_straight_line_and_gathers_large_records(version, monkeypatch):
+    from kohort.protocol.framing import encode_request, encode_request_buffers
+    from kohort.protocol.records import GATHER_MIN
+    big = bytearray(b"b" * GATHER_MIN)
+    req = ProduceRequest(transactional_id="tx", acks=-1, timeout_ms=30000,
+                         topic_data=[PT(name="t", partition_data=[PD(index=0, records=big),
+                                                                  PD(index=1, records=memoryview(b"small")),
+                                                                  PD(index=2, records=None)])])
+    want = encode_request(req, version, 77, "client-é")       # the schema's header and body
+    codecs = dict(ProduceRequest._codecs)
+
+    def boom(*a, **k):
+        raise AssertionError("schema encoder used")
+    monkeypatch.setattr(ProduceRequest, "_codecs", {**codecs, (version, ProduceRequest.is_flexible(version)):
+                                                    (boom, boom)})
+    bufs = encode_request_buffers(req, version, 77, "client-é")
+    assert any(b is big for b in bufs)                         # referred to, not copied
+    assert b"".join(bytes(b) for b in bufs) == want
+    assert b"".join(bytes(b) for b in encode_request_buffers(req, version, 77, None)) == \
+        encode_request(req, version, 77, None)
+
+
+def test_request_encode_leaves_odd_shapes_to_the_schema():
+    """Tagged fields, a value out of range: the schema's codec writes or refuses it, as before."""
+    req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=5,
+                         topic_data=[PT(name="t", partition_data=[PD(index=3, records=b"abc")])])
+    req.topic_data[0].partition_data[0]._unknown_tags = {7: b"\x01\x02"}
+    for v in range(9, 13):
+        assert req.encode(v) == schema_encode(req, v)
+    bad = ProduceRequest(transactional_id=None, acks=1 << 20, timeout_ms=5, topic_data=[])
+    with pytest.raises(Exception) as fast:
+        bad.encode(11)
+    with pytest.raises(Exception) as slow:
+        schema_encode(bad, 11)
+    assert (type(fast.value), str(fast.value)) == (type(slow.value), str(slow.value))
