@@ -250,3 +250,44 @@ def test_request_encode_leaves_odd_shapes_to_the_schema():
     with pytest.raises(Exception) as slow:
         schema_encode(bad, 11)
     assert (type(fast.value), str(fast.value)) == (type(slow.value), str(slow.value))
+
+
+def _deep_keys(obj):
+    """Every object's field names, nested (equal objects with different fields would hide a gap)."""
+    from kohort.protocol.schema import Struct  # noqa: F401 - the nested classes are Messages/Structs
+    out = [tuple(sorted(obj.__dict__))]
+    for v in obj.__dict__.values():
+        for item in v if isinstance(v, list) else [v]:
+            if hasattr(item, "__dict__") and hasattr(type(item), "SCHEMA"):
+                out += _deep_keys(item)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(responses, st.sampled_from(VERSIONS))
+def test_response_read_equals_the_schema(resp, version):
+    """The producer's straight-line reader gives the schema's objects (or leaves them to it: error
+    messages), and stops where the schema does."""
+    data = schema_encode(resp, version) + b"trail"
+    r = Reader(data)
+    fast = ProduceResponse.read(r, version)
+    slow, spos = schema_decode(ProduceResponse, data, version)
+    assert r.pos == spos == len(data) - 5
+    assert fast == slow and _deep_keys(fast) == _deep_keys(slow)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_response_read_takes_the_straight_line(version, monkeypatch):
+    resp = ProduceResponse(responses=[TR(name="t", partition_responses=[
+        PR(index=0, error_code=0, base_offset=41, log_append_time_ms=-1, log_start_offset=3, record_errors=[])])],
+        throttle_time_ms=0)
+    data = schema_encode(resp, version)
+    want, _ = schema_decode(ProduceResponse, data, version)
+
+    def boom(*a, **k):
+        raise AssertionError("schema decoder used")
+    monkeypatch.setattr(ProduceResponse, "_codecs", {(version, ProduceResponse.is_flexible(version)): (boom, boom)})
+    assert ProduceResponse.decode(data, version) == want
+    for cut in range(len(data)):                  # cut short: left to the schema (here: boom)
+        with pytest.raises(AssertionError):
+            ProduceResponse.decode(data[:cut], version)

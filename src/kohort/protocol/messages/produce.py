@@ -9,8 +9,9 @@ TRANSACTION_ABORTABLE and v12 implies AddPartitionsToTxn (KIP-890); v13 topic ID
 Both directions of the broker's hot path have a straight-line codec beside the schema's:
 `ProduceRequest.read` for v3-v12 requests without tagged fields, `ProduceResponse.encode_into` for
 v3-v12 responses whose partitions carry no record errors, no current_leader, no node endpoints and
-no tagged fields seen on the wire; so does the producer's: `ProduceRequest.encode_into` for v3-v12
-requests without tagged fields whose records are bytes (a GatherBuffer gets large ones as pieces). Anything else (and any malformed input, so the schema's
+no tagged fields seen on the wire; so do the producer's: `ProduceRequest.encode_into` for v3-v12
+requests without tagged fields whose records are bytes (a GatherBuffer gets large ones as pieces),
+`ProduceResponse.read` for v3-v12 responses without record errors, error messages or tagged fields. Anything else (and any malformed input, so the schema's
 DecodeError names the problem) goes through the schema's codec; both give equal objects and
 identical bytes (tests/protocol/test_produce_codec.py compares them).
 """
@@ -94,6 +95,14 @@ class ProduceResponse(Message):
     def encode_into(self, out: bytearray, version: int) -> None:
         if not (3 <= version <= 12 and _write_response(out, self, version)):
             super().encode_into(out, version)
+
+    @classmethod
+    def read(cls, r: Reader, version: int):
+        if 3 <= version <= 12:
+            obj = _read_response(cls, r, version)
+            if obj is not None:
+                return obj
+        return super().read(r, version)
 
 
 
@@ -245,6 +254,101 @@ def _read_request(cls, r: Reader, version: int):
         return None
     obj = _new(cls)
     obj.__dict__.update(transactional_id=tid, acks=acks, timeout_ms=timeout, topic_data=topics)
+    r.pos = p
+    return obj
+
+
+def _read_response(cls, r: Reader, version: int):
+    """The common v3-v12 response (the producer's hot path) read straight from the buffer, or None
+    (r untouched) when the schema's codec must read it: record errors, an error message, tagged
+    fields (current_leader, node_endpoints), a length past the end, bad UTF-8."""
+    buf, p, end = r.buf, r.pos, r.end
+    flexible = version >= 9
+    Topic = cls.TopicProduceResponse
+    Part = Topic.PartitionProduceResponse
+    Leader = Part.LeaderIdAndEpoch
+    part_fmt = _PART_V5 if version >= 5 else _PART_V3
+    part_size = part_fmt.size
+    try:
+        if flexible:
+            count = buf[p] - 1
+            p += 1
+        else:
+            count = _I32.unpack_from(buf, p)[0]
+            p += 4
+        if not 0 <= count <= end - p or flexible and count >= 0x7F:
+            return None
+        topics = []
+        for _ in range(count):
+            if flexible:
+                n = buf[p] - 1
+                p += 1
+                if not 0 <= n < 0x7F:
+                    return None
+            else:
+                n = _I16.unpack_from(buf, p)[0]
+                p += 2
+                if n < 0:
+                    return None
+            if p + n > end:
+                return None
+            name = str(buf[p:p + n], "utf-8")
+            p += n
+            if flexible:
+                pcount = buf[p] - 1
+                p += 1
+                if not 0 <= pcount < 0x7F:
+                    return None
+            else:
+                pcount = _I32.unpack_from(buf, p)[0]
+                p += 4
+                if pcount < 0:
+                    return None
+            if pcount * part_size > end - p:
+                return None
+            parts = []
+            for _ in range(pcount):
+                if version >= 5:
+                    index, code, base, append_time, start = part_fmt.unpack_from(buf, p)
+                else:
+                    index, code, base, append_time = part_fmt.unpack_from(buf, p)
+                    start = -1
+                p += part_size
+                if version >= 8:
+                    if flexible:        # empty record_errors, null error_message, no tagged fields
+                        if buf[p] != 1 or buf[p + 1] != 0 or buf[p + 2] != 0:
+                            return None
+                        p += 3
+                    else:
+                        if buf[p:p + 6] != b"\0\0\0\0\xff\xff":
+                            return None
+                        p += 6
+                leader = _new(Leader)
+                leader.__dict__.update(leader_id=-1, leader_epoch=-1)
+                part = _new(Part)
+                part.__dict__.update(index=index, error_code=code, base_offset=base,
+                                     log_append_time_ms=append_time, log_start_offset=start,
+                                     record_errors=[], error_message=None, current_leader=leader)
+                parts.append(part)
+            if flexible:
+                if buf[p] != 0:
+                    return None
+                p += 1
+            topic = _new(Topic)
+            topic.__dict__.update(name=name, partition_responses=parts, topic_id=ZERO_UUID)
+            topics.append(topic)
+        throttle = _I32.unpack_from(buf, p)[0]
+        p += 4
+        if flexible:
+            if buf[p] != 0:
+                return None
+            p += 1
+    except (struct.error, UnicodeDecodeError, IndexError):
+        return None
+    if p > end:
+        return None
+    obj = _new(cls)
+    obj.__dict__.update(responses=topics, throttle_time_ms=throttle, node_endpoints=[])
     r.pos = p
     return obj
 
