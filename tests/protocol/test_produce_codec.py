@@ -1,4 +1,4 @@
-"""The straight-line Produce codecs (ProduceRequest.read, ProduceResponse.encode_into for v3-v12)
+"""The straight-line Produce codecs (ProduceRequest.read and encode_into, ProduceResponse.encode_into for v3-v12)
 against the schema's codec: equal objects, identical bytes, the same errors, and the fallback for
 every shape the straight line leaves to the schema."""
 from __future__ import annotations
@@ -195,3 +195,99 @@ def schema_encode_header(h, hv) -> bytes:
     out = bytearray()
     type(h)._codec(hv, hv >= 2)[1](out, h)
     return bytes(out)
+
+
+def _joined(out) -> bytes:
+    return b"".join(bytes(b) for b in out.buffers())
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests, st.sampled_from(VERSIONS))
+def test_request_encode_equals_the_schema(req, version):
+    """The producer's straight-line encoder writes the schema's bytes, into a bytearray and into a
+    GatherBuffer (large records as pieces, the frame the same)."""
+    from kohort.protocol.records import GatherBuffer
+    want = schema_encode(req, version)
+    assert req.encode(version) == want
+    out = GatherBuffer(b"\0\0")
+    req.encode_into(out, version)
+    assert _joined(out) == b"\0\0" + want
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_request_encode_takes_the_straight_line_and_gathers_large_records(version, monkeypatch):
+    from kohort.protocol.framing import encode_request, encode_request_buffers
+    from kohort.protocol.records import GATHER_MIN
+    big = bytearray(b"b" * GATHER_MIN)
+    req = ProduceRequest(transactional_id="tx", acks=-1, timeout_ms=30000,
+                         topic_data=[PT(name="t", partition_data=[PD(index=0, records=big),
+                                                                  PD(index=1, records=memoryview(b"small")),
+                                                                  PD(index=2, records=None)])])
+    want = encode_request(req, version, 77, "client-é")       # the schema's header and body
+    codecs = dict(ProduceRequest._codecs)
+
+    def boom(*a, **k):
+        raise AssertionError("schema encoder used")
+    monkeypatch.setattr(ProduceRequest, "_codecs", {**codecs, (version, ProduceRequest.is_flexible(version)):
+                                                    (boom, boom)})
+    bufs = encode_request_buffers(req, version, 77, "client-é")
+    assert any(b is big for b in bufs)                         # referred to, not copied
+    assert b"".join(bytes(b) for b in bufs) == want
+    assert b"".join(bytes(b) for b in encode_request_buffers(req, version, 77, None)) == \
+        encode_request(req, version, 77, None)
+
+
+def test_request_encode_leaves_odd_shapes_to_the_schema():
+    """Tagged fields, a value out of range: the schema's codec writes or refuses it, as before."""
+    req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=5,
+                         topic_data=[PT(name="t", partition_data=[PD(index=3, records=b"abc")])])
+    req.topic_data[0].partition_data[0]._unknown_tags = {7: b"\x01\x02"}
+    for v in range(9, 13):
+        assert req.encode(v) == schema_encode(req, v)
+    bad = ProduceRequest(transactional_id=None, acks=1 << 20, timeout_ms=5, topic_data=[])
+    with pytest.raises(Exception) as fast:
+        bad.encode(11)
+    with pytest.raises(Exception) as slow:
+        schema_encode(bad, 11)
+    assert (type(fast.value), str(fast.value)) == (type(slow.value), str(slow.value))
+
+
+def _deep_keys(obj):
+    """Every object's field names, nested (equal objects with different fields would hide a gap)."""
+    from kohort.protocol.schema import Struct  # noqa: F401 - the nested classes are Messages/Structs
+    out = [tuple(sorted(obj.__dict__))]
+    for v in obj.__dict__.values():
+        for item in v if isinstance(v, list) else [v]:
+            if hasattr(item, "__dict__") and hasattr(type(item), "SCHEMA"):
+                out += _deep_keys(item)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(responses, st.sampled_from(VERSIONS))
+def test_response_read_equals_the_schema(resp, version):
+    """The producer's straight-line reader gives the schema's objects (or leaves them to it: error
+    messages), and stops where the schema does."""
+    data = schema_encode(resp, version) + b"trail"
+    r = Reader(data)
+    fast = ProduceResponse.read(r, version)
+    slow, spos = schema_decode(ProduceResponse, data, version)
+    assert r.pos == spos == len(data) - 5
+    assert fast == slow and _deep_keys(fast) == _deep_keys(slow)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_response_read_takes_the_straight_line(version, monkeypatch):
+    resp = ProduceResponse(responses=[TR(name="t", partition_responses=[
+        PR(index=0, error_code=0, base_offset=41, log_append_time_ms=-1, log_start_offset=3, record_errors=[])])],
+        throttle_time_ms=0)
+    data = schema_encode(resp, version)
+    want, _ = schema_decode(ProduceResponse, data, version)
+
+    def boom(*a, **k):
+        raise AssertionError("schema decoder used")
+    monkeypatch.setattr(ProduceResponse, "_codecs", {(version, ProduceResponse.is_flexible(version)): (boom, boom)})
+    assert ProduceResponse.decode(data, version) == want
+    for cut in range(len(data)):                  # cut short: left to the schema (here: boom)
+        with pytest.raises(AssertionError):
+            ProduceResponse.decode(data[:cut], version)

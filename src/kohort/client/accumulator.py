@@ -272,6 +272,9 @@ class ProducerBatch(_BatchRecords):
         return cbs
 
 
+_INF = float("inf")
+
+
 class RecordAccumulator:
     """Open batches per (topic, partition), readiness and draining. Thread-safe (one lock)."""
 
@@ -394,12 +397,13 @@ class RecordAccumulator:
 
     # -- I/O side ----------------------------------------------------------------------------------------
     def ready(self, now_ms: int, leader_of, node_ready) -> tuple[set, int, set]:
-        """Nodes with sendable batches, ms until the next batch may become ready, and unknown-leader topics.
+        """Nodes with sendable batches, ms until the next batch may become ready (inf when no queued
+        batch is waiting for its linger.ms or retry backoff), and unknown-leader topics.
 
         `leader_of(topic, partition)` -> node id or None; `node_ready(node)` -> bool (can send now)."""
         nodes = set()
         unknown = set()
-        next_ms = self.linger_ms if self.linger_ms > 0 else 100
+        next_ms = _INF
         with self.lock:
             exhausted = self.used > self.buffer_memory * 0.9 or self.flushing or self.closed
             for tp, dq in self.batches.items():
@@ -421,6 +425,8 @@ class RecordAccumulator:
                 if sendable:
                     if node_ready(node):
                         nodes.add(node)
+                    else:       # look again when its linger.ms would have passed (the connection's turn)
+                        next_ms = min(next_ms, self.linger_ms if self.linger_ms > 0 else 100)
                 else:
                     next_ms = min(next_ms, self.linger_ms - waited)
         return nodes, max(0, next_ms), unknown

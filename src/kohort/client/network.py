@@ -231,12 +231,16 @@ class NetworkClient:
                 self.poll(min(left, 0.1))
         return fut.result(t + 1.0)
 
-    def poll(self, timeout_s: float = 0.0, prepare: Callable[[], float] | None = None) -> None:
+    def poll(self, timeout_s: float = 0.0, prepare: Callable[[], float] | None = None,
+             answers_first: bool = False) -> None:
         """Caller-driven mode (io_thread=False): do the I/O that is due -- queued requests out,
         responses in (their futures' callbacks run here), timeouts, reconnects -- waiting at most
         `timeout_s` for a socket to become ready. One thread at a time (the caller serialises).
         `prepare()`, when given, runs first as part of this poll (what it sends needs no wake-up)
-        and returns the longest the wait may be (s)."""
+        and returns the longest the wait may be (s). `answers_first` (with `timeout_s` 0): read
+        what the sockets hold and complete those futures before `prepare()` runs, then write what
+        it queued -- for a caller woken because an answer arrived, whose callbacks should not wait
+        for prepare's work."""
         if self._thread is not None:
             raise KohortError("poll() is for a NetworkClient created with io_thread=False")
         if self._closed:
@@ -244,6 +248,12 @@ class NetworkClient:
             return
         self._poller = threading.current_thread()
         try:
+            if answers_first and prepare is not None and timeout_s <= 0:
+                self._step(0.0)
+                prepare()
+                if self._submit:
+                    self._drain_submit(time.monotonic())
+                return
             if prepare is not None:
                 timeout_s = min(timeout_s, prepare())
             self._step(timeout_s)
@@ -314,14 +324,15 @@ class NetworkClient:
     def wakeup(self) -> None:
         self._wake()
 
-    def wait(self, timeout_s: float) -> None:
+    def wait(self, timeout_s: float) -> bool:
         """Caller-driven mode: block up to `timeout_s` until a socket of this client is ready for what
         the loop waits on (an answer to read, a connection made, room to write) or a wake-up arrives,
         without doing any I/O -- for a thread that does not hold the right to poll while another
         thread may (the producer's I/O thread beside its producing thread). Returns early, never
-        late; a socket closed meanwhile only ends the wait."""
+        late; a socket closed meanwhile only ends the wait. True when a connection's socket (not
+        only the wake-up) was found ready."""
         if self._closed:
-            return
+            return False
         rd = [self._wake_r.fileno()]
         wr = []
         for conn in list(self._conns.values()):
@@ -336,7 +347,8 @@ class NetworkClient:
         timeout_s = max(0.0, timeout_s)
         try:
             # select() keeps the timeout's microseconds (poll and epoll round it up to milliseconds)
-            select.select(rd, wr, (), timeout_s)
+            r, w, _ = select.select(rd, wr, (), timeout_s)
+            return bool(w) or len(r) > 1 or (len(r) == 1 and r[0] != rd[0])
         except ValueError:          # a descriptor beyond FD_SETSIZE: poll, to the millisecond
             p = select.poll()
             with contextlib.suppress(OSError, ValueError):
@@ -344,9 +356,10 @@ class NetworkClient:
                     p.register(fd, select.POLLIN)
                 for fd in wr:
                     p.register(fd, select.POLLOUT | (select.POLLIN if fd in rd else 0))
-                p.poll(int(timeout_s * 1000 + 0.999))
+                return any(fd != rd[0] for fd, _ in p.poll(int(timeout_s * 1000 + 0.999)))
+            return False
         except OSError:
-            pass
+            return False
 
     def wakeup_fd(self) -> int:
         """The file descriptor of the wake-up socket's writing end: a byte sent to it ends the wait

@@ -123,6 +123,22 @@ def _now_ms() -> int:
 _INF = float("inf")
 
 
+def _precise_timer_slack() -> None:
+    """Linux: the calling thread's timed waits (select's timeout) end within a microsecond of their
+    deadline instead of up to 50 µs after it (prctl PR_SET_TIMERSLACK, per thread): the producer's
+    I/O thread wakes when a batch's linger.ms ends. Elsewhere, or if prctl is missing, nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(_PR_SET_TIMERSLACK, 1000, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+_PR_SET_TIMERSLACK = 29
+
+
 def _linger_clock_ms() -> float:
     """The accumulator's clock: milliseconds with a fraction, so that a batch is sent linger.ms after
     its first record, not up to a millisecond either side of it (whole milliseconds would round both
@@ -639,11 +655,14 @@ class _Sender:
         self.txn_features = None                 # a transactional producer's broker features: None, "asked", dict
         self._seal_s_per_byte = 0.0          # measured; 0 until a request was sealed
         self.next_wait_s = 0.0               # what the last prepare() allowed poll to wait (s)
+        self.wait_until_ms = 0.0             # the same as a deadline on the linger clock (ms)
         self.first_send_at_ms = 0.0          # no Produce before this (linger clock): the marker gap
         self.marker_gap_txns = 0             # transactions left that wait MARKER_GAP_MS after EndTxn
         # when the I/O thread's wait ends (the accumulator's clock, ms): inf from its turn until its
         # wait starts, 0 while it is not waiting (see linger_started)
         self.io_wait_until_ms = 0.0
+        self.opened_due_ms = _INF       # the earliest linger end of batches opened during its turn
+        self.last_send_ms = -_INF       # when prepare() last found batches to send (linger clock)
 
     @property
     def ever_connected(self) -> bool:
@@ -683,20 +702,44 @@ class _Sender:
         (NetworkClient.wait, to the microsecond), then takes one turn if nobody else is doing the
         I/O. While a thread produces, its pokes do most of the I/O and this thread mostly waits;
         an acknowledgement or a lingering batch is never left to the producing thread's next call."""
+        _precise_timer_slack()
+        answered = False         # the last wait ended on a ready socket (an answer, most often)
+        passed = False           # the last wait was skipped: its deadline had passed
         try:
             while self.running:
-                if self.io_lock.acquire(False):
-                    self.io_wait_until_ms = _INF     # a batch made from here on wakes the wait below
-                    try:
-                        self.net.poll(0.0, self.prepare)
-                    finally:
-                        self.io_lock.release()
-                    wait_s = max(self.next_wait_s, 0.0001)
-                    self.io_wait_until_ms = min(self.io_wait_until_ms, _linger_clock_ms() + wait_s * 1000.0)
-                    self.net.wait(wait_s)
-                    self.io_wait_until_ms = 0.0
+                # another thread doing the I/O holds io_lock for one short turn (a poke), or while it
+                # waits in flush(): take the lock as soon as it is let go, re-checking `running`
+                if not self.io_lock.acquire(timeout=0.002):
+                    continue
+                # a batch opened from here on is seen by this turn's prepare, or (opened after it looked)
+                # lowers `opened_due_ms`: the turn's own select may eat the wake-up byte it sends
+                self.io_wait_until_ms = _INF
+                self.opened_due_ms = _INF
+                try:
+                    # woken by an answer: its futures' callbacks first, then prepare's sending
+                    self.net.poll(0.0, self.prepare, answers_first=answered)
+                finally:
+                    self.io_lock.release()
+                until = min(self.wait_until_ms, self.opened_due_ms)
+                linger_ms = self.acc.linger_ms
+                if linger_ms > 0:
+                    now = _linger_clock_ms()
+                    if now - self.last_send_ms < 2 * linger_ms or any(self.node_requests.values()):
+                        # producing: wait no longer than a linger.ms, so that a batch opened meanwhile
+                        # (due a linger.ms after it opens) needs no wake-up from the producing
+                        # thread -- the answer's turn, or this deadline's, sees it
+                        until = min(until, now + linger_ms)
+                self.io_wait_until_ms = until
+                until = min(until, self.opened_due_ms)     # one opened while the line above ran
+                wait_s = (until - _linger_clock_ms()) / 1000.0
+                if wait_s <= 0.0:
+                    # due already (a batch's linger ended during the turn): one more turn at once,
+                    # then a short wait if that turn found nothing to do either
+                    wait_s, passed = (0.0001 if passed else 0.0), True
                 else:
-                    time.sleep(0.002)        # another thread is doing the I/O right now
+                    passed = False
+                answered = self.net.wait(wait_s) if wait_s > 0.0 else False
+                self.io_wait_until_ms = 0.0
         except BaseException as e:  # noqa: BLE001 - a bug here must fail futures, not hang them
             self.fatal = KohortError(f"producer I/O thread crashed: {e!r}")
             with self.io_lock:
@@ -710,6 +753,8 @@ class _Sender:
         its wait would end later, so the batch leaves on time even if the producing thread makes no
         further call (the accumulator calls this, holding its lock)."""
         if due_ms < self.io_wait_until_ms:
+            if due_ms < self.opened_due_ms:
+                self.opened_due_ms = due_ms
             self.wakeup()
 
     def poke(self) -> None:
@@ -720,6 +765,10 @@ class _Sender:
                 self.step(0.0)
             finally:
                 self.io_lock.release()
+            if self.wait_until_ms + 0.05 < self.io_wait_until_ms:
+                # something is due before the I/O thread's wait ends (its wake-up byte may have
+                # been read by this turn's select): wake it
+                self.wakeup()
         else:
             self.wakeup()
 
@@ -727,8 +776,10 @@ class _Sender:
         self.net.poll(timeout_s, self.prepare)
 
     def prepare(self) -> float:
-        """Timers, metadata, producer id, expiry, sending; returns how long poll may wait (s)."""
-        now = _now_ms()
+        """Timers, metadata, producer id, expiry, sending; returns how long poll may wait (s), and
+        sets `wait_until_ms`, the same as a deadline on the linger clock."""
+        start = _linger_clock_ms()
+        now = int(start)                     # _now_ms()'s whole milliseconds
         p = self.p
         timeout_ms = 100
         if self.sealing:
@@ -759,16 +810,30 @@ class _Sender:
         if not p.idempotent or (self.producer_id >= 0 and not self.needs_bump):
             now = _linger_clock_ms()         # the batches' own clock (created_ms)
             if now < self.first_send_at_ms:  # the previous transaction's markers are being written
-                self.next_wait_s = min(timeout_ms, self.first_send_at_ms - now) / 1000.0
+                wait_ms = min(timeout_ms, self.first_send_at_ms - now)
+                self.wait_until_ms = now + wait_ms
+                self.next_wait_s = wait_ms / 1000.0
                 return self.next_wait_s
+            start = now
             nodes, next_ms, unknown = self.acc.ready(now, self._leader_of, _always)
-            nodes = [n for n in nodes if self._node_ready(n)]
             timeout_ms = min(timeout_ms, next_ms)
+            ready = [n for n in nodes if self._node_ready(n)]
+            if unknown or len(ready) < len(nodes):
+                # batches wait for a leader or a connection: look again when a linger.ms has passed
+                # (an answer or a connection made also ends the wait); with nothing queued the wait
+                # lasts the full 100 ms, so an idle producer's thread turns 10 times a second
+                timeout_ms = min(timeout_ms, self.acc.linger_ms if self.acc.linger_ms > 0 else 100)
+            nodes = ready
             if unknown:
                 self.cluster.add_topics(unknown)
                 self.meta_needed = True
-            for node in nodes:
-                self._send_to(node, now)
+            if nodes:
+                self.last_send_ms = now
+                for node in nodes:
+                    self._send_to(node, now)
+                # what the requests left behind (a batch opened meanwhile) lingers from its own start
+                timeout_ms = min(timeout_ms, self.acc.ready(now, self._leader_of, _always)[1])
+        self.wait_until_ms = start + timeout_ms
         self.next_wait_s = timeout_ms / 1000.0
         return self.next_wait_s
 

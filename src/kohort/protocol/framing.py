@@ -36,6 +36,8 @@ from kohort.protocol.records import GatherBuffer, SpliceBuffer
 from kohort.protocol.sasl import SaslClient, SaslFailure
 
 _SIZE = struct.Struct(">i")
+_HEADER_FIXED = struct.Struct(">hhi")       # request_api_key, request_api_version, correlation_id
+_I16_LEN = struct.Struct(">h")
 DEFAULT_MAX_FRAME = 100 * 1024 * 1024  # socket.request.max.bytes
 
 
@@ -126,8 +128,23 @@ def encode_request_buffers(request, version: int, correlation_id: int, client_id
     cls = type(request)
     hv = request_header_version(cls, version)
     out = GatherBuffer(4)
-    RequestHeader(request_api_key=cls.API_KEY, request_api_version=version,
-                  correlation_id=correlation_id, client_id=client_id).encode_into(out, hv)
+    try:
+        name = client_id.encode("utf-8") if type(client_id) is str else None
+    except UnicodeEncodeError:
+        name = None             # the schema's codec reports it
+    if hv >= 1 and (client_id is None or name is not None and len(name) <= 0x7FFF):
+        # header v1/v2 straight in: the bytes RequestHeader's codec writes
+        out += _HEADER_FIXED.pack(cls.API_KEY, version, correlation_id)
+        if name is None:
+            out += b"\xff\xff"
+        else:
+            out += _I16_LEN.pack(len(name))
+            out += name
+        if hv >= 2:
+            out.append(0)       # no tagged fields
+    else:
+        RequestHeader(request_api_key=cls.API_KEY, request_api_version=version,
+                      correlation_id=correlation_id, client_id=client_id).encode_into(out, hv)
     request.encode_into(out, version)
     _SIZE.pack_into(out, 0, out.frame_size - 4)
     return out.buffers()

@@ -9,13 +9,16 @@ TRANSACTION_ABORTABLE and v12 implies AddPartitionsToTxn (KIP-890); v13 topic ID
 Both directions of the broker's hot path have a straight-line codec beside the schema's:
 `ProduceRequest.read` for v3-v12 requests without tagged fields, `ProduceResponse.encode_into` for
 v3-v12 responses whose partitions carry no record errors, no current_leader, no node endpoints and
-no tagged fields seen on the wire. Anything else (and any malformed input, so the schema's
+no tagged fields seen on the wire; so do the producer's: `ProduceRequest.encode_into` for v3-v12
+requests without tagged fields whose records are bytes (a GatherBuffer gets large ones as pieces),
+`ProduceResponse.read` for v3-v12 responses without record errors, error messages or tagged fields. Anything else (and any malformed input, so the schema's
 DecodeError names the problem) goes through the schema's codec; both give equal objects and
 identical bytes (tests/protocol/test_produce_codec.py compares them).
 """
 import struct
 
 from kohort.protocol.primitives import ZERO_UUID, Reader
+from kohort.protocol.records import GATHER_MIN, GatherBuffer
 from kohort.protocol.schema import INT16, INT32, INT64, RECORDS, STRING, UUID, ArrayOf, Message, Struct, f
 
 _new = object.__new__
@@ -49,6 +52,10 @@ class ProduceRequest(Message):
             if obj is not None:
                 return obj
         return super().read(r, version)
+
+    def encode_into(self, out: bytearray, version: int) -> None:
+        if not (3 <= version <= 12 and _write_request(out, self, version)):
+            super().encode_into(out, version)
 
 
 class ProduceResponse(Message):
@@ -88,6 +95,14 @@ class ProduceResponse(Message):
     def encode_into(self, out: bytearray, version: int) -> None:
         if not (3 <= version <= 12 and _write_response(out, self, version)):
             super().encode_into(out, version)
+
+    @classmethod
+    def read(cls, r: Reader, version: int):
+        if 3 <= version <= 12:
+            obj = _read_response(cls, r, version)
+            if obj is not None:
+                return obj
+        return super().read(r, version)
 
 
 
@@ -243,6 +258,101 @@ def _read_request(cls, r: Reader, version: int):
     return obj
 
 
+def _read_response(cls, r: Reader, version: int):
+    """The common v3-v12 response (the producer's hot path) read straight from the buffer, or None
+    (r untouched) when the schema's codec must read it: record errors, an error message, tagged
+    fields (current_leader, node_endpoints), a length past the end, bad UTF-8."""
+    buf, p, end = r.buf, r.pos, r.end
+    flexible = version >= 9
+    Topic = cls.TopicProduceResponse
+    Part = Topic.PartitionProduceResponse
+    Leader = Part.LeaderIdAndEpoch
+    part_fmt = _PART_V5 if version >= 5 else _PART_V3
+    part_size = part_fmt.size
+    try:
+        if flexible:
+            count = buf[p] - 1
+            p += 1
+        else:
+            count = _I32.unpack_from(buf, p)[0]
+            p += 4
+        if not 0 <= count <= end - p or flexible and count >= 0x7F:
+            return None
+        topics = []
+        for _ in range(count):
+            if flexible:
+                n = buf[p] - 1
+                p += 1
+                if not 0 <= n < 0x7F:
+                    return None
+            else:
+                n = _I16.unpack_from(buf, p)[0]
+                p += 2
+                if n < 0:
+                    return None
+            if p + n > end:
+                return None
+            name = str(buf[p:p + n], "utf-8")
+            p += n
+            if flexible:
+                pcount = buf[p] - 1
+                p += 1
+                if not 0 <= pcount < 0x7F:
+                    return None
+            else:
+                pcount = _I32.unpack_from(buf, p)[0]
+                p += 4
+                if pcount < 0:
+                    return None
+            if pcount * part_size > end - p:
+                return None
+            parts = []
+            for _ in range(pcount):
+                if version >= 5:
+                    index, code, base, append_time, start = part_fmt.unpack_from(buf, p)
+                else:
+                    index, code, base, append_time = part_fmt.unpack_from(buf, p)
+                    start = -1
+                p += part_size
+                if version >= 8:
+                    if flexible:        # empty record_errors, null error_message, no tagged fields
+                        if buf[p] != 1 or buf[p + 1] != 0 or buf[p + 2] != 0:
+                            return None
+                        p += 3
+                    else:
+                        if buf[p:p + 6] != b"\0\0\0\0\xff\xff":
+                            return None
+                        p += 6
+                leader = _new(Leader)
+                leader.__dict__.update(leader_id=-1, leader_epoch=-1)
+                part = _new(Part)
+                part.__dict__.update(index=index, error_code=code, base_offset=base,
+                                     log_append_time_ms=append_time, log_start_offset=start,
+                                     record_errors=[], error_message=None, current_leader=leader)
+                parts.append(part)
+            if flexible:
+                if buf[p] != 0:
+                    return None
+                p += 1
+            topic = _new(Topic)
+            topic.__dict__.update(name=name, partition_responses=parts, topic_id=ZERO_UUID)
+            topics.append(topic)
+        throttle = _I32.unpack_from(buf, p)[0]
+        p += 4
+        if flexible:
+            if buf[p] != 0:
+                return None
+            p += 1
+    except (struct.error, UnicodeDecodeError, IndexError):
+        return None
+    if p > end:
+        return None
+    obj = _new(cls)
+    obj.__dict__.update(responses=topics, throttle_time_ms=throttle, node_endpoints=[])
+    r.pos = p
+    return obj
+
+
 _PART_V3 = struct.Struct(">ihqq")        # index, error_code, base_offset, log_append_time_ms
 _PART_V5 = struct.Struct(">ihqqq")       # + log_start_offset
 
@@ -261,6 +371,78 @@ def _write_uvarint(out: bytearray, v: int) -> None:
         out.append((v & 0x7F) | 0x80)
         v >>= 7
     out.append(v)
+
+
+def _write_request(out: bytearray, req, version: int) -> bool:
+    """The common v3-v12 request (the client's hot path) written straight into `out`; False (nothing
+    written) when the schema's codec must write it: tagged fields, records that are not plain bytes,
+    a value out of range. Records of GATHER_MIN bytes or more going into a GatherBuffer are noted as
+    a piece, not copied, as the schema's RECORDS writer does."""
+    d = req.__dict__
+    if d.get("_unknown_tags") or d.get("_tags_seen"):
+        return False
+    flexible = version >= 9
+    start = len(out)
+    gather = type(out) is GatherBuffer
+    pieces = len(out.pieces) if gather else 0
+    try:
+        tid = d["transactional_id"]
+        if tid is None:
+            out += b"\0" if flexible else b"\xff\xff"
+        else:
+            _write_str(out, tid, flexible)
+        out += _ACKS_TIMEOUT.pack(d["acks"], d["timeout_ms"])
+        topics = d["topic_data"]
+        if flexible:
+            _write_uvarint(out, len(topics) + 1)
+        else:
+            out += _I32.pack(len(topics))
+        for t in topics:
+            td = t.__dict__
+            if "_unknown_tags" in td or "_tags_seen" in td:
+                raise TypeError
+            _write_str(out, td["name"], flexible)
+            parts = td["partition_data"]
+            if flexible:
+                _write_uvarint(out, len(parts) + 1)
+            else:
+                out += _I32.pack(len(parts))
+            for part in parts:
+                pd = part.__dict__
+                if "_unknown_tags" in pd or "_tags_seen" in pd:
+                    raise TypeError
+                out += _I32.pack(pd["index"])
+                records = pd["records"]
+                if records is None:
+                    out += b"\0" if flexible else b"\xff\xff\xff\xff"
+                else:
+                    kind = type(records)
+                    if kind is memoryview:
+                        if records.itemsize != 1 or not records.c_contiguous:
+                            raise TypeError
+                    elif kind is not bytes and kind is not bytearray:
+                        raise TypeError          # e.g. ExternalRecords: the schema's writer
+                    n = len(records)
+                    if flexible:
+                        _write_uvarint(out, n + 1)
+                    else:
+                        out += _I32.pack(n)
+                    if gather and n >= GATHER_MIN:
+                        out.add_piece(records)
+                    else:
+                        out += records
+                if flexible:
+                    out.append(0)                   # no tagged fields
+            if flexible:
+                out.append(0)
+        if flexible:
+            out.append(0)
+    except (struct.error, AttributeError, KeyError, TypeError, UnicodeEncodeError):
+        del out[start:]                  # the schema's codec writes it, or reports what is wrong
+        if gather and len(out.pieces) > pieces:
+            del out.pieces[pieces:]
+        return False
+    return True
 
 
 def _write_response(out: bytearray, resp, version: int) -> bool:

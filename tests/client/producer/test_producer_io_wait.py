@@ -1,0 +1,74 @@
+"""The producer's I/O thread and its waits: it sleeps while nothing is queued, and a batch opened
+while nobody else calls the producer leaves when its linger.ms ends (the I/O thread wakes for it,
+whatever its own turn was doing when the batch opened)."""
+import threading
+import time
+
+import pytest
+
+from kohort.client import producer as producer_module
+from kohort.client.producer import Producer
+from tests.helpers.scripted_broker import ScriptedCluster
+
+
+@pytest.fixture
+def cluster():
+    c = ScriptedCluster(1, {"t": 1})
+    yield c
+    c.close()
+
+
+def _count_prepares(p: Producer) -> list:
+    calls = []
+    prepare = p.sender.prepare
+
+    def counted():
+        calls.append(threading.current_thread().name)
+        return prepare()
+    p.sender.prepare = counted
+    return calls
+
+
+def test_an_idle_producer_thread_turns_about_ten_times_a_second(cluster):
+    p = Producer({"bootstrap.servers": cluster.bootstrap})
+    try:
+        p.produce("t", b"first").result(10)
+        time.sleep(0.15)                    # the answer's own turns are over
+        calls = _count_prepares(p)
+        time.sleep(0.5)
+        # one turn per 100 ms wait (not one per linger.ms, 5 ms: 100 turns in this time)
+        assert 2 <= len(calls) <= 12, len(calls)
+    finally:
+        p.close(5)
+
+
+def test_a_batch_opened_during_the_io_threads_turn_leaves_at_its_linger_end(cluster, monkeypatch):
+    """A batch opened after the I/O thread's prepare() looked, before its wait (its wake-up byte is
+    read by that turn's own select): the wait still ends when the batch's linger.ms does. No pokes
+    from the producing thread (TICK_MS out of reach), nothing else queued."""
+    monkeypatch.setattr(producer_module, "TICK_MS", 1e9)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    try:
+        p.produce("t", b"first").result(10)
+        time.sleep(0.15)
+        opened = []
+        prepare = p.sender.prepare
+
+        def prepare_then_open_a_batch():
+            wait_s = prepare()
+            if threading.current_thread() is p.sender.thread and not opened:
+                opened.append(time.perf_counter())
+                opened.append(p.produce("t", b"late"))
+            return wait_s
+        p.sender.prepare = prepare_then_open_a_batch
+        p.sender.wakeup()                       # a turn of the I/O thread
+        deadline = time.monotonic() + 5
+        while not opened and time.monotonic() < deadline:
+            time.sleep(0.001)
+        opened[1].result(5)
+        took_ms = (time.perf_counter() - opened[0]) * 1000
+        # waiting out the idle 100 ms instead would take ~100 ms
+        assert took_ms < 60, took_ms
+        assert cluster.values("t", 0) == [b"first", b"late"]
+    finally:
+        p.close(5)
