@@ -245,6 +245,9 @@ class Cluster:
                 self._updated.notify_all()
             return
         snap = self._build(resp)
+        # the address book first: a thread that reads the new snapshot at once may send to a broker
+        # it names, which must then already have an address
+        self.network.update_brokers({n: (h, p) for n, (h, p, _) in snap.brokers.items()})
         with self._lock:
             self._inflight = None
             self._last_error = None
@@ -264,7 +267,6 @@ class Cluster:
             else:
                 self._stale_answers = 0
             self._updated.notify_all()
-        self.network.update_brokers({n: (h, p) for n, (h, p, _) in snap.brokers.items()})
         for fn in self._listeners:
             fn(snap)
 
