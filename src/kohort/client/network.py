@@ -621,6 +621,8 @@ class NetworkClient:
                     conn.pending.extend(old.pending)
                 conn.node_id = node_id
                 self._conns[node_id] = conn
+                if self.stats is not None:
+                    self.stats.on_connection_adopted(bid, node_id)
                 log.debug("bootstrap connection %s (%s:%s) is broker %s's", bid, addr[0], addr[1], node_id)
                 return conn
         return None
