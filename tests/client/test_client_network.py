@@ -130,6 +130,43 @@ def test_cluster_metadata(mock_cluster):
         assert cl.refresh(10).version > v
 
 
+def test_a_bootstrap_connection_becomes_the_connection_of_the_broker_at_its_address(mock_cluster):
+    """Metadata names a broker at exactly the bootstrap address: that connection serves the broker
+    (no second TCP connection and ApiVersions handshake before the broker's first request); a broker
+    at another address gets its own."""
+    with NetworkClient({"bootstrap.servers": mock_cluster}) as probe:
+        brokers = probe.send(None, MetadataRequest(topics=[])).result(10).brokers
+    first, other = brokers[0], brokers[1]
+    with NetworkClient({"bootstrap.servers": f"{first.host}:{first.port}"}) as nc:
+        resp = nc.send(None, MetadataRequest(topics=[])).result(10)
+        assert set(nc.connection_states()) == {-1}
+        nc.update_brokers({b.node_id: (b.host, b.port) for b in resp.brokers})
+        assert nc.send(first.node_id, MetadataRequest(topics=[])).result(10).cluster_id == resp.cluster_id
+        assert nc.connection_states() == {first.node_id: "READY"}
+        nc.send(other.node_id, MetadataRequest(topics=[])).result(10)
+        assert nc.connection_states() == {first.node_id: "READY", other.node_id: "READY"}
+
+
+def test_a_leader_lookup_while_metadata_is_in_flight_sends_nothing_more(mock_cluster):
+    """request_leaders for topics the Metadata request in flight already asks about waits for that
+    answer instead of queueing the same request again."""
+    create_topic(mock_cluster, "net-leaders", 2)
+    cfg = load_config("consumer", {"bootstrap.servers": mock_cluster})
+    with NetworkClient(cfg) as nc:
+        cl = Cluster(nc, cfg)
+        v = cl.wait_for_topics({"net-leaders"}, 10).version
+        cl.request_update()
+        assert cl.maybe_refresh() is not None      # in flight
+        cl.request_leaders({"net-leaders"})
+        deadline = time.monotonic() + 10
+        while cl.snapshot.version == v and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert cl.snapshot.version > v
+        assert cl.maybe_refresh() is None          # nothing left due: no second request
+        cl.request_leaders({"net-leaders-other"})  # not covered: asked for
+        assert cl.maybe_refresh() is not None
+
+
 def test_a_wake_up_during_the_drain_is_not_lost():
     """The I/O loop drains the wake-up socket; a send from another thread that wakes it at that moment
     must leave the loop wakeable. (Clearing the flag before the drain ate that byte and left the flag

@@ -71,6 +71,7 @@ class Cluster:
         self._all_topics = all_topics
         self._need_update = True
         self._inflight: Future | None = None
+        self._inflight_topics: set[str] | None = None     # what the request in flight asks (None: all)
         self._not_before = 0.0
         self._updated = threading.Condition(self._lock)
         self._last_error: BaseException | None = None
@@ -154,6 +155,20 @@ class Cluster:
             self._need_update = True
         self.maybe_refresh()
 
+    def request_leaders(self, topics) -> None:
+        """Ask for metadata naming these topics' leaders. A Metadata request already in flight that
+        covers them is their answer: nothing more is sent meanwhile. For callers that ask again on
+        every round while a leader stays unknown (offset resets, position validation): asking while
+        the first answer is on its way would only send the same request twice."""
+        topics = set(topics)
+        with self._lock:
+            covered = self._inflight is not None and (self._inflight_topics is None
+                                                      or topics <= self._inflight_topics)
+        if covered:
+            return
+        self.add_topics(topics)
+        self.request_update()
+
     def on_partition_error(self, tp, error_code: int) -> None:
         if error_code in STALE_METADATA_ERRORS:
             self.request_update()
@@ -180,6 +195,7 @@ class Cluster:
             self._need_update = self._forced = False
             fut = self.network.send(None, metadata_request(topics, self._auto_create))
             self._inflight = fut
+            self._inflight_topics = None if topics is None else set(topics)
         fut.add_done_callback(self._on_response)
         return fut
 
@@ -245,6 +261,9 @@ class Cluster:
                 self._updated.notify_all()
             return
         snap = self._build(resp)
+        # the address book first: a thread that reads the new snapshot at once may send to a broker
+        # it names, which must then already have an address
+        self.network.update_brokers({n: (h, p) for n, (h, p, _) in snap.brokers.items()})
         with self._lock:
             self._inflight = None
             self._last_error = None
@@ -264,7 +283,6 @@ class Cluster:
             else:
                 self._stale_answers = 0
             self._updated.notify_all()
-        self.network.update_brokers({n: (h, p) for n, (h, p, _) in snap.brokers.items()})
         for fn in self._listeners:
             fn(snap)
 

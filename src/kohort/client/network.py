@@ -2,7 +2,9 @@
 consumer, the admin and the Spark source.
 
 One selector over non-blocking sockets; one connection per broker node id (bootstrap addresses get
-negative ids -1, -2, ... until metadata names the brokers), each speaking through a sans-I/O
+negative ids -1, -2, ... until metadata names the brokers; a bootstrap connection to the very
+host and port metadata gives a broker becomes that broker's connection rather than a second socket
+and handshake to the same listener), each speaking through a sans-I/O
 `ClientProtocol`, which owns the frames, the correlation ids, the requests in flight and the
 ApiVersions/SASL handshake, and picks each request's version from what both sides support. This
 module is sockets, TLS, selection, threads and time only.
@@ -582,6 +584,10 @@ class NetworkClient:
         if addr is None:
             return None
         conn = self._conns.get(node_id)
+        if (conn is None or conn.state == DISCONNECTED) and node_id in self._brokers:
+            adopted = self._adopt_bootstrap(node_id, addr)
+            if adopted is not None:
+                return adopted
         if conn is None or conn.host != addr[0] or conn.port != addr[1]:
             conn = _Conn(node_id, addr[0], addr[1], self._new_protocol())
             old = self._conns.get(node_id)
@@ -615,6 +621,24 @@ class NetworkClient:
         conn.events = selectors.EVENT_WRITE
         self._sel.register(sock, selectors.EVENT_WRITE, conn)
         return conn
+
+    def _adopt_bootstrap(self, node_id: int, addr: tuple[str, int]) -> _Conn | None:
+        """A live bootstrap connection to exactly `addr` becomes broker `node_id`'s connection (its
+        requests in flight and pending go on as they are), so the first request to a broker that was
+        also the bootstrap address needs no new TCP connection and ApiVersions handshake."""
+        for bid, conn in self._conns.items():
+            if bid < 0 and conn.state != DISCONNECTED and (conn.host, conn.port) == addr:
+                del self._conns[bid]
+                old = self._conns.get(node_id)
+                if old is not None:
+                    conn.pending.extend(old.pending)
+                conn.node_id = node_id
+                self._conns[node_id] = conn
+                if self.stats is not None:
+                    self.stats.on_connection_adopted(bid, node_id)
+                log.debug("bootstrap connection %s (%s:%s) is broker %s's", bid, addr[0], addr[1], node_id)
+                return conn
+        return None
 
     def _finish_connect(self, conn: _Conn) -> None:
         err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)

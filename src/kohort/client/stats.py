@@ -75,6 +75,12 @@ class RequestStats:
                 if len(b.rtts) > RTT_WINDOW:
                     del b.rtts[:len(b.rtts) - RTT_WINDOW]
 
+    def on_connection_adopted(self, old, new) -> None:
+        """A bootstrap connection became broker `new`'s: its requests in flight are answered as `new`'s."""
+        with self.lock:
+            for k in [k for k in self._sent if k[0] == old]:
+                self._sent[(new, k[1])] = self._sent.pop(k)
+
     def on_disconnect(self, node) -> None:
         with self.lock:                 # requests in flight on a lost connection are never answered
             for k in [k for k in self._sent if k[0] == node]:

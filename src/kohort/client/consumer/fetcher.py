@@ -650,8 +650,7 @@ class Fetcher:
                 leader = self.cluster.leader_for(tp)
                 if leader is None:
                     self._raise_if_denied({tp[0]}, locked=True)
-                    self.cluster.add_topics({tp[0]})
-                    self.cluster.request_update()
+                    self.cluster.request_leaders({tp[0]})
                     continue
                 ts = EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
                 by_node.setdefault(leader, {})[tp] = ts
