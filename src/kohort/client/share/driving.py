@@ -146,7 +146,11 @@ def hand_out(buffer: deque, acks: Acknowledgements, max_records: int, lock_s: fl
             buffer.popleft()
         else:
             buffer[0] = (tip, recs[len(take):], at)
-        acks.handed_out(tip, map(_offset_of, take))
+        first, last = take[0][2], take[-1][2]
+        if last - first == len(take) - 1:        # offsets increase, so these are first..last, each once
+            acks.handed_out_range(tip, first, last)
+        else:
+            acks.handed_out(tip, map(_offset_of, take))
         if delivered_records is not None:
             for r in take:
                 delivered_records[(tip, r[2])] = r
@@ -191,9 +195,9 @@ def _decode_acquired(topic: str, partition: int, data, acquired: list[tuple[int,
                               record_factory=ConsumerRecord, prefix=(topic, partition))
     new = _tuple_new
     if (len(acquired) == 1 and kd is None and vd is None and len(got) == hi - lo + 1
-            and got and got[0][2] == lo and got[-1][2] == hi and len(set(map(_offset_of, got))) == len(got)):
-        # the common answer: one acquired range whose every offset is a record, each once (in the
-        # log's order, as the leader sent its batches); only the delivery count is added. Each
+            and list(map(_offset_of, got)) == list(range(lo, hi + 1))):
+        # the common answer: one acquired range whose every offset is a record, once and in
+        # order (checked at C speed); only the delivery count is added. Each
         # record replaces its count-less twin in place, so the garbage collector sees no net
         # allocations (a new list of them would trigger collections that rescan the buffer).
         suffix = (acquired[0][2],)
@@ -315,7 +319,7 @@ class CommitBook:
     def holding(self) -> bool:
         """Records handed to the application and not acknowledged yet: the next fetch waits for the
         next poll, which acknowledges them (implicit) or requires them acknowledged (explicit)."""
-        return any(self.acks._delivered.values())
+        return self.acks.holding()
 
     # -- commits ----------------------------------------------------------------------------------------
     def commit(self, sync: bool, leaders: Mapping[int, Leader], leader_of: Callable[[Any], int | None]) -> int | None:
@@ -380,7 +384,7 @@ class CommitBook:
     def take_for(self, node: int, leader_of: Callable[[Any], int | None]) -> dict:
         """The pending acknowledgements of the partitions led by `node` ({tip: [AckBatch]}), taken."""
         out = {}
-        for tip in [t for t in list(self.acks._pending) if leader_of(t) == node]:
+        for tip in [t for t in self.acks.pending_partitions() if leader_of(t) == node]:
             b = self.acks.take(tip)
             if b:
                 out[tip] = b
