@@ -191,19 +191,14 @@ def _decode_acquired(topic: str, partition: int, data, acquired: list[tuple[int,
     d = data if type(data) is bytes else bytes(data)
     lo, hi = acquired[0][0], max(last for _, last, _ in acquired)
     _, _, legacy = scan_batches(d, lo, check_crcs)      # v2 CRCs are checked here
+    one = len(acquired) == 1 and kd is None and vd is None
+    # one acquired range (the common answer): the decoder adds its delivery count to every record
     got = decode_records_list(d, check_crcs and legacy, min_offset=lo, max_offset=hi + 1,
-                              record_factory=ConsumerRecord, prefix=(topic, partition))
+                              record_factory=ConsumerRecord, prefix=(topic, partition),
+                              suffix=(acquired[0][2],) if one else ())
+    if one and len(got) == hi - lo + 1 and list(map(_offset_of, got)) == list(range(lo, hi + 1)):
+        return got                        # every offset of the range a record, once and in order
     new = _tuple_new
-    if (len(acquired) == 1 and kd is None and vd is None and len(got) == hi - lo + 1
-            and list(map(_offset_of, got)) == list(range(lo, hi + 1))):
-        # the common answer: one acquired range whose every offset is a record, once and in
-        # order (checked at C speed); only the delivery count is added. Each
-        # record replaces its count-less twin in place, so the garbage collector sees no net
-        # allocations (a new list of them would trigger collections that rescan the buffer).
-        suffix = (acquired[0][2],)
-        for i, r in enumerate(got):
-            got[i] = new(ConsumerRecord, r + suffix)
-        return got
     out: list = []
     ranges = iter(acquired)
     first, last, count = next(ranges)
