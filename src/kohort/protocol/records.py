@@ -733,8 +733,11 @@ def decode_records_list(buf, check_crc: bool = False, max_size: int = DEFAULT_MA
         shared = type(max_size) is DecompressionBudget
         left = max_size.left if shared else 0
         try:
+            if suffix:
+                return _ext.decode_fetch(buf, check_crc, max_size, min_offset, max_offset,
+                                         record_factory, prefix, suffix)
             return _ext.decode_fetch(buf, check_crc, max_size, min_offset, max_offset,
-                                     record_factory, prefix, suffix)
+                                     record_factory, prefix)
         except _NeedsPython:
             if shared:
                 max_size.left = left        # the Python decoder starts over
