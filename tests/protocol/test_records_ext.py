@@ -253,6 +253,12 @@ def test_record_factory_is_the_consumers_record_class(impl):
                    ConsumerRecord("orders", 7, 5, 9, 0, b"a", b"b", [], None)]
     assert all(type(r) is ConsumerRecord for r in got)
     assert (got[1].topic, got[1].offset, got[1].key, got[1].leader_epoch) == ("orders", 5, b"a", None)
+    counted = R.decode_records_list(payload, min_offset=4, record_factory=ConsumerRecord,
+                                    prefix=("orders", 7), suffix=(3,))     # a share consumer's delivery count
+    assert counted == [ConsumerRecord(*r, delivery_count=3) for r in got]
+    assert all(type(r) is ConsumerRecord and r.delivery_count == 3 for r in counted)
+    with pytest.raises(TypeError):
+        R.decode_records_list(payload, suffix=(3,))
 
 
 # -- fuzzing --------------------------------------------------------------------------------------

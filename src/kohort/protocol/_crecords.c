@@ -6,14 +6,15 @@
  *       Called once by records.py: the exception classes to raise, compression.decompress, and
  *       the Python reader of legacy (magic 0/1) entries, which are rare and stay in Python.
  *   decode_fetch(buf, check_crc=False, max_size=..., min_offset=None, max_offset=None,
- *                record_factory=None, prefix=()) -> list
+ *                record_factory=None, prefix=(), suffix=()) -> list
  *       Every data record of every complete batch of a fetch payload, in order, exactly as
  *       records.iter_records yields them: tuples (offset, timestamp, key, value, headers).
  *       With record_factory, each record is record_factory(*prefix, offset, timestamp,
  *       timestamp_type, key, value, headers, leader_epoch) (leader_epoch None when unknown: -1
  *       in the batch, or a legacy message), the layout of kohort.structs.ConsumerRecord with
  *       prefix (topic, partition); a tuple subclass without extra storage (ConsumerRecord, a
- *       namedtuple) is filled directly without calling its __new__.
+ *       namedtuple) is filled directly without calling its __new__. `suffix` fields follow
+ *       leader_epoch (a share consumer's delivery count: ConsumerRecord's tenth field).
  *       min_offset <= offset < max_offset filters records (None: unbounded).
  *       max_size bounds what all the call's batches decompress to together (one budget, not one
  *       limit per batch): an int, or records.DecompressionBudget whose `left` is spent and
@@ -265,6 +266,7 @@ typedef struct {
     PyObject *out;             /* list */
     PyObject *factory;         /* borrowed */
     PyObject *prefix;          /* tuple, borrowed */
+    PyObject *suffix;          /* tuple after the record's fields, borrowed (decode_fetch only) */
     int factory_direct;        /* tuple subclass filled without __new__ */
     /* columns */
     Py_ssize_t n;
@@ -407,7 +409,8 @@ static int emit(sink_t *s, rec_t *r)
         PyTuple_SET_ITEM(item, 3, v);
         PyTuple_SET_ITEM(item, 4, h);
     } else {
-        Py_ssize_t np = s->prefix ? PyTuple_GET_SIZE(s->prefix) : 0, na = np + 7;
+        Py_ssize_t np = s->prefix ? PyTuple_GET_SIZE(s->prefix) : 0;
+        Py_ssize_t ns = s->suffix ? PyTuple_GET_SIZE(s->suffix) : 0, na = np + 7 + ns;
         PyObject *args[32];
         PyObject *tt = PyLong_FromLong(r->tstype);
         PyObject *ep = r->epoch == -1 ? Py_NewRef(Py_None) : PyLong_FromLong(r->epoch);
@@ -420,14 +423,18 @@ static int emit(sink_t *s, rec_t *r)
             args[j] = PyTuple_GET_ITEM(s->prefix, j);
         args[np] = o; args[np + 1] = t; args[np + 2] = tt; args[np + 3] = k; args[np + 4] = v;
         args[np + 5] = h; args[np + 6] = ep;
+        for (Py_ssize_t j = 0; j < ns; j++)
+            args[np + 7 + j] = PyTuple_GET_ITEM(s->suffix, j);
         if (s->factory_direct) {
             PyTypeObject *tp = (PyTypeObject *)s->factory;
             item = tp->tp_alloc(tp, na);
             if (item) {
                 for (Py_ssize_t j = 0; j < np; j++)
                     PyTuple_SET_ITEM(item, j, Py_NewRef(args[j]));
-                for (Py_ssize_t j = np; j < na; j++)
+                for (Py_ssize_t j = np; j < np + 7; j++)
                     PyTuple_SET_ITEM(item, j, args[j]);     /* steals o, t, tt, k, v, h, ep */
+                for (Py_ssize_t j = np + 7; j < na; j++)
+                    PyTuple_SET_ITEM(item, j, Py_NewRef(args[j]));
             } else {
                 Py_DECREF(tt);
                 Py_DECREF(ep);
@@ -972,11 +979,12 @@ static void retrack(PyObject *out, Py_ssize_t hi)
 static PyObject *py_decode_fetch(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"buf", "check_crc", "max_size", "min_offset", "max_offset",
-                             "record_factory", "prefix", NULL};
+                             "record_factory", "prefix", "suffix", NULL};
     PyObject *buf, *max_size = NULL, *min_o = NULL, *max_o = NULL, *factory = NULL, *prefix = NULL;
+    PyObject *suffix = NULL;
     int check_crc = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pOOOOO:decode_fetch", kwlist, &buf, &check_crc,
-                                     &max_size, &min_o, &max_o, &factory, &prefix))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pOOOOOO:decode_fetch", kwlist, &buf, &check_crc,
+                                     &max_size, &min_o, &max_o, &factory, &prefix, &suffix))
         return NULL;
     if (!configured())
         return NULL;
@@ -1004,8 +1012,13 @@ static PyObject *py_decode_fetch(PyObject *self, PyObject *args, PyObject *kw)
             PyErr_SetString(PyExc_TypeError, "prefix must be a tuple");
             goto fail;
         }
-        if (s.prefix && PyTuple_GET_SIZE(s.prefix) > 25) {
-            PyErr_SetString(PyExc_ValueError, "prefix may hold at most 25 fields");
+        s.suffix = suffix && suffix != Py_None ? suffix : NULL;
+        if (s.suffix && !PyTuple_Check(s.suffix)) {
+            PyErr_SetString(PyExc_TypeError, "suffix must be a tuple");
+            goto fail;
+        }
+        if ((s.prefix ? PyTuple_GET_SIZE(s.prefix) : 0) + (s.suffix ? PyTuple_GET_SIZE(s.suffix) : 0) > 25) {
+            PyErr_SetString(PyExc_ValueError, "prefix and suffix may hold at most 25 fields together");
             goto fail;
         }
         if (PyType_Check(factory)) {
@@ -1015,8 +1028,9 @@ static PyObject *py_decode_fetch(PyObject *self, PyObject *args, PyObject *kw)
                                tp->tp_itemsize == PyTuple_Type.tp_itemsize &&
                                tp->tp_dictoffset == 0 && tp->tp_weaklistoffset == 0;
         }
-    } else if (prefix && prefix != Py_None && PyObject_Length(prefix) != 0) {
-        PyErr_SetString(PyExc_TypeError, "prefix needs a record_factory");
+    } else if ((prefix && prefix != Py_None && PyObject_Length(prefix) != 0) ||
+               (suffix && suffix != Py_None && PyObject_Length(suffix) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "prefix and suffix need a record_factory");
         goto fail;
     }
     if (!(s.out = PyList_New(0)))

@@ -711,7 +711,7 @@ def _c_record_chunks(buf, check_crc, max_size):
 
 def decode_records_list(buf, check_crc: bool = False, max_size: int = DEFAULT_MAX_SIZE, *,
                         min_offset: int | None = None, max_offset: int | None = None,
-                        record_factory=None, prefix: tuple = ()) -> list:
+                        record_factory=None, prefix: tuple = (), suffix: tuple = ()) -> list:
     """All data records of a fetch payload as one list (what iter_records yields, in bulk).
 
     Only records with min_offset <= offset < max_offset are kept (None: unbounded); a consumer
@@ -720,7 +720,8 @@ def decode_records_list(buf, check_crc: bool = False, max_size: int = DEFAULT_MA
     each record is ``record_factory(*prefix, offset, timestamp, timestamp_type, key, value,
     headers, leader_epoch)`` with leader_epoch None when unknown (-1
     in the batch, legacy messages): the layout of kohort.structs.ConsumerRecord with prefix
-    (topic, partition). In C, a tuple subclass without per-instance storage (ConsumerRecord, a
+    (topic, partition); `suffix` fields are passed after leader_epoch (a share consumer's
+    delivery count). In C, a tuple subclass without per-instance storage (ConsumerRecord, a
     namedtuple) is filled directly and its __new__ is not called. Malformed input raises
     DecodeError and returns nothing.
 
@@ -732,21 +733,24 @@ def decode_records_list(buf, check_crc: bool = False, max_size: int = DEFAULT_MA
         shared = type(max_size) is DecompressionBudget
         left = max_size.left if shared else 0
         try:
+            if suffix:
+                return _ext.decode_fetch(buf, check_crc, max_size, min_offset, max_offset,
+                                         record_factory, prefix, suffix)
             return _ext.decode_fetch(buf, check_crc, max_size, min_offset, max_offset,
                                      record_factory, prefix)
         except _NeedsPython:
             if shared:
                 max_size.left = left        # the Python decoder starts over
     return _py_decode_records_list(buf, check_crc, max_size, min_offset, max_offset,
-                                   record_factory, prefix)
+                                   record_factory, prefix, suffix)
 
 
 def _py_decode_records_list(buf, check_crc=False, max_size=DEFAULT_MAX_SIZE, min_offset=None,
-                            max_offset=None, record_factory=None, prefix=()) -> list:
+                            max_offset=None, record_factory=None, prefix=(), suffix=()) -> list:
     budget = max_size if type(max_size) is DecompressionBudget else DecompressionBudget(max_size)
     if record_factory is None:
-        if prefix:
-            raise TypeError("prefix needs a record_factory")
+        if prefix or suffix:
+            raise TypeError("prefix and suffix need a record_factory")
         recs = _py_iter_records(buf, check_crc, budget.limit, _budget=budget)
     else:
         recs = _py_iter_batches_full(buf, check_crc, budget)
@@ -756,7 +760,7 @@ def _py_decode_records_list(buf, check_crc=False, max_size=DEFAULT_MAX_SIZE, min
         recs = (r for r in recs if lo <= r[0] < hi)
     if record_factory is None:
         return list(recs)
-    return [record_factory(*prefix, o, ts, tt, k, v, hs, ep) for o, ts, k, v, hs, tt, ep in recs]
+    return [record_factory(*prefix, o, ts, tt, k, v, hs, ep, *suffix) for o, ts, k, v, hs, tt, ep in recs]
 
 
 def _py_iter_batches_full(buf, check_crc: bool, budget: DecompressionBudget, _start: int = 0,

@@ -158,6 +158,33 @@ def test_implicit_mode_accepts_on_the_next_poll_and_gaps_missing_offsets():
     assert a.take("tp") == [] and not a.has_pending()
 
 
+def test_implicit_mode_accepts_runs_handed_out_with_per_offset_entries_winning():
+    a = Acknowledgements(IMPLICIT)
+    a.handed_out_range("tp", 10, 14)
+    a.handed_out_range("tp", 15, 19)                        # continues the run
+    assert a.holding() and a.unacknowledged("tp") == set(range(10, 20))
+    assert not a.has_pending()                              # accepted only by the next poll
+    a.before_poll()
+    assert not a.holding() and a.pending_partitions() == ["tp"]
+    assert a.take("tp") == [AckBatch(10, 19, (ACCEPT,))]
+    a.handed_out_range("tp", 20, 21)
+    a.delivered("tp", [(22, 22)], [])                       # an acquired offset without a record: GAP
+    a.handed_out_range("tp", 23, 24)
+    a.before_poll()
+    assert a.take_all() == {"tp": [AckBatch(20, 21, (ACCEPT,)), AckBatch(22, 22, (GAP,)),
+                                   AckBatch(23, 24, (ACCEPT,))]}
+    assert not a.has_pending() and a.take_all() == {}
+    a.handed_out_range("tp", 30, 31)
+    a.drop_partition("tp")
+    a.before_poll()
+    assert not a.has_pending()
+    e = Acknowledgements(EXPLICIT)                          # explicit mode keeps offsets one by one
+    e.handed_out_range("tp", 0, 1)
+    e.acknowledge("tp", 1, REJECT)
+    with pytest.raises(IllegalStateError):
+        e.before_poll()
+
+
 def test_explicit_mode_refuses_poll_with_unacknowledged_records():
     a = Acknowledgements(EXPLICIT)
     a.delivered("tp", [(0, 2)], [0, 1, 2])

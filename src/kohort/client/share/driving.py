@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Callable, Mapping
 
 from kohort.client.config import Config, load_config
@@ -25,6 +26,7 @@ from kohort.protocol.records import decode_records_list, scan_batches
 from kohort.structs import ConsumerRecord, TopicPartition
 
 _tuple_new = tuple.__new__
+_offset_of = itemgetter(2)
 
 # Java's ShareConsumerConfig refuses these (they belong to the group, or to other group types).
 UNSUPPORTED_CONFIGS = (
@@ -144,7 +146,11 @@ def hand_out(buffer: deque, acks: Acknowledgements, max_records: int, lock_s: fl
             buffer.popleft()
         else:
             buffer[0] = (tip, recs[len(take):], at)
-        acks.handed_out(tip, [r[2] for r in take])
+        first, last = take[0][2], take[-1][2]
+        if last - first == len(take) - 1:        # offsets increase, so these are first..last, each once
+            acks.handed_out_range(tip, first, last)
+        else:
+            acks.handed_out(tip, map(_offset_of, take))
         if delivered_records is not None:
             for r in take:
                 delivered_records[(tip, r[2])] = r
@@ -185,8 +191,13 @@ def _decode_acquired(topic: str, partition: int, data, acquired: list[tuple[int,
     d = data if type(data) is bytes else bytes(data)
     lo, hi = acquired[0][0], max(last for _, last, _ in acquired)
     _, _, legacy = scan_batches(d, lo, check_crcs)      # v2 CRCs are checked here
+    one = len(acquired) == 1 and kd is None and vd is None
+    # one acquired range (the common answer): the decoder adds its delivery count to every record
     got = decode_records_list(d, check_crcs and legacy, min_offset=lo, max_offset=hi + 1,
-                              record_factory=ConsumerRecord, prefix=(topic, partition))
+                              record_factory=ConsumerRecord, prefix=(topic, partition),
+                              suffix=(acquired[0][2],) if one else ())
+    if one and len(got) == hi - lo + 1 and list(map(_offset_of, got)) == list(range(lo, hi + 1)):
+        return got                        # every offset of the range a record, once and in order
     new = _tuple_new
     out: list = []
     ranges = iter(acquired)
@@ -303,7 +314,7 @@ class CommitBook:
     def holding(self) -> bool:
         """Records handed to the application and not acknowledged yet: the next fetch waits for the
         next poll, which acknowledges them (implicit) or requires them acknowledged (explicit)."""
-        return any(self.acks._delivered.values())
+        return self.acks.holding()
 
     # -- commits ----------------------------------------------------------------------------------------
     def commit(self, sync: bool, leaders: Mapping[int, Leader], leader_of: Callable[[Any], int | None]) -> int | None:
@@ -350,14 +361,17 @@ class CommitBook:
         offsets: dict[TopicPartition, set[int]] = {}
         for tip, batches in acks.items():
             tp = TopicPartition(self._names.get(tip[0], str(tip[0])), tip[1])
-            offs = {o for b in batches for o in range(b.first_offset, b.last_offset + 1)}
+            offs = set(range(batches[0].first_offset, batches[0].last_offset + 1)) if batches else set()
+            for b in batches[1:]:
+                offs.update(range(b.first_offset, b.last_offset + 1))
             offsets[tp] = offs
             if cid is not None and cid in self._results:
                 self._results[cid][tp] = error
-            for o in offs:
-                rec = self.renewing.pop((tip, o), None)
-                if rec is not None and error is None:
-                    self._buffer.appendleft((tip, [rec], self._clock()))
+            if self.renewing:
+                for o in offs:
+                    rec = self.renewing.pop((tip, o), None)
+                    if rec is not None and error is None:
+                        self._buffer.appendleft((tip, [rec], self._clock()))
         if offsets:
             self.reports.append((offsets, error))
 
@@ -365,7 +379,7 @@ class CommitBook:
     def take_for(self, node: int, leader_of: Callable[[Any], int | None]) -> dict:
         """The pending acknowledgements of the partitions led by `node` ({tip: [AckBatch]}), taken."""
         out = {}
-        for tip in [t for t in list(self.acks._pending) if leader_of(t) == node]:
+        for tip in [t for t in self.acks.pending_partitions() if leader_of(t) == node]:
             b = self.acks.take(tip)
             if b:
                 out[tip] = b
