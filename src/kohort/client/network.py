@@ -880,9 +880,14 @@ class NetworkClient:
                 self._handshake_progress(conn)
             if conn.sock is None or conn.proto is not proto:
                 return
-            # TLS: bytes already decrypted (at most the rest of one TLS record) are not seen by the
-            # selector, so they are read now, also past the 64 reads one turn takes at most.
-            if (n < want or turn >= 64) and not (tls and sock.pending()):
+            if tls:
+                # One recv_into over TLS returns at most one TLS record (16 KiB), so a short read says
+                # nothing about the socket: reading goes on until OpenSSL raises SSLWantReadError. Bytes
+                # already decrypted (the rest of a record) are not seen by the selector, so they are
+                # read also past the 64 reads one turn takes at most.
+                if turn >= 64 and not sock.pending():
+                    return
+            elif n < want or turn >= 64:
                 return
 
     def _complete(self, conn: _Conn, done: list) -> None:
