@@ -654,8 +654,7 @@ class _Sender:
             self.native.set_wake_fd(self.net.wakeup_fd())
         self.txn_features = None                 # a transactional producer's broker features: None, "asked", dict
         self._seal_s_per_byte = 0.0          # measured; 0 until a request was sealed
-        self.next_wait_s = 0.0               # what the last prepare() allowed poll to wait (s)
-        self.wait_until_ms = 0.0             # the same as a deadline on the linger clock (ms)
+        self.wait_until_ms = 0.0             # until when the last prepare() allowed the wait (linger clock, ms)
         self.first_send_at_ms = 0.0          # no Produce before this (linger clock): the marker gap
         self.marker_gap_txns = 0             # transactions left that wait MARKER_GAP_MS after EndTxn
         # when the I/O thread's wait ends (the accumulator's clock, ms): inf from its turn until its
@@ -815,8 +814,7 @@ class _Sender:
             if now < self.first_send_at_ms:  # the previous transaction's markers are being written
                 wait_ms = min(timeout_ms, self.first_send_at_ms - now)
                 self.wait_until_ms = now + wait_ms
-                self.next_wait_s = wait_ms / 1000.0
-                return self.next_wait_s
+                return wait_ms / 1000.0
             start = now
             nodes, next_ms, unknown = self.acc.ready(now, self._leader_of, _always)
             timeout_ms = min(timeout_ms, next_ms)
@@ -837,8 +835,7 @@ class _Sender:
                 # what the requests left behind (a batch opened meanwhile) lingers from its own start
                 timeout_ms = min(timeout_ms, self.acc.ready(now, self._leader_of, _always)[1])
         self.wait_until_ms = start + timeout_ms
-        self.next_wait_s = timeout_ms / 1000.0
-        return self.next_wait_s
+        return timeout_ms / 1000.0
 
     # -- transactions ----------------------------------------------------------------------------------
     def _sequence_gap(self, err) -> None:

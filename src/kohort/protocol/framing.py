@@ -651,11 +651,9 @@ class ClientProtocol:
                 pool[i] = buf          # a free buffer too small for this frame
                 break
         else:
-            if len(pool) < _POOL:
-                pool.append(buf)
-            else:
-                pool[0:1] = []
-                pool.append(buf)
+            if len(pool) >= _POOL:
+                del pool[0]            # the oldest (still referenced) leaves the pool
+            pool.append(buf)
         return memoryview(buf)[:size]
 
     def _on_frame(self, payload, out: list) -> None:
