@@ -708,8 +708,7 @@ class Fetcher:
                 self._validating.add(tp)
         if leaderless:
             self._raise_if_denied(leaderless)
-            self.cluster.add_topics(leaderless)
-            self.cluster.request_update()
+            self.cluster.request_leaders(leaderless)
         for node, parts in by_node.items():
             def build(v, parts=parts):
                 R = OffsetForLeaderEpochRequest
