@@ -2,7 +2,8 @@
 (both durability policies) and against Tansu (Rust, memory storage) in the same run, same data.
 
 For each broker: create a topic, produce N records of S bytes (acks=all, idempotent, lz4 off,
-linger 5 ms) timing until every delivery report is in, then consume them all by explicit
+linger 5 ms) timing until every delivery report is in (the producer's start-up -- its producer id,
+its connection to the leader -- done before the clock with one record to another topic), then consume them all by explicit
 assignment from the beginning (rate from the first record to the last; the wait for the first
 record is shown apart, it is mostly librdkafka's own start-up). Rounds are interleaved and the best time of each is kept (the
 machine is shared). Prints one table. Run:
