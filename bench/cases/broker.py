@@ -57,7 +57,8 @@ def build(env, mode: str, profile: set[str]):
                   peers=[KAFKA],
                   notes=["bench_broker.run_one (confluent-kafka) and run_one_java (Apache Kafka's Java "
                          "KafkaProducer/KafkaConsumer 4.3.1): acks=all idempotent producer (linger 5 ms, "
-                         "batch.size 1 MB), then an assign()-from-0 consumer (consume: first record to last); "
+                         "batch.size 1 MB; the producer's start-up before the clock), then an assign()-from-0 consumer "
+                         "(consume: first record to last); "
                          "end-to-end = n / (produce + consumer start-up + consume time). "
                          "Ratio: kohort broker with log.flush.policy=os (page-cache durability, as Kafka's "
                          "default) vs Apache Kafka 4.3.1 (kafka-server-start.sh's JVM options); kohort's "

@@ -129,3 +129,61 @@ def test_a_slice_that_comes_up_short_ends_the_connection(tmp_path):
     h.close()
     assert outcome == {"whole": "sent", "short": "ConnectionError"}
     assert first == b"head" + b"r" * 100_000 + b"tail"
+
+
+def test_a_frame_the_socket_cannot_take_at_once_resumes_where_it_stopped(tmp_path):
+    """`_splice_now` sends what the socket takes without waiting; with a small send buffer and a
+    reader that has not started, it stops inside a slice and `_send_spliced` goes on from that byte:
+    the reader gets the frame exactly, each slice once. A frame the socket takes whole is sent at once."""
+    import socket
+
+    from kohort.broker.connection import _send_spliced, _splice_now
+    from kohort.protocol.records import SpliceBuffer
+
+    fs = OsFileSystem()
+    path = str(tmp_path / "seg.log")
+    h = fs.open(path)
+    body = os.urandom(1 << 20)
+    h.append(body)
+
+    def frame(a, b, c, d):
+        data = SpliceBuffer(b"head")
+        data.splices.append((4, FileSlice(h.dup(), a, b)))
+        data += b"mid"
+        data.splices.append((7, FileSlice(h.dup(), c, d)))
+        data += b"tail"
+        return data, b"head" + body[a:a + b] + b"mid" + body[c:c + d] + b"tail"
+
+    async def main():
+        done = asyncio.get_running_loop().create_future()
+        resumed = []
+
+        async def serve(reader, writer):
+            t = writer.transport
+            sock = t.get_extra_info("socket")
+            small, expect_small = frame(10, 1000, 5000, 3000)
+            assert _splice_now(sock.fileno(), t, small) is None          # taken whole, at once
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 * 1024)
+            big, expect_big = frame(0, 1 << 19, 1 << 19, 1 << 19)
+            rest = _splice_now(sock.fileno(), t, big)
+            resumed.append(rest)
+            if rest is not None:
+                await _send_spliced(asyncio.get_running_loop(), t, big, *rest)
+            done.set_result(expect_small + expect_big)
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.sleep(0.05)                      # the server fills the socket before any read
+        n = 4 + 1000 + 3 + 3000 + 4 + 4 + (1 << 19) + 3 + (1 << 19) + 4
+        got = await asyncio.wait_for(reader.readexactly(n), 10)
+        expect = await asyncio.wait_for(done, 10)
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return got, expect, resumed
+
+    got, expect, resumed = asyncio.run(main())
+    h.close()
+    assert got == expect
+    assert resumed[0] is not None and 0 <= resumed[0][2] < 1 << 19     # stopped inside a slice

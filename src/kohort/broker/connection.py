@@ -18,7 +18,9 @@ one transport write and stops at the first answer still being worked on (a done-
 It runs after every frame, so an answer ready at once is written before the next frame of the same
 read is worked on (answers that complete together, e.g. one fsync round, still go out in one write).
 Fetch answers on connections without TLS carry their large record sets as FileSlices, written with
-sendfile between the encoded parts of the frame (`_send_spliced`); nothing else is written meanwhile.
+sendfile between the encoded parts of the frame: at once while the socket takes them (`_splice_now`:
+os.sendfile to the socket while the transport has nothing buffered), else by a task that waits for
+the socket (`_send_spliced`); nothing else is written meanwhile.
 
 Back-pressure, as Kafka mutes a channel: the connection is not read while the transport's unsent
 bytes are above WRITE_HIGH_WATER (pause_writing) or queued.max.requests answers are pending; frames
@@ -39,6 +41,7 @@ import collections
 import inspect
 import itertools
 import logging
+import os
 import socket
 import time
 
@@ -117,6 +120,7 @@ class Connection(asyncio.BufferedProtocol):
         self._sasl_max = min(broker.max_request, broker.config["sasl.server.max.receive.size"])
         self.principal = ANONYMOUS
         self._splice = False
+        self._fd = -1               # the socket's descriptor, for os.sendfile (no TLS)
         self.host = "?"
         self.peer_text = "?"
         self.ev: dict = {}
@@ -156,6 +160,7 @@ class Connection(asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         # record bytes of Fetch answers go out with sendfile where the OS can send them (no TLS)
         self._splice = transport.get_extra_info("sslcontext") is None and sock is not None
+        self._fd = sock.fileno() if self._splice else -1
         if b.metrics:
             b.metrics.connection_opened()
         self._t_open = self.loop.time()
@@ -541,7 +546,10 @@ class Connection(asyncio.BufferedProtocol):
                             out = bytearray()
                         if m:
                             m.observe(api_key, time.perf_counter() - t0, in_bytes, data.frame_size, version)
-                        self._sending = self.loop.create_task(_send_spliced(self.loop, t, data))
+                        rest = _splice_now(self._fd, t, data)
+                        if rest is None:
+                            continue
+                        self._sending = self.loop.create_task(_send_spliced(self.loop, t, data, *rest))
                         self._sending.add_done_callback(self._on_sent)
                         break
                 else:
@@ -565,15 +573,51 @@ class Connection(asyncio.BufferedProtocol):
                 t.write(out)
 
 
-async def _send_spliced(loop, transport, data) -> None:
-    """One frame whose record sets are FileSlices: the encoded parts are written, each
-    slice is sent by the OS (loop.sendfile: os.sendfile once the transport's buffer is empty). A
-    slice that cannot be sent whole (its file shrank) ends the connection: the frame's size prefix
-    already promised those bytes."""
+def _splice_now(fd: int, transport, data) -> tuple[int, int, int] | None:
+    """Send a frame whose record sets are FileSlices as far as the socket takes it without waiting:
+    the encoded parts through the transport, each slice with os.sendfile straight to the socket while
+    the transport has nothing buffered (so the bytes stay in order). Most answers go out whole here
+    (the kernel's send buffer takes a 1 MiB slice on loopback): no task, no wait for writability.
+    -> None when all of it went out (the slices are closed), else where `_send_spliced` resumes:
+    (index of the slice, end of the encoded bytes written, bytes of that slice already sent)."""
     view = memoryview(data)
     prev = 0
+    for i, (pos, recs) in enumerate(data.splices):
+        transport.write(view[prev:pos])
+        prev = pos
+        try:
+            src = recs.fileno()
+        except (AttributeError, OSError):           # not a file descriptor (in-memory storage)
+            transport.write(recs.read())
+            continue
+        if fd < 0 or transport.get_write_buffer_size():
+            return i, prev, 0
+        sent = 0
+        try:
+            while sent < recs.size:
+                n = os.sendfile(fd, src, recs.position + sent, recs.size - sent)
+                if n == 0:          # the file ends early: _send_spliced finds it and ends the connection
+                    break
+                sent += n
+        except OSError:             # would block, or a failure the transport then reports
+            pass
+        if sent < recs.size:
+            return i, prev, sent
+    transport.write(view[prev:])
+    for _, recs in data.splices:
+        recs.close()
+    return None
+
+
+async def _send_spliced(loop, transport, data, first: int = 0, prev: int = 0, done: int = 0) -> None:
+    """One frame whose record sets are FileSlices, from where `_splice_now` stopped (slice `first`,
+    encoded bytes up to `prev` written, `done` bytes of that slice sent): the encoded parts are
+    written, each slice is sent by the OS (loop.sendfile: os.sendfile once the transport's buffer is
+    empty). A slice that cannot be sent whole (its file shrank) ends the connection: the frame's
+    size prefix already promised those bytes."""
+    view = memoryview(data)
     try:
-        for pos, recs in data.splices:
+        for pos, recs in data.splices[first:]:
             transport.write(view[prev:pos])
             prev = pos
             try:
@@ -581,9 +625,11 @@ async def _send_spliced(loop, transport, data) -> None:
             except (AttributeError, OSError):       # not a file descriptor (in-memory storage)
                 transport.write(recs.read())
                 continue
-            sent = await loop.sendfile(transport, recs, recs.position, recs.size, fallback=False)
-            if sent != recs.size:
-                raise ConnectionError(f"sent {sent} of {recs.size} record bytes: the segment shrank")
+            left = recs.size - done
+            sent = await loop.sendfile(transport, recs, recs.position + done, left, fallback=False)
+            if sent != left:
+                raise ConnectionError(f"sent {done + sent} of {recs.size} record bytes: the segment shrank")
+            done = 0
         transport.write(view[prev:])
     finally:
         for _, recs in data.splices:
