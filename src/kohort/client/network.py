@@ -206,11 +206,14 @@ class NetworkClient:
     # -- public, thread-safe ---------------------------------------------------------------------
     def send(self, node_id: int | None, request, version: int | None = None, *, expect_response: bool = True,
              timeout_ms: int | None = None, max_version: int | None = None, response_class=None,
-             min_version: int | None = None) -> Future:
+             min_version: int | None = None, at_once: bool = False) -> Future:
         """Queue `request` for broker `node_id` (None: any broker). See the module docstring.
         `response_class` decodes the answer instead of the registered Response class (same wire
         layout, e.g. a variant that tolerates a peer's null where the spec forbids one).
-        `min_version`: fail with IncompatibleBrokerVersionError if the best common version is lower."""
+        `min_version`: fail with IncompatibleBrokerVersionError if the best common version is lower.
+        `at_once` (caller-driven mode, called by the polling thread, e.g. from poll's `prepare`):
+        encode and write it now when its connection is ready and nothing is queued before it,
+        rather than when the poll's turn reaches the queue."""
         fut: Future = Future()
         if self._closed:
             fut.set_exception(KafkaConnectionError("the client is closed"))
@@ -219,9 +222,16 @@ class NetworkClient:
             fut.set_exception(self.fatal)
             return fut
         t = self._request_timeout if timeout_ms is None else timeout_ms / 1000
-        self._submit.append(_Req(node_id, request, version, max_version, expect_response, fut,
-                                 time.monotonic() + t, response_class, min_version))
+        req = _Req(node_id, request, version, max_version, expect_response, fut, time.monotonic() + t,
+                   response_class, min_version)
         me = threading.current_thread()
+        if at_once and me is self._poller and not self._submit:
+            conn = self._conns.get(node_id)
+            if conn is not None and conn.state == READY and not conn.pending:
+                if self._dispatch(conn, req) and conn.out:
+                    self._flush(conn)
+                return fut
+        self._submit.append(req)
         if me is not self._thread and me is not self._poller:
             self._wake()
         return fut

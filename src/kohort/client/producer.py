@@ -1208,7 +1208,7 @@ class _Sender:
         txn = self.txn
         fut = self.net.send(node, self._produce_request(batches), expect_response=p.acks != 0,
                             max_version=_PRODUCE_MAX_VERSION if txn is None else txn.produce_max_version,
-                            min_version=_PRODUCE_MIN_VERSION)
+                            min_version=_PRODUCE_MIN_VERSION, at_once=True)
         if p.acks == 0:
             with lock:
                 for b in batches:
