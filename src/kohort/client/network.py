@@ -228,7 +228,8 @@ class NetworkClient:
         if at_once and me is self._poller and not self._submit:
             conn = self._conns.get(node_id)
             if conn is not None and conn.state == READY and not conn.pending:
-                if self._dispatch(conn, req) and conn.out:
+                # a connection waiting to be writable gets it written when it is
+                if self._dispatch(conn, req) and not conn.want_write:
                     self._flush(conn)
                 return fut
         self._submit.append(req)
