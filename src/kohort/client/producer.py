@@ -677,7 +677,9 @@ class _Sender:
         self.io_wait_until_ms = 0.0
         self.opened_due_ms = _INF       # the earliest linger end of batches opened during its turn
         self.last_send_ms = -_INF       # when prepare() last found batches to send (linger clock)
-        self.linger_due_ms = _INF       # when the next queued batch's linger.ms ends, as prepare() last saw
+        # when prepare() last saw a queued batch become sendable next (its linger.ms or retry backoff
+        # ends; the linger clock, ms): the I/O thread rehearses its request just before (REHEARSAL_MS)
+        self.linger_due_ms = _INF
 
     @property
     def ever_connected(self) -> bool:
@@ -865,7 +867,7 @@ class _Sender:
                 # what the requests left behind (a batch opened meanwhile) lingers from its own start
                 next_ms = self.acc.ready(now, self._leader_of, _always)[1]
                 timeout_ms = min(timeout_ms, next_ms)
-            self.linger_due_ms = now + next_ms     # when the next queued batch is due (inf: none)
+            self.linger_due_ms = now + next_ms     # when the next queued batch is sendable (inf: none)
         self.wait_until_ms = start + timeout_ms
         return timeout_ms / 1000.0
 
