@@ -67,7 +67,14 @@ from kohort.errors import (
     ConfigError, ConnectionClosedError, IncompatibleBrokerVersionError, KafkaConnectionError, KafkaTimeoutError,
     KohortError, SslAuthenticationError, is_authentication_error,
 )
-from kohort.protocol.framing import ClientProtocol, HandshakeError, ProtocolViolation, UnsupportedVersionError, Versioned
+from kohort.protocol.framing import (
+    ClientProtocol,
+    HandshakeError,
+    ProtocolViolation,
+    UnsupportedVersionError,
+    Versioned,
+    encode_request_buffers,
+)
 from kohort.protocol.messages import REQUESTS, api_name
 from kohort.version import __version__
 
@@ -199,11 +206,14 @@ class NetworkClient:
     # -- public, thread-safe ---------------------------------------------------------------------
     def send(self, node_id: int | None, request, version: int | None = None, *, expect_response: bool = True,
              timeout_ms: int | None = None, max_version: int | None = None, response_class=None,
-             min_version: int | None = None) -> Future:
+             min_version: int | None = None, at_once: bool = False) -> Future:
         """Queue `request` for broker `node_id` (None: any broker). See the module docstring.
         `response_class` decodes the answer instead of the registered Response class (same wire
         layout, e.g. a variant that tolerates a peer's null where the spec forbids one).
-        `min_version`: fail with IncompatibleBrokerVersionError if the best common version is lower."""
+        `min_version`: fail with IncompatibleBrokerVersionError if the best common version is lower.
+        `at_once` (caller-driven mode, called by the polling thread, e.g. from poll's `prepare`):
+        encode and write it now when its connection is ready and nothing is queued before it,
+        rather than when the poll's turn reaches the queue."""
         fut: Future = Future()
         if self._closed:
             fut.set_exception(KafkaConnectionError("the client is closed"))
@@ -212,9 +222,17 @@ class NetworkClient:
             fut.set_exception(self.fatal)
             return fut
         t = self._request_timeout if timeout_ms is None else timeout_ms / 1000
-        self._submit.append(_Req(node_id, request, version, max_version, expect_response, fut,
-                                 time.monotonic() + t, response_class, min_version))
+        req = _Req(node_id, request, version, max_version, expect_response, fut, time.monotonic() + t,
+                   response_class, min_version)
         me = threading.current_thread()
+        if at_once and me is self._poller and not self._submit:
+            conn = self._conns.get(node_id)
+            if conn is not None and conn.state == READY and not conn.pending:
+                # a connection waiting to be writable gets it written when it is
+                if self._dispatch(conn, req) and not conn.want_write:
+                    self._flush(conn)
+                return fut
+        self._submit.append(req)
         if me is not self._thread and me is not self._poller:
             self._wake()
         return fut
@@ -261,6 +279,22 @@ class NetworkClient:
             self._step(timeout_s)
         finally:
             self._poller = None
+
+    def rehearse(self, node_id: int, request, *, max_version: int | None = None,
+                 min_version: int | None = None) -> None:
+        """Encode `request` as send() would for `node_id` (the version picked on its connection) and
+        drop the bytes: nothing is queued, no correlation id taken. For a caller about to send a
+        request of that shape: Python code that last ran milliseconds ago runs several times slower
+        than code run a moment ago (caches, branch predictors), so running it just before the real
+        send shortens the time from the deadline to the wire. Errors are left to the real send."""
+        conn = self._conns.get(node_id)
+        if conn is None or conn.state != READY:
+            return
+        try:
+            v = conn.proto.pick(request.API_KEY, max_version, min_version)
+            encode_request_buffers(request, v, 0, self.client_id)
+        except Exception:  # noqa: BLE001,S110 - the real send reports what is wrong
+            pass
 
     def ready(self, node_id: int) -> bool:
         """True when the connection to `node_id` has finished its handshake; otherwise a connection

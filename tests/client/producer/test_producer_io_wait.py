@@ -72,3 +72,37 @@ def test_a_batch_opened_during_the_io_threads_turn_leaves_at_its_linger_end(clus
         assert cluster.values("t", 0) == [b"first", b"late"]
     finally:
         p.close(5)
+
+
+def test_a_lingering_batch_is_rehearsed_before_its_linger_end_and_sent_once_after_it(cluster, monkeypatch):
+    """The I/O thread wakes REHEARSAL_MS before the batch is due, builds and encodes its request
+    without sending it, and sends it when linger.ms has passed: one Produce request reaches the
+    broker, never early. (REHEARSAL_MS widened so a late wake-up on a busy machine still rehearses.)"""
+    monkeypatch.setattr(producer_module, "TICK_MS", 1e9)
+    monkeypatch.setattr(producer_module, "REHEARSAL_MS", 5.0)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 30})
+    try:
+        p.produce("t", b"first").result(10)
+        time.sleep(0.15)
+        clock = producer_module._linger_clock_ms
+        rehearsed, sent = [], []
+        rehearse, send_batches = p.sender._rehearse, p.sender._send_batches
+
+        def counted_rehearse():
+            rehearsed.append(clock())
+            rehearse()
+
+        def counted_send(node, batches):
+            sent.append(clock())
+            send_batches(node, batches)
+        monkeypatch.setattr(p.sender, "_rehearse", counted_rehearse)
+        monkeypatch.setattr(p.sender, "_send_batches", counted_send)
+        requests = cluster.produce_requests
+        opened = clock()
+        p.produce("t", b"lingering").result(5)
+        assert len(sent) == 1 and sent[0] >= opened + 30
+        assert rehearsed and opened + 30 - 2 * 5.0 <= rehearsed[0] < sent[0], (opened, rehearsed, sent)
+        assert cluster.produce_requests == requests + 1
+        assert cluster.values("t", 0) == [b"first", b"lingering"]
+    finally:
+        p.close(5)
