@@ -50,8 +50,13 @@ _ROOM = BATCH_HEADER_SIZE
 FIRST_RESERVATION = 16384
 # Finished batches' buffers kept for new batches (RecordAccumulator.release): a batch filled into a
 # recycled buffer is neither reallocated as it grows nor page-faulted in afresh. At most this many,
-# and at most an eighth of buffer.memory together (counted by their allocations, beside it).
-POOL_BUFFERS = 4
+# counted by their allocations: a buffer is kept while the pool fits the part of buffer.memory no
+# batch has reserved at that moment, or stays within an eighth of buffer.memory (new batches take
+# pooled buffers before fresh ones, so the pool shrinks as reservations grow). Answers come in
+# bursts while the producing thread waits for
+# buffer.memory, and then it opens batches faster than answers come: on 16 KiB zstd records, a pool
+# of 4 buffers within the eighth alone was empty for a third of the new 1 MB batches.
+POOL_BUFFERS = 16
 _ZZN = ZZ_TABLE_SIZE
 _ZZ = ZZ
 
@@ -298,7 +303,7 @@ class RecordAccumulator:
         self.linger_started = None            # fn(due_ms) told when a partition's first open batch starts lingering
         self.incomplete: set = set()          # batches not yet resolved (for flush)
         self._pool: list[bytearray] = []       # emptied buffers of finished batches (_ROOM bytes long)
-        self._pool_bytes = 0
+        self._pool_bytes = 0                   # their allocations, together
 
     # -- producer side ---------------------------------------------------------------------------------
     def append(self, topic, partition, key, value, headers, ts):
@@ -383,15 +388,17 @@ class RecordAccumulator:
         """Give back a finished batch's reservation; `spare` (from ProducerBatch.complete): buffers
         to keep for new batches, as far as the pool has room and nothing still views them."""
         with self.lock:
+            self.used -= batch.reserved
+            batch.reserved = 0
             if spare and _recycle is not None:
                 for buf in spare:
                     n = sys.getsizeof(buf)
-                    if (len(self._pool) < POOL_BUFFERS and self._pool_bytes + n <= self.buffer_memory // 8
+                    pooled = self._pool_bytes + n
+                    if (len(self._pool) < POOL_BUFFERS
+                            and (self.used + pooled <= self.buffer_memory or pooled <= self.buffer_memory // 8)
                             and _recycle(buf, _ROOM)):
                         self._pool.append(buf)
-                        self._pool_bytes += n
-            self.used -= batch.reserved
-            batch.reserved = 0
+                        self._pool_bytes = pooled
             self.incomplete.discard(batch)
             self._mem_cond.notify_all()
 

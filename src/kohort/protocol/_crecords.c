@@ -1915,6 +1915,11 @@ static const char *arg_names[N_ARGS] = {"topic", "value", "key", "headers", "par
                                         "on_delivery"};
 static PyObject *arg_strs[N_ARGS];
 static PyObject *s_closed, *s_fatal, *s_topics, *s_error, *s_num_partitions;
+static int sealer_has_done(PyObject *o);       /* the native sealer's, at the end of this file */
+static int is_native_sealer(PyObject *o);
+/* The least time between two pokes for finished batches of the native sealer (while the I/O side
+   is busy with the first, the records that follow do not each poke again). */
+#define SEALED_POKE_NS 50000LL
 
 typedef struct {
     PyObject_HEAD
@@ -1938,6 +1943,11 @@ typedef struct {
     long long tick_ns, next_tick_ns;
     PyObject *txn_sendable;                     /* a transactional producer's TransactionManager.sendable
                                                    (a set of (topic, partition) taken as is), or None */
+    PyObject *sealer;                           /* the producer's NativeSealer, or None: on_tick runs
+                                                   early (at most every SEALED_POKE_NS) once it has
+                                                   finished batches, so that their request leaves now
+                                                   rather than at the next tick */
+    long long next_sealed_ns;
     /* what the last call looked up, reused while the same objects come again: producer._topics (a
        dict replaced whole on every metadata change, never changed in place) and the topic -> its
        partition count; (topic, partition) -> its deque in acc.batches (never replaced once made:
@@ -1961,6 +1971,7 @@ static int fp_traverse(FastProduce *self, visitproc visit, void *arg)
     Py_VISIT(self->grow);
     Py_VISIT(self->on_tick);
     Py_VISIT(self->txn_sendable);
+    Py_VISIT(self->sealer);
     Py_VISIT(self->c_topics);
     Py_VISIT(self->c_topic);
     Py_VISIT(self->c_dq_topic);
@@ -1983,6 +1994,7 @@ static int fp_clear(FastProduce *self)
     Py_CLEAR(self->grow);
     Py_CLEAR(self->on_tick);
     Py_CLEAR(self->txn_sendable);
+    Py_CLEAR(self->sealer);
     Py_CLEAR(self->c_topics);
     Py_CLEAR(self->c_topic);
     Py_CLEAR(self->c_dq_topic);
@@ -2232,8 +2244,10 @@ static PyObject *fp_call(PyObject *callable, PyObject *const *args, size_t nargs
         if (full) {                         /* the batch is full: stick elsewhere (KIP-480), send */
             self->next_tick_ns = now_ns + self->tick_ns;
             r2 = PyObject_CallFunction(self->on_full, "Onn", topic, partition, (Py_ssize_t)sticky);
-        } else if (now_ns >= self->next_tick_ns) {
+        } else if (now_ns >= self->next_tick_ns ||
+                   (now_ns >= self->next_sealed_ns && self->sealer != Py_None && sealer_has_done(self->sealer))) {
             self->next_tick_ns = now_ns + self->tick_ns;
+            self->next_sealed_ns = now_ns + SEALED_POKE_NS;
             r2 = PyObject_CallNoArgs(self->on_tick);
         } else {
             return (PyObject *)fut;
@@ -2254,17 +2268,21 @@ static PyObject *fp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"producer", "sender", "net", "batches", "lock", "sticky", "future_type",
                              "fallback", "on_full", "hash_keys", "max_record", "on_tick", "tick_ms",
-                             "txn_sendable", "grow", NULL};
+                             "txn_sendable", "grow", "sealer", NULL};
     PyObject *producer, *sender, *net, *batches, *lock, *sticky, *ft, *fallback, *on_full;
-    PyObject *on_tick = Py_None, *txn_sendable = Py_None, *grow = Py_None;
+    PyObject *on_tick = Py_None, *txn_sendable = Py_None, *grow = Py_None, *sealer = Py_None;
     int hash_keys;
     Py_ssize_t max_record;
     double tick_ms = 1.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO!OO!OOOin|OdOO:FastProduce", kwlist, &producer, &sender,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO!OO!OOOin|OdOOO:FastProduce", kwlist, &producer, &sender,
                                      &net, &PyDict_Type, &batches, &lock, &PyDict_Type, &sticky, &ft,
                                      &fallback, &on_full, &hash_keys, &max_record, &on_tick, &tick_ms,
-                                     &txn_sendable, &grow))
+                                     &txn_sendable, &grow, &sealer))
         return NULL;
+    if (sealer != Py_None && !is_native_sealer(sealer)) {
+        PyErr_SetString(PyExc_TypeError, "sealer: a NativeSealer or None");
+        return NULL;
+    }
     if (txn_sendable != Py_None && !PySet_CheckExact(txn_sendable)) {
         PyErr_SetString(PyExc_TypeError, "txn_sendable: a set or None");
         return NULL;
@@ -2305,8 +2323,10 @@ static PyObject *fp_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->max_record = max_record;
     self->on_tick = Py_NewRef(on_tick);
     self->txn_sendable = Py_NewRef(txn_sendable);
+    self->sealer = Py_NewRef(sealer);
     self->tick_ns = (long long)(tick_ms * 1e6);
     self->next_tick_ns = 0;
+    self->next_sealed_ns = 0;
     return (PyObject *)self;
 }
 
@@ -3756,6 +3776,16 @@ static PyTypeObject NativeSealer_Type = {
     .tp_getset = NativeSealer_getset,
 };
 
+static int is_native_sealer(PyObject *o) { return Py_TYPE(o) == &NativeSealer_Type; }
+
+/* 1 when the sealer has finished jobs not yet collected. A hint read without its mutex (the worker
+   sets `done` under it; a stale read only delays or repeats a poke, which collects under it). */
+static int sealer_has_done(PyObject *o)
+{
+    NativeSealer *s = (NativeSealer *)o;
+    return s->outstanding > 0 && __atomic_load_n(&s->done, __ATOMIC_RELAXED) != NULL;
+}
+
 static PyMethodDef sealer_functions[] = {
     {"sealer_library", py_sealer_library, METH_VARARGS,
      "sealer_library(codec, names) -> None if the codec's library is loaded, else why not."},
@@ -3775,4 +3805,6 @@ static int sealer_init(PyObject *m)
 {
     return 0;       /* no native sealer: the producer seals on its Python path */
 }
+static int is_native_sealer(PyObject *o) { return 0; }
+static int sealer_has_done(PyObject *o) { return 0; }
 #endif

@@ -343,3 +343,48 @@ def test_without_the_compiled_twin_the_python_sealer_seals():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_fast_produce_pokes_once_sealed_batches_wait():
+    """The compiled produce() calls on_tick as soon as the native sealer has finished batches (their
+    request then leaves without waiting for the next tick), and not again once they are collected."""
+    import socket
+    import threading
+    import types
+    from collections import deque
+
+    from kohort.client.accumulator import DeliveryFuture, ProducerBatch
+    s = _sealer(COMPRESSION_LZ4)
+    r, w = socket.socketpair()
+    s.set_wake_fd(w.fileno())
+    ticks, collected = [], []
+
+    def on_tick():
+        ticks.append(1)
+        collected.extend(s.collect())
+
+    def never(*a, **k):
+        raise AssertionError("the compiled path was expected to take this record")
+    info = types.SimpleNamespace(error=None, num_partitions=1)
+    producer = types.SimpleNamespace(_closed=False, _topics={"t": info})
+    quiet = types.SimpleNamespace(fatal=None)
+    batches = {("t", 0): deque([ProducerBatch("t", 0, 0, 1_000_000, 1_000_000)])}
+    fp = R.producer_twin().FastProduce(producer, quiet, quiet, batches, threading.Lock(), {"t": 0}, DeliveryFuture,
+                                       never, never, 1, 1_000_000, on_tick, 60_000.0, None, None, s)
+    try:
+        fp("t", b"a")                   # the first call ticks; the next tick is a minute away
+        fp("t", b"b")
+        assert len(ticks) == 1
+        s.submit("job", _records_section(10, 100), 10, 0, 0, 0, -1, -1, -1)
+        r.settimeout(20)
+        assert len(r.recv(1)) == 1      # the sealer's wake-up byte: the job is done, not collected
+        fp("t", b"c")
+        assert len(ticks) == 2 and [t for t, _, _ in collected] == ["job"]
+        time.sleep(0.001)
+        fp("t", b"d")
+        assert len(ticks) == 2
+    finally:
+        s.set_wake_fd(-1)
+        s.close()
+        r.close()
+        w.close()

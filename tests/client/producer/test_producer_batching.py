@@ -389,3 +389,32 @@ def test_recycle_buffer_keeps_the_allocation_and_leaves_a_viewed_buffer_alone():
     assert ext.recycle_buffer(buf, 61) is True
     assert buf == bytes(61) and buf.__alloc__() == alloc
     assert ext.recycle_buffer(bytearray(10), 61) is False and ext.recycle_buffer(b"x" * 100, 61) is False
+
+
+@needs_ext
+def test_the_buffer_pool_takes_a_burst_of_answers_within_buffer_memory():
+    """Batches finished together (one burst of answers) all go to the pool while their buffers fit
+    the part of buffer.memory no batch has reserved (beyond the eighth of it a pool may always
+    hold), and a new batch is filled into a pooled buffer."""
+    acc = accumulator.RecordAccumulator(batch_size=50_000, linger_ms=0, buffer_memory=1_000_000,
+                                        max_block_ms=1000, delivery_timeout_ms=120_000, retry_backoff_ms=100,
+                                        clock_ms=lambda: 0)
+    value = b"v" * 4_500
+    done = []
+    for part in range(9):                # nine batches of ~50 kB each
+        for _ in range(11):
+            acc.append("t", part, None, value, None, 0)
+        done.append(acc.batches[("t", part)][-1])
+    assert acc.used == sum(b.reserved for b in done) and 400_000 < acc.used < 600_000
+    open_one = done.pop()                # stays open: its reservation stays
+    for b in done:
+        acc.batches[("t", b.partition)].popleft()
+        spare = []
+        b.complete(0, -1, None, spare)
+        acc.release(b, spare)
+        assert acc.used + acc._pool_bytes <= acc.buffer_memory
+    assert acc.used == open_one.reserved
+    assert len(acc._pool) == 8 and acc._pool_bytes > acc.buffer_memory // 8
+    pooled = list(acc._pool)
+    acc.append("t", 0, None, value, None, 0)
+    assert any(acc.batches[("t", 0)][-1].buf is buf for buf in pooled) and len(acc._pool) == 7
