@@ -62,11 +62,17 @@ static void *worker_main(void *arg) {
         if (err && !w->error)
             w->error = err;
         if (--w->remaining == 0) {
+            /* the eventfd is written with the mutex released: the loop thread it wakes takes the
+             * mutex in result() at once and would otherwise sleep on it (a futex round trip).
+             * Nothing can change meanwhile: a new round needs result(), which needs this write. */
+            int efd = w->efd;
+            pthread_mutex_unlock(&w->mu);
             uint64_t one = 1;
             ssize_t n;
             do {
-                n = write(w->efd, &one, sizeof one);
+                n = write(efd, &one, sizeof one);
             } while (n < 0 && errno == EINTR);
+            pthread_mutex_lock(&w->mu);
         }
     }
     pthread_mutex_unlock(&w->mu);
@@ -193,13 +199,14 @@ static PyObject *SyncWorker_submit(SyncWorker *self, PyObject *arg) {
         fds[i] = (int)v;
     }
     Py_DECREF(seq);
-    if (self->started && self->pid != getpid()) {
+    pid_t pid = getpid();
+    if (self->started && self->pid != pid) {
         /* a child of fork(): the threads stayed in the parent, the lock may be held by one */
         self->started = 0;
         pthread_mutex_init(&self->mu, NULL);
         pthread_cond_init(&self->cv, NULL);
     }
-    self->pid = getpid();
+    self->pid = pid;
     int want = n < self->max_threads ? (int)n : self->max_threads;
     while (self->started < want) {
         int rc = pthread_create(&self->threads[self->started], NULL, worker_main, self);
@@ -220,11 +227,14 @@ static PyObject *SyncWorker_submit(SyncWorker *self, PyObject *arg) {
     self->remaining = n;
     self->error = 0;
     self->busy = 1;
+    pthread_mutex_unlock(&self->mu);
+    /* signalled after the unlock: a thread woken while the mutex is still held would go back to
+     * sleep on the mutex and need a second wake-up. The threads re-check `next < nfds` under the
+     * mutex, so no wake-up is lost. */
     if (n == 1)
         pthread_cond_signal(&self->cv);
     else
         pthread_cond_broadcast(&self->cv);
-    pthread_mutex_unlock(&self->mu);
     Py_RETURN_NONE;
 }
 
