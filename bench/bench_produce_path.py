@@ -132,11 +132,14 @@ async def drive(frames: list[bytes], policy: str, pipeline: int, profile: bool, 
 
         async def settle() -> None:
             # the answers waiting on the fsync round: sleep until the last is done (no busy wait,
-            # whose CPU would count), then let the connection write them
+            # whose CPU would count), then let the connection write them. The answer's future is
+            # awaited itself (asyncio.wait would add a waiter future, callbacks and a loop
+            # iteration per round, the harness's CPU, not the broker's): its first callback is the
+            # connection's, which writes the answers before this task resumes.
             while conn._pending:
                 last = conn._pending[-1][0]
                 if isinstance(last, asyncio.Future) and not last.done():
-                    await asyncio.wait([last])
+                    await last
                 else:
                     await asyncio.sleep(0)
 
