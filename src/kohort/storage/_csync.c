@@ -5,8 +5,8 @@
  * handing a round over costs one semaphore post per descriptor (a futex wake-up of a sleeping
  * thread) and finishing it one eventfd write that the event loop sees as a readable file descriptor
  * (loop.add_reader). The mutex guards the round's state and is never held across a wake-up or a
- * system call, so it is never contended into the kernel (a condition variable was: glibc leaves
- * the mutex marked contended after a wait, costing one more futex call per round).
+ * system call, so it is never contended into the kernel (with a condition variable it would be:
+ * glibc leaves the mutex marked contended after a wait, one more futex call per round).
  *
  *   w = SyncWorker(threads)        up to `threads` fdatasync at once (files of one round)
  *   w.fileno()                     the eventfd: readable once the submitted round is done
