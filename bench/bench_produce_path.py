@@ -13,7 +13,10 @@ Frames are handed over `--pipeline` at a time (as a client with that many reques
 deliver them); with log.flush.policy=fsync-before-ack the answers wait for the shared fsync round,
 whose thread's CPU counts too (process time covers every thread of the process).
 
-Reported per request: CPU µs (time.process_time; split into user and kernel time by getrusage), wall µs, and with `--profile` the top functions
+Reported per request: CPU µs (time.process_time; split into user and kernel time by getrusage), wall µs,
+context switches of all the process's threads (getrusage: voluntary + involuntary; a figure that a
+busy machine disturbs less than time: each fsync round costs the loop thread and the fsync thread
+their sleeps and wake-ups), and with `--profile` the top functions
 by own time (cProfile). For instruction counts that a busy machine does not disturb:
     valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
         .venv/bin/python bench/bench_produce_path.py --requests 300 --only "100 B none os"
@@ -132,11 +135,14 @@ async def drive(frames: list[bytes], policy: str, pipeline: int, profile: bool, 
 
         async def settle() -> None:
             # the answers waiting on the fsync round: sleep until the last is done (no busy wait,
-            # whose CPU would count), then let the connection write them
+            # whose CPU would count), then let the connection write them. The answer's future is
+            # awaited itself (asyncio.wait would add a waiter future, callbacks and a loop
+            # iteration per round, the harness's CPU, not the broker's): its first callback is the
+            # connection's, which writes the answers before this task resumes.
             while conn._pending:
                 last = conn._pending[-1][0]
                 if isinstance(last, asyncio.Future) and not last.done():
-                    await asyncio.wait([last])
+                    await last
                 else:
                     await asyncio.sleep(0)
 
@@ -171,6 +177,7 @@ async def drive(frames: list[bytes], policy: str, pipeline: int, profile: bool, 
                 raise RuntimeError(f"an answer is error {p.error_code}: {p.error_message}")
         out = {"requests": n, "cpu_us": cpu / n * 1e6, "wall_us": wall / n * 1e6,
                "user_us": (r1.ru_utime - r0.ru_utime) / n * 1e6, "sys_us": (r1.ru_stime - r0.ru_stime) / n * 1e6,
+               "csw": (r1.ru_nvcsw - r0.ru_nvcsw + r1.ru_nivcsw - r0.ru_nivcsw) / n,
                "log_end": broker.storage.log(TOPIC, 0).log_end_offset, "fsyncs": broker.storage.fsyncs}
         if prof:
             s = io.StringIO()
@@ -230,7 +237,7 @@ def main() -> None:
              for policy in ("os", "fsync-before-ack")]
     print(f"Produce v{a.version}, one {a.batch_bytes} B batch per request, idempotent, acks=all, "
           f"{a.pipeline} in flight, {a.requests} requests; python {sys.version.split()[0]}")
-    print(f"{'case':<34}{'CPU us/req':>12}{'user':>8}{'kernel':>8}{'wall us/req':>13}{'fsync rounds':>14}")
+    print(f"{'case':<34}{'CPU us/req':>12}{'user':>8}{'kernel':>8}{'wall us/req':>13}{'csw/req':>9}{'fsync rounds':>14}")
     for size, codec, policy in cases:
         label = f"{size} B {codec} {policy}"
         if a.only and a.only != label:
@@ -240,7 +247,7 @@ def main() -> None:
             frames = frames[:a.feed + a.pipeline]
         r = asyncio.run(drive(frames, policy, a.pipeline, a.profile, a.version))
         print(f"{label:<34}{r['cpu_us']:>12.1f}{r['user_us']:>8.1f}{r['sys_us']:>8.1f}{r['wall_us']:>13.1f}"
-              f"{r['fsyncs']:>14}", flush=True)
+              f"{r['csw']:>9.2f}{r['fsyncs']:>14}", flush=True)
         if a.profile:
             print(r["profile"])
 

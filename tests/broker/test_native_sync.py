@@ -4,6 +4,7 @@ datasync that fails there fails the round's waiters and every later sync."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import sys
 
@@ -91,3 +92,29 @@ def test_a_failed_native_datasync_fails_the_waiters_and_later_syncs(tmp_path, mo
     assert "fsync failed" in str(failed[0])
     assert s.log("t", 0).recovery_point == 0
     s.close()
+
+
+def test_worker_rounds_back_to_back_lose_no_wakeup(tmp_path):
+    """SyncWorker alone: rounds of one and of several descriptors submitted as soon as the last
+    is taken (the threads are woken and the eventfd written outside the worker's mutex): every
+    round ends, a dirty file's data is synced, and the first failing errno is the round's."""
+    import select
+    from kohort.storage._csync import SyncWorker
+    fds = [os.open(tmp_path / f"f{i}", os.O_WRONLY | os.O_CREAT) for i in range(3)]
+    r, w = os.pipe()
+    worker = SyncWorker(4)
+    try:
+        for n in range(300):
+            round_fds = fds[:1] if n % 2 else fds
+            for fd in round_fds:
+                os.write(fd, b"x")
+            worker.submit(round_fds)
+            assert select.select([worker.fileno()], [], [], 5)[0], f"round {n} never ended"
+            assert worker.result() == 0
+        worker.submit([fds[0], r])             # a pipe cannot be datasynced
+        assert select.select([worker.fileno()], [], [], 5)[0]
+        assert worker.result() == errno.EINVAL
+    finally:
+        worker.close()
+        for fd in (*fds, r, w):
+            os.close(fd)

@@ -461,7 +461,9 @@ class Connection(asyncio.BufferedProtocol):
             return
         if fault is not None:
             result = fault.later(result)
-        if inspect.isawaitable(result):
+        # a Future (an acks=all Produce answer waiting for its fsync round) is kept as it is;
+        # coroutines become tasks
+        if not isinstance(result, asyncio.Future) and inspect.isawaitable(result):
             result = asyncio.ensure_future(result)
         pending.append((result, version, header.correlation_id, api_key, t0, size))
 

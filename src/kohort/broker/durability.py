@@ -81,9 +81,13 @@ class SyncPump:
         answer itself, so no second future and callback hop per request); a failed round calls
         `on_error(future, result, exception)` when given (it settles the future), else the
         future gets the round's exception. Cancelling it is abandoning the wait; the round still runs."""
-        loop = self._loop = asyncio.get_running_loop()
+        waiting = self._waiting
+        if waiting:                 # the waiters gathered for the next round share its first's loop
+            loop = self._loop
+        else:                       # (get_running_loop costs a getpid system call on 3.11)
+            loop = self._loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self._waiting.append((fut, result, on_error))
+        waiting.append((fut, result, on_error))
         if not self._busy:
             self._busy = True
             loop.call_soon(self._start_round)

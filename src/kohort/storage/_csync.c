@@ -2,8 +2,11 @@
  *
  * `SyncWorker` owns up to MAX_THREADS native threads that fdatasync file descriptors and an eventfd
  * that becomes readable when a round is done. The threads never touch the interpreter (no GIL), so
- * handing a round over costs one condition-variable signal and finishing it one eventfd write that
- * the event loop sees as a readable file descriptor (loop.add_reader).
+ * handing a round over costs one semaphore post per descriptor (a futex wake-up of a sleeping
+ * thread) and finishing it one eventfd write that the event loop sees as a readable file descriptor
+ * (loop.add_reader). The mutex guards the round's state and is never held across a wake-up or a
+ * system call, so it is never contended into the kernel (with a condition variable it would be:
+ * glibc leaves the mutex marked contended after a wait, one more futex call per round).
  *
  *   w = SyncWorker(threads)        up to `threads` fdatasync at once (files of one round)
  *   w.fileno()                     the eventfd: readable once the submitted round is done
@@ -20,6 +23,7 @@
 #ifdef __linux__
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -31,7 +35,7 @@
 typedef struct {
     PyObject_HEAD
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    sem_t work;             /* one post per descriptor to take, and one per thread to stop */
     pthread_t threads[MAX_THREADS];
     int max_threads;
     int started;            /* threads running */
@@ -48,12 +52,18 @@ typedef struct {
 
 static void *worker_main(void *arg) {
     SyncWorker *w = (SyncWorker *)arg;
-    pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->stopping && w->next >= w->nfds)
-            pthread_cond_wait(&w->cv, &w->mu);
-        if (w->stopping)
+        while (sem_wait(&w->work) != 0 && errno == EINTR)
+            ;
+        pthread_mutex_lock(&w->mu);
+        if (w->stopping) {
+            pthread_mutex_unlock(&w->mu);
             break;
+        }
+        if (w->next >= w->nfds) {            /* not expected: every post has its descriptor */
+            pthread_mutex_unlock(&w->mu);
+            continue;
+        }
         int fd = w->fds[w->next++];
         pthread_mutex_unlock(&w->mu);
         int rc = fdatasync(fd);
@@ -61,15 +71,19 @@ static void *worker_main(void *arg) {
         pthread_mutex_lock(&w->mu);
         if (err && !w->error)
             w->error = err;
-        if (--w->remaining == 0) {
+        int last = --w->remaining == 0;
+        int efd = w->efd;
+        pthread_mutex_unlock(&w->mu);
+        if (last) {
+            /* written with the mutex released: the loop thread it wakes takes the mutex in
+             * result(). Nothing changes meanwhile: a new round needs result(), which needs this. */
             uint64_t one = 1;
             ssize_t n;
             do {
-                n = write(w->efd, &one, sizeof one);
+                n = write(efd, &one, sizeof one);
             } while (n < 0 && errno == EINTR);
         }
     }
-    pthread_mutex_unlock(&w->mu);
     return NULL;
 }
 
@@ -93,7 +107,12 @@ static int SyncWorker_init(SyncWorker *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     pthread_mutex_init(&self->mu, NULL);
-    pthread_cond_init(&self->cv, NULL);
+    if (sem_init(&self->work, 0, 0) != 0) {
+        close(self->efd);
+        self->efd = -1;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
     self->max_threads = threads;
     return 0;
 }
@@ -114,8 +133,9 @@ static void stop_threads(SyncWorker *self) {
     }
     pthread_mutex_lock(&self->mu);
     self->stopping = 1;
-    pthread_cond_broadcast(&self->cv);
     pthread_mutex_unlock(&self->mu);
+    for (int i = 0; i < self->started; i++)
+        sem_post(&self->work);
     Py_BEGIN_ALLOW_THREADS
     for (int i = 0; i < self->started; i++)
         pthread_join(self->threads[i], NULL);
@@ -140,7 +160,7 @@ static void SyncWorker_dealloc(SyncWorker *self) {
         stop_threads(self);
         close(self->efd);
         pthread_mutex_destroy(&self->mu);
-        pthread_cond_destroy(&self->cv);
+        sem_destroy(&self->work);
     }
     PyMem_Free(self->fds);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -193,13 +213,15 @@ static PyObject *SyncWorker_submit(SyncWorker *self, PyObject *arg) {
         fds[i] = (int)v;
     }
     Py_DECREF(seq);
-    if (self->started && self->pid != getpid()) {
+    pid_t pid = getpid();
+    if (self->started && self->pid != pid) {
         /* a child of fork(): the threads stayed in the parent, the lock may be held by one */
         self->started = 0;
         pthread_mutex_init(&self->mu, NULL);
-        pthread_cond_init(&self->cv, NULL);
+        sem_destroy(&self->work);
+        sem_init(&self->work, 0, 0);
     }
-    self->pid = getpid();
+    self->pid = pid;
     int want = n < self->max_threads ? (int)n : self->max_threads;
     while (self->started < want) {
         int rc = pthread_create(&self->threads[self->started], NULL, worker_main, self);
@@ -220,11 +242,11 @@ static PyObject *SyncWorker_submit(SyncWorker *self, PyObject *arg) {
     self->remaining = n;
     self->error = 0;
     self->busy = 1;
-    if (n == 1)
-        pthread_cond_signal(&self->cv);
-    else
-        pthread_cond_broadcast(&self->cv);
     pthread_mutex_unlock(&self->mu);
+    /* one post per descriptor, after the unlock: each wakes (or is taken by) one thread, which
+     * finds the round already published */
+    for (Py_ssize_t i = 0; i < n; i++)
+        sem_post(&self->work);
     Py_RETURN_NONE;
 }
 

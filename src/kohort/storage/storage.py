@@ -157,7 +157,13 @@ class Storage:
         self._topics: dict[str, _Topic] = {}
         self._by_id: dict[uuid.UUID, str] = {}
         # group commit state
-        self._cv = threading.Condition(threading.Lock())
+        # one lock for the group-commit state and every log's dirty segments: taken directly on the
+        # hot paths (an append, a round's start and end), through the condition only by a blocking
+        # sync_dirty that waits for a running round (`_blocked` counts those, so a round's end
+        # notifies only when someone waits)
+        self._mutex = threading.Lock()
+        self._cv = threading.Condition(self._mutex)
+        self._blocked = 0
         self._write_seq = 0
         self._synced_seq = 0
         self._round_thread: int | None = None   # the thread ending a begin_sync_round round
@@ -227,7 +233,7 @@ class Storage:
                     fs, path, topic, p, t.config, clean=clean,
                     recovery_point=recovery.get((topic, p), 0),
                     log_start_offset=starts.get((topic, p), 0), now_ms=now_ms,
-                    lock=self._cv, on_dirty=self._note_dirty))
+                    lock=self._mutex, on_dirty=self._note_dirty))
         if clean:
             fs.remove(marker)
             fs.fsync_dir(self.data_dir)
@@ -274,7 +280,7 @@ class Storage:
             except OSError as e:
                 self.close_error = e
         self.closed = True
-        with self._cv:
+        with self._mutex:
             pool, self._sync_pool = self._sync_pool, None
         if pool is not None:
             pool.shutdown(wait=True)
@@ -304,7 +310,7 @@ class Storage:
             # the new directory is fsynced once, by Log.open after it created the first segment
             self._write_metadata(t, p, sync_dir=False)
             t.logs.append(Log.open(self.fs, path, t.name, p, t.config, clean=True, now_ms=now,
-                                   lock=self._cv, on_dirty=self._note_dirty))
+                                   lock=self._mutex, on_dirty=self._note_dirty))
         self.fs.fsync_dir(self.data_dir)
 
     def _write_metadata(self, t: _Topic, partition: int, sync_dir: bool = True) -> None:
@@ -326,7 +332,7 @@ class Storage:
         t = self._topic(name)
         del self._topics[name]
         self._by_id.pop(t.topic_id, None)
-        with self._cv:
+        with self._mutex:
             for log in t.logs:
                 self._dirty_logs.pop(log, None)
         for log in t.logs:
@@ -429,7 +435,7 @@ class Storage:
     def _note_dirty(self, log: Log, segment=None) -> None:
         """An append wrote to `segment` of `log`: both are dirty until the next sync round, and the
         write sequence the round's waiters compare against moves on (one lock acquisition)."""
-        with self._cv:
+        with self._mutex:
             if segment is not None:
                 log._dirty[segment] = None
             self._dirty_logs[log] = None
@@ -454,7 +460,11 @@ class Storage:
                 if self._round_thread == threading.get_ident():
                     raise RuntimeError("a blocking sync on the thread that must end the running "
                                        "sync round (begin_sync_round) would wait forever")
-                self._cv.wait()
+                self._blocked += 1
+                try:
+                    self._cv.wait()
+                finally:
+                    self._blocked -= 1
                 if self._sync_error is not None:
                     raise KafkaStorageError(f"an earlier fsync failed: {self._sync_error}")
             else:
@@ -478,7 +488,7 @@ class Storage:
         Returns None when another round is running (the caller falls back to `sync_dirty()` on a
         thread), a round with no handles when every append is already durable. Raises
         KafkaStorageError once an fsync has failed."""
-        with self._cv:
+        with self._mutex:
             if self._sync_error is not None:
                 raise KafkaStorageError(f"an earlier fsync failed: {self._sync_error}")
             if self._syncing:
@@ -512,7 +522,7 @@ class Storage:
             except OSError:
                 pass
         if sync_round.taken:
-            with self._cv:
+            with self._mutex:
                 self._syncing = False
                 self._round_thread = None
                 if error is None:
@@ -525,7 +535,8 @@ class Storage:
                     for log, _ in sync_round.work:
                         log._restore_dirty()
                         self._dirty_logs[log] = None
-                self._cv.notify_all()
+                if self._blocked:
+                    self._cv.notify_all()
         if error is not None:
             if not isinstance(error, Exception):
                 raise error
@@ -539,7 +550,7 @@ class Storage:
             for h in handles:
                 h.datasync()
             return
-        with self._cv:
+        with self._mutex:
             if self._sync_pool is None:
                 self._sync_pool = ThreadPoolExecutor(max_workers=_SYNC_THREADS,
                                                      thread_name_prefix="kohort-datasync")

@@ -321,7 +321,10 @@ def _produce(ctx, req: ProduceRequest, pre_errors: dict):
     resp = _response(responses)
     if not (wrote and broker.sync.enabled):
         return resp
-    return _after_sync(broker, resp)
+    # the answer once the shared fsync round covering these appends is done: the round's own
+    # future carries it (no task or extra future per request); a failed round fails the written
+    # partitions with its StorageError (_sync_failed)
+    return broker.sync.synced_future(resp, _sync_failed)
 
 
 def _transactional_denied(ctx, req) -> bool:
@@ -339,13 +342,6 @@ def _transactional_denied(ctx, req) -> bool:
                     int.from_bytes(r[ATTRIBUTES_OFFSET:ATTRIBUTES_OFFSET + 2], "big") & ATTR_TRANSACTIONAL:
                 return True
     return False
-
-
-def _after_sync(broker, resp: ProduceResponse):
-    """The answer once the shared fsync round covering these appends is done: the round's own
-    future carries it (no task or extra future per request); a failed round fails the written
-    partitions with its StorageError."""
-    return broker.sync.synced_future(resp, _sync_failed)
 
 
 def _sync_failed(answer, resp: ProduceResponse, e: BaseException) -> None:
