@@ -129,9 +129,15 @@ async def drive(frames: list[bytes], policy: str, pipeline: int, profile: bool, 
         conn.connection_made(t)
 
         def feed(frame: bytes) -> None:
-            view = conn.get_buffer(len(frame))
-            view[:len(frame)] = frame
-            conn.buffer_updated(len(frame))
+            # in the pieces the connection's buffers take, as a socket's reads would deliver them
+            mv = memoryview(frame)
+            off = 0
+            while off < len(frame):
+                view = conn.get_buffer(len(frame) - off)
+                n = min(len(view), len(frame) - off)
+                view[:n] = mv[off:off + n]
+                conn.buffer_updated(n)
+                off += n
 
         async def settle() -> None:
             # the answers waiting on the fsync round: sleep until the last is done (no busy wait,
