@@ -304,6 +304,10 @@ def test_interrupted_creation_gap_drops_empty_partitions_above_it_and_refuses_da
     s2 = engine.open()                               # 2 holds none: an unanswered creation
     assert s2.topic("t").num_partitions == 1
     assert not fs.exists(fs.join(engine.data_dir, "t-2"))
+    s2.create_topic("u", 2)
+    fs.rmtree(fs.join(engine.data_dir, "u-0"))      # only partition 1 of a new topic was kept
+    s3 = engine.open()
+    assert not s3.has_topic("u") and s3.topic("t").num_partitions == 1
 
 
 # ---------------------------------------------------------------------------------------------

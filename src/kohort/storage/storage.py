@@ -229,6 +229,8 @@ class Storage:
         for topic, parts in sorted(partitions.items()):
             parts.sort()
             parts = self._drop_interrupted_creation(topic, parts)
+            if not parts:                # partition 0 itself never reached the disk
+                continue
             meta0 = parts[0][2]
             t = self._new_topic(topic, uuid.UUID(meta0["topic_id"]), meta0.get("configs", {}))
             for p, path, _ in parts:
