@@ -150,3 +150,19 @@ def test_sigkill_under_acks_all_load_loses_no_acknowledged_record():
     finally:
         b.stop()
         b.cleanup()
+
+
+@pytest.mark.slow
+def test_created_topic_survives_sigkill_right_after_the_answer(partitions=1000):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    with KohortBroker() as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic("wide", partitions, 1)])["wide"].result(30)
+        b.kill()
+        b.start()
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        md = admin.list_topics("wide", timeout=10).topics["wide"]
+        assert md.error is None
+        assert sorted(md.partitions) == list(range(partitions))
+        _produce(b.bootstrap, "wide", 1, partition=partitions - 1)
+        assert len(_consume(b.bootstrap, "wide", partitions)) == 1

@@ -27,3 +27,26 @@ def test_registry_covers_the_issue_apis():
     missing = wanted - set(REQUESTS)
     assert not missing, f"no request schema for api keys {sorted(missing)}"
     assert set(REQUESTS) == set(RESPONSES)
+
+
+def test_encoded_once_array_writes_the_same_bytes_in_every_version():
+    import uuid
+
+    from kohort.protocol.messages.metadata import MetadataResponse
+    from kohort.protocol.schema import EncodedOnce
+    Topic = MetadataResponse.MetadataResponseTopic
+    items = [Topic.MetadataResponsePartition(error_code=0, partition_index=p, leader_id=1, leader_epoch=2,
+                                             replica_nodes=[1], isr_nodes=[1], offline_replicas=[])
+             for p in range(5)]
+    shared = EncodedOnce(items)
+
+    def answer(parts):
+        return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id="c", controller_id=1, error_code=0,
+                                topics=[Topic(error_code=0, name="t", topic_id=uuid.UUID(int=3), partitions=parts)])
+    for v in range(MetadataResponse.MIN_VERSION, MetadataResponse.MAX_VERSION + 1):
+        plain = answer(list(items)).encode(v)
+        assert answer(shared).encode(v) == plain
+        assert answer(shared).encode(v) == plain          # the second time from the kept bytes
+        assert [p.partition_index for t in MetadataResponse.decode(plain, v).topics
+                for p in t.partitions] == list(range(5))
+    assert {k for k, _ in shared.wire} == set(range(MetadataResponse.MIN_VERSION, MetadataResponse.MAX_VERSION + 1))

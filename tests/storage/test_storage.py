@@ -516,3 +516,23 @@ def test_a_new_partition_costs_two_fsyncs_and_survives_a_reopen(tmp_path, monkey
     assert [v for _, _, v in read_all(s.log("many", 7))] == [b"a", b"b"]
     assert [v for _, _, v in read_all(s.log("many", 49))] == []
     s.close()
+
+
+def test_a_failed_partition_keeps_the_ones_below_and_removes_the_ones_above(tmp_path):
+    from kohort.storage import OsFileSystem, Storage
+
+    class FailingAt(OsFileSystem):
+        def makedirs(self, path):
+            if path.endswith("/t-5"):
+                raise OSError(28, "No space left on device")
+            super().makedirs(path)
+
+    fs = FailingAt()
+    s = Storage(str(tmp_path), fs=fs)
+    with pytest.raises(OSError, match="No space"):
+        s.create_topic("t", 12)                      # created on several threads at once
+    assert s.topic("t").num_partitions == 5
+    assert sorted(n for n in fs.listdir(str(tmp_path)) if n.startswith("t-")) == [f"t-{p}" for p in range(5)]
+    s.log("t", 4).append(batch(b"x"), leader_epoch=0, now_ms=0)
+    s.close()
+    assert Storage(str(tmp_path)).topic("t").num_partitions == 5

@@ -292,6 +292,24 @@ def test_leftover_deleted_and_tmp_files_are_removed(engine):
     assert read_all(log2) == before
 
 
+def test_interrupted_creation_gap_drops_empty_partitions_above_it_and_refuses_data(engine):
+    s = engine.open()
+    s.create_topic("t", 4)
+    s.log("t", 3).append(batch(b"kept"), leader_epoch=0, now_ms=0)
+    fs = engine.fs
+    fs.rmtree(fs.join(engine.data_dir, "t-1"))      # a crash that kept partitions 0, 2 and 3
+    with pytest.raises(KafkaStorageError, match="has partitions"):
+        engine.open()                                # partition 3 holds a record: refused
+    fs.rmtree(fs.join(engine.data_dir, "t-3"))
+    s2 = engine.open()                               # 2 holds none: an unanswered creation
+    assert s2.topic("t").num_partitions == 1
+    assert not fs.exists(fs.join(engine.data_dir, "t-2"))
+    s2.create_topic("u", 2)
+    fs.rmtree(fs.join(engine.data_dir, "u-0"))      # only partition 1 of a new topic was kept
+    s3 = engine.open()
+    assert not s3.has_topic("u") and s3.topic("t").num_partitions == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # machine crashes (MemoryFileSystem drops what was not fsynced)
 

@@ -192,16 +192,41 @@ class Array(Type):
                 raise DecodeError(f"null array where {self.name} is required")
             return [idec(r) for _ in range(n)]
 
+        wire_key = (version, flexible)
+
         def enc(out, v):
             if v is None:
                 if not nullable:
                     raise EncodeError(f"{self.name} is not nullable in v{version}")
                 out += null
                 return
+            if type(v) is EncodedOnce:
+                wire = v.wire.get(wire_key)
+                if wire is None:
+                    buf = bytearray()
+                    write_len(buf, len(v))
+                    for x in v:
+                        ienc(buf, x)
+                    wire = v.wire[wire_key] = bytes(buf)
+                out += wire
+                return
             write_len(out, len(v))
             for x in v:
                 ienc(out, x)
         return dec, enc
+
+
+class EncodedOnce(tuple):
+    """A read-only array value shared by many messages: its wire bytes are built once per
+    (version, flexible) and reused, so an array of thousands of unchanging structs (a wide topic's
+    Metadata partitions) is not encoded again for every answer. Its items must never change."""
+
+    wire: dict
+
+    def __new__(cls, items=()):
+        self = super().__new__(cls, items)
+        self.wire = {}
+        return self
 
 
 class Field:

@@ -63,6 +63,7 @@ from kohort.storage.errors import (
 from kohort.storage.fs import FileSystem, MemoryFileSystem, OsFileSystem
 from kohort.storage.lock import DataDirLock
 from kohort.storage.log import Log
+from kohort.storage.segment import LOG_SUFFIX
 
 CLEAN_SHUTDOWN_FILE = ".kohort_cleanshutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
@@ -70,6 +71,7 @@ LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 PARTITION_METADATA_FILE = "partition.metadata"
 
 _SYNC_THREADS = 4       # files datasynced at once in one group-commit round
+_CREATE_THREADS = 8     # partitions created at once by CreateTopics / CreatePartitions on a real disk
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
 
@@ -138,6 +140,14 @@ class SyncRound:
         self.handles = handles
         self.work = work
         self.taken = taken
+
+
+def _file_size(fs: FileSystem, path: str) -> int:
+    h = fs.open(path, create=False)
+    try:
+        return h.size()
+    finally:
+        h.close()
 
 
 class Storage:
@@ -224,8 +234,9 @@ class Storage:
             partitions.setdefault(topic, []).append((int(part), path, meta))
         for topic, parts in sorted(partitions.items()):
             parts.sort()
-            if [p for p, _, _ in parts] != list(range(len(parts))):
-                raise KafkaStorageError(f"topic {topic} has partitions {[p for p, _, _ in parts]}")
+            parts = self._drop_interrupted_creation(topic, parts)
+            if not parts:                # partition 0 itself never reached the disk
+                continue
             meta0 = parts[0][2]
             t = self._new_topic(topic, uuid.UUID(meta0["topic_id"]), meta0.get("configs", {}))
             for p, path, _ in parts:
@@ -238,6 +249,25 @@ class Storage:
             fs.remove(marker)
             fs.fsync_dir(self.data_dir)
         self._write_checkpoints()
+
+    def _drop_interrupted_creation(self, topic: str, parts: list) -> list:
+        """A topic's partitions must be 0..n-1. Partitions are created several at once, so a crash
+        during CreateTopics / CreatePartitions (never answered) can leave a gap: the partitions
+        above it are removed if none holds a record, otherwise the directory is refused."""
+        gap = next((i for i, (p, _, _) in enumerate(parts) if p != i), len(parts))
+        above = parts[gap:]
+        if not above:
+            return parts
+        fs = self.fs
+        for _, path, _ in above:
+            for name in fs.listdir(path):
+                if name.endswith(LOG_SUFFIX) and _file_size(fs, fs.join(path, name)):
+                    raise KafkaStorageError(
+                        f"topic {topic} has partitions {[p for p, _, _ in parts]}")
+        for _, path, _ in above:
+            fs.rmtree(path)
+        fs.fsync_dir(self.data_dir)
+        return parts[:gap]
 
     def _new_topic(self, name: str, topic_id: uuid.UUID, overrides: dict) -> _Topic:
         config = LogConfig.from_overrides({**self.topic_defaults, **overrides})
@@ -303,15 +333,46 @@ class Storage:
         return t.topic_id
 
     def _add_partitions(self, t: _Topic, total: int, now_ms: int | None) -> None:
+        """Create partitions len(t.logs)..total-1, each durable (its directory, partition.metadata and
+        first segment fsynced) before this returns. On a real disk the partitions are created on a
+        few threads at once: creating a file costs the kernel CPU (inode allocation) and each
+        partition's fsyncs wait on the disk, and both overlap across partitions. If one fails, the
+        partitions below the first failure are kept (a topic's partitions stay 0..n-1), those
+        created beyond it are closed and removed, and the first error is raised."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        for p in range(len(t.logs), total):
-            path = self._path(f"{t.name}-{p}")
-            self.fs.makedirs(path)
-            # the new directory is fsynced once, by Log.open after it created the first segment
-            self._write_metadata(t, p, sync_dir=False)
-            t.logs.append(Log.open(self.fs, path, t.name, p, t.config, clean=True, now_ms=now,
-                                   lock=self._mutex, on_dirty=self._note_dirty))
+        new = range(len(t.logs), total)
+        if isinstance(self.fs, OsFileSystem) and len(new) > 1:
+            with ThreadPoolExecutor(max_workers=min(_CREATE_THREADS, len(new)),
+                                    thread_name_prefix="kohort-create") as pool:
+                futures = [pool.submit(self._create_partition, t, p, now) for p in new]
+            error: BaseException | None = None
+            for p, f in zip(new, futures):
+                e = f.exception()
+                if error is None and e is None:
+                    t.logs.append(f.result())
+                    continue
+                error = error or e
+                if e is None:
+                    log = f.result()
+                    log.close()
+                    self.fs.rmtree(log.directory)
+            if error is not None:
+                self.fs.fsync_dir(self.data_dir)
+                raise error
+        else:
+            for p in new:
+                t.logs.append(self._create_partition(t, p, now))
         self.fs.fsync_dir(self.data_dir)
+
+    def _create_partition(self, t: _Topic, p: int, now_ms: int) -> Log:
+        """One new partition's directory, partition.metadata and first segment, all fsynced (the
+        directory once, by Log.open after it created the segment); the data directory is the
+        caller's to fsync. Runs on a creation thread: it touches nothing shared."""
+        path = self._path(f"{t.name}-{p}")
+        self.fs.makedirs(path)
+        self._write_metadata(t, p, sync_dir=False)
+        return Log.open(self.fs, path, t.name, p, t.config, clean=True, now_ms=now_ms,
+                        lock=self._mutex, on_dirty=self._note_dirty)
 
     def _write_metadata(self, t: _Topic, partition: int, sync_dir: bool = True) -> None:
         meta = {"version": 0, "topic": t.name, "partition": partition,

@@ -18,6 +18,7 @@ from kohort.broker.handlers import handles
 from kohort.broker.handlers._util import auto_create
 from kohort.errors import ErrorCode
 from kohort.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from kohort.protocol.schema import EncodedOnce
 from kohort.storage import StorageError, validate_topic_name
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -27,11 +28,12 @@ Partition = Topic.MetadataResponsePartition
 
 
 @functools.lru_cache(maxsize=256)
-def _partitions(count: int, node: int, leader_epoch: int) -> tuple:
+def _partitions(count: int, node: int, leader_epoch: int) -> EncodedOnce:
     """The partition entries of a topic of `count` partitions (all alike on this single node), built
-    once per (count, node, epoch) and shared, read-only, by every answer: a full Metadata request
-    for a topic of 10,000 partitions does not build 10,000 structs each time."""
-    return tuple(Partition(error_code=0, partition_index=p, leader_id=node, leader_epoch=leader_epoch,
+    once per (count, node, epoch) and shared, read-only, by every answer, and encoded once per
+    version: a full Metadata request for a topic of 10,000 partitions neither builds nor encodes
+    10,000 structs each time. A new count, node or leader epoch is a new cache key."""
+    return EncodedOnce(Partition(error_code=0, partition_index=p, leader_id=node, leader_epoch=leader_epoch,
                            replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
                  for p in range(count))
 
