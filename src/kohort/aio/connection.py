@@ -5,15 +5,24 @@ The loop receives straight into the ClientProtocol's buffer (`get_buffer`/`buffe
 ClientProtocol cuts the frames, matches answers to requests in order and runs the ApiVersions and
 SASL handshake; this module only moves bytes and turns answers into futures.
 
-Cancellation never leaves a half-sent request: a request's bytes are handed to the transport before
+Cancellation never leaves a half-sent request: a request's bytes are handed to the connection before
 the caller can be suspended (no await between its writes), so a request is either not sent at all or
 sent whole. They are the request as its protocol's list of buffers, a Produce request's record
-batches by reference: one `writelines` where asyncio writes with sendmsg (3.12+) or the request is
-small; before 3.12 `writelines` joins its buffers into one fresh bytes object, so a large request's
-buffers are written one by one instead (`transport.write` sends each from where it lies and copies
-only what the socket did not take; measured with 1 MB Produce requests on a busy 2-core machine: the
-producer's longest loop turns about 0.5 ms shorter at p99, its CPU within noise; the fresh 1 MB
-allocation's page faults cost more than the copy).
+batches by reference. A request of up to WRITE_CHUNK bytes with nothing queued before it is written at
+once: one `writelines` where asyncio writes with sendmsg (3.12+) or the request is small; before 3.12
+`writelines` joins its buffers into one fresh bytes object, so there a request of LARGE_REQUEST bytes
+or more is written buffer by buffer (`transport.write` sends each from where it lies and copies only
+what the socket did not take; measured with 1 MB Produce requests on a busy 2-core machine: the
+producer's longest loop turns about 0.5 ms shorter at p99 than joined, its CPU within noise; the
+fresh allocation's page faults cost more than the copy). A larger
+request (a producer's 1 MB batch) goes into the connection's write queue, by reference, and the
+connection writes it WRITE_CHUNK bytes per turn of the loop, whoever its caller was and whatever
+became of it; while the transport holds more than its high-water mark unsent (`pause_writing`) the
+queue waits for `resume_writing` rather than have the transport copy it. Every later write goes behind
+the queue, so frames stay in order. Written whole, a 1 MB request would hold the loop for one send
+of 1 MB, about 0.3 ms on loopback and several ms when the kernel's work for it is preempted, and
+every other task on the loop would wait behind it (the longest turns of bench_aio.py's 1 KiB produce
+run); 128 KiB pieces cost the sender about the same CPU per MB.
 A caller cancelled while waiting for the answer only abandons its future; the answer still arrives,
 is matched with its request and dropped. A request that gets no answer within its timeout closes
 the connection (as Kafka's clients do: the in-order matching of later answers cannot be trusted),
@@ -24,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import ssl as _ssl
 import sys
+from collections import deque
 from typing import Any
 
 from kohort.protocol.framing import Versioned
@@ -34,6 +44,7 @@ DEFAULT_REQUEST_TIMEOUT_MS = 30000
 # asyncio's transports join writelines()'s buffers before Python 3.12 (then: sendmsg)
 _WRITELINES_JOINS = sys.version_info < (3, 12)
 LARGE_REQUEST = 64 * 1024           # bytes from which a request's buffers are written one by one there
+WRITE_CHUNK = 128 * 1024            # bytes of a queued request written per turn of the loop
 
 
 class AIOConnection(asyncio.BufferedProtocol):
@@ -49,6 +60,9 @@ class AIOConnection(asyncio.BufferedProtocol):
         self.closed: asyncio.Future = self._loop.create_future()
         self.transport: asyncio.Transport | None = None
         self.node_id: int | None = None
+        self._queue: deque = deque()     # buffers still to write, oldest first (memoryviews of bytes)
+        self._scheduled = False          # a _write_queued is due on the loop's next turn
+        self._paused = False             # the transport holds more than its high-water mark unsent
 
     # -- asyncio.BufferedProtocol ------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -71,13 +85,22 @@ class AIOConnection(asyncio.BufferedProtocol):
             return
         more = self.proto.data_to_send()
         if more:
-            self.transport.write(more)
+            self._write([more])
         if not self.ready.done() and self.proto.ready:
             self.ready.set_result(None)
         self._deliver(answers)
 
     def eof_received(self) -> bool:
         return False
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._queue and not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._write_queued)
 
     def connection_lost(self, exc) -> None:
         err = ConnectionClosedError("the broker closed the connection") if exc is None else \
@@ -101,6 +124,7 @@ class AIOConnection(asyncio.BufferedProtocol):
             self.ready.exception()        # retrieved: nobody else may be waiting on it
         if not self.closed.done():
             self.closed.set_result(err)
+        self._queue.clear()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
@@ -133,13 +157,51 @@ class AIOConnection(asyncio.BufferedProtocol):
             fut.add_done_callback(_retrieve)
         _, bufs = self.proto.send_request_buffers(request, version, expect_response=expect_response, handle=fut,
                                                   response_class=response_class)
-        if _WRITELINES_JOINS and len(bufs) > 1 and sum(map(len, bufs)) >= LARGE_REQUEST:
-            write = self.transport.write
-            for b in bufs:
-                write(b)
-        else:
-            self.transport.writelines(bufs)
+        self._write(bufs)
         return version, fut
+
+    def _write(self, bufs: list) -> None:
+        """Write a frame's buffers now, or queue them behind what is queued (see the module docstring)."""
+        if not self._queue:
+            size = sum(map(len, bufs))
+            if size <= WRITE_CHUNK:
+                if _WRITELINES_JOINS and len(bufs) > 1 and size >= LARGE_REQUEST:
+                    write = self.transport.write
+                    for b in bufs:
+                        write(b)
+                else:
+                    self.transport.writelines(bufs)
+                return
+        self._queue.extend(memoryview(b).cast("B") for b in bufs)
+        if not self._scheduled:
+            self._write_queued()
+
+    def _write_queued(self) -> None:
+        """Write up to WRITE_CHUNK bytes of the queue; the rest on a later turn of the loop."""
+        self._scheduled = False
+        if self.transport is None or self.transport.is_closing():
+            self._queue.clear()
+            return
+        if self._paused:
+            return                      # resume_writing goes on
+        q, budget, out = self._queue, WRITE_CHUNK, []
+        while q and budget > 0:
+            b = q[0]
+            if len(b) <= budget:
+                out.append(q.popleft())
+                budget -= len(b)
+            else:
+                out.append(b[:budget])
+                q[0] = b[budget:]
+                budget = 0
+        if _WRITELINES_JOINS:
+            for b in out:
+                self.transport.write(b)
+        else:
+            self.transport.writelines(out)
+        if q and not self._paused:
+            self._scheduled = True
+            self._loop.call_soon(self._write_queued)
 
     async def request(self, request, *, timeout_ms: int | None = DEFAULT_REQUEST_TIMEOUT_MS,
                       max_version: int | None = None, min_version: int | None = None,
