@@ -15,6 +15,7 @@ differ by at most one (at most 16 passes). Like Kafka, balance is per topic, not
 """
 from __future__ import annotations
 
+import heapq
 from typing import Mapping
 
 from kohort.assignors.server_spec import MemberSpec, Target, homogeneous
@@ -62,15 +63,16 @@ def _homogeneous(members: Mapping[str, MemberSpec], topics: Mapping[str, int]) -
             size[mid] += 1
             extra -= 1
     # pass 2: hand out the rest to members under their quota (+1 while extra slots remain)
-    free = [tp for tp in parts if tp not in taken]
-    for tp in free:
-        under = [mid for mid in ids if size[mid] < quota]
-        if not under:
-            under = [mid for mid in ids if size[mid] == quota]
-            extra -= 1
-        mid = min(under, key=lambda m: (size[m], m))
+    # the receiver is the member with the fewest partitions (then the smallest id): a heap of
+    # (size, member id), so handing out F partitions costs O(F log M), not O(F * M)
+    heap = [(size[mid], mid) for mid in ids]
+    heapq.heapify(heap)
+    for tp in parts:
+        if tp in taken:
+            continue
+        n, mid = heapq.heappop(heap)
         out[mid].setdefault(tp[0], set()).add(tp[1])
-        size[mid] += 1
+        heapq.heappush(heap, (n + 1, mid))
     return out
 
 

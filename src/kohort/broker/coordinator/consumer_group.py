@@ -120,6 +120,12 @@ def _unflat(tps) -> Assignment:
     return {t: frozenset(ps) for t, ps in out.items()}
 
 
+def _frozen_target(t: Mapping[str, Any]) -> Assignment:
+    """An assignor's answer for one member as a target: empty topics dropped, partitions frozen
+    (the assignors' own frozensets kept as they are)."""
+    return {tp: ps if isinstance(ps, frozenset) else frozenset(ps) for tp, ps in t.items() if ps}
+
+
 def _held_by_others(group: ConsumerGroup, m: ConsumerMember, want: set) -> set:
     """The partitions of `want` another member still holds (assigned or pending revocation): set
     intersections per member and topic, not a (topic, partition) -> owner map of the whole group
@@ -532,13 +538,20 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
     def _compute_target(self, group: ConsumerGroup) -> None:
         topics = group.subscribed_metadata
         specs = {}
+        # members mostly share a subscription: each distinct one is resolved against the topics
+        # once, and members with the same one share its frozenset
+        resolved: dict[tuple, frozenset[str]] = {}
+        empty: dict = {}
+        target = group.target
         for mid, m in group.members.items():
-            subs = frozenset(self._member_topics(m, topics))
-            specs[mid] = MemberSpec(subs, m.instance_id, group.target.get(mid, {}))
+            key = (m.subscribed_topic_names, m.subscribed_topic_regex)
+            subs = resolved.get(key)
+            if subs is None:
+                subs = resolved[key] = frozenset(self._member_topics(m, topics))
+            specs[mid] = MemberSpec(subs, m.instance_id, target.get(mid, empty))
         assign = server_assignor(self.assignor_name(group))
         result = assign(specs, topics)
-        group.target = {mid: {t: frozenset(ps) for t, ps in result.get(mid, {}).items() if ps}
-                        for mid in group.members}
+        group.target = {mid: _frozen_target(result.get(mid, empty)) for mid in group.members}
         group.assignment_epoch = group.group_epoch
 
     # ------------------------------------------------------------------ reconciliation
