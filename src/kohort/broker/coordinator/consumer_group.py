@@ -413,7 +413,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
             if regex != member.subscribed_topic_regex:
                 member.subscribed_topic_regex = regex
                 bump = True
-        metadata = self._subscribed_metadata(group, topics)
+        metadata = self._subscribed_metadata(group, topics, changed=bump or replaced is not None)
         if metadata != group.subscribed_metadata:
             group.subscribed_metadata = metadata
             bump = True
@@ -514,12 +514,24 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
             subs.update(t for t in topics if pat.fullmatch(t))
         return subs
 
-    def _subscribed_metadata(self, group: ConsumerGroup, topics: Mapping[str, int]) -> dict[str, int]:
-        # one pass in C over the members' names, the (few distinct) regexes matched once each
-        members = group.members.values()
-        names = set().union(*[m.subscribed_topic_names for m in members])
+    def _subscribed_metadata(self, group: ConsumerGroup, topics: Mapping[str, int],
+                             changed: bool = True) -> dict[str, int]:
+        """The subscribed topics' partition counts. `changed`: a member's subscription may differ
+        from the group's last look at them without a group epoch bump yet (a joining member, a new
+        subscription in this request); else the union of subscriptions kept on the group for its
+        epoch and member count stands (a subscription changes only with an epoch bump, a member
+        leaves only with one), so a steady heartbeat costs O(subscribed topics), not O(members)."""
+        cached = group.subscriptions
+        key = (group.group_epoch, len(group.members))
+        if changed or cached is None or cached[:2] != key:
+            # one pass in C over the members' names, the (few distinct) regexes matched once each
+            members = group.members.values()
+            cached = group.subscriptions = (
+                *key, frozenset().union(*[m.subscribed_topic_names for m in members]),
+                frozenset(m.subscribed_topic_regex for m in members if m.subscribed_topic_regex))
+        names, regexes = cached[2], cached[3]
         subs = {t for t in names if t in topics}
-        for regex in {m.subscribed_topic_regex for m in members if m.subscribed_topic_regex}:
+        for regex in regexes:
             pat = self._compile(regex)
             subs.update(t for t in topics if pat.fullmatch(t))
         return {t: topics[t] for t in sorted(subs)}

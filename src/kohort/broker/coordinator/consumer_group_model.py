@@ -124,6 +124,10 @@ class ConsumerGroup:
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)
     subscribed_metadata: dict[str, int] = field(default_factory=dict)   # topic -> partitions
+    # the members' subscriptions as of (group epoch, member count): (epoch, count, names, regexes);
+    # a subscription changes only with a group epoch bump, so a steady heartbeat reads this instead
+    # of walking every member (ConsumerGroups._subscribed_metadata)
+    subscriptions: tuple | None = field(default=None, compare=False, repr=False)
 
     @property
     def state(self) -> ConsumerGroupState:
