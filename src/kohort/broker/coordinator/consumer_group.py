@@ -136,13 +136,14 @@ def _held_by_others(group: ConsumerGroup, m: ConsumerMember, want: set) -> set:
     for t, p in want:
         by_topic.setdefault(t, set()).add(p)
     held: set = set()
+    wanted = list(by_topic.items())
     for o in group.members.values():
         if o is m:
             continue
-        for a in (o.assigned, o.pending_revocation):
-            for t, ps in a.items():
-                w = by_topic.get(t)
-                if w is not None and not w.isdisjoint(ps):
+        for a in (o.assigned, o.pending_revocation) if o.pending_revocation else (o.assigned,):
+            for t, w in wanted:
+                ps = a.get(t)
+                if ps and not w.isdisjoint(ps):
                     held.update((t, p) for p in w.intersection(ps))
     return held
 

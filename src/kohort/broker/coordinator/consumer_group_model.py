@@ -135,7 +135,9 @@ class ConsumerGroup:
             return ConsumerGroupState.EMPTY
         if self.group_epoch > self.assignment_epoch:
             return ConsumerGroupState.ASSIGNING
-        for m in self.members.values():
+        # newest members first: while a group fills up they are the ones still reconciling, so the
+        # walk ends early instead of passing every settled member on each step
+        for m in reversed(self.members.values()):
             if m.state != MemberState.STABLE or m.member_epoch != self.assignment_epoch:
                 return ConsumerGroupState.RECONCILING
         return ConsumerGroupState.STABLE
