@@ -46,9 +46,25 @@ def _homogeneous(members: Mapping[str, MemberSpec], topics: Mapping[str, int]) -
     # only the ones above it sort theirs.
     over: list[tuple[str, tuple[str, int]]] = []
     for mid in ids:
+        previous = members[mid].previous
+        n, whole = 0, True
+        for t, ps in previous.items():
+            c = counts.get(t)
+            if c is None or (ps and (min(ps) < 0 or max(ps) >= c)):
+                whole = False
+                break
+            n += len(ps)
+        if whole and n <= quota:
+            # the usual case: every previous partition still exists and fits the quota, so the
+            # member keeps its previous target as it is (its frozensets shared, copied on a change)
+            out[mid] = {t: frozenset(ps) for t, ps in previous.items() if ps}
+            for t, ps in out[mid].items():
+                taken[t].update(ps)
+            size[mid] = n
+            continue
         kept: dict[str, set[int]] = {}
         out[mid] = kept
-        prev = [(t, p) for t, ps in members[mid].previous.items() if t in counts
+        prev = [(t, p) for t, ps in previous.items() if t in counts
                 for p in ps if 0 <= p < counts[t]]
         if len(prev) > quota:
             prev.sort()
@@ -60,7 +76,7 @@ def _homogeneous(members: Mapping[str, MemberSpec], topics: Mapping[str, int]) -
         size[mid] = len(prev)
     for mid, (t, p) in over:
         if extra > 0 and p not in taken[t]:
-            out[mid].setdefault(t, set()).add(p)
+            _add(out[mid], t, p)
             taken[t].add(p)
             size[mid] += 1
             extra -= 1
@@ -75,9 +91,20 @@ def _homogeneous(members: Mapping[str, MemberSpec], topics: Mapping[str, int]) -
         free = range(n) if not held else sorted(set(range(n)).difference(held))
         for p in free:
             k, mid = heapq.heappop(heap)
-            out[mid].setdefault(t, set()).add(p)
+            _add(out[mid], t, p)
             heapq.heappush(heap, (k + 1, mid))
     return out
+
+
+def _add(target: dict, t: str, p: int) -> None:
+    """Partition `p` of `t` added to a target being built (a kept frozenset copied first)."""
+    ps = target.get(t)
+    if ps is None:
+        target[t] = {p}
+    else:
+        if isinstance(ps, frozenset):
+            ps = target[t] = set(ps)
+        ps.add(p)
 
 
 def _heterogeneous(members: Mapping[str, MemberSpec], topics: Mapping[str, int]) -> dict[str, dict]:
