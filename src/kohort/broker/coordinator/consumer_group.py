@@ -127,24 +127,17 @@ def _frozen_target(t: Mapping[str, Any]) -> Assignment:
 
 
 def _held_by_others(group: ConsumerGroup, m: ConsumerMember, want: set) -> set:
-    """The partitions of `want` another member still holds (assigned or pending revocation): set
-    intersections per member and topic, not a (topic, partition) -> owner map of the whole group
-    built for every reconciliation."""
+    """The partitions of `want` another member still holds (assigned or pending revocation), looked
+    up in the group's holders index: O(|want|), not a walk over the group's members."""
     if not want:
         return set()
-    by_topic: dict[str, set[int]] = {}
-    for t, p in want:
-        by_topic.setdefault(t, set()).add(p)
-    held: set = set()
-    wanted = list(by_topic.items())
-    for o in group.members.values():
-        if o is m:
-            continue
-        for a in (o.assigned, o.pending_revocation) if o.pending_revocation else (o.assigned,):
-            for t, w in wanted:
-                ps = a.get(t)
-                if ps and not w.isdisjoint(ps):
-                    held.update((t, p) for p in w.intersection(ps))
+    idx = group.holders_index()
+    mid = m.member_id
+    held = set()
+    for tp in want:
+        h = idx.get(tp)
+        if h and (len(h) > 1 or mid not in h):
+            held.add(tp)
     return held
 
 
@@ -237,6 +230,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
             if r.value is None:
                 return
             g = self.groups[r.group] = ConsumerGroup(r.group)
+        g.holders_changed()
         if r.kind == K.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
             g.assignment_epoch = 0 if r.value is None else r.value
         elif r.kind == K.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
@@ -486,6 +480,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
     def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember,
                         out: Outcome) -> None:
         del group.members[old.member_id]
+        group.holders_changed()
         group.members[new.member_id] = new
         if old.member_id in group.target:
             group.target[new.member_id] = group.target.pop(old.member_id)
@@ -589,14 +584,31 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
         withheld = _held_by_others(group, m, want)
         add = want - withheld
         old_epoch = m.member_epoch
+        held_before = cur | _flat(m.pending_revocation)
         if revoke and (owned is None or _flat(owned) & revoke):
             m.state = MemberState.UNREVOKED_PARTITIONS
             m.assigned, m.pending_revocation = _unflat(keep), _unflat(revoke)
+            held_after = keep | revoke
             new_epoch = old_epoch
         else:
             m.assigned, m.pending_revocation = _unflat(keep | add), {}
+            held_after = keep | add
             m.state = MemberState.UNRELEASED_PARTITIONS if withheld else MemberState.STABLE
             new_epoch = group.assignment_epoch
+        idx = group.holders
+        if idx is not None and held_after != held_before:
+            mid = m.member_id
+            for tp in held_before - held_after:
+                h = idx.get(tp)
+                if h is None or mid not in h:       # never expected: rebuilt on next use
+                    group.holders_changed()
+                    break
+                h.discard(mid)
+                if not h:
+                    del idx[tp]
+            else:
+                for tp in held_after - held_before:
+                    idx.setdefault(tp, set()).add(mid)
         if new_epoch != old_epoch:
             m.previous_member_epoch, m.member_epoch = old_epoch, new_epoch
 
@@ -616,6 +628,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
             # temporary leave: keep the member and its partitions until its session expires
             m.previous_member_epoch, m.member_epoch = m.member_epoch, STATIC_LEAVE_EPOCH
             m.pending_revocation = {}
+            group.holders_changed()
             m.state = MemberState.STABLE
             self._disarm(out, rebalance_key(group.group_id, m.member_id))
             self._arm(out, session_key(group.group_id, m.member_id), now + self.config.session_timeout_ms)
@@ -626,6 +639,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
 
     def _remove(self, group: ConsumerGroup, m: ConsumerMember, out: Outcome) -> None:
         del group.members[m.member_id]
+        group.holders_changed()
         group.target.pop(m.member_id, None)
         group.group_epoch += 1
         self._cancel_member_timers(out, group.group_id, m.member_id)

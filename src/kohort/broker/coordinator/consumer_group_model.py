@@ -128,6 +128,25 @@ class ConsumerGroup:
     # a subscription changes only with a group epoch bump, so a steady heartbeat reads this instead
     # of walking every member (ConsumerGroups._subscribed_metadata)
     subscriptions: tuple | None = field(default=None, compare=False, repr=False)
+    # (topic, partition) -> ids of the members holding it (assigned or pending revocation), built on
+    # first use; reconciliation keeps it current, every other change of a member's holdings (replay,
+    # removal, static replacement or leave) drops it (`holders_changed`)
+    holders: dict | None = field(default=None, compare=False, repr=False)
+
+    def holders_index(self) -> dict[tuple[str, int], set[str]]:
+        if self.holders is None:
+            idx: dict[tuple[str, int], set[str]] = {}
+            for mid, m in self.members.items():
+                for a in (m.assigned, m.pending_revocation):
+                    for t, ps in a.items():
+                        for p in ps:
+                            idx.setdefault((t, p), set()).add(mid)
+            self.holders = idx
+        return self.holders
+
+    def holders_changed(self) -> None:
+        """A member's holdings changed outside reconciliation, or a member left: rebuild on next use."""
+        self.holders = None
 
     @property
     def state(self) -> ConsumerGroupState:
