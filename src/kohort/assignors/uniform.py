@@ -15,6 +15,7 @@ differ by at most one (at most 16 passes). Like Kafka, balance is per topic, not
 """
 from __future__ import annotations
 
+import heapq
 from typing import Mapping
 
 from kohort.assignors.server_spec import MemberSpec, Target, homogeneous
@@ -32,46 +33,78 @@ def assign(members: Mapping[str, MemberSpec], topics: Mapping[str, int]) -> dict
     return {mid: {t: frozenset(ps) for t, ps in tgt.items() if ps} for mid, tgt in res.items()}
 
 
-def _all_partitions(subscribed, topics) -> list[tuple[str, int]]:
-    return [(t, p) for t in sorted(subscribed) if t in topics for p in range(topics[t])]
-
-
 def _homogeneous(members: Mapping[str, MemberSpec], topics: Mapping[str, int]) -> dict[str, dict]:
     ids = sorted(members)
     subscribed = next(iter(members.values())).subscribed
-    parts = _all_partitions(subscribed, topics)
-    valid = set(parts)
-    quota, extra = divmod(len(parts), len(ids))
-    out: dict[str, dict[str, set[int]]] = {mid: {} for mid in ids}
-    size = {mid: 0 for mid in ids}
-    taken: set[tuple[str, int]] = set()
-    # pass 1: keep previous partitions up to the quota; who already holds more keeps one extra slot
+    counts = {t: topics[t] for t in sorted(subscribed) if t in topics}
+    quota, extra = divmod(sum(counts.values()), len(ids))
+    out: dict[str, dict[str, set[int]]] = {}
+    size: dict[str, int] = {}
+    taken: dict[str, set[int]] = {t: set() for t in counts}
+    # pass 1: keep previous partitions up to the quota (the lowest (topic, partition) first); who
+    # already holds more keeps one extra slot. A member at or under its quota keeps them all, so
+    # only the ones above it sort theirs.
     over: list[tuple[str, tuple[str, int]]] = []
     for mid in ids:
-        prev = sorted((t, p) for t, ps in members[mid].previous.items() for p in ps if (t, p) in valid)
-        for tp in prev[:quota]:
-            out[mid].setdefault(tp[0], set()).add(tp[1])
-            taken.add(tp)
-        size[mid] = min(len(prev), quota)
+        previous = members[mid].previous
+        n, whole = 0, True
+        for t, ps in previous.items():
+            c = counts.get(t)
+            if c is None or (ps and (min(ps) < 0 or max(ps) >= c)):
+                whole = False
+                break
+            n += len(ps)
+        if whole and n <= quota:
+            # the usual case: every previous partition still exists and fits the quota, so the
+            # member keeps its previous target as it is (its frozensets shared, copied on a change)
+            out[mid] = {t: frozenset(ps) for t, ps in previous.items() if ps}
+            for t, ps in out[mid].items():
+                taken[t].update(ps)
+            size[mid] = n
+            continue
+        kept: dict[str, set[int]] = {}
+        out[mid] = kept
+        prev = [(t, p) for t, ps in previous.items() if t in counts
+                for p in ps if 0 <= p < counts[t]]
         if len(prev) > quota:
+            prev.sort()
             over.append((mid, prev[quota]))
-    for mid, tp in over:
-        if extra > 0 and tp not in taken:
-            out[mid].setdefault(tp[0], set()).add(tp[1])
-            taken.add(tp)
+            del prev[quota:]
+        for t, p in prev:
+            kept.setdefault(t, set()).add(p)
+            taken[t].add(p)
+        size[mid] = len(prev)
+    for mid, (t, p) in over:
+        if extra > 0 and p not in taken[t]:
+            _add(out[mid], t, p)
+            taken[t].add(p)
             size[mid] += 1
             extra -= 1
-    # pass 2: hand out the rest to members under their quota (+1 while extra slots remain)
-    free = [tp for tp in parts if tp not in taken]
-    for tp in free:
-        under = [mid for mid in ids if size[mid] < quota]
-        if not under:
-            under = [mid for mid in ids if size[mid] == quota]
-            extra -= 1
-        mid = min(under, key=lambda m: (size[m], m))
-        out[mid].setdefault(tp[0], set()).add(tp[1])
-        size[mid] += 1
+    # pass 2: the rest, in (topic, partition) order, each to the member with the fewest partitions
+    # (then the smallest id): while partitions are free no member is above its quota, so that is
+    # one under its quota while any is, else one at it. A heap of (size, member id): handing out F
+    # partitions costs O(F log M), not O(F * M).
+    heap = [(size[mid], mid) for mid in ids]
+    heapq.heapify(heap)
+    for t, n in counts.items():
+        held = taken[t]
+        free = range(n) if not held else sorted(set(range(n)).difference(held))
+        for p in free:
+            k, mid = heapq.heappop(heap)
+            _add(out[mid], t, p)
+            heapq.heappush(heap, (k + 1, mid))
     return out
+
+
+def _add(target: dict, t: str, p: int) -> None:
+    """Partition `p` of `t` added to a target being built (a kept frozenset copied first)."""
+    ps = target.get(t)
+    if ps is None:
+        target[t] = {p}
+    else:
+        if isinstance(ps, frozenset):
+            ps = target[t] = set(ps)
+        ps.add(p)
 
 
 def _heterogeneous(members: Mapping[str, MemberSpec], topics: Mapping[str, int]) -> dict[str, dict]:

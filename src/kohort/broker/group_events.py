@@ -32,7 +32,7 @@ from __future__ import annotations
 import collections
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from kohort.broker.coordinator.consumer_group import ConsumerGroupState
 from kohort.broker.coordinator.group import GroupState
@@ -72,8 +72,8 @@ class GroupEvent:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class _Member:
+class _Member(NamedTuple):
+    """One member as the events see it (a tuple: a snapshot makes one per member, cheaply)."""
     client_id: str
     client_host: str
     instance_id: str | None

@@ -162,6 +162,7 @@ class ClassicMembersMixin:
                                             assigned=dict(old.assigned),
                                             pending_revocation=dict(old.pending_revocation))
                     del group.members[old.member_id]
+                    group.holders_changed()
                     if old.member_id in group.target:
                         group.target[member_id] = group.target.pop(old.member_id)
                     self._cancel_member_timers(out, group.group_id, old.member_id)

@@ -120,24 +120,24 @@ def _unflat(tps) -> Assignment:
     return {t: frozenset(ps) for t, ps in out.items()}
 
 
+def _frozen_target(t: Mapping[str, Any]) -> Assignment:
+    """An assignor's answer for one member as a target: empty topics dropped, partitions frozen
+    (the assignors' own frozensets kept as they are)."""
+    return {tp: ps if isinstance(ps, frozenset) else frozenset(ps) for tp, ps in t.items() if ps}
+
+
 def _held_by_others(group: ConsumerGroup, m: ConsumerMember, want: set) -> set:
-    """The partitions of `want` another member still holds (assigned or pending revocation): set
-    intersections per member and topic, not a (topic, partition) -> owner map of the whole group
-    built for every reconciliation."""
+    """The partitions of `want` another member still holds (assigned or pending revocation), looked
+    up in the group's holders index: O(|want|), not a walk over the group's members."""
     if not want:
         return set()
-    by_topic: dict[str, set[int]] = {}
-    for t, p in want:
-        by_topic.setdefault(t, set()).add(p)
-    held: set = set()
-    for o in group.members.values():
-        if o is m:
-            continue
-        for a in (o.assigned, o.pending_revocation):
-            for t, ps in a.items():
-                w = by_topic.get(t)
-                if w is not None and not w.isdisjoint(ps):
-                    held.update((t, p) for p in w.intersection(ps))
+    idx = group.holders_index()
+    mid = m.member_id
+    held = set()
+    for tp in want:
+        h = idx.get(tp)
+        if h and (len(h) > 1 or mid not in h):
+            held.add(tp)
     return held
 
 
@@ -230,6 +230,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
             if r.value is None:
                 return
             g = self.groups[r.group] = ConsumerGroup(r.group)
+        g.holders_changed()
         if r.kind == K.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
             g.assignment_epoch = 0 if r.value is None else r.value
         elif r.kind == K.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
@@ -407,7 +408,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
             if regex != member.subscribed_topic_regex:
                 member.subscribed_topic_regex = regex
                 bump = True
-        metadata = self._subscribed_metadata(group, topics)
+        metadata = self._subscribed_metadata(group, topics, changed=bump or replaced is not None)
         if metadata != group.subscribed_metadata:
             group.subscribed_metadata = metadata
             bump = True
@@ -479,6 +480,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
     def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember,
                         out: Outcome) -> None:
         del group.members[old.member_id]
+        group.holders_changed()
         group.members[new.member_id] = new
         if old.member_id in group.target:
             group.target[new.member_id] = group.target.pop(old.member_id)
@@ -508,12 +510,24 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
             subs.update(t for t in topics if pat.fullmatch(t))
         return subs
 
-    def _subscribed_metadata(self, group: ConsumerGroup, topics: Mapping[str, int]) -> dict[str, int]:
-        # one pass in C over the members' names, the (few distinct) regexes matched once each
-        members = group.members.values()
-        names = set().union(*[m.subscribed_topic_names for m in members])
+    def _subscribed_metadata(self, group: ConsumerGroup, topics: Mapping[str, int],
+                             changed: bool = True) -> dict[str, int]:
+        """The subscribed topics' partition counts. `changed`: a member's subscription may differ
+        from the group's last look at them without a group epoch bump yet (a joining member, a new
+        subscription in this request); else the union of subscriptions kept on the group for its
+        epoch and member count stands (a subscription changes only with an epoch bump, a member
+        leaves only with one), so a steady heartbeat costs O(subscribed topics), not O(members)."""
+        cached = group.subscriptions
+        key = (group.group_epoch, len(group.members))
+        if changed or cached is None or cached[:2] != key:
+            # one pass in C over the members' names, the (few distinct) regexes matched once each
+            members = group.members.values()
+            cached = group.subscriptions = (
+                *key, frozenset().union(*[m.subscribed_topic_names for m in members]),
+                frozenset(m.subscribed_topic_regex for m in members if m.subscribed_topic_regex))
+        names, regexes = cached[2], cached[3]
         subs = {t for t in names if t in topics}
-        for regex in {m.subscribed_topic_regex for m in members if m.subscribed_topic_regex}:
+        for regex in regexes:
             pat = self._compile(regex)
             subs.update(t for t in topics if pat.fullmatch(t))
         return {t: topics[t] for t in sorted(subs)}
@@ -532,13 +546,20 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
     def _compute_target(self, group: ConsumerGroup) -> None:
         topics = group.subscribed_metadata
         specs = {}
+        # members mostly share a subscription: each distinct one is resolved against the topics
+        # once, and members with the same one share its frozenset
+        resolved: dict[tuple, frozenset[str]] = {}
+        empty: dict = {}
+        target = group.target
         for mid, m in group.members.items():
-            subs = frozenset(self._member_topics(m, topics))
-            specs[mid] = MemberSpec(subs, m.instance_id, group.target.get(mid, {}))
+            key = (m.subscribed_topic_names, m.subscribed_topic_regex)
+            subs = resolved.get(key)
+            if subs is None:
+                subs = resolved[key] = frozenset(self._member_topics(m, topics))
+            specs[mid] = MemberSpec(subs, m.instance_id, target.get(mid, empty))
         assign = server_assignor(self.assignor_name(group))
         result = assign(specs, topics)
-        group.target = {mid: {t: frozenset(ps) for t, ps in result.get(mid, {}).items() if ps}
-                        for mid in group.members}
+        group.target = {mid: _frozen_target(result.get(mid, empty)) for mid in group.members}
         group.assignment_epoch = group.group_epoch
 
     # ------------------------------------------------------------------ reconciliation
@@ -563,14 +584,31 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
         withheld = _held_by_others(group, m, want)
         add = want - withheld
         old_epoch = m.member_epoch
+        held_before = cur | _flat(m.pending_revocation)
         if revoke and (owned is None or _flat(owned) & revoke):
             m.state = MemberState.UNREVOKED_PARTITIONS
             m.assigned, m.pending_revocation = _unflat(keep), _unflat(revoke)
+            held_after = keep | revoke
             new_epoch = old_epoch
         else:
             m.assigned, m.pending_revocation = _unflat(keep | add), {}
+            held_after = keep | add
             m.state = MemberState.UNRELEASED_PARTITIONS if withheld else MemberState.STABLE
             new_epoch = group.assignment_epoch
+        idx = group.holders
+        if idx is not None and held_after != held_before:
+            mid = m.member_id
+            for tp in held_before - held_after:
+                h = idx.get(tp)
+                if h is None or mid not in h:       # never expected: rebuilt on next use
+                    group.holders_changed()
+                    break
+                h.discard(mid)
+                if not h:
+                    del idx[tp]
+            else:
+                for tp in held_after - held_before:
+                    idx.setdefault(tp, set()).add(mid)
         if new_epoch != old_epoch:
             m.previous_member_epoch, m.member_epoch = old_epoch, new_epoch
 
@@ -590,6 +628,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
             # temporary leave: keep the member and its partitions until its session expires
             m.previous_member_epoch, m.member_epoch = m.member_epoch, STATIC_LEAVE_EPOCH
             m.pending_revocation = {}
+            group.holders_changed()
             m.state = MemberState.STABLE
             self._disarm(out, rebalance_key(group.group_id, m.member_id))
             self._arm(out, session_key(group.group_id, m.member_id), now + self.config.session_timeout_ms)
@@ -600,6 +639,7 @@ class ConsumerGroups(GroupMachine, ClassicMembersMixin):
 
     def _remove(self, group: ConsumerGroup, m: ConsumerMember, out: Outcome) -> None:
         del group.members[m.member_id]
+        group.holders_changed()
         group.target.pop(m.member_id, None)
         group.group_epoch += 1
         self._cancel_member_timers(out, group.group_id, m.member_id)

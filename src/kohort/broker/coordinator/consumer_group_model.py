@@ -124,6 +124,29 @@ class ConsumerGroup:
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)
     subscribed_metadata: dict[str, int] = field(default_factory=dict)   # topic -> partitions
+    # the members' subscriptions as of (group epoch, member count): (epoch, count, names, regexes);
+    # a subscription changes only with a group epoch bump, so a steady heartbeat reads this instead
+    # of walking every member (ConsumerGroups._subscribed_metadata)
+    subscriptions: tuple | None = field(default=None, compare=False, repr=False)
+    # (topic, partition) -> ids of the members holding it (assigned or pending revocation), built on
+    # first use; reconciliation keeps it current, every other change of a member's holdings (replay,
+    # removal, static replacement or leave) drops it (`holders_changed`)
+    holders: dict | None = field(default=None, compare=False, repr=False)
+
+    def holders_index(self) -> dict[tuple[str, int], set[str]]:
+        if self.holders is None:
+            idx: dict[tuple[str, int], set[str]] = {}
+            for mid, m in self.members.items():
+                for a in (m.assigned, m.pending_revocation):
+                    for t, ps in a.items():
+                        for p in ps:
+                            idx.setdefault((t, p), set()).add(mid)
+            self.holders = idx
+        return self.holders
+
+    def holders_changed(self) -> None:
+        """A member's holdings changed outside reconciliation, or a member left: rebuild on next use."""
+        self.holders = None
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -131,7 +154,9 @@ class ConsumerGroup:
             return ConsumerGroupState.EMPTY
         if self.group_epoch > self.assignment_epoch:
             return ConsumerGroupState.ASSIGNING
-        for m in self.members.values():
+        # newest members first: while a group fills up they are the ones still reconciling, so the
+        # walk ends early instead of passing every settled member on each step
+        for m in reversed(self.members.values()):
             if m.state != MemberState.STABLE or m.member_epoch != self.assignment_epoch:
                 return ConsumerGroupState.RECONCILING
         return ConsumerGroupState.STABLE
