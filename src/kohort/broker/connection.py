@@ -5,7 +5,9 @@ Reading: the socket receives into one fixed buffer (`get_buffer`); every complet
 copied out once and dispatched at once (handlers may wait, e.g. fetch long polls, JoinGroup, the
 fsync round of acks=all). The 4-byte size prefix is checked against socket.request.max.bytes (on a
 SASL listener before authentication: sasl.server.max.receive.size) before any of the body is read;
-a frame too large for the buffer is received straight into a buffer of its own size. A read that
+a frame too large for the buffer is received straight into a buffer of its own (allocated as its
+bytes arrive, of the frame's whole size once a quarter of it is in, taken from a small pool of such
+buffers that nothing refers to any more when one fits). A read that
 ends with a few bytes of a frame still to come hands the receive buffer back and keeps those bytes
 in a small one (PARTIAL_MOVE, SMALL_BUFFER), so slow senders cannot pin a receive buffer each. A malformed
 frame closes this connection only, with one log line. An unknown API key or version closes the
