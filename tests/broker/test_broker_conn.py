@@ -115,6 +115,36 @@ def test_frames_split_across_tiny_writes(tmp_path):
     asyncio.run(main())
 
 
+def test_large_frames_back_to_back_reuse_buffers_and_keep_every_byte(tmp_path):
+    """Four 0.9 MB produces in one write on each of two connections (each frame's buffer taken
+    whole once a quarter of it is in, later ones from the pool of buffers no one refers to any
+    more), acks=all with fsync-before-ack: every record reads back as sent."""
+    rows = [[(None, os.urandom(1000) + b"%d-%d" % (j, i), [], 1_700_000_000_000 + i) for i in range(850)]
+            for j in range(8)]
+    connection._BIG_POOL.clear()
+
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w1, w2 = await nodelay_wire(b), await nodelay_wire(b)
+            await create(w1, "big")
+            for n, w in enumerate((w1, w2)):
+                w.writer.write(b"".join(produce_frame("big", build_batch(rows[4 * n + j]), 10 + j)
+                                        for j in range(4)))
+            for w in (w1, w2):
+                for corr in range(10, 14):
+                    got, resp = await w.recv(0, 9)
+                    assert got == corr and resp.responses[0].partition_responses[0].error_code == 0
+            got = []
+            while len(got) < 8 * 850:
+                r = await w1.call(fetch_req("big", len(got), max_bytes=8 << 20, pmax=8 << 20), 12)
+                got += values(r.responses[0].partitions[0].records)
+            assert sorted(got) == sorted(row[1] for batch_rows in rows for row in batch_rows)
+            assert 0 < len(connection._BIG_POOL) <= connection._BIG_POOL_MAX
+            await w1.close()
+            await w2.close()
+    asyncio.run(main())
+
+
 def test_oversize_request_refused_before_its_body_and_after_earlier_answers(tmp_path):
     async def main():
         async with running_broker(tmp_path, {"socket.request.max.bytes": "100000"}) as b:

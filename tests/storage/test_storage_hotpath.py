@@ -146,6 +146,29 @@ def test_os_appends_land_at_the_end_for_every_handle(tmp_path):
         b.close()
 
 
+def test_large_appends_reserve_blocks_ahead_without_changing_the_file(tmp_path):
+    """Appends of PREALLOC_MIN or more reserve blocks past the end (FALLOC_FL_KEEP_SIZE): the size
+    and the bytes are those written; truncate and close give the reservation back."""
+    from kohort.storage import fs as fsmod
+    fs = OsFileSystem()
+    path = str(tmp_path / "seg.log")
+    part = os.urandom(fsmod.PREALLOC_MIN)
+    h = fs.open(path)
+    h.append(part)
+    h.append(b"small")
+    h.append(part)
+    assert h.size() == 2 * len(part) + 5 and fs.read_file(path) == part + b"small" + part
+    if fsmod._FALLOCATE is not None and h.reserved:     # the filesystem supports fallocate
+        assert os.stat(path).st_blocks * 512 >= h.reserved > h.size()
+    h.truncate(len(part))
+    assert h.reserved == 0 and os.stat(path).st_blocks * 512 < len(part) + 65536
+    h.append(part)
+    h.close()
+    st = os.stat(path)
+    assert st.st_size == 2 * len(part) and st.st_blocks * 512 < st.st_size + 65536
+    assert fs.read_file(path) == part + part
+
+
 def test_index_entries_reach_the_file_on_flush_and_close(engine):  # noqa: F811
     s = engine.open()
     s.create_topic("t", 1, {"index.interval.bytes": "1"})       # an entry for every batch

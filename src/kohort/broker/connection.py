@@ -5,7 +5,9 @@ Reading: the socket receives into one fixed buffer (`get_buffer`); every complet
 copied out once and dispatched at once (handlers may wait, e.g. fetch long polls, JoinGroup, the
 fsync round of acks=all). The 4-byte size prefix is checked against socket.request.max.bytes (on a
 SASL listener before authentication: sasl.server.max.receive.size) before any of the body is read;
-a frame too large for the buffer is received straight into a buffer of its own size. A read that
+a frame too large for the buffer is received straight into a buffer of its own (allocated as its
+bytes arrive, of the frame's whole size once a quarter of it is in, taken from a small pool of such
+buffers that nothing refers to any more when one fits). A read that
 ends with a few bytes of a frame still to come hands the receive buffer back and keeps those bytes
 in a small one (PARTIAL_MOVE, SMALL_BUFFER), so slow senders cannot pin a receive buffer each. A malformed
 frame closes this connection only, with one log line. An unknown API key or version closes the
@@ -43,6 +45,7 @@ import itertools
 import logging
 import os
 import socket
+import sys
 import time
 
 from kohort.broker.context import RequestContext
@@ -63,6 +66,11 @@ conn_log = logging.getLogger("kohort.broker.connections")
 _conn_ids = itertools.count(1)
 RECV_BUFFER = 256 * 1024       # a receive buffer (as asyncio's streams read); frames over half of it
                                # get a buffer of their own
+_BYTEARRAY_HEAD = bytearray().__sizeof__()   # a bytearray's size less its allocation
+BIG_WHOLE_FRACTION = 4         # a large frame gets its whole-size buffer once 1/4 of it is in
+_BIG_POOL: list = []           # large frames' buffers, reused when nothing refers to them any more
+_BIG_POOL_MAX = 6              # (the newest; up to 6 x BIG_POOL_FRAME bytes held)
+BIG_POOL_FRAME = 2 << 20       # larger frames' buffers are not kept
 _POOL: list = []               # free receive buffers (bytearray, memoryview), shared by the connections
 _POOL_MAX = 16
 PARTIAL_MOVE = 1024            # a partial frame of at most this many bytes leaves the receive buffer
@@ -222,7 +230,7 @@ class Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int):
         if self._big is not None:
             if self._big_got == len(self._big):     # grows as bytes arrive, never ahead of them
-                grown = bytearray(min(self._big_size, 2 * len(self._big)))
+                grown = self._big_buffer(self._big_got, 2 * len(self._big))
                 grown[:self._big_got] = self._big
                 self._big = grown
             return memoryview(self._big)[self._big_got:]
@@ -256,9 +264,14 @@ class Connection(asyncio.BufferedProtocol):
         self.last_active = self.loop.time()
         if self._big is not None:
             self._big_got += nbytes
-            if self._big_got == self._big_size:
+            size = self._big_size
+            if self._big_got == size:
                 payload, self._big = self._big, None      # exactly the frame's size by now
                 self._on_frame(payload)
+                if size <= BIG_POOL_FRAME:         # reused once nothing refers to it any more
+                    if len(_BIG_POOL) == _BIG_POOL_MAX:
+                        del _BIG_POOL[0]
+                    _BIG_POOL.append(payload)
         else:
             self._end += nbytes
         self._advance()
@@ -301,8 +314,8 @@ class Connection(asyncio.BufferedProtocol):
             if size > len(buf) // 2:        # received into a buffer of its own, no second copy
                 got = end - body
                 # allocated as the bytes come (a size prefix alone must not cost memory)
-                self._big = bytearray(min(size, max(2 * got, len(buf))))
                 self._big_size = size
+                self._big = self._big_buffer(got, max(2 * got, len(buf)))
                 self._big[:got] = view[body:end]
                 self._big_got = got
                 self._start = self._end = 0
@@ -314,6 +327,30 @@ class Connection(asyncio.BufferedProtocol):
             self._release_buffer()
         elif self._big is None and self._end - self._start <= PARTIAL_MOVE and len(self._buf) == RECV_BUFFER:
             self._keep_partial()
+
+    def _big_buffer(self, got: int, step: int) -> bytearray:
+        """The next buffer of a large frame holding `got` bytes so far: the frame's whole size once
+        at least 1/BIG_WHOLE_FRACTION of it has arrived (or it is at most `step` bytes), else `step`
+        bytes. Memory stays bounded by the bytes received (at most BIG_WHOLE_FRACTION times them),
+        and a frame arriving at full speed is allocated once, its first bytes copied once. A
+        whole-frame buffer comes from _BIG_POOL when one there is free and fits."""
+        size = self._big_size
+        if got * BIG_WHOLE_FRACTION < size and step < size:
+            return bytearray(step)
+        pool = _BIG_POOL
+        for i in range(len(pool)):
+            buf = pool[i]
+            # three references: the pool's, `buf` and getrefcount's argument; a view of the buffer
+            # kept by a handler or the log (until its write or fsync round is done) holds another
+            if sys.getrefcount(buf) == 3 and size < buf.__sizeof__() - _BYTEARRAY_HEAD <= 2 * size:
+                del pool[i]
+                n = len(buf)        # resized within its allocation: CPython moves nothing, no new pages
+                if n > size:
+                    del buf[size:]
+                elif n < size:
+                    buf += bytes(size - n)
+                return buf
+        return bytearray(size)
 
     def _keep_partial(self) -> None:
         """The few bytes of a frame still arriving move to a small buffer of their own and the

@@ -109,9 +109,45 @@ static uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t n)
     return ~crc;
 }
 
+/* Polynomials over GF(2) modulo the CRC-32C polynomial, bit-reflected as the CRC register holds
+ * them (the x^0 coefficient in the top bit). The CRC register after bytes A then B is
+ * reg(A) * x^(8|B|) + reg0(B), reg0 being B's register started from zero: so independent runs
+ * over consecutive parts of a buffer combine into the CRC of the whole. */
+static uint32_t gf2_mulmod(uint32_t a, uint32_t b)
+{
+    uint32_t prod = 0;
+    for (uint32_t bit = 1u << 31; bit; bit >>= 1) {
+        if (a & bit)
+            prod ^= b;
+        b = (b & 1) ? (b >> 1) ^ 0x82F63B78u : b >> 1;    /* b * x */
+    }
+    return prod;
+}
+
+static uint32_t x8_pow2[64];        /* x^(8 * 2^k) mod P */
+
+static void crc_init_shift(void)
+{
+    uint32_t t = 1u << 23;          /* x^8 */
+    for (int k = 0; k < 64; k++) {
+        x8_pow2[k] = t;
+        t = gf2_mulmod(t, t);
+    }
+}
+
+/* reg * x^(8 n) mod P: the register `reg` moved past n zero bytes' worth of shifting */
+static uint32_t crc_shift(uint32_t reg, size_t n)
+{
+    for (int k = 0; n; k++, n >>= 1)
+        if (n & 1)
+            reg = gf2_mulmod(x8_pow2[k], reg);
+    return reg;
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_HW_CRC 1
 #include <nmmintrin.h>
+#define CRC_LANES_MIN 4096          /* shorter buffers: one lane (the combining costs ~1 us) */
 __attribute__((target("sse4.2")))
 static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, size_t n)
 {
@@ -119,6 +155,26 @@ static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, size_t n)
     while (n && ((uintptr_t)p & 7)) {
         c = _mm_crc32_u8((uint32_t)c, *p++);
         n--;
+    }
+    if (n >= CRC_LANES_MIN) {
+        /* three independent lanes over consecutive thirds: the crc32 instruction's latency is
+         * three times its issue interval, so one dependency chain leaves two thirds of it idle */
+        size_t third = (n / 24) * 8;
+        const uint8_t *q = p + third, *r = p + 2 * third;
+        uint64_t c1 = 0, c2 = 0;
+        for (size_t i = 0; i < third; i += 8) {
+            uint64_t v0, v1, v2;
+            memcpy(&v0, p + i, 8);
+            memcpy(&v1, q + i, 8);
+            memcpy(&v2, r + i, 8);
+            c = _mm_crc32_u64(c, v0);
+            c1 = _mm_crc32_u64(c1, v1);
+            c2 = _mm_crc32_u64(c2, v2);
+        }
+        c = crc_shift((uint32_t)c, third) ^ (uint32_t)c1;
+        c = crc_shift((uint32_t)c, third) ^ (uint32_t)c2;
+        p += 3 * third;
+        n -= 3 * third;
     }
     while (n >= 8) {
         uint64_t v;
@@ -3115,6 +3171,7 @@ static int sealer_init(PyObject *m);      /* the native sealer, at the end of th
 PyMODINIT_FUNC PyInit__crecords(void)
 {
     crc_init_tables();
+    crc_init_shift();
 #if HAVE_HW_CRC
     __builtin_cpu_init();
     g_hw_crc = __builtin_cpu_supports("sse4.2") != 0;

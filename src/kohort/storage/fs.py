@@ -180,12 +180,38 @@ def write_json_atomic(path: str, data, mode: int | None = None) -> None:
 # The real filesystem
 
 
+def _keep_size_fallocate():
+    """fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) from the C library, or None where there
+    is none (not Linux): blocks are reserved past the end of the file without changing its size."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.fallocate
+    except (ImportError, OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = ctypes.c_int
+    return lambda fd, offset, length: fn(fd, 1, offset, length)
+
+
+_FALLOCATE = _keep_size_fallocate() if hasattr(os, "posix_fallocate") else None
+PREALLOC_MIN = 256 * 1024       # appends at least this large reserve blocks ahead of them ...
+PREALLOC_AHEAD = 4              # ... for this many more appends of their size ...
+PREALLOC_MAX = 8 << 20          # ... at most this many bytes: a write into blocks already reserved
+                                # skips the filesystem's per-page block reservation (ext4 delayed
+                                # allocation), about 30% of the kernel time of a 1 MB write
+
+
 class OsFileHandle(FileHandle):
-    __slots__ = ("fd", "path")
+    """An open file. Large appends reserve the blocks of the next few ahead of the end
+    (fallocate with FALLOC_FL_KEEP_SIZE: the size, reads and recovery see nothing of it); truncate()
+    and close() give back what was reserved past the end."""
+    __slots__ = ("fd", "path", "reserved")
 
     def __init__(self, fd: int, path: str):
         self.fd = fd
         self.path = path
+        self.reserved = 0           # end of the blocks reserved by appends (0: none)
 
     def size(self) -> int:
         return os.fstat(self.fd).st_size
@@ -203,8 +229,17 @@ class OsFileHandle(FileHandle):
         return out
 
     def append(self, data) -> None:
-        # the file is opened O_APPEND: every write lands at the current end, no fstat needed;
-        # a regular file takes the whole buffer in one write, a short write is continued
+        # the file is opened O_APPEND: every write lands at the current end, no fstat needed
+        # (but for a large one, to reserve blocks ahead); a regular file takes the whole buffer
+        # in one write, a short write is continued
+        size = len(data)
+        if size >= PREALLOC_MIN and _FALLOCATE is not None:
+            end = os.fstat(self.fd).st_size + size
+            if end > self.reserved:
+                ahead = min(PREALLOC_MAX, PREALLOC_AHEAD * size)
+                # ENOSPC or a filesystem without fallocate: the write below goes as it would anyway
+                if _FALLOCATE(self.fd, end - size, size + ahead) == 0:
+                    self.reserved = end + ahead
         n = os.write(self.fd, data)
         if n < len(data):
             view = memoryview(data)[n:]
@@ -213,7 +248,8 @@ class OsFileHandle(FileHandle):
                 view = view[n:]
 
     def truncate(self, size: int) -> None:
-        os.ftruncate(self.fd, size)
+        os.ftruncate(self.fd, size)     # also frees blocks reserved past the new end
+        self.reserved = 0
 
     def fsync(self) -> None:
         os.fsync(self.fd)
@@ -226,6 +262,11 @@ class OsFileHandle(FileHandle):
 
     def close(self) -> None:
         if self.fd >= 0:
+            if self.reserved:           # blocks reserved past the end go back
+                try:
+                    os.ftruncate(self.fd, os.fstat(self.fd).st_size)
+                except OSError:
+                    pass
             os.close(self.fd)
             self.fd = -1
 
