@@ -28,6 +28,7 @@ import os
 import shutil
 import sys
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -84,7 +85,10 @@ def main(argv=None) -> int:
         j = res.job
         what = f"{j.section} | {j.row} | {j.column} | round {res.round + 1}"
         got = res.error if res.error else harness.fmt_value(res.value, by_key[j.section].unit)
-        print(f"  {what}: {got}  ({res.seconds:.1f}s)", flush=True)
+        try:
+            print(f"  {what}: {got}  ({res.seconds:.1f}s)", flush=True)
+        except OSError:             # stdout to a full disk: the result is kept and reported
+            pass
 
     by_key: dict[str, harness.Section] = {}
     built = []
@@ -109,6 +113,9 @@ def main(argv=None) -> int:
             results += harness.run_rounds(jobs, n_rounds, on_result=show, profile_dir=profile_dir)
     except KeyboardInterrupt:
         print("interrupted: reporting what ran", flush=True)
+    except Exception:               # e.g. the disk filled up: what ran is still reported
+        traceback.print_exc()
+        print("failed: reporting what ran", flush=True)
     finally:
         for mod in built:           # brokers a case started for itself
             if hasattr(mod, "finish"):
