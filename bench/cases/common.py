@@ -104,6 +104,18 @@ def _stop_proc(p: subprocess.Popen) -> None:
         p.wait()
 
 
+def delete_topic(addr: str, topic: str) -> None:
+    """Delete `topic` (a finished job's data); a failure is printed, not raised: the run goes on."""
+    from kohort.client.admin import Admin
+    try:
+        with Admin({"bootstrap.servers": addr}) as admin:
+            err = admin.delete_topics([topic]).get(topic)
+        if err is not None:
+            print(f"  could not delete {topic}: {err}", flush=True)
+    except Exception as e:          # noqa: BLE001 - the bench goes on; the disk may fill later
+        print(f"  could not delete {topic}: {e}", flush=True)
+
+
 def create_topic(addr: str, topic: str, partitions: int = 1) -> None:
     from kohort.client.admin import Admin
     from kohort.errors import UnknownTopicOrPartitionError

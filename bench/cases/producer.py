@@ -19,7 +19,7 @@ import itertools
 import statistics
 import types
 
-from cases.common import CLIENTS, KAFKA, KOHORT_BROKER, create_topic, values
+from cases.common import CLIENTS, KAFKA, KOHORT_BROKER, create_topic, delete_topic, values
 from cases.consumer import size_label
 
 _seq = itertools.count()
@@ -122,11 +122,20 @@ def build(env, mode: str, profile: set[str]):
     return [sec, lat, mem], jobs
 
 
+_last_topic: dict[str, str] = {}     # broker address -> the topic its previous job wrote
+
+
 def _fresh_topic(addr, broker, env, partitions: int = 1):
+    """A new topic per job; the previous job's topic on that broker is deleted first: the brokers run
+    through the whole bench, and the producer section alone writes tens of GB."""
     def before(job, round_no):
         if addr is None:
             raise RuntimeError(env.brokers.errors.get(broker, "broker not running"))
+        old = _last_topic.pop(addr, None)
+        if old is not None:
+            delete_topic(addr, old)
         topic = f"prod-{next(_seq)}"
         create_topic(addr, topic, partitions)
+        _last_topic[addr] = topic
         return {"topic": topic}
     return before
