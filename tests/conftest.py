@@ -160,6 +160,10 @@ SLOW_VARIANTS = {
     "tests/interop/test_share_java_on_kohort.py::test_members_accept_every_record_exactly_once[kohort-3java]",
     "tests/interop/test_java_on_kohort.py::test_mixed_group_java_kohort_confluent_with_sigkill[range]",
     "tests/client/consumer/test_client_group_kohort.py::test_mixed_group_with_confluent_kafka_and_sigkill[range]",
+    # kohort + confluent-kafka members with a SIGKILL (cooperative-sticky): test_java_on_kohort's mixed group
+    "tests/client/consumer/test_client_group_kohort.py::test_mixed_group_with_confluent_kafka_and_sigkill[cooperative-sticky]",
+    # classic with a SIGKILL: test_java_on_kohort's mixed group; kohort.aio's mixed group stays with [consumer]
+    "tests/aio/test_aio_groups.py::test_mixed_group_member_sigkilled_nothing_lost[classic]",
     "tests/faults/test_faults.py::test_idempotent_producer_under_fault[delay]",
     "tests/faults/test_faults.py::test_idempotent_producer_under_fault[blackhole]",
     "tests/faults/test_faults.py::test_classic_group_kohort_and_confluent_under_fault[blackhole]",

@@ -150,6 +150,7 @@ def test_live_group_described_alike(capsys, live):
     assert g in out.split()
 
 
+@pytest.mark.slow
 def test_live_group_refuses_reset_and_deletes(capsys, live):
     """A group with members: --reset-offsets --execute, --delete-offsets and --delete refused by both tools
     with Kafka's messages; nothing changes."""

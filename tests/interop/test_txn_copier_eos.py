@@ -278,6 +278,7 @@ def _names(tag):
 
 
 # -- kohort's client on Apache Kafka 4.3.1 -------------------------------------------------------------
+@pytest.mark.slow     # the default suite has the exactly-once copier under kills in test_aio_copier / test_txn_copier
 def test_kohort_copier_on_kafka_sigkilled_5_times(kafka1, tmp_path):
     bs = kafka1.bootstrap
     inp, outp, group, tid = _names("kafka")

@@ -298,6 +298,7 @@ def test_confluent_kafka_regex_subscription_resolved_by_the_broker(kb):
         p.wait(10)
 
 
+@pytest.mark.slow     # static members restarting: kohort's client in the default suite (test_kip848_client, test_groups_clients)
 def test_java_static_members_restart_gets_the_same_partitions_without_rebalance(kb):
     """Java consumers with group.instance.id (group.protocol=consumer): close() sends epoch -2, the
     member's partitions stay reserved, and a new process with the same instance id gets exactly those
