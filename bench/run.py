@@ -27,6 +27,7 @@ import importlib
 import os
 import shutil
 import sys
+import tempfile
 import time
 import traceback
 
@@ -46,6 +47,14 @@ class Env:
     def __init__(self, brokers, out_dir):
         self.brokers = brokers
         self.out_dir = out_dir
+
+
+FULL_RUN_FREE_GB = 30
+
+
+def _free_gb() -> float:
+    st = os.statvfs(tempfile.gettempdir())
+    return st.f_bavail * st.f_frsize / 1e9
 
 
 def main(argv=None) -> int:
@@ -71,7 +80,10 @@ def main(argv=None) -> int:
     machine = harness.machine_info()
     run_info = {"started": harness.now_utc(), "mode": mode, "rounds": rounds, "cases": only, "id": stamp}
     print(f"kohort bench ({mode}, {rounds} round(s)) on {machine['cpu']}, {machine['cores']} cores, "
-          f"load {machine['loadavg_at_start']}", flush=True)
+          f"load {machine['loadavg_at_start']}, {_free_gb():.0f} GB free in {tempfile.gettempdir()}", flush=True)
+    if mode == "full" and _free_gb() < FULL_RUN_FREE_GB:
+        print(f"  warning: a full run keeps its brokers' topics until it ends and may need ~{FULL_RUN_FREE_GB} GB "
+              f"in {tempfile.gettempdir()} (the brokers' data directories)", flush=True)
     t0 = time.monotonic()
     from cases.common import Brokers
     brokers = Brokers()
@@ -106,7 +118,7 @@ def main(argv=None) -> int:
             for s in secs:
                 by_key[s.key] = s
                 sections.append(s)
-            print(f"[{case}] {len(jobs)} jobs x {min(rounds, getattr(mod, 'MAX_ROUNDS', rounds))} round(s) "
+            print(f"[{case}] {_free_gb():.0f} GB free; {len(jobs)} jobs x {min(rounds, getattr(mod, 'MAX_ROUNDS', rounds))} round(s) "
                   f"(setup {time.monotonic() - tc:.1f}s)",
                   flush=True)
             n_rounds = min(rounds, getattr(mod, "MAX_ROUNDS", rounds))
