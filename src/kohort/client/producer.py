@@ -41,6 +41,7 @@ Connection errors become one clear line naming the addresses tried and what to d
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import sys
 import threading
@@ -1213,16 +1214,17 @@ class _Sender:
                 self._unsent(node, batches, KohortError(f"could not encode a batch: {e!r}"))
             return
         txn = self.txn
-        fut = self.net.send(node, self._produce_request(batches), expect_response=p.acks != 0,
-                            max_version=_PRODUCE_MAX_VERSION if txn is None else txn.produce_max_version,
-                            min_version=_PRODUCE_MIN_VERSION, at_once=True)
-        if p.acks == 0:
+        acks = p.acks != 0
+        # the answer calls _on_produce straight from the network layer (a Completion, not a Future)
+        self.net.send(node, self._produce_request(batches), expect_response=acks,
+                      max_version=_PRODUCE_MAX_VERSION if txn is None else txn.produce_max_version,
+                      min_version=_PRODUCE_MIN_VERSION, at_once=True,
+                      on_done=functools.partial(self._on_produce, batches, node=node) if acks else None)
+        if not acks:
             with lock:
                 for b in batches:
                     b.in_flight = False
                     self._finish(b, -1, -1, None)
-        else:
-            _on_done(fut, lambda resp, err: self._on_produce(batches, resp, err, node))
 
     def _produce_request(self, batches: list, rehearsal: bool = False) -> ProduceRequest:
         """The Produce request carrying `batches` (sealed), grouped by topic; for a rehearsal (see
