@@ -325,22 +325,20 @@ class NetworkClient:
             self._poller = None
 
     def rehearse(self, node_id: int, request, *, max_version: int | None = None,
-                 min_version: int | None = None) -> int | None:
+                 min_version: int | None = None) -> None:
         """Encode `request` as send() would for `node_id` (the version picked on its connection) and
-        drop the bytes: nothing is queued, no correlation id taken; returns the version (None when
-        the connection is not ready or the encoding failed). For a caller about to send a
+        drop the bytes: nothing is queued, no correlation id taken. For a caller about to send a
         request of that shape: Python code that last ran milliseconds ago runs several times slower
         than code run a moment ago (caches, branch predictors), so running it just before the real
         send shortens the time from the deadline to the wire. Errors are left to the real send."""
         conn = self._conns.get(node_id)
         if conn is None or conn.state != READY:
-            return None
+            return
         try:
             v = conn.proto.pick(request.API_KEY, max_version, min_version)
             encode_request_buffers(request, v, 0, self.client_id)
-        except Exception:  # noqa: BLE001 - the real send reports what is wrong
-            return None
-        return v
+        except Exception:  # noqa: BLE001,S110 - the real send reports what is wrong
+            pass
 
     def ready(self, node_id: int) -> bool:
         """True when the connection to `node_id` has finished its handshake; otherwise a connection

@@ -58,7 +58,7 @@ from kohort.client.cluster import Cluster
 from kohort.client.config import load_config, parse_bootstrap
 from kohort.client.stats import ClientStats
 from kohort.client.network import NetworkClient, unreachable_message
-from kohort.protocol.framing import Versioned, encode_response
+from kohort.protocol.framing import Versioned
 from kohort.client.partitioner import DefaultPartitioner, murmur2
 from kohort.client.sealer import Sealer, native_sealer
 from kohort.client.txn_manager import ADD_PARTITIONS_RETRY_BACKOFF_MS, TransactionManager
@@ -83,7 +83,7 @@ from kohort.protocol.compression import (
 )
 from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
-from kohort.protocol.messages.produce import ProduceRequest, ProduceResponse
+from kohort.protocol.messages.produce import ProduceRequest
 from kohort.protocol.records import ATTR_TRANSACTIONAL, producer_twin
 
 _CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
@@ -1244,11 +1244,10 @@ class _Sender:
     def _rehearse(self) -> None:
         """Just before a lingering batch is due (see REHEARSAL_MS): build and encode the Produce
         request that will carry the first batches of up to _REHEARSAL_BATCHES partitions, sending
-        nothing, and read a stand-in answer of the same version (the answer's reader, warmed for
-        the answer that comes a round trip after the send). After a wait of a few ms the send
-        path's Python code runs cold, several times slower (measured 35-50 µs for the request's
-        objects and 25-30 µs for its encoding, against 4.5 and 2.5 warm); run a moment before the
-        deadline, it runs faster at the deadline (by 10-15 µs each on a busy machine). A stand-in takes the place of the batches' bytes: the producing
+        nothing. After a wait of a few ms the send path's Python code runs cold, several times slower
+        (measured 35-50 µs for the request's objects and 25-30 µs for its encoding, against 4.5 and
+        2.5 warm); run a moment before the deadline, it runs faster at the deadline (by 10-15 µs
+        each on a busy machine). A stand-in takes the place of the batches' bytes: the producing
         thread goes on appending to them. Uncompressed, non-transactional requests only (the others
         are built on other paths, after sealing)."""
         if self.txn is not None or self.native is not None or self.sealer is not None:
@@ -1262,12 +1261,8 @@ class _Sender:
             if node is not None:
                 by_node.setdefault(node, []).append(b)
         for node, batches in by_node.items():
-            v = self.net.rehearse(node, self._produce_request(batches, rehearsal=True),
-                                  max_version=_PRODUCE_MAX_VERSION, min_version=_PRODUCE_MIN_VERSION)
-            if v is not None:
-                # the answer's reader too: read a millisecond later, it runs warm (measured 55 µs
-                # cold, 20-25 µs when it ran 0.3-0.8 ms before)
-                ProduceResponse.decode_frame(_rehearsal_answer(v), v)
+            self.net.rehearse(node, self._produce_request(batches, rehearsal=True),
+                              max_version=_PRODUCE_MAX_VERSION, min_version=_PRODUCE_MIN_VERSION)
 
     def _unsent(self, node: int, batches: list, err: BaseException, request: bool = True) -> None:
         """A request that could not be built: its batches fail (their sequence numbers leave a gap).
@@ -1411,22 +1406,6 @@ class _Sealing:
         self.batches = batches
         self.left = 0
         self.failed: list[tuple[Any, str]] = []
-
-
-_REHEARSAL_ANSWERS: dict[int, bytes] = {}
-
-
-def _rehearsal_answer(version: int) -> bytes:
-    """A Produce answer frame's payload (one partition, no error) of `version`, for `_rehearse` to read."""
-    payload = _REHEARSAL_ANSWERS.get(version)
-    if payload is None:
-        T = ProduceResponse.TopicProduceResponse
-        P = T.PartitionProduceResponse
-        answer = ProduceResponse(responses=[T(name="t", partition_responses=[
-            P(index=0, error_code=0, base_offset=0, log_append_time_ms=-1, log_start_offset=0)])],
-            throttle_time_ms=0)
-        payload = _REHEARSAL_ANSWERS[version] = bytes(encode_response(answer, version, 0)[4:])
-    return payload
 
 
 def _on_done(fut, fn) -> None:
