@@ -1109,5 +1109,5 @@ def _req_name(r: _Req) -> str:
     return api_name(r.request.API_KEY)
 
 
-__all__ = ["NetworkClient", "unreachable_message", "KafkaConnectionError", "KafkaTimeoutError", "KohortError",
+__all__ = ["Completion", "NetworkClient", "unreachable_message", "KafkaConnectionError", "KafkaTimeoutError", "KohortError",
            "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"]
