@@ -109,7 +109,9 @@ MARKER_GAP_TXNS = 200
 # The I/O thread ends its wait for a lingering batch this long before the batch is due, takes a turn
 # that rehearses the batch's Produce request (`_Sender._rehearse`), then waits the rest: the send
 # path's Python code runs warm at the deadline, and a short wait ends closer to its deadline than a
-# wait of milliseconds (measured 30 µs late against 50).
+# wait of milliseconds (measured 30 µs late against 50). At 1,000 records/s (busy machine, medians of
+# 3-5 runs) the deadline -> socket write was 185-212 µs with it, 222-270 without, on kohort broker
+# and on Kafka 4.3.1, for about 7-10 ms/s more CPU.
 REHEARSAL_MS = 0.2
 _REHEARSAL_RECORDS = bytes(61)       # what a rehearsed request carries in place of a batch's bytes
 _REHEARSAL_BATCHES = 4               # the code is what is warmed: a few partitions are enough
