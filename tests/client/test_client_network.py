@@ -108,6 +108,30 @@ def test_unknown_node_fails_fast(mock_cluster):
             nc.send(99, MetadataRequest(topics=[])).result(5)
 
 
+def test_on_done_gets_the_answer_or_the_error_once_and_a_raising_one_is_logged(mock_cluster, caplog):
+    """send(on_done=fn): fn(response, None) or fn(None, error), straight from the I/O thread."""
+    calls = []
+    got = threading.Event()
+
+    def fn(resp, err):
+        calls.append((resp, err))
+        got.set()
+
+    def boom(resp, err):
+        raise RuntimeError("callback bug")
+    with NetworkClient({"bootstrap.servers": mock_cluster}) as nc:
+        nc.send(None, MetadataRequest(topics=[]), on_done=boom)
+        nc.send(None, MetadataRequest(topics=None), on_done=fn)
+        assert got.wait(10)
+        assert len(calls[0][0].brokers) == 3 and calls[0][1] is None
+        got.clear()
+        nc.send(99, MetadataRequest(topics=[]), on_done=fn)
+        assert got.wait(5)
+        assert calls[1][0] is None and isinstance(calls[1][1], KafkaConnectionError)
+    assert len(calls) == 2
+    assert "callback bug" in caplog.text
+
+
 def test_closed_client_fails_futures(mock_cluster):
     nc = NetworkClient({"bootstrap.servers": mock_cluster})
     nc.close()

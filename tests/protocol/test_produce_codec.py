@@ -1,4 +1,5 @@
-"""The straight-line Produce codecs (ProduceRequest.read and encode_into, ProduceResponse.encode_into for v3-v12)
+"""The straight-line Produce codecs (ProduceRequest.read and encode_into, ProduceResponse.encode_into, read and
+decode_frame for v3-v12)
 against the schema's codec: equal objects, identical bytes, the same errors, and the fallback for
 every shape the straight line leaves to the schema."""
 from __future__ import annotations
@@ -274,6 +275,14 @@ def test_response_read_equals_the_schema(resp, version):
     slow, spos = schema_decode(ProduceResponse, data, version)
     assert r.pos == spos == len(data) - 5
     assert fast == slow and _deep_keys(fast) == _deep_keys(slow)
+    # the client's one-call reader of a whole frame (correlation id, header tags) gives the same or None
+    framed = ProduceResponse.decode_frame(_frame(data, version), version)
+    assert framed is None or (framed == slow and _deep_keys(framed) == _deep_keys(slow))
+
+
+def _frame(body: bytes, version: int) -> bytes:
+    """A response frame's payload: correlation id 7, the empty tagged fields of header v1 when flexible."""
+    return b"\0\0\0\x07" + (b"\0" if version >= 9 else b"") + body
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -288,6 +297,10 @@ def test_response_read_takes_the_straight_line(version, monkeypatch):
         raise AssertionError("schema decoder used")
     monkeypatch.setattr(ProduceResponse, "_codecs", {(version, ProduceResponse.is_flexible(version)): (boom, boom)})
     assert ProduceResponse.decode(data, version) == want
+    assert ProduceResponse.decode_frame(_frame(data, version), version) == want
     for cut in range(len(data)):                  # cut short: left to the schema (here: boom)
         with pytest.raises(AssertionError):
             ProduceResponse.decode(data[:cut], version)
+        assert ProduceResponse.decode_frame(_frame(data[:cut], version), version) is None
+    if version >= 9:                              # header tagged fields: left to the general decoder
+        assert ProduceResponse.decode_frame(b"\0\0\0\x07\x01\x00\x00" + data, version) is None

@@ -110,6 +110,48 @@ class _Req:
         self.any = node_id is None
 
 
+class Completion:
+    """What `send(..., on_done=fn)` returns instead of a Future: the parts of the Future protocol the
+    network layer drives (set_running_or_notify_cancel, set_result, set_exception, done, cancelled,
+    api_version), calling `fn(response, None)` or `fn(None, error)` directly, once, on the thread
+    that completes it. No lock, no condition, no callback list: for a caller that only wants its
+    function called (the producer's Produce answers), and that never cancels or waits on it.
+    An exception from `fn` is logged, as a Future's callback's is."""
+    __slots__ = ("fn", "finished", "api_version")
+
+    def __init__(self, fn: Callable[[Any, BaseException | None], None]):
+        self.fn = fn
+        self.finished = False
+        self.api_version: int | None = None
+
+    def cancelled(self) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return self.finished
+
+    def set_running_or_notify_cancel(self) -> bool:
+        return True
+
+    def set_result(self, result) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        try:
+            self.fn(result, None)
+        except Exception:
+            log.exception("exception calling the completion %r", self.fn)
+
+    def set_exception(self, err: BaseException) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        try:
+            self.fn(None, err)
+        except Exception:
+            log.exception("exception calling the completion %r", self.fn)
+
+
 class _Conn:
     __slots__ = ("node_id", "host", "port", "sock", "state", "proto", "out", "pending",
                  "connect_deadline", "want_write", "events", "reauth_at")
@@ -206,15 +248,17 @@ class NetworkClient:
     # -- public, thread-safe ---------------------------------------------------------------------
     def send(self, node_id: int | None, request, version: int | None = None, *, expect_response: bool = True,
              timeout_ms: int | None = None, max_version: int | None = None, response_class=None,
-             min_version: int | None = None, at_once: bool = False) -> Future:
+             min_version: int | None = None, at_once: bool = False,
+             on_done: Callable[[Any, BaseException | None], None] | None = None) -> Future | Completion:
         """Queue `request` for broker `node_id` (None: any broker). See the module docstring.
         `response_class` decodes the answer instead of the registered Response class (same wire
         layout, e.g. a variant that tolerates a peer's null where the spec forbids one).
         `min_version`: fail with IncompatibleBrokerVersionError if the best common version is lower.
         `at_once` (caller-driven mode, called by the polling thread, e.g. from poll's `prepare`):
         encode and write it now when its connection is ready and nothing is queued before it,
-        rather than when the poll's turn reaches the queue."""
-        fut: Future = Future()
+        rather than when the poll's turn reaches the queue. `on_done`: return a `Completion` calling
+        `on_done(response, error)` instead of a Future (no lock, no callback list on the answer path)."""
+        fut: Future | Completion = Future() if on_done is None else Completion(on_done)
         if self._closed:
             fut.set_exception(KafkaConnectionError("the client is closed"))
             return fut
@@ -1065,5 +1109,5 @@ def _req_name(r: _Req) -> str:
     return api_name(r.request.API_KEY)
 
 
-__all__ = ["NetworkClient", "unreachable_message", "KafkaConnectionError", "KafkaTimeoutError", "KohortError",
+__all__ = ["Completion", "NetworkClient", "unreachable_message", "KafkaConnectionError", "KafkaTimeoutError", "KohortError",
            "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"]

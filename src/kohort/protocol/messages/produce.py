@@ -11,7 +11,8 @@ Both directions of the broker's hot path have a straight-line codec beside the s
 v3-v12 responses whose partitions carry no record errors, no current_leader, no node endpoints and
 no tagged fields seen on the wire; so do the producer's: `ProduceRequest.encode_into` for v3-v12
 requests without tagged fields whose records are bytes (a GatherBuffer gets large ones as pieces),
-`ProduceResponse.read` for v3-v12 responses without record errors, error messages or tagged fields. Anything else (and any malformed input, so the schema's
+`ProduceResponse.read` for v3-v12 responses without record errors, error messages or tagged fields
+(`ProduceResponse.decode_frame`: the same from a whole frame, header included). Anything else (and any malformed input, so the schema's
 DecodeError names the problem) goes through the schema's codec; both give equal objects and
 identical bytes (tests/protocol/test_produce_codec.py compares them).
 """
@@ -95,6 +96,22 @@ class ProduceResponse(Message):
     def encode_into(self, out: bytearray, version: int) -> None:
         if not (3 <= version <= 12 and _write_response(out, self, version)):
             super().encode_into(out, version)
+
+    @classmethod
+    def decode_frame(cls, payload, version: int):
+        """The response in a response frame's `payload` (the bytes after its size prefix: correlation
+        id, the header's tagged fields when flexible, the body) read in one call, as the client's
+        answer path wants it: no Reader, no header object; trailing bytes ignored (as
+        decode_response_lenient does). None when the general decoder must read it (see `read`)."""
+        if not 3 <= version <= 12:
+            return None
+        p = 4
+        if version >= 9:           # response header v1: an empty tagged-field section
+            if len(payload) < 5 or payload[4] != 0:
+                return None
+            p = 5
+        got = _read_response_at(cls, payload, p, len(payload), version)
+        return None if got is None else got[0]
 
     @classmethod
     def read(cls, r: Reader, version: int):
@@ -262,7 +279,15 @@ def _read_response(cls, r: Reader, version: int):
     """The common v3-v12 response (the producer's hot path) read straight from the buffer, or None
     (r untouched) when the schema's codec must read it: record errors, an error message, tagged
     fields (current_leader, node_endpoints), a length past the end, bad UTF-8."""
-    buf, p, end = r.buf, r.pos, r.end
+    got = _read_response_at(cls, r.buf, r.pos, r.end, version)
+    if got is None:
+        return None
+    obj, r.pos = got
+    return obj
+
+
+def _read_response_at(cls, buf, p: int, end: int, version: int):
+    """`_read_response` on buf[p:end] (bytes or a memoryview): (response, position after it) or None."""
     flexible = version >= 9
     Topic = cls.TopicProduceResponse
     Part = Topic.PartitionProduceResponse
@@ -349,8 +374,7 @@ def _read_response(cls, r: Reader, version: int):
         return None
     obj = _new(cls)
     obj.__dict__.update(responses=topics, throttle_time_ms=throttle, node_endpoints=[])
-    r.pos = p
-    return obj
+    return obj, p
 
 
 _PART_V3 = struct.Struct(">ihqq")        # index, error_code, base_offset, log_append_time_ms
