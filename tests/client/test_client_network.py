@@ -176,16 +176,19 @@ def test_a_leader_lookup_while_metadata_is_in_flight_sends_nothing_more(mock_clu
     answer instead of queueing the same request again."""
     create_topic(mock_cluster, "net-leaders", 2)
     cfg = load_config("consumer", {"bootstrap.servers": mock_cluster})
-    with NetworkClient(cfg) as nc:
+    # caller-driven: nothing is sent or answered between the test's steps until it polls
+    with NetworkClient(cfg, io_thread=False) as nc:
         cl = Cluster(nc, cfg)
-        v = cl.wait_for_topics({"net-leaders"}, 10).version
+        v = cl.wait_for_topics({"net-leaders"}, 10).version       # polls for itself
         cl.request_update()
-        assert cl.maybe_refresh() is not None      # in flight
+        inflight = cl.maybe_refresh()
+        assert inflight is not None                # in flight
         cl.request_leaders({"net-leaders"})
+        assert cl.maybe_refresh() is inflight      # the same request, nothing queued beside it
         deadline = time.monotonic() + 10
         while cl.snapshot.version == v and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert cl.snapshot.version > v
+            nc.poll(0.01)
+        assert cl.snapshot.version == v + 1
         assert cl.maybe_refresh() is None          # nothing left due: no second request
         cl.request_leaders({"net-leaders-other"})  # not covered: asked for
         assert cl.maybe_refresh() is not None

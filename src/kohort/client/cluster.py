@@ -207,7 +207,7 @@ class Cluster:
             self._need_update = self._forced = True
             self._not_before = 0.0
         while True:
-            self.maybe_refresh()
+            # the version first: once an answer has come, no further request is started here
             with self._lock:
                 if self.snapshot.version > start_version:
                     return self.snapshot
@@ -216,9 +216,12 @@ class Cluster:
                     raise KafkaTimeoutError(
                         f"no cluster metadata within {timeout:.1f}s"
                         + (f" (last error: {self._last_error})" if self._last_error else ""))
-                if not self.network.caller_driven:
-                    self._updated.wait(min(left, max(self._retry_backoff, 0.01)))
-                    continue
+            self.maybe_refresh()
+            if not self.network.caller_driven:
+                with self._lock:
+                    if self.snapshot.version <= start_version:
+                        self._updated.wait(min(left, max(self._retry_backoff, 0.01)))
+                continue
             self.network.poll(min(left, 0.05))     # caller-driven: this thread does the I/O
 
     def wait_for_topics(self, topics, timeout: float = 30.0) -> Snapshot:
