@@ -178,8 +178,8 @@ class ClassicGroup:
 
     def _supported_counts(self) -> dict:
         """Kafka's supportedProtocols: kept up to date by add/remove; counted again when the members
-        dict was replaced or changed size behind their back, or a member's protocols changed
-        (`protocols_changed`)."""
+        dict was replaced or changed size behind their back; a member's protocols change through
+        `set_protocols`."""
         if (self._supported is None or self._supported_of is not self.members
                 or self._supported_n != len(self.members)):
             counts: dict[str, int] = {}
@@ -189,18 +189,29 @@ class ClassicGroup:
             self._supported, self._supported_of, self._supported_n = counts, self.members, len(self.members)
         return self._supported
 
-    def protocols_changed(self) -> None:
-        """A member's protocols were replaced: the supported-protocol counts are stale."""
-        self._supported = None
+    def set_protocols(self, member: Member, protocols: list[tuple[str, bytes]]) -> None:
+        """Replace a member's protocols, keeping the supported-protocol counts."""
+        if member.protocol_names() == frozenset(n for n, _ in protocols):
+            member.protocols = protocols           # same names (a rejoin): the counts stand
+            return
+        known = self.members.get(member.member_id) is member
+        if known:
+            self._count_member(member, -1, resize=False)
+        member.protocols = protocols
+        if known:
+            self._count_member(member, +1, resize=False)
 
-    def _count_member(self, member: Member, delta: int) -> None:
+    def _count_member(self, member: Member, delta: int, resize: bool = True) -> None:
+        """Add (+1) or take away (-1) `member`'s protocol names in the counts, and with `resize` in
+        the member count they were made for (`add`/`remove` change the dict next to this call)."""
         counts = self._supported
         if counts is None or self._supported_of is not self.members or self._supported_n != len(self.members):
             self._supported = None
             return
         for name in member.protocol_names():
             counts[name] = counts.get(name, 0) + delta
-        self._supported_n += delta
+        if resize:
+            self._supported_n += delta
 
     def add(self, member: Member, join_reply: Any) -> None:
         if not self.members:
