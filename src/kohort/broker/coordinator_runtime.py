@@ -27,10 +27,10 @@ owns a group; handlers call the typed operations below and never choose a machin
   transactions, LSO) is kept like any partition's.
 * Appends: each Append's records are encoded by the serde owning their class and written as one v2
   batch per `__consumer_offsets` partition (group_partition(group_id)), in token order, at once. Each
-  token then waits for the broker's group-commit fsync (`broker.sync.wait_synced()`, the same
-  durability as acks=all produce under log.flush.policy) and is reported strictly in token order with
-  `on_append_done` to the machine of `token.namespace`; the machine applies the held state/responses
-  only then.
+  token then waits for a datasync of the segments it wrote (kohort.broker.coordinator_sync: the same
+  durability as acks=all produce under log.flush.policy, without waiting for the broker's shared round
+  over every dirty partition) and is reported strictly in token order with `on_append_done` to the
+  machine of `token.namespace`; the machine applies the held state/responses only then.
 * Timers: one asyncio TimerHandle per armed (namespace, key) (re-arming replaces it); on expiry
   `fire_timer(key, now)` on the machine of that namespace; a timer that fires early by the wall clock
   is re-scheduled.
@@ -80,6 +80,7 @@ from kohort.broker.share.machine import ShareGroups
 from kohort.broker.share_leader import open_share_leader
 from kohort.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
 from kohort.broker.group_config_file import store_of
+from kohort.broker.coordinator_sync import OffsetsLogSync
 from kohort.broker.group_events import GroupEvents, log_event
 from kohort.broker.producer_state import marker_key, marker_value, parse_marker, CONTROL_COMMIT
 
@@ -141,6 +142,8 @@ class CoordinatorRuntime:
         self._syncing: collections.deque = collections.deque()
         self._completer: asyncio.Task | None = None
         self._closed = False
+        # the coordinator's appends wait for a datasync of their own segments only
+        self.offsets_sync = OffsetsLogSync(broker.sync.enabled)
         self.loaded_records = 0       # records replayed (the last one of each key)
         # kohort.broker.group_events: the group event history (the console shows it), one log line per
         # event (Kafka's wording) and the rebalance counts of the metrics
@@ -251,6 +254,7 @@ class CoordinatorRuntime:
             except (Exception, asyncio.CancelledError):   # noqa: BLE001
                 pass
         self._closed = True
+        self.offsets_sync.close()
         for machine in self.machines:
             self._deliver(machine.unload())
         for h in self._timers.values():
@@ -538,16 +542,19 @@ class CoordinatorRuntime:
             p = r.partition if isinstance(r, TxnMarkerRecord) else self.partition_for(r.group)
             by_partition.setdefault(p, []).append(r)
         storage = self.broker.storage
+        written = []        # a duplicated handle of each segment appended to, datasynced below
         for p, recs in by_partition.items():
             try:
+                lg = storage.log(OFFSETS_TOPIC, p)
                 if producer is None:
                     batch = build_batch([(*self._encode(r), [], now) for r in recs])
-                    storage.log(OFFSETS_TOPIC, p).append(batch, leader_epoch=self.broker.leader_epoch,
-                                                         now_ms=now)
+                    lg.append(batch, leader_epoch=self.broker.leader_epoch, now_ms=now)
                 else:
                     error = self._append_transactional(p, recs, producer, now)
                     if error:
                         break
+                if self.offsets_sync.enabled:
+                    written.append(lg.active_segment.log.dup())
             except StorageError as e:
                 log.warning("append to %s-%d failed: %s", OFFSETS_TOPIC, p, e)
                 error = e.error_code or C.UNKNOWN_SERVER_ERROR
@@ -558,7 +565,10 @@ class CoordinatorRuntime:
                 break
         sync = None
         if error == C.NONE:
-            sync = asyncio.ensure_future(self.broker.sync.wait_synced())
+            sync = self.offsets_sync.synced_future(written)
+        else:
+            for h in written:
+                h.close()
         self._syncing.append((token, error, sync))
         if self._completer is None:
             self._completer = asyncio.get_running_loop().create_task(self._complete())

@@ -92,9 +92,13 @@ class _Snap:
     assignments: dict | None = None   # share: member id -> (member epoch, previous epoch, assignment text)
 
 
-def snapshot(rt, group_id: str) -> _Snap | None:
+def snapshot(rt, group_id: str, old: _Snap | None = None) -> _Snap | None:
     """What the events are derived from: the group as the runtime serves it now (a KIP-848 group
-    first; the classic coordinator's simple group holding its offsets is not a group of its own)."""
+    first; the classic coordinator's simple group holding its offsets is not a group of its own).
+    `old`, the group's previous snapshot: a classic member keeps its entry (its client id, host and
+    instance id never change under one member id), so a join storm's snapshots copy the previous
+    members and make entries only for the ids that came (O(members) in C per step, not a tuple per
+    member in Python)."""
     sg = rt.groups.share_group(group_id)
     if sg is not None:
         names = _topic_names(rt)
@@ -112,7 +116,19 @@ def snapshot(rt, group_id: str) -> _Snap | None:
     g = rt.groups.classic_group(group_id)
     if g is None or g.is_(GroupState.DEAD):
         return None
-    members = {mid: _Member(m.client_id, m.client_host, m.group_instance_id) for mid, m in g.members.items()}
+    gm = g.members
+    if old is not None and old.type == "classic":
+        members = dict(old.members)
+        if members.keys() != gm.keys():
+            for mid in members.keys() - gm.keys():
+                del members[mid]
+            for mid in gm.keys() - members.keys():
+                m = gm[mid]
+                members[mid] = _Member(m.client_id, m.client_host, m.group_instance_id)
+            if list(members) != list(gm):          # the group's member order (the leader's list)
+                members = {mid: members[mid] for mid in gm}
+    else:
+        members = {mid: _Member(m.client_id, m.client_host, m.group_instance_id) for mid, m in gm.items()}
     return _Snap("classic", g.state.value, g.generation_id, g.generation_id, g.leader_id, g.protocol_name,
                  members)
 
@@ -220,7 +236,7 @@ class GroupEvents:
             old = self._last.get(gid)
             if old is not None and _unchanged(rt, gid, old):
                 continue
-            new = snapshot(rt, gid)
+            new = snapshot(rt, gid, old)
             if new is None:
                 self._last.pop(gid, None)
             else:

@@ -197,7 +197,7 @@ def test_full_member_lifecycle_over_the_wire(tmp_path):
             assert (1, "OffsetRecord", False) in kinds
             assert kinds[-1] == (2, "GroupRecord", True)
             assert [r for _, r in recs if isinstance(r, OffsetRecord) and r.tombstone]
-            assert b.sync.rounds > 0                                     # commits waited for fsync
+            assert b.coordinator.offsets_sync.rounds > 0                # commits waited for a datasync
             await w.close()
     run(main())
 
@@ -295,6 +295,35 @@ def test_append_failure_is_reported_and_not_applied(tmp_path):
     run(main())
 
 
+def test_failed_datasync_of_the_coordinator_log_fails_that_append_and_every_later_one(tmp_path, monkeypatch):
+    """The coordinator's appends wait for a datasync of their own __consumer_offsets segment; when it
+    fails the commit is refused (KAFKA_STORAGE_ERROR, which an OffsetCommit answers as
+    NOT_COORDINATOR, as Kafka maps append errors) and not applied, and no later append is answered as
+    stored (the kernel may have dropped the unsynced pages)."""
+    from kohort.storage.fs import OsFileHandle
+    real = OsFileHandle.datasync
+
+    def datasync(h):
+        if OFFSETS_TOPIC in h.path and failing:
+            raise OSError(5, "Input/output error")
+        real(h)
+
+    async def main():
+        async with running_broker(tmp_path, FAST) as b:
+            w = await Wire.connect(b)
+            await create(w, "t", 1)
+            assert await commit(w, "g", {("t", 0): 1}) == {("t", 0): 0}
+            failing.append(True)
+            assert await commit(w, "g", {("t", 0): 2}) == {("t", 0): E.NOT_COORDINATOR}
+            failing.clear()
+            assert await commit(w, "g", {("t", 0): 3}) == {("t", 0): E.NOT_COORDINATOR}
+            assert await fetch(w, "g", {"t": [0]}) == (0, {("t", 0): 1})
+            await w.close()
+    failing: list = []
+    monkeypatch.setattr(OsFileHandle, "datasync", datasync)
+    run(main())
+
+
 def test_records_roundtrip_through_the_mapping():
     from kohort.broker.coordinator.serde import encode_classic_record as encode_coordinator_record
     recs = [OffsetRecord("g", "t", 3, 42, 5, "meta", 1000, None),
@@ -318,7 +347,7 @@ def test_pipelined_commits_share_fsync_rounds_and_complete_in_order(tmp_path):
         async with running_broker(tmp_path, FAST) as b:
             w = await Wire.connect(b)
             await create(w, "t", 1)
-            rounds = b.sync.rounds
+            rounds = b.coordinator.offsets_sync.rounds
             n = 30
             for i in range(n):        # pipelined on one connection: dispatched in this order
                 req = OffsetCommitRequest(group_id=f"g{i % 3}", generation_id_or_member_epoch=-1, member_id="",
@@ -328,7 +357,8 @@ def test_pipelined_commits_share_fsync_rounds_and_complete_in_order(tmp_path):
             for i in range(n):
                 corr, resp = await w.recv(8, 9)
                 assert corr == i + 1 + 1 and resp.topics[0].partitions[0].error_code == 0
-            assert b.sync.rounds - rounds < n              # group commit: fewer fsyncs than commits
+            done = b.coordinator.offsets_sync.rounds - rounds
+            assert 1 <= done < n                           # group commit: fewer datasyncs than commits
             # per group the last commit wins: appends and completions keep the request order
             for g in range(3):
                 assert await fetch(w, f"g{g}", {"t": [0]}) == (0, {("t", 0): n - 3 + g})

@@ -481,7 +481,7 @@ class ClassicGroupCoordinator(GroupMachine):
 
     def _update_member(self, group: ClassicGroup, member: Member, p: JoinParams, reply: Any,
                        out: Outcome) -> None:
-        member.protocols = [(n, bytes(m)) for n, m in p.protocols]
+        group.set_protocols(member, [(n, bytes(m)) for n, m in p.protocols])
         member.protocol_type = p.protocol_type
         member.rebalance_timeout_ms = self._rebalance_timeout(p)
         member.session_timeout_ms = p.session_timeout_ms
@@ -528,7 +528,8 @@ class ClassicGroupCoordinator(GroupMachine):
                         return
                     if error:
                         r = m.take_join_reply() if m.awaiting_join else None
-                        m.protocols, m.protocol_type, m.rebalance_timeout_ms, m.session_timeout_ms = old
+                        group.set_protocols(m, old[0])
+                        m.protocol_type, m.rebalance_timeout_ms, m.session_timeout_ms = old[1:]
                         back = self._replace_static_member(group, instance, new_id, old_id, o)
                         self._disarm(o, heartbeat_key(group.group_id, new_id))
                         self._arm(o, heartbeat_key(group.group_id, old_id), now2 + back.session_timeout_ms)

@@ -138,6 +138,11 @@ class ClassicGroup:
     initial_last_join_ms: int = 0
     # Dead while a deletion/expiry tombstone is being stored; the state to restore if that fails
     dead_rollback: tuple | None = None
+    # protocol name -> how many members support it (Kafka's supportedProtocols), kept by add/remove
+    # for the `members` dict and size it was counted on; None: count again at the next question
+    _supported: dict | None = field(default=None, repr=False, compare=False)
+    _supported_of: Any = field(default=None, repr=False, compare=False)
+    _supported_n: int = field(default=0, repr=False, compare=False)
 
     # -- state -----------------------------------------------------------------------------------
     def transition(self, target: GroupState, now_ms: int) -> None:
@@ -171,9 +176,50 @@ class ClassicGroup:
         # stops at the first member not rejoined yet (a JoinGroup storm calls this once per join)
         return not self.pending_members and all(m.awaiting_join for m in self.members.values())
 
+    def _supported_counts(self) -> dict:
+        """Kafka's supportedProtocols: kept up to date by add/remove; counted again when the members
+        dict was replaced or changed size behind their back; a member's protocols change through
+        `set_protocols`."""
+        if (self._supported is None or self._supported_of is not self.members
+                or self._supported_n != len(self.members)):
+            counts: dict[str, int] = {}
+            for m in self.members.values():
+                for name in m.protocol_names():
+                    counts[name] = counts.get(name, 0) + 1
+            self._supported, self._supported_of, self._supported_n = counts, self.members, len(self.members)
+        return self._supported
+
+    def set_protocols(self, member: Member, protocols: list[tuple[str, bytes]]) -> None:
+        """Replace a member's protocols, keeping the supported-protocol counts."""
+        if member.protocol_names() == frozenset(n for n, _ in protocols):
+            member.protocols = protocols           # same names (a rejoin): the counts stand
+            return
+        known = self.members.get(member.member_id) is member
+        if known:
+            self._count_member(member, -1, resize=False)
+        member.protocols = protocols
+        if known:
+            self._count_member(member, +1, resize=False)
+
+    def _count_member(self, member: Member, delta: int, resize: bool = True) -> None:
+        """Add (+1) or take away (-1) `member`'s protocol names in the counts, and with `resize` in
+        the member count they were made for (`add`/`remove` change the dict next to this call)."""
+        counts = self._supported
+        if counts is None or self._supported_of is not self.members or self._supported_n != len(self.members):
+            self._supported = None
+            return
+        for name in member.protocol_names():
+            counts[name] = counts.get(name, 0) + delta
+        if resize:
+            self._supported_n += delta
+
     def add(self, member: Member, join_reply: Any) -> None:
         if not self.members:
             self.protocol_type = member.protocol_type
+        if member.member_id in self.members:
+            self._supported = None
+        else:
+            self._count_member(member, +1)
         self.members[member.member_id] = member
         if member.group_instance_id is not None:
             self.static_members[member.group_instance_id] = member.member_id
@@ -183,6 +229,8 @@ class ClassicGroup:
             self.leader_id = member.member_id
 
     def remove(self, member_id: str) -> Member | None:
+        if member_id in self.members:
+            self._count_member(self.members[member_id], -1)
         member = self.members.pop(member_id, None)
         if member is not None and member.group_instance_id is not None:
             if self.static_members.get(member.group_instance_id) == member_id:
@@ -228,9 +276,9 @@ class ClassicGroup:
             return bool(protocol_type) and bool(protocol_names)
         if self.protocol_type != protocol_type:
             return False
-        # a name every member supports (each member's names cached: one set lookup per member)
-        members = self.members.values()
-        return any(all(n in m.protocol_names() for m in members) for n in protocol_names)
+        # a name every member supports
+        counts, n = self._supported_counts(), len(self.members)
+        return any(counts.get(name, 0) == n for name in protocol_names)
 
     def select_protocol(self) -> str:
         """Vote among protocols every member supports: each member votes for its most preferred
