@@ -33,6 +33,7 @@ import cProfile
 import io
 import os
 import pstats
+import random
 import resource
 import shutil
 import sys
@@ -104,8 +105,10 @@ def make_frames(n: int, size: int, codec: str, batch_bytes: int, version: int, d
     value (as bench_producer.py sends), or with `distinct` a value of its own (compressed batches
     then keep about half their size)."""
     per = max(1, batch_bytes // (size + 12))
-    # half random: compressible, not trivially
-    pool = [os.urandom(size // 2) + b"x" * (size - size // 2) for _ in range(per if distinct else 1)]
+    # half random (compressible, not trivially); seeded, so --callgrind's two runs build the same frames
+    # and compress the same bytes (their difference is then the requests' work alone)
+    rnd = random.Random(size)
+    pool = [rnd.randbytes(size // 2) + b"x" * (size - size // 2) for _ in range(per if distinct else 1)]
     PT = ProduceRequest.TopicProduceData
     frames = []
     seq = 0
