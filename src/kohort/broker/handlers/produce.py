@@ -26,8 +26,9 @@ Java's client retries for a batch behind an unacknowledged one). The log assigns
 patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also get MaxTimestamp
 and a new CRC).
 
-A compressed batch is not decompressed: the CRC covers its compressed bytes, and nothing here looks at
-its records (nor at an uncompressed batch's). Kafka's LogValidator does decompress it (skipping keys,
+A compressed batch is not decompressed (unless the topic's compression.type names another codec,
+`recompress`): the CRC covers its compressed bytes, and nothing here looks at its records (nor at an
+uncompressed batch's). Kafka's LogValidator does decompress it (skipping keys,
 values and headers when the batch is kept in place) to check each record's offset delta (a wrong one
 makes it recompress), its timestamp against message.timestamp.before/after.max.ms and, on a compacted
 topic, that it has a key; kohort checks none of these per record.
