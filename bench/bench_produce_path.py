@@ -23,6 +23,7 @@ by own time (cProfile). For instruction counts that a busy machine does not dist
     callgrind_annotate /tmp/cg.out | head -40
 Run:
     .venv/bin/python bench/bench_produce_path.py [--requests 2000] [--profile] [--only LABEL]
+        [--size 100,1024] [--compression none,lz4] [--policy os,fsync-before-ack] [--batch-bytes 16384]
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import cProfile
 import io
 import os
 import pstats
+import random
 import resource
 import shutil
 import sys
@@ -97,17 +99,22 @@ class CountingTransport:
     abort = close
 
 
-def make_frames(n: int, size: int, codec: str, batch_bytes: int, version: int) -> list[bytes]:
+def make_frames(n: int, size: int, codec: str, batch_bytes: int, version: int, distinct: bool = False) -> list[bytes]:
     """n Produce frames, each one idempotent batch of records of `size` bytes filling about
-    `batch_bytes` before compression, sequence numbers following on."""
+    `batch_bytes` before compression, sequence numbers following on. Every record carries the same
+    value (as bench_producer.py sends), or with `distinct` a value of its own (compressed batches
+    then keep about half their size)."""
     per = max(1, batch_bytes // (size + 12))
-    value = os.urandom(size // 2) + b"x" * (size - size // 2)   # half random: compressible, not trivially
+    # half random (compressible, not trivially); seeded, so --callgrind's two runs build the same frames
+    # and compress the same bytes (their difference is then the requests' work alone)
+    rnd = random.Random(size)
+    pool = [rnd.randbytes(size // 2) + b"x" * (size - size // 2) for _ in range(per if distinct else 1)]
     PT = ProduceRequest.TopicProduceData
     frames = []
     seq = 0
     ts = 1_700_000_000_000
     for i in range(n):
-        batch = build_batch([(b"%08d" % (seq + j), value, [], ts + j) for j in range(per)],
+        batch = build_batch([(b"%08d" % (seq + j), pool[j % len(pool)], [], ts + j) for j in range(per)],
                             compression=CODEC_IDS[codec], producer_id=PRODUCER_ID, producer_epoch=0,
                             base_sequence=seq)
         seq += per
@@ -159,7 +166,8 @@ async def drive(frames: list[bytes], policy: str, pipeline: int, profile: bool, 
             feed(f)
         await settle()
         work = frames[len(warm):]
-        prof = cProfile.Profile() if profile else None
+        # CPU time of the loop's thread, so a busy machine's preemptions are not charged to whatever ran
+        prof = cProfile.Profile(time.thread_time) if profile else None
         c0, w0 = time.process_time(), time.perf_counter()
         r0 = resource.getrusage(resource.RUSAGE_SELF)
         if prof:
@@ -212,7 +220,9 @@ def callgrind(a) -> None:
         out = tempfile.mktemp(prefix="kohort-cg-")
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
                "--requests", str(a.requests), "--feed", str(feed), "--only", a.only,
-               "--pipeline", str(a.pipeline), "--version", str(a.version), "--batch-bytes", str(a.batch_bytes)]
+               "--pipeline", str(a.pipeline), "--version", str(a.version), "--batch-bytes", str(a.batch_bytes),
+               "--size", a.size, "--compression", a.compression, "--policy", a.policy]
+        cmd += ["--distinct"] if a.distinct else []
         p = subprocess.run(cmd, capture_output=True, text=True)
         m = re.search(r"Collected : (\d+)", p.stderr)
         if p.returncode != 0 or not m:
@@ -227,6 +237,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--batch-bytes", type=int, default=16384)
+    ap.add_argument("--size", default="100,1024", help="record sizes in bytes, comma-separated")
+    ap.add_argument("--compression", default="none,lz4", help="codecs, comma-separated (none, gzip, snappy, lz4, zstd)")
+    ap.add_argument("--policy", default="os,fsync-before-ack", help="log.flush.policy values, comma-separated")
+    ap.add_argument("--distinct", action="store_true",
+                    help="a value of its own per record (default: one value for all, as bench_producer.py)")
     ap.add_argument("--pipeline", type=int, default=5, help="frames handed over at once (requests in flight)")
     ap.add_argument("--version", type=int, default=9, help="Produce version (librdkafka 2.x sends 9-10, Java 4.x 11-12)")
     ap.add_argument("--profile", action="store_true", help="cProfile the measured requests (slower)")
@@ -239,21 +254,22 @@ def main() -> None:
     a = ap.parse_args()
     if a.callgrind:
         return callgrind(a)
-    cases = [(size, codec, policy) for size in (100, 1024) for codec in ("none", "lz4")
-             for policy in ("os", "fsync-before-ack")]
+    cases = [(int(size), codec, policy) for size in a.size.split(",") for codec in a.compression.split(",")
+             for policy in a.policy.split(",")]
     print(f"Produce v{a.version}, one {a.batch_bytes} B batch per request, idempotent, acks=all, "
-          f"{a.pipeline} in flight, {a.requests} requests; python {sys.version.split()[0]}")
-    print(f"{'case':<34}{'CPU us/req':>12}{'user':>8}{'kernel':>8}{'wall us/req':>13}{'csw/req':>9}{'fsync rounds':>14}")
+          f"{a.pipeline} in flight, {a.requests} requests, {'distinct values' if a.distinct else 'one value'}; "
+          f"python {sys.version.split()[0]}")
+    print(f"{'case':<34}{'CPU us/req':>12}{'user':>8}{'kernel':>8}{'wall us/req':>13}{'csw/req':>9}{'fsync rounds':>14}{'frame B':>10}")
     for size, codec, policy in cases:
         label = f"{size} B {codec} {policy}"
         if a.only and a.only != label:
             continue
-        frames = make_frames(a.requests + a.pipeline, size, codec, a.batch_bytes, a.version)
+        frames = make_frames(a.requests + a.pipeline, size, codec, a.batch_bytes, a.version, a.distinct)
         if a.feed is not None:
             frames = frames[:a.feed + a.pipeline]
         r = asyncio.run(drive(frames, policy, a.pipeline, a.profile, a.version))
         print(f"{label:<34}{r['cpu_us']:>12.1f}{r['user_us']:>8.1f}{r['sys_us']:>8.1f}{r['wall_us']:>13.1f}"
-              f"{r['csw']:>9.2f}{r['fsyncs']:>14}", flush=True)
+              f"{r['csw']:>9.2f}{r['fsyncs']:>14}{sum(map(len, frames)) // len(frames):>10}", flush=True)
         if a.profile:
             print(r["profile"])
 

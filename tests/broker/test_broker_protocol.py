@@ -119,6 +119,10 @@ def test_produce_validation(tmp_path):
             legacy[16] = 1
             assert (await produce(w, "t", bytes(legacy))).error_code == E.INVALID_RECORD
             assert (await produce(w, "t", good + good)).error_code == E.INVALID_RECORD
+            # as Kafka: a client's batch starts at offset 0; one with a producer id has a sequence
+            assert (await produce(w, "t", batch(2, base_offset=4))).error_code == E.INVALID_RECORD
+            no_seq = batch(2, producer_id=9, producer_epoch=0, base_sequence=-1)
+            assert (await produce(w, "t", no_seq)).error_code == E.INVALID_RECORD
             assert (await produce(w, "t", batch(40))).error_code == E.MESSAGE_TOO_LARGE
             assert (await produce(w, "nope", good)).error_code == E.UNKNOWN_TOPIC_OR_PARTITION
             assert (await produce(w, "t", good, partition=7)).error_code == E.UNKNOWN_TOPIC_OR_PARTITION

@@ -2,8 +2,10 @@
 librdkafka needs it to enable compression) but v0-v2 are refused (connection closed).
 
 Per partition the request must carry exactly one v2 RecordBatch (as Kafka requires from v3):
-magic 2, a CRC-32C that matches, a record count that agrees with its last offset delta, no control
-flag (markers are the broker's) -> otherwise CORRUPT_MESSAGE or INVALID_RECORD; larger than the topic's max.message.bytes -> MESSAGE_TOO_LARGE; ZStandard before v7
+magic 2, a CRC-32C that matches, base offset 0, a record count that agrees with its last offset delta,
+no control flag (markers are the broker's), a base sequence of at least 0 when it carries a producer id
+(Kafka's UnifiedLog.analyzeAndValidateRecords and LogValidator.validateBatch) -> otherwise
+CORRUPT_MESSAGE or INVALID_RECORD; larger than the topic's max.message.bytes -> MESSAGE_TOO_LARGE; ZStandard before v7
 -> UNSUPPORTED_COMPRESSION_TYPE. A topic whose compression.type names a codec gets the batch
 rebuilt in that codec (as Kafka recompresses); "producer" stores it as sent. Idempotent batches pass the sequence checks of
 kohort.broker.producer_state (a retried duplicate is answered with its original offsets).
@@ -23,6 +25,13 @@ transaction with a higher sequence cannot be appended before it (OUT_OF_ORDER_SE
 Java's client retries for a batch behind an unacknowledged one). The log assigns offsets by
 patching BaseOffset and PartitionLeaderEpoch in place (LogAppendTime topics also get MaxTimestamp
 and a new CRC).
+
+A compressed batch is not decompressed (unless the topic's compression.type names another codec,
+`recompress`): the CRC covers its compressed bytes, and nothing here looks at its records (nor at an
+uncompressed batch's). Kafka's LogValidator does decompress it (skipping keys,
+values and headers when the batch is kept in place) to check each record's offset delta (a wrong one
+makes it recompress), its timestamp against message.timestamp.before/after.max.ms and, on a compacted
+topic, that it has a key; kohort checks none of these per record.
 
 Each batch is validated once, here; the log is handed its header (`Log.append(header=...)`) and
 writes the batch from the request's own frame buffer. The answer's objects are built field by field
@@ -119,15 +128,21 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
     except DecodeError as e:
         return _err(index, ErrorCode.CORRUPT_MESSAGE, str(e)), 0
     # the header's fields by position (BatchHeader's properties are function calls)
-    (_, batch_length, _, _, _, attributes, last_delta, _, max_ts, pid, epoch, base_seq, count) = h
+    (base_offset, batch_length, _, _, _, attributes, last_delta, _, max_ts, pid, epoch, base_seq, count) = h
     if batch_length + LOG_OVERHEAD != size:
         return _err(index, ErrorCode.INVALID_RECORD,
                     "a produce request must carry exactly one record batch per partition"), 0
+    if base_offset != 0:
+        return _err(index, ErrorCode.INVALID_RECORD,
+                    f"a produced record batch's base offset must be 0, not {base_offset}"), 0
     if count <= 0 or count != last_delta + 1:
         return _err(index, ErrorCode.INVALID_RECORD,
                     f"record count {count} does not match last offset delta {last_delta}"), 0
     if attributes & ATTR_CONTROL:
         return _err(index, ErrorCode.INVALID_RECORD, "control batches are written by the broker only"), 0
+    if pid >= 0 and base_seq < 0:
+        return _err(index, ErrorCode.INVALID_RECORD,
+                    f"invalid sequence number {base_seq} in a record batch of producer {pid}"), 0
     transactional = bool(attributes & ATTR_TRANSACTIONAL)
     if transactional and pid < 0:
         return _err(index, ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id"), 0
