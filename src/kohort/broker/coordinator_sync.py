@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kohort.storage import FileHandle, KafkaStorageError
 
-from kohort.broker.durability import SyncWorker, _native_fds
+from kohort.broker.durability import SyncWorker, _native_fds, stop_native_worker
 
 
 class OffsetsLogSync:
@@ -130,11 +130,8 @@ class OffsetsLogSync:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
         if self._worker is not None:
-            loop = self._reader_loop
-            if loop is not None and not loop.is_closed():
-                loop.remove_reader(self._worker.fileno())
+            stop_native_worker(self._worker, self._reader_loop)
             self._reader_loop = None
-            self._worker.close()
             if self._running is not None:
                 loop = asyncio.get_running_loop()
                 self._end_round(loop, RuntimeError("the coordinator closed during the datasync"))

@@ -218,8 +218,12 @@ class SyncPump:
             await asyncio.shield(self._idle)
         self._executor.shutdown(wait=True)
         if self._worker is not None:
-            loop = self._reader_loop
-            if loop is not None and not loop.is_closed():
-                loop.remove_reader(self._worker.fileno())
+            stop_native_worker(self._worker, self._reader_loop)
             self._reader_loop = None
-            self._worker.close()
+
+
+def stop_native_worker(worker, loop: asyncio.AbstractEventLoop | None) -> None:
+    """Stop watching a native SyncWorker's eventfd on `loop` (if still open) and join its thread."""
+    if loop is not None and not loop.is_closed():
+        loop.remove_reader(worker.fileno())
+    worker.close()
