@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 
 from kohort.broker.handlers import HANDLERS
@@ -24,6 +25,8 @@ from kohort.protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpoc
 from kohort.protocol.messages.produce import ProduceRequest
 from kohort.protocol.records import iter_records
 from tests.helpers.broker_wire import Wire, batch, running_broker
+
+ZERO_ID = uuid.UUID(int=0)
 
 CT = CreateTopicsRequest.CreatableTopic
 PT = ProduceRequest.TopicProduceData
@@ -360,6 +363,40 @@ def test_metadata_partitions_follow_the_partition_count_and_the_leader_epoch(tmp
             w = await Wire.connect(b)
             assert b.leader_epoch != epoch
             assert await parts(w) == [(p, b.leader_epoch) for p in range(5)]
+    run(main())
+
+
+def test_metadata_shared_answers_follow_topic_changes(tmp_path):
+    """Answers to the same Metadata question are built and encoded once and shared; a topic created,
+    deleted or re-created under the same name with the same partition count (a new topic id) is a
+    new answer, never a stale one, for the all-topics form and the named form alike."""
+    MT = MetadataRequest.MetadataRequestTopic
+
+    async def named(w):
+        r = await w.call(MetadataRequest(topics=[MT(name="s")], allow_auto_topic_creation=False), 12)
+        return [(t.error_code, t.name, t.topic_id, len(t.partitions)) for t in r.topics]
+
+    async def listed(w):
+        r = await w.call(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12)
+        return sorted((t.name, t.topic_id) for t in r.topics if not t.name.startswith("__"))
+
+    async def main():
+        async with running_broker(tmp_path) as b:
+            w = await Wire.connect(b)
+            assert await listed(w) == []
+            await create(w, "s", 2)
+            first = await named(w)
+            tid = first[0][2]
+            assert first == [(0, "s", tid, 2)] and await named(w) == first
+            assert await listed(w) == [("s", tid)]
+            r = await w.call(DeleteTopicsRequest(topic_names=["s"], timeout_ms=1), 4)
+            assert r.responses[0].error_code == 0
+            assert await named(w) == [(E.UNKNOWN_TOPIC_OR_PARTITION, "s", ZERO_ID, 0)]
+            assert await listed(w) == []
+            await create(w, "s", 2)
+            again = await named(w)
+            assert again[0][2] not in (tid, ZERO_ID) and again == [(0, "s", again[0][2], 2)]
+            assert await listed(w) == [("s", again[0][2])]
     run(main())
 
 

@@ -511,7 +511,23 @@ class Message(StructBase):
     def encode_into(self, out: bytearray, version: int) -> None:
         cls = type(self)
         cls.check_version(version)
-        cls._codec(version, cls.is_flexible(version))[1](out, self)
+        wire = self.__dict__.get("_wire")
+        if wire is None:
+            cls._codec(version, cls.is_flexible(version))[1](out, self)
+            return
+        body = wire.get(version)
+        if body is None:
+            buf = bytearray()
+            cls._codec(version, cls.is_flexible(version))[1](buf, self)
+            body = wire[version] = bytes(buf)
+        out += body
+
+    def encode_once(self) -> "Message":
+        """Declares this message read-only from now on, to be sent many times: its body is encoded
+        once per version and those bytes reused by every later encode (an answer shared by many
+        requests, e.g. the same Metadata answer to many clients). Returns the message."""
+        self.__dict__["_wire"] = {}
+        return self
 
     @classmethod
     def decode(cls, data, version: int, exact: bool = True):

@@ -7,9 +7,18 @@ is answered INVALID_REQUEST for each topic, as Kafka does (ids are usable from v
 Authorization (KIP-430 and Kafka's KafkaApis): the all-topics list leaves out topics the principal may
 not DESCRIBE; a named one it may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED whether or not it exists;
 auto-creating a missing one needs CREATE on the cluster or the topic, else TOPIC_AUTHORIZATION_FAILED.
-authorized_operations are filled in when asked (topics v8+, cluster v8-v10)."""
+authorized_operations are filled in when asked (topics v8+, cluster v8-v10).
+
+Shared answers: without an authorizer, a request whose topics all exist (or that asks for all
+topics) gets an answer fully determined by its version, the authorized_operations flags, the
+advertised address, cluster id, node id, leader epoch and each answered topic's (name, id,
+partition count). That tuple is the key of a small cache of answers built once and encoded once per
+key (Message.encode_once): 1,000 clients asking the same question cost one encode, not 1,000. Any
+change to a topic, a partition count or the broker's identity is a different key, never a stale
+answer."""
 from __future__ import annotations
 
+import collections
 import functools
 import uuid
 
@@ -44,11 +53,53 @@ def topic_entry(broker, info, version: int) -> Topic:
                  partitions=_partitions(info.num_partitions, broker.node_id, broker.leader_epoch))
 
 
+_SHARED: collections.OrderedDict = collections.OrderedDict()   # key -> answer (see the header)
+SHARED_MAX = 64
+
+
+def _shared_key(ctx, req: MetadataRequest, v: int, host: str, port: int) -> tuple | None:
+    """The key of a shareable answer to `req`, or None when the answer must be built for this
+    request alone (an authorizer, a topic named by id or missing: auto-creation, errors)."""
+    if ctx._authorizer() is not None:
+        return None
+    broker, storage = ctx.broker, ctx.broker.storage
+    if req.topics is None or (v == 0 and not req.topics):
+        infos = tuple((i.name, i.topic_id, i.num_partitions) for i in storage.topics())
+    else:
+        if v < 12 and any(t.topic_id != ZERO_UUID for t in req.topics):
+            return None
+        infos = []
+        for t in req.topics:
+            if t.name is None or not storage.has_topic(t.name):
+                return None
+            i = storage.topic(t.name)
+            infos.append((i.name, i.topic_id, i.num_partitions))
+        infos = tuple(infos)
+    return (v, req.topics is None, host, port, broker.cluster_id, broker.node_id, broker.leader_epoch,
+            v >= 8 and bool(req.include_topic_authorized_operations),
+            8 <= v <= 10 and bool(req.include_cluster_authorized_operations), infos)
+
+
 @handles(MetadataRequest, "0-13")
 def handle_metadata(ctx, req: MetadataRequest) -> MetadataResponse:
-    broker, v = ctx.broker, ctx.api_version
-    storage = broker.storage
+    v = ctx.api_version
     host, port = ctx.advertised()
+    key = _shared_key(ctx, req, v, host, port)
+    if key is None:
+        return _answer(ctx, req, v, host, port)
+    resp = _SHARED.get(key)
+    if resp is None:
+        resp = _SHARED[key] = _answer(ctx, req, v, host, port).encode_once()
+        if len(_SHARED) > SHARED_MAX:
+            _SHARED.popitem(last=False)
+    else:
+        _SHARED.move_to_end(key)
+    return resp
+
+
+def _answer(ctx, req: MetadataRequest, v: int, host: str, port: int) -> MetadataResponse:
+    broker = ctx.broker
+    storage = broker.storage
     brokers = [MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)]
     topics: list[Topic] = []
     if v < 12 and req.topics and any(t.name is None or t.topic_id != ZERO_UUID for t in req.topics):
