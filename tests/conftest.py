@@ -168,6 +168,7 @@ SLOW_VARIANTS = {
     "tests/faults/test_faults.py::test_idempotent_producer_under_fault[blackhole]",
     "tests/faults/test_faults.py::test_classic_group_kohort_and_confluent_under_fault[blackhole]",
     "tests/spark/test_spark_source.py::test_group_offsets_follow_the_query_to_the_end[kafka]",
+    "tests/spark/test_spark_source.py::test_pipeline_counts_malformed_events_and_writes_them_to_the_dead_letter_topic[kafka]",
     "tests/spark/test_spark_source.py::test_batch_read_split_by_min_partitions_returns_exactly_the_range[kafka]",
 }
 
