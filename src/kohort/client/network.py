@@ -134,20 +134,17 @@ class Completion:
         return True
 
     def set_result(self, result) -> None:
-        if self.finished:
-            return
-        self.finished = True
-        try:
-            self.fn(result, None)
-        except Exception:
-            log.exception("exception calling the completion %r", self.fn)
+        self._finish(result, None)
 
     def set_exception(self, err: BaseException) -> None:
+        self._finish(None, err)
+
+    def _finish(self, result, err: BaseException | None) -> None:
         if self.finished:
             return
         self.finished = True
         try:
-            self.fn(None, err)
+            self.fn(result, err)
         except Exception:
             log.exception("exception calling the completion %r", self.fn)
 
