@@ -500,6 +500,7 @@ class Fetcher:
                 if c is None or st is None:
                     break
             want = max_records - len(out)
+            refill = False
             try:
                 recs, done = self._step(c, want)
             except Exception as e:
@@ -522,6 +523,7 @@ class Fetcher:
                     st.position = c.next_offset
                     if c.next_epoch is not None:
                         st.position_epoch = c.next_epoch
+                    refill = self._wants_fetch(c.tp, st)
                 elif recs:
                     last = recs[-1]
                     st.position = last[2] + 1
@@ -529,7 +531,23 @@ class Fetcher:
                         st.position_epoch = last[8]
             if recs:
                 out += recs
+            if refill:
+                # the partition dropped below its pipelining limit: its next Fetch goes out now,
+                # in flight while this call decodes what else is buffered and the application
+                # handles the records, rather than after this call returns
+                self.send_fetches()
         return out
+
+    def _wants_fetch(self, tp, st) -> bool:
+        """Whether `tp`, a chunk of it just used up, would be fetched now: below its pipelining
+        limit and its leader without a Fetch in flight (send_fetches' test, for one partition;
+        called with the lock held)."""
+        if st.paused or st.fetch_offset is None or st.reset_strategy or st.awaiting_validation:
+            return False
+        if self._buffered_bytes.get(tp, 0) >= 2 * max(self.partition_max_bytes, self._last_fetched.get(tp, 0)):
+            return False
+        info = self.cluster.snapshot.partitions.get(tp)
+        return info is not None and info.leader >= 0 and info.leader not in self._inflight
 
     def _step(self, c: _Completed, want: int) -> tuple[list, bool]:
         """Decode the next `want` (at most) records of chunk `c`, deserialized: -> (records, whether
