@@ -121,15 +121,16 @@ class _Completed:
     `budget` is the response's DecompressionBudget (shared by its partitions); `full` tells, once
     decoding began, whether the budget was whole then; `spent` is what its steps decompressed so
     far and `nbytes` what it counts against the pipelining limits (fetched bytes, or `spent` when
-    larger). read_committed with aborted transactions decodes the kept batches at the first step
+    larger); `node` is the broker it came from. read_committed with aborted transactions decodes the kept batches at the first step
     into `records`, handed out from `index`; otherwise `cursor` (records.RecordCursor) resumes where
     the last step stopped, mid-batch too."""
 
     __slots__ = ("tp", "data", "fetch_offset", "legacy", "aborted", "budget", "cursor", "records", "index",
-                 "next_offset", "next_epoch", "seek_epoch", "fetched", "nbytes", "spent", "full", "released")
+                 "next_offset", "next_epoch", "seek_epoch", "fetched", "nbytes", "spent", "full", "released",
+                 "node")
 
     def __init__(self, tp, data, fetch_offset, legacy, aborted, budget, next_offset, next_epoch, seek_epoch,
-                 nbytes):
+                 nbytes, node):
         self.tp, self.data, self.fetch_offset, self.legacy, self.aborted = tp, data, fetch_offset, legacy, aborted
         self.budget, self.cursor, self.records, self.index = budget, None, None, 0
         self.next_offset, self.next_epoch, self.seek_epoch = next_offset, next_epoch, seek_epoch
@@ -137,6 +138,7 @@ class _Completed:
         self.spent = 0
         self.full: bool | None = None
         self.released = False
+        self.node = node                 # the broker that answered (the partition's leader then)
 
 
 def decode_partition(topic: str, partition: int, data, fetch_offset: int, *, check_crcs: bool = True,
@@ -417,7 +419,7 @@ class Fetcher:
                 self._buffered_bytes[tp] = self._buffered_bytes.get(tp, 0) + nbytes
                 self._last_fetched[tp] = nbytes
                 chunks.append(_Completed(tp, data, fetch_offset, legacy, p.aborted_transactions, budget, nxt, ep,
-                                         seek_epoch, nbytes))
+                                         seek_epoch, nbytes, node))
             if chunks:
                 first = self._budget_first
                 if first:
@@ -523,7 +525,7 @@ class Fetcher:
                     st.position = c.next_offset
                     if c.next_epoch is not None:
                         st.position_epoch = c.next_epoch
-                    refill = self._wants_fetch(c.tp, st)
+                    refill = self._wants_fetch(c, st)
                 elif recs:
                     last = recs[-1]
                     st.position = last[2] + 1
@@ -538,16 +540,16 @@ class Fetcher:
                 self.send_fetches()
         return out
 
-    def _wants_fetch(self, tp, st) -> bool:
-        """Whether `tp`, a chunk of it just used up, would be fetched now: below its pipelining
-        limit and its leader without a Fetch in flight (send_fetches' test, for one partition;
-        called with the lock held)."""
+    def _wants_fetch(self, c: _Completed, st) -> bool:
+        """Whether the partition of chunk `c`, just used up, is to be fetched now: fetchable, below
+        its pipelining limit, and no Fetch in flight to the broker `c` came from (send_fetches then
+        asks the metadata for its leader). Called with the lock held."""
         if st.paused or st.fetch_offset is None or st.reset_strategy or st.awaiting_validation:
             return False
+        tp = c.tp
         if self._buffered_bytes.get(tp, 0) >= 2 * max(self.partition_max_bytes, self._last_fetched.get(tp, 0)):
             return False
-        info = self.cluster.snapshot.partitions.get(tp)
-        return info is not None and info.leader >= 0 and info.leader not in self._inflight
+        return c.node not in self._inflight
 
     def _step(self, c: _Completed, want: int) -> tuple[list, bool]:
         """Decode the next `want` (at most) records of chunk `c`, deserialized: -> (records, whether
