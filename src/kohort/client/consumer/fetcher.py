@@ -9,7 +9,10 @@ serving the next batch while the application processes the last. A response's wo
 max.partition.fetch.bytes, or what the partition's last response brought when that was more (a
 broker returns a whole first batch however large, and some, Tansu among them, return several
 batches past the limit): a response bigger than the limit then does not stop fetching until poll()
-has drained it. poll() decodes the records on the
+has drained it. When poll() uses up a chunk and its partition falls below that limit, the partition's
+next Fetch leaves at once, from poll() (if none is in flight to that broker), not when poll() returns:
+a poll() handing out several buffered answers (max.poll.records above one answer's records) would
+otherwise leave the broker idle for as long as it decodes them. poll() decodes the records on the
 application's thread, only as many as it hands out (max.poll.records), with `records.RecordCursor`
 (the compiled decoder when built, which builds the ConsumerRecord tuples), each call resuming where
 the last stopped, mid-batch too, so a compressed batch is decompressed once; the I/O thread then
