@@ -539,8 +539,14 @@ class Fetcher:
             if refill:
                 # the partition dropped below its pipelining limit: its next Fetch goes out now,
                 # in flight while this call decodes what else is buffered and the application
-                # handles the records, rather than after this call returns
-                self.send_fetches()
+                # handles the records, rather than after this call returns. A failure here ends
+                # this call with the records already taken (their positions are advanced); poll()
+                # calls send_fetches() next anyway
+                try:
+                    self.send_fetches()
+                except Exception as e:
+                    log.debug("fetching from inside poll() failed: %s", e)
+                    break
         return out
 
     def _wants_fetch(self, c: _Completed, st) -> bool:
