@@ -172,3 +172,36 @@ def test_max_poll_records_hands_out_a_batch_in_parts_with_exact_positions(mock_c
         c.seek(tp, end - 10)
         tail = drain(c, 10)
         assert [r.offset for r in tail] == list(range(end - 10, end)) and c.position(tp) == end
+
+
+def test_a_poll_that_uses_up_buffered_answers_fetches_again_before_it_returns(mock_cluster):
+    """A partition held back at its pipelining limit (two answers buffered, no Fetch in flight) is
+    fetched again from inside the poll() that uses up one of its answers, so the broker works while
+    that poll decodes the rest, not only once it has returned."""
+    from kohort.client.producer import Producer
+    create_topic(mock_cluster, "cons-refill", 1)     # the mock cluster may make more: partition 0 is read
+    with Producer({"bootstrap.servers": mock_cluster, "linger.ms": 0}) as p:
+        for i in range(6):                  # six batches of one record: one answer each below
+            p.produce("cons-refill", b"r%d" % i, partition=0)
+            p.flush()
+    tp = TopicPartition("cons-refill", 0)
+    with Consumer({"bootstrap.servers": mock_cluster, "auto.offset.reset": "earliest",
+                   "max.partition.fetch.bytes": 1, "fetch.max.wait.ms": 500}) as c:
+        c.assign([tp])
+        first = []
+        deadline = time.monotonic() + 10
+        while not first and time.monotonic() < deadline:
+            first = c.poll(0.2, max_records=1)
+        assert [r.offset for r in first] == [0]
+        f = c._fetcher
+        while time.monotonic() < deadline:
+            with f.lock:
+                if len(f._buffer) >= 2 and not f._inflight:
+                    break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the fetcher never reached its pipelining limit")
+        got = f.collect(100)                # what poll() does before its own send_fetches()
+        assert [r.offset for r in got][0] == 1 and len(got) >= 1
+        with f.lock:
+            assert f._inflight or f._buffer, "no Fetch was sent while the buffered answers were used up"

@@ -94,8 +94,8 @@ def test_fetch_session_broker_without_sessions_stays_full():
 
 def _handed_out(payload, fetch_offset, max_records, aborted=None, isolation="read_uncommitted", **conf):
     """What Fetcher.collect hands out of one buffered answer's records for one partition, `max_records`
-    per call, no broker (the fetcher's network and cluster are not used by collect): (records,
-    position after each call, buffered bytes left)."""
+    per call, no broker (with a Fetch in flight, collect uses neither the fetcher's network nor its
+    cluster): (records, position after each call, buffered bytes left)."""
     from kohort.client.config import load_config
     from kohort.client.consumer.fetcher import Fetcher, _Completed
     from kohort.client.consumer.offsets import SubscriptionState
@@ -111,7 +111,8 @@ def _handed_out(payload, fetch_offset, max_records, aborted=None, isolation="rea
     nxt, ep, legacy = scan_batches(view, fetch_offset, True)
     f._buffered_bytes[tp] = len(view)
     f._buffer.append(_Completed(tp, view, fetch_offset, legacy, aborted, DecompressionBudget(1 << 28), nxt, ep,
-                                subs.partitions[tp].seek_epoch, len(view)))
+                                subs.partitions[tp].seek_epoch, len(view), 1))
+    f._inflight.add(1)      # a Fetch to that broker in flight: collect sends none (there is no network here)
     got, positions = [], []
     while f.has_buffered():
         out = f.collect(max_records)

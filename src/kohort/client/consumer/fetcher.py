@@ -9,7 +9,10 @@ serving the next batch while the application processes the last. A response's wo
 max.partition.fetch.bytes, or what the partition's last response brought when that was more (a
 broker returns a whole first batch however large, and some, Tansu among them, return several
 batches past the limit): a response bigger than the limit then does not stop fetching until poll()
-has drained it. poll() decodes the records on the
+has drained it. When poll() uses up a chunk and its partition falls below that limit, the partition's
+next Fetch leaves at once, from poll() (if none is in flight to that broker), not when poll() returns:
+a poll() handing out several buffered answers (max.poll.records above one answer's records) would
+otherwise leave the broker idle for as long as it decodes them. poll() decodes the records on the
 application's thread, only as many as it hands out (max.poll.records), with `records.RecordCursor`
 (the compiled decoder when built, which builds the ConsumerRecord tuples), each call resuming where
 the last stopped, mid-batch too, so a compressed batch is decompressed once; the I/O thread then
@@ -121,15 +124,16 @@ class _Completed:
     `budget` is the response's DecompressionBudget (shared by its partitions); `full` tells, once
     decoding began, whether the budget was whole then; `spent` is what its steps decompressed so
     far and `nbytes` what it counts against the pipelining limits (fetched bytes, or `spent` when
-    larger). read_committed with aborted transactions decodes the kept batches at the first step
+    larger); `node` is the broker it came from. read_committed with aborted transactions decodes the kept batches at the first step
     into `records`, handed out from `index`; otherwise `cursor` (records.RecordCursor) resumes where
     the last step stopped, mid-batch too."""
 
     __slots__ = ("tp", "data", "fetch_offset", "legacy", "aborted", "budget", "cursor", "records", "index",
-                 "next_offset", "next_epoch", "seek_epoch", "fetched", "nbytes", "spent", "full", "released")
+                 "next_offset", "next_epoch", "seek_epoch", "fetched", "nbytes", "spent", "full", "released",
+                 "node")
 
     def __init__(self, tp, data, fetch_offset, legacy, aborted, budget, next_offset, next_epoch, seek_epoch,
-                 nbytes):
+                 nbytes, node):
         self.tp, self.data, self.fetch_offset, self.legacy, self.aborted = tp, data, fetch_offset, legacy, aborted
         self.budget, self.cursor, self.records, self.index = budget, None, None, 0
         self.next_offset, self.next_epoch, self.seek_epoch = next_offset, next_epoch, seek_epoch
@@ -137,6 +141,7 @@ class _Completed:
         self.spent = 0
         self.full: bool | None = None
         self.released = False
+        self.node = node                 # the broker that answered (the partition's leader then)
 
 
 def decode_partition(topic: str, partition: int, data, fetch_offset: int, *, check_crcs: bool = True,
@@ -417,7 +422,7 @@ class Fetcher:
                 self._buffered_bytes[tp] = self._buffered_bytes.get(tp, 0) + nbytes
                 self._last_fetched[tp] = nbytes
                 chunks.append(_Completed(tp, data, fetch_offset, legacy, p.aborted_transactions, budget, nxt, ep,
-                                         seek_epoch, nbytes))
+                                         seek_epoch, nbytes, node))
             if chunks:
                 first = self._budget_first
                 if first:
@@ -500,6 +505,7 @@ class Fetcher:
                 if c is None or st is None:
                     break
             want = max_records - len(out)
+            refill = False
             try:
                 recs, done = self._step(c, want)
             except Exception as e:
@@ -522,6 +528,7 @@ class Fetcher:
                     st.position = c.next_offset
                     if c.next_epoch is not None:
                         st.position_epoch = c.next_epoch
+                    refill = self._wants_fetch(c, st)
                 elif recs:
                     last = recs[-1]
                     st.position = last[2] + 1
@@ -529,7 +536,29 @@ class Fetcher:
                         st.position_epoch = last[8]
             if recs:
                 out += recs
+            if refill:
+                # the partition dropped below its pipelining limit: its next Fetch goes out now,
+                # in flight while this call decodes what else is buffered and the application
+                # handles the records, rather than after this call returns. A failure here ends
+                # this call with the records already taken (their positions are advanced); poll()
+                # calls send_fetches() next anyway
+                try:
+                    self.send_fetches()
+                except Exception as e:
+                    log.debug("fetching from inside poll() failed: %s", e)
+                    break
         return out
+
+    def _wants_fetch(self, c: _Completed, st) -> bool:
+        """Whether the partition of chunk `c`, just used up, is to be fetched now: fetchable, below
+        its pipelining limit, and no Fetch in flight to the broker `c` came from (send_fetches then
+        asks the metadata for its leader). Called with the lock held."""
+        if st.paused or st.fetch_offset is None or st.reset_strategy or st.awaiting_validation:
+            return False
+        tp = c.tp
+        if self._buffered_bytes.get(tp, 0) >= 2 * max(self.partition_max_bytes, self._last_fetched.get(tp, 0)):
+            return False
+        return c.node not in self._inflight
 
     def _step(self, c: _Completed, want: int) -> tuple[list, bool]:
         """Decode the next `want` (at most) records of chunk `c`, deserialized: -> (records, whether
