@@ -8,10 +8,11 @@ assignment from the beginning (rate from the first record to the last; the wait 
 record is shown apart, it is mostly librdkafka's own start-up). Rounds are interleaved and the best time of each is kept (the
 machine is shared). Prints one table. Run:
     .venv/bin/python bench/bench_broker.py [--records 200000] [--size 100] [--partitions 1]
-        [--only kohort,kafka] [--fetch-stats]
+        [--only kohort,kafka] [--java] [--fetch-stats]
 
 `--only` picks targets from kohort (both flush policies), tansu and kafka (Apache Kafka 4.x as the
-bench's broker section runs it: started once, JIT-warmed, kept across rounds). `--fetch-stats`
+bench's broker section runs it: started once, JIT-warmed, kept across rounds). `--java` times
+Apache Kafka's Java producer and consumer (run_one_java) instead of confluent-kafka. `--fetch-stats`
 adds, after the timed rounds, one consume per broker with librdkafka's `debug=fetch,protocol` log
 (slower, so untimed) and prints its Fetch timeline: answers, bytes per answer, librdkafka's rtt,
 the client's own time from an answer to its next request, and the broker's CPU for the consume.
@@ -351,6 +352,8 @@ def main() -> None:
     ap.add_argument("--raw", action="store_true", help="also measure the brokers with raw pipelined requests")
     ap.add_argument("--only", default="kohort,tansu",
                     help="comma-separated targets among kohort, tansu, kafka (default kohort,tansu)")
+    ap.add_argument("--java", action="store_true",
+                    help="Apache Kafka's Java producer and consumer instead of confluent-kafka (run_one_java)")
     ap.add_argument("--fetch-stats", action="store_true",
                     help="also print each broker's librdkafka Fetch timeline (one extra, untimed consume)")
     a = ap.parse_args()
@@ -369,6 +372,7 @@ def main() -> None:
     best: dict[str, list[float]] = {}
     raw: dict[str, list[float]] = {}
     stats: dict[str, dict] = {}
+    every: dict[str, list[tuple[float, float]]] = {}      # (produce s, consume s) of each round
     kept: dict[str, tuple] = {}
     try:
         for rnd in range(a.rounds):            # interleaved, so a busy moment of the machine hits all
@@ -377,7 +381,8 @@ def main() -> None:
                 if keep:
                     kept[name] = (proc, port)
                 try:
-                    ps, cs, ss = run_one(port, a.records, a.size, a.partitions, a.batch_size)
+                    ps, cs, ss = (run_one_java if a.java else run_one)(port, a.records, a.size, a.partitions,
+                                                                       a.batch_size)
                     if a.raw:
                         pm, fm = raw_run(port)
                         r = raw.setdefault(name, [pm, fm])
@@ -387,6 +392,7 @@ def main() -> None:
                 finally:
                     if not keep:
                         _stop(proc)
+                every.setdefault(name, []).append((ps, cs))
                 b = best.setdefault(name, [ps, cs, ss])
                 b[0], b[1], b[2] = min(b[0], ps), min(b[1], cs), min(b[2], ss)
     finally:
@@ -394,12 +400,22 @@ def main() -> None:
             _stop(proc)
     rows = [(name, ps, cs, ss) for name, (ps, cs, ss) in best.items()]
     mb = a.records * a.size / 1e6
-    print(f"\n{a.records} records x {a.size} B, {a.partitions} partition(s), batch.size {a.batch_size}, confluent-kafka "
-          f"{__import__('confluent_kafka').version()} acks=all idempotent, best of {a.rounds} interleaved rounds\n")
+    client = "Java clients" if a.java else f"confluent-kafka {__import__('confluent_kafka').version()}"
+    print(f"\n{a.records} records x {a.size} B, {a.partitions} partition(s), batch.size {a.batch_size}, {client} "
+          f"acks=all idempotent, best of {a.rounds} interleaved rounds\n")
     print(f"{'broker':<28}{'produce rec/s':>15}{'MB/s':>8}{'consume rec/s':>16}{'MB/s':>8}{'first rec ms':>14}")
     for name, ps, cs, ss in rows:
         print(f"{name:<28}{a.records / ps:>15,.0f}{mb / ps:>8.1f}{a.records / cs:>16,.0f}{mb / cs:>8.1f}"
               f"{ss * 1000:>14,.0f}")
+    if a.rounds > 1:
+        print(f"\nmedian (min-max) of the {a.rounds} rounds, records/s:")
+        print(f"{'broker':<28}{'produce':>28}{'consume':>28}")
+        for name, runs in every.items():
+            cells = []
+            for k in (0, 1):
+                rates = sorted(a.records / r[k] for r in runs)
+                cells.append(f"{statistics.median(rates):,.0f} ({rates[0]:,.0f}-{rates[-1]:,.0f})")
+            print(f"{name:<28}{cells[0]:>28}{cells[1]:>28}")
     if raw:
         print("\nraw protocol, one connection: Produce v9 acks=1, 20 in flight, 150-record batches; "
               "Fetch v12 1 MiB at a time")
