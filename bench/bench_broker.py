@@ -109,16 +109,18 @@ def _cpu_s(pid: int) -> float:
 
 _TIMELINE_CONSUMER = r"""
 import sys
+import time
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 bs, topic, n, partitions = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 c = Consumer({"bootstrap.servers": bs, "group.id": "bench", "enable.auto.commit": False,
               "fetch.max.bytes": 50 * 1024 * 1024, "max.partition.fetch.bytes": 10 * 1024 * 1024,
               "debug": "fetch,protocol"})
 c.assign([TopicPartition(topic, q, OFFSET_BEGINNING) for q in range(partitions)])
-got = 0
-while got < n:
+got, deadline = 0, time.monotonic() + 120
+while got < n and time.monotonic() < deadline:
     got += len(c.consume(10000, 1.0))
 c.close()
+sys.exit(0 if got == n else f"consumed {got} of {n} records")
 """
 _LOG_LINE = re.compile(r"^%7\|(\d+\.\d+)\|(\w+)\|")
 _RESPONSE = re.compile(r"Received FetchResponse \(v\d+, (\d+) bytes, CorrId \d+, rtt ([\d.]+)ms")
