@@ -8,11 +8,21 @@ assignment from the beginning (rate from the first record to the last; the wait 
 record is shown apart, it is mostly librdkafka's own start-up). Rounds are interleaved and the best time of each is kept (the
 machine is shared). Prints one table. Run:
     .venv/bin/python bench/bench_broker.py [--records 200000] [--size 100] [--partitions 1]
+        [--only kohort,kafka] [--java] [--fetch-stats]
+
+`--only` picks targets from kohort (both flush policies), tansu and kafka (Apache Kafka 4.x as the
+bench's broker section runs it: started once, JIT-warmed, kept across rounds). `--java` times
+Apache Kafka's Java producer and consumer (run_one_java) instead of confluent-kafka. `--fetch-stats`
+adds, after the timed rounds, one consume per broker with librdkafka's `debug=fetch,protocol` log
+(slower, so untimed) and prints its Fetch timeline: answers, bytes per answer, librdkafka's rtt,
+the client's own time from an answer to its next request, and the broker's CPU for the consume.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import statistics
 import shutil
 import socket
 import subprocess
@@ -68,6 +78,104 @@ def start_tansu():
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port, proc)
     return proc, port
+
+
+def start_kafka():
+    """Apache Kafka as cases.common.Brokers.kafka() runs it: one KRaft node with kafka-server-start.sh's
+    JVM options, JIT-warmed with two produce/consume runs. -> (KafkaCluster, port)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from cases.common import KAFKA_JVM
+    from tests.helpers import kafka_cluster
+    kc = kafka_cluster.KafkaCluster(nodes=1, jvm=KAFKA_JVM)
+    try:
+        kc.start()
+        port = int(kc.bootstrap.rsplit(":", 1)[1])
+        for _ in range(2):
+            run_one(port, 100_000, 100, 1)
+    except BaseException:
+        kc.close()
+        raise
+    return kc, port
+
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of a process and its threads, in seconds (from /proc)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+_TIMELINE_CONSUMER = r"""
+import sys
+import time
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+bs, topic, n, partitions = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+c = Consumer({"bootstrap.servers": bs, "group.id": "bench", "enable.auto.commit": False,
+              "fetch.max.bytes": 50 * 1024 * 1024, "max.partition.fetch.bytes": 10 * 1024 * 1024,
+              "debug": "fetch,protocol"})
+c.assign([TopicPartition(topic, q, OFFSET_BEGINNING) for q in range(partitions)])
+got, deadline = 0, time.monotonic() + 120
+while got < n and time.monotonic() < deadline:
+    got += len(c.consume(10000, 1.0))
+c.close()
+sys.exit(0 if got == n else f"consumed {got} of {n} records")
+"""
+_LOG_LINE = re.compile(r"^%7\|(\d+\.\d+)\|(\w+)\|")
+_RESPONSE = re.compile(r"Received FetchResponse \(v\d+, (\d+) bytes, CorrId \d+, rtt ([\d.]+)ms")
+
+
+def fetch_timeline(port: int, n: int, size: int, partitions: int, pid: int | None) -> dict:
+    """Produce n records as run_one does, then consume them in a child process with librdkafka's
+    fetch/protocol debug log on stderr; -> {answers, bytes, rtt_ms, client_ms, broker_cpu_s} with the
+    medians of bytes per answer, librdkafka's rtt per answer, and the client's time from an answer to
+    its next Fetch request (None for broker_cpu_s without a pid)."""
+    bs = f"127.0.0.1:{port}"
+    topic = f"bench-tl-{os.getpid()}-{port}-{time.monotonic_ns()}"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    time.sleep(0.2)
+    payload = os.urandom(size // 2) + b"x" * (size - size // 2)
+    p = Producer({"bootstrap.servers": bs, "acks": "all", "linger.ms": 5, "enable.idempotence": True,
+                  "queue.buffering.max.messages": 1_000_000, "batch.size": 1_000_000})
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, key=b"%d" % i, value=payload, partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.01)
+    if p.flush(120) != 0:
+        raise RuntimeError("records left unacknowledged")
+    cpu0 = _cpu_s(pid) if pid else None
+    out = subprocess.run([sys.executable, "-c", _TIMELINE_CONSUMER, bs, topic, str(n), str(partitions)],
+                         capture_output=True, text=True, timeout=300)
+    cpu = _cpu_s(pid) - cpu0 if pid else None
+    if out.returncode != 0:
+        raise RuntimeError(f"timeline consumer failed: {out.stderr.strip()[-300:]}")
+    sizes, rtts, client = [], [], []
+    answered = None
+    for line in out.stderr.splitlines():
+        m = _LOG_LINE.match(line)
+        if not m:
+            continue
+        ts = float(m.group(1))
+        r = _RESPONSE.search(line)
+        if r:
+            sizes.append(int(r.group(1)))
+            rtts.append(float(r.group(2)))
+            answered = ts
+        elif "Sent FetchRequest" in line and answered is not None:
+            client.append((ts - answered) * 1000)
+            answered = None
+    if not sizes:
+        raise RuntimeError("no FetchResponse in the consumer's debug log")
+    # the last answer is usually the empty long poll at the log end: medians over those with records
+    full = [(b, t) for b, t in zip(sizes, rtts) if b > 1024] or list(zip(sizes, rtts))
+    return {"answers": len(sizes), "bytes": statistics.median(b for b, _ in full),
+            "rtt_ms": statistics.median(t for _, t in full),
+            "client_ms": statistics.median(client) if client else float("nan"), "broker_cpu_s": cpu}
 
 
 def run_one(port: int, n: int, size: int, partitions: int, batch_size: int = 1_000_000) -> tuple[float, float, float]:
@@ -215,6 +323,27 @@ def raw_run(port: int, requests: int = 2000, per_batch: int = 150, inflight: int
     return requests * len(batch) / produce_s / 1e6, nbytes / fetch_s / 1e6
 
 
+def _stop(proc) -> None:
+    if hasattr(proc, "close"):        # a KafkaCluster
+        proc.close()
+        return
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+    if getattr(proc, "workdir", None):
+        shutil.rmtree(proc.workdir, ignore_errors=True)
+
+
+def _pid(proc) -> int | None:
+    if hasattr(proc, "nodes"):
+        node = proc.nodes[0].proc
+        return node.pid if node is not None else None
+    return proc.pid
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=200_000)
@@ -223,51 +352,86 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=1_000_000, help="producer batch.size")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best of each is shown")
     ap.add_argument("--raw", action="store_true", help="also measure the brokers with raw pipelined requests")
-    ap.add_argument("--only", choices=["kohort", "tansu"], default=None)
+    ap.add_argument("--only", default="kohort,tansu",
+                    help="comma-separated targets among kohort, tansu, kafka (default kohort,tansu)")
+    ap.add_argument("--java", action="store_true",
+                    help="Apache Kafka's Java producer and consumer instead of confluent-kafka (run_one_java)")
+    ap.add_argument("--fetch-stats", action="store_true",
+                    help="also print each broker's librdkafka Fetch timeline (one extra, untimed consume)")
     a = ap.parse_args()
+    only = set(a.only.split(","))
+    if not only or only - {"kohort", "tansu", "kafka"}:
+        ap.error(f"--only: unknown target(s) {sorted(only - {'kohort', 'tansu', 'kafka'})}")
+    # (name, start, kept running across rounds)
     targets = []
-    if a.only in (None, "kohort"):
-        targets += [("kohort (fsync-before-ack)", lambda: start_kohort("fsync-before-ack")),
-                    ("kohort (os)", lambda: start_kohort("os"))]
-    if a.only in (None, "tansu"):
-        targets += [("tansu 0.6 (memory)", start_tansu)]
+    if "kohort" in only:
+        targets += [("kohort (fsync-before-ack)", lambda: start_kohort("fsync-before-ack"), False),
+                    ("kohort (os)", lambda: start_kohort("os"), False)]
+    if "tansu" in only:
+        targets += [("tansu 0.6 (memory)", start_tansu, False)]
+    if "kafka" in only:
+        targets += [("Apache Kafka", start_kafka, True)]
     best: dict[str, list[float]] = {}
     raw: dict[str, list[float]] = {}
-    for _ in range(a.rounds):            # interleaved, so a busy moment of the machine hits all
-        for name, start in targets:
-            proc, port = start()
-            try:
-                ps, cs, ss = run_one(port, a.records, a.size, a.partitions, a.batch_size)
-                if a.raw:
-                    pm, fm = raw_run(port)
-                    r = raw.setdefault(name, [pm, fm])
-                    r[0], r[1] = max(r[0], pm), max(r[1], fm)
-            finally:
-                proc.terminate()
+    stats: dict[str, dict] = {}
+    every: dict[str, list[tuple[float, float]]] = {}      # (produce s, consume s) of each round
+    kept: dict[str, tuple] = {}
+    try:
+        for rnd in range(a.rounds):            # interleaved, so a busy moment of the machine hits all
+            for name, start, keep in targets:
+                proc, port = kept[name] if name in kept else start()
+                if keep:
+                    kept[name] = (proc, port)
                 try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
-                if getattr(proc, "workdir", None):
-                    shutil.rmtree(proc.workdir, ignore_errors=True)
-            b = best.setdefault(name, [ps, cs, ss])
-            b[0], b[1], b[2] = min(b[0], ps), min(b[1], cs), min(b[2], ss)
+                    ps, cs, ss = (run_one_java if a.java else run_one)(port, a.records, a.size, a.partitions,
+                                                                       a.batch_size)
+                    if a.raw:
+                        pm, fm = raw_run(port)
+                        r = raw.setdefault(name, [pm, fm])
+                        r[0], r[1] = max(r[0], pm), max(r[1], fm)
+                    if a.fetch_stats and rnd == a.rounds - 1:
+                        stats[name] = fetch_timeline(port, a.records, a.size, a.partitions, _pid(proc))
+                finally:
+                    if not keep:
+                        _stop(proc)
+                every.setdefault(name, []).append((ps, cs))
+                b = best.setdefault(name, [ps, cs, ss])
+                b[0], b[1], b[2] = min(b[0], ps), min(b[1], cs), min(b[2], ss)
+    finally:
+        for proc, _ in kept.values():
+            _stop(proc)
     rows = [(name, ps, cs, ss) for name, (ps, cs, ss) in best.items()]
     mb = a.records * a.size / 1e6
-    print(f"\n{a.records} records x {a.size} B, {a.partitions} partition(s), batch.size {a.batch_size}, confluent-kafka "
-          f"{__import__('confluent_kafka').version()} acks=all idempotent, best of {a.rounds} interleaved rounds\n")
+    client = "Java clients" if a.java else f"confluent-kafka {__import__('confluent_kafka').version()}"
+    print(f"\n{a.records} records x {a.size} B, {a.partitions} partition(s), batch.size {a.batch_size}, {client} "
+          f"acks=all idempotent, best of {a.rounds} interleaved rounds\n")
     print(f"{'broker':<28}{'produce rec/s':>15}{'MB/s':>8}{'consume rec/s':>16}{'MB/s':>8}{'first rec ms':>14}")
     for name, ps, cs, ss in rows:
         print(f"{name:<28}{a.records / ps:>15,.0f}{mb / ps:>8.1f}{a.records / cs:>16,.0f}{mb / cs:>8.1f}"
               f"{ss * 1000:>14,.0f}")
+    if a.rounds > 1:
+        print(f"\nmedian (min-max) of the {a.rounds} rounds, records/s:")
+        print(f"{'broker':<28}{'produce':>28}{'consume':>28}")
+        for name, runs in every.items():
+            cells = []
+            for k in (0, 1):
+                rates = sorted(a.records / r[k] for r in runs)
+                cells.append(f"{statistics.median(rates):,.0f} ({rates[0]:,.0f}-{rates[-1]:,.0f})")
+            print(f"{name:<28}{cells[0]:>28}{cells[1]:>28}")
     if raw:
         print("\nraw protocol, one connection: Produce v9 acks=1, 20 in flight, 150-record batches; "
               "Fetch v12 1 MiB at a time")
         print(f"{'broker':<28}{'produce MB/s':>14}{'fetch MB/s':>12}")
         for name, (pm, fm) in raw.items():
             print(f"{name:<28}{pm:>14.1f}{fm:>12.1f}")
-
+    if stats:
+        print("\nlibrdkafka Fetch timeline (one untimed consume with debug=fetch,protocol; medians over "
+              "answers with records):")
+        print(f"{'broker':<28}{'answers':>8}{'bytes/answer':>14}{'rtt ms':>8}{'client ms':>11}{'broker CPU s':>14}")
+        for name, st in stats.items():
+            cpu = "-" if st["broker_cpu_s"] is None else f"{st['broker_cpu_s']:.2f}"
+            print(f"{name:<28}{st['answers']:>8}{st['bytes']:>14,.0f}{st['rtt_ms']:>8.1f}{st['client_ms']:>11.1f}"
+                  f"{cpu:>14}")
 
 if __name__ == "__main__":
     main()
