@@ -1113,9 +1113,10 @@ def set_batch_producer(buf: bytearray, producer_id: int, producer_epoch: int, ba
     if len(buf) < BATCH_HEADER_SIZE or buf[MAGIC_OFFSET] != MAGIC_V2:
         raise EncodeError("not a sealed v2 record batch")
     try:
-        _PRODUCER.pack_into(buf, PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
-    except struct.error as e:
+        fields = _PRODUCER.pack(producer_id, producer_epoch, base_sequence)
+    except struct.error as e:           # checked before anything is written
         raise EncodeError(f"record batch header field out of range: {e}") from None
+    buf[PRODUCER_ID_OFFSET:PRODUCER_ID_OFFSET + _PRODUCER.size] = fields
     _U32.pack_into(buf, CRC_OFFSET, _crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
 
 
