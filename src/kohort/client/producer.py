@@ -243,9 +243,9 @@ class Producer:
             # out of reserved room is grown by the accumulator's rule (acc._grow) from C as well, so
             # only the record opening a batch goes to Python, whatever the records' size. With the
             # native sealer it pokes as soon as sealed batches wait (not at the next TICK_MS): a
-            # request counts against max.in.flight while its batches are sealed, so each sealed one
-            # waiting for a tick held one of the 5 slots about a tick longer (16 KiB zstd: 1.6 ms
-            # median from drain to the wire, 0.26 of it compressing).
+            # sealed request waiting for a tick would leave about a tick later, and in a transaction
+            # (no SEAL_AHEAD) it holds one of the 5 slots from drain (16 KiB zstd: 1.6 ms median from
+            # drain to the wire, 0.26 of it compressing).
             self.produce = self.send = twin.FastProduce(
                 self, self.sender, self.sender.net, self.acc.batches, self.acc.lock, self._sticky_now,
                 DeliveryFuture, types.MethodType(Producer.produce, self), self._batch_full,
@@ -1222,8 +1222,6 @@ class _Sender:
         request with a batch of the partition waits."""
         p = self.p
         idem = p.idempotent
-        if idem and (self.producer_id < 0 or self.needs_bump):
-            return                           # numbered once the new producer id/epoch is known
         q = self.sealing
         retries: dict[tuple, int] = {}       # numbered batches per partition not on the wire yet
         if idem:
