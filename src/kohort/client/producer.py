@@ -14,8 +14,9 @@ What lives here:
   thread polls it otherwise. Compressed batches are sealed off the producing thread
   (client/sealer.py): gzip/lz4/zstd on the compiled twin's native sealer thread, which never takes
   the GIL (submitted here, collected at every I/O step, requests sent in the order they were made:
-  `_Sender.sealing`); snappy, or a codec whose library is missing, on the `Sealer`'s Python thread
-  when a request is slow to compress.
+  `_Sender.sealing`; outside a transaction SEAL_AHEAD requests beyond max.in.flight are compressed
+  while the others are on the wire, numbered as they leave); snappy, or a codec whose library is
+  missing, on the `Sealer`'s Python thread when a request is slow to compress.
 * Idempotence (KIP-98, on by default as in Kafka 3.0+, KIP-679): InitProducerId, per-partition
   sequence numbers assigned once when a batch is first sent and kept on retry (the same bytes are
   re-sent); a partition with a batch to retry sends nothing else until the retries go out in sequence
