@@ -8,6 +8,9 @@ pthread that never takes the GIL compresses and seals each batch (header, CRC-32
 bytearray. The producer's I/O step submits the batches of a request (`_Sender._send_batches`) and,
 at every step, collects what is finished and sends the requests whose batches are all sealed, in
 the order it made them (one FIFO: a partition's sequence numbers reach the wire in order, KIP-98).
+Outside a transaction the producer drains up to `SEAL_AHEAD` requests beyond max.in.flight, their
+batches sealed without producer id/epoch and sequence: a request takes its slot, and its batches
+their numbers (`records.set_batch_producer`), when it leaves the FIFO (`_Sender._release_sealed`).
 The sealer wakes the network client's select() when a batch is done. A codec whose library is
 missing (said once at DEBUG in the producer's log), snappy, and a build without the extension
 (or KOHORT_NO_EXT=1) take the `Sealer` below. KOHORT_NATIVE_CODECS, read at import, names the

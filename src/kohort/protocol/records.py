@@ -162,6 +162,7 @@ MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43         # producerId int64, producerEpoch int16, baseSequence int32
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08
@@ -191,6 +192,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
+_PRODUCER = struct.Struct(">qhi")         # producerId, producerEpoch, baseSequence
 _LEGACY_HEAD = struct.Struct(">qiIbb")      # offset, size, crc, magic, attributes (18 bytes)
 _CONTROL_KEY = struct.Struct(">hh")         # version, type
 _CONTROL_VALUE = struct.Struct(">hi")       # version, coordinator_epoch
@@ -1102,6 +1104,20 @@ def write_batch_buffer(records_bytes, count: int, base_ts: int, max_ts: int, *, 
         raise EncodeError(f"record batch header field out of range: {e}") from None
     _U32.pack_into(out, CRC_OFFSET, _crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return out
+
+
+def set_batch_producer(buf: bytearray, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    """Write the producer id, epoch and base sequence into the header of the sealed v2 batch `buf`
+    (the batch alone, from its base offset) and its CRC-32C again: a batch compressed before its
+    sequence numbers were known gets them where it is, its records untouched."""
+    if len(buf) < BATCH_HEADER_SIZE or buf[MAGIC_OFFSET] != MAGIC_V2:
+        raise EncodeError("not a sealed v2 record batch")
+    try:
+        fields = _PRODUCER.pack(producer_id, producer_epoch, base_sequence)
+    except struct.error as e:           # checked before anything is written
+        raise EncodeError(f"record batch header field out of range: {e}") from None
+    buf[PRODUCER_ID_OFFSET:PRODUCER_ID_OFFSET + _PRODUCER.size] = fields
+    _U32.pack_into(buf, CRC_OFFSET, _crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
 
 
 def seal_batch_in_place(buf: bytearray, count: int, base_ts: int, max_ts: int, *, attributes: int = 0,

@@ -90,6 +90,72 @@ def test_native_and_python_batches_decode_to_the_same_records(name, n, size):
     buf.extend(b"x")       # the records' export was released: the bytearray can change again
 
 
+@pytest.mark.parametrize("name", sorted(CODECS))
+def test_a_batch_sealed_before_its_sequence_gets_it_byte_for_byte(name):
+    """`set_batch_producer` on a natively sealed batch (producer fields -1) gives exactly the bytes
+    the sealer gives with those fields at once (what a request leaving the sealer carries); gzip and
+    lz4 batches are also the Python path's bytes (zstd's frames differ between the libraries)."""
+    codec = CODECS[name]
+    buf = _records_section(50, 300)
+    fields = (987654321012, 3, 2_000_000_000)
+    py = R.write_batch_buffer(bytes(buf), 50, 10, 12, compression=codec, producer_id=fields[0],
+                              producer_epoch=fields[1], base_sequence=fields[2])
+    s = _sealer(codec)
+    try:
+        s.submit("later", buf, 50, 10, 12, 0, -1, -1, -1)
+        s.submit("at once", buf, 50, 10, 12, 0, *fields)
+        [(_, wire, err), (_, at_once, err2)] = _wait_collect(s, 2)
+    finally:
+        s.close()
+    assert err is None and err2 is None and R.read_batch_header(bytes(wire)).base_sequence == -1
+    R.set_batch_producer(wire, *fields)
+    assert wire == at_once
+    R.validate_batch(bytes(wire))
+    if codec != COMPRESSION_ZSTD:
+        assert wire == py
+    with pytest.raises(R.EncodeError):
+        R.set_batch_producer(wire, 1, 1 << 15, 0)           # out of range: refused ...
+    assert wire == at_once                                    # ... and the batch untouched
+
+
+@pytest.mark.timeout(30)
+def test_requests_sealed_ahead_wait_unnumbered_for_room_in_flight():
+    """With the native sealer, SEAL_AHEAD requests beyond max.in.flight are drained and compressed
+    while max.in.flight are on the wire; they take their sequence numbers only when they leave, so
+    a partition never has more than 5 numbered batches unacknowledged; the records land in order."""
+    from kohort.client.producer import SEAL_AHEAD
+    c = ScriptedCluster(1, {"t": 1})
+    p = Producer({"bootstrap.servers": c.bootstrap, "compression.type": "lz4", "linger.ms": 0,
+                  "batch.size": 200, "max.in.flight.requests.per.connection": 5})
+    try:
+        snd = p.sender
+        assert snd.seal_ahead == SEAL_AHEAD > 0
+        p.produce("t", b"first").result(10)          # metadata and producer id out of the way
+        c.gather, c.gather_rounds = 5, 1              # the broker answers once 5 requests have come
+        with snd.io_lock:                             # we drive the I/O: no answer is read meanwhile
+            futs = [p.produce("t", b"%06d" % i) for i in range(400)]
+            before = snd.stats["requests"]
+            snd.prepare()
+            assert snd.stats["requests"] - before == 5 + SEAL_AHEAD
+            deadline = time.monotonic() + 10
+            while snd.node_requests.get(0, 0) < 5 and time.monotonic() < deadline:
+                time.sleep(0.005)
+                snd.prepare()
+            assert snd.node_requests[0] == 5 and snd.node_sealing[0] == SEAL_AHEAD
+            held = [b for e in snd.sealing for b in e.batches]
+            assert len(held) == SEAL_AHEAD and all(b.base_sequence == -1 for b in held)
+            st = snd.parts[("t", 0)]
+            assert st.in_flight - st.sealing == 5
+        assert p.flush(15) == 0
+        assert all(f.exception(0) is None for f in futs)
+        assert c.most_gathered <= 5
+        assert c.values("t", 0) == [b"first"] + [b"%06d" % i for i in range(400)]
+        assert not snd.sealing and snd.node_sealing[0] == 0 and st.in_flight == st.sealing == 0
+    finally:
+        p.close(5)
+        c.close()
+
+
 def test_the_sealer_thread_runs_while_a_python_thread_holds_the_gil():
     """Jobs finish while the calling thread runs Python and never lets the GIL go (switch interval
     100 s): the sealer's thread does not take it."""
@@ -209,8 +275,9 @@ def test_a_producer_seals_on_the_native_sealer_in_order(kohort_addr, name):
 
 @pytest.mark.timeout(90)
 def test_a_batch_that_fails_to_compress_fails_its_records_only(kohort_addr):
-    """The failed batch's records get a clear error; the records after it are delivered (the
-    idempotent producer renumbers past the gap, KIP-360) and nothing is written twice."""
+    """The failed batch's records get a clear error; the records after it are delivered (the batch
+    took no sequence number: numbers are given as requests leave the sealer) and nothing is written
+    twice."""
     topic = "native-fail"
     p = Producer({"bootstrap.servers": kohort_addr, "compression.type": "lz4", "batch.size": 2000,
                   "linger.ms": 0})

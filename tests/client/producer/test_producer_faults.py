@@ -61,11 +61,13 @@ def test_retriable_errors_are_retried_in_order(cluster):
     p.close()
 
 
+# lz4: batches compressed on the native sealer, requests drained ahead and numbered as they leave it
 @pytest.mark.timeout(30)
-def test_lost_response_after_append_is_not_a_duplicate(cluster):
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_lost_response_after_append_is_not_a_duplicate(cluster, codec):
     c = cluster()
     p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0, "batch.size": 300,
-                  "reconnect.backoff.ms": 10, "retry.backoff.ms": 10})
+                  "reconnect.backoff.ms": 10, "retry.backoff.ms": 10, "compression.type": codec})
     produce_values(p, 0, 50)
     p.flush(10)
     c.drop_after_append(2)               # written, then the connection dies before the response
@@ -79,9 +81,11 @@ def test_lost_response_after_append_is_not_a_duplicate(cluster):
 
 
 @pytest.mark.timeout(30)
-def test_unknown_producer_id_bumps_and_renumbers(cluster):
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_unknown_producer_id_bumps_and_renumbers(cluster, codec):
     c = cluster()
-    p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0, "batch.size": 300, "retry.backoff.ms": 10})
+    p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0, "batch.size": 300, "retry.backoff.ms": 10,
+                  "compression.type": codec})
     produce_values(p, 0, 100)
     p.flush(10)
     first_pid = p.sender.producer_id
@@ -95,10 +99,11 @@ def test_unknown_producer_id_bumps_and_renumbers(cluster):
 
 
 @pytest.mark.timeout(30)
-def test_failure_of_first_in_flight_batch_keeps_order_of_later_ones(cluster):
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_failure_of_first_in_flight_batch_keeps_order_of_later_ones(cluster, codec):
     c = cluster()
     p = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0, "batch.size": 120,
-                  "max.in.flight.requests.per.connection": 5, "retry.backoff.ms": 30})
+                  "max.in.flight.requests.per.connection": 5, "retry.backoff.ms": 30, "compression.type": codec})
     produce_values(p, 0, 10)
     p.flush(10)
     c.fail_next("t", 0, 19)              # NOT_ENOUGH_REPLICAS for the next batch; later ones go out of order
