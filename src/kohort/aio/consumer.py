@@ -647,6 +647,13 @@ class AIOConsumer:
         finally:
             self._fetching.discard(node)
             self._wake.set()
+        if not self._stopped:
+            # the next Fetch is built on this turn of the loop, not after the fetch loop's next one,
+            # so the broker serves it while getmany hands out this answer
+            try:
+                self._send_fetches()
+            except Exception as e:              # noqa: BLE001 - the fetch loop tries again and reports it
+                log.debug("fetch after an answer: %r", e)
 
     def _handle_fetch(self, resp, parts: dict) -> None:
         top = getattr(resp, "error_code", 0)
