@@ -275,7 +275,7 @@ def test_send_request_buffers_puts_the_request_in_flight_like_send_request():
 
 
 def test_client_protocol_reuses_a_large_frame_buffer_only_once_nothing_refers_to_it():
-    """Frames from 1 MiB (Fetch answers) are received into pooled buffers: one whose records are
+    """Frames from 256 KiB (Fetch answers) are received into pooled buffers: one whose records are
     still referenced is never written again, one no longer referenced is reused."""
     from kohort.protocol.messages.fetch import FetchRequest, FetchResponse as R
 

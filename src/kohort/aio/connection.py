@@ -23,7 +23,7 @@ the queue, so frames stay in order. Written whole, a 1 MB request would hold the
 of 1 MB, about 0.3 ms on loopback and several ms when the kernel's work for it is preempted, and
 every other task on the loop would wait behind it (the longest turns of bench_aio.py's 1 KiB produce
 run); 128 KiB pieces cost the sender about the same CPU per MB.
-A caller cancelled while waiting for the answer only abandons its future; the answer still arrives,
+A caller cancelled while waiting for the answer cancels only its future; the answer still arrives,
 is matched with its request and dropped. A request that gets no answer within its timeout closes
 the connection (as Kafka's clients do: the in-order matching of later answers cannot be trusted),
 failing the other requests in flight with `KafkaConnectionError`.
@@ -211,13 +211,20 @@ class AIOConnection(asyncio.BufferedProtocol):
                            response_class=response_class)
         if timeout_ms is None:
             return await fut
-        # shield: a cancelled caller abandons the answer, it does not cancel the request in flight
+        # the caller awaits the answer's own future, its timeout a timer: the caller resumes on the
+        # loop's next turn after the answer is read (asyncio.wait_for(asyncio.shield(...)) takes three)
+        timer = self._loop.call_later(timeout_ms / 1000, self._timed_out, fut, type(request).__name__, timeout_ms)
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
-        except asyncio.TimeoutError:
-            self._fail(KafkaTimeoutError(f"no answer within {timeout_ms} ms; connection closed"))
-            raise KafkaTimeoutError(f"request {type(request).__name__} got no answer within {timeout_ms} ms") \
-                from None
+            return await fut
+        finally:
+            timer.cancel()
+
+    def _timed_out(self, fut: asyncio.Future, what: str, timeout_ms: int) -> None:
+        """A request's timer fired before its answer came: fail it, and close the connection."""
+        if fut.done():
+            return
+        fut.set_exception(KafkaTimeoutError(f"request {what} got no answer within {timeout_ms} ms"))
+        self._fail(KafkaTimeoutError(f"no answer within {timeout_ms} ms; connection closed"))
 
     def close(self) -> None:
         self._fail(ConnectionClosedError("connection closed by the client"))

@@ -565,7 +565,10 @@ class AIOConsumer:
                 await asyncio.sleep(self.settings.retry_backoff_ms / 1000)
             await self._wake.wait(0.5)
 
-    def _send_fetches(self) -> None:
+    def _send_fetches(self, own: int | None = None) -> dict | None:
+        """Start a Fetch to every leader with fetchable partitions and none in flight; those for broker
+        `own` are returned instead ({tp: (fetch offset, seek epoch)}, None when there are none), for
+        the caller to send itself (the fetch task of `own`, whose answer was just handled)."""
         by_node: dict[int, dict] = {}
         missing = set()
         # pipelining depth: a partition is fetched again until about two answers' worth of its records
@@ -575,7 +578,7 @@ class AIOConsumer:
         self._held = False
         if sum(st.buffered for st in parts.values()) >= self.fetch_max_bytes:
             self._held = True
-            return
+            return None
         for tp, st in parts.items():
             if st.paused or st.fetch_offset is None:
                 continue
@@ -590,9 +593,13 @@ class AIOConsumer:
                 by_node.setdefault(leader, {})[tp] = (st.fetch_offset, st.seek_epoch)
         if missing:
             self._spawn(self.client.refresh_metadata(missing))
+        mine = by_node.pop(own, None) if own is not None else None
+        if mine is not None:
+            self._fetching.add(own)
         for node, parts in by_node.items():
             self._fetching.add(node)
             self._spawn(self._fetch(node, parts))
+        return mine
 
     def _spawn(self, coro) -> None:
         t = asyncio.ensure_future(coro)
@@ -609,9 +616,24 @@ class AIOConsumer:
                 self._data.set()
 
     async def _fetch(self, node: int, parts: dict) -> None:
+        """Fetches to `node`, one at a time, the first for `parts`: once an answer is handled the
+        next Fetch to `node` goes out from here, on the same turn of the loop (a task spawned for it
+        would send it a turn later, after a getmany step), so the broker serves it while getmany
+        hands out the answer."""
+        while parts is not None:
+            if not await self._fetch_once(node, parts) or self._stopped:
+                return
+            try:
+                parts = self._send_fetches(own=node)
+            except Exception as e:              # noqa: BLE001 - the fetch loop tries again and reports it
+                log.debug("fetch after an answer: %r", e)
+                return
+
+    async def _fetch_once(self, node: int, parts: dict) -> bool:
         """One Fetch to `node` for `parts` ({tp: (fetch offset, seek epoch)}) in its fetch session:
         the full set first, then only partitions whose fetch offset changed plus those forgotten
-        (`client/consumer/fetcher.FetchSession`); any failure starts the session over."""
+        (`client/consumer/fetcher.FetchSession`); any failure starts the session over. True when an
+        answer came and was handled."""
         session = self._sessions.get(node)
         if session is None:
             session = self._sessions[node] = FetchSession()
@@ -638,7 +660,7 @@ class AIOConsumer:
                 session.reset()
                 log.debug("fetch from broker %s failed: %s", node, e)
                 await self.client.refresh_metadata()
-                return
+                return False
             except BaseException:
                 session.reset()        # cancelled: whether the broker saw the request is unknown
                 raise
@@ -647,6 +669,7 @@ class AIOConsumer:
         finally:
             self._fetching.discard(node)
             self._wake.set()
+        return True
 
     def _handle_fetch(self, resp, parts: dict) -> None:
         top = getattr(resp, "error_code", 0)

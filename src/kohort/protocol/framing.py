@@ -632,9 +632,11 @@ class ClientProtocol:
                 return
 
     def _frame_buffer(self, size: int) -> bytearray | memoryview:
-        """Where a frame of `size` bytes is received. A large frame (a Fetch answer of megabytes) goes
-        into a pooled buffer that no response refers to any more (its records are views of the frame,
-        held until poll() hands them out): fresh memory of that size costs more in page faults than
+        """Where a frame of `size` bytes is received. A large frame (a Fetch answer: about
+        max.partition.fetch.bytes per partition; a broker returning whole batches only, as kohort
+        broker does, leaves a 1 MiB one a little short of that) goes into a pooled buffer that no
+        response refers to any more (its records are views of the frame, held until poll() hands
+        them out): fresh memory of that size costs more in page faults than
         receiving into it (about 25 ms per 50 MB). The pool keeps the last _POOL buffers of at least
         _POOL_MIN bytes, so a connection keeps about that much memory after its large answers. A new
         one is anonymous memory mapped with its pages populated at once where the OS can (Linux's
@@ -687,7 +689,7 @@ class ClientProtocol:
 _decode_produce = ProduceResponse.decode_frame
 
 _POOL = 3                   # large frame buffers a connection keeps for reuse
-_POOL_MIN = 1 << 20         # frames from this size are received into pooled buffers
+_POOL_MIN = 256 << 10       # frames from this size are received into pooled buffers
 
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
