@@ -228,22 +228,22 @@ class SyncPump:
         self._reader_loop = loop
 
     def _native_done(self) -> None:
-        """The eventfd is readable: the native round is done."""
+        """The eventfd is readable: the native round is done; it is ended here (end_sync_round)
+        and its waiters answered."""
         native = self._native
         if native is None:
             return
-        self._native = None
         errno = self._worker.result()
+        self._native = None
         self.native_rounds += 1
-        self._finish(native[0], native[1], OSError(errno, os.strerror(errno)) if errno else None)
+        self._finish(*native, OSError(errno, os.strerror(errno)) if errno else None)
 
     def _finish(self, batch: list, sync_round, error: BaseException | None) -> None:
         try:
             self.storage.end_sync_round(sync_round, error)
         except Exception as e:                 # noqa: BLE001 - KafkaStorageError for the waiters
-            self._round_done(batch, None, e)
-            return
-        self._round_done(batch, None, None)
+            error = e
+        self._round_done(batch, None, error)
 
     def _round_done(self, batch: list, f: ThreadFuture | None, error: BaseException | None) -> None:
         """Settle the round's waiters (one pass) and start the next round if any waiter came."""
