@@ -43,8 +43,9 @@ _NATIVE_SYNC_THREADS = 4   # files of one round datasynced at once (as Storage's
 
 class RoundAnswer(asyncio.Future):
     """A group-commit waiter's future. Done-callbacks added without a context run at once when the
-    future is settled by `_settle` (the round's end), in the order added; one added with a context
-    (a Task's wake-up) or after it is done goes through the loop as for any Future."""
+    future is settled (set_result, set_exception, cancel, or the round's end), in the order added;
+    one added with a context (a Task's wake-up) or after it is done goes through the loop as for
+    any Future."""
 
     _now: list | None = None   # the callbacks to run when done (an instance's own once one is added)
 
@@ -246,7 +247,8 @@ class SyncPump:
         self._round_done(batch, None, error)
 
     def _round_done(self, batch: list, f: ThreadFuture | None, error: BaseException | None) -> None:
-        """Settle the round's waiters (one pass) and start the next round if any waiter came."""
+        """Settle the round's waiters, then run their context-free callbacks, then start the next
+        round if waiters came meanwhile."""
         if f is not None:
             error = f.exception()
         try:
