@@ -118,3 +118,41 @@ def test_worker_rounds_back_to_back_lose_no_wakeup(tmp_path):
         worker.close()
         for fd in (*fds, r, w):
             os.close(fd)
+
+
+def test_round_answers_call_back_inside_the_round_end(tmp_path):
+    """A round's answers are all settled before the first context-free callback runs, in the same
+    loop iteration as the round's end (no call_soon hop); a callback that raises is reported to the
+    loop's exception handler and the others still run; a Task awaiting an answer is woken as usual."""
+    s = _storage(tmp_path)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        reported = []
+        loop.set_exception_handler(lambda _, ctx: reported.append(ctx["exception"]))
+        pump = SyncPump(s)
+        try:
+            seen = []
+            answers = []
+            for i in range(3):
+                s.log("t", i).append(batch(b"v%d" % i), leader_epoch=0, now_ms=0)
+                answers.append(pump.synced_future(i))
+
+            def first(fut):
+                # the round has not ended yet (its end calls back before it starts the next or idles)
+                seen.append((pump._busy, [a.done() for a in answers]))
+                raise ValueError("a failing callback")
+            answers[0].add_done_callback(first)
+            answers[2].add_done_callback(lambda fut: seen.append(("third", fut.result())))
+            awaited = asyncio.ensure_future(answers[1])
+            await asyncio.sleep(0)
+            results = await awaited
+            return seen, reported, results, pump.rounds
+        finally:
+            await pump.close()
+
+    seen, reported, result, rounds = asyncio.run(main())
+    assert rounds == 1 and result == 1
+    assert seen == [(True, [True, True, True]), ("third", 2)]
+    assert len(reported) == 1 and isinstance(reported[0], ValueError)
+    s.close()

@@ -14,6 +14,12 @@ and learns that the round is done from an eventfd it watches (loop.add_reader), 
 the round (Storage.end_sync_round). Elsewhere -- no extension or KOHORT_NO_EXT=1, another
 filesystem, or a round already running on another thread -- the round runs on a Python thread.
 
+A waiter's future is a `RoundAnswer`: an asyncio Future whose done-callbacks registered without a
+context (the connection's "answer ready", gather's, shield's) run as soon as the round ends, inside
+the round's end, instead of one loop iteration later through call_soon: the answers of a round are
+written in the iteration that learns the round is done. A Task awaiting it registers with its
+context and is woken through call_soon as usual.
+
 With log.flush.policy=os nothing waits (Kafka's page-cache durability)."""
 from __future__ import annotations
 
@@ -33,6 +39,64 @@ if not os.environ.get("KOHORT_NO_EXT"):
         pass
 
 _NATIVE_SYNC_THREADS = 4   # files of one round datasynced at once (as Storage's own pool)
+
+
+class RoundAnswer(asyncio.Future):
+    """A group-commit waiter's future. Done-callbacks added without a context run at once when the
+    future is settled (set_result, set_exception, cancel, or the round's end), in the order added;
+    one added with a context (a Task's wake-up) or after it is done goes through the loop as for
+    any Future."""
+
+    _now: list | None = None   # the callbacks to run when done (an instance's own once one is added)
+
+    def add_done_callback(self, fn, *, context=None) -> None:
+        if context is not None or self.done():
+            super().add_done_callback(fn, context=context)
+        elif self._now is None:
+            self._now = [fn]
+        else:
+            self._now.append(fn)
+
+    def remove_done_callback(self, fn) -> int:
+        n = 0
+        if self._now:
+            n = len(self._now)
+            self._now = [f for f in self._now if f != fn]
+            n -= len(self._now)
+        return n + super().remove_done_callback(fn)
+
+    def _run_now(self) -> None:
+        """Run the callbacks kept for the moment it is done; one that raises is reported to the
+        loop's exception handler (as the loop does for a callback) and the others still run."""
+        callbacks, self._now = self._now, None
+        if not callbacks:
+            return
+        for fn in callbacks:
+            try:
+                fn(self)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as e:         # noqa: BLE001 - as asyncio's Handle reports it
+                self.get_loop().call_exception_handler({
+                    "message": f"exception in group-commit answer callback {fn!r}",
+                    "exception": e, "future": self})
+
+    def set_result(self, result) -> None:
+        super().set_result(result)
+        self._run_now()
+
+    def set_exception(self, exception) -> None:
+        super().set_exception(exception)
+        self._run_now()
+
+    def cancel(self, msg=None) -> bool:
+        if not super().cancel(msg):
+            return False
+        self._run_now()
+        return True
+
+
+_SET_RESULT = asyncio.Future.set_result    # the round's end settles its answers without the override's frame
 
 
 _FDATASYNC = OsFileHandle.datasync
@@ -80,13 +144,14 @@ class SyncPump:
         coroutine and task per waiter (the produce path). Its result is `result` (the Produce
         answer itself, so no second future and callback hop per request); a failed round calls
         `on_error(future, result, exception)` when given (it settles the future), else the
-        future gets the round's exception. Cancelling it is abandoning the wait; the round still runs."""
+        future gets the round's exception. Cancelling it is abandoning the wait; the round still runs.
+        It is a RoundAnswer: done-callbacks added without a context run inside the round's end."""
         waiting = self._waiting
         if waiting:                 # the waiters gathered for the next round share its first's loop
             loop = self._loop
         else:                       # (get_running_loop costs a getpid system call on 3.11)
             loop = self._loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut = RoundAnswer(loop=loop)
         waiting.append((fut, result, on_error))
         if not self._busy:
             self._busy = True
@@ -164,24 +229,26 @@ class SyncPump:
         self._reader_loop = loop
 
     def _native_done(self) -> None:
-        """The eventfd is readable: the native round is done."""
-        if self._native is None:
+        """The eventfd is readable: the native round is done; it is ended here (end_sync_round)
+        and its waiters answered."""
+        native = self._native
+        if native is None:
             return
         errno = self._worker.result()
-        batch, sync_round = self._native
         self._native = None
         self.native_rounds += 1
-        self._finish(batch, sync_round, OSError(errno, os.strerror(errno)) if errno else None)
+        self._finish(*native, OSError(errno, os.strerror(errno)) if errno else None)
 
     def _finish(self, batch: list, sync_round, error: BaseException | None) -> None:
         try:
             self.storage.end_sync_round(sync_round, error)
         except Exception as e:                 # noqa: BLE001 - KafkaStorageError for the waiters
-            self._round_done(batch, None, e)
-            return
-        self._round_done(batch, None, None)
+            error = e
+        self._round_done(batch, None, error)
 
     def _round_done(self, batch: list, f: ThreadFuture | None, error: BaseException | None) -> None:
+        """Settle the round's waiters, then run their context-free callbacks, then start the next
+        round if waiters came meanwhile."""
         if f is not None:
             error = f.exception()
         try:
@@ -189,9 +256,21 @@ class SyncPump:
                 self.rounds += 1
                 self.seconds += time.perf_counter() - self._t0
                 self.waiters_served += len(batch)
+                # every answer first, then the callbacks: a connection's first callback then finds
+                # all of its answers of the round done and writes them at once
+                set_result = _SET_RESULT
+                called = None
                 for fut, result, _ in batch:
                     if not fut.done():
-                        fut.set_result(result)
+                        set_result(fut, result)
+                        if fut._now is not None:
+                            if called is None:
+                                called = [fut]
+                            else:
+                                called.append(fut)
+                if called is not None:
+                    for fut in called:
+                        fut._run_now()
             else:
                 for fut, result, on_error in batch:
                     if not fut.done():
