@@ -81,7 +81,7 @@ def start_tansu():
 
 
 def start_kafka():
-    """Apache Kafka as cases.common.Brokers.kafka() runs it: one KRaft node with kafka-server-start.sh's
+    """Apache Kafka as the bench runs it (cases.common.Brokers.kafka): one KRaft node with kafka-server-start.sh's
     JVM options, JIT-warmed with two produce/consume runs. -> (KafkaCluster, port)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if root not in sys.path:
@@ -98,13 +98,6 @@ def start_kafka():
         kc.close()
         raise
     return kc, port
-
-
-def _cpu_s(pid: int) -> float:
-    """utime + stime of a process and its threads, in seconds (from /proc)."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 _TIMELINE_CONSUMER = r"""
@@ -148,10 +141,11 @@ def fetch_timeline(port: int, n: int, size: int, partitions: int, pid: int | Non
                 p.poll(0.01)
     if p.flush(120) != 0:
         raise RuntimeError("records left unacknowledged")
-    cpu0 = _cpu_s(pid) if pid else None
+    from cases.scale import proc_stats
+    cpu0 = proc_stats(pid)[0] if pid else None
     out = subprocess.run([sys.executable, "-c", _TIMELINE_CONSUMER, bs, topic, str(n), str(partitions)],
                          capture_output=True, text=True, timeout=300)
-    cpu = _cpu_s(pid) - cpu0 if pid else None
+    cpu = proc_stats(pid)[0] - cpu0 if pid else None
     if out.returncode != 0:
         raise RuntimeError(f"timeline consumer failed: {out.stderr.strip()[-300:]}")
     sizes, rtts, client = [], [], []
@@ -327,12 +321,8 @@ def _stop(proc) -> None:
     if hasattr(proc, "close"):        # a KafkaCluster
         proc.close()
         return
-    proc.terminate()
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+    from cases.common import stop_proc
+    stop_proc(proc)
     if getattr(proc, "workdir", None):
         shutil.rmtree(proc.workdir, ignore_errors=True)
 

@@ -63,7 +63,7 @@ class Brokers:
                     from tests.conftest import start_tansu
                     proc, addr = start_tansu()
                     self.addr[name] = addr
-                    self._stops.append(lambda p=proc: _stop_proc(p))
+                    self._stops.append(lambda p=proc: stop_proc(p))
             except Exception as e:
                 self.errors[name] = f"{type(e).__name__}: {e}"
 
@@ -74,13 +74,9 @@ class Brokers:
         if KAFKA in self.addr or KAFKA in self.errors:
             return self.addr.get(KAFKA)
         try:
-            from tests.helpers import kafka_cluster
-            kc = kafka_cluster.KafkaCluster(nodes=1, jvm=KAFKA_JVM)
-            self._stops.append(kc.close)
-            kc.start()
             import bench_broker
-            for _ in range(2):
-                bench_broker.run_one(int(kc.bootstrap.rsplit(":", 1)[1]), 100_000, 100, 1)
+            kc, _port = bench_broker.start_kafka()
+            self._stops.append(kc.close)
             self.addr[KAFKA] = kc.bootstrap
         except Exception as e:
             self.errors[KAFKA] = f"{type(e).__name__}: {e}"
@@ -95,7 +91,7 @@ class Brokers:
         self._stops.clear()
 
 
-def _stop_proc(p: subprocess.Popen) -> None:
+def stop_proc(p: subprocess.Popen) -> None:
     p.terminate()
     try:
         p.wait(10)

@@ -1226,8 +1226,11 @@ class _Sender:
         q = self.sealing
         retries: dict[tuple, int] = {}       # numbered batches per partition not on the wire yet
         if idem:
-            with self.acc.lock:
-                for tp, dq in self.acc.batches.items():
+            tps = {(b.topic, b.partition) for e in q for b in e.batches}
+            batches = self.acc.batches
+            with self.acc.lock:          # only the partitions of waiting requests are asked about
+                for tp in tps:
+                    dq = batches.get(tp)
                     if dq and dq[0].base_sequence >= 0:
                         retries[tp] = 1
             for e in q:

@@ -247,15 +247,10 @@ class Fetcher:
         with self.lock:
             # pipelining depth: keep fetching a partition until about two responses' worth of its
             # data wait in the buffer (bounded overall by fetch.max.bytes)
-            pmb = self.partition_max_bytes
-            buffered, last = self._buffered_bytes, self._last_fetched
-            if sum(buffered.values()) >= self.max_bytes:
+            if sum(self._buffered_bytes.values()) >= self.max_bytes:
                 return
             for tp, st in self.subs.partitions.items():
-                if st.paused or st.fetch_offset is None or st.reset_strategy or st.awaiting_validation:
-                    continue
-                have = buffered.get(tp, 0)
-                if have and have >= 2 * max(pmb, last.get(tp, 0)):
+                if not self._below_limit(tp, st):
                     continue
                 info = cluster.partitions.get(tp)
                 if info is None or info.leader < 0:
@@ -549,16 +544,19 @@ class Fetcher:
                     break
         return out
 
-    def _wants_fetch(self, c: _Completed, st) -> bool:
-        """Whether the partition of chunk `c`, just used up, is to be fetched now: fetchable, below
-        its pipelining limit, and no Fetch in flight to the broker `c` came from (send_fetches then
-        asks the metadata for its leader). Called with the lock held."""
+    def _below_limit(self, tp, st) -> bool:
+        """Whether partition `tp` (state `st`) is fetchable and below its pipelining limit: less than
+        about two answers' worth of it buffered. Called with the lock held."""
         if st.paused or st.fetch_offset is None or st.reset_strategy or st.awaiting_validation:
             return False
-        tp = c.tp
-        if self._buffered_bytes.get(tp, 0) >= 2 * max(self.partition_max_bytes, self._last_fetched.get(tp, 0)):
-            return False
-        return c.node not in self._inflight
+        have = self._buffered_bytes.get(tp, 0)
+        return not have or have < 2 * max(self.partition_max_bytes, self._last_fetched.get(tp, 0))
+
+    def _wants_fetch(self, c: _Completed, st) -> bool:
+        """Whether the partition of chunk `c`, just used up, is to be fetched now: below its limit and
+        no Fetch in flight to the broker `c` came from (send_fetches then asks the metadata for its
+        leader). Called with the lock held."""
+        return c.node not in self._inflight and self._below_limit(c.tp, st)
 
     def _step(self, c: _Completed, want: int) -> tuple[list, bool]:
         """Decode the next `want` (at most) records of chunk `c`, deserialized: -> (records, whether
