@@ -16,6 +16,17 @@ runs in its own process, --rounds N interleaved (medians and the ratio to conflu
         --size 1024 --records 50000 --compression lz4 [--profile 20]   # side by side at defaults
 
 "kohort produce_batch" is Producer.produce_batch in calls of 10,000 records (its own column).
+
+--broker-stats (a kohort broker the bench starts) prints after each run what the broker did for it,
+counts a busy machine disturbs little: Produce requests, group-commit fsync rounds
+(log.flush.policy=fsync-before-ack) and requests per round, the share of the run a round was
+running, the mean number of Produce requests inside the broker (handled and not yet answered:
+the sum of their handling times over the run's time), and the broker process's user/system CPU.
+-C KEY=VALUE gives confluent-kafka a setting beyond the defaults (enable.idempotence=true: the
+same delivery guarantees as kohort's defaults).
+
+    .venv/bin/python bench/bench_producer.py --defaults --clients kohort,confluent-kafka --rounds 3 \
+        --size 16384 --records 20000 --broker-stats [-C enable.idempotence=true]
 """
 from __future__ import annotations
 
@@ -104,7 +115,7 @@ def run_confluent(addr, topic, n, value, opts):
     else:
         conf = {"bootstrap.servers": addr, "acks": "all", "linger.ms": 5, "compression.type": opts.compression,
                 "queue.buffering.max.messages": 1000000}
-    p = Producer({**conf, **extra})
+    p = Producer({**conf, **extra, **getattr(opts, "confluent_extra", {})})
     p.list_topics(topic, timeout=10)
     produce, poll = p.produce, p.poll
     c0 = _cpu()
@@ -297,11 +308,13 @@ CLIENTS = {"kohort": run_kohort, "kohort produce_batch": run_kohort_batch, "conf
            "kafka-python": run_kafka_python, "aiokafka": run_aiokafka, "java": run_java}
 
 
-def start_broker(kind):
+def start_broker(kind, metrics_port=None):
+    """-> (bootstrap address, stop(), the broker's pid or None); a kohort broker serves its metrics
+    on `metrics_port` when given."""
     if kind == "kohort":
         from tests.helpers.brokers import KohortBroker
-        b = KohortBroker().start()
-        return b.bootstrap, b.stop
+        b = KohortBroker(metrics_port=metrics_port).start()
+        return b.bootstrap, b.stop, b.proc.pid
     if kind == "tansu":
         from tests.conftest import start_tansu
         proc, addr = start_tansu()
@@ -312,8 +325,42 @@ def start_broker(kind):
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        return addr, stop
-    return kind, lambda: None
+        return addr, stop, None
+    return kind, lambda: None, None
+
+
+# What --broker-stats reads from the broker's /metrics (Prometheus text) before and after a run
+_BROKER_COUNTERS = ('kohort_requests_total{api="Produce"}', 'kohort_request_seconds_sum{api="Produce"}',
+                    "kohort_fsync_rounds_total", "kohort_fsync_seconds_total")
+
+
+def _broker_counters(metrics_port: int, pid: int) -> dict[str, float]:
+    """The counters of _BROKER_COUNTERS and the broker process's CPU seconds (user, sys)."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name in _BROKER_COUNTERS:
+            out[name] = float(value)
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    out["user"], out["sys"] = int(fields[11]) / tick, int(fields[12]) / tick
+    return out
+
+
+def _broker_note(before: dict, after: dict, dt: float) -> str:
+    """One line on what the broker did during a run of `dt` seconds (see --broker-stats)."""
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    reqs = d.get(_BROKER_COUNTERS[0], 0.0)
+    rounds = d.get("kohort_fsync_rounds_total", 0.0)
+    per_round = f"{reqs / rounds:.2f}" if rounds else "-"
+    return (f"    broker: {reqs:.0f} Produce requests, {rounds:.0f} fsync rounds ({per_round} requests/round, "
+            f"rounds running {d.get('kohort_fsync_seconds_total', 0.0) / dt:.0%} of the run), "
+            f"{d.get(_BROKER_COUNTERS[1], 0.0) / dt:.2f} requests inside on average, "
+            f"cpu user {d['user']:.2f}s sys {d['sys']:.2f}s")
 
 
 def _child(opts) -> int:
@@ -350,11 +397,21 @@ def main(argv=None) -> int:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("-X", action="append", default=[], help="extra kohort producer setting KEY=VALUE")
+    ap.add_argument("-C", action="append", default=[], help="extra confluent-kafka setting KEY=VALUE")
+    ap.add_argument("--broker-stats", action="store_true",
+                    help="after each run, the kohort broker's Produce requests, fsync rounds and CPU for it")
     opts = ap.parse_args(argv)
     opts.kohort_extra = dict(x.split("=", 1) for x in opts.X)
+    opts.confluent_extra = dict(x.split("=", 1) for x in opts.C)
     if opts.child:
         return _child(opts)
-    addr, stop = start_broker(opts.broker)
+    if opts.broker_stats and opts.broker != "kohort":
+        ap.error("--broker-stats needs the kohort broker the bench starts (--broker kohort)")
+    metrics_port = None
+    if opts.broker_stats:
+        from tests.helpers.brokers import free_port
+        metrics_port = free_port()
+    addr, stop, broker_pid = start_broker(opts.broker, metrics_port)
     results: dict[str, list[float]] = {}
     names = opts.clients.split(",")
     try:
@@ -369,6 +426,8 @@ def main(argv=None) -> int:
                        "--compression", opts.compression, "--profile", str(opts.profile)]
                 cmd += (["--batch-size", str(opts.batch_size)] if opts.batch_size else [])
                 cmd += (["--defaults"] if opts.defaults else []) + [f"-X{x}" for x in opts.X]
+                cmd += [f"-C{x}" for x in opts.C]
+                before = _broker_counters(metrics_port, broker_pid) if metrics_port else None
                 r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
                 line = [x for x in r.stdout.splitlines() if x.startswith("SECONDS ")]
                 if r.returncode or not line:
@@ -386,6 +445,10 @@ def main(argv=None) -> int:
                     cpu_note = f"  cpu/record {proc_us:.2f} µs (calling thread {thread_us:.2f} µs)"
                 print(f"round {rnd} {name:20s} {opts.records:>9,} records in {dt:7.2f}s  {rate:>10,.0f} "
                       f"records/s  (log end offset {ends[(topic, 0)]:,}){cpu_note}", flush=True)
+                if before is not None:
+                    # the child's whole life (setup, close): its run's Produce requests and rounds
+                    # all fall inside it; the broker's CPU also counts that client's setup
+                    print(_broker_note(before, _broker_counters(metrics_port, broker_pid), dt), flush=True)
         admin.close()
     finally:
         stop()
