@@ -49,6 +49,10 @@ class FileHandle:
         back (timestamps) but always includes a changed file size."""
         self.fsync()
 
+    def start_writeback(self, offset: int, length: int) -> None:
+        """Start writing the given bytes to the disk without waiting (a hint: the next datasync has
+        less left to do). The default does nothing."""
+
     def dup(self) -> "FileHandle":
         """A second handle on the same open file, closable independently (used to fsync from
         another thread while the log may close or delete the segment)."""
@@ -195,6 +199,29 @@ def _keep_size_fallocate():
 
 
 _FALLOCATE = _keep_size_fallocate() if hasattr(os, "posix_fallocate") else None
+
+
+def _sync_file_range_write():
+    """sync_file_range(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE) from the C library, or None where
+    there is none (not Linux): starts writeback of a file's dirty pages in that range, no waiting."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.sync_file_range
+    except (ImportError, OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return lambda fd, offset, length: fn(fd, offset, length, 2)
+
+
+_WRITEBACK = _sync_file_range_write()
+# With log.flush.policy=fsync-before-ack, a file opened by an OsFileSystem(writeback_min=WRITEBACK_MIN)
+# starts the writeback of its appends every WRITEBACK_MIN bytes: the disk writes them while the
+# broker waits for the running group-commit round, and the next round's fdatasync has only the rest
+# and the cache flush to wait for (a round with 2-3 MB appended took ~3 ms, ~1 ms kicked ahead here).
+# The call costs ~30-60 µs on the appending thread, so small appends share one.
+WRITEBACK_MIN = 256 * 1024
 PREALLOC_MIN = 256 * 1024       # appends at least this large reserve blocks ahead of them ...
 PREALLOC_AHEAD = 4              # ... for this many more appends of their size ...
 PREALLOC_MAX = 8 << 20          # ... at most this many bytes: a write into blocks already reserved
@@ -205,13 +232,16 @@ PREALLOC_MAX = 8 << 20          # ... at most this many bytes: a write into bloc
 class OsFileHandle(FileHandle):
     """An open file. Large appends reserve the blocks of the next few ahead of the end
     (fallocate with FALLOC_FL_KEEP_SIZE: the size, reads and recovery see nothing of it); truncate()
-    and close() give back what was reserved past the end."""
-    __slots__ = ("fd", "path", "reserved")
+    and close() give back what was reserved past the end. With `writeback_min` > 0, appends start
+    their writeback (start_writeback) each time that many bytes have been appended since the last."""
+    __slots__ = ("fd", "path", "reserved", "writeback_min", "unsent")
 
-    def __init__(self, fd: int, path: str):
+    def __init__(self, fd: int, path: str, writeback_min: int = 0):
         self.fd = fd
         self.path = path
         self.reserved = 0           # end of the blocks reserved by appends (0: none)
+        self.writeback_min = writeback_min
+        self.unsent = 0             # bytes appended since the last start_writeback
 
     def size(self) -> int:
         return os.fstat(self.fd).st_size
@@ -246,10 +276,22 @@ class OsFileHandle(FileHandle):
             while view:
                 n = os.write(self.fd, view)
                 view = view[n:]
+        if self.writeback_min:
+            self.unsent += size
+            if self.unsent >= self.writeback_min:
+                # O_APPEND: after the write the file offset is the end of the file
+                self.start_writeback(os.lseek(self.fd, 0, os.SEEK_CUR) - self.unsent, self.unsent)
+                self.unsent = 0
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)     # also frees blocks reserved past the new end
         self.reserved = 0
+        self.unsent = 0
+
+    def start_writeback(self, offset: int, length: int) -> None:
+        # errors are left to the datasync that follows (the bytes are in the page cache either way)
+        if _WRITEBACK is not None:
+            _WRITEBACK(self.fd, offset, length)
 
     def fsync(self) -> None:
         os.fsync(self.fd)
@@ -272,12 +314,18 @@ class OsFileHandle(FileHandle):
 
 
 class OsFileSystem(FileSystem):
+    """The real filesystem. `writeback_min`: what every file it opens starts its writeback after
+    (see WRITEBACK_MIN; 0: never, the kernel writes back when it likes)."""
+
+    def __init__(self, writeback_min: int = 0):
+        self.writeback_min = writeback_min
+
     def join(self, *parts: str) -> str:
         return os.path.join(*parts)
 
     def open(self, path: str, create: bool = True) -> OsFileHandle:
         flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
-        return OsFileHandle(os.open(path, flags, 0o644), path)
+        return OsFileHandle(os.open(path, flags, 0o644), path, self.writeback_min)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)

@@ -60,7 +60,7 @@ from kohort.storage.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from kohort.storage.fs import FileSystem, MemoryFileSystem, OsFileSystem
+from kohort.storage.fs import WRITEBACK_MIN, FileSystem, MemoryFileSystem, OsFileSystem
 from kohort.storage.lock import DataDirLock
 from kohort.storage.log import Log
 from kohort.storage.segment import LOG_SUFFIX
@@ -156,10 +156,12 @@ class Storage:
     def __init__(self, data_dir: str, *, fs: FileSystem | None = None,
                  flush_policy: str = DEFAULT_FLUSH_POLICY, topic_defaults: dict | None = None,
                  now_ms: int | None = None):
-        self.fs = fs or OsFileSystem()
+        self.flush_policy = check_flush_policy(flush_policy)
+        # fsync-before-ack: appends start their writeback early, so each round's fdatasync waits less
+        self.fs = fs or OsFileSystem(
+            writeback_min=WRITEBACK_MIN if self.flush_policy == "fsync-before-ack" else 0)
         self.close_error: Exception | None = None       # what made close() skip the clean-shutdown marker
         self.data_dir = data_dir
-        self.flush_policy = check_flush_policy(flush_policy)
         for name in topic_defaults or {}:
             validate_name(name)
         self.topic_defaults = dict(topic_defaults or {})
