@@ -82,7 +82,7 @@ def build(env, mode: str, profile: set[str]):
                   higher_is_better=False, peers=["confluent-kafka"],
                   notes=[f"produce() -> acknowledgement of 100 B records at {LOW_RATE:,} records/s, each "
                          "client at its defaults (kohort: the future's callback, run by the I/O; "
-                         "confluent-kafka: the delivery report, served by poll() between records); p50 and "
+                         "confluent-kafka: the delivery report, served by a thread blocked in poll(0.1)); p50 and "
                          "p99 of the run's records. Fresh 1-partition topic per run."])
     mem = Section("producer_memory", f"producer memory, {MEMORY_PARTITIONS:,} partitions written at once",
                   "MB", higher_is_better=False, peers=["confluent-kafka"],
