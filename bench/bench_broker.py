@@ -16,6 +16,10 @@ Apache Kafka's Java producer and consumer (run_one_java) instead of confluent-ka
 adds, after the timed rounds, one consume per broker with librdkafka's `debug=fetch,protocol` log
 (slower, so untimed) and prints its Fetch timeline: answers, bytes per answer, librdkafka's rtt,
 the client's own time from an answer to its next request, and the broker's CPU for the consume.
+With `--java` it runs the Java producer and consumer once more with their NetworkClient at DEBUG
+(java_timeline) and prints what each request saw: Produce requests (bytes, time to the answer, the most
+in flight), Fetch answers (bytes, time to the answer, the client's time until its next Fetch) and the
+broker's CPU for each phase.
 """
 from __future__ import annotations
 
@@ -170,6 +174,91 @@ def fetch_timeline(port: int, n: int, size: int, partitions: int, pid: int | Non
     return {"answers": len(sizes), "bytes": statistics.median(b for b, _ in full),
             "rtt_ms": statistics.median(t for _, t in full),
             "client_ms": statistics.median(client) if client else float("nan"), "broker_cpu_s": cpu}
+
+
+_JAVA_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) .*?(Sending|Received) (PRODUCE|FETCH) (?:request|response) "
+                        r".*?correlationId=(\d+)")
+_JAVA_PRODUCE_BYTES = re.compile(r"partitionSizes=\[([^\]]*)\]")
+_JAVA_FETCH_BYTES = re.compile(r"records=MemoryRecords\(size=(\d+)")
+
+
+def _java_requests(log: str, api: str) -> list[tuple[float, float, int, str]]:
+    """(sent ms, answered ms, bytes, answer line) of each `api` request in a NetworkClient DEBUG log,
+    in send order; bytes = the records a Produce request carried or a Fetch answer brought."""
+    sent, done = {}, {}
+    with open(log) as fh:
+        for line in fh:
+            m = _JAVA_LINE.match(line)
+            if not m or m.group(5) != api:
+                continue
+            ms = (int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))) * 1000
+            corr = int(m.group(6))
+            if m.group(4) == "Sending":
+                sizes = _JAVA_PRODUCE_BYTES.search(line)
+                sent[corr] = (ms, sum(int(x.rsplit("=", 1)[1]) for x in sizes.group(1).split(", ") if "=" in x)
+                              if sizes else 0)
+            else:
+                done[corr] = (ms, line)
+    out = []
+    for corr in sorted(c for c in sent if c in done):
+        (t0, nbytes), (t1, line) = sent[corr], done[corr]
+        if api == "FETCH":
+            nbytes = sum(int(x) for x in _JAVA_FETCH_BYTES.findall(line))
+        out.append((t0, t1, nbytes, line))
+    return out
+
+
+def java_timeline(port: int, n: int, size: int, partitions: int, pid: int | None,
+                  batch_size: int = 1_000_000) -> dict:
+    """run_one_java's producer and consumer once more, untimed, with the Java client's NetworkClient
+    at DEBUG (bench/java/request-log4j2.properties): what each request saw from the broker.
+    -> {"produce": {requests, bytes, rtt_ms, in_flight, broker_cpu_s}, "fetch": {answers, bytes,
+    rtt_ms, client_ms, broker_cpu_s}}: medians per request of the Produce requests' record bytes and
+    send-to-answer time, the most Produce requests in flight at once; of the Fetch answers with
+    records: their record bytes, send-to-answer time and the client's time from an answer to its next
+    Fetch (it parses the answer in between); the broker's CPU seconds for each phase (None without a pid)."""
+    from bench_consumer import java_classes
+    from cases.scale import proc_stats
+    bs = f"127.0.0.1:{port}"
+    topic = f"bench-jtl-{os.getpid()}-{port}-{time.monotonic_ns()}"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    time.sleep(0.2)
+    lib, out = java_classes("ProduceBench")
+    java_classes("ConsumeBench")
+    conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "request-log4j2.properties")
+    logs = tempfile.mkdtemp(prefix="bench-jtl-")
+    stats = {}
+    try:
+        for api, cls, args in (("PRODUCE", "ProduceBench", [topic, str(n), str(size), str(partitions), str(batch_size)]),
+                               ("FETCH", "ConsumeBench", [topic, str(partitions), str(n)])):
+            log = os.path.join(logs, f"{cls}.log")
+            cpu0 = proc_stats(pid)[0] if pid else None
+            p = subprocess.run(["java", "-Xmx1g", f"-Dlog4j2.configurationFile={conf}", f"-Dkohort.requestlog={log}",
+                                "-cp", f"{lib}/*:{out}", cls, bs, *args], capture_output=True, text=True, timeout=300)
+            cpu = proc_stats(pid)[0] - cpu0 if pid else None
+            if p.returncode != 0:
+                raise RuntimeError(f"{cls} failed: {(p.stderr or p.stdout).strip()[-300:]}")
+            reqs = _java_requests(log, api)
+            if not reqs:
+                raise RuntimeError(f"no {api} request in {cls}'s NetworkClient log")
+            if api == "PRODUCE":
+                stats["produce"] = {
+                    "requests": len(reqs), "bytes": statistics.median(b for _, _, b, _ in reqs),
+                    "rtt_ms": statistics.median(t1 - t0 for t0, t1, _, _ in reqs),
+                    "in_flight": max(sum(1 for s0, s1, _, _ in reqs if s0 <= t0 < s1) for t0, _, _, _ in reqs),
+                    "broker_cpu_s": cpu}
+            else:
+                # the client's time: from an answer to the Fetch it sends next (it parses the answer between)
+                gaps = [nxt[0] - cur[1] for cur, nxt in zip(reqs, reqs[1:]) if cur[2]]
+                full = [r for r in reqs if r[2]] or reqs
+                stats["fetch"] = {
+                    "answers": len(reqs), "bytes": statistics.median(b for _, _, b, _ in full),
+                    "rtt_ms": statistics.median(t1 - t0 for t0, t1, _, _ in full),
+                    "client_ms": statistics.median(gaps) if gaps else float("nan"), "broker_cpu_s": cpu}
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)
+    return stats
 
 
 def run_one(port: int, n: int, size: int, partitions: int, batch_size: int = 1_000_000) -> tuple[float, float, float]:
@@ -347,7 +436,7 @@ def main() -> None:
     ap.add_argument("--java", action="store_true",
                     help="Apache Kafka's Java producer and consumer instead of confluent-kafka (run_one_java)")
     ap.add_argument("--fetch-stats", action="store_true",
-                    help="also print each broker's librdkafka Fetch timeline (one extra, untimed consume)")
+                    help="also print each broker's request timeline as its client sees it (librdkafka's debug log; with --java the Java client's NetworkClient log): one extra, untimed run")
     a = ap.parse_args()
     only = set(a.only.split(","))
     if not only or only - {"kohort", "tansu", "kafka"}:
@@ -380,7 +469,8 @@ def main() -> None:
                         r = raw.setdefault(name, [pm, fm])
                         r[0], r[1] = max(r[0], pm), max(r[1], fm)
                     if a.fetch_stats and rnd == a.rounds - 1:
-                        stats[name] = fetch_timeline(port, a.records, a.size, a.partitions, _pid(proc))
+                        stats[name] = (java_timeline(port, a.records, a.size, a.partitions, _pid(proc), a.batch_size)
+                                       if a.java else fetch_timeline(port, a.records, a.size, a.partitions, _pid(proc)))
                 finally:
                     if not keep:
                         _stop(proc)
@@ -414,7 +504,17 @@ def main() -> None:
         print(f"{'broker':<28}{'produce MB/s':>14}{'fetch MB/s':>12}")
         for name, (pm, fm) in raw.items():
             print(f"{name:<28}{pm:>14.1f}{fm:>12.1f}")
-    if stats:
+    if stats and a.java:
+        print("\nJava request timeline (one untimed produce + consume with NetworkClient at DEBUG; medians per "
+              "request, Fetch over answers with records):")
+        print(f"{'broker':<28}{'produce reqs':>13}{'bytes/req':>11}{'rtt ms':>8}{'in flight':>10}{'CPU s':>7}"
+              f"{'fetches':>9}{'bytes/answer':>14}{'rtt ms':>8}{'client ms':>11}{'CPU s':>7}")
+        for name, st in stats.items():
+            pr, fe = st["produce"], st["fetch"]
+            pc, fc = ("-" if x is None else f"{x:.2f}" for x in (pr["broker_cpu_s"], fe["broker_cpu_s"]))
+            print(f"{name:<28}{pr['requests']:>13}{pr['bytes']:>11,.0f}{pr['rtt_ms']:>8.1f}{pr['in_flight']:>10}{pc:>7}"
+                  f"{fe['answers']:>9}{fe['bytes']:>14,.0f}{fe['rtt_ms']:>8.1f}{fe['client_ms']:>11.1f}{fc:>7}")
+    elif stats:
         print("\nlibrdkafka Fetch timeline (one untimed consume with debug=fetch,protocol; medians over "
               "answers with records):")
         print(f"{'broker':<28}{'answers':>8}{'bytes/answer':>14}{'rtt ms':>8}{'client ms':>11}{'broker CPU s':>14}")
