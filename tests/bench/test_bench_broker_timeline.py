@@ -8,8 +8,12 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench"))
 import bench_broker  # noqa: E402
+import pytest  # noqa: E402
 
 
+# two JVM runs for a bench tool: the slow suite; test_java_requests_pairs_sends_with_answers is its
+# default-suite twin (the parser on NetworkClient's own lines)
+@pytest.mark.slow
 def test_java_timeline_on_kohort_broker():
     proc, port = bench_broker.start_kohort("os")
     try:
