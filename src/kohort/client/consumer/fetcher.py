@@ -1,11 +1,12 @@
 """The fetcher: Fetch requests per leader broker, pipelined, records decoded in poll().
 
 For each broker leading some fetchable partition there is at most one Fetch in flight (Kafka's rule,
-and what fetch sessions need). When a response arrives the I/O thread only scans its batch headers
-(v2 CRCs too), advances the partitions' fetch offsets and buffers each partition's record bytes
-undecoded (a view of the response frame); the next Fetch for that broker goes out at once as long as
-less than about two responses' worth of data per partition is waiting -- so the broker is already
-serving the next batch while the application processes the last. A response's worth is
+and what fetch sessions need). When a response arrives the I/O thread only scans its batch headers,
+advances the partitions' fetch offsets and buffers each partition's record bytes undecoded (a view of
+the response frame); the next Fetch for that broker is written at once from that same callback
+(`NetworkClient.send(at_once=True)`, before the thread's next system call can hand the GIL to the
+application) as long as less than about two responses' worth of data per partition is waiting -- so
+the broker is already serving the next batch while the application processes the last. A response's worth is
 max.partition.fetch.bytes, or what the partition's last response brought when that was more (a
 broker returns a whole first batch however large, and some, Tansu among them, return several
 batches past the limit): a response bigger than the limit then does not stop fetching until poll()
@@ -16,7 +17,12 @@ otherwise leave the broker idle for as long as it decodes them. poll() decodes t
 application's thread, only as many as it hands out (max.poll.records), with `records.RecordCursor`
 (the compiled decoder when built, which builds the ConsumerRecord tuples), each call resuming where
 the last stopped, mid-batch too, so a compressed batch is decompressed once; the I/O thread then
-does not compete with the application for the GIL over decoding.
+does not compete with the application for the GIL over decoding. check.crcs is applied there too, as
+Java's consumer does (CompletedFetch checks each batch as its records are read): each batch's CRC
+when the decode reaches it (the compiled cursor releases the GIL for large batches), not on the I/O
+thread between an answer and the next Fetch. A batch that fails its CRC ends the chunk like any
+undecodable one: the records before it are handed out, then poll() raises an error naming the
+partition and the offset, and the position stays on that batch.
 
 Per partition the fetcher keeps `fetch_offset` (next to request) apart from `position` (next to
 hand out). A seek bumps the partition's seek_epoch; data fetched under an older epoch is dropped.
@@ -320,7 +326,7 @@ class Fetcher:
                                 topics=topics, forgotten_topics_data=ftopics, rack_id=self.rack_id)
 
         fut = self.network.send(node, Versioned(FETCH_KEY, build), max_version=None if use_ids else 12,
-                                timeout_ms=self.request_timeout_ms + self.max_wait_ms)
+                                timeout_ms=self.request_timeout_ms + self.max_wait_ms, at_once=True)
         fut.add_done_callback(lambda f: self._on_fetch(node, session, view, seek_epochs, wanted, f))
 
     # -- receiving (I/O thread) --------------------------------------------------------------------
@@ -350,9 +356,9 @@ class Fetcher:
         self.send_fetches()
 
     def _scan_fetch(self, node, session, view, seek_epochs, wanted, resp, version) -> None:
-        """Errors, watermarks and the next fetch offset of each partition (batch headers and v2 CRCs
-        only); each partition's record bytes are buffered undecoded for poll(), under one
-        DecompressionBudget for the response, partitions refused for want of budget last time first."""
+        """Errors, watermarks and the next fetch offset of each partition (batch headers only); each
+        partition's record bytes are buffered undecoded for poll(), under one DecompressionBudget for
+        the response, partitions refused for want of budget last time first."""
         top = getattr(resp, "error_code", 0)
         session.on_response(top, getattr(resp, "session_id", 0), view)
         if top:
@@ -388,7 +394,8 @@ class Fetcher:
                 if records is not None and len(records):
                     # a view of the response frame (no copy): the scan and the C decoder read it
                     data = records if isinstance(records, memoryview) else memoryview(records)
-                    nxt, ep, legacy = scan_batches(data, fetch_offset, self.check_crcs)
+                    # headers only: CRCs are checked as poll() decodes (see the module docstring)
+                    nxt, ep, legacy = scan_batches(data, fetch_offset)
                 else:
                     data, nxt, ep, legacy = None, fetch_offset, None, False
                 scanned.append((tp, data, fetch_offset, nxt, ep, legacy, p, seek_epochs.get(tp)))
@@ -568,11 +575,11 @@ class Fetcher:
             if c.full:
                 self._budget_first.discard(c.tp)
             if self.read_committed and c.aborted:
-                c.records = _decode_read_committed(c.tp[0], c.tp[1], bytes(c.data), c.fetch_offset, False,
+                c.records = _decode_read_committed(c.tp[0], c.tp[1], bytes(c.data), c.fetch_offset, self.check_crcs,
                                                    c.aborted, budget)
             else:
-                # v2 CRCs were checked by scan_batches; a legacy entry's are checked while decoded
-                c.cursor = RecordCursor(c.data, self.check_crcs and c.legacy, budget, min_offset=c.fetch_offset,
+                # each batch's CRC is checked as the cursor reaches it (check.crcs)
+                c.cursor = RecordCursor(c.data, self.check_crcs, budget, min_offset=c.fetch_offset,
                                         record_factory=ConsumerRecord, prefix=(c.tp[0], c.tp[1]))
         cur = c.cursor
         if cur is not None:
