@@ -3,10 +3,12 @@
 For each broker leading some fetchable partition there is at most one Fetch in flight (Kafka's rule,
 and what fetch sessions need). When a response arrives the I/O thread only scans its batch headers,
 advances the partitions' fetch offsets and buffers each partition's record bytes undecoded (a view of
-the response frame); the next Fetch for that broker is written at once from that same callback
-(`NetworkClient.send(at_once=True)`, before the thread's next system call can hand the GIL to the
-application) as long as less than about two responses' worth of data per partition is waiting -- so
-the broker is already serving the next batch while the application processes the last. A response's worth is
+the response frame); the next Fetch for that broker goes out at once as long as less than about two
+responses' worth of data per partition is waiting -- so the broker is already serving the next batch
+while the application processes the last. It is written from the answer's own callback
+(`NetworkClient.send(at_once=True)`), and poll() is woken only after that: the I/O thread never
+waits for the fetcher's lock, and so for the GIL, behind an application thread that was woken
+first and then decodes for as long as the GIL lets it. A response's worth is
 max.partition.fetch.bytes, or what the partition's last response brought when that was more (a
 broker returns a whole first batch however large, and some, Tansu among them, return several
 batches past the limit): a response bigger than the limit then does not stop fetching until poll()
@@ -325,6 +327,7 @@ class Fetcher:
                                 isolation_level=self.isolation_level, session_id=sid, session_epoch=sep,
                                 topics=topics, forgotten_topics_data=ftopics, rack_id=self.rack_id)
 
+        # at_once: from the I/O thread (an answer's callback) written now, before anything else
         fut = self.network.send(node, Versioned(FETCH_KEY, build), max_version=None if use_ids else 12,
                                 timeout_ms=self.request_timeout_ms + self.max_wait_ms, at_once=True)
         fut.add_done_callback(lambda f: self._on_fetch(node, session, view, seek_epochs, wanted, f))
@@ -340,8 +343,9 @@ class Fetcher:
             log.debug("fetch from broker %s failed: %s", node, e)
             self.cluster.request_update()
             return
+        buffered = False
         try:
-            self._scan_fetch(node, session, view, seek_epochs, wanted, resp, fut.api_version)
+            buffered = self._scan_fetch(node, session, view, seek_epochs, wanted, resp, fut.api_version)
         except Exception as e:  # a malformed response must not kill the I/O thread
             log.exception("fetch response from broker %s could not be handled", node)
             session.reset()
@@ -351,20 +355,28 @@ class Fetcher:
         finally:
             with self.lock:
                 self._inflight.discard(node)
-        # the next fetch goes out at once: fetch offsets were advanced by the header scan, and the
-        # records wait undecoded for poll()
+        # the next fetch goes out at once (written from here, this I/O thread's own callback): fetch
+        # offsets were advanced by the header scan, and the records wait undecoded for poll().
+        # Only then is the application woken: woken first, it takes the fetcher's lock on its way
+        # out of wait() while it waits for the GIL, and this thread, blocked on that lock in
+        # send_fetches, would hand the GIL over and wait out the application's whole decode
+        # before writing the Fetch
         self.send_fetches()
+        if buffered:
+            with self.lock:
+                self._cond.notify_all()
 
-    def _scan_fetch(self, node, session, view, seek_epochs, wanted, resp, version) -> None:
+    def _scan_fetch(self, node, session, view, seek_epochs, wanted, resp, version) -> bool:
         """Errors, watermarks and the next fetch offset of each partition (batch headers only); each
         partition's record bytes are buffered undecoded for poll(), under one DecompressionBudget for
-        the response, partitions refused for want of budget last time first."""
+        the response, partitions refused for want of budget last time first. -> whether records
+        were buffered (the caller wakes poll() once it has sent the next Fetch)."""
         top = getattr(resp, "error_code", 0)
         session.on_response(top, getattr(resp, "session_id", 0), view)
         if top:
             if top not in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
                 log.warning("fetch from broker %s failed: %s", node, for_code(top).name)
-            return
+            return False
         names = None
         if version >= 13:
             names = {tid: t for t, tid in self.cluster.snapshot.topic_ids.items()}
@@ -430,7 +442,7 @@ class Fetcher:
                 if first:
                     chunks.sort(key=lambda c: c.tp not in first)
                 self._buffer.extend(chunks)
-                self._cond.notify_all()
+        return bool(chunks)
 
     def _partition_error(self, tp, err: int, fetch_offset: int, seek_epoch) -> None:
         if err == OFFSET_OUT_OF_RANGE:
