@@ -251,9 +251,10 @@ class NetworkClient:
         `response_class` decodes the answer instead of the registered Response class (same wire
         layout, e.g. a variant that tolerates a peer's null where the spec forbids one).
         `min_version`: fail with IncompatibleBrokerVersionError if the best common version is lower.
-        `at_once` (caller-driven mode, called by the polling thread, e.g. from poll's `prepare`):
-        encode and write it now when its connection is ready and nothing is queued before it,
-        rather than when the poll's turn reaches the queue. `on_done`: return a `Completion` calling
+        `at_once` (called by the thread doing the I/O: the I/O thread, e.g. from an answer's
+        callback, or in caller-driven mode the polling thread, e.g. from poll's `prepare`): encode
+        and write it now when its connection is ready and nothing is queued before it, rather than
+        when the loop's next turn reaches the queue. `on_done`: return a `Completion` calling
         `on_done(response, error)` instead of a Future (no lock, no callback list on the answer path)."""
         fut: Future | Completion = Future() if on_done is None else Completion(on_done)
         if self._closed:
@@ -266,7 +267,7 @@ class NetworkClient:
         req = _Req(node_id, request, version, max_version, expect_response, fut, time.monotonic() + t,
                    response_class, min_version)
         me = threading.current_thread()
-        if at_once and me is self._poller and not self._submit:
+        if at_once and (me is self._thread or me is self._poller) and not self._submit:
             conn = self._conns.get(node_id)
             if conn is not None and conn.state == READY and not conn.pending:
                 # a connection waiting to be writable gets it written when it is

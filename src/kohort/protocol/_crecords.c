@@ -201,6 +201,21 @@ static uint32_t crc32c(uint32_t crc, const uint8_t *p, size_t n)
     return crc32c_sw(crc, p, n);
 }
 
+/* CRC-32C of a batch inside a buffer its caller holds exported (so it can neither move nor be
+ * freed): from 64 KiB on, computed with the GIL released, so the consumer's I/O thread keeps
+ * reading while the application thread checks a large fetched batch. */
+#define CRC_NOGIL_MIN (64 * 1024)
+static uint32_t crc32c_exported(const uint8_t *p, size_t n)
+{
+    if (n < CRC_NOGIL_MIN)
+        return crc32c(0, p, n);
+    uint32_t got;
+    Py_BEGIN_ALLOW_THREADS
+    got = crc32c(0, p, n);
+    Py_END_ALLOW_THREADS
+    return got;
+}
+
 /* -- big-endian reads (callers have checked bounds) --------------------------------------------- */
 static inline int16_t be16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
 static inline uint32_t be32u(const uint8_t *p)
@@ -1218,7 +1233,8 @@ typedef struct {
     int32_t resume_i;
     long long resume_left;
     char done;
-    char busy;                  /* inside take(): a record factory calling take() again is refused */
+    char busy;                  /* inside take(): another take() (a record factory calling it, or another
+                                 * thread while a CRC is checked without the GIL) is refused */
 } FetchCursor;
 
 static void cursor_drop_batch(FetchCursor *c)
@@ -1379,7 +1395,8 @@ static int cursor_walk(FetchCursor *c)
             return -1;
         }
         if (s->check_crc) {
-            uint32_t got = crc32c(0, d + pos + ATTRIBUTES_OFFSET, (size_t)(end - pos - ATTRIBUTES_OFFSET));
+            /* take() is busy meanwhile: another thread's take() on this cursor is refused */
+            uint32_t got = crc32c_exported(d + pos + ATTRIBUTES_OFFSET, (size_t)(end - pos - ATTRIBUTES_OFFSET));
             if (got != crc) {
                 corrupt("record batch at offset %zd: CRC-32C mismatch", pos);
                 return -1;
@@ -1455,7 +1472,8 @@ static PyObject *cursor_take(FetchCursor *c, PyObject *arg)
         return NULL;
     }
     if (c->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "FetchCursor.take() called from inside take()");
+        PyErr_SetString(PyExc_RuntimeError, "FetchCursor.take() called while a take() runs (from inside it, "
+                        "or from another thread while it checks a CRC)");
         return NULL;
     }
     if (s->budget_obj) {          /* the shared budget may have been spent by other decodes since */

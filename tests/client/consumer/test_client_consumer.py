@@ -205,3 +205,41 @@ def test_a_poll_that_uses_up_buffered_answers_fetches_again_before_it_returns(mo
         assert [r.offset for r in got][0] == 1 and len(got) >= 1
         with f.lock:
             assert f._inflight or f._buffer, "no Fetch was sent while the buffered answers were used up"
+
+
+def test_an_answers_next_fetch_is_on_the_wire_before_poll_is_woken(mock_cluster):
+    """When a Fetch answer is buffered and the partition is below its pipelining limit, the next Fetch
+    is written (from the answer's callback on the I/O thread) before poll() is woken: a woken
+    application thread would otherwise hold the fetcher's lock and the GIL while the I/O thread
+    waits to send it."""
+    import threading
+
+    from kohort.client.producer import Producer
+    from kohort.protocol.messages.fetch import FetchRequest
+    create_topic(mock_cluster, "cons-order", 1)
+    with Producer({"bootstrap.servers": mock_cluster, "linger.ms": 0}) as p:
+        for i in range(4):                  # four batches of one record: one answer each below
+            p.produce("cons-order", b"o%d" % i, partition=0)
+            p.flush()
+    with Consumer({"bootstrap.servers": mock_cluster, "auto.offset.reset": "earliest",
+                   "max.partition.fetch.bytes": 1, "fetch.max.wait.ms": 500}) as c:
+        f, net = c._fetcher, c._network
+        seen = []       # at each wake-up of poll() for an answer: a Fetch written and unanswered?
+
+        class Recording(threading.Condition):
+            def notify_all(self):
+                if threading.current_thread() is net._thread:
+                    seen.append(any(h.request.API_KEY == FetchRequest.API_KEY for conn in list(net._conns.values())
+                                    for h in conn.proto.in_flight_handles()))
+                super().notify_all()
+        f._cond = Recording(f.lock)
+        c.assign([TopicPartition("cons-order", 0)])
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 4 and time.monotonic() < deadline:
+            got += c.poll(0.2)
+        assert [r.value for r in got] == [b"o0", b"o1", b"o2", b"o3"]
+        # not every answer: one arriving at the pipelining limit sends none, and one read while
+        # other work waits in the I/O thread's queue (metadata at start-up) has its Fetch queued
+        # behind that work
+        assert any(seen), seen

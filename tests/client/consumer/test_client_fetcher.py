@@ -154,3 +154,52 @@ def test_poll_decodes_a_batch_in_parts_resuming_mid_batch():
     assert got == decode_partition("t", 0, legacy, 1)[0] and len(got) == 61
     got, _p, _l = _handed_out(payload, 1, 11, **{"value.deserializer": len})
     assert [r.value for r in got] == [len(r.value) for r in whole]
+
+
+def _fetcher_with_answer(payload, fetch_offset, **conf):
+    """A Fetcher holding `payload` as one buffered answer for partition t-0, as the I/O thread leaves
+    it (headers scanned, CRCs not checked), a Fetch to its broker in flight so collect() sends none."""
+    from kohort.client.config import load_config
+    from kohort.client.consumer.fetcher import Fetcher, _Completed
+    from kohort.client.consumer.offsets import SubscriptionState
+    from kohort.protocol.records import DecompressionBudget, scan_batches
+
+    config = load_config("consumer", {"bootstrap.servers": "127.0.0.1:1", **conf})
+    subs = SubscriptionState()
+    tp = TopicPartition("t", 0)
+    subs.assign([tp])
+    subs.seek(tp, fetch_offset)
+    f = Fetcher(None, None, subs, config)
+    view = memoryview(payload)
+    nxt, ep, legacy = scan_batches(view, fetch_offset)
+    f._buffered_bytes[tp] = len(view)
+    f._buffer.append(_Completed(tp, view, fetch_offset, legacy, None, DecompressionBudget(1 << 28), nxt, ep,
+                                subs.partitions[tp].seek_epoch, len(view), 1))
+    f._inflight.add(1)
+    return f, subs.partitions[tp]
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_check_crcs_is_applied_as_poll_decodes(isolation):
+    """check.crcs is applied as poll() decodes (Java's CompletedFetch), not when the answer arrives:
+    a batch whose CRC fails, here a large one (checked by the compiled cursor without the GIL), ends
+    the answer there. Records handed out by earlier polls stay handed out; the poll that reaches the
+    batch raises a DecodeError naming the partition and the offset its answer was fetched at, the
+    position stays where that poll began and the partition is fetched again from it (the error
+    again, until the application seeks past); with check.crcs=false the same bytes decode whole."""
+    from kohort.protocol.records import DecodeError
+    big = [(None, bytes([i]) * 1024, None, 5) for i in range(100)]        # ~100 KiB
+    bad = bytearray(build_batch(big, base_offset=3))
+    bad[-2] ^= 0xFF
+    payload = bytes(build_batch(recs(3)) + bad + build_batch(recs(2), base_offset=103))
+    f, st = _fetcher_with_answer(payload, 0, **{"isolation.level": isolation})
+    if isolation == "read_uncommitted":      # resumable steps: the first batch before the bad one
+        got = f.collect(3)
+        assert [r.offset for r in got] == [0, 1, 2] and st.position == 3
+    with pytest.raises(DecodeError, match=r"t-0 fetched at offset 0 could not be decoded: .*CRC-32C mismatch"):
+        f.collect(1000)
+    start = 3 if isolation == "read_uncommitted" else 0
+    assert st.position == start and st.fetch_offset == start and not f.has_buffered()
+    f, st = _fetcher_with_answer(payload, 0, **{"isolation.level": isolation, "check.crcs": False})
+    got = f.collect(1000)
+    assert [r.offset for r in got] == list(range(105)) and st.position == 105

@@ -1,11 +1,14 @@
 """The fetcher: Fetch requests per leader broker, pipelined, records decoded in poll().
 
 For each broker leading some fetchable partition there is at most one Fetch in flight (Kafka's rule,
-and what fetch sessions need). When a response arrives the I/O thread only scans its batch headers
-(v2 CRCs too), advances the partitions' fetch offsets and buffers each partition's record bytes
-undecoded (a view of the response frame); the next Fetch for that broker goes out at once as long as
-less than about two responses' worth of data per partition is waiting -- so the broker is already
-serving the next batch while the application processes the last. A response's worth is
+and what fetch sessions need). When a response arrives the I/O thread only scans its batch headers,
+advances the partitions' fetch offsets and buffers each partition's record bytes undecoded (a view of
+the response frame); the next Fetch for that broker goes out at once as long as less than about two
+responses' worth of data per partition is waiting -- so the broker is already serving the next batch
+while the application processes the last. It is written from the answer's own callback
+(`NetworkClient.send(at_once=True)`), and poll() is woken only after that: the I/O thread never
+waits for the fetcher's lock, and so for the GIL, behind an application thread that was woken
+first and then decodes for as long as the GIL lets it. A response's worth is
 max.partition.fetch.bytes, or what the partition's last response brought when that was more (a
 broker returns a whole first batch however large, and some, Tansu among them, return several
 batches past the limit): a response bigger than the limit then does not stop fetching until poll()
@@ -16,7 +19,12 @@ otherwise leave the broker idle for as long as it decodes them. poll() decodes t
 application's thread, only as many as it hands out (max.poll.records), with `records.RecordCursor`
 (the compiled decoder when built, which builds the ConsumerRecord tuples), each call resuming where
 the last stopped, mid-batch too, so a compressed batch is decompressed once; the I/O thread then
-does not compete with the application for the GIL over decoding.
+does not compete with the application for the GIL over decoding. check.crcs is applied there too, as
+Java's consumer does (CompletedFetch checks each batch as its records are read): each batch's CRC
+when the decode reaches it (the compiled cursor releases the GIL for large batches), not on the I/O
+thread between an answer and the next Fetch. A batch that fails its CRC ends the chunk like any
+undecodable one: the records before it are handed out, then poll() raises an error naming the
+partition and the offset, and the position stays on that batch.
 
 Per partition the fetcher keeps `fetch_offset` (next to request) apart from `position` (next to
 hand out). A seek bumps the partition's seek_epoch; data fetched under an older epoch is dropped.
@@ -319,8 +327,9 @@ class Fetcher:
                                 isolation_level=self.isolation_level, session_id=sid, session_epoch=sep,
                                 topics=topics, forgotten_topics_data=ftopics, rack_id=self.rack_id)
 
+        # at_once: from the I/O thread (an answer's callback) written now, before anything else
         fut = self.network.send(node, Versioned(FETCH_KEY, build), max_version=None if use_ids else 12,
-                                timeout_ms=self.request_timeout_ms + self.max_wait_ms)
+                                timeout_ms=self.request_timeout_ms + self.max_wait_ms, at_once=True)
         fut.add_done_callback(lambda f: self._on_fetch(node, session, view, seek_epochs, wanted, f))
 
     # -- receiving (I/O thread) --------------------------------------------------------------------
@@ -334,8 +343,9 @@ class Fetcher:
             log.debug("fetch from broker %s failed: %s", node, e)
             self.cluster.request_update()
             return
+        buffered = False
         try:
-            self._scan_fetch(node, session, view, seek_epochs, wanted, resp, fut.api_version)
+            buffered = self._scan_fetch(node, session, view, seek_epochs, wanted, resp, fut.api_version)
         except Exception as e:  # a malformed response must not kill the I/O thread
             log.exception("fetch response from broker %s could not be handled", node)
             session.reset()
@@ -345,20 +355,28 @@ class Fetcher:
         finally:
             with self.lock:
                 self._inflight.discard(node)
-        # the next fetch goes out at once: fetch offsets were advanced by the header scan, and the
-        # records wait undecoded for poll()
+        # the next fetch goes out at once (written from here, this I/O thread's own callback): fetch
+        # offsets were advanced by the header scan, and the records wait undecoded for poll().
+        # Only then is the application woken: woken first, it takes the fetcher's lock on its way
+        # out of wait() while it waits for the GIL, and this thread, blocked on that lock in
+        # send_fetches, would hand the GIL over and wait out the application's whole decode
+        # before writing the Fetch
         self.send_fetches()
+        if buffered:
+            with self.lock:
+                self._cond.notify_all()
 
-    def _scan_fetch(self, node, session, view, seek_epochs, wanted, resp, version) -> None:
-        """Errors, watermarks and the next fetch offset of each partition (batch headers and v2 CRCs
-        only); each partition's record bytes are buffered undecoded for poll(), under one
-        DecompressionBudget for the response, partitions refused for want of budget last time first."""
+    def _scan_fetch(self, node, session, view, seek_epochs, wanted, resp, version) -> bool:
+        """Errors, watermarks and the next fetch offset of each partition (batch headers only); each
+        partition's record bytes are buffered undecoded for poll(), under one DecompressionBudget for
+        the response, partitions refused for want of budget last time first. -> whether records
+        were buffered (the caller wakes poll() once it has sent the next Fetch)."""
         top = getattr(resp, "error_code", 0)
         session.on_response(top, getattr(resp, "session_id", 0), view)
         if top:
             if top not in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
                 log.warning("fetch from broker %s failed: %s", node, for_code(top).name)
-            return
+            return False
         names = None
         if version >= 13:
             names = {tid: t for t, tid in self.cluster.snapshot.topic_ids.items()}
@@ -388,7 +406,8 @@ class Fetcher:
                 if records is not None and len(records):
                     # a view of the response frame (no copy): the scan and the C decoder read it
                     data = records if isinstance(records, memoryview) else memoryview(records)
-                    nxt, ep, legacy = scan_batches(data, fetch_offset, self.check_crcs)
+                    # headers only: CRCs are checked as poll() decodes (see the module docstring)
+                    nxt, ep, legacy = scan_batches(data, fetch_offset)
                 else:
                     data, nxt, ep, legacy = None, fetch_offset, None, False
                 scanned.append((tp, data, fetch_offset, nxt, ep, legacy, p, seek_epochs.get(tp)))
@@ -423,7 +442,7 @@ class Fetcher:
                 if first:
                     chunks.sort(key=lambda c: c.tp not in first)
                 self._buffer.extend(chunks)
-                self._cond.notify_all()
+        return bool(chunks)
 
     def _partition_error(self, tp, err: int, fetch_offset: int, seek_epoch) -> None:
         if err == OFFSET_OUT_OF_RANGE:
@@ -568,11 +587,11 @@ class Fetcher:
             if c.full:
                 self._budget_first.discard(c.tp)
             if self.read_committed and c.aborted:
-                c.records = _decode_read_committed(c.tp[0], c.tp[1], bytes(c.data), c.fetch_offset, False,
+                c.records = _decode_read_committed(c.tp[0], c.tp[1], bytes(c.data), c.fetch_offset, self.check_crcs,
                                                    c.aborted, budget)
             else:
-                # v2 CRCs were checked by scan_batches; a legacy entry's are checked while decoded
-                c.cursor = RecordCursor(c.data, self.check_crcs and c.legacy, budget, min_offset=c.fetch_offset,
+                # each batch's CRC is checked as the cursor reaches it (check.crcs)
+                c.cursor = RecordCursor(c.data, self.check_crcs, budget, min_offset=c.fetch_offset,
                                         record_factory=ConsumerRecord, prefix=(c.tp[0], c.tp[1]))
         cur = c.cursor
         if cur is not None:
