@@ -59,7 +59,7 @@ def cases():
     return out
 
 
-async def run_path(data_dir, policy: str, general: bool):
+async def run_path(data_dir, policy: str, general: bool, pipelined: bool = False):
     answers = []
     async with running_broker(data_dir, {"log.flush.policy": policy}) as b:
         w = await Wire.connect(b)
@@ -67,6 +67,7 @@ async def run_path(data_dir, policy: str, general: bool):
             CT(name="t", num_partitions=2, replication_factor=1, assignments=[], configs=[]),
             CT(name="small", num_partitions=1, replication_factor=1, assignments=[], configs=[
                 CT.CreatableTopicConfig(name="max.message.bytes", value="200")])], timeout_ms=1000), 5)
+        frames = []
         for i, (topic, part, recs, version, acks) in enumerate(cases()):
             req = ProduceRequest(transactional_id=None, acks=acks, timeout_ms=1000, topic_data=[
                 PT(name=topic, partition_data=[PT.PartitionProduceData(index=part, records=bytes(recs))])])
@@ -74,9 +75,14 @@ async def run_path(data_dir, policy: str, general: bool):
             if general:
                 frame += b"\0"
                 struct.pack_into(">i", frame, 0, len(frame) - 4)
-            w.writer.write(frame)
-            size = struct.unpack(">i", await asyncio.wait_for(w.reader.readexactly(4), 10))[0]
-            answers.append(await asyncio.wait_for(w.reader.readexactly(size), 10))
+            frames.append(frame)
+        # one request at a time, or all in one write (read and patched in place in one receive buffer)
+        sends = [(b"".join(frames), len(frames))] if pipelined else [(f, 1) for f in frames]
+        for data, n in sends:
+            w.writer.write(data)
+            for _ in range(n):
+                size = struct.unpack(">i", await asyncio.wait_for(w.reader.readexactly(4), 10))[0]
+                answers.append(await asyncio.wait_for(w.reader.readexactly(size), 10))
         await w.close()
         logs = {}
         for name, n in (("t", 2), ("small", 1)):
@@ -102,3 +108,5 @@ def test_one_partition_path_answers_and_logs_as_the_general_path(tmp_path, polic
                      E.UNKNOWN_TOPIC_OR_PARTITION, E.UNKNOWN_TOPIC_OR_PARTITION, E.MESSAGE_TOO_LARGE,
                      E.INVALID_TOPIC_EXCEPTION, 0]
     assert sum(len(v) for v in fast[1][("t", 0)].values()) > 0
+    # pipelined: the frames cut from one receive buffer, each batch patched and written where it lies
+    assert asyncio.run(run_path(tmp_path / "pipelined", policy, False, True)) == fast

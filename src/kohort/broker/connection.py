@@ -310,7 +310,7 @@ class Connection(asyncio.BufferedProtocol):
             body = start + 4
             if end - body >= size:
                 self._start = body + size
-                self._on_frame(bytearray(view[body:body + size]))
+                self._on_frame(view[body:body + size])
                 # its answer goes out now if it is ready, before the next frame is worked on: a
                 # pipelining client (5 Produce requests in flight) gets each answer while the broker
                 # works on the rest, so the two overlap instead of going in lockstep rounds
@@ -404,24 +404,17 @@ class Connection(asyncio.BufferedProtocol):
             self._busy = False
         self._update_reading()
 
-    def _on_frame(self, payload: bytearray) -> None:
+    def _on_frame(self, payload) -> None:
         """One request: decode it and queue its answer (or what closes the connection). The
-        payload is the frame's own copy, writable: the Produce path patches a batch's BaseOffset
-        and PartitionLeaderEpoch in it and writes it to the log without copying it again."""
+        payload is writable: the Produce path patches a batch's BaseOffset and PartitionLeaderEpoch
+        in it and writes it to the log without copying it again. A memoryview of the receive
+        buffer serves the common Produce request, which is done with it before this returns
+        (produce_one: appended, answered from a new frame); every other request gets the frame's
+        own copy (a bytearray: handlers and answers may keep the request past this call)."""
         t0 = time.perf_counter()
         size = len(payload)
         auth, pending = self.auth, self._pending
         cid, host = self.conn_id, self.host
-        if auth is not None and auth.raw:      # SaslHandshake v0: a raw token, no header
-            verdict, raw, reason = auth.on_raw_token(bytes(payload))
-            if verdict == CLOSE:
-                log.info("closing connection %d from %s: SASL authentication failed (%s)", cid, host, reason)
-                self._refuse()
-                return
-            pending.append((raw, 0, 0, 17, t0, size))
-            if auth.complete:
-                self.principal = auth.principal
-            return
         broker = self.broker
         if auth is None and size > 8 and not payload[1] and not payload[0] and broker.faults is None \
                 and broker.acls is None:
@@ -434,6 +427,18 @@ class Connection(asyncio.BufferedProtocol):
                     self._count_request(got[2])
                     pending.append((result, got[0], got[1], 0, t0, size))
                     return
+        if type(payload) is memoryview:
+            payload = bytearray(payload)
+        if auth is not None and auth.raw:      # SaslHandshake v0: a raw token, no header
+            verdict, raw, reason = auth.on_raw_token(bytes(payload))
+            if verdict == CLOSE:
+                log.info("closing connection %d from %s: SASL authentication failed (%s)", cid, host, reason)
+                self._refuse()
+                return
+            pending.append((raw, 0, 0, 17, t0, size))
+            if auth.complete:
+                self.principal = auth.principal
+            return
         try:
             header, req = decode_request(payload)
         except UnsupportedRequestError as e:
