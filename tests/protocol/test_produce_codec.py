@@ -304,3 +304,59 @@ def test_response_read_takes_the_straight_line(version, monkeypatch):
         assert ProduceResponse.decode_frame(_frame(data[:cut], version), version) is None
     if version >= 9:                              # header tagged fields: left to the general decoder
         assert ProduceResponse.decode_frame(b"\0\0\0\x07\x01\x00\x00" + data, version) is None
+
+
+# -- one partition from and to whole frames (the broker's produce_one path) --------------------------
+def _frame_payload(req, version, corr=5, client_id="c"):
+    from kohort.protocol.framing import encode_request
+    return bytearray(encode_request(req, version, corr, client_id=client_id)[4:])
+
+
+one_partition = st.builds(
+    lambda acks, timeout, name, index, recs: ProduceRequest(
+        transactional_id=None, acks=acks, timeout_ms=timeout,
+        topic_data=[PT(name=name, partition_data=[PD(index=index, records=recs)])]),
+    st.sampled_from([-1, 1]), st.integers(-2**31, 2**31 - 1), st.one_of(names, st.text(min_size=120, max_size=130)),
+    st.integers(-2**31, 2**31 - 1), st.binary(min_size=1, max_size=300))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(requests, one_partition), st.sampled_from(VERSIONS), st.one_of(st.none(), st.text(max_size=10)))
+def test_read_one_partition_equals_the_general_decoder(req, version, client_id):
+    """Every request: the one-partition reader gives the general decoder's fields, or None for a
+    shape it leaves to it (a transactional id, acks other than -1/1, not one topic with one
+    partition carrying records, from v9 a topic name of 127 bytes or more)."""
+    from kohort.broker.connection import decode_request
+    from kohort.protocol.messages.produce import read_one_partition
+    payload = _frame_payload(req, version, 77, client_id)
+    header, slow = decode_request(payload)
+    got = read_one_partition(payload)
+    topics = slow.topic_data
+    common = (slow.transactional_id is None and slow.acks in (-1, 1) and len(topics) == 1
+              and len(topics[0].partition_data) == 1 and topics[0].partition_data[0].records
+              and (version < 9 or len(topics[0].name.encode()) < 127))
+    if not common:
+        assert got is None
+        return
+    v, corr, cid, acks, timeout, topic, index, start, stop = got
+    pd = topics[0].partition_data[0]
+    assert (v, corr, cid, acks, timeout, topic, index) == (
+        version, 77, header.client_id, slow.acks, slow.timeout_ms, topics[0].name, pd.index)
+    assert bytes(payload[start:stop]) == bytes(pd.records)
+    # a trailing byte (which the general decoder ignores) or any cut: left to the general decoder
+    assert read_one_partition(payload + b"\0") is None
+    for cut in range(len(payload)):
+        assert read_one_partition(payload[:cut]) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(names, st.integers(-2**31, 2**31 - 1), results, st.sampled_from(VERSIONS), st.integers(0, 2**31 - 1))
+def test_encode_one_partition_equals_the_general_encoder(name, index, part, version, corr):
+    from kohort.broker.handlers.produce import _part, _response, _topic
+    from kohort.protocol.framing import encode_response_buffer
+    from kohort.protocol.messages.produce import encode_one_partition
+    p = part.__dict__
+    args = (index, p["error_code"], p["base_offset"], p["log_append_time_ms"], p["log_start_offset"],
+            p["error_message"])
+    general = encode_response_buffer(_response([_topic(name, [_part(*args)])]), version, corr)
+    assert encode_one_partition(version, corr, name, *args) == general

@@ -10,7 +10,10 @@ bytes arrive, of the frame's whole size once a quarter of it is in, taken from a
 buffers that nothing refers to any more when one fits). A read that
 ends with a few bytes of a frame still to come hands the receive buffer back and keeps those bytes
 in a small one (PARTIAL_MOVE, SMALL_BUFFER), so slow senders cannot pin a receive buffer each. A malformed
-frame closes this connection only, with one log line. An unknown API key or version closes the
+frame closes this connection only, with one log line. The common Produce request (one partition, no
+transactional id; on a connection without SASL, authorizer or injected faults) goes straight to
+handlers/produce.produce_one, read from the frame without request objects; its answer is its
+encoded frame (a bytearray, written as it is). An unknown API key or version closes the
 connection as Kafka does, except ApiVersions, which is answered with UNSUPPORTED_VERSION and the
 supported ranges (KIP-511).
 
@@ -51,6 +54,7 @@ import time
 from kohort.broker.context import RequestContext
 from kohort.broker.faults import DELAY, DROP
 from kohort.broker.handlers import HANDLERS, NO_RESPONSE
+from kohort.broker.handlers.produce import produce_one
 from kohort.broker.security import ANONYMOUS, CLOSE, FAIL, Authenticator, Listener, tls_principal
 from kohort.errors import DecodeError
 from kohort.protocol.framing import (
@@ -59,6 +63,7 @@ from kohort.protocol.framing import (
 )
 from kohort.protocol.headers import RequestHeader, request_header_version
 from kohort.protocol.messages import REQUESTS
+from kohort.protocol.messages.produce import read_one_partition
 from kohort.protocol.primitives import Reader
 
 log = logging.getLogger("kohort.broker")
@@ -305,7 +310,7 @@ class Connection(asyncio.BufferedProtocol):
             body = start + 4
             if end - body >= size:
                 self._start = body + size
-                self._on_frame(bytearray(view[body:body + size]))
+                self._on_frame(view[body:body + size])
                 # its answer goes out now if it is ready, before the next frame is worked on: a
                 # pipelining client (5 Produce requests in flight) gets each answer while the broker
                 # works on the rest, so the two overlap instead of going in lockstep rounds
@@ -399,14 +404,31 @@ class Connection(asyncio.BufferedProtocol):
             self._busy = False
         self._update_reading()
 
-    def _on_frame(self, payload: bytearray) -> None:
+    def _on_frame(self, payload) -> None:
         """One request: decode it and queue its answer (or what closes the connection). The
-        payload is the frame's own copy, writable: the Produce path patches a batch's BaseOffset
-        and PartitionLeaderEpoch in it and writes it to the log without copying it again."""
+        payload is writable: the Produce path patches a batch's BaseOffset and PartitionLeaderEpoch
+        in it and writes it to the log without copying it again. A memoryview of the receive
+        buffer serves the common Produce request, which is done with it before this returns
+        (produce_one: appended, answered from a new frame); every other request gets the frame's
+        own copy (a bytearray: handlers and answers may keep the request past this call)."""
         t0 = time.perf_counter()
         size = len(payload)
         auth, pending = self.auth, self._pending
         cid, host = self.conn_id, self.host
+        broker = self.broker
+        if auth is None and size > 8 and not payload[1] and not payload[0] and broker.faults is None \
+                and broker.acls is None:
+            # the common Produce request (one partition, no transactional id): read, appended and
+            # answered without the request's and answer's objects (handlers/produce.produce_one)
+            got = read_one_partition(payload)
+            if got is not None:
+                result = produce_one(broker, payload, got)
+                if result is not None:
+                    self._count_request(got[2])
+                    pending.append((result, got[0], got[1], 0, t0, size))
+                    return
+        if type(payload) is memoryview:
+            payload = bytearray(payload)
         if auth is not None and auth.raw:      # SaslHandshake v0: a raw token, no header
             verdict, raw, reason = auth.on_raw_token(bytes(payload))
             if verdict == CLOSE:
@@ -469,15 +491,8 @@ class Connection(asyncio.BufferedProtocol):
                         cid, host, api_key, version)
             self._refuse()
             return
-        ev, principal = self.ev, self.principal
-        ev["requests"] += 1
-        if ev["requests"] == 1 or ev["principal"] != principal:
-            ev["client_id"], ev["principal"] = header.client_id, principal
-            conn_log.info("connection %d %s from %s on listener %s: client id %s, principal %s", cid,
-                          "opened" if ev["requests"] == 1 else "authenticated", self.peer_text,
-                          self.listener.name, header.client_id, principal,
-                          extra={"event": {"event": "connection-opened" if ev["requests"] == 1
-                                           else "connection-authenticated", **ev}})
+        self._count_request(header.client_id)
+        principal = self.principal
         ctx = RequestContext(self.broker, api_key, version, header.correlation_id, header.client_id,
                              host, cid, principal, self.listener)
         faults = self.broker.faults      # broker/faults.py: None unless a test injects faults
@@ -503,6 +518,18 @@ class Connection(asyncio.BufferedProtocol):
         if not isinstance(result, asyncio.Future) and inspect.isawaitable(result):
             result = asyncio.ensure_future(result)
         pending.append((result, version, header.correlation_id, api_key, t0, size))
+
+    def _count_request(self, client_id: str | None) -> None:
+        """One more request served; the first (and the first after a new principal) is logged."""
+        ev, principal = self.ev, self.principal
+        ev["requests"] += 1
+        if ev["requests"] == 1 or ev["principal"] != principal:
+            ev["client_id"], ev["principal"] = client_id, principal
+            conn_log.info("connection %d %s from %s on listener %s: client id %s, principal %s", self.conn_id,
+                          "opened" if ev["requests"] == 1 else "authenticated", self.peer_text,
+                          self.listener.name, client_id, principal,
+                          extra={"event": {"event": "connection-opened" if ev["requests"] == 1
+                                           else "connection-authenticated", **ev}})
 
     def _close_after_pending(self, delay: float) -> None:
         """Read nothing more; close once the answers queued before now are written (after `delay`
@@ -572,6 +599,14 @@ class Connection(asyncio.BufferedProtocol):
                 _, version, corr, api_key, t0, in_bytes = item
                 if isinstance(result, bytes):      # a raw SASL token (SaslHandshake v0)
                     out += result
+                    continue
+                if type(result) is bytearray:      # an answer frame encoded by its handler (produce_one)
+                    out += result
+                    if m:
+                        m.observe(api_key, time.perf_counter() - t0, in_bytes, len(result), version)
+                    if len(out) >= COALESCE_BYTES:
+                        t.write(out)
+                        out = bytearray()
                     continue
                 if result is NO_RESPONSE or result is None:
                     if m:

@@ -33,9 +33,13 @@ values and headers when the batch is kept in place) to check each record's offse
 makes it recompress), its timestamp against message.timestamp.before/after.max.ms and, on a compacted
 topic, that it has a key; kohort checks none of these per record.
 
-Each batch is validated once, here; the log is handed its header (`Log.append(header=...)`) and
-writes the batch from the request's own frame buffer. The answer's objects are built field by field
-(`_part`, `_topic`, `_response`: the schema constructors' objects without their keyword checks).
+Each batch is validated once, here (`append_partition`); the log is handed its header
+(`Log.append(header=...)`) and writes the batch from the request's own frame buffer. The answer's
+objects are built field by field (`_part`, `_topic`, `_response`: the schema constructors' objects
+without their keyword checks). The common request (one topic, one partition, no transactional id,
+acks -1/1) on a connection without SASL, authorizer or injected faults is read from its frame into a
+tuple and answered with its encoded frame by `produce_one` (called by the connection before any
+request object is made): the same `append_partition`, the same answer bytes.
 
 acks=0 gets no response. acks=1/all (one replica, so the same) are answered after the group-commit
 fsync (kohort.broker.durability) under log.flush.policy=fsync-before-ack.
@@ -54,7 +58,7 @@ from kohort.broker.handlers import NO_RESPONSE, handles
 from kohort.broker.handlers._util import error_of, now_ms
 from kohort.errors import DecodeError, ErrorCode
 from kohort.protocol.compression import CODEC_IDS, COMPRESSION_ZSTD
-from kohort.protocol.messages.produce import ProduceRequest, ProduceResponse
+from kohort.protocol.messages.produce import ProduceRequest, ProduceResponse, encode_one_partition
 from kohort.protocol.primitives import ZERO_UUID
 from kohort.protocol.records import (
     ATTR_COMPRESSION_MASK, ATTR_CONTROL, ATTR_TRANSACTIONAL, ATTRIBUTES_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, build_batch,
@@ -100,6 +104,11 @@ def _err(index: int, code: int, message: str | None = None) -> PartResp:
     return _part(index, code, -1, -1, -1, message)
 
 
+def _fail(code: int, message: str | None = None) -> tuple:
+    """append_partition's answer for a batch not appended."""
+    return code, message, -1, -1, -1, 0
+
+
 def recompress(records, codec: int) -> bytes:
     """Rebuild a batch in the topic's codec (compression.type other than producer), keeping its
     producer id/epoch/sequence, timestamp type and records, as Kafka's LogValidator does."""
@@ -110,63 +119,64 @@ def recompress(records, codec: int) -> bytes:
                        transactional=h.is_transactional)
 
 
-def append_partition(broker, topic: str, index: int, records, version: int, now: int) -> tuple[PartResp, int]:
-    """Validate and append one partition's batch -> (response, records appended)."""
+def append_partition(broker, topic: str, index: int, records, version: int, now: int) -> tuple:
+    """Validate and append one partition's batch -> (error code, error message, base offset,
+    log append time, log start offset, records appended): the partition's answer's fields."""
     storage = broker.storage
     try:
         log = storage.log(topic, index)
     except StorageError:
-        return _err(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{index}"), 0
+        return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{index}")
     size = 0 if records is None else len(records)
     if size == 0:
-        return _err(index, ErrorCode.INVALID_RECORD, "no record batch"), 0
+        return _fail(ErrorCode.INVALID_RECORD, "no record batch")
     if size > MAGIC_OFFSET and records[MAGIC_OFFSET] != 2:
-        return _err(index, ErrorCode.INVALID_RECORD,
-                    f"record batch magic {records[MAGIC_OFFSET]} is not 2 (required from Produce v3)"), 0
+        return _fail(ErrorCode.INVALID_RECORD,
+                     f"record batch magic {records[MAGIC_OFFSET]} is not 2 (required from Produce v3)")
     try:
         h = validate_batch(records, 0)
     except DecodeError as e:
-        return _err(index, ErrorCode.CORRUPT_MESSAGE, str(e)), 0
+        return _fail(ErrorCode.CORRUPT_MESSAGE, str(e))
     # the header's fields by position (BatchHeader's properties are function calls)
     (base_offset, batch_length, _, _, _, attributes, last_delta, _, max_ts, pid, epoch, base_seq, count) = h
     if batch_length + LOG_OVERHEAD != size:
-        return _err(index, ErrorCode.INVALID_RECORD,
-                    "a produce request must carry exactly one record batch per partition"), 0
+        return _fail(ErrorCode.INVALID_RECORD,
+                     "a produce request must carry exactly one record batch per partition")
     if base_offset != 0:
-        return _err(index, ErrorCode.INVALID_RECORD,
-                    f"a produced record batch's base offset must be 0, not {base_offset}"), 0
+        return _fail(ErrorCode.INVALID_RECORD,
+                     f"a produced record batch's base offset must be 0, not {base_offset}")
     if count <= 0 or count != last_delta + 1:
-        return _err(index, ErrorCode.INVALID_RECORD,
-                    f"record count {count} does not match last offset delta {last_delta}"), 0
+        return _fail(ErrorCode.INVALID_RECORD,
+                     f"record count {count} does not match last offset delta {last_delta}")
     if attributes & ATTR_CONTROL:
-        return _err(index, ErrorCode.INVALID_RECORD, "control batches are written by the broker only"), 0
+        return _fail(ErrorCode.INVALID_RECORD, "control batches are written by the broker only")
     if pid >= 0 and base_seq < 0:
-        return _err(index, ErrorCode.INVALID_RECORD,
-                    f"invalid sequence number {base_seq} in a record batch of producer {pid}"), 0
+        return _fail(ErrorCode.INVALID_RECORD,
+                     f"invalid sequence number {base_seq} in a record batch of producer {pid}")
     transactional = bool(attributes & ATTR_TRANSACTIONAL)
     if transactional and pid < 0:
-        return _err(index, ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id"), 0
+        return _fail(ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id")
     codec = attributes & ATTR_COMPRESSION_MASK
     if codec == COMPRESSION_ZSTD and version < 7:
-        return _err(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7+"), 0
+        return _fail(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7+")
     cfg = log.config
     target = TARGET_CODEC.get(cfg.compression_type)
     if target is not None and target != codec:
         try:
             records = recompress(records, target)
         except DecodeError as e:
-            return _err(index, ErrorCode.CORRUPT_MESSAGE, str(e)), 0
+            return _fail(ErrorCode.CORRUPT_MESSAGE, str(e))
         h = read_batch_header(records)
         size, max_ts = h.total_size, h.max_timestamp
     if size > cfg.max_message_bytes:
-        return _err(index, ErrorCode.MESSAGE_TOO_LARGE,
-                    f"batch of {size} bytes exceeds max.message.bytes={cfg.max_message_bytes}"), 0
+        return _fail(ErrorCode.MESSAGE_TOO_LARGE,
+                     f"batch of {size} bytes exceeds max.message.bytes={cfg.max_message_bytes}")
     pstate = None
     if pid >= 0:
         pstate = broker.producers.partition(topic, index, log)
         verdict = pstate.check(pid, epoch, base_seq, last_delta, transactional)
         if verdict.error:
-            return _err(index, verdict.error), 0
+            return _fail(verdict.error)
         if transactional and verdict.duplicate is None and not pstate.is_open(pid, epoch):
             # KIP-890 part 1: the first batch of a transaction on this partition must belong to an
             # Ongoing transaction that added the partition (asked of the local coordinator)
@@ -174,19 +184,19 @@ def append_partition(broker, topic: str, index: int, records, version: int, now:
             if code == ErrorCode.INVALID_TXN_STATE and version >= 11:
                 code = ErrorCode.TRANSACTION_ABORTABLE
             if code:
-                return _err(index, code, f"{topic}-{index} is not in an ongoing transaction of producer "
-                                         f"{pid} epoch {epoch}"), 0
+                return _fail(code, f"{topic}-{index} is not in an ongoing transaction of producer "
+                                   f"{pid} epoch {epoch}")
         if verdict.duplicate is not None:
-            return _part(index, 0, verdict.duplicate.first_offset, -1, log.log_start_offset), 0
+            return 0, None, verdict.duplicate.first_offset, -1, log.log_start_offset, 0
     try:
         res = log.append(records, leader_epoch=broker.leader_epoch, now_ms=now, header=h)
     except StorageError as e:
-        return _err(index, e.error_code, str(e)), 0
+        return _fail(e.error_code, str(e))
     if pstate is not None:
         pstate.update(pid, epoch, base_seq, last_delta, res.base_offset, max_ts, append_ms=now,
                       transactional=transactional)
     broker.waiters.notify(topic, index)
-    return _part(index, 0, res.base_offset, res.log_append_time, res.log_start_offset), count
+    return 0, None, res.base_offset, res.log_append_time, res.log_start_offset, count
 
 
 def _transactional_batches(broker, req: ProduceRequest, writable) -> list:
@@ -321,15 +331,15 @@ def _produce(ctx, req: ProduceRequest, pre_errors: dict):
                                   f"cannot append to internal topic {name}"))
                 continue
             try:
-                pr, n = append_partition(broker, name, pd.index, pd.records, v, now)
+                code, msg, base, append_time, log_start, n = append_partition(
+                    broker, name, pd.index, pd.records, v, now)
             except Exception as e:   # noqa: BLE001 - one partition's failure stays in its answer
-                code, msg = error_of(e)
-                pr, n = _err(pd.index, code, msg), 0
-            if pr.error_code == 0:      # appended, or a duplicate: answered once durable either way
+                (code, msg), base, append_time, log_start, n = error_of(e), -1, -1, -1, 0
+            if code == 0:               # appended, or a duplicate: answered once durable either way
                 wrote = True
             if n and metrics is not None:
                 metrics.record_messages_in(name, n)
-            parts.append(pr)
+            parts.append(_part(pd.index, code, base, append_time, log_start, msg))
         responses.append(_topic(name, parts))
     if acks == 0:
         return NO_RESPONSE
@@ -340,6 +350,37 @@ def _produce(ctx, req: ProduceRequest, pre_errors: dict):
     # future carries it (no task or extra future per request); a failed round fails the written
     # partitions with its StorageError (_sync_failed)
     return broker.sync.synced_future(resp, _sync_failed)
+
+
+def produce_one(broker, payload, got: tuple):
+    """The common request on a connection without authentication, authorizer or injected faults:
+    `got` is what protocol.messages.produce.read_one_partition read from the frame `payload` (no
+    transactional id, acks -1 or 1, one partition). The same validation and append as `_produce`
+    (append_partition), without the request's and the answer's objects: the answer is its encoded
+    frame (encode_one_partition, the bytes the general path writes), or a future of it under
+    fsync-before-ack. None (nothing done) for an internal topic: the general path answers it."""
+    version, corr, _, _, _, topic, index, start, stop = got
+    if topic in INTERNAL_TOPICS:
+        return None
+    try:
+        code, msg, base, append_time, log_start, n = append_partition(
+            broker, topic, index, memoryview(payload)[start:stop], version, now_ms())
+    except Exception as e:   # noqa: BLE001 - the failure goes in the answer
+        (code, msg), base, append_time, log_start, n = error_of(e), -1, -1, -1, 0
+    if n and broker.metrics is not None:
+        broker.metrics.record_messages_in(topic, n)
+    answer = encode_one_partition(version, corr, topic, index, code, base, append_time, log_start, msg)
+    if code or not broker.sync.enabled:
+        return answer
+
+    def failed(fut, _, e: BaseException) -> None:       # the fsync round failed: as _sync_failed
+        if isinstance(e, StorageError):
+            fut.set_result(encode_one_partition(version, corr, topic, index, e.error_code, -1, append_time, log_start,
+                                                  str(e)))
+        else:
+            fut.set_exception(e)
+
+    return broker.sync.synced_future(answer, failed)
 
 
 def _transactional_denied(ctx, req) -> bool:

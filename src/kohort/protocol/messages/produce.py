@@ -535,3 +535,104 @@ def _write_response(out: bytearray, resp, version: int) -> bool:
         del out[start:]                  # the schema's codec reports it as it always has
         return False
     return True
+
+
+# -- one partition, straight from and to whole frames (the broker's common Produce request) --------
+_REQ_HEAD = struct.Struct(">hhih")          # api key, version, correlation id, client id length
+_ONE = struct.Struct(">i")
+
+
+def read_one_partition(payload) -> tuple | None:
+    """A whole request frame's payload (header and body) that is Produce v3-v12 with no
+    transactional id, acks -1 or 1, one topic with one partition carrying records, no tagged
+    fields and no trailing bytes, read without building the request's objects ->
+    (version, correlation_id, client_id, acks, timeout_ms, topic, index, records_start,
+    records_end), the records being payload[records_start:records_end]. None for any other
+    frame (the general decoder reads it, and names what is malformed)."""
+    try:
+        api_key, version, corr, n = _REQ_HEAD.unpack_from(payload, 0)
+        if api_key != 0 or not 3 <= version <= 12:
+            return None
+        p = 10
+        if n < 0:
+            client_id = None
+        else:
+            client_id = str(payload[p:p + n], "utf-8")
+            p += n
+        end = len(payload)
+        if version >= 9:
+            if payload[p] or payload[p + 1]:        # header tagged fields; transactional_id not null
+                return None
+            acks, timeout = _ACKS_TIMEOUT.unpack_from(payload, p + 2)
+            p += 8
+            n = payload[p + 1] - 1                  # one topic, a name of up to 126 bytes
+            if payload[p] != 2 or n < 0 or n >= 0x7F:
+                return None
+            p += 2
+            topic = str(payload[p:p + n], "utf-8")
+            p += n
+            if payload[p] != 2:                     # one partition
+                return None
+            index = _ONE.unpack_from(payload, p + 1)[0]
+            got = _uvarint(payload, p + 5, end)
+            if got is None or got[0] < 2:
+                return None
+            start = got[1]
+            stop = start + got[0] - 1
+            if stop + 3 != end or payload[stop] or payload[stop + 1] or payload[stop + 2]:
+                return None
+        else:
+            if payload[p] != 0xFF or payload[p + 1] != 0xFF:     # transactional_id not null
+                return None
+            acks, timeout = _ACKS_TIMEOUT.unpack_from(payload, p + 2)
+            p += 8
+            if _ONE.unpack_from(payload, p)[0] != 1:
+                return None
+            n = _I16.unpack_from(payload, p + 4)[0]
+            if n < 0:
+                return None
+            p += 6
+            topic = str(payload[p:p + n], "utf-8")
+            p += n
+            if _ONE.unpack_from(payload, p)[0] != 1:
+                return None
+            index, size = struct.unpack_from(">ii", payload, p + 4)
+            start = p + 12
+            stop = start + size
+            if size <= 0 or stop != end:
+                return None
+        if acks != -1 and acks != 1:
+            return None
+        return (version, corr, client_id, acks, timeout, topic, index, start, stop)
+    except (struct.error, IndexError, UnicodeDecodeError):
+        return None
+
+
+def encode_one_partition(version: int, correlation_id: int, topic: str, index: int, error_code: int,
+                         base_offset: int, log_append_time_ms: int, log_start_offset: int,
+                         error_message: str | None = None) -> bytearray:
+    """The response frame (size prefix, header, body) answering one partition of one topic, v3-v12:
+    the bytes `encode_response_buffer` writes for the same ProduceResponse (no record errors,
+    current_leader unknown, no node endpoints, throttle 0)."""
+    flexible = version >= 9
+    out = bytearray(b"\0\0\0\0")
+    out += _I32.pack(correlation_id)
+    if flexible:
+        out += b"\0\2"                              # header tagged fields; one topic
+    else:
+        out += b"\0\0\0\1"
+    _write_str(out, topic, flexible)
+    out += b"\2" if flexible else b"\0\0\0\1"      # one partition
+    if version >= 5:
+        out += _PART_V5.pack(index, error_code, base_offset, log_append_time_ms, log_start_offset)
+    else:
+        out += _PART_V3.pack(index, error_code, base_offset, log_append_time_ms)
+    if version >= 8:
+        out += b"\1" if flexible else b"\0\0\0\0"  # no record errors
+        if error_message is None:
+            out += b"\0" if flexible else b"\xff\xff"
+        else:
+            _write_str(out, error_message, flexible)
+    out += b"\0\0\0\0\0\0\0" if flexible else b"\0\0\0\0"   # partition and topic tags, throttle, tags
+    _I32.pack_into(out, 0, len(out) - 4)
+    return out
