@@ -345,20 +345,15 @@ def run_one_java(port: int, n: int, size: int, partitions: int, batch_size: int 
     return produce_s, total_s - got["first_s"], got["first_s"]
 
 
-def raw_run(port: int, requests: int = 2000, per_batch: int = 150, inflight: int = 20) -> tuple[float, float]:
-    """The broker alone, without a client library in the way: pipelined Produce v9 requests (one
-    pre-built 150-record batch each, acks=1, `inflight` outstanding) over one connection, then
-    Fetch v12 of everything back in 1 MiB responses. -> (produce MB/s, fetch MB/s)."""
-    from kohort.protocol.framing import decode_response, encode_request
-    from kohort.protocol.messages.create_topics import CreateTopicsRequest
-    from kohort.protocol.messages.fetch import FetchRequest
-    from kohort.protocol.messages.produce import ProduceRequest
-    from kohort.protocol.records import build_batch, iter_batches
+class _RawConnection:
+    """One plain socket to a broker, frames sent and read whole (no client library in the way)."""
 
-    s = socket.create_connection(("127.0.0.1", port))
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, port: int):
+        self.s = socket.create_connection(("127.0.0.1", port))
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def recv_frame() -> bytes:
+    def recv_frame(self) -> bytes:
+        s = self.s
         head = b""
         while len(head) < 4:
             head += s.recv(4 - len(head))
@@ -367,24 +362,70 @@ def raw_run(port: int, requests: int = 2000, per_batch: int = 150, inflight: int
         while len(buf) < n:
             buf += s.recv(min(n - len(buf), 1 << 20))
         return bytes(buf)
-    CT = CreateTopicsRequest.CreatableTopic
-    s.sendall(encode_request(CreateTopicsRequest(topics=[CT(name="raw", num_partitions=1, replication_factor=1)],
-                                                 timeout_ms=5000), 5, 1))
-    recv_frame()
-    time.sleep(0.2)
-    batch = build_batch([(b"key%d" % i, b"v" * 100, [], 1_700_000_000_000 + i) for i in range(per_batch)])
-    PT = ProduceRequest.TopicProduceData
-    frame = encode_request(ProduceRequest(acks=1, timeout_ms=5000, topic_data=[PT(name="raw", partition_data=[
-        PT.PartitionProduceData(index=0, records=batch)])]), 9, 2)
-    sent = got = 0
+
+    def create_topic(self, topic: str) -> None:
+        from kohort.protocol.framing import encode_request
+        from kohort.protocol.messages.create_topics import CreateTopicsRequest
+        CT = CreateTopicsRequest.CreatableTopic
+        self.s.sendall(encode_request(CreateTopicsRequest(
+            topics=[CT(name=topic, num_partitions=1, replication_factor=1)], timeout_ms=5000), 5, 1))
+        self.recv_frame()
+        time.sleep(0.2)
+
+    def produce(self, topic: str, requests: int, per_batch: int, inflight: int, acks: int) -> int:
+        """`requests` Produce v9 requests, each the same pre-built batch of `per_batch` 100-byte
+        records (no producer id), `inflight` outstanding; every answer checked. -> the batch's bytes."""
+        from kohort.protocol.framing import decode_response, encode_request
+        from kohort.protocol.messages.produce import ProduceRequest
+        from kohort.protocol.records import build_batch
+        batch = build_batch([(b"key%d" % i, b"v" * 100, [], 1_700_000_000_000 + i) for i in range(per_batch)])
+        PT = ProduceRequest.TopicProduceData
+        frame = encode_request(ProduceRequest(acks=acks, timeout_ms=5000, topic_data=[PT(name=topic, partition_data=[
+            PT.PartitionProduceData(index=0, records=batch)])]), 9, 2)
+        sent = got = 0
+        while got < requests:
+            while sent < requests and sent - got < inflight:
+                self.s.sendall(frame)
+                sent += 1
+            _, resp = decode_response(self.recv_frame(), 0, 9)
+            assert resp.responses[0].partition_responses[0].error_code == 0
+            got += 1
+        return len(batch)
+
+
+def produce_cpu(port: int, pid: int, requests: int = 5000, per_batch: int = 150, inflight: int = 5) -> dict:
+    """The broker's CPU per Produce request: `requests` Produce v9 requests over one connection to a
+    fresh topic, each one batch of `per_batch` 100-byte records (~16 KiB, Java's batch.size), acks=all,
+    `inflight` outstanding; the broker process's CPU (utime + stime of every thread, /proc/PID/stat)
+    over the run ÷ requests. A first 500 requests (not counted) warm the path up."""
+    from cases.scale import proc_stats
+    c = _RawConnection(port)
+    topic = f"cpu-{os.getpid()}-{time.monotonic_ns()}"
+    c.create_topic(topic)
+    c.produce(topic, 500, per_batch, inflight, -1)
+    cpu0 = proc_stats(pid)[0]
     t0 = time.perf_counter()
-    while got < requests:
-        while sent < requests and sent - got < inflight:
-            s.sendall(frame)
-            sent += 1
-        _, resp = decode_response(recv_frame(), 0, 9)
-        assert resp.responses[0].partition_responses[0].error_code == 0
-        got += 1
+    size = c.produce(topic, requests, per_batch, inflight, -1)
+    wall = time.perf_counter() - t0
+    cpu = proc_stats(pid)[0] - cpu0
+    c.s.close()
+    return {"value": cpu / requests * 1e6, "wall_us": wall / requests * 1e6, "batch_bytes": size,
+            "requests": requests, "broker_cpu_s": cpu}
+
+
+def raw_run(port: int, requests: int = 2000, per_batch: int = 150, inflight: int = 20) -> tuple[float, float]:
+    """The broker alone, without a client library in the way: pipelined Produce v9 requests (one
+    pre-built 150-record batch each, acks=1, `inflight` outstanding) over one connection, then
+    Fetch v12 of everything back in 1 MiB responses. -> (produce MB/s, fetch MB/s)."""
+    from kohort.protocol.framing import decode_response, encode_request
+    from kohort.protocol.messages.fetch import FetchRequest
+    from kohort.protocol.records import iter_batches
+
+    c = _RawConnection(port)
+    s, recv_frame = c.s, c.recv_frame
+    c.create_topic("raw")
+    t0 = time.perf_counter()
+    size = c.produce("raw", requests, per_batch, inflight, 1)
     produce_s = time.perf_counter() - t0
     FT = FetchRequest.FetchTopic
     offset, total, nbytes, corr = 0, requests * per_batch, 0, 10
@@ -403,7 +444,7 @@ def raw_run(port: int, requests: int = 2000, per_batch: int = 150, inflight: int
             offset = h.next_offset
     fetch_s = time.perf_counter() - t0
     s.close()
-    return requests * len(batch) / produce_s / 1e6, nbytes / fetch_s / 1e6
+    return requests * size / produce_s / 1e6, nbytes / fetch_s / 1e6
 
 
 def _stop(proc) -> None:

@@ -10,6 +10,10 @@ second kohort broker with log.flush.policy=os (no fsync before acks, like Kafka'
 Kafka 4.3.1 (cases.common.Brokers.kafka(): one KRaft node with kafka-server-start.sh's JVM options:
 1 GB heap, G1, C2) and Tansu (memory storage). The ratio compares kohort at Kafka's durability
 (flush=os) with Apache Kafka; the fsync-before-ack column is reported beside it.
+
+Section broker_cpu: the broker's own CPU per Produce request (bench_broker.produce_cpu: pipelined
+Produce v9 requests of one ~16 KiB batch each over a plain socket, acks=all, 5 in flight; the broker
+process's CPU over the run ÷ requests), on the same brokers.
 """
 from __future__ import annotations
 
@@ -38,6 +42,11 @@ def end_to_end_java(port: int, n: int, size: int, partitions: int) -> dict:
     return _result(n, bench_broker.run_one_java(port, n, size, partitions))
 
 
+def produce_cpu(port: int, pid: int, requests: int) -> dict:
+    import bench_broker
+    return bench_broker.produce_cpu(port, pid, requests)
+
+
 def build(env, mode: str, profile: set[str]):
     from harness import Job, Section
     quick = mode == "quick"
@@ -45,12 +54,14 @@ def build(env, mode: str, profile: set[str]):
     env.brokers.kafka()
     brokers = dict(env.brokers.addr)
     errors = dict(env.brokers.errors)
+    pids = dict(env.brokers.pid)
     try:
         from tests.helpers.brokers import KohortBroker
         b = KohortBroker(config={"log.flush.policy": "os"})
         b.__enter__()
         _extra.append(b)
         brokers[KOHORT_OS] = b.bootstrap
+        pids[KOHORT_OS] = b.proc.pid
     except Exception as e:
         errors[KOHORT_OS] = f"{type(e).__name__}: {e}"
     sec = Section("broker", "broker, confluent-kafka and Java clients", "records/s", ours=KOHORT_OS,
@@ -78,7 +89,27 @@ def build(env, mode: str, profile: set[str]):
                 jobs.append(Job("broker", f"{size_label(size)} × {n:,} · {client}", name, fn,
                                 {"port": port, "n": n, "size": size, "partitions": 1}, timeout=240,
                                 subrows=["produce", "consume", "end-to-end"], before=before))
-    return [sec], jobs
+    cpu = Section("broker_cpu", "broker CPU per Produce request", "µs", higher_is_better=False, ours=KOHORT_OS,
+                  peers=[KAFKA],
+                  notes=["bench_broker.produce_cpu: Produce v9 requests over one plain socket to a fresh "
+                         "1-partition topic, each one batch of 150 × 100 B records (16.4 KB, about Java's "
+                         "batch.size), no producer id, acks=all, 5 in flight, after 500 untimed; the broker "
+                         "process's CPU (user + system, every thread; /proc) over the run ÷ requests. "
+                         "Ratio: Apache Kafka ÷ kohort broker with log.flush.policy=os (> 1: kohort broker "
+                         "cheaper); kohort's default fsync-before-ack beside."])
+    requests = 2000 if quick else 5000
+    for name in (KOHORT_BROKER, KOHORT_OS, KAFKA):
+        addr, pid = brokers.get(name), pids.get(name)
+        before = None
+        if addr is None or pid is None:
+            msg = errors.get(name, "broker not running")
+
+            def before(job, round_no, msg=msg):
+                raise RuntimeError(msg)
+        jobs.append(Job("broker_cpu", "16 KiB batch · acks=all · 5 in flight", name, "cases.broker:produce_cpu",
+                        {"port": int(addr.rsplit(":", 1)[1]) if addr else 0, "pid": pid or 0,
+                         "requests": requests}, timeout=240, before=before))
+    return [sec, cpu], jobs
 
 
 def finish(env) -> None:

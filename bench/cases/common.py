@@ -49,6 +49,7 @@ class Brokers:
     def __init__(self, which=(KOHORT_BROKER, TANSU)):
         self.addr: dict[str, str] = {}
         self.errors: dict[str, str] = {}
+        self.pid: dict[str, int | None] = {}       # each broker's process id (Kafka's node)
         self._stops = []
         for name in which:
             try:
@@ -57,12 +58,14 @@ class Brokers:
                     b = KohortBroker()
                     b.__enter__()
                     self.addr[name] = b.bootstrap
+                    self.pid[name] = b.proc.pid
                     self._stops.append(lambda b=b: b.__exit__(None, None, None))
                     self.kohort = b
                 elif name == TANSU:
                     from tests.conftest import start_tansu
                     proc, addr = start_tansu()
                     self.addr[name] = addr
+                    self.pid[name] = proc.pid
                     self._stops.append(lambda p=proc: stop_proc(p))
             except Exception as e:
                 self.errors[name] = f"{type(e).__name__}: {e}"
@@ -78,6 +81,7 @@ class Brokers:
             kc, _port = bench_broker.start_kafka()
             self._stops.append(kc.close)
             self.addr[KAFKA] = kc.bootstrap
+            self.pid[KAFKA] = bench_broker._pid(kc)
         except Exception as e:
             self.errors[KAFKA] = f"{type(e).__name__}: {e}"
         return self.addr.get(KAFKA)
