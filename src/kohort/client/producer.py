@@ -251,7 +251,7 @@ class Producer:
                 self, self.sender, self.sender.net, self.acc.batches, self.acc.lock, self._sticky_now,
                 DeliveryFuture, types.MethodType(Producer.produce, self), self._batch_full,
                 -1 if custom is not None else 0 if self._ignore_keys else 1, self._max_record,
-                self.sender.poke, TICK_MS, None if self._txn is None else self._txn.sendable, self.acc._grow,
+                self.sender.tick, TICK_MS, None if self._txn is None else self._txn.sendable, self.acc._grow,
                 self.sender.native)
         self.sender.thread.start()
 
@@ -279,7 +279,7 @@ class Producer:
             self._batch_full(topic, partition, sticky)
         elif _monotonic_ns() >= self._next_tick_ns:
             self._next_tick_ns = _monotonic_ns() + int(TICK_MS * 1e6)
-            self.sender.poke()
+            self.sender.tick()
         if self.stats is not None:
             self.stats.maybe_emit(self._stats_extra)
         return fut
@@ -704,6 +704,8 @@ class _Sender:
         # when prepare() last saw a queued batch become sendable next (its linger.ms or retry backoff
         # ends; the linger clock, ms): the I/O thread rehearses its request just before (REHEARSAL_MS)
         self.linger_due_ms = _INF
+        # the earliest linger end of batches opened since prepare() last read the accumulator (see tick)
+        self.next_due_ms = _INF
 
     @property
     def ever_connected(self) -> bool:
@@ -809,14 +811,30 @@ class _Sender:
         """A partition's new batch is sent at `due_ms` (its linger.ms ends): wake the I/O thread when
         its wait would end later, so the batch leaves on time even if the producing thread makes no
         further call (the accumulator calls this, holding its lock)."""
+        if due_ms < self.next_due_ms:
+            self.next_due_ms = due_ms
         if due_ms < self.io_wait_until_ms:
             if due_ms < self.opened_due_ms:
                 self.opened_due_ms = due_ms
             self.wakeup()
 
+    def tick(self) -> None:
+        """Called by the producing thread every TICK_MS while it produces: a poke, unless the turn
+        would find nothing to do -- no request in flight or queued on the network client (no answer
+        to read), no connection being set up, and nothing due before the deadline the last prepare()
+        set or a batch opened since then is due (`next_due_ms`). The I/O thread's own wait ends by
+        then in any case: a skipped tick leaves nothing undone, it only keeps the producing thread
+        from running an idle I/O turn per record at a low rate (and from holding io_lock as the I/O
+        thread's wait for a lingering batch ends)."""
+        if self.txn is None and self.native is None and not self.meta_needed and not self.sealing:
+            now = _linger_clock_ms()
+            if now < self.wait_until_ms and now < self.next_due_ms and self.net.idle():
+                return
+        self.poke()
+
     def poke(self) -> None:
-        """Called by the producing thread when a batch filled and every TICK_MS while it produces: do
-        the I/O now if nobody else is, else wake whoever is."""
+        """Called by the producing thread when a batch filled and on a `tick`: do the I/O now if
+        nobody else is, else wake whoever is."""
         if self.io_lock.acquire(False):
             try:
                 self.step(0.0)
@@ -840,6 +858,7 @@ class _Sender:
         p = self.p
         timeout_ms = 100
         self.linger_due_ms = _INF
+        self.next_due_ms = _INF      # before the accumulator is read: a batch opened after lowers it
         if self.sealing:
             self._pump_sealed()
         # metadata (the view refreshes when asked, when stale, and at metadata.max.age.ms)
