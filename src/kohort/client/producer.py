@@ -908,7 +908,7 @@ class _Sender:
                 for node in nodes:
                     self._send_to(node, now)
                 # what the requests left behind (a batch opened meanwhile) lingers from its own start
-                next_ms = self.acc.ready(now, self._leader_of, _always)[1]
+                next_ms = self.acc.ready(now, self._leader_of, _always)[1] if self.acc.queued() else _INF
                 timeout_ms = min(timeout_ms, next_ms)
             self.linger_due_ms = now + next_ms     # when the next queued batch is sendable (inf: none)
         self.wait_until_ms = start + timeout_ms
@@ -1138,6 +1138,7 @@ class _Sender:
         """Send requests to `node` while it has sendable batches and room in flight (Java's Sender
         loops the same way: with one busy partition, one request per round trip would leave the
         connection idle while the broker works)."""
+        queued = self.acc.batches
         tps = [tp for tp in self.acc.partitions() if self._leader_of(*tp) == node]
         first = True
         while self._room(node):
@@ -1146,6 +1147,10 @@ class _Sender:
                 return
             first = False
             self._send_batches(node, batches)
+            # a further drain only if a batch is left queued (a look without the lock: a batch
+            # opened meanwhile lingers from its own start and is seen by the next turn)
+            if not any(queued.get(tp) for tp in tps):
+                return
 
     def _send_batches(self, node: int, batches: list) -> None:
         """Number the batches (sequences are taken here, in drain order) and send them as one Produce
