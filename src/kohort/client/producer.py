@@ -84,7 +84,7 @@ from kohort.protocol.compression import (
 )
 from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
-from kohort.protocol.messages.produce import ProduceRequest
+from kohort.protocol.messages.produce import ProduceRequest, produce_request
 from kohort.protocol.records import ATTR_TRANSACTIONAL, producer_twin, set_batch_producer
 
 _CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
@@ -1368,15 +1368,13 @@ class _Sender:
         `_rehearse`) the same request around a stand-in for each batch's bytes."""
         by_topic: dict[str, list] = {}
         for b in batches:
-            by_topic.setdefault(b.topic, []).append(b)
-        PD = ProduceRequest.TopicProduceData
-        PPD = PD.PartitionProduceData
+            parts = by_topic.get(b.topic)
+            if parts is None:
+                parts = by_topic[b.topic] = []
+            parts.append((b.partition, _REHEARSAL_RECORDS if rehearsal else b.wire))
         txn = self.txn
-        return ProduceRequest(transactional_id=None if txn is None else txn.transactional_id,
-                              acks=self.p.acks, timeout_ms=self.p.request_timeout_ms,
-                              topic_data=[PD(name=t, partition_data=[
-                                  PPD(index=b.partition, records=_REHEARSAL_RECORDS if rehearsal else b.wire)
-                                  for b in bs]) for t, bs in by_topic.items()])
+        return produce_request(None if txn is None else txn.transactional_id, self.p.acks,
+                               self.p.request_timeout_ms, by_topic.items())
 
     def _rehearse(self) -> None:
         """Just before a lingering batch is due (see REHEARSAL_MS): build and encode the Produce
