@@ -53,7 +53,7 @@ from kohort.errors import (
     ErrorCode, KafkaConnectionError, KafkaError, KafkaTimeoutError, KohortError, TransactionAbortedError, for_code,
 )
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
-from kohort.protocol.messages.produce import ProduceRequest
+from kohort.protocol.messages.produce import produce_request
 from kohort.protocol.records import (
     ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, ZZ, ZZ_TABLE_SIZE, _check_bytes, append_record, producer_twin,
     seal_batch_in_place, write_batch_buffer,
@@ -613,15 +613,12 @@ class AIOProducer:
                 self._landed(b.tp)
                 self._finish(b, -1, -1, e if isinstance(e, Exception) else KohortError("sealing cancelled"))
             raise
-        PD = ProduceRequest.TopicProduceData
-        PPD = PD.PartitionProduceData
         by_topic: dict[str, list] = {}
         for b in batches:
             b.attempts += 1
-            by_topic.setdefault(b.tp[0], []).append(PPD(index=b.tp[1], records=b.wire))
-        req = ProduceRequest(transactional_id=self.txn.transactional_id if self.txn else None, acks=self.acks,
-                             timeout_ms=self.settings.request_timeout_ms,
-                             topic_data=[PD(name=t, partition_data=ps) for t, ps in by_topic.items()])
+            by_topic.setdefault(b.tp[0], []).append((b.tp[1], b.wire))
+        req = produce_request(self.txn.transactional_id if self.txn else None, self.acks,
+                              self.settings.request_timeout_ms, by_topic.items())
         results: dict = {}
         err: BaseException | None = None
         try:

@@ -509,6 +509,11 @@ class RecordAccumulator:
         with self.lock:
             return [tp for tp, dq in self.batches.items() if dq]
 
+    def queued(self) -> bool:
+        """Whether any batch is queued (open, or waiting to be sent or retried)."""
+        with self.lock:
+            return any(self.batches.values())
+
     def pending(self) -> bool:
         with self.lock:
             return bool(self.incomplete)

@@ -402,6 +402,19 @@ class NetworkClient:
     def wakeup(self) -> None:
         self._wake()
 
+    def idle(self) -> bool:
+        """Caller-driven mode: True when a poll now would find no work but timers -- nothing queued
+        to send or route, no connection being set up, no request in flight (no answer to read) and no
+        bytes waiting to be written. A read without the polling right: a stale answer only costs or
+        saves one poll."""
+        if self._submit or self._any_queue:
+            return False
+        for conn in list(self._conns.values()):
+            state = conn.state
+            if state != READY and state != DISCONNECTED or conn.out or conn.proto.in_flight:
+                return False
+        return True
+
     def wait(self, timeout_s: float) -> bool:
         """Caller-driven mode: block up to `timeout_s` until a socket of this client is ready for what
         the loop waits on (an answer to read, a connection made, room to write) or a wake-up arrives,

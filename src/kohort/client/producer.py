@@ -84,7 +84,7 @@ from kohort.protocol.compression import (
 )
 from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
-from kohort.protocol.messages.produce import ProduceRequest
+from kohort.protocol.messages.produce import ProduceRequest, produce_request
 from kohort.protocol.records import ATTR_TRANSACTIONAL, producer_twin, set_batch_producer
 
 _CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
@@ -251,7 +251,7 @@ class Producer:
                 self, self.sender, self.sender.net, self.acc.batches, self.acc.lock, self._sticky_now,
                 DeliveryFuture, types.MethodType(Producer.produce, self), self._batch_full,
                 -1 if custom is not None else 0 if self._ignore_keys else 1, self._max_record,
-                self.sender.poke, TICK_MS, None if self._txn is None else self._txn.sendable, self.acc._grow,
+                self.sender.tick, TICK_MS, None if self._txn is None else self._txn.sendable, self.acc._grow,
                 self.sender.native)
         self.sender.thread.start()
 
@@ -279,7 +279,7 @@ class Producer:
             self._batch_full(topic, partition, sticky)
         elif _monotonic_ns() >= self._next_tick_ns:
             self._next_tick_ns = _monotonic_ns() + int(TICK_MS * 1e6)
-            self.sender.poke()
+            self.sender.tick()
         if self.stats is not None:
             self.stats.maybe_emit(self._stats_extra)
         return fut
@@ -704,6 +704,8 @@ class _Sender:
         # when prepare() last saw a queued batch become sendable next (its linger.ms or retry backoff
         # ends; the linger clock, ms): the I/O thread rehearses its request just before (REHEARSAL_MS)
         self.linger_due_ms = _INF
+        # the earliest linger end of batches opened since prepare() last read the accumulator (see tick)
+        self.next_due_ms = _INF
 
     @property
     def ever_connected(self) -> bool:
@@ -809,14 +811,30 @@ class _Sender:
         """A partition's new batch is sent at `due_ms` (its linger.ms ends): wake the I/O thread when
         its wait would end later, so the batch leaves on time even if the producing thread makes no
         further call (the accumulator calls this, holding its lock)."""
+        if due_ms < self.next_due_ms:
+            self.next_due_ms = due_ms
         if due_ms < self.io_wait_until_ms:
             if due_ms < self.opened_due_ms:
                 self.opened_due_ms = due_ms
             self.wakeup()
 
+    def tick(self) -> None:
+        """Called by the producing thread every TICK_MS while it produces: a poke, unless the turn
+        would find nothing to do -- no request in flight or queued on the network client (no answer
+        to read), no connection being set up, and nothing due before the deadline the last prepare()
+        set or a batch opened since then is due (`next_due_ms`). The I/O thread's own wait ends by
+        then in any case: a skipped tick leaves nothing undone, it only keeps the producing thread
+        from running an idle I/O turn per record at a low rate (and from holding io_lock as the I/O
+        thread's wait for a lingering batch ends)."""
+        if self.txn is None and self.native is None and not self.meta_needed and not self.sealing:
+            now = _linger_clock_ms()
+            if now < self.wait_until_ms and now < self.next_due_ms and self.net.idle():
+                return
+        self.poke()
+
     def poke(self) -> None:
-        """Called by the producing thread when a batch filled and every TICK_MS while it produces: do
-        the I/O now if nobody else is, else wake whoever is."""
+        """Called by the producing thread when a batch filled and on a `tick`: do the I/O now if
+        nobody else is, else wake whoever is."""
         if self.io_lock.acquire(False):
             try:
                 self.step(0.0)
@@ -840,6 +858,7 @@ class _Sender:
         p = self.p
         timeout_ms = 100
         self.linger_due_ms = _INF
+        self.next_due_ms = _INF      # before the accumulator is read: a batch opened after lowers it
         if self.sealing:
             self._pump_sealed()
         # metadata (the view refreshes when asked, when stale, and at metadata.max.age.ms)
@@ -889,7 +908,7 @@ class _Sender:
                 for node in nodes:
                     self._send_to(node, now)
                 # what the requests left behind (a batch opened meanwhile) lingers from its own start
-                next_ms = self.acc.ready(now, self._leader_of, _always)[1]
+                next_ms = self.acc.ready(now, self._leader_of, _always)[1] if self.acc.queued() else _INF
                 timeout_ms = min(timeout_ms, next_ms)
             self.linger_due_ms = now + next_ms     # when the next queued batch is sendable (inf: none)
         self.wait_until_ms = start + timeout_ms
@@ -1119,6 +1138,7 @@ class _Sender:
         """Send requests to `node` while it has sendable batches and room in flight (Java's Sender
         loops the same way: with one busy partition, one request per round trip would leave the
         connection idle while the broker works)."""
+        queued = self.acc.batches
         tps = [tp for tp in self.acc.partitions() if self._leader_of(*tp) == node]
         first = True
         while self._room(node):
@@ -1127,6 +1147,10 @@ class _Sender:
                 return
             first = False
             self._send_batches(node, batches)
+            # a further drain only if a batch is left queued (a look without the lock: a batch
+            # opened meanwhile lingers from its own start and is seen by the next turn)
+            if not any(queued.get(tp) for tp in tps):
+                return
 
     def _send_batches(self, node: int, batches: list) -> None:
         """Number the batches (sequences are taken here, in drain order) and send them as one Produce
@@ -1344,15 +1368,13 @@ class _Sender:
         `_rehearse`) the same request around a stand-in for each batch's bytes."""
         by_topic: dict[str, list] = {}
         for b in batches:
-            by_topic.setdefault(b.topic, []).append(b)
-        PD = ProduceRequest.TopicProduceData
-        PPD = PD.PartitionProduceData
+            parts = by_topic.get(b.topic)
+            if parts is None:
+                parts = by_topic[b.topic] = []
+            parts.append((b.partition, _REHEARSAL_RECORDS if rehearsal else b.wire))
         txn = self.txn
-        return ProduceRequest(transactional_id=None if txn is None else txn.transactional_id,
-                              acks=self.p.acks, timeout_ms=self.p.request_timeout_ms,
-                              topic_data=[PD(name=t, partition_data=[
-                                  PPD(index=b.partition, records=_REHEARSAL_RECORDS if rehearsal else b.wire)
-                                  for b in bs]) for t, bs in by_topic.items()])
+        return produce_request(None if txn is None else txn.transactional_id, self.p.acks,
+                               self.p.request_timeout_ms, by_topic.items())
 
     def _rehearse(self) -> None:
         """Just before a lingering batch is due (see REHEARSAL_MS): build and encode the Produce

@@ -262,13 +262,32 @@ class StructBase:
     _codecs: dict
 
     def __init__(self, **kwargs):
-        fields = type(self)._by_name
-        for k in kwargs:
-            if k not in fields:
-                raise TypeError(f"{type(self).__name__} has no field {k!r}; fields: {', '.join(fields)}")
-        for name, fld in fields.items():
-            v = kwargs.get(name, MISSING)
-            self.__dict__[name] = _fresh(fld) if v is MISSING else v
+        cls = type(self)
+        plan = cls.__dict__.get("_init_plan")
+        if plan is None:
+            plan = cls._make_init_plan()
+        fields, defaults, fresh = plan
+        if not kwargs.keys() <= fields.keys():
+            k = next(k for k in kwargs if k not in fields)
+            raise TypeError(f"{cls.__name__} has no field {k!r}; fields: {', '.join(fields)}")
+        d = self.__dict__
+        d.update(defaults)          # every field, in schema order
+        for name, fld in fresh:     # defaults that are new objects (lists, nested structs) per instance
+            if name not in kwargs:
+                d[name] = _fresh(fld)
+        d.update(kwargs)
+
+    @classmethod
+    def _make_init_plan(cls):
+        """(fields by name, {name: default} of every field, [(name, field)] of those whose default is
+        made anew per instance): what __init__ needs, computed once per class."""
+        fields = cls._by_name
+        fresh = [(name, fld) for name, fld in fields.items()
+                 if fld.default is _NEW_STRUCT or isinstance(fld.default, (list, tuple))]
+        made = {name for name, _ in fresh}
+        defaults = {name: None if name in made else fld.default for name, fld in fields.items()}
+        cls._init_plan = plan = (fields, defaults, fresh)
+        return plan
 
     def __eq__(self, other):
         if type(other) is not type(self):

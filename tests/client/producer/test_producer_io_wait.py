@@ -106,3 +106,66 @@ def test_a_lingering_batch_is_rehearsed_before_its_linger_end_and_sent_once_afte
         assert cluster.values("t", 0) == [b"first", b"lingering"]
     finally:
         p.close(5)
+
+
+def _produce_spaced(p: Producer, n: int, gap_s: float) -> list:
+    futs = []
+    for i in range(n):
+        futs.append(p.produce("t", b"r%d" % i))
+        time.sleep(gap_s)
+    return futs
+
+
+def test_a_producing_threads_tick_runs_no_idle_io_turn(cluster):
+    """Records more than TICK_MS apart into a batch lingering 300 ms, nothing in flight: each record's
+    tick finds no answer to read and nothing due, so the producing thread runs no I/O turn (Sender.tick);
+    the I/O thread sends the batch when its linger.ms ends."""
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 300})
+    try:
+        p.produce("t", b"first").result(10)
+        time.sleep(0.15)                    # the answer's own turns are over
+        calls = _count_prepares(p)
+        futs = _produce_spaced(p, 10, 0.003)
+        mine = [c for c in calls if c == threading.current_thread().name]
+        # at most one: a tick past the deadline of the I/O thread's 100 ms idle turn takes that turn
+        # (a tick per record, 10, without the check)
+        assert len(mine) <= 1, calls
+        for f in futs:
+            f.result(10)
+        assert cluster.values("t", 0) == [b"first"] + [b"r%d" % i for i in range(10)]
+    finally:
+        p.close(5)
+
+
+def test_a_producing_threads_tick_turns_at_the_io_when_a_batch_is_due(cluster):
+    """The I/O thread parked in its wait: a record produced after the open batch's linger.ms ended
+    has its tick send the batch (a poke: the producing thread's own turn), and the next tick, with
+    the request in flight, reads the answer."""
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    parked = threading.Event()
+    release = threading.Event()
+    wait = p.sender.net.wait
+
+    def parked_wait(timeout_s):
+        parked.set()
+        release.wait(10)
+        return wait(0.0)
+    try:
+        p.produce("t", b"first").result(10)
+        p.sender.net.wait = parked_wait
+        assert parked.wait(5)
+        calls = _count_prepares(p)
+        a = p.produce("t", b"a")
+        time.sleep(0.02)                    # past the batch's linger.ms
+        b = p.produce("t", b"b")            # its tick finds the batch due
+        assert threading.current_thread().name in calls, calls
+        deadline = time.monotonic() + 5
+        while not b.done() and time.monotonic() < deadline:
+            time.sleep(0.002)
+            p.produce("t", b"c")            # ticks while the request is in flight read its answer
+        assert a.done() and b.done()
+        assert cluster.values("t", 0)[:3] == [b"first", b"a", b"b"]
+    finally:
+        release.set()
+        p.sender.net.wait = wait
+        p.close(5)

@@ -59,6 +59,27 @@ class ProduceRequest(Message):
             super().encode_into(out, version)
 
 
+def produce_request(transactional_id: str | None, acks: int, timeout_ms: int, topics) -> ProduceRequest:
+    """The ProduceRequest carrying `topics`, [(topic name, [(partition index, records)])], made as
+    the reader's fast path (`_read_request`) makes one: every field set at once, no schema defaults
+    looked up (the producer's send path: a third of the instructions of the constructors)."""
+    Topic = ProduceRequest.TopicProduceData
+    Part = Topic.PartitionProduceData
+    topic_data = []
+    for name, partitions in topics:
+        parts = []
+        for index, records in partitions:
+            part = _new(Part)
+            part.__dict__.update(index=index, records=records)
+            parts.append(part)
+        topic = _new(Topic)
+        topic.__dict__.update(name=name, topic_id=ZERO_UUID, partition_data=parts)
+        topic_data.append(topic)
+    req = _new(ProduceRequest)
+    req.__dict__.update(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms, topic_data=topic_data)
+    return req
+
+
 class ProduceResponse(Message):
     API_KEY = 0
     VALID = "0-13"
