@@ -123,16 +123,23 @@ _LOG_LINE = re.compile(r"^%7\|(\d+\.\d+)\|(\w+)\|")
 _RESPONSE = re.compile(r"Received FetchResponse \(v\d+, (\d+) bytes, CorrId \d+, rtt ([\d.]+)ms")
 
 
+def _fresh_topic(port: int, partitions: int, prefix: str) -> tuple[str, str]:
+    """A new topic named after `prefix`, this process and the time, on the broker at `port`
+    -> (bootstrap, topic)."""
+    bs = f"127.0.0.1:{port}"
+    topic = f"{prefix}-{os.getpid()}-{port}-{time.monotonic_ns()}"
+    admin = AdminClient({"bootstrap.servers": bs})      # kept until the topic is made
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    time.sleep(0.2)
+    return bs, topic
+
+
 def fetch_timeline(port: int, n: int, size: int, partitions: int, pid: int | None) -> dict:
     """Produce n records as run_one does, then consume them in a child process with librdkafka's
     fetch/protocol debug log on stderr; -> {answers, bytes, rtt_ms, client_ms, broker_cpu_s} with the
     medians of bytes per answer, librdkafka's rtt per answer, and the client's time from an answer to
     its next Fetch request (None for broker_cpu_s without a pid)."""
-    bs = f"127.0.0.1:{port}"
-    topic = f"bench-tl-{os.getpid()}-{port}-{time.monotonic_ns()}"
-    admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    time.sleep(0.2)
+    bs, topic = _fresh_topic(port, partitions, "bench-tl")
     payload = os.urandom(size // 2) + b"x" * (size - size // 2)
     p = Producer({"bootstrap.servers": bs, "acks": "all", "linger.ms": 5, "enable.idempotence": True,
                   "queue.buffering.max.messages": 1_000_000, "batch.size": 1_000_000})
@@ -219,11 +226,7 @@ def java_timeline(port: int, n: int, size: int, partitions: int, pid: int | None
     Fetch (it parses the answer in between); the broker's CPU seconds for each phase (None without a pid)."""
     from bench_consumer import java_classes
     from cases.scale import proc_stats
-    bs = f"127.0.0.1:{port}"
-    topic = f"bench-jtl-{os.getpid()}-{port}-{time.monotonic_ns()}"
-    admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    time.sleep(0.2)
+    bs, topic = _fresh_topic(port, partitions, "bench-jtl")
     lib, out = java_classes("ProduceBench")
     java_classes("ConsumeBench")
     conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "request-log4j2.properties")
@@ -328,11 +331,7 @@ def run_one_java(port: int, n: int, size: int, partitions: int, batch_size: int 
     batch.size), then an assign()-from-0 consumer. -> (produce s, consume s first record to last,
     consumer start-up s)."""
     from bench_consumer import java_classes, run_java_consumer
-    bs = f"127.0.0.1:{port}"
-    topic = f"bench-java-{os.getpid()}-{port}-{time.monotonic_ns()}"
-    admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    time.sleep(0.2)
+    bs, topic = _fresh_topic(port, partitions, "bench-java")
     lib, out = java_classes("ProduceBench")
     p = subprocess.run(["java", "-Xmx1g", "-cp", f"{lib}/*:{out}", "ProduceBench", bs, topic, str(n), str(size),
                         str(partitions), str(batch_size)], capture_output=True, text=True, timeout=300)

@@ -96,29 +96,14 @@ def _handed_out(payload, fetch_offset, max_records, aborted=None, isolation="rea
     """What Fetcher.collect hands out of one buffered answer's records for one partition, `max_records`
     per call, no broker (with a Fetch in flight, collect uses neither the fetcher's network nor its
     cluster): (records, position after each call, buffered bytes left)."""
-    from kohort.client.config import load_config
-    from kohort.client.consumer.fetcher import Fetcher, _Completed
-    from kohort.client.consumer.offsets import SubscriptionState
-    from kohort.protocol.records import DecompressionBudget, scan_batches
-
-    config = load_config("consumer", {"bootstrap.servers": "127.0.0.1:1", "isolation.level": isolation, **conf})
-    subs = SubscriptionState()
+    f, st, nxt = _fetcher_with_answer(payload, fetch_offset, aborted, **{"isolation.level": isolation, **conf})
     tp = TopicPartition("t", 0)
-    subs.assign([tp])
-    subs.seek(tp, fetch_offset)
-    f = Fetcher(None, None, subs, config)
-    view = memoryview(payload)
-    nxt, ep, legacy = scan_batches(view, fetch_offset, True)
-    f._buffered_bytes[tp] = len(view)
-    f._buffer.append(_Completed(tp, view, fetch_offset, legacy, aborted, DecompressionBudget(1 << 28), nxt, ep,
-                                subs.partitions[tp].seek_epoch, len(view), 1))
-    f._inflight.add(1)      # a Fetch to that broker in flight: collect sends none (there is no network here)
     got, positions = [], []
     while f.has_buffered():
         out = f.collect(max_records)
         assert len(out) <= max_records
         got += out
-        positions.append(subs.partitions[tp].position)
+        positions.append(st.position)
         if out:
             assert positions[-1] == out[-1].offset + 1 or positions[-1] == nxt
     assert positions[-1] == nxt
@@ -156,9 +141,10 @@ def test_poll_decodes_a_batch_in_parts_resuming_mid_batch():
     assert [r.value for r in got] == [len(r.value) for r in whole]
 
 
-def _fetcher_with_answer(payload, fetch_offset, **conf):
+def _fetcher_with_answer(payload, fetch_offset, aborted=None, **conf):
     """A Fetcher holding `payload` as one buffered answer for partition t-0, as the I/O thread leaves
-    it (headers scanned, CRCs not checked), a Fetch to its broker in flight so collect() sends none."""
+    it (headers scanned, CRCs not checked), a Fetch to its broker in flight so collect() sends none
+    (there is no network here) -> (fetcher, the partition's state, the answer's next fetch offset)."""
     from kohort.client.config import load_config
     from kohort.client.consumer.fetcher import Fetcher, _Completed
     from kohort.client.consumer.offsets import SubscriptionState
@@ -173,10 +159,10 @@ def _fetcher_with_answer(payload, fetch_offset, **conf):
     view = memoryview(payload)
     nxt, ep, legacy = scan_batches(view, fetch_offset)
     f._buffered_bytes[tp] = len(view)
-    f._buffer.append(_Completed(tp, view, fetch_offset, legacy, None, DecompressionBudget(1 << 28), nxt, ep,
+    f._buffer.append(_Completed(tp, view, fetch_offset, legacy, aborted, DecompressionBudget(1 << 28), nxt, ep,
                                 subs.partitions[tp].seek_epoch, len(view), 1))
     f._inflight.add(1)
-    return f, subs.partitions[tp]
+    return f, subs.partitions[tp], nxt
 
 
 @pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
@@ -192,7 +178,7 @@ def test_check_crcs_is_applied_as_poll_decodes(isolation):
     bad = bytearray(build_batch(big, base_offset=3))
     bad[-2] ^= 0xFF
     payload = bytes(build_batch(recs(3)) + bad + build_batch(recs(2), base_offset=103))
-    f, st = _fetcher_with_answer(payload, 0, **{"isolation.level": isolation})
+    f, st, _ = _fetcher_with_answer(payload, 0, **{"isolation.level": isolation})
     if isolation == "read_uncommitted":      # resumable steps: the first batch before the bad one
         got = f.collect(3)
         assert [r.offset for r in got] == [0, 1, 2] and st.position == 3
@@ -200,6 +186,6 @@ def test_check_crcs_is_applied_as_poll_decodes(isolation):
         f.collect(1000)
     start = 3 if isolation == "read_uncommitted" else 0
     assert st.position == start and st.fetch_offset == start and not f.has_buffered()
-    f, st = _fetcher_with_answer(payload, 0, **{"isolation.level": isolation, "check.crcs": False})
+    f, st, _ = _fetcher_with_answer(payload, 0, **{"isolation.level": isolation, "check.crcs": False})
     got = f.collect(1000)
     assert [r.offset for r in got] == list(range(105)) and st.position == 105
