@@ -232,10 +232,10 @@ class ProducerBatch(_BatchRecords):
         return DeliveryFuture(self, n)
 
     def seal(self, producer_id: int, producer_epoch: int, base_sequence: int, compression: int,
-             attributes: int = 0) -> bytearray:
+             attributes: int = 0, level: int | None = None) -> bytearray:
         """Build the wire bytes once (producer id/epoch/sequence in the header; `attributes` adds the
-        transactional flag of a transactional producer); reused on retry, never changed (requests
-        refer to them rather than copy them)."""
+        transactional flag of a transactional producer; `level` the codec library's level); reused on
+        retry, never changed (requests refer to them rather than copy them)."""
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
@@ -247,7 +247,7 @@ class ProducerBatch(_BatchRecords):
             self.wire = write_batch_buffer(self.records(), self.count, self.base_ts, self.max_ts,
                                            compression=compression, attributes=attributes,
                                            producer_id=producer_id, producer_epoch=producer_epoch,
-                                           base_sequence=base_sequence)
+                                           base_sequence=base_sequence, level=level)
         return self.wire
 
     def records(self) -> memoryview:

@@ -61,7 +61,7 @@ from kohort.client.stats import ClientStats
 from kohort.client.network import NetworkClient, unreachable_message
 from kohort.protocol.framing import Versioned
 from kohort.client.partitioner import DefaultPartitioner, murmur2
-from kohort.client.sealer import Sealer, native_sealer
+from kohort.client.sealer import Sealer, codec_level, native_sealer
 from kohort.client.txn_manager import ADD_PARTITIONS_RETRY_BACKOFF_MS, TransactionManager
 from kohort.errors import (
     ConfigError,
@@ -206,6 +206,7 @@ class Producer:
             self.idempotent = True
         self._txn_cond = threading.Condition()
         self.compression = _CODECS[c["compression.type"]]
+        self.compression_level = codec_level(self.compression, c)    # compression.<codec>.level, KIP-390
         self.max_request_size = c["max.request.size"]
         self._max_record = min(self.max_request_size, c["buffer.memory"]) - 200   # cheap pre-check bound
         self.max_block_ms = c["max.block.ms"]
@@ -681,7 +682,7 @@ class _Sender:
         # compressed batches are sealed on a thread of their own (client/sealer.py): the native
         # sealer's where the codec's library loads, else the Python Sealer's
         compressed = producer.compression != COMPRESSION_NONE
-        self.native = native_sealer(producer.compression) if compressed else None
+        self.native = native_sealer(producer.compression, producer.compression_level) if compressed else None
         self.sealer = Sealer() if compressed and self.native is None else None
         self.sealing: deque[_Sealing] = deque()   # requests waiting for the native sealer, in order
         # requests numbered as they leave the sealer (see SEAL_AHEAD); then `node_sealing` counts per
@@ -1110,7 +1111,8 @@ class _Sender:
                 st.last_acked = -1
                 for b in dq:
                     if b.base_sequence >= 0:
-                        b.seal(self.producer_id, self.producer_epoch, st.next_sequence, self.p.compression)
+                        b.seal(self.producer_id, self.producer_epoch, st.next_sequence, self.p.compression,
+                               level=self.p.compression_level)
                         st.next_sequence += b.count
             for tp, st in self.parts.items():
                 if tp not in acc.batches:
@@ -1343,7 +1345,7 @@ class _Sender:
                 t = time.perf_counter()
                 size = sum(b.size for b, _ in seals)
                 for b, seq in seals:
-                    b.seal(pid, epoch, seq, p.compression, attrs)
+                    b.seal(pid, epoch, seq, p.compression, attrs, p.compression_level)
                 if size >= 65536:      # seconds per byte, smoothed: where the next request is sealed
                     self._seal_s_per_byte = 0.7 * self._seal_s_per_byte + 0.3 * (time.perf_counter() - t) / size
         except Exception as e:  # noqa: BLE001 - this request's batches fail, the producer goes on

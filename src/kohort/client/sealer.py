@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from kohort.errors import ConfigError
 from kohort.protocol.compression import CODEC_IDS, CODEC_NAMES, COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_ZSTD
 from kohort.protocol.records import producer_twin
 
@@ -49,9 +50,13 @@ LIBRARIES = {
     COMPRESSION_LZ4: ("liblz4.so.1", "liblz4.so", "liblz4.1.dylib", "liblz4.dylib"),
     COMPRESSION_ZSTD: ("libzstd.so.1", "libzstd.so", "libzstd.1.dylib", "libzstd.dylib"),
 }
-# The levels compression.compress uses by default (gzip: Java's Deflater default; lz4: the frame
-# API's fast mode; zstd: Kafka's default, KIP-390), so both ways give equal batches.
+# The codec libraries' levels at Kafka's default settings (gzip: Java's Deflater default; lz4: the
+# frame API's fast mode, which Java's default level 9 means; zstd: Kafka's default, KIP-390); they
+# are also compression.compress's defaults, so both ways give equal batches.
 LEVELS = {COMPRESSION_GZIP: 6, COMPRESSION_LZ4: 0, COMPRESSION_ZSTD: 3}
+_LEVEL_KEYS = {COMPRESSION_GZIP: "compression.gzip.level", COMPRESSION_LZ4: "compression.lz4.level",
+               COMPRESSION_ZSTD: "compression.zstd.level"}
+_JAVA_LZ4_DEFAULT = 9
 
 NATIVE_CODECS = frozenset(CODEC_IDS[name.strip()] for name in
                           os.environ.get("KOHORT_NATIVE_CODECS", "gzip,lz4,zstd").split(",")
@@ -59,8 +64,27 @@ NATIVE_CODECS = frozenset(CODEC_IDS[name.strip()] for name in
 _said: set[int] = set()          # codecs whose absence was logged already
 
 
-def native_sealer(codec: int) -> Any:
-    """A started `_crecords.NativeSealer` for `codec`, or None (the Python `Sealer` then seals)."""
+def codec_level(codec: int, config: Any) -> int | None:
+    """The codec library's level for a producer's `compression.<codec>.level` (KIP-390), as Java's
+    producer applies it: gzip -1 is Deflater's default (6), 1-9 as given (0 is refused, as Java does);
+    lz4 9 (the default) is LZ4's fast compressor, any other level LZ4 HC at that level (the frame API
+    caps HC at 12 and treats 1-2 as its fast mode); zstd as given. None for none and snappy."""
+    key = _LEVEL_KEYS.get(codec)
+    if key is None:
+        return None
+    level = config[key]
+    if codec == COMPRESSION_GZIP:
+        if level == 0:
+            raise ConfigError(f"{key} must be between 1 and 9 or equal to -1, got 0")
+        return LEVELS[codec] if level == -1 else level
+    if codec == COMPRESSION_LZ4:
+        return LEVELS[codec] if level == _JAVA_LZ4_DEFAULT else level
+    return level
+
+
+def native_sealer(codec: int, level: int | None = None) -> Any:
+    """A started `_crecords.NativeSealer` for `codec` at the codec library's `level` (None: `LEVELS`),
+    or None (the Python `Sealer` then seals)."""
     ext = producer_twin()
     why = None
     if codec not in LIBRARIES:
@@ -73,7 +97,7 @@ def native_sealer(codec: int) -> Any:
         why = ext.sealer_library(codec, LIBRARIES[codec])
     if why is None:
         try:
-            return ext.NativeSealer(codec, LEVELS[codec])
+            return ext.NativeSealer(codec, LEVELS[codec] if level is None else level)
         except OSError as e:            # no thread could be started
             why = f"its thread did not start: {e}"
     if codec not in _said:
@@ -121,4 +145,4 @@ class Sealer:
             job()       # a job handles its own errors (the producer fails its batches)
 
 
-__all__ = ["LEVELS", "LIBRARIES", "NATIVE_CODECS", "Sealer", "native_sealer"]
+__all__ = ["LEVELS", "LIBRARIES", "NATIVE_CODECS", "Sealer", "codec_level", "native_sealer"]

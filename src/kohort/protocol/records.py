@@ -1088,12 +1088,14 @@ def write_batch(records_bytes, count: int, base_ts: int, max_ts: int, *, base_of
 def write_batch_buffer(records_bytes, count: int, base_ts: int, max_ts: int, *, base_offset: int = 0,
                        compression: int = COMPRESSION_NONE, attributes: int = 0, producer_id: int = NO_PRODUCER_ID,
                        producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
-                       partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytearray:
+                       partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+                       level: int | None = None) -> bytearray:
     """`write_batch`, giving the bytearray the batch was written in rather than a bytes copy of it
     (a copy of a fresh 1 MB buffer costs about 1 ms; measured): for a producer, whose sealed batch
     is only sent (by reference, see GatherBuffer) and never changed. The codecs read `records_bytes`
-    where it lies (a bytearray is not copied to bytes first); it must not change meanwhile."""
-    payload = records_bytes if compression == COMPRESSION_NONE else compress(compression, records_bytes)
+    where it lies (a bytearray is not copied to bytes first); it must not change meanwhile. `level`:
+    the codec library's level (compression.compress's default if None)."""
+    payload = records_bytes if compression == COMPRESSION_NONE else compress(compression, records_bytes, level)
     out = bytearray(BATCH_HEADER_SIZE)
     out += payload
     try:
