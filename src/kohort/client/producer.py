@@ -84,7 +84,7 @@ from kohort.protocol.compression import (
 )
 from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
-from kohort.protocol.messages.produce import ProduceRequest, produce_request
+from kohort.protocol.messages.produce import OnePartitionProduceResponse, ProduceRequest, produce_request
 from kohort.protocol.records import ATTR_TRANSACTIONAL, producer_twin, set_batch_producer
 
 _CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
@@ -1356,6 +1356,7 @@ class _Sender:
         self.net.send(node, self._produce_request(batches), expect_response=acks,
                       max_version=_PRODUCE_MAX_VERSION if txn is None else txn.produce_max_version,
                       min_version=_PRODUCE_MIN_VERSION, at_once=True,
+                      response_class=OnePartitionProduceResponse,
                       on_done=functools.partial(self._on_produce, batches, node=node) if acks else None)
         if not acks:
             with lock:
@@ -1420,11 +1421,15 @@ class _Sender:
         if node is not None:
             self.node_requests[node] -= 1
         now = _now_ms()
-        results = {}
-        if resp is not None:
-            for t in resp.responses:
-                for pr in t.partition_responses:
-                    results[(t.name, pr.index)] = pr
+        # (topic, partition) -> (error_code, base_offset, log_append_time_ms, error_message)
+        if resp is None:
+            results = {}
+        elif type(resp) is tuple:       # one partition's answer, read by OnePartitionProduceResponse
+            results = {(resp[0], resp[1]): (resp[2], resp[3], resp[4], None)}
+        else:
+            results = {(t.name, pr.index): (pr.error_code, pr.base_offset, pr.log_append_time_ms,
+                                            pr.error_message)
+                       for t in resp.responses for pr in t.partition_responses}
         for b in batches:
             b.in_flight = False
             tp = (b.topic, b.partition)
@@ -1444,17 +1449,17 @@ class _Sender:
                 self._retry_or_fail(b, KohortError(f"no response for {tp[0]}[{tp[1]}] in ProduceResponse"),
                                     now, False)
                 continue
-            code = pr.error_code
+            code, base_offset, log_append_time, message = pr
             if code == 0 or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                 if st is not None and b.base_sequence >= 0:
                     st.last_acked = b.base_sequence + b.count - 1
                 if b.base_sequence == 0 and self.txn is not None and self.txn.v2 \
                         and _linger_clock_ms() - b.sent_ms >= HELD_FIRST_PRODUCE_MS:
                     self.marker_gap_txns = MARKER_GAP_TXNS      # held by the leader: see MARKER_GAP_MS
-                self._finish(b, pr.base_offset, pr.log_append_time_ms, None)
+                self._finish(b, base_offset, log_append_time, None)
                 continue
             cls = for_code(code)
-            e = cls(f"{tp[0]}[{tp[1]}]" + (f": {pr.error_message}" if pr.error_message else ""))
+            e = cls(f"{tp[0]}[{tp[1]}]" + (f": {message}" if message else ""))
             if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID) and \
                     self.p.idempotent and self.txn is None:
                 if code == ErrorCode.UNKNOWN_PRODUCER_ID or st is None or \
