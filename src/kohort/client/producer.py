@@ -1159,21 +1159,27 @@ class _Sender:
         seals = []                       # (batch, sequence) of batches to seal
         sent_ms = _linger_clock_ms()
         ahead = self.seal_ahead
+        idempotent = p.idempotent
+        parts = self.parts
         for b in batches:
             b.sent_ms = sent_ms
-            if b.wire is None or (p.idempotent and (b.producer_id != self.producer_id
-                                                     or b.producer_epoch != self.producer_epoch)):
+            if idempotent:
+                tp = (b.topic, b.partition)
+                st = parts.get(tp)
+                if st is None:
+                    st = parts[tp] = _PartitionState()
+            if b.wire is None or (idempotent and (b.producer_id != self.producer_id
+                                                   or b.producer_epoch != self.producer_epoch)):
                 seq = -1
                 if ahead:                    # numbered as it leaves the sealer (_send_sealed)
-                    if p.idempotent:
-                        self.parts.setdefault((b.topic, b.partition), _PartitionState()).sealing += 1
-                elif p.idempotent:
-                    st = self.parts.setdefault((b.topic, b.partition), _PartitionState())
+                    if idempotent:
+                        st.sealing += 1
+                elif idempotent:
                     seq = st.next_sequence
                     st.next_sequence = (seq + b.count) & 0x7FFFFFFF
                 seals.append((b, seq))
-            if p.idempotent:
-                self.parts[(b.topic, b.partition)].in_flight += 1
+            if idempotent:
+                st.in_flight += 1
             b.in_flight = True
         if ahead:
             self.node_sealing[node] = self.node_sealing.get(node, 0) + 1
@@ -1341,8 +1347,9 @@ class _Sender:
         try:
             if seals:
                 t = time.perf_counter()
-                size = sum(b.size for b, _ in seals)
+                size = 0
                 for b, seq in seals:
+                    size += b.size
                     b.seal(pid, epoch, seq, p.compression, attrs)
                 if size >= 65536:      # seconds per byte, smoothed: where the next request is sealed
                     self._seal_s_per_byte = 0.7 * self._seal_s_per_byte + 0.3 * (time.perf_counter() - t) / size
