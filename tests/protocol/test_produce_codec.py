@@ -442,7 +442,11 @@ def test_one_partition_answer_shapes_left_to_produce_response(version):
         assert read_one_partition_answer(frame, version) is None
         want = decode_response_lenient(frame, 0, version)[1]
         got = OnePartitionProduceResponse.decode_frame(frame, version)
-        assert got is None or got == want
+        if got is None:                           # ClientProtocol's general decoder, with the class
+            got = decode_response_lenient(frame, 0, version, OnePartitionProduceResponse)[1]
+            assert isinstance(got, ProduceResponse) and got.to_dict() == want.to_dict()
+        else:
+            assert got == want
     plain = _frame(schema_encode(one(), version), version)
     assert read_one_partition_answer(plain, version) == ("t", 2, 0, 7, -1)
     if version >= 9:                              # header tagged fields
