@@ -371,3 +371,83 @@ def test_produce_request_equals_the_constructors(req, version):
                            [(t.name, [(p.index, p.records) for p in t.partition_data]) for t in req.topic_data])
     assert made == req
     assert made.encode(version) == req.encode(version)
+
+
+# -- one partition's answer (the producer's answer path) ----------------------------------------------
+one_answer = st.builds(
+    lambda name, index, part, throttle: ProduceResponse(
+        responses=[TR(name=name, partition_responses=[_indexed(part, index)])], throttle_time_ms=throttle),
+    st.one_of(names, st.text(min_size=120, max_size=130)), st.integers(-2**31, 2**31 - 1), results,
+    st.integers(0, 2**31 - 1))
+
+
+def _indexed(part, index):
+    part.index = index
+    return part
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(responses, one_answer), st.sampled_from(VERSIONS))
+def test_read_one_partition_answer_equals_the_schema(resp, version):
+    """Every answer: the one-partition reader gives the schema's fields, or None for a shape it leaves
+    to ProduceResponse (not one topic with one partition, an error message, from v9 a topic name of
+    127 bytes or more); OnePartitionProduceResponse.decode_frame gives that tuple or the object
+    ProduceResponse reads."""
+    from kohort.protocol.messages.produce import OnePartitionProduceResponse, read_one_partition_answer
+    data = schema_encode(resp, version)
+    slow, _ = schema_decode(ProduceResponse, data, version)
+    frame = _frame(data, version)
+    got = read_one_partition_answer(frame, version)
+    topics = slow.responses
+    common = (len(topics) == 1 and len(topics[0].partition_responses) == 1
+              and (version < 8 or topics[0].partition_responses[0].error_message is None)
+              and (version < 9 or len(topics[0].name.encode()) < 127))
+    if not common:
+        assert got is None
+        decoded = OnePartitionProduceResponse.decode_frame(frame, version)
+        assert decoded is None or decoded == slow
+        return
+    pr = topics[0].partition_responses[0]
+    assert got == (topics[0].name, pr.index, pr.error_code, pr.base_offset,
+                   pr.log_append_time_ms if version >= 2 else -1)
+    assert OnePartitionProduceResponse.decode_frame(frame, version) == got
+    assert read_one_partition_answer(frame + b"trail", version) == got      # trailing bytes ignored
+    for cut in range(len(frame)):
+        assert read_one_partition_answer(frame[:cut], version) is None
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_one_partition_answer_shapes_left_to_produce_response(version):
+    """Record errors, current_leader (v10+), node endpoints (v10+), header tags: no tuple, and the
+    answer is read as ProduceResponse reads it (by the schema where its straight line stops)."""
+    from kohort.protocol.framing import decode_response_lenient
+    from kohort.protocol.messages.produce import OnePartitionProduceResponse, read_one_partition_answer
+
+    def one(**kw):
+        p = PR(index=2, error_code=0, base_offset=7, log_append_time_ms=-1, log_start_offset=0, record_errors=[])
+        for k, v in kw.items():
+            setattr(p, k, v)
+        return ProduceResponse(responses=[TR(name="t", partition_responses=[p])], throttle_time_ms=0)
+    cases = []
+    if version >= 8:
+        cases.append(one(record_errors=[PR.BatchIndexAndErrorMessage(batch_index=1, batch_index_error_message="no")]))
+        cases.append(one(error_message="why"))
+    if version >= 10:
+        cases.append(one(current_leader=PR.LeaderIdAndEpoch(leader_id=1, leader_epoch=4)))
+        node = one()
+        node.node_endpoints = [ProduceResponse.NodeEndpoint(node_id=1, host="h", port=9, rack=None)]
+        cases.append(node)
+    for resp in cases:
+        frame = _frame(schema_encode(resp, version), version)
+        assert read_one_partition_answer(frame, version) is None
+        want = decode_response_lenient(frame, 0, version)[1]
+        got = OnePartitionProduceResponse.decode_frame(frame, version)
+        if got is None:                           # ClientProtocol's general decoder, with the class
+            got = decode_response_lenient(frame, 0, version, OnePartitionProduceResponse)[1]
+            assert isinstance(got, ProduceResponse) and got.to_dict() == want.to_dict()
+        else:
+            assert got == want
+    plain = _frame(schema_encode(one(), version), version)
+    assert read_one_partition_answer(plain, version) == ("t", 2, 0, 7, -1)
+    if version >= 9:                              # header tagged fields
+        assert read_one_partition_answer(b"\0\0\0\x07\x01\x00\x00" + plain[5:], version) is None

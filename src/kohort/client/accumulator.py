@@ -296,6 +296,7 @@ class RecordAccumulator:
         self.batches: dict[tuple[str, int], deque] = {}     # a deque once made stays (never replaced)
         self.lock = threading.Lock()
         self._mem_cond = threading.Condition(self.lock)
+        self._mem_waiters = 0          # threads waiting in _reserve for buffer.memory to be freed
         self.used = 0
         self.closed = False
         self.flushing = 0
@@ -379,7 +380,11 @@ class RecordAccumulator:
                     f"unreachable; call flush(), raise buffer.memory or max.block.ms")
             if wake:
                 wake()
-            self._mem_cond.wait(min(left, 100) / 1000.0)
+            self._mem_waiters += 1
+            try:
+                self._mem_cond.wait(min(left, 100) / 1000.0)
+            finally:
+                self._mem_waiters -= 1
             if self.closed:
                 raise EncodeError("the producer is closed")
         self.used += size
@@ -400,7 +405,8 @@ class RecordAccumulator:
                         self._pool.append(buf)
                         self._pool_bytes = pooled
             self.incomplete.discard(batch)
-            self._mem_cond.notify_all()
+            if self._mem_waiters:
+                self._mem_cond.notify_all()
 
     # -- I/O side ----------------------------------------------------------------------------------------
     def ready(self, now_ms: int, leader_of, node_ready) -> tuple[set, int, set]:

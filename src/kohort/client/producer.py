@@ -84,7 +84,7 @@ from kohort.protocol.compression import (
 )
 from kohort.protocol.messages.api_versions import ApiVersionsRequest
 from kohort.protocol.messages.init_producer_id import InitProducerIdRequest
-from kohort.protocol.messages.produce import ProduceRequest, produce_request
+from kohort.protocol.messages.produce import OnePartitionProduceResponse, ProduceRequest, produce_request
 from kohort.protocol.records import ATTR_TRANSACTIONAL, producer_twin, set_batch_producer
 
 _CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY,
@@ -1161,21 +1161,27 @@ class _Sender:
         seals = []                       # (batch, sequence) of batches to seal
         sent_ms = _linger_clock_ms()
         ahead = self.seal_ahead
+        idempotent = p.idempotent
+        parts = self.parts
         for b in batches:
             b.sent_ms = sent_ms
-            if b.wire is None or (p.idempotent and (b.producer_id != self.producer_id
-                                                     or b.producer_epoch != self.producer_epoch)):
+            if idempotent:
+                tp = (b.topic, b.partition)
+                st = parts.get(tp)
+                if st is None:
+                    st = parts[tp] = _PartitionState()
+            if b.wire is None or (idempotent and (b.producer_id != self.producer_id
+                                                   or b.producer_epoch != self.producer_epoch)):
                 seq = -1
                 if ahead:                    # numbered as it leaves the sealer (_send_sealed)
-                    if p.idempotent:
-                        self.parts.setdefault((b.topic, b.partition), _PartitionState()).sealing += 1
-                elif p.idempotent:
-                    st = self.parts.setdefault((b.topic, b.partition), _PartitionState())
+                    if idempotent:
+                        st.sealing += 1
+                elif idempotent:
                     seq = st.next_sequence
                     st.next_sequence = (seq + b.count) & 0x7FFFFFFF
                 seals.append((b, seq))
-            if p.idempotent:
-                self.parts[(b.topic, b.partition)].in_flight += 1
+            if idempotent:
+                st.in_flight += 1
             b.in_flight = True
         if ahead:
             self.node_sealing[node] = self.node_sealing.get(node, 0) + 1
@@ -1343,8 +1349,9 @@ class _Sender:
         try:
             if seals:
                 t = time.perf_counter()
-                size = sum(b.size for b, _ in seals)
+                size = 0
                 for b, seq in seals:
+                    size += b.size
                     b.seal(pid, epoch, seq, p.compression, attrs, p.compression_level)
                 if size >= 65536:      # seconds per byte, smoothed: where the next request is sealed
                     self._seal_s_per_byte = 0.7 * self._seal_s_per_byte + 0.3 * (time.perf_counter() - t) / size
@@ -1358,6 +1365,7 @@ class _Sender:
         self.net.send(node, self._produce_request(batches), expect_response=acks,
                       max_version=_PRODUCE_MAX_VERSION if txn is None else txn.produce_max_version,
                       min_version=_PRODUCE_MIN_VERSION, at_once=True,
+                      response_class=OnePartitionProduceResponse,
                       on_done=functools.partial(self._on_produce, batches, node=node) if acks else None)
         if not acks:
             with lock:
@@ -1422,11 +1430,15 @@ class _Sender:
         if node is not None:
             self.node_requests[node] -= 1
         now = _now_ms()
-        results = {}
-        if resp is not None:
-            for t in resp.responses:
-                for pr in t.partition_responses:
-                    results[(t.name, pr.index)] = pr
+        # (topic, partition) -> (error_code, base_offset, log_append_time_ms, error_message)
+        if resp is None:
+            results = {}
+        elif type(resp) is tuple:       # one partition's answer, read by OnePartitionProduceResponse
+            results = {(resp[0], resp[1]): (resp[2], resp[3], resp[4], None)}
+        else:
+            results = {(t.name, pr.index): (pr.error_code, pr.base_offset, pr.log_append_time_ms,
+                                            pr.error_message)
+                       for t in resp.responses for pr in t.partition_responses}
         for b in batches:
             b.in_flight = False
             tp = (b.topic, b.partition)
@@ -1446,17 +1458,17 @@ class _Sender:
                 self._retry_or_fail(b, KohortError(f"no response for {tp[0]}[{tp[1]}] in ProduceResponse"),
                                     now, False)
                 continue
-            code = pr.error_code
+            code, base_offset, log_append_time, message = pr
             if code == 0 or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                 if st is not None and b.base_sequence >= 0:
                     st.last_acked = b.base_sequence + b.count - 1
                 if b.base_sequence == 0 and self.txn is not None and self.txn.v2 \
                         and _linger_clock_ms() - b.sent_ms >= HELD_FIRST_PRODUCE_MS:
                     self.marker_gap_txns = MARKER_GAP_TXNS      # held by the leader: see MARKER_GAP_MS
-                self._finish(b, pr.base_offset, pr.log_append_time_ms, None)
+                self._finish(b, base_offset, log_append_time, None)
                 continue
             cls = for_code(code)
-            e = cls(f"{tp[0]}[{tp[1]}]" + (f": {pr.error_message}" if pr.error_message else ""))
+            e = cls(f"{tp[0]}[{tp[1]}]" + (f": {message}" if message else ""))
             if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID) and \
                     self.p.idempotent and self.txn is None:
                 if code == ErrorCode.UNKNOWN_PRODUCER_ID or st is None or \

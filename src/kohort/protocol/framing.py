@@ -679,8 +679,12 @@ class ClientProtocol:
         if corr != expected:
             raise DecodeError(f"response correlation id {corr} does not match the oldest request {expected}")
         self._in_flight.popleft()
-        # a Produce answer (the producer's hot path) in one call when it has the common shape
-        resp = _decode_produce(payload, version) if api_key == 0 and response_class is None else None
+        # a Produce answer (the producer's hot path) in one call when it has the common shape (a
+        # response_class for Produce is a ProduceResponse variant: OnePartitionProduceResponse)
+        if api_key == 0:
+            resp = (_decode_produce if response_class is None else response_class.decode_frame)(payload, version)
+        else:
+            resp = None
         if resp is None:
             resp = decode_response_lenient(payload, api_key, version, response_class)[1]
         out.append(ResponseReceived(corr, resp, handle, len(payload) + 4))

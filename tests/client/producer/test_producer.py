@@ -188,14 +188,21 @@ def test_buffer_memory_unblocks_when_a_batch_completes():
     f1, _ = acc.append("t", 0, None, b"v", None, 1)
     acc.append("t", 1, None, b"v", None, 1)
 
+    seen = []
+
     def release():
-        time.sleep(0.1)
+        # the blocked append counts itself as a waiter: release() notifies only when one waits
+        deadline = time.monotonic() + 5
+        while acc._mem_waiters == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        seen.append(acc._mem_waiters)
         b = acc.drain([("t", 0)], 1 << 20, 0, lambda tp, b: True)[0]
         b.complete(5, -1, None)
         acc.release(b)
     threading.Thread(target=release).start()
     f3, _ = acc.append("t", 2, None, b"v", None, 1)
     assert f1.result(1).offset == 5 and not f3.done()
+    assert seen == [1] and acc._mem_waiters == 0
 
 
 def test_defaults_batch_up_to_a_megabyte_and_java_batch_size_still_holds():

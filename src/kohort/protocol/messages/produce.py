@@ -12,7 +12,9 @@ v3-v12 responses whose partitions carry no record errors, no current_leader, no 
 no tagged fields seen on the wire; so do the producer's: `ProduceRequest.encode_into` for v3-v12
 requests without tagged fields whose records are bytes (a GatherBuffer gets large ones as pieces),
 `ProduceResponse.read` for v3-v12 responses without record errors, error messages or tagged fields
-(`ProduceResponse.decode_frame`: the same from a whole frame, header included). Anything else (and any malformed input, so the schema's
+(`ProduceResponse.decode_frame`: the same from a whole frame, header included), and for an answer
+about one partition of one topic `read_one_partition_answer`, a tuple instead of objects
+(`OnePartitionProduceResponse`, the producer's response_class). Anything else (and any malformed input, so the schema's
 DecodeError names the problem) goes through the schema's codec; both give equal objects and
 identical bytes (tests/protocol/test_produce_codec.py compares them).
 """
@@ -141,6 +143,18 @@ class ProduceResponse(Message):
             if obj is not None:
                 return obj
         return super().read(r, version)
+
+
+class OnePartitionProduceResponse(ProduceResponse):
+    """ProduceResponse as the producer decodes the answers to its requests (the `response_class` it
+    sends them with): `decode_frame` reads the common answer for one partition of one topic into a
+    tuple (`read_one_partition_answer`) instead of three objects; any other answer is read as
+    ProduceResponse reads it."""
+
+    @classmethod
+    def decode_frame(cls, payload, version: int):
+        got = read_one_partition_answer(payload, version)
+        return got if got is not None else ProduceResponse.decode_frame(payload, version)
 
 
 
@@ -625,6 +639,54 @@ def read_one_partition(payload) -> tuple | None:
         if acks != -1 and acks != 1:
             return None
         return (version, corr, client_id, acks, timeout, topic, index, start, stop)
+    except (struct.error, IndexError, UnicodeDecodeError):
+        return None
+
+
+def read_one_partition_answer(payload, version: int) -> tuple | None:
+    """A response frame's payload (correlation id, header, body: what `decode_frame` reads) answering
+    one partition of one topic, v3-v12, with no record errors, no error message and no tagged fields
+    -> (topic, index, error_code, base_offset, log_append_time_ms); trailing bytes ignored. The
+    counterpart of `encode_one_partition` for the producer's answer path. None for any other answer
+    (ProduceResponse reads it)."""
+    if not 3 <= version <= 12:
+        return None
+    try:
+        if version >= 9:
+            # empty header tags, one topic, its name's length (one byte: names up to 126 bytes)
+            n = payload[6] - 1
+            if payload[4] or payload[5] != 2 or not 0 <= n < 0x7F:
+                return None
+            p = 7 + n
+            topic = str(payload[7:p], "utf-8")
+            if payload[p] != 2:                     # one partition
+                return None
+            p += 1
+        else:
+            if _ONE.unpack_from(payload, 4)[0] != 1:
+                return None
+            n = _I16.unpack_from(payload, 8)[0]
+            if n < 0:
+                return None
+            p = 10 + n
+            topic = str(payload[10:p], "utf-8")
+            if _ONE.unpack_from(payload, p)[0] != 1:
+                return None
+            p += 4
+        index, code, base, append_time = _PART_V3.unpack_from(payload, p)
+        p += _PART_V5.size if version >= 5 else _PART_V3.size
+        if version >= 9:
+            # no record errors, null error message, partition and topic tags, throttle, tags
+            if payload[p:p + 4] != b"\1\0\0\0" or payload[p + 8] != 0:
+                return None
+        else:
+            if version >= 8:
+                if payload[p:p + 6] != b"\0\0\0\0\xff\xff":
+                    return None
+                p += 6
+            if len(payload) < p + 4:                # throttle_time_ms
+                return None
+        return (topic, index, code, base, append_time)
     except (struct.error, IndexError, UnicodeDecodeError):
         return None
 
