@@ -263,14 +263,14 @@ def test_an_answer_of_fetch_max_bytes_is_followed_by_a_fetch_for_the_room_left(m
                    "max.partition.fetch.bytes": batch, "fetch.max.bytes": 2 * batch,
                    "fetch.max.wait.ms": 100}) as c:
         f = c._fetcher
-        sent = []
-        send = f._send
+        asked = []      # (max_bytes of the next Fetch or None, bytes buffered then)
+        request_max_bytes = f._request_max_bytes
 
-        def recording(node, parts, snap, *max_bytes):
-            with f.lock:
-                sent.append((max_bytes[0] if max_bytes else None, sum(f._buffered_bytes.values())))
-            send(node, parts, snap, *max_bytes)
-        f._send = recording
+        def recording():        # called with the fetcher's lock held
+            mb = request_max_bytes()
+            asked.append((mb, sum(f._buffered_bytes.values())))
+            return mb
+        f._request_max_bytes = recording
         c.assign([TopicPartition("cons-room", 0), TopicPartition("cons-room", 1)])
         first = []
         deadline = time.monotonic() + 10
@@ -285,6 +285,7 @@ def test_an_answer_of_fetch_max_bytes_is_followed_by_a_fetch_for_the_room_left(m
         with f.lock:
             buffered = sum(f._buffered_bytes.values())
         # both partitions at their own limit (two answers' worth each), over fetch.max.bytes in all
-        assert buffered == 4 * batch, (buffered, sent)
-        assert all(mb == min(2 * batch, 4 * batch - have) for mb, have in sent), sent
-        assert any(have >= 2 * batch for _mb, have in sent), sent
+        assert buffered == 4 * batch, (buffered, asked)
+        assert all(mb == (min(2 * batch, 4 * batch - have) if 4 * batch - have >= batch else None)
+                   for mb, have in asked), asked
+        assert any(mb is not None and have >= 2 * batch for mb, have in asked), asked
