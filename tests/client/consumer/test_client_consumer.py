@@ -243,3 +243,49 @@ def test_an_answers_next_fetch_is_on_the_wire_before_poll_is_woken(mock_cluster)
         # other work waits in the I/O thread's queue (metadata at start-up) has its Fetch queued
         # behind that work
         assert any(seen), seen
+
+
+def test_an_answer_of_fetch_max_bytes_is_followed_by_a_fetch_for_the_room_left(mock_cluster):
+    """Without poll(), the fetcher keeps a Fetch going while what is buffered stays below two answers'
+    worth (2 x fetch.max.bytes), each Fetch asking for the room left: an answer that fills
+    fetch.max.bytes is followed at once by the next Fetch, so the broker is not idle while the
+    application decodes it."""
+    from kohort.client.producer import Producer
+    from kohort.protocol.records import build_batch
+    batch = len(build_batch([(None, b"x" * 1000, None, int(time.time() * 1000))]))
+    create_topic(mock_cluster, "cons-room", 2)
+    with Producer({"bootstrap.servers": mock_cluster, "linger.ms": 0}) as p:
+        for i in range(16):                 # eight batches of one 1000-byte record per partition
+            p.produce("cons-room", b"x" * 1000, partition=i % 2)
+            p.flush()
+    # one batch per partition per answer: an answer holds two batches, fetch.max.bytes exactly
+    with Consumer({"bootstrap.servers": mock_cluster, "auto.offset.reset": "earliest",
+                   "max.partition.fetch.bytes": batch, "fetch.max.bytes": 2 * batch,
+                   "fetch.max.wait.ms": 100}) as c:
+        f = c._fetcher
+        asked = []      # (max_bytes of the next Fetch or None, bytes buffered then)
+        request_max_bytes = f._request_max_bytes
+
+        def recording():        # called with the fetcher's lock held
+            mb = request_max_bytes()
+            asked.append((mb, sum(f._buffered_bytes.values())))
+            return mb
+        f._request_max_bytes = recording
+        c.assign([TopicPartition("cons-room", 0), TopicPartition("cons-room", 1)])
+        first = []
+        deadline = time.monotonic() + 10
+        while not first and time.monotonic() < deadline:
+            first = c.poll(0.2, max_records=1)
+        assert len(first) == 1
+        while time.monotonic() < deadline:          # no poll() from here on
+            with f.lock:
+                if sum(f._buffered_bytes.values()) >= 4 * batch and not f._inflight:
+                    break
+            time.sleep(0.01)
+        with f.lock:
+            buffered = sum(f._buffered_bytes.values())
+        # both partitions at their own limit (two answers' worth each), over fetch.max.bytes in all
+        assert buffered == 4 * batch, (buffered, asked)
+        assert all(mb == (min(2 * batch, 4 * batch - have) if 4 * batch - have >= batch else None)
+                   for mb, have in asked), asked
+        assert any(mb is not None and have >= 2 * batch for mb, have in asked), asked

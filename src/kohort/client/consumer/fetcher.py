@@ -12,7 +12,13 @@ first and then decodes for as long as the GIL lets it. A response's worth is
 max.partition.fetch.bytes, or what the partition's last response brought when that was more (a
 broker returns a whole first batch however large, and some, Tansu among them, return several
 batches past the limit): a response bigger than the limit then does not stop fetching until poll()
-has drained it. When poll() uses up a chunk and its partition falls below that limit, the partition's
+has drained it. Overall, what is buffered plus what the next answer may bring stays within two
+answers' worth, 2 x fetch.max.bytes: each Fetch asks for the room left (its max_bytes, at most
+fetch.max.bytes; none leaves while less than max.partition.fetch.bytes is left). So an answer that
+fills fetch.max.bytes (64 partitions of 1 MiB each against the default 50 MiB) is followed at once
+by a Fetch for what is left of the backlog, not only once poll() has decoded part of it, and the
+memory bound is what it was with a Fetch sent only below fetch.max.bytes buffered (per broker).
+When poll() uses up a chunk and its partition falls below that limit, the partition's
 next Fetch leaves at once, from poll() (if none is in flight to that broker), not when poll() returns:
 a poll() handing out several buffered answers (max.poll.records above one answer's records) would
 otherwise leave the broker idle for as long as it decodes them. poll() decodes the records on the
@@ -254,8 +260,12 @@ class Fetcher:
         by_node: dict[int, dict] = {}
         with self.lock:
             # pipelining depth: keep fetching a partition until about two responses' worth of its
-            # data wait in the buffer (bounded overall by fetch.max.bytes)
-            if sum(self._buffered_bytes.values()) >= self.max_bytes:
+            # data wait in the buffer; overall, what is buffered plus what the next answer may
+            # bring stays within two answers' worth (2 x fetch.max.bytes): the Fetch asks for the
+            # room left, at most fetch.max.bytes, and waits while less than one partition's worth
+            # is left (see the module docstring)
+            max_bytes = self._request_max_bytes()
+            if max_bytes is None:
                 return
             for tp, st in self.subs.partitions.items():
                 if not self._below_limit(tp, st):
@@ -282,7 +292,16 @@ class Fetcher:
             self.cluster.add_topics({tp[0] for tp in missing})
             self.cluster.request_update()
         for node, parts in by_node.items():
-            self._send(node, parts, cluster)
+            self._send(node, parts, cluster, max_bytes)
+
+    def _request_max_bytes(self) -> int | None:
+        """The max_bytes of the next Fetch: the room left below two answers' worth of buffered record
+        bytes (2 x fetch.max.bytes), at most fetch.max.bytes; None (no Fetch now) while that room is
+        less than max.partition.fetch.bytes. Called with the lock held."""
+        room = 2 * self.max_bytes - sum(self._buffered_bytes.values())
+        if room < min(self.max_bytes, self.partition_max_bytes):
+            return None
+        return min(self.max_bytes, room)
 
     def _raise_if_denied(self, topics, locked: bool = False) -> None:
         """Topics the metadata answers TOPIC_AUTHORIZATION_FAILED for: poll() raises it (Java's
@@ -301,7 +320,7 @@ class Fetcher:
                 self._errors.append(err)
                 self._cond.notify_all()
 
-    def _send(self, node: int, parts: dict, snap) -> None:
+    def _send(self, node: int, parts: dict, snap, max_bytes: int) -> None:
         session = self._sessions.setdefault(node, FetchSession())
         wanted = {tp: v[:4] for tp, v in parts.items()}
         send, forgotten, view = session.build(wanted)
@@ -323,7 +342,7 @@ class Fetcher:
                 fby.setdefault(t, []).append(p)
             ftopics = [FetchRequest.ForgottenTopic(topic=t, topic_id=topic_ids.get(t) or ZERO_UUID, partitions=ps)
                        for t, ps in fby.items()]
-            return FetchRequest(max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
+            return FetchRequest(max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=max_bytes,
                                 isolation_level=self.isolation_level, session_id=sid, session_epoch=sep,
                                 topics=topics, forgotten_topics_data=ftopics, rack_id=self.rack_id)
 
