@@ -41,7 +41,8 @@ def ensure_data(bootstrap, topic, partitions, records, size):
     from confluent_kafka.admin import AdminClient, NewTopic
     if not have:
         try:
-            fs = AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, partitions, 1)])
+            admin = AdminClient({"bootstrap.servers": bootstrap})   # kept: its futures fail once it is destroyed
+            fs = admin.create_topics([NewTopic(topic, partitions, 1)])
             for f in fs.values():
                 f.result(15)
         except Exception as e:  # the mock cluster auto-creates instead
