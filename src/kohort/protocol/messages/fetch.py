@@ -7,7 +7,13 @@ sessions and forgotten_topics_data (KIP-227); v9 current_leader_epoch (KIP-320);
 and the tagged diverging_epoch/current_leader/snapshot_id (KIP-595) and cluster_id; v13 topic IDs (KIP-516);
 v14 OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405); v15 replica_state replaces replica_id (KIP-903); v16
 node_endpoints (KIP-951); v17 replica_directory_id (KIP-853); v18 high_watermark in the request (KIP-1166).
+
+`read_fetch_request` reads the consumers' common request (v12-v17, no tagged fields) in straight lines
+into the same FetchRequest as the schema's decoder (the broker's decode_request tries it first).
 """
+import struct
+import uuid as _uuid
+
 from kohort.protocol.schema import (INT8, INT16, INT32, INT64, RECORDS, STRING, UUID, Array, ArrayOf, Message,
                                     Struct, f)
 
@@ -97,3 +103,121 @@ class FetchResponse(Message):
         ]), "16+", tag=0),
     ]
 
+
+
+# -- the common request read without the schema's per-field codecs ---------------------------------
+_HEAD12 = struct.Struct(">iiiibii")     # replica_id (v12-v14), max_wait, min_bytes, max_bytes, isolation, session
+_HEAD15 = struct.Struct(">iiibii")
+_PART = struct.Struct(">iiqiqi")        # partition, current_leader_epoch, fetch_offset, last_fetched_epoch,
+                                        # log_start_offset, partition_max_bytes
+_I32 = struct.Struct(">i")
+_ZERO_UUID = _uuid.UUID(int=0)
+_NO_HWM = (1 << 63) - 1                 # the v18 high_watermark's default
+
+
+def _uv(buf, p: int) -> tuple[int, int]:
+    """An unsigned varint of at most 4 bytes at p -> (value, position after it); IndexError past the end."""
+    b = buf[p]
+    if b < 0x80:
+        return b, p + 1
+    v, shift = b & 0x7F, 7
+    for q in range(p + 1, p + 4):
+        b = buf[q]
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return v, q + 1
+        shift += 7
+    raise IndexError("long varint")
+
+
+def read_fetch_request(buf, p: int, version: int) -> "FetchRequest | None":
+    """The body of a Fetch v12-v17 request at buf[p:] with no tagged field anywhere (what consumers
+    send) -> the FetchRequest the schema's decoder makes of it (the same fields and defaults), read
+    with one struct unpack per partition; None for anything else (tagged fields, a null or short
+    field, a topic name that is not UTF-8): the schema's decoder then reads it and names what is
+    malformed. Trailing bytes after the body are ignored, as the general decoder does."""
+    new = object.__new__
+    try:
+        if version < 15:
+            replica_id, max_wait, min_bytes, max_bytes, iso, sid, sepoch = _HEAD12.unpack_from(buf, p)
+            p += 25
+        else:
+            replica_id = -1
+            max_wait, min_bytes, max_bytes, iso, sid, sepoch = _HEAD15.unpack_from(buf, p)
+            p += 21
+        by_id = version >= 13
+        n, p = _uv(buf, p)
+        if n == 0:
+            return None
+        topics = []
+        for _ in range(n - 1):
+            t = new(FetchRequest.FetchTopic)
+            if by_id:
+                name, tid = "", _uuid.UUID(bytes=bytes(buf[p:p + 16]))
+                p += 16
+            else:
+                k, p = _uv(buf, p)
+                if k == 0:
+                    return None
+                name, tid = str(buf[p:p + k - 1], "utf-8"), _ZERO_UUID
+                p += k - 1
+            k, p = _uv(buf, p)
+            if k == 0:
+                return None
+            parts = []
+            for _ in range(k - 1):
+                part, cle, off, lfe, lso, pmax = _PART.unpack_from(buf, p)
+                if buf[p + 32]:                 # tagged fields
+                    return None
+                p += 33
+                fp = new(FetchRequest.FetchTopic.FetchPartition)
+                fp.__dict__.update(partition=part, current_leader_epoch=cle, fetch_offset=off,
+                                   last_fetched_epoch=lfe, log_start_offset=lso, partition_max_bytes=pmax,
+                                   replica_directory_id=_ZERO_UUID, high_watermark=_NO_HWM)
+                parts.append(fp)
+            if buf[p]:
+                return None
+            p += 1
+            t.__dict__.update(topic=name, topic_id=tid, partitions=parts)
+            topics.append(t)
+        n, p = _uv(buf, p)
+        if n == 0:
+            return None
+        forgotten = []
+        for _ in range(n - 1):
+            t = new(FetchRequest.ForgottenTopic)
+            if by_id:
+                name, tid = "", _uuid.UUID(bytes=bytes(buf[p:p + 16]))
+                p += 16
+            else:
+                k, p = _uv(buf, p)
+                if k == 0:
+                    return None
+                name, tid = str(buf[p:p + k - 1], "utf-8"), _ZERO_UUID
+                p += k - 1
+            k, p = _uv(buf, p)
+            if k == 0:
+                return None
+            ps = [_I32.unpack_from(buf, p + 4 * i)[0] for i in range(k - 1)]
+            p += 4 * (k - 1)
+            if buf[p]:
+                return None
+            p += 1
+            t.__dict__.update(topic=name, topic_id=tid, partitions=ps)
+            forgotten.append(t)
+        k, p = _uv(buf, p)
+        if k == 0:
+            return None
+        rack = str(buf[p:p + k - 1], "utf-8")
+        p += k - 1
+        if p > len(buf) or buf[p]:              # top-level tagged fields
+            return None
+    except (IndexError, ValueError, struct.error):      # UnicodeDecodeError is a ValueError
+        return None
+    rs = new(FetchRequest.ReplicaState)
+    rs.__dict__.update(replica_id=-1, replica_epoch=-1)
+    req = new(FetchRequest)
+    req.__dict__.update(replica_id=replica_id, max_wait_ms=max_wait, min_bytes=min_bytes, max_bytes=max_bytes,
+                        isolation_level=iso, session_id=sid, session_epoch=sepoch, topics=topics,
+                        forgotten_topics_data=forgotten, rack_id=rack, replica_state=rs, cluster_id=None)
+    return req
