@@ -15,7 +15,8 @@ transactional id; on a connection without SASL, authorizer or injected faults) g
 handlers/produce.produce_one, read from the frame without request objects; its answer is its
 encoded frame (a bytearray, written as it is). Consumers' Fetch requests (v12-v17, no tagged fields)
 are read by protocol/messages/fetch.read_fetch_request instead of the schema's codecs (the same
-FetchRequest; everything after is the general path). An unknown API key or version closes the
+FetchRequest), and their answers without tagged fields written by encode_fetch_frame (the same
+bytes as the framing encoders). An unknown API key or version closes the
 connection as Kafka does, except ApiVersions, which is answered with UNSUPPORTED_VERSION and the
 supported ranges (KIP-511).
 
@@ -65,7 +66,7 @@ from kohort.protocol.framing import (
 )
 from kohort.protocol.headers import RequestHeader, request_header_version
 from kohort.protocol.messages import REQUESTS
-from kohort.protocol.messages.fetch import read_fetch_request
+from kohort.protocol.messages.fetch import encode_fetch_frame, read_fetch_request
 from kohort.protocol.messages.produce import read_one_partition
 from kohort.protocol.primitives import Reader
 
@@ -620,7 +621,8 @@ class Connection(asyncio.BufferedProtocol):
                         m.observe(api_key, time.perf_counter() - t0, in_bytes, 0, version)
                     continue
                 if self._splice and api_key == FETCH:
-                    data = encode_response_spliced(result, version, corr)
+                    data = (encode_fetch_frame(result, version, corr, True)
+                            or encode_response_spliced(result, version, corr))
                     if data.splices:
                         if out:
                             t.write(out)
@@ -633,6 +635,9 @@ class Connection(asyncio.BufferedProtocol):
                         self._sending = self.loop.create_task(_send_spliced(self.loop, t, data, *rest))
                         self._sending.add_done_callback(self._on_sent)
                         break
+                elif api_key == FETCH:
+                    data = (encode_fetch_frame(result, version, corr, False)
+                            or encode_response_buffer(result, version, corr))
                 else:
                     data = encode_response_buffer(result, version, corr)
                 if m:

@@ -9,11 +9,14 @@ v14 OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405); v15 replica_state replaces replica
 node_endpoints (KIP-951); v17 replica_directory_id (KIP-853); v18 high_watermark in the request (KIP-1166).
 
 `read_fetch_request` reads the consumers' common request (v12-v17, no tagged fields) in straight lines
-into the same FetchRequest as the schema's decoder (the broker's decode_request tries it first).
+into the same FetchRequest as the schema's decoder (the broker's decode_request tries it first);
+`encode_fetch_frame` writes the broker's common answer (v12-v17, no tagged field to write) as the same
+frame as the framing encoders (the broker's writer tries it first).
 """
 import struct
 import uuid as _uuid
 
+from kohort.protocol.records import ExternalRecords, SpliceBuffer
 from kohort.protocol.schema import (INT8, INT16, INT32, INT64, RECORDS, STRING, UUID, Array, ArrayOf, Message,
                                     Struct, f)
 
@@ -221,3 +224,89 @@ def read_fetch_request(buf, p: int, version: int) -> "FetchRequest | None":
                         isolation_level=iso, session_id=sid, session_epoch=sepoch, topics=topics,
                         forgotten_topics_data=forgotten, rack_id=rack, replica_state=rs, cluster_id=None)
     return req
+
+
+# -- the common answer written without the schema's per-field codecs ---------------------------------
+_ANSWER_HEAD = struct.Struct(">iiBihi")       # size (patched), correlation id, header tags, throttle, error, session
+_PART_HEAD = struct.Struct(">ihqqq")          # partition, error, high watermark, last stable, log start
+_ABORTED = struct.Struct(">qqB")
+_NO_DIVERGING = {"epoch": -1, "end_offset": -1}
+_NO_LEADER = {"leader_id": -1, "leader_epoch": -1}
+_NO_SNAPSHOT = {"end_offset": -1, "epoch": -1}
+
+
+def _w_uv(out: bytearray, v: int) -> None:
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def encode_fetch_frame(resp: "FetchResponse", version: int, correlation_id: int,
+                       spliced: bool) -> "bytearray | None":
+    """The whole frame (size prefix, response header v1, body) of a Fetch v12-v17 answer with no
+    tagged field to write (no diverging epoch, current leader, snapshot id or node endpoints; what
+    the broker answers consumers), the same bytes as framing.encode_response_spliced (`spliced`:
+    a SpliceBuffer, ExternalRecords left out as splices) or encode_response_buffer; None for any
+    other answer, or one with a value out of its field's range (the general encoders write it or
+    name the fault)."""
+    if not 12 <= version <= 17:
+        return None
+    d = resp.__dict__
+    if d.get("node_endpoints") or "_tags_seen" in d or "_unknown_tags" in d:
+        return None
+    try:
+        by_id = version >= 13
+        out = SpliceBuffer() if spliced else bytearray()
+        out += _ANSWER_HEAD.pack(0, correlation_id, 0, resp.throttle_time_ms, resp.error_code, resp.session_id)
+        topics = resp.responses
+        _w_uv(out, len(topics) + 1)
+        for t in topics:
+            if len(t.__dict__) != 3:                # tags seen or unknown
+                return None
+            if by_id:
+                out += t.topic_id.bytes
+            else:
+                name = t.topic.encode()
+                _w_uv(out, len(name) + 1)
+                out += name
+            parts = t.partitions
+            _w_uv(out, len(parts) + 1)
+            for p in parts:
+                pd = p.__dict__
+                if (len(pd) != 11 or pd["diverging_epoch"].__dict__ != _NO_DIVERGING
+                        or pd["current_leader"].__dict__ != _NO_LEADER or pd["snapshot_id"].__dict__ != _NO_SNAPSHOT):
+                    return None
+                out += _PART_HEAD.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                       p.log_start_offset)
+                aborted = p.aborted_transactions
+                if aborted is None:
+                    out.append(0)
+                else:
+                    _w_uv(out, len(aborted) + 1)
+                    for a in aborted:
+                        if len(a.__dict__) != 2:
+                            return None
+                        out += _ABORTED.pack(a.producer_id, a.first_offset, 0)
+                out += _I32.pack(p.preferred_read_replica)
+                rec = p.records
+                if rec is None:
+                    out.append(0)
+                elif isinstance(rec, ExternalRecords):
+                    if spliced:
+                        _w_uv(out, rec.size + 1)
+                        out.splices.append((len(out), rec))
+                    else:
+                        rec = rec.read()
+                        _w_uv(out, len(rec) + 1)
+                        out += rec
+                else:
+                    _w_uv(out, len(rec) + 1)
+                    out += rec
+                out.append(0)                       # the partition's tagged fields
+            out.append(0)                           # the topic's
+        out.append(0)                               # the answer's
+    except (struct.error, TypeError, AttributeError, KeyError):    # the general encoder names it
+        return None
+    _I32.pack_into(out, 0, (out.frame_size if spliced else len(out)) - 4)
+    return out
