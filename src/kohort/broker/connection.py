@@ -13,7 +13,10 @@ in a small one (PARTIAL_MOVE, SMALL_BUFFER), so slow senders cannot pin a receiv
 frame closes this connection only, with one log line. The common Produce request (one partition, no
 transactional id; on a connection without SASL, authorizer or injected faults) goes straight to
 handlers/produce.produce_one, read from the frame without request objects; its answer is its
-encoded frame (a bytearray, written as it is). An unknown API key or version closes the
+encoded frame (a bytearray, written as it is). Consumers' Fetch requests (v12-v17, no tagged fields)
+are read by protocol/messages/fetch.read_fetch_request instead of the schema's codecs (the same
+FetchRequest), and their answers without tagged fields written by encode_fetch_frame (the same
+bytes as the framing encoders). An unknown API key or version closes the
 connection as Kafka does, except ApiVersions, which is answered with UNSUPPORTED_VERSION and the
 supported ranges (KIP-511).
 
@@ -63,6 +66,7 @@ from kohort.protocol.framing import (
 )
 from kohort.protocol.headers import RequestHeader, request_header_version
 from kohort.protocol.messages import REQUESTS
+from kohort.protocol.messages.fetch import encode_fetch_frame, read_fetch_request
 from kohort.protocol.messages.produce import read_one_partition
 from kohort.protocol.primitives import Reader
 
@@ -100,6 +104,10 @@ def decode_request(payload):
         raise UnsupportedRequestError(api_key, version, corr, client_id)
     r = Reader(payload)
     header = RequestHeader.read(r, request_header_version(cls, version))
+    if api_key == FETCH and 12 <= version <= 17:
+        req = read_fetch_request(payload, r.pos, version)      # a consumer's Fetch, without the codecs
+        if req is not None:
+            return header, req
     return header, cls.read(r, version)       # decode(exact=False) less the version check made above
 
 
@@ -613,7 +621,8 @@ class Connection(asyncio.BufferedProtocol):
                         m.observe(api_key, time.perf_counter() - t0, in_bytes, 0, version)
                     continue
                 if self._splice and api_key == FETCH:
-                    data = encode_response_spliced(result, version, corr)
+                    data = (encode_fetch_frame(result, version, corr, True)
+                            or encode_response_spliced(result, version, corr))
                     if data.splices:
                         if out:
                             t.write(out)
@@ -626,6 +635,9 @@ class Connection(asyncio.BufferedProtocol):
                         self._sending = self.loop.create_task(_send_spliced(self.loop, t, data, *rest))
                         self._sending.add_done_callback(self._on_sent)
                         break
+                elif api_key == FETCH:
+                    data = (encode_fetch_frame(result, version, corr, False)
+                            or encode_response_buffer(result, version, corr))
                 else:
                     data = encode_response_buffer(result, version, corr)
                 if m:
