@@ -29,6 +29,7 @@ from kohort.protocol.headers import (
 )
 from kohort.protocol.messages import REQUESTS, RESPONSES
 from kohort.protocol.messages.api_versions import ApiVersionsRequest
+from kohort.protocol.messages.fetch import FetchResponse
 from kohort.protocol.messages.produce import ProduceResponse
 from kohort.protocol.messages.sasl_authenticate import SaslAuthenticateRequest
 from kohort.protocol.messages.sasl_handshake import SaslHandshakeRequest
@@ -679,18 +680,20 @@ class ClientProtocol:
         if corr != expected:
             raise DecodeError(f"response correlation id {corr} does not match the oldest request {expected}")
         self._in_flight.popleft()
-        # a Produce answer (the producer's hot path) in one call when it has the common shape (a
-        # response_class for Produce is a ProduceResponse variant: OnePartitionProduceResponse)
-        if api_key == 0:
-            resp = (_decode_produce if response_class is None else response_class.decode_frame)(payload, version)
+        # a Produce or Fetch answer (the clients' hot paths) in one call when it has the common shape
+        # (a response_class for Produce is a ProduceResponse variant: OnePartitionProduceResponse)
+        if response_class is None:
+            fast = _DECODE_FRAME.get(api_key)
         else:
-            resp = None
+            fast = response_class.decode_frame if api_key == ProduceResponse.API_KEY else None
+        resp = fast(payload, version) if fast is not None else None
         if resp is None:
             resp = decode_response_lenient(payload, api_key, version, response_class)[1]
         out.append(ResponseReceived(corr, resp, handle, len(payload) + 4))
 
 
-_decode_produce = ProduceResponse.decode_frame
+_DECODE_FRAME = {ProduceResponse.API_KEY: ProduceResponse.decode_frame,
+                 FetchResponse.API_KEY: FetchResponse.decode_frame}
 
 _POOL = 3                   # large frame buffers a connection keeps for reuse
 _POOL_MIN = 256 << 10       # frames from this size are received into pooled buffers

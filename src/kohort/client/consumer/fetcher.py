@@ -71,7 +71,7 @@ from kohort.client.consumer.offsets import (
 from kohort.protocol.framing import Versioned
 from kohort.client.requests import read_list_offsets
 from kohort.errors import ErrorCode, KafkaError, for_code
-from kohort.protocol.messages.fetch import FetchRequest
+from kohort.protocol.messages.fetch import FetchRequest, fetch_request
 from kohort.protocol.messages.list_offsets import ListOffsetsRequest
 from kohort.protocol.messages.offset_for_leader_epoch import OffsetForLeaderEpochRequest
 from kohort.protocol.primitives import ZERO_UUID
@@ -330,21 +330,8 @@ class Fetcher:
         sid, sep = session.session_id, session.epoch
 
         def build(version: int) -> FetchRequest:
-            by_topic: dict[str, list] = {}
-            for tp, (off, cur_epoch, last_epoch, mb) in send.items():
-                by_topic.setdefault(tp[0], []).append(FetchRequest.FetchTopic.FetchPartition(
-                    partition=tp[1], current_leader_epoch=cur_epoch, fetch_offset=off,
-                    last_fetched_epoch=last_epoch, partition_max_bytes=mb))
-            topics = [FetchRequest.FetchTopic(topic=t, topic_id=topic_ids.get(t) or ZERO_UUID, partitions=ps)
-                      for t, ps in by_topic.items()]
-            fby: dict[str, list] = {}
-            for t, p in forgotten:
-                fby.setdefault(t, []).append(p)
-            ftopics = [FetchRequest.ForgottenTopic(topic=t, topic_id=topic_ids.get(t) or ZERO_UUID, partitions=ps)
-                       for t, ps in fby.items()]
-            return FetchRequest(max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=max_bytes,
-                                isolation_level=self.isolation_level, session_id=sid, session_epoch=sep,
-                                topics=topics, forgotten_topics_data=ftopics, rack_id=self.rack_id)
+            return fetch_request(self.max_wait_ms, self.min_bytes, max_bytes, self.isolation_level, sid, sep,
+                                 send, forgotten, topic_ids, self.rack_id)
 
         # at_once: from the I/O thread (an answer's callback) written now, before anything else
         fut = self.network.send(node, Versioned(FETCH_KEY, build), max_version=None if use_ids else 12,

@@ -12,13 +12,28 @@ node_endpoints (KIP-951); v17 replica_directory_id (KIP-853); v18 high_watermark
 into the same FetchRequest as the schema's decoder (the broker's decode_request tries it first);
 `encode_fetch_frame` writes the broker's common answer (v12-v17, no tagged field to write) as the same
 frame as the framing encoders (the broker's writer tries it first).
+
+The consumer's side has a straight-line codec beside the schema's, for v4-v18: `fetch_request` makes
+the request from the fetcher's partitions with every field set at once (no schema defaults looked up),
+`FetchRequest.encode_into` writes requests whose tagged fields are all at their defaults (anything else
+through the schema), and `FetchResponse.decode_frame` reads an answer from its whole frame, header
+included; a partition carrying tagged fields (diverging_epoch, current_leader, snapshot_id, unknown
+ones) is read by the schema's codec of that partition, and an answer with tagged fields above its
+partitions (node_endpoints) or anything malformed by the schema's codec as a whole (so its DecodeError
+names the problem). Both give equal objects and identical bytes (tests/protocol/test_fetch_codec.py).
 """
 import struct
 import uuid as _uuid
+from operator import itemgetter
 
+from kohort.errors import DecodeError
+from kohort.protocol.primitives import ZERO_UUID, Reader
 from kohort.protocol.records import ExternalRecords, SpliceBuffer
 from kohort.protocol.schema import (INT8, INT16, INT32, INT64, RECORDS, STRING, UUID, Array, ArrayOf, Message,
                                     Struct, f)
+
+
+_new = object.__new__
 
 
 class FetchRequest(Message):
@@ -59,6 +74,14 @@ class FetchRequest(Message):
         ]), "7+"),
         f("rack_id", STRING, "11+"),
     ]
+
+    def encode_into(self, out: bytearray, version: int) -> None:
+        if 4 <= version <= 18:
+            start = len(out)
+            if _write_request(out, self, version):
+                return
+            del out[start:]        # the schema's codec writes it (or names what is wrong with it)
+        super().encode_into(out, version)
 
 
 class FetchResponse(Message):
@@ -106,6 +129,22 @@ class FetchResponse(Message):
         ]), "16+", tag=0),
     ]
 
+    @classmethod
+    def decode_frame(cls, payload, version: int):
+        """The answer in a response frame's `payload` (the bytes after its size prefix: correlation
+        id, the header's tagged fields when flexible, the body) read in one call, as the client's
+        answer path wants it: no Reader, no header object; trailing bytes ignored (as
+        decode_response_lenient does). None when the general decoder must read it (see the module
+        docstring). Record sets are views of `payload`, as the schema's codec makes them."""
+        if not 4 <= version <= 18:
+            return None
+        buf = payload if type(payload) is memoryview else memoryview(payload)
+        p = 4
+        if version >= 12:          # response header v1: an empty tagged-field section
+            if len(buf) < 5 or buf[4] != 0:
+                return None
+            p = 5
+        return _read_response(buf, p, len(buf), version)
 
 
 # -- the common request read without the schema's per-field codecs ---------------------------------
@@ -229,7 +268,7 @@ def read_fetch_request(buf, p: int, version: int) -> "FetchRequest | None":
 # -- the common answer written without the schema's per-field codecs ---------------------------------
 _ANSWER_HEAD = struct.Struct(">iiBihi")       # size (patched), correlation id, header tags, throttle, error, session
 _PART_HEAD = struct.Struct(">ihqqq")          # partition, error, high watermark, last stable, log start
-_ABORTED = struct.Struct(">qqB")
+_ABORTED_OUT = struct.Struct(">qqB")
 _NO_DIVERGING = {"epoch": -1, "end_offset": -1}
 _NO_LEADER = {"leader_id": -1, "leader_epoch": -1}
 _NO_SNAPSHOT = {"end_offset": -1, "epoch": -1}
@@ -287,7 +326,7 @@ def encode_fetch_frame(resp: "FetchResponse", version: int, correlation_id: int,
                     for a in aborted:
                         if len(a.__dict__) != 2:
                             return None
-                        out += _ABORTED.pack(a.producer_id, a.first_offset, 0)
+                        out += _ABORTED_OUT.pack(a.producer_id, a.first_offset, 0)
                 out += _I32.pack(p.preferred_read_replica)
                 rec = p.records
                 if rec is None:
@@ -310,3 +349,347 @@ def encode_fetch_frame(resp: "FetchResponse", version: int, correlation_id: int,
         return None
     _I32.pack_into(out, 0, (out.frame_size if spliced else len(out)) - 4)
     return out
+
+
+class _General(Exception):
+    """Raised inside the straight-line reader: the schema's codec reads the whole answer."""
+
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_HEAD_V7 = struct.Struct(">ihi")         # throttle_time_ms, error_code, session_id
+_PART_V4 = struct.Struct(">ihqq")        # partition_index, error_code, high_watermark, last_stable_offset
+_PART_V5 = struct.Struct(">ihqqq")       # + log_start_offset
+_ABORTED = struct.Struct(">qq")          # producer_id, first_offset
+
+
+def _uvarint_rest(buf, p: int, first: int):
+    """An unsigned varint whose first byte `first` (>= 0x80) was read before `p`: (value, next
+    position). At most 5 bytes, as the schema's Reader; IndexError when cut short."""
+    result, shift = first & 0x7F, 7
+    while shift < 35:
+        b = buf[p]
+        p += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, p
+        shift += 7
+    raise _General
+
+
+def _read_response(buf, p: int, end: int, version: int):
+    """FetchResponse v4-v18 read from buf[p:end] (a memoryview), or None when the schema's codec must
+    read it (see the module docstring)."""
+    flexible = version >= 12
+    Topic = FetchResponse.FetchableTopicResponse
+    Part = Topic.PartitionData
+    general = Part._codec(version, flexible)[0]
+    try:
+        if version >= 7:
+            throttle, top_error, session_id = _HEAD_V7.unpack_from(buf, p)
+            p += 10
+        else:
+            throttle = _I32.unpack_from(buf, p)[0]
+            top_error = session_id = 0
+            p += 4
+        if flexible:
+            count = buf[p]
+            p += 1
+            if count & 0x80:
+                count, p = _uvarint_rest(buf, p, count)
+            count -= 1
+        else:
+            count = _I32.unpack_from(buf, p)[0]
+            p += 4
+        if not 0 <= count <= end - p:
+            return None
+        topics = []
+        for _ in range(count):
+            if version >= 13:
+                if p + 16 > end:
+                    return None
+                topic_id = _uuid.UUID(bytes=bytes(buf[p:p + 16]))
+                name = ""
+                p += 16
+            else:
+                if flexible:
+                    n = buf[p]
+                    p += 1
+                    if n & 0x80:
+                        n, p = _uvarint_rest(buf, p, n)
+                    n -= 1
+                else:
+                    n = _I16.unpack_from(buf, p)[0]
+                    p += 2
+                if n < 0 or p + n > end:
+                    return None
+                name = str(buf[p:p + n], "utf-8")
+                topic_id = ZERO_UUID
+                p += n
+            if flexible:
+                pcount = buf[p]
+                p += 1
+                if pcount & 0x80:
+                    pcount, p = _uvarint_rest(buf, p, pcount)
+                pcount -= 1
+            else:
+                pcount = _I32.unpack_from(buf, p)[0]
+                p += 4
+            if not 0 <= pcount <= end - p:
+                return None
+            parts = []
+            for _ in range(pcount):
+                got = _read_partition(buf, p, end, version, flexible, Part)
+                if got is None:
+                    r = Reader(buf, p, end)
+                    parts.append(general(r))
+                    p = r.pos
+                else:
+                    parts.append(got[0])
+                    p = got[1]
+            if flexible:
+                if buf[p]:
+                    return None
+                p += 1
+            topic = _new(Topic)
+            topic.__dict__.update(topic=name, topic_id=topic_id, partitions=parts)
+            topics.append(topic)
+        if flexible:
+            if buf[p]:
+                return None
+            p += 1
+    except (struct.error, IndexError, UnicodeDecodeError, DecodeError, _General):
+        return None
+    if p > end:
+        return None
+    obj = _new(FetchResponse)
+    obj.__dict__.update(throttle_time_ms=throttle, error_code=top_error, session_id=session_id, responses=topics,
+                        node_endpoints=[])
+    return obj
+
+
+def _read_partition(buf, p: int, end: int, version: int, flexible: bool, Part):
+    """One PartitionData: (object, next position), or None when it carries tagged fields (its own or
+    an aborted transaction's): the schema's codec reads that partition."""
+    if version >= 5:
+        index, code, hw, lso, start = _PART_V5.unpack_from(buf, p)
+        p += 30
+    else:
+        index, code, hw, lso = _PART_V4.unpack_from(buf, p)
+        start = -1
+        p += 22
+    if flexible:
+        n = buf[p]
+        p += 1
+        if n & 0x80:
+            n, p = _uvarint_rest(buf, p, n)
+        n -= 1
+    else:
+        n = _I32.unpack_from(buf, p)[0]
+        p += 4
+    if n == -1:
+        aborted = None
+    elif 0 <= n <= end - p:
+        aborted = []
+        Aborted = Part.AbortedTransaction
+        for _ in range(n):
+            pid, first = _ABORTED.unpack_from(buf, p)
+            p += 16
+            if flexible:
+                if buf[p]:
+                    return None
+                p += 1
+            a = _new(Aborted)
+            a.__dict__.update(producer_id=pid, first_offset=first)
+            aborted.append(a)
+    else:
+        raise _General
+    if version >= 11:
+        preferred = _I32.unpack_from(buf, p)[0]
+        p += 4
+    else:
+        preferred = -1
+    if flexible:
+        n = buf[p]
+        p += 1
+        if n & 0x80:
+            n, p = _uvarint_rest(buf, p, n)
+        n -= 1
+    else:
+        n = _I32.unpack_from(buf, p)[0]
+        p += 4
+    if n < 0:
+        records = None
+    else:
+        if p + n > end:
+            raise _General
+        records = buf[p:p + n]
+        p += n
+    if flexible:
+        if buf[p]:
+            return None
+        p += 1
+    diverging = _new(Part.EpochEndOffset)
+    diverging.__dict__.update(epoch=-1, end_offset=-1)
+    leader = _new(Part.LeaderIdAndEpoch)
+    leader.__dict__.update(leader_id=-1, leader_epoch=-1)
+    snapshot = _new(Part.SnapshotId)
+    snapshot.__dict__.update(end_offset=-1, epoch=-1)
+    part = _new(Part)
+    part.__dict__.update(partition_index=index, error_code=code, high_watermark=hw, last_stable_offset=lso,
+                         log_start_offset=start, diverging_epoch=diverging, current_leader=leader,
+                         snapshot_id=snapshot, aborted_transactions=aborted, preferred_read_replica=preferred,
+                         records=records)
+    return part, p
+
+
+def fetch_request(max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int, session_id: int,
+                  session_epoch: int, partitions: dict, forgotten: list, topic_ids: dict,
+                  rack_id: str) -> FetchRequest:
+    """The consumer's FetchRequest: `partitions` {(topic, partition): (fetch_offset, current_leader_epoch,
+    last_fetched_epoch, partition_max_bytes)}, `forgotten` [(topic, partition)] (KIP-227), `topic_ids`
+    {topic: id or None}, a topic's partitions in the order given; every field set at once as the
+    schema's constructors would set it."""
+    Topic = FetchRequest.FetchTopic
+    Part = Topic.FetchPartition
+    by_topic: dict[str, list] = {}
+    for (topic, index), (offset, leader_epoch, last_epoch, part_max) in partitions.items():
+        part = _new(Part)
+        part.__dict__.update(partition=index, current_leader_epoch=leader_epoch, fetch_offset=offset,
+                             last_fetched_epoch=last_epoch, log_start_offset=-1, partition_max_bytes=part_max,
+                             replica_directory_id=ZERO_UUID, high_watermark=_NO_HIGH_WATERMARK)
+        ps = by_topic.get(topic)
+        if ps is None:
+            by_topic[topic] = [part]
+        else:
+            ps.append(part)
+    topics = []
+    for topic, ps in by_topic.items():
+        t = _new(Topic)
+        t.__dict__.update(topic=topic, topic_id=topic_ids.get(topic) or ZERO_UUID, partitions=ps)
+        topics.append(t)
+    forgotten_by: dict[str, list] = {}
+    for topic, index in forgotten:
+        forgotten_by.setdefault(topic, []).append(index)
+    forgotten_topics = []
+    for topic, ps in forgotten_by.items():
+        t = _new(FetchRequest.ForgottenTopic)
+        t.__dict__.update(topic=topic, topic_id=topic_ids.get(topic) or ZERO_UUID, partitions=ps)
+        forgotten_topics.append(t)
+    state = _new(FetchRequest.ReplicaState)
+    state.__dict__.update(replica_id=-1, replica_epoch=-1)
+    req = _new(FetchRequest)
+    req.__dict__.update(cluster_id=None, replica_id=-1, replica_state=state, max_wait_ms=max_wait_ms,
+                        min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=isolation_level,
+                        session_id=session_id, session_epoch=session_epoch, topics=topics,
+                        forgotten_topics_data=forgotten_topics, rack_id=rack_id)
+    return req
+
+
+_NO_HIGH_WATERMARK = (1 << 63) - 1
+_DEFAULT_REPLICA_STATE = {"replica_id": -1, "replica_epoch": -1}
+_HEAD_V4 = struct.Struct(">iiib")        # max_wait_ms, min_bytes, max_bytes, isolation_level
+_TWO_I32 = struct.Struct(">ii")
+# a partition's fields by version: v4 partition, fetch_offset, partition_max_bytes; v5 log_start_offset;
+# v9 current_leader_epoch; v12 last_fetched_epoch
+_REQ_PART = {
+    4: (struct.Struct(">iqi"), itemgetter("partition", "fetch_offset", "partition_max_bytes")),
+    5: (struct.Struct(">iqqi"), itemgetter("partition", "fetch_offset", "log_start_offset", "partition_max_bytes")),
+    9: (struct.Struct(">iiqqi"), itemgetter("partition", "current_leader_epoch", "fetch_offset", "log_start_offset",
+                                            "partition_max_bytes")),
+    12: (struct.Struct(">iiqiqi"), itemgetter("partition", "current_leader_epoch", "fetch_offset",
+                                              "last_fetched_epoch", "log_start_offset", "partition_max_bytes")),
+}
+
+
+def _w_len(out: bytearray, n: int, flexible: bool) -> None:
+    """An array's or string's length: compact (uvarint of n + 1) when flexible, else int32."""
+    if not flexible:
+        out += _I32.pack(n)
+        return
+    n += 1
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _w_str(out: bytearray, s: str, flexible: bool) -> None:
+    b = s.encode("utf-8")
+    if flexible:
+        _w_len(out, len(b), True)
+    else:
+        out += _I16.pack(len(b))
+    out += b
+
+
+def _write_request(out: bytearray, req, version: int) -> bool:
+    """FetchRequest v4-v18 written into `out`; False (something may have been written) when a tagged
+    field is not at its default, a struct was read with tagged fields, or a value does not fit: the
+    schema's codec writes it then."""
+    flexible = version >= 12
+    d = req.__dict__
+    if "_unknown_tags" in d or "_tags_seen" in d or "_wire" in d:
+        return False
+    if flexible:
+        state = d["replica_state"]
+        if d["cluster_id"] is not None or (version >= 15 and (
+                type(state) is not FetchRequest.ReplicaState or state.__dict__ != _DEFAULT_REPLICA_STATE)):
+            return False
+    part_fmt, part_fields = _REQ_PART[12 if version >= 12 else 9 if version >= 9 else 5 if version >= 5 else 4]
+    try:
+        if version <= 14:
+            out += _I32.pack(d["replica_id"])
+        out += _HEAD_V4.pack(d["max_wait_ms"], d["min_bytes"], d["max_bytes"], d["isolation_level"])
+        if version >= 7:
+            out += _TWO_I32.pack(d["session_id"], d["session_epoch"])
+        topics = d["topics"]
+        _w_len(out, len(topics), flexible)
+        for t in topics:
+            td = t.__dict__
+            if "_unknown_tags" in td:
+                return False
+            if version >= 13:
+                tid = td["topic_id"]
+                out += tid.bytes if tid is not None else bytes(16)
+            else:
+                _w_str(out, td["topic"], flexible)
+            parts = td["partitions"]
+            _w_len(out, len(parts), flexible)
+            for part in parts:
+                pd = part.__dict__
+                out += part_fmt.pack(*part_fields(pd))
+                if flexible:
+                    if ("_unknown_tags" in pd or "_tags_seen" in pd
+                            or version >= 17 and pd["replica_directory_id"] != ZERO_UUID
+                            or version >= 18 and pd["high_watermark"] != _NO_HIGH_WATERMARK):
+                        return False
+                    out.append(0)
+            if flexible:
+                out.append(0)
+        if version >= 7:
+            forgotten = d["forgotten_topics_data"]
+            _w_len(out, len(forgotten), flexible)
+            for t in forgotten:
+                td = t.__dict__
+                if "_unknown_tags" in td:
+                    return False
+                if version >= 13:
+                    tid = td["topic_id"]
+                    out += tid.bytes if tid is not None else bytes(16)
+                else:
+                    _w_str(out, td["topic"], flexible)
+                ps = td["partitions"]
+                _w_len(out, len(ps), flexible)
+                for index in ps:
+                    out += _I32.pack(index)
+                if flexible:
+                    out.append(0)
+        if version >= 11:
+            _w_str(out, d["rack_id"], flexible)
+        if flexible:
+            out.append(0)
+    except (struct.error, AttributeError, TypeError, KeyError, ValueError):
+        return False
+    return True
