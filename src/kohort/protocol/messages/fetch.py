@@ -158,18 +158,23 @@ _NO_HWM = (1 << 63) - 1                 # the v18 high_watermark's default
 
 
 def _uv(buf, p: int) -> tuple[int, int]:
-    """An unsigned varint of at most 4 bytes at p -> (value, position after it); IndexError past the end."""
+    """An unsigned varint at p -> (value, position after it); IndexError past the end, _General when
+    longer than 5 bytes."""
     b = buf[p]
     if b < 0x80:
         return b, p + 1
-    v, shift = b & 0x7F, 7
-    for q in range(p + 1, p + 4):
-        b = buf[q]
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return v, q + 1
-        shift += 7
-    raise IndexError("long varint")
+    return _uvarint_rest(buf, p + 1, b)
+
+
+def _topic_key(buf, p: int, by_id: bool) -> tuple[str, "_uuid.UUID", int]:
+    """A request topic's name (v12) or id (v13+) at p -> (name, topic id, position after it); _General
+    for a null name."""
+    if by_id:
+        return "", _uuid.UUID(bytes=bytes(buf[p:p + 16])), p + 16
+    k, p = _uv(buf, p)
+    if k == 0:
+        raise _General
+    return str(buf[p:p + k - 1], "utf-8"), _ZERO_UUID, p + k - 1
 
 
 def read_fetch_request(buf, p: int, version: int) -> "FetchRequest | None":
@@ -194,15 +199,7 @@ def read_fetch_request(buf, p: int, version: int) -> "FetchRequest | None":
         topics = []
         for _ in range(n - 1):
             t = new(FetchRequest.FetchTopic)
-            if by_id:
-                name, tid = "", _uuid.UUID(bytes=bytes(buf[p:p + 16]))
-                p += 16
-            else:
-                k, p = _uv(buf, p)
-                if k == 0:
-                    return None
-                name, tid = str(buf[p:p + k - 1], "utf-8"), _ZERO_UUID
-                p += k - 1
+            name, tid, p = _topic_key(buf, p, by_id)
             k, p = _uv(buf, p)
             if k == 0:
                 return None
@@ -228,15 +225,7 @@ def read_fetch_request(buf, p: int, version: int) -> "FetchRequest | None":
         forgotten = []
         for _ in range(n - 1):
             t = new(FetchRequest.ForgottenTopic)
-            if by_id:
-                name, tid = "", _uuid.UUID(bytes=bytes(buf[p:p + 16]))
-                p += 16
-            else:
-                k, p = _uv(buf, p)
-                if k == 0:
-                    return None
-                name, tid = str(buf[p:p + k - 1], "utf-8"), _ZERO_UUID
-                p += k - 1
+            name, tid, p = _topic_key(buf, p, by_id)
             k, p = _uv(buf, p)
             if k == 0:
                 return None
@@ -254,7 +243,7 @@ def read_fetch_request(buf, p: int, version: int) -> "FetchRequest | None":
         p += k - 1
         if p > len(buf) or buf[p]:              # top-level tagged fields
             return None
-    except (IndexError, ValueError, struct.error):      # UnicodeDecodeError is a ValueError
+    except (IndexError, ValueError, struct.error, _General):      # UnicodeDecodeError is a ValueError
         return None
     rs = new(FetchRequest.ReplicaState)
     rs.__dict__.update(replica_id=-1, replica_epoch=-1)
@@ -608,11 +597,7 @@ def _w_len(out: bytearray, n: int, flexible: bool) -> None:
     if not flexible:
         out += _I32.pack(n)
         return
-    n += 1
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
+    _w_uv(out, n + 1)
 
 
 def _w_str(out: bytearray, s: str, flexible: bool) -> None:
