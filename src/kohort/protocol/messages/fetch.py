@@ -609,6 +609,18 @@ def _w_str(out: bytearray, s: str, flexible: bool) -> None:
     out += b
 
 
+def _w_topic_key(out: bytearray, td: dict, version: int, flexible: bool) -> bool:
+    """A request topic's id (v13+) or name; False for a topic read with unknown tagged fields."""
+    if "_unknown_tags" in td:
+        return False
+    if version >= 13:
+        tid = td["topic_id"]
+        out += tid.bytes if tid is not None else bytes(16)
+    else:
+        _w_str(out, td["topic"], flexible)
+    return True
+
+
 def _write_request(out: bytearray, req, version: int) -> bool:
     """FetchRequest v4-v18 written into `out`; False (something may have been written) when a tagged
     field is not at its default, a struct was read with tagged fields, or a value does not fit: the
@@ -633,13 +645,8 @@ def _write_request(out: bytearray, req, version: int) -> bool:
         _w_len(out, len(topics), flexible)
         for t in topics:
             td = t.__dict__
-            if "_unknown_tags" in td:
+            if not _w_topic_key(out, td, version, flexible):
                 return False
-            if version >= 13:
-                tid = td["topic_id"]
-                out += tid.bytes if tid is not None else bytes(16)
-            else:
-                _w_str(out, td["topic"], flexible)
             parts = td["partitions"]
             _w_len(out, len(parts), flexible)
             for part in parts:
@@ -658,13 +665,8 @@ def _write_request(out: bytearray, req, version: int) -> bool:
             _w_len(out, len(forgotten), flexible)
             for t in forgotten:
                 td = t.__dict__
-                if "_unknown_tags" in td:
+                if not _w_topic_key(out, td, version, flexible):
                     return False
-                if version >= 13:
-                    tid = td["topic_id"]
-                    out += tid.bytes if tid is not None else bytes(16)
-                else:
-                    _w_str(out, td["topic"], flexible)
                 ps = td["partitions"]
                 _w_len(out, len(ps), flexible)
                 for index in ps:
