@@ -199,6 +199,21 @@ def w_uuid(out: bytearray, v) -> None:
     out += (v.bytes if v is not None else bytes(16))
 
 
+def read_uvarint(buf, p: int, end: int) -> tuple[int, int] | None:
+    """(value, next position) of an unsigned varint of at most 5 bytes at buf[p], or None when it is
+    cut short by `end` or longer (the straight-line readers' way: they hand such input to the
+    schema's codecs, whose Reader names the problem)."""
+    result = shift = 0
+    while p < end and shift < 35:
+        b = buf[p]
+        p += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, p
+        shift += 7
+    return None
+
+
 def w_uvarint(out: bytearray, v: int) -> None:
     if v < 0:
         raise ValueError("unsigned varint cannot be negative")

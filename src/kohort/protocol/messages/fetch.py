@@ -27,7 +27,7 @@ import uuid as _uuid
 from operator import itemgetter
 
 from kohort.errors import DecodeError
-from kohort.protocol.primitives import ZERO_UUID, Reader
+from kohort.protocol.primitives import ZERO_UUID, Reader, read_uvarint, w_uvarint
 from kohort.protocol.records import ExternalRecords, SpliceBuffer
 from kohort.protocol.schema import (INT8, INT16, INT32, INT64, RECORDS, STRING, UUID, Array, ArrayOf, Message,
                                     Struct, f)
@@ -153,17 +153,27 @@ _HEAD15 = struct.Struct(">iiibii")
 _PART = struct.Struct(">iiqiqi")        # partition, current_leader_epoch, fetch_offset, last_fetched_epoch,
                                         # log_start_offset, partition_max_bytes
 _I32 = struct.Struct(">i")
-_ZERO_UUID = _uuid.UUID(int=0)
 _NO_HWM = (1 << 63) - 1                 # the v18 high_watermark's default
 
 
 def _uv(buf, p: int) -> tuple[int, int]:
-    """An unsigned varint at p -> (value, position after it); IndexError past the end, _General when
-    longer than 5 bytes."""
+    """An unsigned varint at p -> (value, position after it); _General when cut short or too long."""
     b = buf[p]
     if b < 0x80:
         return b, p + 1
-    return _uvarint_rest(buf, p + 1, b)
+    got = read_uvarint(buf, p, len(buf))
+    if got is None:
+        raise _General
+    return got
+
+
+def _length(buf, p: int, flexible: bool, fixed) -> tuple[int, int]:
+    """An array's or string's length at p (compact: uvarint of n + 1; else the `fixed` struct, int32
+    or int16) -> (n, position after it); -1 is null."""
+    if flexible:
+        n, p = _uv(buf, p)
+        return n - 1, p
+    return fixed.unpack_from(buf, p)[0], p + fixed.size
 
 
 def _topic_key(buf, p: int, by_id: bool) -> tuple[str, "_uuid.UUID", int]:
@@ -174,7 +184,7 @@ def _topic_key(buf, p: int, by_id: bool) -> tuple[str, "_uuid.UUID", int]:
     k, p = _uv(buf, p)
     if k == 0:
         raise _General
-    return str(buf[p:p + k - 1], "utf-8"), _ZERO_UUID, p + k - 1
+    return str(buf[p:p + k - 1], "utf-8"), ZERO_UUID, p + k - 1
 
 
 def read_fetch_request(buf, p: int, version: int) -> "FetchRequest | None":
@@ -212,7 +222,7 @@ def read_fetch_request(buf, p: int, version: int) -> "FetchRequest | None":
                 fp = new(FetchRequest.FetchTopic.FetchPartition)
                 fp.__dict__.update(partition=part, current_leader_epoch=cle, fetch_offset=off,
                                    last_fetched_epoch=lfe, log_start_offset=lso, partition_max_bytes=pmax,
-                                   replica_directory_id=_ZERO_UUID, high_watermark=_NO_HWM)
+                                   replica_directory_id=ZERO_UUID, high_watermark=_NO_HWM)
                 parts.append(fp)
             if buf[p]:
                 return None
@@ -256,18 +266,10 @@ def read_fetch_request(buf, p: int, version: int) -> "FetchRequest | None":
 
 # -- the common answer written without the schema's per-field codecs ---------------------------------
 _ANSWER_HEAD = struct.Struct(">iiBihi")       # size (patched), correlation id, header tags, throttle, error, session
-_PART_HEAD = struct.Struct(">ihqqq")          # partition, error, high watermark, last stable, log start
 _ABORTED_OUT = struct.Struct(">qqB")
 _NO_DIVERGING = {"epoch": -1, "end_offset": -1}
 _NO_LEADER = {"leader_id": -1, "leader_epoch": -1}
 _NO_SNAPSHOT = {"end_offset": -1, "epoch": -1}
-
-
-def _w_uv(out: bytearray, v: int) -> None:
-    while v > 0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
 
 
 def encode_fetch_frame(resp: "FetchResponse", version: int, correlation_id: int,
@@ -288,7 +290,7 @@ def encode_fetch_frame(resp: "FetchResponse", version: int, correlation_id: int,
         out = SpliceBuffer() if spliced else bytearray()
         out += _ANSWER_HEAD.pack(0, correlation_id, 0, resp.throttle_time_ms, resp.error_code, resp.session_id)
         topics = resp.responses
-        _w_uv(out, len(topics) + 1)
+        w_uvarint(out, len(topics) + 1)
         for t in topics:
             if len(t.__dict__) != 3:                # tags seen or unknown
                 return None
@@ -296,22 +298,22 @@ def encode_fetch_frame(resp: "FetchResponse", version: int, correlation_id: int,
                 out += t.topic_id.bytes
             else:
                 name = t.topic.encode()
-                _w_uv(out, len(name) + 1)
+                w_uvarint(out, len(name) + 1)
                 out += name
             parts = t.partitions
-            _w_uv(out, len(parts) + 1)
+            w_uvarint(out, len(parts) + 1)
             for p in parts:
                 pd = p.__dict__
                 if (len(pd) != 11 or pd["diverging_epoch"].__dict__ != _NO_DIVERGING
                         or pd["current_leader"].__dict__ != _NO_LEADER or pd["snapshot_id"].__dict__ != _NO_SNAPSHOT):
                     return None
-                out += _PART_HEAD.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                out += _PART_V5.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
                                        p.log_start_offset)
                 aborted = p.aborted_transactions
                 if aborted is None:
                     out.append(0)
                 else:
-                    _w_uv(out, len(aborted) + 1)
+                    w_uvarint(out, len(aborted) + 1)
                     for a in aborted:
                         if len(a.__dict__) != 2:
                             return None
@@ -322,14 +324,14 @@ def encode_fetch_frame(resp: "FetchResponse", version: int, correlation_id: int,
                     out.append(0)
                 elif isinstance(rec, ExternalRecords):
                     if spliced:
-                        _w_uv(out, rec.size + 1)
+                        w_uvarint(out, rec.size + 1)
                         out.splices.append((len(out), rec))
                     else:
                         rec = rec.read()
-                        _w_uv(out, len(rec) + 1)
+                        w_uvarint(out, len(rec) + 1)
                         out += rec
                 else:
-                    _w_uv(out, len(rec) + 1)
+                    w_uvarint(out, len(rec) + 1)
                     out += rec
                 out.append(0)                       # the partition's tagged fields
             out.append(0)                           # the topic's
@@ -353,20 +355,6 @@ _PART_V5 = struct.Struct(">ihqqq")       # + log_start_offset
 _ABORTED = struct.Struct(">qq")          # producer_id, first_offset
 
 
-def _uvarint_rest(buf, p: int, first: int):
-    """An unsigned varint whose first byte `first` (>= 0x80) was read before `p`: (value, next
-    position). At most 5 bytes, as the schema's Reader; IndexError when cut short."""
-    result, shift = first & 0x7F, 7
-    while shift < 35:
-        b = buf[p]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, p
-        shift += 7
-    raise _General
-
-
 def _read_response(buf, p: int, end: int, version: int):
     """FetchResponse v4-v18 read from buf[p:end] (a memoryview), or None when the schema's codec must
     read it (see the module docstring)."""
@@ -382,15 +370,7 @@ def _read_response(buf, p: int, end: int, version: int):
             throttle = _I32.unpack_from(buf, p)[0]
             top_error = session_id = 0
             p += 4
-        if flexible:
-            count = buf[p]
-            p += 1
-            if count & 0x80:
-                count, p = _uvarint_rest(buf, p, count)
-            count -= 1
-        else:
-            count = _I32.unpack_from(buf, p)[0]
-            p += 4
+        count, p = _length(buf, p, flexible, _I32)
         if not 0 <= count <= end - p:
             return None
         topics = []
@@ -402,29 +382,13 @@ def _read_response(buf, p: int, end: int, version: int):
                 name = ""
                 p += 16
             else:
-                if flexible:
-                    n = buf[p]
-                    p += 1
-                    if n & 0x80:
-                        n, p = _uvarint_rest(buf, p, n)
-                    n -= 1
-                else:
-                    n = _I16.unpack_from(buf, p)[0]
-                    p += 2
+                n, p = _length(buf, p, flexible, _I16)
                 if n < 0 or p + n > end:
                     return None
                 name = str(buf[p:p + n], "utf-8")
                 topic_id = ZERO_UUID
                 p += n
-            if flexible:
-                pcount = buf[p]
-                p += 1
-                if pcount & 0x80:
-                    pcount, p = _uvarint_rest(buf, p, pcount)
-                pcount -= 1
-            else:
-                pcount = _I32.unpack_from(buf, p)[0]
-                p += 4
+            pcount, p = _length(buf, p, flexible, _I32)
             if not 0 <= pcount <= end - p:
                 return None
             parts = []
@@ -468,15 +432,7 @@ def _read_partition(buf, p: int, end: int, version: int, flexible: bool, Part):
         index, code, hw, lso = _PART_V4.unpack_from(buf, p)
         start = -1
         p += 22
-    if flexible:
-        n = buf[p]
-        p += 1
-        if n & 0x80:
-            n, p = _uvarint_rest(buf, p, n)
-        n -= 1
-    else:
-        n = _I32.unpack_from(buf, p)[0]
-        p += 4
+    n, p = _length(buf, p, flexible, _I32)
     if n == -1:
         aborted = None
     elif 0 <= n <= end - p:
@@ -499,15 +455,7 @@ def _read_partition(buf, p: int, end: int, version: int, flexible: bool, Part):
         p += 4
     else:
         preferred = -1
-    if flexible:
-        n = buf[p]
-        p += 1
-        if n & 0x80:
-            n, p = _uvarint_rest(buf, p, n)
-        n -= 1
-    else:
-        n = _I32.unpack_from(buf, p)[0]
-        p += 4
+    n, p = _length(buf, p, flexible, _I32)
     if n < 0:
         records = None
     else:
@@ -547,7 +495,7 @@ def fetch_request(max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_le
         part = _new(Part)
         part.__dict__.update(partition=index, current_leader_epoch=leader_epoch, fetch_offset=offset,
                              last_fetched_epoch=last_epoch, log_start_offset=-1, partition_max_bytes=part_max,
-                             replica_directory_id=ZERO_UUID, high_watermark=_NO_HIGH_WATERMARK)
+                             replica_directory_id=ZERO_UUID, high_watermark=_NO_HWM)
         ps = by_topic.get(topic)
         if ps is None:
             by_topic[topic] = [part]
@@ -576,7 +524,6 @@ def fetch_request(max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_le
     return req
 
 
-_NO_HIGH_WATERMARK = (1 << 63) - 1
 _DEFAULT_REPLICA_STATE = {"replica_id": -1, "replica_epoch": -1}
 _HEAD_V4 = struct.Struct(">iiib")        # max_wait_ms, min_bytes, max_bytes, isolation_level
 _TWO_I32 = struct.Struct(">ii")
@@ -597,7 +544,7 @@ def _w_len(out: bytearray, n: int, flexible: bool) -> None:
     if not flexible:
         out += _I32.pack(n)
         return
-    _w_uv(out, n + 1)
+    w_uvarint(out, n + 1)
 
 
 def _w_str(out: bytearray, s: str, flexible: bool) -> None:
@@ -655,7 +602,7 @@ def _write_request(out: bytearray, req, version: int) -> bool:
                 if flexible:
                     if ("_unknown_tags" in pd or "_tags_seen" in pd
                             or version >= 17 and pd["replica_directory_id"] != ZERO_UUID
-                            or version >= 18 and pd["high_watermark"] != _NO_HIGH_WATERMARK):
+                            or version >= 18 and pd["high_watermark"] != _NO_HWM):
                         return False
                     out.append(0)
             if flexible:

@@ -20,7 +20,7 @@ identical bytes (tests/protocol/test_produce_codec.py compares them).
 """
 import struct
 
-from kohort.protocol.primitives import ZERO_UUID, Reader
+from kohort.protocol.primitives import ZERO_UUID, Reader, read_uvarint
 from kohort.protocol.records import GATHER_MIN, GatherBuffer
 from kohort.protocol.schema import INT16, INT32, INT64, RECORDS, STRING, UUID, ArrayOf, Message, Struct, f
 
@@ -158,19 +158,6 @@ class OnePartitionProduceResponse(ProduceResponse):
 
 
 
-def _uvarint(buf, p: int, end: int):
-    """(value, next position) of an unsigned varint of at most 5 bytes, or None if cut short."""
-    result = shift = 0
-    while p < end and shift < 35:
-        b = buf[p]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, p
-        shift += 7
-    return None
-
-
 def _read_request(cls, r: Reader, version: int):
     """The common v3-v12 request read straight from the buffer, or None (r untouched) when the
     schema's codec must read it: tagged fields present, a length past the end, bad UTF-8.
@@ -186,7 +173,7 @@ def _read_request(cls, r: Reader, version: int):
                 n -= 1
                 p += 1
             else:
-                got = _uvarint(buf, p, end)
+                got = read_uvarint(buf, p, end)
                 if got is None:
                     return None
                 n, p = got[0] - 1, got[1]
@@ -207,7 +194,7 @@ def _read_request(cls, r: Reader, version: int):
             if count < 0x80:
                 p += 1
             else:
-                got = _uvarint(buf, p, end)
+                got = read_uvarint(buf, p, end)
                 if got is None:
                     return None
                 count, p = got
@@ -228,7 +215,7 @@ def _read_request(cls, r: Reader, version: int):
                 if n < 0x80:
                     p += 1
                 else:
-                    got = _uvarint(buf, p, end)
+                    got = read_uvarint(buf, p, end)
                     if got is None:
                         return None
                     n, p = got
@@ -249,7 +236,7 @@ def _read_request(cls, r: Reader, version: int):
                 if pcount < 0x80:
                     p += 1
                 else:
-                    got = _uvarint(buf, p, end)
+                    got = read_uvarint(buf, p, end)
                     if got is None:
                         return None
                     pcount, p = got
@@ -268,7 +255,7 @@ def _read_request(cls, r: Reader, version: int):
                 index = _I32.unpack_from(buf, p)[0]
                 p += 4
                 if flexible:
-                    got = _uvarint(buf, p, end)       # a records length: several bytes
+                    got = read_uvarint(buf, p, end)       # a records length: several bytes
                     if got is None:
                         return None
                     n, p = got[0] - 1, got[1]
@@ -609,7 +596,7 @@ def read_one_partition(payload) -> tuple | None:
             if payload[p] != 2:                     # one partition
                 return None
             index = _ONE.unpack_from(payload, p + 1)[0]
-            got = _uvarint(payload, p + 5, end)
+            got = read_uvarint(payload, p + 5, end)
             if got is None or got[0] < 2:
                 return None
             start = got[1]
